@@ -1,0 +1,233 @@
+"""The ranker protocol and the building blocks every ranker shares.
+
+A ranker is a *sans-I/O scheduler*: ``schedule(ctx)`` returns a generator that yields rounds (lists of index
+pairs ``(i, j)`` whose comparisons are independent of each other), receives one outcome per pair
+(P(i beats j), see ``activeprp_core.oracles``), and finally returns the ordering of all candidates as a list of
+indices. Indices are prior ranks: candidate 0 is the first-stage (e.g. BM25) best. The engine decides how a
+round is executed (one batch, concurrent requests) and what it costs; the ranker never calls an LLM.
+
+Unknown outcomes (budget exhausted, failed call) and ties are resolved by prior rank (``beats``), so every
+ranker runs to completion and its output is "what is known, then the prior order" without special cases.
+"""
+
+from __future__ import annotations
+
+import random
+from abc import ABC, abstractmethod
+from collections.abc import Generator, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+Outcome = float | None
+Round = list[tuple[int, int]]
+Schedule = Generator[Round, list[Outcome], Any]
+
+
+@dataclass
+class RankContext:
+    """What a ranker may know about one query's run.
+
+    Attributes:
+        n: number of candidates; k: requested top-K (``top_k``; may exceed n).
+        rng: the ranker's own seeded stream (e.g. quicksort pivots).
+        budget: the call cap (None = unlimited); calls_per_pair: the oracle's cost of one comparison.
+    """
+
+    n: int
+    k: int
+    rng: random.Random = field(default_factory=lambda: random.Random(0))
+    budget: int | None = None
+    calls_per_pair: int = 1
+
+    @property
+    def top(self) -> int:
+        """The effective K: ``min(k, n)``."""
+        return min(self.k, self.n)
+
+
+class Ranker(ABC):
+    """A round-based scheduler of pair comparisons (see module docstring)."""
+
+    name: str
+
+    @abstractmethod
+    def schedule(self, ctx: RankContext) -> Schedule:
+        """Yield rounds of pairs, receive their outcomes, return a permutation of ``range(ctx.n)``."""
+
+    def __repr__(self) -> str:
+        params = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
+        return f"{type(self).__name__}({params})"
+
+
+def beats(i: int, j: int, outcome: Outcome) -> bool:
+    """Whether i beats j given P(i beats j); a tie (0.5) or unknown (None) goes to the better prior rank."""
+    if outcome is None or outcome == 0.5:
+        return i < j
+    return outcome > 0.5
+
+
+def match(i: int, j: int) -> Generator[Round, list[Outcome], bool]:
+    """One comparison as its own round; returns True when i beats j."""
+    (outcome,) = yield [(i, j)]
+    return beats(i, j, outcome)
+
+
+def parallel(schedules: Iterable[Generator]) -> Generator[Round, list[Outcome], list]:
+    """Run independent sub-schedules in lock-step: each step merges their pending rounds into one round.
+
+    Returns the list of the sub-schedules' return values, in input order.
+    """
+    gens = list(schedules)
+    results: list = [None] * len(gens)
+    pending: dict[int, Round] = {}
+    for idx, gen in enumerate(gens):
+        try:
+            pending[idx] = next(gen)
+        except StopIteration as stop:
+            results[idx] = stop.value
+    while pending:
+        merged: Round = []
+        spans = []
+        for idx, pairs in pending.items():
+            spans.append((idx, len(merged), len(pairs)))
+            merged.extend(pairs)
+        outcomes = yield merged
+        for idx, start, size in spans:
+            try:
+                pending[idx] = gens[idx].send(outcomes[start:start + size])
+            except StopIteration as stop:
+                results[idx] = stop.value
+                del pending[idx]
+    return results
+
+
+def complete(head: Iterable[int], n: int) -> list[int]:
+    """``head`` followed by every other index of ``range(n)`` in prior order (never loses a candidate)."""
+    order = list(dict.fromkeys(head))
+    seen = set(order)
+    order.extend(i for i in range(n) if i not in seen)
+    return order
+
+
+def bubble_passes(arr: list[int], passes: int, skip_settled: bool = True) -> Schedule:
+    """BubbleSort@k on ``arr`` in place: ``passes`` bottom-up passes of adjacent comparisons (window 2);
+    pass p stops at position p, so after ``passes`` passes the top ``passes`` positions are settled.
+
+    With ``skip_settled`` (the llm-rankers / Setwise BubbleSort): the next pass starts just below the lowest
+    swap of the previous one (pairs further down were compared and are unchanged), and a pass without swaps
+    ends the sort. Without it: plain PRP-Sliding-k passes (Qin et al. 2024) from the bottom every time.
+    """
+    start = len(arr) - 2
+    for p in range(passes):
+        lowest_swap = None
+        for j in range(start, p - 1, -1):
+            if not (yield from match(arr[j], arr[j + 1])):
+                arr[j], arr[j + 1] = arr[j + 1], arr[j]
+                if lowest_swap is None:
+                    lowest_swap = j
+        if skip_settled:
+            if lowest_swap is None:
+                return
+            start = min(lowest_swap + 1, len(arr) - 2)
+
+
+class Bracket:
+    """A fixed single-elimination bracket over ``members`` (in the given order): adjacent entries meet, an
+    odd one out gets a bye. ``levels[0]`` holds the leaves; ``levels[l][t]`` the winner of the subtree of
+    leaves ``2^l * t ...``; ``None`` marks an empty subtree.
+    """
+
+    def __init__(self, members: list[int]) -> None:
+        self.levels: list[list[int | None]] = [list(members)]
+        while len(self.levels[-1]) > 1:
+            self.levels.append([None] * ((len(self.levels[-1]) + 1) // 2))
+
+    @property
+    def champion(self) -> int | None:
+        return self.levels[-1][0] if self.levels[0] else None
+
+    def _slot(self, level: int, t: int) -> tuple[int | None, int | None]:
+        below = self.levels[level - 1]
+        a = below[2 * t]
+        b = below[2 * t + 1] if 2 * t + 1 < len(below) else None
+        return a, b
+
+    def play(self) -> Schedule:
+        """Play every match, one round per level (all matches of a level are independent)."""
+        for level in range(1, len(self.levels)):
+            games, here = [], self.levels[level]
+            for t in range(len(here)):
+                a, b = self._slot(level, t)
+                if a is None or b is None:
+                    here[t] = a if b is None else b
+                else:
+                    games.append((t, a, b))
+            outcomes = yield [(a, b) for _, a, b in games]
+            for (t, a, b), outcome in zip(games, outcomes):
+                here[t] = a if beats(a, b, outcome) else b
+        return self.champion
+
+    def remove(self, member: int) -> Schedule:
+        """Take ``member`` out and replay only the matches on its path to the root (<= ceil(log2 Q) matches,
+        one per round; matches played before come from the pair cache). Returns the new champion."""
+        t = self.levels[0].index(member)
+        self.levels[0][t] = None
+        for level in range(1, len(self.levels)):
+            t //= 2
+            a, b = self._slot(level, t)
+            if a is None or b is None:
+                self.levels[level][t] = a if b is None else b
+            else:
+                self.levels[level][t] = a if (yield from match(a, b)) else b
+        return self.champion
+
+
+class Heap:
+    """A binary max-heap of candidate indices ordered by pair comparisons (the parent beats its children)."""
+
+    def __init__(self, items: list[int]) -> None:
+        self.items = list(items)
+
+    def sift_down(self, pos: int) -> Schedule:
+        h = self.items
+        while True:
+            child = 2 * pos + 1
+            if child >= len(h):
+                return
+            if child + 1 < len(h) and not (yield from match(h[child], h[child + 1])):
+                child += 1
+            if (yield from match(h[pos], h[child])):
+                return
+            h[pos], h[child] = h[child], h[pos]
+            pos = child
+
+    def sift_up(self, pos: int) -> Schedule:
+        h = self.items
+        while pos > 0:
+            parent = (pos - 1) // 2
+            if not (yield from match(h[pos], h[parent])):
+                return
+            h[pos], h[parent] = h[parent], h[pos]
+            pos = parent
+
+    def heapify(self) -> Schedule:
+        """Bottom-up heap construction; the sift-downs of one tree level touch disjoint subtrees, so each
+        level runs as parallel sub-schedules (depth O(log^2 n) rounds instead of O(n))."""
+        last_parent = len(self.items) // 2 - 1
+        if last_parent < 0:
+            return
+        depth = (last_parent + 1).bit_length() - 1
+        for d in range(depth, -1, -1):
+            lo, hi = 2**d - 1, min(2 ** (d + 1) - 2, last_parent)
+            yield from parallel(self.sift_down(p) for p in range(lo, hi + 1))
+
+    def pop_top(self) -> int:
+        """Remove and return the root, moving the last leaf up (call ``sift_down(0)`` afterwards)."""
+        top, last = self.items[0], self.items.pop()
+        if self.items:
+            self.items[0] = last
+        return top
+
+    def push(self, item: int) -> Schedule:
+        self.items.append(item)
+        yield from self.sift_up(len(self.items) - 1)

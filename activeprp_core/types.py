@@ -1,0 +1,151 @@
+"""Data types shared by every part of the core: candidates, comparator answers and results."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+
+@dataclass
+class Candidate:
+    """One retrieved document to be reranked.
+
+    Attributes:
+        id: the document id (str). Ids need not be unique; the core identifies candidates by position.
+        text: the passage text shown to the comparator (str; may be empty).
+        metadata: free-form data carried through untouched (never read or mutated by the core).
+
+    Raises:
+        TypeError: when ``id`` or ``text`` is not a ``str`` or ``metadata`` is not a dict.
+    """
+
+    id: str
+    text: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.id, str):
+            raise TypeError(f"Candidate.id must be str, got {type(self.id).__name__}")
+        if not isinstance(self.text, str):
+            raise TypeError(f"Candidate.text must be str, got {type(self.text).__name__}")
+        if not isinstance(self.metadata, dict):
+            raise TypeError(f"Candidate.metadata must be dict, got {type(self.metadata).__name__}")
+
+
+Pair = tuple[Candidate, Candidate]
+
+
+@dataclass
+class Judgment:
+    """The answer to one LLM call on an ordered pair (first, second).
+
+    Attributes:
+        prob: P(first is preferred) in [0, 1]; hard answers are 0.0 / 1.0; ``None`` means the call failed
+            (it was issued and counts against the budget, but gave no usable answer).
+        retries: transport retries spent on this call (not counted against the budget).
+        prompt_tokens / completion_tokens: token usage where the backend reports it, else 0.
+        error: a short reason when ``prob`` is None.
+    """
+
+    prob: float | None
+    retries: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    error: str | None = None
+
+
+@runtime_checkable
+class Comparator(Protocol):
+    """Anything that judges ordered pairs of candidates for a query.
+
+    ``compare(query, pairs)`` gets a batch of ordered pairs ``(first, second)`` and returns one float per pair:
+    the probability in [0, 1] that ``first`` is more relevant than ``second`` (``None`` or NaN = the call
+    failed). One pair is one LLM call. Optional extras the engine uses when present:
+
+    - ``async acompare(query, pairs) -> list[float | None]``: the async twin (else ``compare`` runs in a thread);
+    - ``judge(query, pairs) -> list[Judgment]`` / ``async ajudge(...)``: like compare, with per-call retries and
+      token usage.
+    """
+
+    def compare(self, query: str, pairs: Sequence[Pair]) -> list[float | None]: ...
+
+
+def to_judgments(answers: Sequence[Any], expected: int) -> list[Judgment]:
+    """Normalise a comparator's answers (floats, None, or Judgment objects) to ``Judgment`` objects.
+
+    Raises:
+        ValueError: when the number of answers differs from the number of pairs, or a probability lies
+            outside [0, 1] (a comparator bug, never silently clipped).
+    """
+    if len(answers) != expected:
+        raise ValueError(f"comparator returned {len(answers)} answers for {expected} pairs")
+    out = []
+    for a in answers:
+        j = a if isinstance(a, Judgment) else Judgment(prob=None if a is None else float(a))
+        if j.prob is not None and math.isnan(j.prob):
+            j = Judgment(None, j.retries, j.prompt_tokens, j.completion_tokens, j.error or "NaN answer")
+        if j.prob is not None and not 0.0 <= j.prob <= 1.0:
+            raise ValueError(f"comparator returned probability {j.prob} outside [0, 1]")
+        out.append(j)
+    return out
+
+
+@dataclass
+class RerankResult:
+    """What one reranking of one query produced.
+
+    Attributes:
+        order: indices into the input ``candidates``; always a permutation of ``range(len(candidates))``,
+            best first (the first ``top_k`` are the reranked top-K, the rest best-effort).
+        scores: one float per input candidate (aligned with ``candidates``, not with ``order``); higher is
+            better and strictly decreasing along ``order``: ``(n - rank) / n``, so in (0, 1].
+        calls: LLM calls issued (the budgeted unit; bidirectional = 2 per pair).
+        comparisons: pair comparisons that needed new calls.
+        rounds: sequential batches of calls (latency ~ rounds x call latency).
+        cache_hits: pair questions answered from the pair cache at no cost.
+        exhausted: the budget refused at least one call.
+        converged: the ranker ran its whole schedule with every comparison answered.
+        ties: bidirectional pairs whose two answers disagreed (resolved by prior rank).
+        failed_calls: calls that returned no usable answer (counted in ``calls``).
+        retries, prompt_tokens, completion_tokens: summed over calls, where the comparator reports them.
+        wall_time_s: wall-clock seconds of the whole rerank.
+    """
+
+    candidates: list[Candidate]
+    order: list[int]
+    scores: list[float]
+    ranker: str
+    oracle: str
+    budget: int | None
+    top_k: int
+    calls: int = 0
+    comparisons: int = 0
+    rounds: int = 0
+    cache_hits: int = 0
+    exhausted: bool = False
+    converged: bool = False
+    ties: int = 0
+    failed_calls: int = 0
+    retries: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    wall_time_s: float = 0.0
+
+    @property
+    def ranked(self) -> list[Candidate]:
+        """All candidates in reranked order (the input objects, untouched)."""
+        return [self.candidates[i] for i in self.order]
+
+    @property
+    def top(self) -> list[Candidate]:
+        """The reranked top-K candidates."""
+        return self.ranked[: self.top_k]
+
+    def stats(self) -> dict[str, Any]:
+        """The accounting fields as a plain dict (for logs, tracing and CLI output)."""
+        keys = ("ranker", "oracle", "budget", "top_k", "calls", "comparisons", "rounds", "cache_hits",
+                "exhausted", "converged", "ties", "failed_calls", "retries", "prompt_tokens",
+                "completion_tokens", "wall_time_s")
+        return {k: getattr(self, k) for k in keys}
