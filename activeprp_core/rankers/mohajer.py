@@ -16,9 +16,9 @@ class Mohajer(Ranker):
     3. A max-heap of the K champions (heapify by parallel levels). K times: pop the root into the output;
        while the heap restores itself, re-select the popped champion's group (in the same rounds) and push the
        new champion.
-    4. Output: the K popped items in order, then the remaining champions (heap order), then the rest in prior
-       order. With an exhausted budget, unknown matches go to the better prior rank, so the output degrades to
-       "what is known, then the prior order" and never loses a candidate.
+    4. Output: the K popped items in order, then the rest in prior order. With an exhausted budget, unknown
+       matches go to the better prior rank, so the output degrades to "what is known, then the prior order"
+       and never loses a candidate.
 
     Args:
         reselect: ``"path"`` (default) replays only the matches on the removed champion's path in the fixed
@@ -57,7 +57,7 @@ class Mohajer(Ranker):
             new_champion, _ = yield from parallel([self._reselect(brackets, groups, g, top), heap.sift_down(0)])
             if new_champion is not None:
                 yield from heap.push(new_champion)
-        return complete(popped + heap.items, n)
+        return complete(popped, n)
 
     def _reselect(self, brackets: list[Bracket], groups: list[list[int]], g: int, removed: int) -> Schedule:
         if self.reselect == "path":

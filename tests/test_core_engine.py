@@ -1,0 +1,282 @@
+"""Engine, budget, oracles, pair cache, async twin and bad input."""
+
+import asyncio
+import copy
+import random
+
+import pytest
+
+from activeprp_core import (
+    BidirectionalOracle,
+    Candidate,
+    Judgment,
+    RandomizedDirectionOracle,
+    SimulatedComparator,
+    SingleDirectionOracle,
+    arerank,
+    rerank,
+)
+from activeprp_core.rankers import RankContext, Ranker
+from tests.conftest import make_case
+
+
+class Script(Ranker):
+    """A ranker that asks fixed rounds and records the outcomes it receives."""
+
+    name = "script"
+
+    def __init__(self, rounds):
+        self.rounds, self.seen = rounds, []
+
+    def schedule(self, ctx: RankContext):
+        for pairs in self.rounds:
+            self.seen.append((yield pairs))
+        return list(range(ctx.n))
+
+
+class FixedAnswers:
+    """Answers by a table on ordered candidate ids; records every call."""
+
+    def __init__(self, table, default=1.0):
+        self.table, self.default, self.calls = table, default, []
+
+    def compare(self, query, pairs):
+        self.calls.extend((a.id, b.id) for a, b in pairs)
+        return [self.table.get((a.id, b.id), self.default) for a, b in pairs]
+
+
+def cands(n):
+    return [Candidate(f"d{i}", f"text {i}") for i in range(n)]
+
+
+def test_round_is_cut_to_fit_the_budget_and_ranker_sees_unknowns():
+    script = Script([[(0, 1), (2, 3), (4, 5)], [(0, 1), (4, 5)]])
+    comp = FixedAnswers({}, default=0.0)  # the second slot always wins
+    res = rerank("q", cands(6), ranker=script, oracle="single", comparator=comp, budget=2)
+    assert res.calls == 2 and len(comp.calls) == 2 and res.exhausted and not res.converged
+    assert script.seen[0] == [0.0, 0.0, None]
+    assert script.seen[1] == [0.0, None]  # the cached answer is still free after exhaustion
+    assert res.cache_hits == 1 and res.rounds == 1
+
+
+def test_bidirectional_pair_never_half_issued():
+    script = Script([[(0, 1), (2, 3)]])
+    comp = FixedAnswers({})
+    res = rerank("q", cands(4), ranker=script, oracle="bidirectional", comparator=comp, budget=3)
+    assert res.calls == 2 and comp.calls == [("d0", "d1"), ("d1", "d0")]
+    assert script.seen[0][1] is None
+
+
+def test_bidirectional_tie_is_explicit_and_counted():
+    # the judge always prefers the first slot: every pair is inconsistent -> tie (0.5)
+    script = Script([[(0, 1), (3, 2)]])
+    res = rerank("q", cands(4), ranker=script, oracle="bidirectional", comparator=FixedAnswers({}), budget=None)
+    assert script.seen[0] == [0.5, 0.5] and res.ties == 2
+    consistent = FixedAnswers({("d1", "d0"): 1.0, ("d0", "d1"): 0.0})
+    script = Script([[(0, 1)]])
+    rerank("q", cands(2), ranker=script, oracle="bidirectional", comparator=consistent, budget=None)
+    assert script.seen[0] == [0.0]
+
+
+def test_ties_and_unknowns_go_to_the_better_prior_rank():
+    res = rerank("q", cands(12), ranker="bubblesort", oracle="bidirectional", comparator=FixedAnswers({}),
+                 budget=None, top_k=5)
+    assert res.order == list(range(12)) and res.ties > 0
+
+
+def test_single_oracle_keeps_the_order_and_randomized_draws_it():
+    pairs = [(i, j) for j in range(1, 40) for i in range(j)]
+    single = FixedAnswers({})
+    rerank("q", cands(40), ranker=Script([pairs]), oracle="single", comparator=single, budget=None)
+    assert single.calls == [(f"d{i}", f"d{j}") for i, j in pairs]
+    randomized = FixedAnswers({})
+    script = Script([pairs])
+    rerank("q", cands(40), ranker=script, oracle="randomized", comparator=randomized, budget=None, seed=3)
+    flipped = sum(c != (f"d{i}", f"d{j}") for c, (i, j) in zip(randomized.calls, pairs))
+    assert 0.4 < flipped / len(pairs) < 0.6
+    # the judge always prefers the first slot: the mapped-back outcome says who was put first
+    assert all((o == 1.0) == (c == (f"d{i}", f"d{j}")) for o, c, (i, j) in zip(script.seen[0], randomized.calls, pairs))
+
+
+def test_randomized_direction_is_seeded():
+    def calls(seed):
+        comp = FixedAnswers({})
+        rerank("q", cands(30), ranker="mohajer", oracle="randomized", comparator=comp, budget=None, seed=seed)
+        return comp.calls
+
+    assert calls(1) == calls(1)
+    assert calls(1) != calls(2)
+
+
+def test_randomized_oracle_cancels_position_bias_that_single_suffers():
+    cs, labels = make_case(60, seed=4)
+    biased = dict(position_bias=3.0, strength=0.02)  # the first slot wins almost always
+    qs = {}
+    for oracle in ("single", "randomized"):
+        res = rerank("q", cs, ranker="allpairs", oracle=oracle, comparator=SimulatedComparator(labels, **biased),
+                     budget=None)
+        top = res.order[:10]
+        qs[oracle] = sum(labels[cs[i].id] for i in top)
+    assert qs["randomized"] > qs["single"]
+
+
+def test_cache_off_repeats_cost_calls():
+    script = [[(0, 1)], [(0, 1)], [(1, 0)]]
+    on = rerank("q", cands(2), ranker=Script(script), oracle="single", comparator=FixedAnswers({}), budget=None)
+    off = rerank("q", cands(2), ranker=Script(script), oracle="single", comparator=FixedAnswers({}), budget=None,
+                 cache=False)
+    assert (on.calls, on.cache_hits) == (1, 2)
+    assert (off.calls, off.cache_hits) == (3, 0)
+
+
+def test_failed_calls_are_counted_not_imputed():
+    class Flaky:
+        def judge(self, query, pairs):
+            return [Judgment(None, retries=2, error="boom") if a.id == "d3" else Judgment(0.0, prompt_tokens=7)
+                    for a, b in pairs]
+
+        def compare(self, query, pairs):
+            raise AssertionError("judge is preferred")
+
+    script = Script([[(3, 4), (5, 6)]])
+    res = rerank("q", cands(8), ranker=script, oracle="single", comparator=Flaky(), budget=None)
+    assert script.seen[0] == [None, 0.0]
+    assert (res.failed_calls, res.retries, res.prompt_tokens, res.calls) == (1, 2, 7, 2)
+    assert not res.converged and not res.exhausted
+
+
+@pytest.mark.parametrize("bad", [[1.5], [0.5, 0.5], [-0.1]])
+def test_bad_comparator_answers_raise(bad):
+    class Bad:
+        def compare(self, query, pairs):
+            return bad
+
+    with pytest.raises(ValueError):
+        rerank("q", cands(2), ranker="bubblesort", comparator=Bad(), budget=None)
+
+
+def test_nan_answer_is_a_failed_call():
+    class NaN:
+        def compare(self, query, pairs):
+            return [float("nan")] * len(pairs)
+
+    res = rerank("q", cands(5), ranker="bubblesort", comparator=NaN(), budget=None, top_k=2)
+    assert res.failed_calls == res.calls > 0 and res.order == list(range(5))
+
+
+@pytest.mark.parametrize("ranker", ["mohajer", "heapsort", "quicksort", "pac_bubble", "bubblesort", "allpairs"])
+def test_arerank_equals_rerank_and_sends_whole_rounds(ranker):
+    cs, labels = make_case(50, seed=2)
+
+    class AsyncJudge(SimulatedComparator):
+        batches = []
+
+        def compare(self, query, pairs):
+            raise AssertionError("acompare must be used")
+
+        async def acompare(self, query, pairs):
+            self.batches.append(len(pairs))
+            await asyncio.sleep(0)
+            return SimulatedComparator.compare(self, query, pairs)
+
+    knobs = dict(doc_noise=0.5, pair_noise=0.5, position_bias=0.3, seed=9)
+    sync = rerank("q", cs, ranker=ranker, comparator=SimulatedComparator(labels, **knobs), budget=120, seed=4)
+    judge = AsyncJudge(labels, **knobs)
+    judge.batches = []
+    res = asyncio.run(arerank("q", cs, ranker=ranker, comparator=judge, budget=120, seed=4))
+    assert (res.order, res.calls, res.rounds) == (sync.order, sync.calls, sync.rounds)
+    assert sum(judge.batches) == res.calls and len(judge.batches) == res.rounds
+
+
+def test_arerank_runs_sync_comparator_in_a_thread():
+    cs, labels = make_case(20, seed=2)
+    res = asyncio.run(arerank("q", cs, comparator=FixedAnswers({}), budget=30))
+    assert res.calls == 30 and sorted(res.order) == list(range(20))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "exc"),
+    [
+        ({"budget": -1}, ValueError),
+        ({"budget": 2.5}, TypeError),
+        ({"budget": True}, TypeError),
+        ({"ranker": "nope"}, ValueError),
+        ({"oracle": "nope"}, ValueError),
+        ({"ranker": 3}, TypeError),
+        ({"top_k": 0}, ValueError),
+        ({"seed": "x"}, TypeError),
+        ({"comparator": object()}, TypeError),
+    ],
+)
+def test_bad_arguments(kwargs, exc):
+    args = {"comparator": FixedAnswers({}), "budget": 10, **kwargs}
+    with pytest.raises(exc):
+        rerank("q", cands(3), **args)
+
+
+def test_bad_candidates_and_query():
+    comp = FixedAnswers({})
+    with pytest.raises(TypeError):
+        rerank(None, cands(3), comparator=comp, budget=1)
+    with pytest.raises(TypeError):
+        rerank("q", ["a", "b"], comparator=comp, budget=1)
+    with pytest.raises(TypeError):
+        rerank("q", "ab", comparator=comp, budget=1)
+    with pytest.raises(TypeError):
+        Candidate("d1", 42)
+    with pytest.raises(TypeError):
+        Candidate(1, "text")
+
+
+def test_empty_duplicate_and_empty_text_inputs():
+    comp = FixedAnswers({})
+    empty = rerank("q", [], comparator=comp, budget=5)
+    assert (empty.order, empty.calls, empty.converged) == ([], 0, True)
+    dup = [Candidate("x", "same"), Candidate("x", "same"), Candidate("y", ""), Candidate("z", "")]
+    before = copy.deepcopy(dup)
+    res = rerank("q", dup, ranker="mohajer_bubble", comparator=comp, budget=None, top_k=3)
+    assert sorted(res.order) == [0, 1, 2, 3] and dup == before
+    assert [c.metadata for c in res.ranked] == [{}] * 4 and res.ranked[0] is dup[res.order[0]]
+
+
+def test_zero_budget_returns_prior_order():
+    cs, labels = make_case(30, seed=3)
+    for ranker in ("mohajer", "heapsort", "quicksort", "pac_bubble", "bubblesort", "allpairs"):
+        res = rerank("q", cs, ranker=ranker, comparator=SimulatedComparator(labels), budget=0)
+        assert res.order == list(range(30)) and res.calls == 0 and res.exhausted
+
+
+def test_exhausted_mohajer_keeps_what_it_placed_first():
+    cs, labels = make_case(100, seed=1)
+    comp = SimulatedComparator(labels)
+    full = rerank("q", cs, comparator=comp, budget=None)
+    cut = rerank("q", cs, comparator=SimulatedComparator(labels), budget=full.calls - 5)
+    assert cut.exhausted and sorted(cut.order) == list(range(100))
+    assert cut.order[:5] == full.order[:5]
+
+
+def test_oracle_objects_are_accepted():
+    for oracle in (BidirectionalOracle(), RandomizedDirectionOracle(), SingleDirectionOracle()):
+        res = rerank("q", cands(5), oracle=oracle, comparator=FixedAnswers({}), budget=None, top_k=2)
+        assert res.oracle == oracle.name
+
+
+def test_scores_and_stats():
+    cs, labels = make_case(10, seed=3)
+    res = rerank("q", cs, comparator=SimulatedComparator(labels), budget=None, top_k=3)
+    assert res.scores[res.order[0]] == 1.0 and min(res.scores) == pytest.approx(0.1)
+    stats = res.stats()
+    assert stats["calls"] == res.calls and stats["ranker"] == "mohajer" and stats["oracle"] == "randomized"
+    assert [c.id for c in res.top] == [cs[i].id for i in res.order[:3]]
+
+
+def test_seeded_streams_do_not_depend_on_other_queries():
+    cs, labels = make_case(40, seed=3)
+    knobs = dict(doc_noise=0.5, pair_noise=1.0, position_bias=0.5)
+    a = rerank("q1", cs, comparator=SimulatedComparator(labels, **knobs), budget=100, seed=7)
+    rerank("q2", cs[::-1], comparator=SimulatedComparator(labels, **knobs), budget=100, seed=7)
+    b = rerank("q1", cs, comparator=SimulatedComparator(labels, **knobs), budget=100, seed=7)
+    assert a.order == b.order
+    random.seed(123)  # the global RNG is never used
+    c = rerank("q1", cs, comparator=SimulatedComparator(labels, **knobs), budget=100, seed=7)
+    assert c.order == a.order
