@@ -1,0 +1,78 @@
+"""SimulatedComparator's noise model and the ir-measures backed metrics."""
+
+import itertools
+import math
+
+import pytest
+
+from activeprp_core import Candidate, SimulatedComparator
+from activeprp_core.metrics import mean_ndcg_at_k, ndcg_at_k, ranking_to_run
+
+IDS = [f"d{i}" for i in range(30)]
+LABELS = {d: i % 4 for i, d in enumerate(IDS)}
+
+
+def answers(comp, pairs):
+    return comp.compare("q", [(Candidate(a, ""), Candidate(b, "")) for a, b in pairs])
+
+
+def test_deterministic_per_seed_and_ordered_pair():
+    pairs = list(itertools.permutations(IDS[:8], 2))
+    noisy = dict(doc_noise=0.5, pair_noise=1.0, position_bias=0.3)
+    a = answers(SimulatedComparator(LABELS, seed=1, **noisy), pairs)
+    assert a == answers(SimulatedComparator(LABELS, seed=1, **noisy), pairs[::-1])[::-1]
+    assert a != answers(SimulatedComparator(LABELS, seed=2, **noisy), pairs)
+
+
+def test_perfect_judge_has_no_order_effects_or_cycles():
+    distinct = {d: i for i, d in enumerate(IDS)}
+    comp = SimulatedComparator(distinct)
+    assert comp.flip_rate(IDS) == 0.0
+    for a, b in itertools.combinations(IDS, 2):
+        assert answers(comp, [(a, b)]) == [float(distinct[a] > distinct[b])]
+
+
+def test_position_bias_raises_flip_rate():
+    rates = [SimulatedComparator(LABELS, position_bias=b, pair_noise=0.3).flip_rate(IDS) for b in (0.0, 0.5, 2.0)]
+    assert rates[0] < rates[1] < rates[2]
+    # the flip rate is what the comparator really answers in both orders
+    comp = SimulatedComparator(LABELS, position_bias=0.5, pair_noise=0.3)
+    pairs = list(itertools.combinations(IDS, 2))
+    fwd = answers(comp, pairs)
+    bwd = answers(comp, [(b, a) for a, b in pairs])
+    assert sum(f == b for f, b in zip(fwd, bwd)) / len(pairs) == pytest.approx(comp.flip_rate(IDS))
+
+
+def test_pair_noise_makes_cycles():
+    comp = SimulatedComparator({d: 0 for d in IDS}, pair_noise=1.0)
+
+    def wins(a, b):
+        return answers(comp, [(a, b)])[0] == 1.0 and answers(comp, [(b, a)])[0] == 0.0
+
+    cycles = sum(wins(a, b) and wins(b, c) and wins(c, a) for a, b, c in itertools.permutations(IDS[:12], 3))
+    assert cycles > 0
+
+
+def test_doc_noise_is_persistent_and_soft_mode_agrees_with_hard():
+    comp = SimulatedComparator(LABELS, doc_noise=1.0, seed=3)
+    assert comp.utility("d5") == comp.utility("d5") != LABELS["d5"]
+    soft = SimulatedComparator(LABELS, doc_noise=1.0, pair_noise=0.5, seed=3, hard=False)
+    hard = SimulatedComparator(LABELS, doc_noise=1.0, pair_noise=0.5, seed=3)
+    pairs = list(itertools.permutations(IDS[:6], 2))
+    for p, h in zip(answers(soft, pairs), answers(hard, pairs)):
+        assert 0.0 < p < 1.0 and (p > 0.5) == (h == 1.0)
+    assert hard.calls == len(pairs)
+
+
+def test_ndcg_matches_trec_eval_definition():
+    qrels = {"q1": {"a": 3, "b": 1, "c": 0}, "q2": {"x": 1}}
+    run = {"q1": ranking_to_run(["b", "a", "c"]), "q2": ranking_to_run(["y", "x"]), "q3": {"z": 1.0}}
+    per_query = ndcg_at_k(qrels, run, k=10)
+    assert set(per_query) == {"q1", "q2"}  # unjudged queries are not scored
+    ideal = 3 + 1 / math.log2(3)
+    assert per_query["q1"] == pytest.approx((1 + 3 / math.log2(3)) / ideal)
+    assert per_query["q2"] == pytest.approx(1 / math.log2(3))
+    assert mean_ndcg_at_k(qrels, run) == pytest.approx(sum(per_query.values()) / 2)
+    assert ndcg_at_k(qrels, {"q1": ranking_to_run(["a", "b", "c"])})["q1"] == pytest.approx(1.0)
+    with pytest.raises(ValueError):
+        ndcg_at_k(qrels, run, k=0)
