@@ -42,7 +42,7 @@ def test_mohajer_tournament_phase_is_n_minus_k_matches_in_four_rounds():
     assert sum(sizes[:4]) == N - K
     # every tournament match pairs two members of the same stride group
     assert all(a.id != b.id and int(a.id[1:]) % K == int(b.id[1:]) % K for batch in comp.batches[:4] for a, b in batch)
-    assert res.rounds <= 70 and res.rounds < res.calls / 2
+    assert res.rounds <= 60 and res.rounds < res.calls / 2  # measured: 52 rounds, 154 calls
 
 
 def test_mohajer_variants_trade_calls():

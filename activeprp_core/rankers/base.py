@@ -221,6 +221,29 @@ class Heap:
             lo, hi = 2**d - 1, min(2 ** (d + 1) - 2, last_parent)
             yield from parallel(self.sift_down(p) for p in range(lo, hi + 1))
 
+    def promote_hole(self) -> Schedule:
+        """Bottom-up deletion of the root (Wegener 1993, "bottom-up heapsort"): the better child moves up,
+        one comparison per level, until the hole reaches a leaf. Returns the hole's position; call ``fill``."""
+        h, pos = self.items, 0
+        h[0] = None
+        while 2 * pos + 1 < len(h):
+            child = 2 * pos + 1
+            if child + 1 < len(h) and not (yield from match(h[child], h[child + 1])):
+                child += 1
+            h[pos], h[child] = h[child], None
+            pos = child
+        return pos
+
+    def fill(self, hole: int, item: int | None) -> Schedule:
+        """Put ``item`` (or, when None, the last leaf) into the hole left by ``promote_hole`` and sift it up."""
+        h = self.items
+        if item is None:
+            item = h.pop()
+            if hole == len(h):
+                return
+        h[hole] = item
+        yield from self.sift_up(hole)
+
     def pop_top(self) -> int:
         """Remove and return the root, moving the last leaf up (call ``sift_down(0)`` afterwards)."""
         top, last = self.items[0], self.items.pop()

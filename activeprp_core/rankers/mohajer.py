@@ -13,9 +13,9 @@ class Mohajer(Ranker):
        prior quality (the 2017 paper splits at random; the paper's reference code strides).
     2. A single-elimination bracket per group; the brackets of all groups run level by level in parallel
        rounds (N=100, K=10: 90 matches in 4 rounds of 50/20/10/10).
-    3. A max-heap of the K champions (heapify by parallel levels). K times: pop the root into the output;
-       while the heap restores itself, re-select the popped champion's group (in the same rounds) and push the
-       new champion.
+    3. A max-heap of the K champions (heapify by parallel levels). K times: output the root; delete it
+       bottom-up (the better child moves up, one comparison per level; Wegener 1993) while, in the same
+       rounds, the popped champion's group re-selects; the new champion fills the hole and sifts up.
     4. Output: the K popped items in order, then the rest in prior order. With an exhausted budget, unknown
        matches go to the better prior rank, so the output degrades to "what is known, then the prior order"
        and never loses a candidate.
@@ -48,15 +48,16 @@ class Mohajer(Ranker):
         yield from heap.heapify()
         popped: list[int] = []
         for t in range(k):
-            top = heap.pop_top()
+            top = heap.items[0]
             popped.append(top)
             if t == k - 1 and self.skip_last_refill:
                 break
             g = group_of[top]
             groups[g].remove(top)
-            new_champion, _ = yield from parallel([self._reselect(brackets, groups, g, top), heap.sift_down(0)])
-            if new_champion is not None:
-                yield from heap.push(new_champion)
+            hole, new_champion = yield from parallel(
+                [heap.promote_hole(), self._reselect(brackets, groups, g, top)]
+            )
+            yield from heap.fill(hole, new_champion)
         return complete(popped, n)
 
     def _reselect(self, brackets: list[Bracket], groups: list[list[int]], g: int, removed: int) -> Schedule:
