@@ -1,0 +1,164 @@
+"""The parts the LangChain and LlamaIndex rerankers share (imports no framework).
+
+Both wrappers hold the same public fields (``comparator``, ``ranker``, ``oracle``, ``budget``, ``top_n``,
+``seed``, ``max_concurrency``); the functions here turn those fields plus one query's documents into an
+``activeprp_core.rerank``/``arerank`` call and read the result back, so the two wrappers order documents
+identically to the core API for the same inputs, seed and comparator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from activeprp_core import Candidate, RerankResult, arerank, get_oracle, get_ranker, rerank
+
+SCORE_KEY = "relevance_score"
+"""Metadata key of the score: ``RerankResult.scores``, ``(n - rank) / n`` for ``n`` input documents (rank
+0-based), so in (0, 1], higher is better, strictly decreasing along the reranked order. It is a rank-derived
+score, not a calibrated probability of relevance."""
+RANK_KEY = "rerank_rank"
+"""Metadata key of the 1-based position in the reranked order (1 = best)."""
+
+DEFAULT_RANKER = "auto"
+DEFAULT_ORACLE = "randomized"
+DEFAULT_BUDGET = 50
+
+
+def missing_extra(package: str, extra: str) -> str:
+    """The ImportError message for a missing optional framework."""
+    return f"{package} is not installed; install it with: pip install 'activeprp[{extra}]'"
+
+
+def check_choices(ranker: Any, oracle: Any) -> None:
+    """Fail early on an unknown ranker or oracle name (ValueError) or a wrong type (TypeError)."""
+    get_ranker(ranker)
+    get_oracle(oracle)
+
+
+class BoundedComparator:
+    """Wraps a comparator so at most ``limit`` pairs (LLM calls) are handed to it at once.
+
+    Each round's batch is split into sub-batches of at most ``limit`` pairs, sent one after another (sync and
+    async). The answers are the inner comparator's, so the ranking is unchanged; only the number of calls in
+    flight (or a batching model's batch size) is capped. Used for comparators without a ``max_concurrency``
+    attribute.
+    """
+
+    def __init__(self, inner: Any, limit: int) -> None:
+        self.inner, self.limit = inner, limit
+
+    def _chunks(self, pairs: Sequence) -> Iterable[Sequence]:
+        return (pairs[s : s + self.limit] for s in range(0, len(pairs), self.limit))
+
+    def compare(self, query: str, pairs: Sequence) -> list:
+        return [a for chunk in self._chunks(pairs) for a in self.inner.compare(query, chunk)]
+
+    def judge(self, query: str, pairs: Sequence) -> list:
+        judge = getattr(self.inner, "judge", None)
+        if not callable(judge):
+            return self.compare(query, pairs)
+        return [a for chunk in self._chunks(pairs) for a in judge(query, chunk)]
+
+    async def ajudge(self, query: str, pairs: Sequence) -> list:
+        method = next((m for m in (getattr(self.inner, n, None) for n in ("ajudge", "acompare")) if callable(m)),
+                      None)
+        if method is None:
+            return await asyncio.to_thread(self.judge, query, pairs)
+        return [a for chunk in self._chunks(pairs) for a in await method(query, chunk)]
+
+
+def prepare_comparator(comparator: Any, max_concurrency: int | None) -> Any:
+    """Apply ``max_concurrency`` (the most LLM calls in flight for one query) to ``comparator``.
+
+    None leaves the comparator as it is. A comparator with a ``max_concurrency`` attribute (e.g.
+    ``OpenAIChatComparator``, which bounds its concurrent requests with it) gets the attribute set, which
+    changes that shared object; any other comparator is wrapped in ``BoundedComparator``.
+    """
+    if max_concurrency is None:
+        return comparator
+    if hasattr(comparator, "max_concurrency"):
+        if comparator.max_concurrency != max_concurrency:
+            comparator.max_concurrency = max_concurrency
+        return comparator
+    return BoundedComparator(comparator, max_concurrency)
+
+
+def make_candidates(items: Iterable[tuple[str | None, str, dict]]) -> list[Candidate]:
+    """``Candidate`` objects from ``(id, text, metadata)`` triples in prior order; a missing id becomes the
+    position as a string. The metadata dict is copied (shallow), so the caller's document is never touched."""
+    return [Candidate(id=str(i) if doc_id is None else str(doc_id), text=text, metadata=dict(meta))
+            for i, (doc_id, text, meta) in enumerate(items)]
+
+
+def _core_args(settings: Any, n: int) -> dict[str, Any]:
+    top_n = getattr(settings, "top_n", None)
+    return dict(ranker=settings.ranker, oracle=settings.oracle, budget=settings.budget, seed=settings.seed,
+                comparator=prepare_comparator(settings.comparator, settings.max_concurrency),
+                top_k=max(1, n if top_n is None else top_n))
+
+
+def run_rerank(settings: Any, query: str, candidates: list[Candidate]) -> RerankResult:
+    """``activeprp_core.rerank`` with a wrapper's fields (``top_n`` becomes ``top_k``; None = all)."""
+    return rerank(query, candidates, **_core_args(settings, len(candidates)))
+
+
+async def arun_rerank(settings: Any, query: str, candidates: list[Candidate]) -> RerankResult:
+    """``activeprp_core.arerank`` (each round's calls go to the comparator concurrently) with a wrapper's
+    fields."""
+    return await arerank(query, candidates, **_core_args(settings, len(candidates)))
+
+
+def picked(result: RerankResult, top_n: int | None) -> list[tuple[int, float, int]]:
+    """``(input index, score, 1-based rank)`` of the documents to return, best first (all when top_n is None)."""
+    order = result.order if top_n is None else result.order[:top_n]
+    return [(i, result.scores[i], rank) for rank, i in enumerate(order, start=1)]
+
+
+def model_name(comparator: Any) -> str:
+    """A readable name for events and traces: the comparator's ``model_name``/``model`` attribute, else its
+    class name."""
+    for attr in ("model_name", "model"):
+        value = getattr(comparator, attr, None)
+        if isinstance(value, str) and value:
+            return value
+    return type(comparator).__name__
+
+
+class ComparatorFactories:
+    """Convenience constructors shared by both wrappers: build the comparator, pass every other field on."""
+
+    @classmethod
+    def from_local_model(cls, model: str | None = None, *, comparator_kwargs: dict | None = None, **fields: Any):
+        """Rerank with a local Hugging Face model (``pip install 'activeprp[hf]'``).
+
+        Args:
+            model: a model path or name for ``activeprp_core.comparators.TransformersComparator``; None = the
+                bundled SmolLM2-135M (query-likelihood mode, runs offline on CPU).
+            comparator_kwargs: extra arguments for the comparator.
+            **fields: the reranker's own fields (``ranker``, ``budget``, ``top_n``, ...).
+        """
+        from activeprp_core.comparators import TransformersComparator
+
+        kwargs = comparator_kwargs or {}
+        comparator = (TransformersComparator.from_bundled(**kwargs) if model is None
+                      else TransformersComparator(model, **kwargs))
+        return cls(comparator=comparator, **fields)
+
+    @classmethod
+    def from_openai(cls, model: str, *, base_url: str | None = None, api_key: str | None = None,
+                    comparator_kwargs: dict | None = None, **fields: Any):
+        """Rerank through any OpenAI-compatible chat endpoint (``pip install 'activeprp[openai]'``).
+
+        Args:
+            model: the served model name; base_url: the endpoint (None = OpenAI's); api_key: None reads
+                ``OPENAI_API_KEY``.
+            comparator_kwargs: extra arguments for ``activeprp_core.comparators.OpenAIChatComparator``.
+            **fields: the reranker's own fields (``ranker``, ``budget``, ``top_n``, ``max_concurrency``, ...).
+        """
+        from activeprp_core.comparators import OpenAIChatComparator
+
+        comparator = OpenAIChatComparator(model=model, base_url=base_url, api_key=api_key,
+                                          **(comparator_kwargs or {}))
+        return cls(comparator=comparator, **fields)

@@ -1,0 +1,145 @@
+"""LangChain document compressor: budgeted pairwise LLM reranking with ActivePRP.
+
+``ActivePRPRerank`` is a drop-in ``BaseDocumentCompressor`` (use it in ``ContextualCompressionRetriever``, a
+``DocumentCompressorPipeline``, or an LCEL chain through ``as_runnable()``). Needs ``pip install
+'activeprp[langchain]'``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from activeprp_core import Oracle, Ranker
+
+from ._common import (
+    DEFAULT_BUDGET,
+    DEFAULT_ORACLE,
+    DEFAULT_RANKER,
+    RANK_KEY,
+    SCORE_KEY,
+    ComparatorFactories,
+    arun_rerank,
+    check_choices,
+    make_candidates,
+    missing_extra,
+    model_name,
+    picked,
+    run_rerank,
+)
+
+try:
+    from langchain_core.callbacks import AsyncCallbackManager, CallbackManager, Callbacks
+    from langchain_core.documents import Document
+    from langchain_core.documents.compressor import BaseDocumentCompressor
+    from langchain_core.runnables import RunnableLambda, ensure_config
+    from pydantic import ConfigDict, Field, model_validator
+except ImportError as exc:  # pragma: no cover - exercised by simulating the missing module
+    raise ImportError(missing_extra("langchain-core", "langchain")) from exc
+
+__all__ = ["RANK_KEY", "SCORE_KEY", "ActivePRPRerank"]
+
+_RUN_NAME = "ActivePRPRerank"
+
+
+class ActivePRPRerank(ComparatorFactories, BaseDocumentCompressor):
+    """Rerank retrieved ``Document`` objects with a pairwise LLM judge under a per-query call budget.
+
+    Fields (the same names as the LlamaIndex postprocessor):
+        comparator: any object with ``compare(query, pairs) -> list[float | None]`` (see
+            ``activeprp_core.Comparator``); its ``ajudge``/``acompare`` is used by ``acompress_documents``.
+        ranker: ranker name or ``Ranker`` (default ``"auto"``: the paper's budget-based choice).
+        oracle: ``"randomized"`` (default, 1 call per pair), ``"bidirectional"`` (2) or ``"single"``.
+        budget: the most LLM calls per query (int >= 0; None = unlimited; default 50). This is the one knob
+            that controls spend.
+        top_n: how many documents to return (default 3; None = all, reranked). It is also the core's top-K.
+        seed: seeds the oracle's slot order and the ranker's random choices (same seed, same order).
+        max_concurrency: the most LLM calls in flight at once (None = the comparator decides). Set on the
+            comparator when it has a ``max_concurrency`` attribute; otherwise each round is sent in sub-batches
+            of at most this many pairs, one after another.
+
+    Output: new ``Document`` objects (``model_copy``; ``id``, ``page_content`` and all metadata kept; inputs
+    never mutated), best first, with ``metadata["relevance_score"]`` (``(n - rank) / n`` over the n input
+    documents: in (0, 1], higher is better; rank-based, not a probability) and ``metadata["rerank_rank"]``
+    (1 = best). Each call is a child run named ``ActivePRPRerank`` in LangChain callbacks/tracing; its
+    outputs hold the documents and ``stats`` (``RerankResult.stats()``: calls, rounds, exhausted, ...).
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
+
+    comparator: Any
+    ranker: str | Ranker = DEFAULT_RANKER
+    oracle: str | Oracle = DEFAULT_ORACLE
+    budget: int | None = Field(default=DEFAULT_BUDGET, ge=0)
+    top_n: int | None = Field(default=3, ge=1)
+    seed: int = 0
+    max_concurrency: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> ActivePRPRerank:
+        check_choices(self.ranker, self.oracle)
+        return self
+
+    def _inputs(self, documents: Sequence[Document], query: str) -> dict[str, Any]:
+        return {"query": query, "documents": list(documents), "model": model_name(self.comparator)}
+
+    def _outputs(self, documents: Sequence[Document], result: Any) -> list[Document]:
+        return [documents[i].model_copy(update={"metadata": {**documents[i].metadata, SCORE_KEY: score,
+                                                             RANK_KEY: rank}})
+                for i, score, rank in picked(result, self.top_n)]
+
+    @staticmethod
+    def _candidates(documents: Sequence[Document]) -> list:
+        return make_candidates((d.id, d.page_content, d.metadata) for d in documents)
+
+    def compress_documents(
+        self, documents: Sequence[Document], query: str, callbacks: Callbacks | None = None
+    ) -> Sequence[Document]:
+        """Rerank ``documents`` for ``query`` and return the top ``top_n`` as new documents, best first.
+
+        ``callbacks``: LangChain callbacks (None = those of the enclosing runnable, if any); the work runs in a
+        child chain run. Empty input returns ``[]`` without any call. Errors of the core ``rerank`` (e.g. a
+        comparator answer outside [0, 1]: ValueError) are reported to the run and re-raised.
+        """
+        if not documents:
+            return []
+        manager = CallbackManager.configure(callbacks if callbacks is not None else ensure_config().get("callbacks"))
+        run = manager.on_chain_start(None, self._inputs(documents, query), name=f"{_RUN_NAME}Runnable")
+        try:
+            result = run_rerank(self, query, self._candidates(documents))
+            out = self._outputs(documents, result)
+        except BaseException as e:
+            run.on_chain_error(e)
+            raise
+        run.on_chain_end({"documents": out, "stats": result.stats()})
+        return out
+
+    async def acompress_documents(
+        self, documents: Sequence[Document], query: str, callbacks: Callbacks | None = None
+    ) -> Sequence[Document]:
+        """Async ``compress_documents`` (same result for the same seed) on ``activeprp_core.arerank``: each
+        round's calls go to the comparator's ``ajudge``/``acompare`` at once, so they run concurrently."""
+        if not documents:
+            return []
+        config_callbacks = callbacks if callbacks is not None else ensure_config().get("callbacks")
+        manager = AsyncCallbackManager.configure(config_callbacks)
+        run = await manager.on_chain_start(None, self._inputs(documents, query), name=f"{_RUN_NAME}Runnable")
+        try:
+            result = await arun_rerank(self, query, self._candidates(documents))
+            out = self._outputs(documents, result)
+        except BaseException as e:
+            await run.on_chain_error(e)
+            raise
+        await run.on_chain_end({"documents": out, "stats": result.stats()})
+        return out
+
+    def as_runnable(self) -> RunnableLambda:
+        """This reranker as an LCEL runnable: input ``{"documents": list[Document], "query": str}``, output the
+        reranked documents (sync and native async), e.g.
+        ``{"documents": retriever, "query": RunnablePassthrough()} | reranker.as_runnable()``."""
+
+        async def _arun(x: dict) -> Sequence[Document]:
+            return await self.acompress_documents(x["documents"], x["query"])
+
+        return RunnableLambda(lambda x: self.compress_documents(x["documents"], x["query"]), afunc=_arun,
+                              name=f"{_RUN_NAME}Runnable")

@@ -1,0 +1,165 @@
+"""LlamaIndex node postprocessor: budgeted pairwise LLM reranking with ActivePRP.
+
+``ActivePRPRerank`` is a drop-in ``BaseNodePostprocessor`` (``node_postprocessors=[...]`` of a query engine or
+retriever). Needs ``pip install 'activeprp[llama-index]'``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from activeprp_core import Oracle, Ranker
+
+from ._common import (
+    DEFAULT_BUDGET,
+    DEFAULT_ORACLE,
+    DEFAULT_RANKER,
+    ComparatorFactories,
+    arun_rerank,
+    check_choices,
+    make_candidates,
+    missing_extra,
+    model_name,
+    picked,
+    run_rerank,
+)
+
+try:
+    from llama_index.core.bridge.pydantic import ConfigDict, Field, PrivateAttr, model_validator
+    from llama_index.core.callbacks import CBEventType, EventPayload
+    from llama_index.core.instrumentation import get_dispatcher
+    from llama_index.core.instrumentation.events.rerank import ReRankEndEvent, ReRankStartEvent
+    from llama_index.core.postprocessor.types import BaseNodePostprocessor
+    from llama_index.core.prompts import BasePromptTemplate, PromptTemplate
+    from llama_index.core.prompts.mixin import PromptDictType
+    from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
+except ImportError as exc:  # pragma: no cover - exercised by simulating the missing module
+    raise ImportError(missing_extra("llama-index-core", "llama-index")) from exc
+
+__all__ = ["PROMPT_KEY", "ActivePRPRerank"]
+
+dispatcher = get_dispatcher(__name__)
+
+PROMPT_KEY = "prp_prompt"
+"""The key of the comparator's PRP prompt in ``get_prompts()`` / ``update_prompts()``."""
+
+
+def _has_work(nodes: list, query_bundle: Any) -> bool:
+    if query_bundle is None:
+        raise ValueError("ActivePRPRerank needs a query_bundle (or query_str).")
+    return bool(nodes)
+
+
+class ActivePRPRerank(ComparatorFactories, BaseNodePostprocessor):
+    """Rerank retrieved nodes with a pairwise LLM judge under a per-query call budget.
+
+    Args / fields (the same names as the LangChain compressor):
+        comparator: any object with ``compare(query, pairs) -> list[float | None]`` (see
+            ``activeprp_core.Comparator``); kept in a private attribute (not serialised), readable as
+            ``.comparator``.
+        ranker: ranker name or ``Ranker`` (default ``"auto"``: the paper's budget-based choice).
+        oracle: ``"randomized"`` (default, 1 call per pair), ``"bidirectional"`` (2) or ``"single"``.
+        budget: the most LLM calls per query (int >= 0; None = unlimited; default 50).
+        top_n: how many nodes to return (int >= 1, default 5); also the core's top-K.
+        seed: seeds the oracle's slot order and the ranker's random choices.
+        max_concurrency: the most LLM calls in flight at once (None = the comparator decides); set on the
+            comparator when it has a ``max_concurrency`` attribute, else rounds are sent in sub-batches of at
+            most this many pairs.
+
+    The passage text is ``node.get_content(metadata_mode=MetadataMode.NONE)`` (like LangChain's
+    ``page_content``). Returns new ``NodeWithScore`` objects (the input ones are never changed; the node
+    objects are shared, untouched) whose ``score`` is ``(n - rank) / n`` over the n input nodes: in (0, 1],
+    higher is better, rank-based. Emits ``ReRankStartEvent``/``ReRankEndEvent`` inside a dispatcher span and
+    the legacy ``CBEventType.RERANKING`` event, whose end payload also carries ``"stats"``
+    (``RerankResult.stats()``: calls, rounds, exhausted, ...).
+
+    Raises:
+        ValueError: ``query_bundle`` missing; an unknown ranker/oracle (at construction).
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
+
+    ranker: str | Ranker = Field(default=DEFAULT_RANKER, description="Ranker name or instance.")
+    oracle: str | Oracle = Field(default=DEFAULT_ORACLE, description="Oracle name or instance.")
+    budget: int | None = Field(default=DEFAULT_BUDGET, ge=0, description="LLM calls per query (None = no cap).")
+    top_n: int = Field(default=5, ge=1, description="Number of nodes to return.")
+    seed: int = Field(default=0, description="Seed of the oracle and ranker draws.")
+    max_concurrency: int | None = Field(default=None, ge=1, description="Most LLM calls in flight.")
+
+    _comparator: Any = PrivateAttr()
+
+    def __init__(self, comparator: Any, **fields: Any) -> None:
+        super().__init__(**fields)
+        self._comparator = comparator
+
+    @model_validator(mode="after")
+    def _check(self) -> ActivePRPRerank:
+        check_choices(self.ranker, self.oracle)
+        return self
+
+    @property
+    def comparator(self) -> Any:
+        """The pairwise comparator (see ``activeprp_core.Comparator``)."""
+        return self._comparator
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "ActivePRPRerank"
+
+    def _get_prompts(self) -> PromptDictType:
+        prompt = getattr(self._comparator, "prompt", None)
+        if prompt is None:
+            return {}
+        return {PROMPT_KEY: prompt if isinstance(prompt, BasePromptTemplate) else PromptTemplate(str(prompt))}
+
+    def _update_prompts(self, prompts: PromptDictType) -> None:
+        """Set the comparator's ``prompt`` (kept a str when it was one). ValueError when the comparator has no
+        ``prompt`` attribute."""
+        if PROMPT_KEY not in prompts:
+            return
+        if not hasattr(self._comparator, "prompt"):
+            raise ValueError(f"{type(self._comparator).__name__} has no prompt to update")
+        new = prompts[PROMPT_KEY]
+        if isinstance(new, BasePromptTemplate) and not isinstance(self._comparator.prompt, BasePromptTemplate):
+            new = new.get_template()
+        self._comparator.prompt = new
+
+    def _start(self, nodes: list[NodeWithScore], query_bundle: QueryBundle) -> dict[str, Any]:
+        name = model_name(self._comparator)
+        dispatcher.event(ReRankStartEvent(query=query_bundle, nodes=nodes, top_n=self.top_n, model_name=name))
+        return {EventPayload.NODES: nodes, EventPayload.MODEL_NAME: name,
+                EventPayload.QUERY_STR: query_bundle.query_str, EventPayload.TOP_K: self.top_n}
+
+    @staticmethod
+    def _candidates(nodes: list[NodeWithScore]) -> list:
+        return make_candidates((n.node.node_id, n.node.get_content(metadata_mode=MetadataMode.NONE),
+                                n.node.metadata) for n in nodes)
+
+    def _finish(self, nodes: list[NodeWithScore], result: Any, event: Any) -> list[NodeWithScore]:
+        new_nodes = [NodeWithScore(node=nodes[i].node, score=score) for i, score, _ in picked(result, self.top_n)]
+        event.on_end(payload={EventPayload.NODES: new_nodes, "stats": result.stats()})
+        dispatcher.event(ReRankEndEvent(nodes=new_nodes))
+        return new_nodes
+
+    def _postprocess_nodes(
+        self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
+    ) -> list[NodeWithScore]:
+        """Rerank ``nodes`` for ``query_bundle.query_str``; the top ``top_n`` as new nodes, best first.
+        Empty input returns ``[]`` without any call."""
+        if not _has_work(nodes, query_bundle):
+            return []
+        with self.callback_manager.event(CBEventType.RERANKING, payload=self._start(nodes, query_bundle)) as ev:
+            result = run_rerank(self, query_bundle.query_str, self._candidates(nodes))
+            return self._finish(nodes, result, ev)
+
+    @dispatcher.span
+    async def _apostprocess_nodes(
+        self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
+    ) -> list[NodeWithScore]:
+        """Native async ``_postprocess_nodes`` on ``activeprp_core.arerank`` (each round's calls go to the
+        comparator at once, so they run concurrently); same result for the same seed."""
+        if not _has_work(nodes, query_bundle):
+            return []
+        with self.callback_manager.event(CBEventType.RERANKING, payload=self._start(nodes, query_bundle)) as ev:
+            result = await arun_rerank(self, query_bundle.query_str, self._candidates(nodes))
+            return self._finish(nodes, result, ev)
