@@ -104,7 +104,7 @@ class ActivePRPRerank(ComparatorFactories, BaseDocumentCompressor):
         if not documents:
             return []
         manager = CallbackManager.configure(callbacks if callbacks is not None else ensure_config().get("callbacks"))
-        run = manager.on_chain_start(None, self._inputs(documents, query), name=f"{_RUN_NAME}Runnable")
+        run = manager.on_chain_start(None, self._inputs(documents, query), name=_RUN_NAME)
         try:
             result = run_rerank(self, query, self._candidates(documents))
             out = self._outputs(documents, result)
@@ -123,7 +123,7 @@ class ActivePRPRerank(ComparatorFactories, BaseDocumentCompressor):
             return []
         config_callbacks = callbacks if callbacks is not None else ensure_config().get("callbacks")
         manager = AsyncCallbackManager.configure(config_callbacks)
-        run = await manager.on_chain_start(None, self._inputs(documents, query), name=f"{_RUN_NAME}Runnable")
+        run = await manager.on_chain_start(None, self._inputs(documents, query), name=_RUN_NAME)
         try:
             result = await arun_rerank(self, query, self._candidates(documents))
             out = self._outputs(documents, result)
