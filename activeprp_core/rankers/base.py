@@ -250,7 +250,3 @@ class Heap:
         if self.items:
             self.items[0] = last
         return top
-
-    def push(self, item: int) -> Schedule:
-        self.items.append(item)
-        yield from self.sift_up(len(self.items) - 1)
