@@ -1,0 +1,74 @@
+"""An on-disk answer cache for any comparator, so a benchmark grid over budgets and seeds pays for each
+distinct prompt once and a re-run costs nothing."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ..types import Pair
+
+
+def prompt_key(model: str, query: str, first_id: str, first_text: str, second_id: str, second_text: str) -> str:
+    """A stable hex key for one ordered prompt of one model (blake2b over the model name, the query and both
+    candidates' ids and texts, so a changed passage text is a different prompt)."""
+    h = hashlib.blake2b(digest_size=16)
+    for part in (model, query, first_id, first_text, second_id, second_text):
+        h.update(part.encode())
+        h.update(b"\x1f")
+    return h.hexdigest()
+
+
+class CachedComparator:
+    """Wraps a comparator with a sqlite answer cache keyed on (model, query, ordered pair identity).
+
+    Args:
+        inner: any object with ``compare(query, pairs) -> list[float | None]``.
+        path: the sqlite file (created with its parent directory when missing).
+        model_name: part of the key: answers of different models or prompt templates never mix.
+
+    Attributes:
+        inner_calls: prompts sent to ``inner`` through this wrapper; hits: prompts answered from disk.
+
+    Failed answers (``None``) are not stored, so they are retried on the next run. Budget accounting is the
+    engine's business: a cached answer still counts as an LLM call of the ranker (the cache is a cost saver
+    for the benchmark, not a change of the experiment).
+    """
+
+    def __init__(self, inner: Any, path: str | Path, model_name: str) -> None:
+        self.inner, self.model_name = inner, model_name
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(str(path))
+        self._db.execute("CREATE TABLE IF NOT EXISTS answers (key TEXT PRIMARY KEY, prob REAL NOT NULL)")
+        self.inner_calls = self.hits = 0
+
+    def _key(self, query: str, pair: Pair) -> str:
+        a, b = pair
+        return prompt_key(self.model_name, query, a.id, a.text, b.id, b.text)
+
+    def compare(self, query: str, pairs: Sequence[Pair]) -> list[float | None]:
+        """Answers for ``pairs`` in order: from disk where known, the rest from ``inner`` in one batch."""
+        keys = [self._key(query, p) for p in pairs]
+        known: dict[str, float] = {}
+        for start in range(0, len(keys), 500):
+            chunk = keys[start:start + 500]
+            marks = ",".join("?" * len(chunk))
+            known.update(self._db.execute(f"SELECT key, prob FROM answers WHERE key IN ({marks})", chunk))
+        missing = [i for i, k in enumerate(keys) if k not in known]
+        self.hits += len(keys) - len(missing)
+        if missing:
+            answers = self.inner.compare(query, [pairs[i] for i in missing])
+            self.inner_calls += len(missing)
+            fresh = {keys[i]: a for i, a in zip(missing, answers)}
+            self._db.executemany("INSERT OR REPLACE INTO answers VALUES (?, ?)",
+                                 [(k, float(a)) for k, a in fresh.items() if a is not None])
+            self._db.commit()
+            known.update(fresh)
+        return [known[k] for k in keys]
+
+    def close(self) -> None:
+        """Close the sqlite connection."""
+        self._db.close()

@@ -1,0 +1,133 @@
+"""The benchmark grid: rankers x oracles x budgets x seeds over the queries of one or more collections.
+
+Each cell reranks one query's first-stage top-N with ``activeprp_core.rerank`` and keeps the per-query
+accounting; nDCG@10 is computed afterwards through ``activeprp_core.metrics`` (ir-measures), one batch per
+(collection, ranker, oracle, budget, seed). Runs sequentially in one process (the shared 2-core machine).
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from ..engine import rerank
+from ..metrics import ndcg_at_k, ranking_to_run
+from ..rankers import Mohajer, MohajerBubble, Ranker
+from ..simulated import SimulatedComparator
+from .datasets import Collection
+from .reference import ReferenceFallbackMohajer, ReferenceHeapSort
+
+PAPER_RANKERS = ("mohajer", "mohajer_bubble", "pac_bubble", "bubblesort", "heapsort", "quicksort")
+PAPER_BUDGETS = tuple(range(100, 501, 50))
+
+#: Ranker labels the grid accepts beyond the core names: the variants compared in the benchmark report.
+VARIANTS: dict[str, Callable[[], Ranker]] = {
+    "mohajer_rerun": lambda: Mohajer(reselect="rerun"),
+    "mohajer_refill": lambda: Mohajer(skip_last_refill=False),
+    "mohajer_reference": lambda: Mohajer(reselect="rerun", skip_last_refill=False),
+    "mohajer_reffallback": ReferenceFallbackMohajer,
+    "mohajer_reference_all": lambda: ReferenceFallbackMohajer(reselect="rerun", skip_last_refill=False),
+    "mohajer_bubble_rerun": lambda: MohajerBubble(reselect="rerun"),
+    "heapsort_reference": ReferenceHeapSort,
+}
+
+
+def make_ranker(label: str) -> str | Ranker:
+    """A core ranker name passes through; a ``VARIANTS`` label becomes its configured instance."""
+    return VARIANTS[label]() if label in VARIANTS else label
+
+
+@dataclass
+class Row:
+    """One reranked query of the grid (one CSV line). ``ndcg10`` is filled in after the batch evaluation."""
+
+    collection: str
+    qid: str
+    ranker: str
+    oracle: str
+    budget: int
+    seed: int
+    n: int
+    ndcg10: float
+    calls: int
+    rounds: int
+    comparisons: int
+    exhausted: bool
+    converged: bool
+    ties: int
+    wall_s: float
+
+
+def simulator_factory(collection: Collection, params: Mapping[str, float], seed: int = 0):
+    """Per-query ``SimulatedComparator`` with the query's qrels as labels and the given knobs."""
+    return lambda qid: SimulatedComparator(collection.qrels.get(qid, {}), seed=seed, **params)
+
+
+def run_grid(
+    collections: Sequence[Collection],
+    comparator_for: Callable[[Collection], Callable[[str], Any]],
+    rankers: Iterable[str] = PAPER_RANKERS,
+    oracles: Iterable[str] = ("bidirectional", "randomized"),
+    budgets: Iterable[int | None] = PAPER_BUDGETS,
+    seeds: Mapping[str, Sequence[int]] | None = None,
+    top_k: int = 10,
+    progress: bool = True,
+) -> list[Row]:
+    """Run every cell of the grid and return one ``Row`` per (collection, query, ranker, oracle, budget, seed).
+
+    Args:
+        collections: the collections; every judged query with its full candidate list is reranked.
+        comparator_for: ``collection -> (qid -> comparator)``; the comparator sees one query's candidates.
+        rankers: core names or ``VARIANTS`` labels. oracles: oracle names.
+        budgets: per-query call caps (``None`` = unlimited; stored as -1 in the rows).
+        seeds: oracle/ranker seeds per oracle name (default: ``{"bidirectional": [0], "randomized": 0..7}``).
+        top_k: K. progress: show a tqdm bar.
+    """
+    seeds = seeds or {"bidirectional": [0], "randomized": list(range(8)), "single": [0]}
+    rankers, oracles, budgets = list(rankers), list(oracles), list(budgets)
+    cells = [(c, r, o, b, s) for c in collections for r in rankers for o in oracles for b in budgets
+             for s in seeds[o]]
+    total = sum(len(c.qids) for c, *_ in cells)
+    rows: list[Row] = []
+    bar = tqdm(total=total, disable=not progress, desc="bench", unit="query")
+    judge_of = {c.name: comparator_for(c) for c in collections}
+    for coll, ranker, oracle, budget, seed in cells:
+        runs, batch = {}, []
+        for qid in coll.qids:
+            cands = coll.candidates[qid]
+            res = rerank(coll.queries[qid], cands, ranker=make_ranker(ranker), oracle=oracle,
+                         comparator=judge_of[coll.name](qid), budget=budget, top_k=top_k, seed=seed)
+            runs[qid] = ranking_to_run([cands[i].id for i in res.order])
+            batch.append(Row(coll.name, qid, ranker, oracle, -1 if budget is None else budget, seed, len(cands),
+                             0.0, res.calls, res.rounds, res.comparisons, res.exhausted, res.converged, res.ties,
+                             round(res.wall_time_s, 6)))
+            bar.update(1)
+        scores = ndcg_at_k(coll.qrels, runs, top_k)
+        for row in batch:
+            row.ndcg10 = scores.get(row.qid, 0.0)
+        rows.extend(batch)
+    bar.close()
+    return rows
+
+
+def write_csv(rows: Sequence[Row], path: str | Path) -> None:
+    """Write the per-query rows as CSV (header = ``Row`` fields)."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(Row.__dataclass_fields__))
+        writer.writeheader()
+        writer.writerows(asdict(r) for r in rows)
+
+
+def read_csv(path: str | Path) -> list[Row]:
+    """Read rows written by ``write_csv``."""
+    types = {"budget": int, "seed": int, "n": int, "ndcg10": float, "calls": int, "rounds": int,
+             "comparisons": int, "ties": int, "wall_s": float,
+             "exhausted": lambda v: v == "True", "converged": lambda v: v == "True"}
+    with open(path, newline="") as f:
+        return [Row(**{k: types.get(k, str)(v) for k, v in rec.items()}) for rec in csv.DictReader(f)]

@@ -1,0 +1,142 @@
+"""Benchmark harness: loaders (BM25 reference numbers), statistics, the answer cache, reference fallbacks,
+calibration helpers and a smoke run of ``activeprp bench``. Data comes from ../shared/data."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from activeprp_core import rerank
+from activeprp_core.cli import main
+from activeprp_core.evaluation.cache import CachedComparator
+from activeprp_core.evaluation.calibration import flip_rate
+from activeprp_core.evaluation.datasets import load_cranfield, load_noveleval, load_trec_dl
+from activeprp_core.evaluation.grid import run_grid, simulator_factory
+from activeprp_core.evaluation.reference import ReferenceFallbackMohajer, ReferenceHeapSort
+from activeprp_core.evaluation.stats import bootstrap_ci, paired_bootstrap
+from activeprp_core.simulated import SimulatedComparator
+from activeprp_core.types import Candidate
+
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+needs_data = pytest.mark.skipif(not DATA.is_dir(), reason="../shared/data not present")
+
+
+def _mean(values: dict[str, float]) -> float:
+    return sum(values.values()) / len(values)
+
+
+@needs_data
+@pytest.mark.parametrize(("year", "queries", "bm25"), [(2019, 43, 0.506), (2020, 54, 0.480)])
+def test_trec_dl_loader_reproduces_bm25(year, queries, bm25):
+    coll = load_trec_dl(DATA / f"trec-dl-{year}", year)
+    assert len(coll.qids) == queries
+    assert all(len(coll.candidates[q]) == 100 for q in coll.qids)
+    assert round(_mean(coll.first_stage_ndcg()), 3) == bm25
+
+
+@needs_data
+def test_noveleval_and_cranfield_loaders():
+    nov = load_noveleval(DATA / "noveleval")
+    assert len(nov.qids) == 21 and all(len(nov.candidates[q]) == 20 for q in nov.qids)
+    assert max(g for q in nov.qrels.values() for g in q.values()) == 2
+    cran = load_cranfield(DATA / "cranfield", depth=50)
+    assert len(cran.qids) == 225 and len(cran.candidates["1"]) == 50
+    assert set(g for q in cran.qrels.values() for g in q.values()) <= {0, 1, 2, 3, 4}
+    assert 0.2 < _mean(cran.first_stage_ndcg()) < 0.6  # plain BM25 on Cranfield
+
+
+def test_bootstrap_ci_and_paired_test_on_synthetic_data():
+    rng = np.random.default_rng(0)
+    values = rng.normal(0.6, 0.01, size=8)
+    mean, lo, hi = bootstrap_ci(values, np.random.default_rng(1))
+    assert lo < mean < hi and mean == pytest.approx(values.mean())
+    assert bootstrap_ci([0.5], np.random.default_rng(1)) == (0.5, 0.5, 0.5)
+    assert bootstrap_ci(values, np.random.default_rng(7)) == bootstrap_ci(values, np.random.default_rng(7))
+    base = rng.uniform(0, 1, size=50)
+    diff, p = paired_bootstrap(base + 0.05 + rng.normal(0, 0.01, 50), base, np.random.default_rng(2))
+    assert diff == pytest.approx(0.05, abs=0.01) and p < 0.05
+    diff, p = paired_bootstrap(base, base, np.random.default_rng(2))
+    assert diff == 0 and p == 1.0
+    _, p = paired_bootstrap(base + rng.normal(0, 0.2, 50), base + rng.normal(0, 0.2, 50), np.random.default_rng(3))
+    assert p > 0.05
+    with pytest.raises(ValueError):
+        paired_bootstrap([1.0], [1.0, 2.0], np.random.default_rng(0))
+
+
+def _candidates(n: int) -> list[Candidate]:
+    return [Candidate(f"d{i}", f"passage {i}") for i in range(n)]
+
+
+def test_cached_comparator_reuses_answers_across_runs(tmp_path):
+    cands = _candidates(30)
+    labels = {c.id: (i * 7) % 4 for i, c in enumerate(cands)}
+    results = []
+    for _ in range(2):
+        inner = SimulatedComparator(labels, doc_noise=0.5, pair_noise=0.5, position_bias=0.3)
+        cached = CachedComparator(inner, tmp_path / "cache.sqlite", "sim")
+        results.append((rerank("q", cands, ranker="mohajer_bubble", oracle="bidirectional", comparator=cached,
+                               budget=300, seed=3), inner.calls, cached.hits))
+        cached.close()
+    (first, calls1, hits1), (second, calls2, hits2) = results
+    assert calls1 > 0 and hits1 == 0
+    assert calls2 == 0 and hits2 == calls1
+    assert first.order == second.order and first.calls == second.calls
+    other = CachedComparator(SimulatedComparator(labels), tmp_path / "cache.sqlite", "another-model")
+    other.compare("q", [(cands[0], cands[1])])
+    assert other.inner_calls == 1  # a different model name never reads this model's answers
+
+
+def test_reference_fallbacks_reproduce_the_papers_degenerate_outputs():
+    cands = _candidates(100)
+    judge = SimulatedComparator({c.id: 0 for c in cands})
+    heap = rerank("q", cands, ranker=ReferenceHeapSort(), oracle="bidirectional", comparator=judge, budget=100)
+    assert heap.exhausted and heap.order[:3] == [99, 98, 97]  # the reversed partial heap
+    moh = rerank("q", cands, ranker=ReferenceFallbackMohajer(), oracle="bidirectional", comparator=judge, budget=100)
+    assert moh.order[:10] == list(range(0, 100, 10))  # strided order: tournaments incomplete
+    core = rerank("q", cands, ranker="mohajer", oracle="bidirectional", comparator=judge, budget=100)
+    assert core.order[:10] != moh.order[:10]
+    full = [rerank("q", cands, ranker=r, oracle="randomized", comparator=SimulatedComparator(
+        {c.id: i % 4 for i, c in enumerate(cands)}, pair_noise=0.3), budget=None, seed=1).order[:10]
+        for r in ("mohajer", ReferenceFallbackMohajer())]
+    assert full[0] == full[1]  # no exhaustion: identical to the core ranker
+
+
+def test_flip_rate_grows_with_position_bias():
+    labels = {f"d{i}": i % 4 for i in range(40)}
+    coll_ids = list(labels)
+    rates = [SimulatedComparator(labels, doc_noise=1.0, pair_noise=0.5, position_bias=b).flip_rate(coll_ids)
+             for b in (0.0, 0.5, 2.0)]
+    assert rates[0] < rates[1] < rates[2]
+    assert SimulatedComparator(labels, doc_noise=1.0).flip_rate(coll_ids) == 0.0
+
+
+@needs_data
+def test_grid_with_a_perfect_judge_converges_to_ideal_and_flip_rate_helper():
+    coll = load_noveleval(DATA / "noveleval")
+    rows = run_grid([coll], lambda c: simulator_factory(c, {}), ["heapsort", "mohajer"], ["bidirectional"], [None],
+                    progress=False)
+    assert len(rows) == 2 * len(coll.qids)
+    assert all(r.ndcg10 == pytest.approx(1.0) and r.converged for r in rows)
+    assert flip_rate([coll], {"doc_noise": 1.0}) == 0.0
+    assert flip_rate([coll], {"doc_noise": 1.0, "position_bias": 5.0}) > 0.9
+
+
+@needs_data
+def test_bench_cli_smoke(tmp_path):
+    out = tmp_path / "bench"
+    code = main(["bench", "grid", "--data", str(DATA), "--collections", "noveleval", "--rankers", "mohajer",
+                 "bubblesort", "--budgets", "20", "40", "--seeds", "2", "--out", str(out), "--no-progress"])
+    assert code == 0
+    with open(out / "rows.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 21 * 2 * 2 * (1 + 2)  # queries x rankers x budgets x (bidirectional + 2 seeds)
+    assert all(int(r["calls"]) <= int(r["budget"]) for r in rows)
+    tables = (out / "tables.md").read_text()
+    assert "| randomized | Mohajer |" in tables and "Sequential rounds" in tables
+    assert (out / "ndcg_vs_budget.png").stat().st_size > 1000 and (out / "ndcg_vs_rounds.png").is_file()
+    assert main(["bench", "grid", "--from-csv", str(out / "rows.csv"), "--out", str(out / "again"),
+                 "--no-progress"]) == 0
+    assert (out / "again" / "tables.md").read_text() == tables
