@@ -4,6 +4,7 @@ calibration helpers and a smoke run of ``activeprp bench``. Data comes from ../s
 from __future__ import annotations
 
 import csv
+import random
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,7 @@ import pytest
 from activeprp_core import rerank
 from activeprp_core.cli import main
 from activeprp_core.evaluation.cache import CachedComparator
-from activeprp_core.evaluation.calibration import flip_rate
+from activeprp_core.evaluation.calibration import flip_rate, measured_flip_rate
 from activeprp_core.evaluation.datasets import load_cranfield, load_noveleval, load_trec_dl
 from activeprp_core.evaluation.grid import run_grid, simulator_factory
 from activeprp_core.evaluation.reference import ReferenceFallbackMohajer, ReferenceHeapSort
@@ -122,6 +123,8 @@ def test_grid_with_a_perfect_judge_converges_to_ideal_and_flip_rate_helper():
     assert all(r.ndcg10 == pytest.approx(1.0) and r.converged for r in rows)
     assert flip_rate([coll], {"doc_noise": 1.0}) == 0.0
     assert flip_rate([coll], {"doc_noise": 1.0, "position_bias": 5.0}) > 0.9
+    biased = measured_flip_rate(lambda c: simulator_factory(c, {"position_bias": 5.0}), [coll], 3, random.Random(0))
+    assert biased == (1.0, 3 * len(coll.qids))
 
 
 @needs_data

@@ -6,6 +6,7 @@ Examples (from the repository root, data in ``../shared/data``)::
     activeprp bench grid --comparator bundled --collections dl19 --queries 20 --depth 30 --scale-budgets
     activeprp bench calibrate --out benchmarks/results/calibration
     activeprp bench overhead --out benchmarks/results/overhead
+    activeprp bench flip --comparator bundled --mode ab --collections dl19 --queries 10 --depth 30
 """
 
 from __future__ import annotations
@@ -123,6 +124,20 @@ def _calibrate(args) -> int:
     return 0
 
 
+def _flip(args) -> int:
+    from ..evaluation.calibration import measured_flip_rate
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    rate, pairs = measured_flip_rate(_comparator_for(args, out), _collections(args), args.pairs_per_query,
+                                     random.Random(args.seed))
+    mode = args.mode if args.comparator == "bundled" else ""
+    text = f"{args.comparator} {mode}: flip rate {100 * rate:.1f}% of {pairs} pairs (both slot orders asked)\n"
+    (out / f"flip_{args.comparator}{mode}.md").write_text(text)
+    print(text)
+    return 0
+
+
 def _overhead(args) -> int:
     from ..evaluation.grid import PAPER_RANKERS
     from ..evaluation.overhead import comparator_throughput, scheduling_overhead
@@ -170,16 +185,16 @@ def add_parser(subparsers) -> None:
     common.add_argument("--comparator", choices=["simulated", "bundled", "openai"], default="simulated")
     common.add_argument("--mode", default="query_likelihood", help="bundled model mode: query_likelihood or ab")
     common.add_argument("--batch-size", type=int, default=8, help="bundled model batch size")
+    common.add_argument("--sim-params", help="simulator knobs as JSON or a calibration JSON file "
+                        "(default: the committed calibration)")
+    common.add_argument("--model", help="model name for --comparator openai")
+    common.add_argument("--base-url", help="endpoint for --comparator openai")
+    common.add_argument("--cache", help="sqlite answer cache (default OUT/answers.sqlite)")
     grid = modes.add_parser("grid", parents=[common], help="run the grid; write rows.csv, tables.md and plots")
     grid.add_argument("--budgets", nargs="+", type=int, default=list(PAPER_BUDGETS))
     grid.add_argument("--scale-budgets", action="store_true", help="multiply budgets by DEPTH/100")
     grid.add_argument("--seeds", type=int, default=8, help="seeds for the randomized oracle (default 8)")
     grid.add_argument("--top-k", type=int, default=10)
-    grid.add_argument("--sim-params", help="simulator knobs as JSON or a calibration JSON file "
-                      "(default: the committed calibration)")
-    grid.add_argument("--model", help="model name for --comparator openai")
-    grid.add_argument("--base-url", help="endpoint for --comparator openai")
-    grid.add_argument("--cache", help="sqlite answer cache (default OUT/answers.sqlite)")
     grid.add_argument("--from-csv", help="re-make the tables and plots from a rows.csv")
     grid.add_argument("--no-paper", action="store_true", help="do not print the paper's values in the table")
     grid.add_argument("--bootstrap-seed", type=int, default=0)
@@ -192,3 +207,7 @@ def add_parser(subparsers) -> None:
     over.add_argument("--repeats", type=int, default=20)
     over.add_argument("--throughput-pairs", type=int, default=16)
     over.set_defaults(func=_overhead)
+    flip = modes.add_parser("flip", parents=[common], help="measure a comparator's order-effect flip rate")
+    flip.add_argument("--pairs-per-query", type=int, default=4)
+    flip.add_argument("--seed", type=int, default=0)
+    flip.set_defaults(func=_flip)

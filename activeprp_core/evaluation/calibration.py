@@ -13,6 +13,7 @@ bisection (flip rate increases with the bias and decreases with doc noise; quali
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -47,6 +48,27 @@ def flip_rate(collections: Sequence[Collection], params: dict[str, float], seed:
     rates = [SimulatedComparator(c.qrels.get(q, {}), seed=seed, **params).flip_rate([d.id for d in c.candidates[q]])
              for c in collections for q in c.qids]
     return sum(rates) / len(rates)
+
+
+def measured_flip_rate(comparator_for, collections: Sequence[Collection], pairs_per_query: int,
+                       rng: random.Random) -> tuple[float, int]:
+    """The order effect of a comparator (``comparator_for(collection)(qid)``, as in ``run_grid``): for
+    ``pairs_per_query`` random candidate pairs per judged query, ask both slot orders; a pair flips when the
+    same slot is preferred both times (P > 0.5 in both, or P <= 0.5 in both). Returns ``(flip share, pairs
+    asked)``; costs 2 calls per pair (use a ``CachedComparator`` for a real model).
+    """
+    flips = total = 0
+    for c in collections:
+        judge_of = comparator_for(c)
+        for q in c.qids:
+            judge = judge_of(q)
+            for a, b in (rng.sample(c.candidates[q], 2) for _ in range(pairs_per_query)):
+                p1, p2 = judge.compare(c.queries[q], [(a, b), (b, a)])
+                if p1 is None or p2 is None:
+                    continue
+                flips += (p1 > 0.5) == (p2 > 0.5)
+                total += 1
+    return (flips / total if total else 0.0), total
 
 
 def converged_quality(collections: Sequence[Collection], params: dict[str, float], seed: int = 0
