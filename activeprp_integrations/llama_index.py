@@ -36,12 +36,12 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised by simulating the missing module
     raise ImportError(missing_extra("llama-index-core", "llama-index")) from exc
 
-__all__ = ["PROMPT_KEY", "ActivePRPRerank"]
+__all__ = ["PROMPT_ATTRS", "ActivePRPRerank"]
 
 dispatcher = get_dispatcher(__name__)
 
-PROMPT_KEY = "prp_prompt"
-"""The key of the comparator's PRP prompt in ``get_prompts()`` / ``update_prompts()``."""
+PROMPT_ATTRS = {"prp_prompt": "prompt", "ql_prompt": "ql_prompt"}
+"""Prompt keys of ``_get_prompts``/``_update_prompts`` -> the comparator attribute holding that prompt."""
 
 
 def _has_work(nodes: list, query_bundle: Any) -> bool:
@@ -107,22 +107,31 @@ class ActivePRPRerank(ComparatorFactories, BaseNodePostprocessor):
         return "ActivePRPRerank"
 
     def _get_prompts(self) -> PromptDictType:
-        prompt = getattr(self._comparator, "prompt", None)
-        if prompt is None:
-            return {}
-        return {PROMPT_KEY: prompt if isinstance(prompt, BasePromptTemplate) else PromptTemplate(str(prompt))}
+        """The comparator's prompts as templates: ``prp_prompt`` (its ``prompt`` attribute, the PRP A/B prompt)
+        and ``ql_prompt`` (its ``ql_prompt``, used in query-likelihood mode), each only when present."""
+        prompts = {}
+        for key, attr in PROMPT_ATTRS.items():
+            value = getattr(self._comparator, attr, None)
+            if value is not None:
+                prompts[key] = value if isinstance(value, BasePromptTemplate) else PromptTemplate(str(value))
+        return prompts
 
     def _update_prompts(self, prompts: PromptDictType) -> None:
-        """Set the comparator's ``prompt`` (kept a str when it was one). ValueError when the comparator has no
-        ``prompt`` attribute."""
-        if PROMPT_KEY not in prompts:
-            return
-        if not hasattr(self._comparator, "prompt"):
-            raise ValueError(f"{type(self._comparator).__name__} has no prompt to update")
-        new = prompts[PROMPT_KEY]
-        if isinstance(new, BasePromptTemplate) and not isinstance(self._comparator.prompt, BasePromptTemplate):
-            new = new.get_template()
-        self._comparator.prompt = new
+        """Set the comparator's prompt attributes (this changes the shared comparator; a str stays a str).
+
+        Raises:
+            ValueError: the comparator has no attribute for a given key (e.g. a comparator without ``prompt``).
+        """
+        for key, attr in PROMPT_ATTRS.items():
+            if key not in prompts:
+                continue
+            if not hasattr(self._comparator, attr):
+                raise ValueError(f"{type(self._comparator).__name__} has no {attr!r} to update")
+            new = prompts[key]
+            if isinstance(new, BasePromptTemplate) and not isinstance(getattr(self._comparator, attr),
+                                                                       BasePromptTemplate):
+                new = new.get_template()
+            setattr(self._comparator, attr, new)
 
     def _start(self, nodes: list[NodeWithScore], query_bundle: QueryBundle) -> dict[str, Any]:
         name = model_name(self._comparator)
