@@ -1,0 +1,133 @@
+"""Both integrations against the core API: same order, optional extras, max_concurrency, validation."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import subprocess
+import sys
+
+import pytest
+from integration_data import noveleval
+from langchain_core.documents import Document
+from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+
+from activeprp_core import Candidate, SimulatedComparator, rerank
+from activeprp_integrations._common import BoundedComparator, prepare_comparator
+from activeprp_integrations.langchain import ActivePRPRerank as LCRerank
+from activeprp_integrations.llama_index import ActivePRPRerank as LIRerank
+
+FRAMEWORKS = ("langchain", "langchain_core", "langchain_classic", "llama_index")
+
+
+def _case(query_index: int = 1, n: int = 12):
+    query, passages, grades = noveleval(query_index, n)
+    comparator = SimulatedComparator(grades, doc_noise=0.6, position_bias=0.4, pair_noise=0.8, seed=5)
+    return query, passages, comparator
+
+
+def _three_ways(query, passages, comparator, **fields):
+    """Top ids and scores from the core API, LangChain (sync + async) and LlamaIndex (sync + async)."""
+    cands = [Candidate(d, t, {}) for d, t in passages]
+    top_n = fields["top_n"]
+    core = rerank(query, cands, comparator=comparator, ranker=fields["ranker"], oracle=fields["oracle"],
+                  budget=fields["budget"], top_k=top_n, seed=fields["seed"])
+    core_top = [(cands[i].id, core.scores[i]) for i in core.order[:top_n]]
+
+    docs = [Document(page_content=t, id=d) for d, t in passages]
+    lc = LCRerank(comparator=comparator, **fields)
+    lc_sync = [(x.id, x.metadata["relevance_score"]) for x in lc.compress_documents(docs, query)]
+    lc_async = [(x.id, x.metadata["relevance_score"]) for x in asyncio.run(lc.acompress_documents(docs, query))]
+
+    nodes = [NodeWithScore(node=TextNode(id_=d, text=t), score=1.0) for d, t in passages]
+    li = LIRerank(comparator=comparator, **fields)
+    li_sync = [(x.node.node_id, x.score) for x in li.postprocess_nodes(nodes, QueryBundle(query))]
+    li_async = [(x.node.node_id, x.score) for x in asyncio.run(li.apostprocess_nodes(nodes, QueryBundle(query)))]
+    return core, core_top, [lc_sync, lc_async, li_sync, li_async]
+
+
+@pytest.mark.parametrize(("ranker", "oracle", "budget"), [
+    ("mohajer", "randomized", 40), ("auto", "bidirectional", 30), ("heapsort", "randomized", None),
+    ("quicksort", "single", 15),
+])
+def test_same_order_through_langchain_llama_index_and_core(ranker, oracle, budget):
+    query, passages, comparator = _case()
+    prior = [d for d, _ in passages]
+    orders = set()
+    for seed in (0, 1, 2):
+        fields = dict(ranker=ranker, oracle=oracle, budget=budget, top_n=5, seed=seed)
+        core, core_top, others = _three_ways(query, passages, comparator, **fields)
+        for got in others:
+            assert got == core_top
+        assert core.calls <= (budget if budget is not None else core.calls)
+        orders.add(tuple(d for d, _ in core_top))
+    assert any(list(o) != prior[:5] for o in orders), "reranking never changed the prior order: a vacuous check"
+
+
+def test_core_and_integrations_package_import_no_framework():
+    code = ("import sys, activeprp_core, activeprp_integrations, activeprp_integrations._common; "
+            f"print(sorted(m for m in sys.modules if m.split('.')[0] in {FRAMEWORKS!r}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+@pytest.mark.parametrize(("module", "framework", "extra"), [
+    ("activeprp_integrations.langchain", "langchain_core", "activeprp[langchain]"),
+    ("activeprp_integrations.llama_index", "llama_index", "activeprp[llama-index]"),
+])
+def test_missing_framework_names_the_extra(monkeypatch, module, framework, extra):
+    for name in [m for m in sys.modules if m == framework or m.startswith(framework + ".")]:
+        monkeypatch.setitem(sys.modules, name, None)  # None in sys.modules: the import raises ImportError
+    monkeypatch.setitem(sys.modules, framework, None)
+    monkeypatch.delitem(sys.modules, module, raising=False)
+    with pytest.raises(ImportError, match=extra.replace("[", r"\[").replace("]", r"\]")):
+        importlib.import_module(module)
+
+
+class _Recording:
+    """A comparator that records the size of every batch it is handed (sync and async)."""
+
+    def __init__(self, inner):
+        self.inner, self.batches, self.abatches = inner, [], []
+
+    def compare(self, query, pairs):
+        self.batches.append(len(pairs))
+        return self.inner.compare(query, pairs)
+
+    async def acompare(self, query, pairs):
+        self.abatches.append(len(pairs))
+        await asyncio.sleep(0)
+        return self.inner.compare(query, pairs)
+
+
+def test_max_concurrency_caps_batches_without_changing_the_order():
+    query, passages, comparator = _case(2, 16)
+    docs = [Document(page_content=t, id=d) for d, t in passages]
+    free = _Recording(comparator)
+    capped = _Recording(comparator)
+    kw = dict(ranker="mohajer", budget=60, top_n=4)
+    want = [d.id for d in LCRerank(comparator=free, **kw).compress_documents(docs, query)]
+    assert max(free.batches) > 2  # rounds are batched: the cap below has something to cut
+    reranker = LCRerank(comparator=capped, max_concurrency=2, **kw)
+    assert [d.id for d in reranker.compress_documents(docs, query)] == want
+    assert [d.id for d in asyncio.run(reranker.acompress_documents(docs, query))] == want
+    assert capped.batches and max(capped.batches) <= 2
+    assert capped.abatches and max(capped.abatches) <= 2
+    assert sum(capped.batches) == sum(free.batches)  # same calls, only split
+
+
+def test_max_concurrency_is_handed_to_a_comparator_that_has_it():
+    _, _, comparator = _case()
+    comparator.max_concurrency = 8
+    assert prepare_comparator(comparator, 3) is comparator and comparator.max_concurrency == 3
+    assert prepare_comparator(comparator, None) is comparator
+    plain = SimulatedComparator({})
+    assert isinstance(prepare_comparator(plain, 2), BoundedComparator)
+
+
+@pytest.mark.parametrize("cls", [LCRerank, LIRerank])
+@pytest.mark.parametrize("bad", [{"ranker": "nope"}, {"oracle": "nope"}, {"budget": -1}, {"top_n": 0},
+                                 {"max_concurrency": 0}, {"not_a_field": 1}])
+def test_invalid_settings_fail_at_construction(cls, bad):
+    with pytest.raises(ValueError):
+        cls(comparator=SimulatedComparator({}), **bad)

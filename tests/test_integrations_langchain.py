@@ -1,0 +1,178 @@
+"""The LangChain compressor: outputs, no mutation, tracing, native async, ContextualCompressionRetriever, LCEL."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+
+import pytest
+from integration_data import noveleval
+from langchain_classic.retrievers import ContextualCompressionRetriever
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.documents import Document
+from langchain_core.retrievers import BaseRetriever
+from langchain_core.runnables import RunnableLambda, RunnablePassthrough
+from langchain_core.tracers.context import collect_runs
+
+from activeprp_core import Candidate, SimulatedComparator, rerank
+from activeprp_integrations.langchain import RANK_KEY, SCORE_KEY, ActivePRPRerank
+
+
+class OverlapRetriever(BaseRetriever):
+    """A small real retriever: the k documents sharing the most lower-cased words with the query."""
+
+    docs: list[Document]
+    k: int = 8
+
+    def _get_relevant_documents(self, query, *, run_manager):
+        words = set(query.lower().split())
+        return sorted(self.docs, key=lambda d: -len(words & set(d.page_content.lower().split())))[: self.k]
+
+
+@pytest.fixture
+def case():
+    query, passages, grades = noveleval(0, 12)
+    docs = [Document(page_content=t, id=d, metadata={"source": "noveleval", "nested": {"pos": i}})
+            for i, (d, t) in enumerate(passages)]
+    return query, docs, SimulatedComparator(grades, doc_noise=0.3, seed=1)
+
+
+def _runs(cb, name="ActivePRPRerank"):
+    def walk(run):
+        yield run
+        for child in run.child_runs:
+            yield from walk(child)
+
+    return [r for root in cb.traced_runs for r in walk(root) if r.name == name]
+
+
+def test_returns_new_documents_with_scores_and_keeps_inputs(case):
+    query, docs, comparator = case
+    before = copy.deepcopy(docs)
+    out = ActivePRPRerank(comparator=comparator, budget=40).compress_documents(docs, query)
+    assert docs == before  # inputs untouched (metadata included)
+    assert len(out) == 3  # top_n defaults to 3
+    by_id = {d.id: d for d in docs}
+    for rank, d in enumerate(out, start=1):
+        src = by_id[d.id]
+        assert d is not src and d.page_content == src.page_content
+        assert {k: v for k, v in d.metadata.items() if k not in (SCORE_KEY, RANK_KEY)} == src.metadata
+        assert d.metadata[RANK_KEY] == rank
+        assert 0.0 < d.metadata[SCORE_KEY] <= 1.0
+    scores = [d.metadata[SCORE_KEY] for d in out]
+    assert scores == sorted(scores, reverse=True) and len(set(scores)) == len(scores)
+    # the score is RerankResult.scores of the core call with the same settings
+    cands = [Candidate(d.id, d.page_content) for d in docs]
+    core = rerank(query, cands, ranker="auto", comparator=comparator, budget=40, top_k=3)
+    assert [(cands[i].id, core.scores[i]) for i in core.order[:3]] == [(d.id, d.metadata[SCORE_KEY]) for d in out]
+
+
+def test_top_n_none_returns_all_and_missing_ids_fall_back_to_positions(case):
+    query, docs, comparator = case
+    anonymous = [Document(page_content=d.page_content, metadata=d.metadata) for d in docs]
+    out = ActivePRPRerank(comparator=comparator, budget=20, top_n=None).compress_documents(anonymous, query)
+    assert len(out) == len(docs) and all(d.id is None for d in out)
+    assert sorted(d.metadata[RANK_KEY] for d in out) == list(range(1, len(docs) + 1))
+    assert min(d.metadata[SCORE_KEY] for d in out) == pytest.approx(1 / len(docs))
+
+
+def test_empty_input_makes_no_call_and_no_run(case):
+    query, _, comparator = case
+    reranker = ActivePRPRerank(comparator=comparator)
+    with collect_runs() as cb:
+        assert reranker.compress_documents([], query) == []
+        assert asyncio.run(reranker.acompress_documents([], query)) == []
+    assert comparator.calls == 0 and not _runs(cb)
+
+
+def test_callbacks_get_a_child_run_with_stats(case):
+    query, docs, comparator = case
+    seen = []
+
+    class Handler(BaseCallbackHandler):
+        def on_chain_start(self, serialized, inputs, **kw):
+            seen.append(("start", kw["name"], inputs["query"], len(inputs["documents"])))
+
+        def on_chain_end(self, outputs, **kw):
+            seen.append(("end", outputs["stats"], [d.id for d in outputs["documents"]]))
+
+    out = ActivePRPRerank(comparator=comparator, budget=25).compress_documents(docs, query, callbacks=[Handler()])
+    assert seen[0] == ("start", "ActivePRPRerank", query, len(docs))
+    stats = seen[1][1]
+    assert seen[1][2] == [d.id for d in out]
+    assert stats["calls"] == comparator.calls and 0 < stats["calls"] <= 25
+    assert stats["rounds"] >= 1 and isinstance(stats["exhausted"], bool)
+
+
+def test_errors_are_reported_to_the_run_and_raised(case):
+    query, docs, _ = case
+
+    class Broken:
+        def compare(self, query, pairs):
+            return [2.0] * len(pairs)  # outside [0, 1]: the core refuses it
+
+    errors = []
+
+    class Handler(BaseCallbackHandler):
+        def on_chain_error(self, error, **kw):
+            errors.append(error)
+
+    with pytest.raises(ValueError, match="outside"):
+        ActivePRPRerank(comparator=Broken()).compress_documents(docs, query, callbacks=[Handler()])
+    assert len(errors) == 1 and isinstance(errors[0], ValueError)
+
+
+def test_async_is_native_and_batched(case):
+    query, docs, comparator = case
+
+    class AsyncOnly:
+        def __init__(self):
+            self.batches = []
+
+        def compare(self, query, pairs):
+            raise AssertionError("the sync path must not run under acompress_documents")
+
+        async def acompare(self, query, pairs):
+            self.batches.append(len(pairs))
+            await asyncio.sleep(0)
+            return comparator.compare(query, pairs)
+
+    judge = AsyncOnly()
+    out = asyncio.run(ActivePRPRerank(comparator=judge, budget=40).acompress_documents(docs, query))
+    want = ActivePRPRerank(comparator=comparator, budget=40).compress_documents(docs, query)
+    assert [d.id for d in out] == [d.id for d in want]
+    assert max(judge.batches) > 1  # a round's calls reach the comparator together
+
+
+def test_contextual_compression_retriever_traces_the_rerank_as_a_child(case):
+    query, docs, comparator = case
+    reranker = ActivePRPRerank(comparator=comparator, budget=30, top_n=4)
+    retriever = ContextualCompressionRetriever(base_compressor=reranker, base_retriever=OverlapRetriever(docs=docs))
+    with collect_runs() as cb:
+        out = retriever.invoke(query)
+    aout = asyncio.run(retriever.ainvoke(query))
+    retrieved = OverlapRetriever(docs=docs).invoke(query)
+    assert [d.id for d in out] == [d.id for d in aout] == [d.id for d in reranker.compress_documents(retrieved, query)]
+    (run,) = _runs(cb)
+    assert run.parent_run_id == cb.traced_runs[0].id  # nested under the retriever's run
+    assert run.outputs["stats"]["top_k"] == 4 and run.outputs["stats"]["calls"] <= 30
+
+
+def test_lcel_chain(case):
+    query, docs, comparator = case
+    reranker = ActivePRPRerank(comparator=comparator, budget=30)
+    retriever = OverlapRetriever(docs=docs)
+    chain = ({"documents": retriever, "query": RunnablePassthrough()} | reranker.as_runnable()
+             | RunnableLambda(lambda ds: [d.id for d in ds]))
+    with collect_runs() as cb:
+        ids = chain.invoke(query)
+    assert ids == asyncio.run(chain.ainvoke(query))
+    assert ids == [d.id for d in reranker.compress_documents(retriever.invoke(query), query)]
+    (run,) = _runs(cb)
+    assert run.parent_run_id is not None and run.outputs["stats"]["calls"] > 0
+    # a hand-written lambda step is traced too: the compressor picks up the enclosing runnable's callbacks
+    lam = {"d": retriever, "q": RunnablePassthrough()} | RunnableLambda(
+        lambda x: reranker.compress_documents(x["d"], x["q"]))
+    with collect_runs() as cb:
+        assert [d.id for d in lam.invoke(query)] == ids
+    assert len(_runs(cb)) == 1
