@@ -1,0 +1,157 @@
+"""OpenAIChatComparator against a real OpenAI-compatible server (llama-cpp-python serving the bundled GGUF on
+loopback), with a fault-injecting proxy in front of it. No network beyond 127.0.0.1."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+from _llm_server import FaultProxy, LlamaServer
+
+from activeprp_core import Candidate, arerank, rerank
+from activeprp_core.cli import main as cli_main
+from activeprp_core.cli.demo import load_demo_queries
+from activeprp_core.comparators import OpenAIChatComparator
+from activeprp_core.comparators.hf import bundled_gguf_path
+from activeprp_core.comparators.openai_chat import _parse
+
+if importlib.util.find_spec("llama_cpp") is None:
+    pytest.skip('llama-cpp-python is not installed (pip install "llama-cpp-python[server]"): no real '
+                "OpenAI-compatible server to test against", allow_module_level=True)
+
+WORDS = 20  # passages cut to 20 words keep each real call around a second on 2 CPU cores
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    srv = LlamaServer(bundled_gguf_path(), tmp_path_factory.mktemp("llama") / "server.log")
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def query_and_candidates():
+    row = load_demo_queries()[0]
+    distinct = {" ".join(h["content"].split()[:WORDS]): h for h in reversed(row["hits"])}  # one request per pair
+    hits = sorted(distinct.values(), key=lambda h: h["rank"])[:8]
+    return row["query"], [Candidate(h["docid"], h["content"]) for h in hits]
+
+
+def make_proxy(server, request, plan, **kw) -> FaultProxy:
+    proxy = FaultProxy(server.url.removesuffix("/v1"), plan, **kw)
+    request.addfinalizer(proxy.close)
+    return proxy
+
+
+def comparator(url: str, **kw) -> OpenAIChatComparator:
+    opts = {"api_key": "test-key", "max_passage_words": WORDS, "backoff_initial": 0.01, "backoff_max": 0.05,
+            "timeout": 30.0} | kw
+    return OpenAIChatComparator("smollm2", base_url=url, **opts)
+
+
+def test_real_server_gives_probabilities_and_usage(server, query_and_candidates):
+    query, cands = query_and_candidates
+    judgments = comparator(server.url).judge(query, [(cands[0], cands[1]), (cands[1], cands[0])])
+    for j in judgments:
+        assert j.prob is not None and 0.0 <= j.prob <= 1.0, j
+        assert j.retries == 0 and j.error is None
+        assert j.prompt_tokens > 30 and j.completion_tokens == 1
+
+
+def test_retryable_faults_are_retried_and_retry_after_is_honoured(server, request, query_and_candidates):
+    query, cands = query_and_candidates
+    sequence = ["429", "500", "drop", "timeout", "ok"]
+    proxy = make_proxy(server, request, lambda key, attempt: sequence[attempt], hang_s=6.0, retry_after="2")
+    (j,) = comparator(proxy.url, max_attempts=5, timeout=5.0).judge(query, [(cands[2], cands[3])])
+    assert j.prob is not None and j.error is None
+    assert j.retries == 4
+    ((key, served),) = proxy.log.items()
+    assert served == sequence
+    times = proxy.times[key]
+    assert times[1] - times[0] >= 2.0  # Retry-After: 2 honoured (the backoff alone is capped at 0.05 s)
+
+
+def test_retries_stop_after_max_attempts(server, request, query_and_candidates):
+    query, cands = query_and_candidates
+    proxy = make_proxy(server, request, lambda key, attempt: "503")
+    (j,) = comparator(proxy.url, max_attempts=3).judge(query, [(cands[0], cands[2])])
+    assert j.prob is None and j.retries == 2 and "InternalServerError" in j.error
+    assert [len(s) for s in proxy.log.values()] == [3]
+
+
+@pytest.mark.parametrize(("fault", "error"), [
+    ("400", "BadRequestError"), ("401", "AuthenticationError"), ("404", "NotFoundError"),
+    ("malformed", "JSONDecodeError"), ("nonjson", "malformed"), ("garbage", "unparseable"),
+])
+def test_non_retryable_faults_fail_the_call_once(server, request, query_and_candidates, fault, error):
+    query, cands = query_and_candidates
+    proxy = make_proxy(server, request, lambda key, attempt: fault)
+    (j,) = comparator(proxy.url).judge(query, [(cands[1], cands[2])])
+    assert j.prob is None and j.retries == 0 and j.error and error in j.error
+    assert [len(s) for s in proxy.log.values()] == [1]
+
+
+def _mixed_plan(key: str, attempt: int) -> str:
+    """Per-call fault sequences chosen by the request hash (independent of arrival order)."""
+    sequences = [["ok"], ["429", "ok"], ["500", "drop", "ok"], ["malformed"], ["500", "500", "500"], ["ok"],
+                 ["garbage"], ["503", "ok"]]
+    seq = sequences[int(key, 16) % len(sequences)]
+    return seq[min(attempt, len(seq) - 1)]
+
+
+@pytest.mark.parametrize("use_async", [True, False])
+def test_rerank_under_faults_stays_a_permutation_within_budget(server, request, query_and_candidates, use_async):
+    query, cands = query_and_candidates
+    proxy = make_proxy(server, request, _mixed_plan, retry_after="0")
+    comp = comparator(proxy.url, max_attempts=3, max_concurrency=3)
+    kw = {"ranker": "mohajer", "oracle": "randomized", "comparator": comp, "budget": 10, "top_k": 3,
+          "seed": 1 if use_async else 2}
+    if use_async:
+        import asyncio
+
+        result = asyncio.run(arerank(query, cands, **kw))
+    else:
+        result = rerank(query, cands, **kw)
+    assert sorted(result.order) == list(range(len(cands)))
+    assert result.calls <= 10
+    assert result.calls == len(proxy.log)  # each call is one distinct request body
+    assert result.retries == sum(len(s) - 1 for s in proxy.log.values())
+    assert result.failed_calls == sum(s[-1] != "ok" for s in proxy.log.values())
+    assert proxy.injected() > 0 and result.failed_calls > 0
+    assert result.prompt_tokens > 0 and not result.converged
+    assert proxy.max_inflight <= 3
+
+
+def test_cli_rerank_with_openai_comparator(server, tmp_path, capsys, query_and_candidates):
+    query, cands = query_and_candidates
+    path = tmp_path / "cands.jsonl"
+    path.write_text("".join(json.dumps({"id": c.id, "text": c.text}) + "\n" for c in cands[:4]))
+    code = cli_main(["rerank", "--query", query, "--candidates", str(path), "--comparator", "openai",
+                     "--model", "smollm2", "--base-url", server.url, "--api-key", "k", "--budget", "4",
+                     "--top-k", "2", "--passage-tokens", str(WORDS), "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert len(out["top"]) == 2 and {r["id"] for r in out["top"]} <= {c.id for c in cands[:4]}
+    assert 0 < out["stats"]["calls"] <= 4 and out["stats"]["failed_calls"] == 0
+
+
+def test_parse_reads_top_logprobs_and_falls_back_to_the_answer():
+    def completion(content, tops):
+        logprobs = {"content": [{"token": content, "logprob": -0.1, "top_logprobs": [
+            {"token": t, "logprob": lp} for t, lp in tops]}]} if tops is not None else None
+        from openai.types.chat import ChatCompletion
+
+        return ChatCompletion.model_validate({
+            "id": "x", "object": "chat.completion", "created": 0, "model": "m",
+            "usage": {"prompt_tokens": 7, "completion_tokens": 1, "total_tokens": 8},
+            "choices": [{"index": 0, "finish_reason": "length", "logprobs": logprobs,
+                         "message": {"role": "assistant", "content": content}}]})
+
+    prob, pt, ct = _parse(completion("Pass", [("Pass", -0.5), ("A", -1.0), (" B", -2.0), ("a", -3.0)]))
+    assert (pt, ct) == (7, 1)
+    assert prob == pytest.approx((0.3679 + 0.0498) / (0.3679 + 0.0498 + 0.1353), rel=1e-3)
+    assert _parse(completion("B", None))[0] == 0.0
+    assert _parse(completion("A.", []))[0] == 1.0
+    with pytest.raises(ValueError, match="unparseable"):
+        _parse(completion("Pass", [("Pass", -0.1), ("The", -2.0)]))
