@@ -1,0 +1,151 @@
+"""The LlamaIndex postprocessor inside a real VectorStoreIndex query engine (all-MiniLM-L6-v2 embeddings over
+NovelEval passages), its events, prompts and the contract details."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+import pytest
+from integration_data import noveleval
+from llama_index.core import VectorStoreIndex
+from llama_index.core.callbacks import CallbackManager, CBEventType, LlamaDebugHandler
+from llama_index.core.instrumentation import get_dispatcher
+from llama_index.core.instrumentation.event_handlers import BaseEventHandler
+from llama_index.core.instrumentation.events.rerank import ReRankEndEvent, ReRankStartEvent
+from llama_index.core.llms import MockLLM
+from llama_index.core.prompts import PromptTemplate
+from llama_index.core.query_engine import RetrieverQueryEngine
+from llama_index.core.response_synthesizers.no_text import NoText
+from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+
+from activeprp_core import Candidate, SimulatedComparator, rerank
+from activeprp_integrations.llama_index import ActivePRPRerank
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+from _shared import llama_index_embedding  # noqa: E402  (the examples' offline MiniLM embedding)
+
+
+class Events(BaseEventHandler):
+    """Collects the reranker's instrumentation events."""
+
+    events: list = []
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "Events"
+
+    def handle(self, event, **kwargs) -> None:
+        if isinstance(event, (ReRankStartEvent, ReRankEndEvent)):
+            self.events.append(event)
+
+
+@pytest.fixture
+def events():
+    handler = Events(events=[])
+    dispatcher = get_dispatcher()
+    dispatcher.add_event_handler(handler)
+    yield handler.events
+    dispatcher.event_handlers.remove(handler)
+
+
+@pytest.fixture(scope="module")
+def index_case():
+    query, _, grades = noveleval(1, 12)
+    nodes = [TextNode(id_=d, text=t, metadata={"q": qi}) for qi in range(3) for d, t in noveleval(qi, 12)[1]]
+    index = VectorStoreIndex(nodes, embed_model=llama_index_embedding())
+    return query, index, grades
+
+
+def test_query_engine_reranks_retrieved_nodes_and_emits_events(index_case, events):
+    query, index, grades = index_case
+    comparator = SimulatedComparator(grades, doc_noise=0.3, seed=2)
+    debug = LlamaDebugHandler(print_trace_on_end=False)
+    callbacks = CallbackManager([debug])
+    reranker = ActivePRPRerank(comparator=comparator, budget=30, top_n=3)
+    retriever = index.as_retriever(similarity_top_k=8)
+    engine = RetrieverQueryEngine(retriever=retriever, node_postprocessors=[reranker], callback_manager=callbacks,
+                                  response_synthesizer=NoText(llm=MockLLM(), callback_manager=callbacks))
+    retrieved = retriever.retrieve(query)
+    assert sum(n.node.metadata["q"] == 1 for n in retrieved) >= 4  # the embedding retrieval is real
+    response = engine.query(query)
+    aresponse = asyncio.run(engine.aquery(query))
+
+    cands = [Candidate(n.node.node_id, n.node.get_content()) for n in retrieved]
+    core = rerank(query, cands, ranker="auto", comparator=comparator, budget=30, top_k=3)
+    want = [(cands[i].id, core.scores[i]) for i in core.order[:3]]
+    assert [(n.node.node_id, n.score) for n in response.source_nodes] == want
+    assert [(n.node.node_id, n.score) for n in aresponse.source_nodes] == want
+    assert want != [(c.id, s) for c, s in zip(cands[:3], (1.0, 7 / 8, 6 / 8))]  # reranking moved something
+
+    assert [type(e).__name__ for e in events] == ["ReRankStartEvent", "ReRankEndEvent"] * 2
+    start, end, astart, aend = events
+    assert start.top_n == 3 and start.model_name == "SimulatedComparator" and len(start.nodes) == 8
+    assert [n.node.node_id for n in end.nodes] == [i for i, _ in want]
+    assert start.span_id.startswith("ActivePRPRerank._postprocess_nodes")
+    assert astart.span_id.startswith("ActivePRPRerank._apostprocess_nodes") and aend.span_id == astart.span_id
+
+    pairs = debug.get_event_pairs(CBEventType.RERANKING)
+    assert len(pairs) == 2
+    for begin, finish in pairs:
+        assert begin.payload["query_str"] == query and begin.payload["top_k"] == 3
+        stats = finish.payload["stats"]
+        assert 0 < stats["calls"] <= 30 and stats["rounds"] >= 1 and "exhausted" in stats
+
+
+def test_new_node_objects_inputs_untouched():
+    query, passages, grades = noveleval(2, 10)
+    nodes = [NodeWithScore(node=TextNode(id_=d, text=t, metadata={"k": i}), score=0.5 - i / 100)
+             for i, (d, t) in enumerate(passages)]
+    before = [(n.node.node_id, n.score, dict(n.node.metadata)) for n in nodes]
+    out = ActivePRPRerank(comparator=SimulatedComparator(grades), budget=40).postprocess_nodes(nodes, query_str=query)
+    assert [(n.node.node_id, n.score, dict(n.node.metadata)) for n in nodes] == before
+    assert len(out) == 5 and all(o is not n for o in out for n in nodes)
+    assert [o.score for o in out] == sorted((o.score for o in out), reverse=True)
+    assert all(0 < o.score <= 1 for o in out)
+    assert all(grades.get(o.node.node_id, 0) == 2 for o in out[:2])  # a perfect judge puts grade-2 passages first
+    many = ActivePRPRerank(comparator=SimulatedComparator(grades), top_n=50).postprocess_nodes(nodes, query_str=query)
+    assert len(many) == len(nodes)
+
+
+def test_missing_query_and_empty_input(events):
+    comparator = SimulatedComparator({})
+    reranker = ActivePRPRerank(comparator=comparator)
+    nodes = [NodeWithScore(node=TextNode(text="a passage"))]
+    with pytest.raises(ValueError, match="query_bundle"):
+        reranker.postprocess_nodes(nodes)
+    with pytest.raises(ValueError, match="query_bundle"):
+        asyncio.run(reranker.apostprocess_nodes(nodes))
+    assert reranker.postprocess_nodes([], QueryBundle("q")) == []
+    assert asyncio.run(reranker.apostprocess_nodes([], QueryBundle("q"))) == []
+    assert comparator.calls == 0 and events == []
+
+
+def test_prompts_live_on_the_comparator():
+    class WithPrompts(SimulatedComparator):
+        prompt = "Query: {query}\nA: {first}\nB: {second}\nWhich is more relevant? Answer A or B."
+        ql_prompt = "Passage: {passage}\nWrite a question."
+
+    comparator = WithPrompts({})
+    reranker = ActivePRPRerank(comparator=comparator)
+    prompts = reranker._get_prompts()
+    assert set(prompts) == {"prp_prompt", "ql_prompt"}
+    assert prompts["prp_prompt"].get_template() == WithPrompts.prompt
+    assert set(prompts["prp_prompt"].template_vars) == {"query", "first", "second"}
+    reranker._update_prompts({"prp_prompt": PromptTemplate("Q {query}: 1) {first} 2) {second}")})
+    assert comparator.prompt == "Q {query}: 1) {first} 2) {second}"  # kept a plain str for the comparator
+
+    bare = ActivePRPRerank(comparator=SimulatedComparator({}))
+    assert bare._get_prompts() == {}
+    with pytest.raises(ValueError, match="no 'prompt'"):
+        bare._update_prompts({"prp_prompt": PromptTemplate("{query}")})
+
+
+def test_class_name_fields_and_serialisation():
+    comparator = SimulatedComparator({})
+    reranker = ActivePRPRerank(comparator=comparator, budget=12, seed=3)
+    assert ActivePRPRerank.class_name() == "ActivePRPRerank" and reranker.comparator is comparator
+    assert reranker.top_n == 5
+    d = reranker.to_dict()
+    assert d["class_name"] == "ActivePRPRerank" and d["budget"] == 12 and d["seed"] == 3 and "comparator" not in d
