@@ -4,6 +4,7 @@ calibration helpers and a smoke run of ``activeprp bench``. Data comes from ../s
 from __future__ import annotations
 
 import csv
+import gzip
 import random
 from pathlib import Path
 
@@ -133,13 +134,13 @@ def test_bench_cli_smoke(tmp_path):
     code = main(["bench", "grid", "--data", str(DATA), "--collections", "noveleval", "--rankers", "mohajer",
                  "bubblesort", "--budgets", "20", "40", "--seeds", "2", "--out", str(out), "--no-progress"])
     assert code == 0
-    with open(out / "rows.csv") as f:
+    with gzip.open(out / "rows.csv.gz", "rt") as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == 21 * 2 * 2 * (1 + 2)  # queries x rankers x budgets x (bidirectional + 2 seeds)
     assert all(int(r["calls"]) <= int(r["budget"]) for r in rows)
     tables = (out / "tables.md").read_text()
     assert "| randomized | Mohajer |" in tables and "Sequential rounds" in tables
     assert (out / "ndcg_vs_budget.png").stat().st_size > 1000 and (out / "ndcg_vs_rounds.png").is_file()
-    assert main(["bench", "grid", "--from-csv", str(out / "rows.csv"), "--out", str(out / "again"),
+    assert main(["bench", "grid", "--from-csv", str(out / "rows.csv.gz"), "--out", str(out / "again"),
                  "--no-progress"]) == 0
     assert (out / "again" / "tables.md").read_text() == tables

@@ -97,7 +97,7 @@ def _grid(args) -> int:
         seeds = {"bidirectional": [0], "single": [0], "randomized": list(range(args.seeds))}
         rows = run_grid(colls, _comparator_for(args, out), args.rankers, args.oracles, budgets, seeds,
                         args.top_k, progress=not args.no_progress)
-        write_csv(rows, out / "rows.csv")
+        write_csv(rows, out / "rows.csv.gz")
         (out / "config.json").write_text(json.dumps({"argv": sys.argv[1:], "budgets": budgets, **{
             k: v for k, v in vars(args).items() if k != "func"}}, indent=1, default=str))
     baseline = _baseline(args) if not args.from_csv else ""
@@ -190,12 +190,12 @@ def add_parser(subparsers) -> None:
     common.add_argument("--model", help="model name for --comparator openai")
     common.add_argument("--base-url", help="endpoint for --comparator openai")
     common.add_argument("--cache", help="sqlite answer cache (default OUT/answers.sqlite)")
-    grid = modes.add_parser("grid", parents=[common], help="run the grid; write rows.csv, tables.md and plots")
+    grid = modes.add_parser("grid", parents=[common], help="run the grid; write rows.csv.gz, tables.md and plots")
     grid.add_argument("--budgets", nargs="+", type=int, default=list(PAPER_BUDGETS))
     grid.add_argument("--scale-budgets", action="store_true", help="multiply budgets by DEPTH/100")
     grid.add_argument("--seeds", type=int, default=8, help="seeds for the randomized oracle (default 8)")
     grid.add_argument("--top-k", type=int, default=10)
-    grid.add_argument("--from-csv", help="re-make the tables and plots from a rows.csv")
+    grid.add_argument("--from-csv", help="re-make the tables and plots from a rows.csv[.gz]")
     grid.add_argument("--no-paper", action="store_true", help="do not print the paper's values in the table")
     grid.add_argument("--bootstrap-seed", type=int, default=0)
     grid.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")

@@ -8,6 +8,7 @@ accounting; nDCG@10 is computed afterwards through ``activeprp_core.metrics`` (i
 from __future__ import annotations
 
 import csv
+import gzip
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -115,19 +116,23 @@ def run_grid(
     return rows
 
 
+def _open(path: str | Path, mode: str):
+    return gzip.open(path, mode + "t", newline="") if str(path).endswith(".gz") else open(path, mode, newline="")
+
+
 def write_csv(rows: Sequence[Row], path: str | Path) -> None:
-    """Write the per-query rows as CSV (header = ``Row`` fields)."""
+    """Write the per-query rows as CSV (header = ``Row`` fields); gzip-compressed when ``path`` ends in .gz."""
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="") as f:
+    with _open(path, "w") as f:
         writer = csv.DictWriter(f, fieldnames=list(Row.__dataclass_fields__))
         writer.writeheader()
         writer.writerows(asdict(r) for r in rows)
 
 
 def read_csv(path: str | Path) -> list[Row]:
-    """Read rows written by ``write_csv``."""
+    """Read rows written by ``write_csv`` (plain or .gz)."""
     types = {"budget": int, "seed": int, "n": int, "ndcg10": float, "calls": int, "rounds": int,
              "comparisons": int, "ties": int, "wall_s": float,
              "exhausted": lambda v: v == "True", "converged": lambda v: v == "True"}
-    with open(path, newline="") as f:
+    with _open(path, "r") as f:
         return [Row(**{k: types.get(k, str)(v) for k, v in rec.items()}) for rec in csv.DictReader(f)]
