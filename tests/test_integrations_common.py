@@ -131,3 +131,29 @@ def test_max_concurrency_is_handed_to_a_comparator_that_has_it():
 def test_invalid_settings_fail_at_construction(cls, bad):
     with pytest.raises(ValueError):
         cls(comparator=SimulatedComparator({}), **bad)
+
+
+@pytest.mark.parametrize("cls", [LCRerank, LIRerank])
+def test_from_openai_builds_the_comparator_and_keeps_the_fields(cls):
+    pytest.importorskip("openai")
+    from activeprp_core.comparators import OpenAIChatComparator
+
+    reranker = cls.from_openai("some-model", base_url="http://127.0.0.1:9/v1", api_key="k", budget=7,
+                               max_concurrency=3, comparator_kwargs={"max_passage_words": 50})
+    comparator = reranker.comparator
+    assert isinstance(comparator, OpenAIChatComparator) and comparator.model == "some-model"
+    assert comparator.max_passage_words == 50 and reranker.budget == 7
+    assert prepare_comparator(comparator, reranker.max_concurrency) is comparator and comparator.max_concurrency == 3
+
+
+def test_from_local_model_reranks_with_the_bundled_model():
+    pytest.importorskip("torch")
+    reranker = LIRerank.from_local_model(budget=3, top_n=2, oracle="randomized")
+    assert type(reranker.comparator).__name__ == "TransformersComparator"
+    assert "prp_prompt" in reranker._get_prompts() and "ql_prompt" in reranker._get_prompts()
+    passages = ["Bananas are yellow fruit rich in potassium.",
+                "The Eiffel Tower in Paris was completed in 1889 for the World's Fair.",
+                "Stock markets fell on Monday."]
+    nodes = [NodeWithScore(node=TextNode(id_=str(i), text=t)) for i, t in enumerate(passages)]
+    out = reranker.postprocess_nodes(nodes, query_str="When was the Eiffel Tower built?")
+    assert [n.node.node_id for n in out][0] == "1"  # query likelihood prefers the passage that answers it
