@@ -42,6 +42,12 @@ __all__ = ["RANK_KEY", "SCORE_KEY", "ActivePRPRerank"]
 _RUN_NAME = "ActivePRPRerank"
 
 
+def _configure(manager_cls: Any, callbacks: Callbacks | None) -> Any:
+    """A callback manager for the rerank run: the given callbacks, else those of the enclosing runnable (they
+    carry its tags and metadata), so the run nests under the caller's run either way."""
+    return manager_cls.configure(callbacks if callbacks is not None else ensure_config().get("callbacks"))
+
+
 class ActivePRPRerank(ComparatorFactories, BaseDocumentCompressor):
     """Rerank retrieved ``Document`` objects with a pairwise LLM judge under a per-query call budget.
 
@@ -103,7 +109,7 @@ class ActivePRPRerank(ComparatorFactories, BaseDocumentCompressor):
         """
         if not documents:
             return []
-        manager = CallbackManager.configure(callbacks if callbacks is not None else ensure_config().get("callbacks"))
+        manager = _configure(CallbackManager, callbacks)
         run = manager.on_chain_start(None, self._inputs(documents, query), name=_RUN_NAME)
         try:
             result = run_rerank(self, query, self._candidates(documents))
@@ -121,8 +127,7 @@ class ActivePRPRerank(ComparatorFactories, BaseDocumentCompressor):
         round's calls go to the comparator's ``ajudge``/``acompare`` at once, so they run concurrently."""
         if not documents:
             return []
-        config_callbacks = callbacks if callbacks is not None else ensure_config().get("callbacks")
-        manager = AsyncCallbackManager.configure(config_callbacks)
+        manager = _configure(AsyncCallbackManager, callbacks)
         run = await manager.on_chain_start(None, self._inputs(documents, query), name=_RUN_NAME)
         try:
             result = await arun_rerank(self, query, self._candidates(documents))

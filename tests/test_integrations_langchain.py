@@ -174,5 +174,6 @@ def test_lcel_chain(case):
     lam = {"d": retriever, "q": RunnablePassthrough()} | RunnableLambda(
         lambda x: reranker.compress_documents(x["d"], x["q"]))
     with collect_runs() as cb:
-        assert [d.id for d in lam.invoke(query)] == ids
-    assert len(_runs(cb)) == 1
+        assert [d.id for d in lam.invoke(query, config={"tags": ["rag"], "metadata": {"user": "u1"}})] == ids
+    (run,) = _runs(cb)
+    assert "rag" in run.tags and run.extra["metadata"]["user"] == "u1"  # the enclosing config is inherited
