@@ -155,5 +155,10 @@ def test_from_local_model_reranks_with_the_bundled_model():
                 "The Eiffel Tower in Paris was completed in 1889 for the World's Fair.",
                 "Stock markets fell on Monday."]
     nodes = [NodeWithScore(node=TextNode(id_=str(i), text=t)) for i, t in enumerate(passages)]
-    out = reranker.postprocess_nodes(nodes, query_str="When was the Eiffel Tower built?")
+    query = "When was the Eiffel Tower built?"
+    out = reranker.postprocess_nodes(nodes, query_str=query)
     assert [n.node.node_id for n in out][0] == "1"  # query likelihood prefers the passage that answers it
+    # the three-way equality holds with the real model too
+    core, core_top, others = _three_ways(query, [(str(i), t) for i, t in enumerate(passages)], reranker.comparator,
+                                         ranker="auto", oracle="randomized", budget=3, top_n=2, seed=0)
+    assert core_top == [(n.node.node_id, n.score) for n in out] and all(o == core_top for o in others)
