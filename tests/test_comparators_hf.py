@@ -1,0 +1,142 @@
+"""TransformersComparator on the real bundled model (SmolLM2-135M-Instruct, CPU) and on a tiny random seq2seq
+model built from its tokenizer; plus the lazy-import contract of the comparators package."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from activeprp_core import Candidate, Judgment, rerank
+from activeprp_core.cli.demo import load_demo_queries
+from activeprp_core.comparators import TransformersComparator, bundled_model_dir
+
+pytest.importorskip("torch", reason='the [hf] extra is not installed (pip install "activeprp[hf]")')
+
+
+@pytest.fixture(scope="session")
+def model_dir():
+    return bundled_model_dir()  # converts the GGUF once per machine, then reuses the cache
+
+
+@pytest.fixture(scope="session")
+def ql(model_dir):
+    return TransformersComparator(model_dir, mode="query_likelihood", batch_size=4, max_passage_tokens=64)
+
+
+@pytest.fixture(scope="session")
+def judged_pairs():
+    """(query, its highest-graded BM25 hit, the highest-graded hit of the next query) for the first three
+    bundled DL19 queries: a relevant passage against an off-topic one. (Against the query's own grade-0 BM25
+    hits - hard negatives - the 135M model's query likelihood was right on 8 of the 10 bundled queries.)"""
+    rows = load_demo_queries()[:4]
+    best = []
+    for row in rows:
+        hits = [Candidate(h["docid"], h["content"]) for h in row["hits"]]
+        best.append(max(hits, key=lambda c: row["qrels"].get(c.id, -1)))
+    return [(rows[i]["query"], best[i], best[i + 1]) for i in range(3)]
+
+
+def test_importing_the_package_loads_no_heavy_library():
+    code = ("import sys, activeprp_core, activeprp_core.comparators, activeprp_core.cli.rerank; "
+            "heavy = [m for m in ('torch', 'transformers', 'openai', 'tenacity') if m in sys.modules]; "
+            "assert not heavy, heavy")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_missing_extra_names_it(monkeypatch):
+    import importlib.util
+
+    from activeprp_core.comparators import OpenAIChatComparator
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name in ("torch", "openai") else real(name, *a))
+    with pytest.raises(ImportError, match=r"activeprp\[hf\]"):
+        TransformersComparator("unused")
+    with pytest.raises(ImportError, match=r"activeprp\[openai\]"):
+        OpenAIChatComparator("m", api_key="k")
+
+
+def test_query_likelihood_prefers_the_judged_relevant_passage(ql, judged_pairs):
+    for query, good, bad in judged_pairs:
+        forward, backward = ql.judge(query, [(good, bad), (bad, good)])
+        assert isinstance(forward, Judgment) and forward.prompt_tokens > 0
+        assert forward.prob > 0.5, (query, forward)
+        assert backward.prob == pytest.approx(1.0 - forward.prob)  # QL has no position bias by construction
+        assert backward.prompt_tokens == 0  # both passages were already scored
+
+
+def test_query_likelihood_scores_each_passage_once(model_dir, judged_pairs):
+    comp = TransformersComparator(model_dir, mode="query_likelihood", max_passage_tokens=32)
+    query, a, b = judged_pairs[0]
+    c = Candidate("c", "A completely unrelated passage about the history of jazz music in New Orleans.")
+    comp.judge(query, [(a, b), (b, a), (a, c)])
+    comp.compare(query, [(c, b)])
+    assert comp.scored_prompts == 3
+
+
+@pytest.mark.parametrize("mode", ["ab", "query_likelihood"])
+def test_batched_equals_single(model_dir, judged_pairs, mode):
+    query, good, bad = judged_pairs[1]
+    short = Candidate("s", "Declaratory judgment.")
+    pairs = [(good, bad), (short, good), (bad, short)]  # different lengths: padding is exercised
+    kw = {"mode": mode, "max_passage_tokens": 24}
+    batched = TransformersComparator(model_dir, batch_size=3, **kw).compare(query, pairs)
+    single = TransformersComparator(model_dir, batch_size=1, **kw).compare(query, pairs)
+    assert batched == pytest.approx(single, abs=1e-4)
+    assert all(0.0 <= p <= 1.0 for p in batched)
+
+
+def test_truncation_keeps_prompts_inside_the_context(model_dir):
+    comp = TransformersComparator(model_dir, mode="ab", max_context=160, max_passage_tokens=500)
+    long_a = "fleas " * 3000
+    long_b = "cats and dogs " * 2000
+    ids = comp.ab_prompt_ids("how long do fleas live " * 20, long_a, long_b)
+    assert len(ids) <= 160
+    text = comp.tokenizer.decode(ids)
+    assert "Passage A" in text and "Passage B" in text and text.rstrip().endswith("assistant")
+    prompt, query = comp.ql_prompt_ids("how long do fleas live " * 20, long_a)
+    assert len(prompt) + len(query) <= 160 and len(query) <= comp.max_query_tokens
+    (j,) = comp.judge("fleas", [(Candidate("a", long_a), Candidate("b", long_b))])
+    assert 0.0 <= j.prob <= 1.0 and j.prompt_tokens <= 160
+
+
+def test_engine_reranks_with_the_bundled_model(ql, judged_pairs):
+    query, good, bad = judged_pairs[2]
+    cands = [bad, Candidate("x", "Recipes for chocolate cake."), good]
+    result = rerank(query, cands, comparator=ql, budget=3, top_k=1)
+    assert sorted(result.order) == [0, 1, 2] and result.calls <= 3
+    assert result.top[0] is good
+    assert result.failed_calls == 0
+
+
+@pytest.fixture(scope="module")
+def tiny_t5(tmp_path_factory, model_dir):
+    """A 2-layer random T5 with the SmolLM2 tokenizer: exercises the seq2seq code path offline."""
+    import torch
+    from transformers import AutoTokenizer, T5Config, T5ForConditionalGeneration
+
+    tok = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+    config = T5Config(vocab_size=len(tok), d_model=32, d_ff=64, d_kv=16, num_layers=2, num_heads=2,
+                      pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
+                      decoder_start_token_id=tok.pad_token_id)
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("tiny-t5")
+    T5ForConditionalGeneration(config).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+@pytest.mark.parametrize("mode", ["ab", "query_likelihood"])
+def test_seq2seq_path_batches_consistently(tiny_t5, mode):
+    pairs = [(Candidate("a", "one two three four five"), Candidate("b", "six")),
+             (Candidate("c", "seven eight"), Candidate("a", "one two three four five"))]
+    batched = TransformersComparator(tiny_t5, mode=mode, batch_size=4)
+    single = TransformersComparator(tiny_t5, mode=mode, batch_size=1)
+    assert batched.seq2seq
+    probs = batched.compare("a query", pairs)
+    assert probs == pytest.approx(single.compare("a query", pairs), abs=1e-5)
+    assert all(0.0 < p < 1.0 for p in probs)
+    assert len(set(probs)) == 2  # the two pairs get different answers
