@@ -59,7 +59,7 @@ def _comparator_for(args, out: Path):
     return lambda c: (lambda qid: cached)
 
 
-def _report(rows, out: Path, seed: int, paper: bool) -> str:
+def _report(rows, out: Path, seed: int, paper: bool, paired: list[str]) -> str:
     import numpy as np
 
     from ..evaluation.report import Summary, markdown_table, paired_table, plot
@@ -70,10 +70,11 @@ def _report(rows, out: Path, seed: int, paper: bool) -> str:
              "## LLM calls per query", markdown_table(summary, "calls"),
              "## Sequential rounds per query", markdown_table(summary, "rounds")]
     rankers = {r for r, _, _ in summary.keys}
-    for other in ("bubblesort", "heapsort"):
-        if {"mohajer_bubble", other} <= rankers:
-            parts += [f"## Paired bootstrap over queries: Mohajer+Bubble vs {other} (10k resamples, p < 0.05)",
-                      paired_table(summary, "mohajer_bubble", other, np.random.default_rng(seed))]
+    for spec in paired:
+        a, b = spec.split(":")
+        if {a, b} <= rankers:
+            parts += [f"## Paired bootstrap over queries: {a} vs {b} (10k resamples, p < 0.05)",
+                      paired_table(summary, a, b, np.random.default_rng(seed))]
     text = "\n\n".join(parts) + "\n"
     (out / "tables.md").write_text(text)
     plot(summary, out / "ndcg_vs_budget.png", "budget")
@@ -101,7 +102,7 @@ def _grid(args) -> int:
         (out / "config.json").write_text(json.dumps({"argv": sys.argv[1:], "budgets": budgets, **{
             k: v for k, v in vars(args).items() if k != "func"}}, indent=1, default=str))
     baseline = _baseline(args) if not args.from_csv else ""
-    print(baseline + _report(rows, out, args.bootstrap_seed, not args.no_paper))
+    print(baseline + _report(rows, out, args.bootstrap_seed, not args.no_paper, args.paired))
     return 0
 
 
@@ -198,6 +199,8 @@ def add_parser(subparsers) -> None:
     grid.add_argument("--from-csv", help="re-make the tables and plots from a rows.csv[.gz]")
     grid.add_argument("--no-paper", action="store_true", help="do not print the paper's values in the table")
     grid.add_argument("--bootstrap-seed", type=int, default=0)
+    grid.add_argument("--paired", nargs="*", default=["mohajer_bubble:bubblesort", "mohajer_bubble:heapsort"],
+                      metavar="A:B", help="rankers to compare by paired bootstrap over queries")
     grid.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
     grid.set_defaults(func=_grid)
     cal = modes.add_parser("calibrate", parents=[common], help="fit the simulator to the paper's judge")
