@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> dict[str, list[NodeWithScore]]:
     Returns ``{"query": nodes, "aquery": nodes}``."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--budget", type=int, default=10, help="LLM calls per query")
-    p.add_argument("--k", type=int, default=5, help="nodes retrieved before reranking")
+    p.add_argument("--k", type=int, default=6, help="nodes retrieved before reranking")
     p.add_argument("--top-n", type=int, default=3)
     args = p.parse_args(argv)
 
@@ -58,26 +58,28 @@ def main(argv: list[str] | None = None) -> dict[str, list[NodeWithScore]]:
     nodes = [TextNode(id_=x["id"], text=x["text"], metadata={"qid": q["qid"], "trec_grade": x["grade"]})
              for q in data for x in q["passages"]]
     index = VectorStoreIndex(nodes, embed_model=llama_index_embedding())
-    debug = LlamaDebugHandler(print_trace_on_end=False)
-    events = EventNames()
-    get_dispatcher().add_event_handler(events)
     reranker = ActivePRPRerank(comparator=bundled_comparator(), budget=args.budget, top_n=args.top_n, seed=0)
     # NoText: retrieval + reranking only, no generator LLM (get_response_synthesizer and as_query_engine would
-    # resolve the default, OpenAI, LLM for it).
-    # The engine hands its callback manager to its postprocessors.
+    # resolve the default, OpenAI, LLM for it). The engine hands its callback manager to its postprocessors.
+    debug = LlamaDebugHandler(print_trace_on_end=False)
     callbacks = CallbackManager([debug])
     engine = RetrieverQueryEngine(retriever=index.as_retriever(similarity_top_k=args.k), node_postprocessors=[reranker],
                                   response_synthesizer=NoText(llm=MockLLM(), callback_manager=callbacks),
                                   callback_manager=callbacks)
-    query = data[1]["query"]
+    query = data[0]["query"]
     print(f"query: {query!r}  ({len(nodes)} nodes indexed, top {args.k} retrieved, budget {args.budget})")
     retrieved = index.as_retriever(similarity_top_k=args.k).retrieve(query)
     print("retrieved: " + ", ".join(f"{n.node.node_id}(grade {n.node.metadata['trec_grade']})" for n in retrieved))
 
-    response = engine.query(query)
-    show("query engine (sync)", response.source_nodes,
-         debug.get_event_pairs(CBEventType.RERANKING)[-1][1].payload["stats"])
-    aresponse = asyncio.run(engine.aquery(query))
+    events = EventNames(names=[])
+    get_dispatcher().add_event_handler(events)  # instrumentation handlers attach to the root dispatcher
+    try:
+        response = engine.query(query)
+        show("query engine (sync)", response.source_nodes,
+             debug.get_event_pairs(CBEventType.RERANKING)[-1][1].payload["stats"])
+        aresponse = asyncio.run(engine.aquery(query))
+    finally:
+        get_dispatcher().event_handlers.remove(events)
     show("query engine (aquery, native async)", aresponse.source_nodes,
          debug.get_event_pairs(CBEventType.RERANKING)[-1][1].payload["stats"])
     print(f"  instrumentation events: {events.names}")
