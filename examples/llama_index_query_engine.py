@@ -55,7 +55,9 @@ def main(argv: list[str] | None = None) -> dict[str, list[NodeWithScore]]:
     args = p.parse_args(argv)
 
     data = queries()
-    nodes = [TextNode(id_=x["id"], text=x["text"], metadata={"qid": q["qid"], "trec_grade": x["grade"]})
+    keys = ["qid", "trec_grade"]  # shown in the output, kept out of the embedded and LLM text
+    nodes = [TextNode(id_=x["id"], text=x["text"], metadata={"qid": q["qid"], "trec_grade": x["grade"]},
+                      excluded_embed_metadata_keys=keys, excluded_llm_metadata_keys=keys)
              for q in data for x in q["passages"]]
     index = VectorStoreIndex(nodes, embed_model=llama_index_embedding())
     reranker = ActivePRPRerank(comparator=bundled_comparator(), budget=args.budget, top_n=args.top_n, seed=0)

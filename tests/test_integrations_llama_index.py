@@ -53,7 +53,8 @@ def events():
 @pytest.fixture(scope="module")
 def index_case():
     query, _, grades = noveleval(1, 12)
-    nodes = [TextNode(id_=d, text=t, metadata={"q": qi}) for qi in range(3) for d, t in noveleval(qi, 12)[1]]
+    nodes = [TextNode(id_=d, text=t, metadata={"q": qi}, excluded_embed_metadata_keys=["q"])
+             for qi in range(3) for d, t in noveleval(qi, 12)[1]]
     index = VectorStoreIndex(nodes, embed_model=llama_index_embedding())
     return query, index, grades
 
