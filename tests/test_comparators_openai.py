@@ -104,7 +104,8 @@ def _mixed_plan(key: str, attempt: int) -> str:
 def test_rerank_under_faults_stays_a_permutation_within_budget(server, request, query_and_candidates, use_async):
     query, cands = query_and_candidates
     proxy = make_proxy(server, request, _mixed_plan, retry_after="0")
-    comp = comparator(proxy.url, max_attempts=3, max_concurrency=3)
+    comp = comparator(proxy.url, max_attempts=3, max_concurrency=8)
+    comp.max_concurrency = 3  # as the integrations set it
     kw = {"ranker": "mohajer", "oracle": "randomized", "comparator": comp, "budget": 10, "top_k": 3,
           "seed": 1 if use_async else 2}
     if use_async:

@@ -93,8 +93,8 @@ class OpenAIChatComparator:
     ``max_retry_after`` s) and 5xx; 400/401/403/404 and other 4xx are not retried. Retries are reported in
     ``Judgment.retries`` and never count against the call budget.
 
-    Concurrency: ``ajudge`` sends a round's requests concurrently, at most ``max_concurrency`` in flight per
-    event loop; ``judge`` (sync) uses a thread pool of the same size.
+    Concurrency: ``ajudge`` sends a round's requests concurrently, at most ``max_concurrency`` (an attribute
+    that may be changed later) in flight per event loop; ``judge`` (sync) uses a thread pool of that size.
 
     Args:
         model: the model name sent to the endpoint.
@@ -143,7 +143,7 @@ class OpenAIChatComparator:
         self.backoff_initial, self.backoff_max, self.max_retry_after = backoff_initial, backoff_max, max_retry_after
         self._client_kw = {"base_url": base_url, "api_key": api_key, "timeout": timeout, "max_retries": 0}
         self.client = openai.OpenAI(**self._client_kw)
-        self._async: tuple[Any, Any, Any] | None = None  # (event loop, AsyncOpenAI, semaphore)
+        self._async: tuple | None = None  # (event loop, AsyncOpenAI, semaphore, its size)
 
     # ---- request building and retry policy ------------------------------------------------------------
     def _cut(self, text: str) -> str:
@@ -217,7 +217,9 @@ class OpenAIChatComparator:
         if self._async is None or self._async[0] is not loop:
             import openai
 
-            self._async = (loop, openai.AsyncOpenAI(**self._client_kw), asyncio.Semaphore(self.max_concurrency))
+            self._async = (loop, openai.AsyncOpenAI(**self._client_kw), None, 0)
+        if self._async[3] != self.max_concurrency:  # the attribute may be changed after construction
+            self._async = (*self._async[:2], asyncio.Semaphore(self.max_concurrency), self.max_concurrency)
         return self._async[1], self._async[2]
 
     async def _ajudge_one(self, client: Any, semaphore: asyncio.Semaphore, query: str, pair: Pair) -> Judgment:

@@ -1,0 +1,100 @@
+"""Per-call latency of the real comparators on this machine (for the README and issue reports).
+
+    python scripts/measure_comparators.py hf [--pairs 8 --passage-tokens 128]
+    python scripts/measure_comparators.py openai [--pairs 8 --passage-tokens 128]   # starts llama.cpp on loopback
+
+hf: the bundled SmolLM2-135M in both modes, one pair per call (batch_size=1) and all pairs in one call
+(batch_size=--pairs); also how often the A/B mode prefers slot A. openai: OpenAIChatComparator against a local
+llama-cpp-python server on the bundled GGUF, sequential calls vs one concurrent round (max_concurrency=--pairs).
+Pairs: consecutive BM25 hits of the first bundled TREC DL19 query.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from activeprp_core import Candidate
+from activeprp_core.cli.demo import load_demo_queries
+
+
+def pairs_of(n: int) -> tuple[str, list[tuple[Candidate, Candidate]]]:
+    row = load_demo_queries()[0]
+    hits = [Candidate(h["docid"], h["content"]) for h in row["hits"][: 2 * n]]
+    return row["query"], [(hits[2 * i], hits[2 * i + 1]) for i in range(n)]
+
+
+def timed(fn) -> tuple[float, object]:
+    start = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - start, out
+
+
+def measure_hf(args: argparse.Namespace) -> None:
+    from activeprp_core.comparators import TransformersComparator
+
+    query, pairs = pairs_of(args.pairs)
+    load_s, _ = timed(lambda: TransformersComparator.from_bundled(batch_size=1))
+    print(f"bundled model load (safetensors cache): {load_s:.1f} s")
+    for mode in ("ab", "query_likelihood"):
+        unit = "prompt" if mode == "ab" else "passage"
+        for batch in (1, args.pairs):
+            comp = TransformersComparator.from_bundled(mode, batch_size=batch, max_passage_tokens=args.passage_tokens)
+            if batch == 1:
+                secs, judgments = timed(lambda c=comp: [j for p in pairs for j in c.judge(query, [p])])
+            else:
+                secs, judgments = timed(lambda c=comp: c.judge(query, pairs))
+            tokens = sum(j.prompt_tokens for j in judgments) / comp.scored_prompts
+            print(f"{mode:>16} batch_size={batch}: {secs / len(pairs):.2f} s/pair, "
+                  f"{secs / comp.scored_prompts:.2f} s/{unit} ({comp.scored_prompts} {unit}s, "
+                  f"{tokens:.0f} tokens each)")
+        if mode == "ab":
+            both = comp.compare(query, pairs + [(b, a) for a, b in pairs])
+            print(f"{'ab':>16} slot A preferred in {sum(p > 0.5 for p in both)}/{len(both)} prompts "
+                  f"(both orders of {len(pairs)} pairs); mean P(A) {sum(both) / len(both):.3f}")
+
+
+def measure_openai(args: argparse.Namespace) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from _llm_server import LlamaServer
+
+    from activeprp_core.comparators import OpenAIChatComparator
+    from activeprp_core.comparators.hf import bundled_gguf_path
+
+    query, pairs = pairs_of(args.pairs)
+    log = Path(tempfile.mkdtemp()) / "llama.log"
+    server = LlamaServer(bundled_gguf_path(), log)
+    try:
+        comp = OpenAIChatComparator("smollm2", base_url=server.url, api_key=os.environ.get("OPENAI_API_KEY", "k"),
+                                    max_passage_words=args.passage_tokens, max_concurrency=args.pairs)
+        secs, seq = timed(lambda: [j for p in pairs for j in comp.judge(query, [p])])
+        print(f"openai (llama.cpp server) sequential: {secs / len(pairs):.2f} s/call, "
+              f"{sum(j.prompt_tokens for j in seq) / len(seq):.0f} prompt tokens/call, "
+              f"failed {sum(j.prob is None for j in seq)}")
+        flipped = [(b, a) for a, b in pairs]  # new prompts: no server-side prompt cache hits
+        secs, conc = timed(lambda: asyncio.run(comp.ajudge(query, flipped)))
+        print(f"openai (llama.cpp server) one concurrent round of {len(pairs)}: {secs / len(pairs):.2f} s/call, "
+              f"failed {sum(j.prob is None for j in conc)}")
+        both = [j.prob for j in seq + conc if j.prob is not None]
+        print(f"openai slot A preferred in {sum(p > 0.5 for p in both)}/{len(both)} answers")
+    finally:
+        server.stop()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("what", choices=("hf", "openai"))
+    p.add_argument("--pairs", type=int, default=8)
+    p.add_argument("--passage-tokens", type=int, default=128, help="hf: tokens; openai: words")
+    args = p.parse_args()
+    print(f"load average {os.getloadavg()}, {os.cpu_count()} CPUs")
+    (measure_hf if args.what == "hf" else measure_openai)(args)
+
+
+if __name__ == "__main__":
+    main()
