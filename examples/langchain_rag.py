@@ -79,6 +79,7 @@ def main(argv: list[str] | None = None) -> dict[str, list[Document]]:
         out = asyncio.run(chain.ainvoke(query))
     show("2. LCEL chain (ainvoke)", out["docs"], rerank_stats(cb))
     print(f"  context for the generator: {len(out['context'])} characters from {len(out['docs'])} passages")
+    print("  (same calls, near-zero wall time: the query-likelihood comparator caches each passage's score)")
     return {"compression_retriever": top, "lcel": out["docs"]}
 
 
