@@ -102,7 +102,8 @@ def _grid(args) -> int:
         (out / "config.json").write_text(json.dumps({"argv": sys.argv[1:], "budgets": budgets, **{
             k: v for k, v in vars(args).items() if k != "func"}}, indent=1, default=str))
     baseline = _baseline(args) if not args.from_csv else ""
-    print(baseline + _report(rows, out, args.bootstrap_seed, not args.no_paper, args.paired))
+    paper = not (args.no_paper or args.scale_budgets)  # the paper's columns are budgets at N = 100
+    print(baseline + _report(rows, out, args.bootstrap_seed, paper, args.paired))
     return 0
 
 
@@ -118,9 +119,16 @@ def _calibrate(args) -> int:
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    cal = calibrate(_collections(args), pair_noise=args.pair_noise)
+    if args.check:
+        from ..evaluation.calibration import Calibration, converged_quality, flip_rate
+
+        params, colls = _sim_params(args.sim_params), _collections(args)
+        conv = converged_quality(colls, params)
+        cal, name = Calibration(params, flip_rate(colls, params), conv.pop("mean"), conv), "check"
+    else:
+        cal, name = calibrate(_collections(args), pair_noise=args.pair_noise), f"pair_noise_{args.pair_noise}"
     text = json.dumps(vars(cal), indent=1)
-    (out / f"calibration_pair_noise_{args.pair_noise}.json").write_text(text + "\n")
+    (out / f"calibration_{name}.json").write_text(text + "\n")
     print(text)
     return 0
 
@@ -154,10 +162,10 @@ def _overhead(args) -> int:
         coll = _collections(args)[0]
         qid = coll.qids[0]
         cands = coll.candidates[qid]
-        rng = random.Random(0)
+        # disjoint pairs: no passage is scored twice (query-likelihood caches passage scores)
+        pairs = [(cands[2 * i], cands[2 * i + 1]) for i in range(min(args.throughput_pairs, len(cands) // 2))]
         for batch in (1, args.batch_size):
             judge = TransformersComparator.from_bundled(args.mode, batch_size=batch, device="cpu")
-            pairs = [tuple(rng.sample(cands, 2)) for _ in range(args.throughput_pairs)]
             t = comparator_throughput(judge, coll.queries[qid], pairs)
             lines.append(f"\nbundled {args.mode} batch_size={batch}: single {t['single_calls_per_s']:.2f} calls/s, "
                          f"batched {t['batched_calls_per_s']:.2f} calls/s over {int(t['pairs'])} pairs")
@@ -205,6 +213,8 @@ def add_parser(subparsers) -> None:
     grid.set_defaults(func=_grid)
     cal = modes.add_parser("calibrate", parents=[common], help="fit the simulator to the paper's judge")
     cal.add_argument("--pair-noise", type=float, default=0.5)
+    cal.add_argument("--check", action="store_true", help="no fit: measure flip rate and converged quality of "
+                     "--sim-params (default: the committed calibration)")
     cal.set_defaults(func=_calibrate)
     over = modes.add_parser("overhead", parents=[common], help="scheduling µs/call; comparator calls/s")
     over.add_argument("--repeats", type=int, default=20)
