@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import gzip
+import json
 import random
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from activeprp_core.evaluation.cache import CachedComparator
 from activeprp_core.evaluation.calibration import flip_rate, measured_flip_rate
 from activeprp_core.evaluation.datasets import load_cranfield, load_noveleval, load_trec_dl
 from activeprp_core.evaluation.grid import run_grid, simulator_factory
+from activeprp_core.evaluation.overhead import ZeroCostComparator
 from activeprp_core.evaluation.reference import ReferenceFallbackMohajer, ReferenceHeapSort
 from activeprp_core.evaluation.stats import bootstrap_ci, paired_bootstrap
 from activeprp_core.simulated import SimulatedComparator
@@ -144,3 +146,23 @@ def test_bench_cli_smoke(tmp_path):
     assert main(["bench", "grid", "--from-csv", str(out / "rows.csv.gz"), "--out", str(out / "again"),
                  "--no-progress"]) == 0
     assert (out / "again" / "tables.md").read_text() == tables
+
+
+@needs_data
+def test_bench_calibrate_check_and_overhead_modes(tmp_path):
+    assert main(["bench", "calibrate", "--check", "--data", str(DATA), "--collections", "noveleval",
+                 "--sim-params", '{"doc_noise": 1.0}', "--out", str(tmp_path)]) == 0
+    check = json.loads((tmp_path / "calibration_check.json").read_text())
+    assert check["flip_rate"] == 0.0 and check["params"] == {"doc_noise": 1.0}
+    assert set(check["converged"]) >= {"mohajer/randomized/noveleval", "heapsort/bidirectional/noveleval"}
+    assert main(["bench", "overhead", "--rankers", "mohajer", "--oracles", "randomized", "--repeats", "2",
+                 "--out", str(tmp_path)]) == 0
+    assert "| mohajer | randomized |" in (tmp_path / "overhead.md").read_text()
+
+
+def test_zero_cost_comparator_is_a_perfect_judge_for_the_engine():
+    cands = _candidates(50)
+    judge = ZeroCostComparator([c.id for c in cands], seed=4)
+    res = rerank("q", cands, ranker="mohajer", oracle="randomized", comparator=judge, budget=None, top_k=10)
+    best = sorted(judge.rank, key=judge.rank.get)[:10]
+    assert [cands[i].id for i in res.order[:10]] == best and res.converged
