@@ -2,10 +2,14 @@
 
     python scripts/measure_comparators.py hf [--pairs 8 --passage-tokens 128]
     python scripts/measure_comparators.py openai [--pairs 8 --passage-tokens 128]   # starts llama.cpp on loopback
+    python scripts/measure_comparators.py faults [--queries 4 --candidates 10 --budget 15]
 
 hf: the bundled SmolLM2-135M in both modes, one pair per call (batch_size=1) and all pairs in one call
 (batch_size=--pairs); also how often the A/B mode prefers slot A. openai: OpenAIChatComparator against a local
 llama-cpp-python server on the bundled GGUF, sequential calls vs one concurrent round (max_concurrency=--pairs).
+faults: ``arerank`` and ``rerank`` of bundled DL19 queries through OpenAIChatComparator -> a fault-injecting proxy
+(tests/_llm_server.py, ``mixed_plan``: 429, 5xx, dropped connections, malformed bodies, non-A/B answers) -> the
+llama.cpp server; checks every output is a permutation within the budget and that the stats match the proxy log.
 Pairs: consecutive BM25 hits of the first bundled TREC DL19 query.
 """
 
@@ -59,16 +63,53 @@ def measure_hf(args: argparse.Namespace) -> None:
                   f"(both orders of {len(pairs)} pairs); mean P(A) {sum(both) / len(both):.3f}")
 
 
-def measure_openai(args: argparse.Namespace) -> None:
+def start_server():
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-    from _llm_server import LlamaServer
+    import _llm_server
 
-    from activeprp_core.comparators import OpenAIChatComparator
     from activeprp_core.comparators.hf import bundled_gguf_path
 
+    return _llm_server, _llm_server.LlamaServer(bundled_gguf_path(), Path(tempfile.mkdtemp()) / "llama.log")
+
+
+def measure_faults(args: argparse.Namespace) -> None:
+    from activeprp_core import arerank, rerank
+    from activeprp_core.comparators import OpenAIChatComparator
+
+    helpers, server = start_server()
+    totals = dict.fromkeys(("runs", "calls", "faults", "failed", "retries", "permutations", "within_budget"), 0)
+    try:
+        for q, row in enumerate(load_demo_queries()[: args.queries]):
+            distinct = {" ".join(h["content"].split()[:20]): h for h in reversed(row["hits"])}
+            hits = sorted(distinct.values(), key=lambda h: h["rank"])[: args.candidates]
+            cands = [Candidate(h["docid"], h["content"]) for h in hits]
+            for use_async in (True, False):
+                proxy = helpers.FaultProxy(server.url.removesuffix("/v1"), helpers.mixed_plan, retry_after="0")
+                comp = OpenAIChatComparator("smollm2", base_url=proxy.url, api_key="k", max_passage_words=20,
+                                            max_attempts=3, max_concurrency=4, backoff_initial=0.05, backoff_max=0.5)
+                kw = {"comparator": comp, "budget": args.budget, "top_k": 5, "seed": q}
+                r = asyncio.run(arerank(row["query"], cands, **kw)) if use_async else rerank(row["query"], cands, **kw)
+                proxy.close()
+                assert r.calls == len(proxy.log) and r.retries == sum(len(s) - 1 for s in proxy.log.values())
+                assert r.failed_calls == sum(s[-1] != "ok" for s in proxy.log.values())
+                for key, value in (("runs", 1), ("calls", r.calls), ("faults", proxy.injected()),
+                                   ("failed", r.failed_calls), ("retries", r.retries),
+                                   ("permutations", sorted(r.order) == list(range(len(cands)))),
+                                   ("within_budget", r.calls <= args.budget)):
+                    totals[key] += value
+                print(f"query {row['qid']} {'async' if use_async else 'sync '}: calls {r.calls}/{args.budget}, "
+                      f"injected faults {proxy.injected()}, retries {r.retries}, failed calls {r.failed_calls}, "
+                      f"rounds {r.rounds}, max in flight {proxy.max_inflight}, {r.wall_time_s:.1f} s")
+    finally:
+        server.stop()
+    print("totals:", totals)
+
+
+def measure_openai(args: argparse.Namespace) -> None:
+    from activeprp_core.comparators import OpenAIChatComparator
+
     query, pairs = pairs_of(args.pairs)
-    log = Path(tempfile.mkdtemp()) / "llama.log"
-    server = LlamaServer(bundled_gguf_path(), log)
+    _, server = start_server()
     try:
         comp = OpenAIChatComparator("smollm2", base_url=server.url, api_key=os.environ.get("OPENAI_API_KEY", "k"),
                                     max_passage_words=args.passage_tokens, max_concurrency=args.pairs)
@@ -88,12 +129,15 @@ def measure_openai(args: argparse.Namespace) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("what", choices=("hf", "openai"))
+    p.add_argument("what", choices=("hf", "openai", "faults"))
     p.add_argument("--pairs", type=int, default=8)
+    p.add_argument("--queries", type=int, default=4, help="faults: bundled queries")
+    p.add_argument("--candidates", type=int, default=10, help="faults: candidates per query")
+    p.add_argument("--budget", type=int, default=15, help="faults: calls per query")
     p.add_argument("--passage-tokens", type=int, default=128, help="hf: tokens; openai: words")
     args = p.parse_args()
     print(f"load average {os.getloadavg()}, {os.cpu_count()} CPUs")
-    (measure_hf if args.what == "hf" else measure_openai)(args)
+    {"hf": measure_hf, "openai": measure_openai, "faults": measure_faults}[args.what](args)
 
 
 if __name__ == "__main__":

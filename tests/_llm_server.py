@@ -21,6 +21,18 @@ FAULTS = ("429", "500", "503", "timeout", "drop", "malformed", "nonjson", "garba
 Plan = Callable[[str, int], str]  # (request key, attempt index for that key) -> "ok" or a fault in FAULTS
 
 
+MIXED = (("ok",), ("429", "ok"), ("500", "drop", "ok"), ("malformed",), ("500", "500", "500"), ("ok",),
+         ("garbage",), ("503", "ok"))
+
+
+def mixed_plan(key: str, attempt: int) -> str:
+    """A ``Plan``: each call gets one of the ``MIXED`` fault sequences, chosen by its request hash (so the faults
+    do not depend on the arrival order of concurrent calls); after the sequence ends its last answer repeats.
+    With 3 attempts per call, sequences 3, 4 and 6 end in a failed call."""
+    seq = MIXED[int(key, 16) % len(MIXED)]
+    return seq[min(attempt, len(seq) - 1)]
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -7,7 +7,7 @@ import importlib.util
 import json
 
 import pytest
-from _llm_server import FaultProxy, LlamaServer
+from _llm_server import FaultProxy, LlamaServer, mixed_plan
 
 from activeprp_core import Candidate, arerank, rerank
 from activeprp_core.cli import main as cli_main
@@ -92,18 +92,10 @@ def test_non_retryable_faults_fail_the_call_once(server, request, query_and_cand
     assert [len(s) for s in proxy.log.values()] == [1]
 
 
-def _mixed_plan(key: str, attempt: int) -> str:
-    """Per-call fault sequences chosen by the request hash (independent of arrival order)."""
-    sequences = [["ok"], ["429", "ok"], ["500", "drop", "ok"], ["malformed"], ["500", "500", "500"], ["ok"],
-                 ["garbage"], ["503", "ok"]]
-    seq = sequences[int(key, 16) % len(sequences)]
-    return seq[min(attempt, len(seq) - 1)]
-
-
 @pytest.mark.parametrize("use_async", [True, False])
 def test_rerank_under_faults_stays_a_permutation_within_budget(server, request, query_and_candidates, use_async):
     query, cands = query_and_candidates
-    proxy = make_proxy(server, request, _mixed_plan, retry_after="0")
+    proxy = make_proxy(server, request, mixed_plan, retry_after="0")
     comp = comparator(proxy.url, max_attempts=3, max_concurrency=8)
     comp.max_concurrency = 3  # as the integrations set it
     kw = {"ranker": "mohajer", "oracle": "randomized", "comparator": comp, "budget": 10, "top_k": 3,
