@@ -71,3 +71,10 @@ def test_bundled_demo_data_is_small_and_judged():
     rows = load_demo_queries()
     assert len(rows) == 10 and all(len(r["hits"]) == 30 and r["qrels"] for r in rows)
     assert all(any(g > 0 for g in r["qrels"].values()) for r in rows)
+
+
+def test_rerank_reports_an_unbuildable_comparator(candidates_file, capsys, monkeypatch):
+    row, path = candidates_file
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    code = main(["rerank", "--query", "q", "--candidates", str(path), "--comparator", "openai", "--model", "m"])
+    assert code == 2 and "OPENAI_API_KEY" in capsys.readouterr().err

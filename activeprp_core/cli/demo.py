@@ -18,7 +18,7 @@ DATA = "dl19_demo.jsonl"  # 10 queries x 30 BM25 hits + qrels; see activeprp_cor
 
 def load_demo_queries() -> list[dict[str, Any]]:
     """The bundled queries: ``[{"qid", "query", "hits": [{"docid", "rank", "score", "content"}], "qrels"}]``."""
-    text = resources.files("activeprp_core").joinpath("data", DATA).read_text(encoding="utf-8")
+    text = resources.files("activeprp_core").joinpath("data").joinpath(DATA).read_text(encoding="utf-8")
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
@@ -45,6 +45,8 @@ def main(args: argparse.Namespace) -> int:
           f"{'' if args.comparator != 'bundled' else ' (SmolLM2-135M-Instruct)'}")
     started = time.perf_counter()
     comparator = make_comparator(args)
+    if comparator is None:
+        return 2
     print(f"{comparator!r} ready in {time.perf_counter() - started:.1f} s")
     table, before, after = [], {}, {}
     bar = tqdm(rows, desc="queries", unit="q", disable=args.no_progress)

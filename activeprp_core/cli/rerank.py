@@ -62,11 +62,20 @@ def add_comparator_args(p: argparse.ArgumentParser, default: str = "bundled") ->
 
 
 def make_comparator(args: argparse.Namespace, candidates: list[Candidate] | None = None) -> Any:
-    """Build the comparator chosen by ``add_comparator_args`` options.
+    """Build the comparator chosen by ``add_comparator_args`` options, or print why it cannot be built (a missing
+    extra or model package, no API key) to stderr and return None.
 
     Raises:
-        SystemExit (via ``argparse``-style message): a missing ``--model`` for hf/openai.
+        SystemExit: a missing ``--model`` for hf/openai.
     """
+    try:
+        return _make_comparator(args, candidates)
+    except (ImportError, ValueError, FileNotFoundError) as err:
+        print(f"activeprp: cannot build the {args.comparator} comparator: {err}", file=sys.stderr)
+        return None
+
+
+def _make_comparator(args: argparse.Namespace, candidates: list[Candidate] | None) -> Any:
     kind = args.comparator
     if kind == "simulated":
         from ..simulated import SimulatedComparator
@@ -133,7 +142,10 @@ def main(args: argparse.Namespace) -> int:
     if not candidates:
         print("no candidates", file=sys.stderr)
         return 1
-    result = run_rerank(args.query, candidates, make_comparator(args, candidates), args)
+    comparator = make_comparator(args, candidates)
+    if comparator is None:
+        return 2
+    result = run_rerank(args.query, candidates, comparator, args)
     top = result.order[: result.top_k]
     if args.json:
         rows = [{"rank": r, "id": candidates[i].id, "score": result.scores[i]} for r, i in enumerate(top, 1)]
