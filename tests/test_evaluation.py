@@ -16,7 +16,7 @@ from activeprp_core import rerank
 from activeprp_core.cli import main
 from activeprp_core.evaluation.cache import CachedComparator
 from activeprp_core.evaluation.calibration import flip_rate, measured_flip_rate
-from activeprp_core.evaluation.datasets import load_cranfield, load_noveleval, load_trec_dl
+from activeprp_core.evaluation.datasets import load_beir, load_cranfield, load_noveleval, load_trec_dl, load_trec_files
 from activeprp_core.evaluation.grid import run_grid, simulator_factory
 from activeprp_core.evaluation.overhead import ZeroCostComparator
 from activeprp_core.evaluation.reference import ReferenceFallbackMohajer, ReferenceHeapSort
@@ -166,3 +166,16 @@ def test_zero_cost_comparator_is_a_perfect_judge_for_the_engine():
     res = rerank("q", cands, ranker="mohajer", oracle="randomized", comparator=judge, budget=None, top_k=10)
     best = sorted(judge.rank, key=judge.rank.get)[:10]
     assert [cands[i].id for i in res.order[:10]] == best and res.converged
+
+
+@needs_data
+def test_trec_files_and_beir_loaders():
+    dl19 = DATA / "trec-dl-2019"
+    texts = {c.id: c.text for cs in load_trec_dl(dl19, 2019).candidates.values() for c in cs}
+    coll = load_trec_files("dl19-files", dl19 / "topics.dl19-passage.txt", dl19 / "qrels.dl19-passage.txt",
+                           dl19 / "trec_results_dl19_top100.bm25.txt", texts)
+    assert len(coll.qids) == 43 and round(_mean(coll.first_stage_ndcg()), 3) == 0.506
+    assert all(c.text for c in coll.candidates[coll.qids[0]])
+    scifact = load_beir(DATA / "beir-scifact", "scifact")
+    assert len(scifact.qids) == 300 and len(scifact.candidates[scifact.qids[0]]) == 100
+    assert 0.64 < _mean(scifact.first_stage_ndcg()) < 0.68  # plain BM25 (k1=0.9, b=0.4); BEIR reports ~0.665
