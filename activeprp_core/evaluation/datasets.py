@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..metrics import mean_ndcg_at_k, ndcg_at_k, ranking_to_run
+from ..metrics import ndcg_at_k, ranking_to_run
 from ..types import Candidate
 
 Qrels = dict[str, dict[str, int]]
@@ -113,6 +113,7 @@ def load_trec_dl(data_dir: str | Path, year: int) -> Collection:
 
 
 def tokenize_bm25(texts: Sequence[str]):
+    """``bm25s`` tokens of ``texts`` (lower-cased words, English stop words removed, no stemming)."""
     import bm25s
 
     return bm25s.tokenize(list(texts), stopwords="en", show_progress=False)
@@ -223,4 +224,4 @@ def load_named(name: str, data_root: str | Path) -> Collection:
 
 
 __all__ = ["Collection", "bm25_top", "load_beir", "load_cranfield", "load_named", "load_noveleval", "load_rankgpt",
-           "load_trec_dl", "load_trec_files", "mean_ndcg_at_k", "read_topics", "read_trec_qrels", "read_trec_run"]
+           "load_trec_dl", "load_trec_files", "read_topics", "read_trec_qrels", "read_trec_run"]

@@ -20,6 +20,7 @@ class ZeroCostComparator:
         self.rank = {d: r for r, d in enumerate(order)}
 
     def compare(self, query: str, pairs: Sequence[Pair]) -> list[float]:
+        """1.0 when the first candidate ranks higher in the hidden permutation, else 0.0."""
         return [1.0 if self.rank[a.id] < self.rank[b.id] else 0.0 for a, b in pairs]
 
 
