@@ -113,6 +113,7 @@ def measure_openai(args: argparse.Namespace) -> None:
     try:
         comp = OpenAIChatComparator("smollm2", base_url=server.url, api_key=os.environ.get("OPENAI_API_KEY", "k"),
                                     max_passage_words=args.passage_tokens, max_concurrency=args.pairs)
+        comp.judge(query, [(pairs[0][0], pairs[-1][1])])  # warm-up: the server maps its weights on first use
         secs, seq = timed(lambda: [j for p in pairs for j in comp.judge(query, [p])])
         print(f"openai (llama.cpp server) sequential: {secs / len(pairs):.2f} s/call, "
               f"{sum(j.prompt_tokens for j in seq) / len(seq):.0f} prompt tokens/call, "

@@ -26,7 +26,7 @@ def add_parser(subparsers: Any) -> None:
     """Register ``activeprp demo`` (defaults sized to finish in a few minutes on a 2-core CPU)."""
     p = subparsers.add_parser("demo", help="rerank bundled TREC DL19 queries with the bundled model; print NDCG@10",
                               description=__doc__)
-    p.add_argument("--queries", type=int, default=4, help="number of bundled queries (at most 10)")
+    p.add_argument("--queries", type=int, default=5, help="number of bundled queries (at most 10)")
     p.add_argument("--candidates", type=int, default=16, help="BM25 top candidates per query (at most 30)")
     add_ranking_args(p, budget=40, top_k=10)
     add_comparator_args(p)
