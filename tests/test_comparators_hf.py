@@ -101,6 +101,9 @@ def test_truncation_keeps_prompts_inside_the_context(model_dir):
     assert len(prompt) + len(query) <= 160 and len(query) <= comp.max_query_tokens
     (j,) = comp.judge("fleas", [(Candidate("a", long_a), Candidate("b", long_b))])
     assert 0.0 <= j.prob <= 1.0 and j.prompt_tokens <= 160
+    too_small = TransformersComparator(model_dir, mode="ab", max_context=60)
+    with pytest.raises(ValueError, match="no room for passages"):
+        too_small.ab_prompt_ids("fleas", long_a, long_b)
 
 
 def test_engine_reranks_with_the_bundled_model(ql, judged_pairs):

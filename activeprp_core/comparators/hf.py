@@ -256,14 +256,13 @@ class TransformersComparator:
         """Token ids of ``build(passage_budget)`` with passages cut so that the whole input fits the context."""
         empty = len(self._encoder_ids(build(0)))
         budget = min(self.max_passage_tokens, (self.context - empty - fixed_tokens - _SAFETY_TOKENS) // n_passages)
-        if budget < 1:
-            raise ValueError(f"the prompt template leaves no room for passages in a {self.context}-token context")
-        while True:
+        while budget >= 1:
             ids = self._encoder_ids(build(budget))
             excess = len(ids) + fixed_tokens - self.context
             if excess <= 0:
                 return ids
             budget -= excess // n_passages + 1
+        raise ValueError(f"the prompt template and query leave no room for passages in a {self.context}-token context")
 
     def _encoder_ids(self, text: str) -> list[int]:
         if self.seq2seq:
@@ -292,7 +291,7 @@ class TransformersComparator:
         def build(budget: int) -> str:
             return self._chat(self.ql_prompt.format(passage=self._truncate(passage, budget)))
 
-        return self._fit(build, 1, len(q_ids) + 1), q_ids
+        return self._fit(build, 1, 0 if self.seq2seq else len(q_ids) + 1), q_ids  # seq2seq: query in the decoder
 
     # ---- model calls ----------------------------------------------------------------------------------
     def _batches(self, items: list, fn) -> list:
