@@ -190,12 +190,14 @@ class OpenAIChatComparator:
 
     # ---- sync -----------------------------------------------------------------------------------------
     def _judge_one(self, query: str, pair: Pair) -> Judgment:
+        import openai
         from tenacity import Retrying
 
+        kw = self.request(query, pair[0].text, pair[1].text)
         retrying = Retrying(**self._retry_kw())
         try:
-            response = retrying(self.client.chat.completions.create, **self.request(query, pair[0].text, pair[1].text))
-        except Exception as err:  # a finally failed call: reported, never raised into the ranker
+            response = retrying(self.client.chat.completions.create, **kw)
+        except (openai.OpenAIError, ValueError) as err:  # a finally failed call (ValueError: undecodable JSON)
             return self._failure(err, retrying)
         return self._judgment(response, retrying)
 
@@ -223,18 +225,19 @@ class OpenAIChatComparator:
         return self._async[1], self._async[2]
 
     async def _ajudge_one(self, client: Any, semaphore: asyncio.Semaphore, query: str, pair: Pair) -> Judgment:
+        import openai
         from tenacity import AsyncRetrying
+
+        kw = self.request(query, pair[0].text, pair[1].text)
+
+        async def call() -> Any:  # a plain coroutine function, so tenacity awaits it
+            return await client.chat.completions.create(**kw)
 
         retrying = AsyncRetrying(**self._retry_kw())
         async with semaphore:
             try:
-                kw = self.request(query, pair[0].text, pair[1].text)
-
-                async def call() -> Any:  # a plain coroutine function, so tenacity awaits it
-                    return await client.chat.completions.create(**kw)
-
                 response = await retrying(call)
-            except Exception as err:
+            except (openai.OpenAIError, ValueError) as err:
                 return self._failure(err, retrying)
         return self._judgment(response, retrying)
 
