@@ -14,7 +14,7 @@ import pytest
 
 from activeprp_core import rerank
 from activeprp_core.cli import main
-from activeprp_core.evaluation.cache import CachedComparator
+from activeprp_core.evaluation.cache import CachedComparator, identity
 from activeprp_core.evaluation.calibration import flip_rate, measured_flip_rate
 from activeprp_core.evaluation.datasets import load_beir, load_cranfield, load_noveleval, load_trec_dl, load_trec_files
 from activeprp_core.evaluation.grid import run_grid, simulator_factory
@@ -179,3 +179,13 @@ def test_trec_files_and_beir_loaders():
     scifact = load_beir(DATA / "beir-scifact", "scifact")
     assert len(scifact.qids) == 300 and len(scifact.candidates[scifact.qids[0]]) == 100
     assert 0.64 < _mean(scifact.first_stage_ndcg()) < 0.68  # plain BM25 (k1=0.9, b=0.4); BEIR reports ~0.665
+
+
+def test_cache_identity_changes_with_prompt_settings():
+    class Judge:
+        prompt, max_passage_tokens = "Which is better? {query} {first} {second}", 256
+
+    a, b = Judge(), Judge()
+    b.max_passage_tokens = 128
+    assert identity(a, "m") == identity(Judge(), "m") != identity(b, "m")
+    assert identity(a, "m").startswith("m#")

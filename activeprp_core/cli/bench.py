@@ -43,7 +43,7 @@ def _comparator_for(args, out: Path):
     if args.comparator == "simulated":
         params = _sim_params(args.sim_params)
         return lambda c: simulator_factory(c, params)
-    from ..evaluation.cache import CachedComparator
+    from ..evaluation.cache import CachedComparator, identity
 
     if args.comparator == "bundled":
         from ..comparators import TransformersComparator
@@ -55,7 +55,7 @@ def _comparator_for(args, out: Path):
 
         inner = OpenAIChatComparator(args.model, base_url=args.base_url)
         name = f"openai/{args.base_url}/{args.model}"
-    cached = CachedComparator(inner, args.cache or out / "answers.sqlite", name)
+    cached = CachedComparator(inner, args.cache or out / "answers.sqlite", identity(inner, name))
     return lambda c: (lambda qid: cached)
 
 

@@ -22,13 +22,26 @@ def prompt_key(model: str, query: str, first_id: str, first_text: str, second_id
     return h.hexdigest()
 
 
+#: Comparator attributes that change what a prompt asks (templates, truncation, mode, model); see ``identity``.
+PROMPT_SETTINGS = ("model", "mode", "prompt", "ql_prompt", "system_prompt", "answer_prefix", "labels",
+                   "max_passage_tokens", "max_query_tokens", "max_passage_words")
+
+
+def identity(comparator: Any, name: str) -> str:
+    """``name`` plus a short digest of the comparator's prompt settings (``PROMPT_SETTINGS`` it has), so a
+    changed template or truncation never reads answers cached under the old one."""
+    settings = repr([(k, getattr(comparator, k, None)) for k in PROMPT_SETTINGS])
+    return f"{name}#{hashlib.blake2b(settings.encode(), digest_size=6).hexdigest()}"
+
+
 class CachedComparator:
     """Wraps a comparator with a sqlite answer cache keyed on (model, query, ordered pair identity).
 
     Args:
         inner: any object with ``compare(query, pairs) -> list[float | None]``.
         path: the sqlite file (created with its parent directory when missing).
-        model_name: part of the key: answers of different models or prompt templates never mix.
+        model_name: part of the key: answers of different models or prompt templates never mix (build it
+            with ``identity(inner, name)`` to include the prompt settings).
 
     Attributes:
         inner_calls: prompts sent to ``inner`` through this wrapper; hits: prompts answered from disk.
