@@ -13,6 +13,8 @@ import random
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 
+from .registry import resolve
+
 Prompt = tuple[int, int]
 Known = Callable[[Prompt], bool]
 
@@ -107,11 +109,4 @@ def get_oracle(oracle: str | Oracle) -> Oracle:
     Raises:
         ValueError: unknown name. TypeError: neither a str nor an Oracle.
     """
-    if isinstance(oracle, Oracle):
-        return oracle
-    if not isinstance(oracle, str):
-        raise TypeError(f"oracle must be a name or an Oracle, got {type(oracle).__name__}")
-    try:
-        return ORACLES[oracle]()
-    except KeyError:
-        raise ValueError(f"unknown oracle {oracle!r}; choose one of {sorted(ORACLES)}") from None
+    return resolve(oracle, ORACLES, Oracle, "oracle")

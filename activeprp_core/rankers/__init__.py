@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..registry import resolve
 from .auto import Auto
 from .base import Bracket, Heap, RankContext, Ranker, Schedule, beats, bubble_passes, match, parallel
 from .mohajer import Mohajer, MohajerBubble
@@ -20,14 +21,7 @@ def get_ranker(ranker: str | Ranker) -> Ranker:
     Raises:
         ValueError: unknown name. TypeError: neither a str nor a Ranker.
     """
-    if isinstance(ranker, Ranker):
-        return ranker
-    if not isinstance(ranker, str):
-        raise TypeError(f"ranker must be a name or a Ranker, got {type(ranker).__name__}")
-    try:
-        return RANKERS[ranker]()
-    except KeyError:
-        raise ValueError(f"unknown ranker {ranker!r}; choose one of {sorted(RANKERS)}") from None
+    return resolve(ranker, RANKERS, Ranker, "ranker")
 
 
 __all__ = [

@@ -1,0 +1,24 @@
+"""Name-or-instance lookup shared by the ranker and oracle registries."""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def resolve(value: str | T, registry: dict[str, type[T]], base: type[T], kind: str) -> T:
+    """A new instance of ``registry[value]`` for a name, or ``value`` itself when it is already a ``base``.
+
+    Raises:
+        ValueError: an unknown name (the message lists the known ones).
+        TypeError: neither a str nor a ``base`` instance.
+    """
+    if isinstance(value, base):
+        return value
+    if not isinstance(value, str):
+        raise TypeError(f"{kind} must be a name or a {base.__name__}, got {type(value).__name__}")
+    try:
+        return registry[value]()
+    except KeyError:
+        raise ValueError(f"unknown {kind} {value!r}; choose one of {sorted(registry)}") from None
