@@ -72,13 +72,15 @@ class Session:
         return outs
 
 
-def _drive(session: Session, schedule: Generator) -> Generator[list[Prompt], list[Judgment], list[int]]:
+def _drive(session: Session, ranker: Ranker, ctx: RankContext) -> Generator[list[Prompt], list[Judgment], list[int]]:
+    schedule = ranker.schedule(ctx)
     try:
         pairs = next(schedule)
         while True:
             prompts = session.plan(pairs)
             if prompts:
                 session.record(prompts, (yield prompts))
+            ctx.exhausted = session.exhausted
             pairs = schedule.send(session.outcomes(pairs, set(prompts)))
     except StopIteration as stop:
         return stop.value
@@ -109,7 +111,7 @@ class _Job:
         oracle_rng, ranker_rng = random.Random(streams.getrandbits(64)), random.Random(streams.getrandbits(64))
         self.session = Session(self.oracle, CallBudget(budget), oracle_rng, cache)
         ctx = RankContext(len(self.candidates), top_k, ranker_rng, budget, self.oracle.calls_per_pair)
-        self.driver = _drive(self.session, self.ranker.schedule(ctx))
+        self.driver = _drive(self.session, self.ranker, ctx)
         self.started = time.perf_counter()
 
     def pairs(self, prompts: Sequence[Prompt]) -> list[tuple[Candidate, Candidate]]:

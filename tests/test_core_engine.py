@@ -280,3 +280,30 @@ def test_seeded_streams_do_not_depend_on_other_queries():
     random.seed(123)  # the global RNG is never used
     c = rerank("q1", cs, comparator=SimulatedComparator(labels, **knobs), budget=100, seed=7)
     assert c.order == a.order
+
+
+def test_ranker_is_told_the_budget_is_exhausted():
+    seen = []
+
+    class Watch(Ranker):
+        name = "watch"
+
+        def schedule(self, ctx):
+            for pair in [(0, 1), (2, 3), (4, 5)]:
+                yield [pair]
+                seen.append(ctx.exhausted)
+            return list(range(ctx.n))
+
+    rerank("q", cands(6), ranker=Watch(), oracle="single", comparator=FixedAnswers({}), budget=2)
+    assert seen == [False, False, True]
+
+
+def test_exhausted_mohajer_ranks_tournament_champions_before_the_rest():
+    # budget = the tournament phase exactly (N - K matches): the heap cannot be built with real answers,
+    # yet the top-K must be the K group champions, which each won their bracket, not the prior's top-K
+    cs, labels = make_case(100, seed=1)
+    comp = SimulatedComparator(labels)
+    res = rerank("q", cs, ranker="mohajer", comparator=comp, budget=90, top_k=10)
+    champions = {max(range(g, 100, 10), key=lambda i: labels[cs[i].id]) for g in range(10)}
+    assert res.exhausted and set(res.order[:10]) == champions != set(range(10))
+    assert res.order[10:] == sorted(res.order[10:])  # then the prior order

@@ -31,6 +31,8 @@ class RankContext:
         n: number of candidates; k: requested top-K (``top_k``; may exceed n).
         rng: the ranker's own seeded stream (e.g. quicksort pivots).
         budget: the call cap (None = unlimited); calls_per_pair: the oracle's cost of one comparison.
+        exhausted: set by the engine, before the outcomes of a round are sent, once the budget has refused a
+            comparison; from then on only cached answers arrive (everything else is unknown).
     """
 
     n: int
@@ -38,6 +40,7 @@ class RankContext:
     rng: random.Random = field(default_factory=lambda: random.Random(0))
     budget: int | None = None
     calls_per_pair: int = 1
+    exhausted: bool = False
 
     @property
     def top(self) -> int:

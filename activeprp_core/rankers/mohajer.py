@@ -16,9 +16,10 @@ class Mohajer(Ranker):
     3. A max-heap of the K champions (heapify by parallel levels). K times: output the root; delete it
        bottom-up (the better child moves up, one comparison per level; Wegener 1993) while, in the same
        rounds, the popped champion's group re-selects; the new champion fills the hole and sifts up.
-    4. Output: the K popped items in order, then the rest in prior order. With an exhausted budget, unknown
-       matches go to the better prior rank, so the output degrades to "what is known, then the prior order"
-       and never loses a candidate.
+    4. Output: the K popped items in order, then the rest in prior order. When the budget runs out, the
+       tournament or heap step under way finishes with unknown matches going to the better prior rank, and
+       popping stops: the output is the items popped so far, the current champions in heap order (each won
+       its bracket), then the rest in prior order. Never loses a candidate.
 
     Args:
         reselect: ``"path"`` (default) replays only the matches on the removed champion's path in the fixed
@@ -48,6 +49,8 @@ class Mohajer(Ranker):
         yield from heap.heapify()
         popped: list[int] = []
         for t in range(k):
+            if ctx.exhausted:  # further pops would rank by prior alone: the champions' evidence ranks higher
+                return complete(popped + heap.items, n)
             top = heap.items[0]
             popped.append(top)
             if t == k - 1 and self.skip_last_refill:
