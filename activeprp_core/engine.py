@@ -135,18 +135,24 @@ class _Job:
         )
 
 
-def _judge(comparator: Any, query: str, pairs: list) -> list[Judgment]:
+def judge_pairs(comparator: Any, query: str, pairs: Sequence) -> list[Judgment]:
+    """One batch of ordered pairs through any comparator: its ``judge`` when it has one, else ``compare``.
+
+    Raises:
+        ValueError: a wrong number of answers or a probability outside [0, 1] (see ``to_judgments``).
+    """
     judge = getattr(comparator, "judge", None)
     answers = judge(query, pairs) if callable(judge) else comparator.compare(query, pairs)
     return to_judgments(answers, len(pairs))
 
 
-async def _ajudge(comparator: Any, query: str, pairs: list) -> list[Judgment]:
+async def ajudge_pairs(comparator: Any, query: str, pairs: Sequence) -> list[Judgment]:
+    """Async ``judge_pairs``: the comparator's ``ajudge``, else ``acompare``, else ``judge_pairs`` in a thread."""
     for name in ("ajudge", "acompare"):
         method = getattr(comparator, name, None)
         if callable(method):
             return to_judgments(await method(query, pairs), len(pairs))
-    return await asyncio.to_thread(_judge, comparator, query, pairs)
+    return await asyncio.to_thread(judge_pairs, comparator, query, pairs)
 
 
 def rerank(
@@ -188,7 +194,7 @@ def rerank(
     try:
         prompts = next(job.driver)
         while True:
-            prompts = job.driver.send(_judge(comparator, query, job.pairs(prompts)))
+            prompts = job.driver.send(judge_pairs(comparator, query, job.pairs(prompts)))
     except StopIteration as stop:
         return job.result(stop.value)
 
@@ -212,6 +218,6 @@ async def arerank(
     try:
         prompts = next(job.driver)
         while True:
-            prompts = job.driver.send(await _ajudge(comparator, query, job.pairs(prompts)))
+            prompts = job.driver.send(await ajudge_pairs(comparator, query, job.pairs(prompts)))
     except StopIteration as stop:
         return job.result(stop.value)

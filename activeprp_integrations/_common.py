@@ -8,11 +8,11 @@ identically to the core API for the same inputs, seed and comparator.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from activeprp_core import Candidate, RerankResult, arerank, get_oracle, get_ranker, rerank
+from activeprp_core.engine import ajudge_pairs, judge_pairs
 
 SCORE_KEY = "relevance_score"
 """Metadata key of the score: ``RerankResult.scores``, ``(n - rank) / n`` for ``n`` input documents (rank
@@ -56,17 +56,10 @@ class BoundedComparator:
         return [a for chunk in self._chunks(pairs) for a in self.inner.compare(query, chunk)]
 
     def judge(self, query: str, pairs: Sequence) -> list:
-        judge = getattr(self.inner, "judge", None)
-        if not callable(judge):
-            return self.compare(query, pairs)
-        return [a for chunk in self._chunks(pairs) for a in judge(query, chunk)]
+        return [j for chunk in self._chunks(pairs) for j in judge_pairs(self.inner, query, chunk)]
 
     async def ajudge(self, query: str, pairs: Sequence) -> list:
-        method = next((m for m in (getattr(self.inner, n, None) for n in ("ajudge", "acompare")) if callable(m)),
-                      None)
-        if method is None:
-            return await asyncio.to_thread(self.judge, query, pairs)
-        return [a for chunk in self._chunks(pairs) for a in await method(query, chunk)]
+        return [j for chunk in self._chunks(pairs) for j in await ajudge_pairs(self.inner, query, chunk)]
 
 
 def prepare_comparator(comparator: Any, max_concurrency: int | None) -> Any:
