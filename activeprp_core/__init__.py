@@ -5,7 +5,7 @@ and sorting baselines (section 4) as round-based schedulers, a hard per-query ca
 Imports no LLM or RAG framework.
 """
 
-from .budget import CallBudget
+from .budget import Budget, CallBudget
 from .engine import Session, arerank, rerank
 from .oracles import (
     ORACLES,
@@ -15,12 +15,13 @@ from .oracles import (
     SingleDirectionOracle,
     get_oracle,
 )
-from .rankers import RANKERS, RankContext, Ranker, get_ranker
+from .rankers import RANKERS, Limits, Outcomes, RankContext, Ranker, get_ranker
 from .simulated import SimulatedComparator
-from .types import Candidate, Comparator, Judgment, RerankResult
+from .types import Accounting, Candidate, Comparator, Judgment, RerankResult
 
 __all__ = [
-    "ORACLES", "RANKERS", "BidirectionalOracle", "CallBudget", "Candidate", "Comparator", "Judgment", "Oracle",
-    "RandomizedDirectionOracle", "RankContext", "Ranker", "RerankResult", "Session", "SimulatedComparator",
-    "SingleDirectionOracle", "arerank", "get_oracle", "get_ranker", "rerank",
+    "ORACLES", "RANKERS", "Accounting", "BidirectionalOracle", "Budget", "CallBudget", "Candidate", "Comparator",
+    "Judgment", "Limits", "Oracle", "Outcomes", "RandomizedDirectionOracle", "RankContext", "Ranker",
+    "RerankResult", "Session", "SimulatedComparator", "SingleDirectionOracle", "arerank", "get_oracle",
+    "get_ranker", "rerank"
 ]

@@ -12,26 +12,29 @@ import time
 from collections.abc import Generator, Sequence
 from typing import Any
 
-from .budget import CallBudget
+from .budget import Budget, check_count
 from .oracles import Oracle, Prompt, get_oracle
-from .rankers import RankContext, Ranker, get_ranker
+from .rankers import Outcomes, RankContext, Ranker, get_ranker
 from .types import Candidate, Judgment, RerankResult, to_judgments
 
 
 class Session:
-    """Per-query state: the pair cache (raw answers per ordered prompt), the budget and the accounting.
+    """Per-query state: the pair cache (raw answers per ordered prompt), the two caps and the accounting.
 
     ``plan(pairs)`` turns a round of pair questions into the ordered prompts to send now: deduplicated,
-    skipping what the cache answers, and cut to fit the budget (a pair whose prompts do not fit is refused
-    whole and marks the session exhausted). ``record`` stores the answers, ``outcomes`` reads them back.
+    skipping what the cache answers, and cut to fit the call budget (a pair whose prompts do not fit is refused
+    whole and marks the session exhausted); once ``max_rounds`` rounds have sent calls, every question the cache
+    cannot answer is refused. ``record`` stores the answers, ``outcomes`` reads them back with the caps' state.
     With ``cache=False`` answers are forgotten after each round (repeats cost new calls).
     """
 
-    def __init__(self, oracle: Oracle, budget: CallBudget, rng: random.Random, cache: bool = True) -> None:
+    def __init__(self, oracle: Oracle, budget: Budget, rng: random.Random, cache: bool = True,
+                 max_rounds: Budget | None = None) -> None:
         self.oracle, self.budget, self.rng, self.cache = oracle, budget, rng, cache
+        self.max_rounds = max_rounds or Budget(None, "max_rounds")
         self.answers: dict[Prompt, float | None] = {}
         self.exhausted = False
-        self.comparisons = self.rounds = self.cache_hits = self.ties = 0
+        self.comparisons = self.cache_hits = self.ties = 0
         self.failed_calls = self.retries = self.prompt_tokens = self.completion_tokens = 0
 
     def plan(self, pairs: Sequence[tuple[int, int]]) -> list[Prompt]:
@@ -41,22 +44,24 @@ class Session:
         def known(p: Prompt) -> bool:
             return p in self.answers or p in planned
 
+        round_left = self.max_rounds.fits(1)
         for i, j in pairs:
             if i == j:
                 raise ValueError(f"ranker asked to compare candidate {i} with itself")
             need = self.oracle.prompts(i, j, known, self.rng)
             if not need:
                 self.cache_hits += 1
-            elif self.budget.take(len(need)):
+            elif round_left and self.budget.take(len(need)):
                 prompts.extend(need)
                 planned.update(need)
                 self.comparisons += 1
             else:
                 self.exhausted = True
+        if prompts:
+            self.max_rounds.take(1)
         return prompts
 
     def record(self, prompts: Sequence[Prompt], judgments: Sequence[Judgment]) -> None:
-        self.rounds += 1
         for prompt, j in zip(prompts, judgments):
             self.answers[prompt] = j.prob
             self.failed_calls += j.prob is None
@@ -64,12 +69,18 @@ class Session:
             self.prompt_tokens += j.prompt_tokens
             self.completion_tokens += j.completion_tokens
 
-    def outcomes(self, pairs: Sequence[tuple[int, int]], fresh: set[Prompt]) -> list[float | None]:
+    @property
+    def rounds(self) -> int:
+        """Rounds that sent calls."""
+        return self.max_rounds.spent
+
+    def outcomes(self, pairs: Sequence[tuple[int, int]], fresh: set[Prompt]) -> Outcomes:
         outs = [self.oracle.outcome(i, j, self.answers) for i, j in pairs]
         self.ties += sum(o == 0.5 for (i, j), o in zip(pairs, outs) if (i, j) in fresh or (j, i) in fresh)
         if not self.cache:
             self.answers.clear()
-        return outs
+        return Outcomes(outs, calls_left=self.budget.remaining, rounds_left=self.max_rounds.remaining,
+                        exhausted=self.exhausted)
 
 
 def _drive(session: Session, ranker: Ranker, ctx: RankContext) -> Generator[list[Prompt], list[Judgment], list[int]]:
@@ -80,7 +91,6 @@ def _drive(session: Session, ranker: Ranker, ctx: RankContext) -> Generator[list
             prompts = session.plan(pairs)
             if prompts:
                 session.record(prompts, (yield prompts))
-            ctx.exhausted = session.exhausted
             pairs = schedule.send(session.outcomes(pairs, set(prompts)))
     except StopIteration as stop:
         return stop.value
@@ -89,7 +99,7 @@ def _drive(session: Session, ranker: Ranker, ctx: RankContext) -> Generator[list
 class _Job:
     """Validated inputs of one rerank plus its session and driver."""
 
-    def __init__(self, query, candidates, ranker, oracle, comparator, budget, top_k, seed, cache) -> None:
+    def __init__(self, query, candidates, ranker, oracle, comparator, budget, top_k, seed, cache, max_rounds) -> None:
         if not isinstance(query, str):
             raise TypeError(f"query must be str, got {type(query).__name__}")
         if isinstance(candidates, (str, bytes)) or not isinstance(candidates, Sequence):
@@ -97,10 +107,8 @@ class _Job:
         for c in candidates:
             if not isinstance(c, Candidate):
                 raise TypeError(f"candidates must be Candidate objects, got {type(c).__name__}")
-        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
-            raise ValueError(f"top_k must be an int >= 1, got {top_k!r}")
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+        top_k = check_count(top_k, "top_k", minimum=1)
+        seed = check_count(seed, "seed", minimum=None)
         if not callable(getattr(comparator, "compare", None)):
             raise TypeError("comparator must have a compare(query, pairs) method")
         self.query, self.candidates, self.comparator = query, list(candidates), comparator
@@ -109,8 +117,10 @@ class _Job:
         self.top_k = top_k
         streams = random.Random(seed)
         oracle_rng, ranker_rng = random.Random(streams.getrandbits(64)), random.Random(streams.getrandbits(64))
-        self.session = Session(self.oracle, CallBudget(budget), oracle_rng, cache)
-        ctx = RankContext(len(self.candidates), top_k, ranker_rng, budget, self.oracle.calls_per_pair)
+        calls, rounds = Budget(budget, "budget"), Budget(max_rounds, "max_rounds")
+        self.session = Session(self.oracle, calls, oracle_rng, cache, rounds)
+        ctx = RankContext(len(self.candidates), top_k, ranker_rng, calls.limit, self.oracle.calls_per_pair,
+                          rounds.limit)
         self.driver = _drive(self.session, self.ranker, ctx)
         self.started = time.perf_counter()
 
@@ -127,7 +137,8 @@ class _Job:
         s = self.session
         return RerankResult(
             candidates=self.candidates, order=order, scores=scores, ranker=self.ranker.name,
-            oracle=self.oracle.name, budget=s.budget.limit, top_k=self.top_k, calls=s.budget.spent,
+            oracle=self.oracle.name, budget=s.budget.limit, max_rounds=s.max_rounds.limit, top_k=self.top_k,
+            calls=s.budget.spent,
             comparisons=s.comparisons, rounds=s.rounds, cache_hits=s.cache_hits, exhausted=s.exhausted,
             converged=not s.exhausted and s.failed_calls == 0, ties=s.ties,
             failed_calls=s.failed_calls, retries=s.retries, prompt_tokens=s.prompt_tokens,
@@ -166,6 +177,7 @@ def rerank(
     top_k: int = 10,
     seed: int = 0,
     cache: bool = True,
+    max_rounds: int | None = None,
 ) -> RerankResult:
     """Rerank ``candidates`` for ``query`` with a pairwise ``comparator`` under a hard call ``budget``.
 
@@ -181,6 +193,9 @@ def rerank(
         top_k: K, the length of the reranked prefix (``min(top_k, N)`` when N < K).
         seed: seeds the oracle's direction draws and the ranker's random choices (deterministic per call).
         cache: reuse answers to repeated pair questions at no cost (default True).
+        max_rounds: the most sequential rounds that send calls (int >= 0; None = no cap; 0 = the prior order).
+            A round past the cap is refused like calls past the budget: the ranker is told and still returns
+            a permutation, and ``RerankResult.rounds <= max_rounds``.
 
     Returns:
         ``RerankResult``: ``order`` is always a permutation of ``range(N)``, plus scores and accounting.
@@ -190,7 +205,7 @@ def rerank(
             or budget. ValueError: negative budget, top_k < 1, unknown ranker or oracle name, or a
             comparator answer outside [0, 1] or of the wrong length.
     """
-    job = _Job(query, candidates, ranker, oracle, comparator, budget, top_k, seed, cache)
+    job = _Job(query, candidates, ranker, oracle, comparator, budget, top_k, seed, cache, max_rounds)
     try:
         prompts = next(job.driver)
         while True:
@@ -210,11 +225,12 @@ async def arerank(
     top_k: int = 10,
     seed: int = 0,
     cache: bool = True,
+    max_rounds: int | None = None,
 ) -> RerankResult:
     """Async ``rerank`` (same arguments, same result for the same seed): each round goes to the comparator's
     ``ajudge``/``acompare`` as one batch, so its calls can run concurrently; a comparator with only
     ``compare`` runs in a worker thread. The budget is reserved before a round is sent."""
-    job = _Job(query, candidates, ranker, oracle, comparator, budget, top_k, seed, cache)
+    job = _Job(query, candidates, ranker, oracle, comparator, budget, top_k, seed, cache, max_rounds)
     try:
         prompts = next(job.driver)
         while True:

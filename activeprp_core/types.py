@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Protocol, runtime_checkable
 
 
@@ -93,24 +93,49 @@ def to_judgments(answers: Sequence[Any], expected: int) -> list[Judgment]:
 
 
 @dataclass
-class RerankResult:
-    """What one reranking of one query produced.
+class Accounting:
+    """What one query's reranking spent: the one declaration of the accounting fields, read by
+    ``RerankResult``, ``RerankResult.stats()``, the errors that carry partial accounting and the bench rows.
+
+    Attributes:
+        calls: LLM calls issued (the budgeted unit; bidirectional = 2 per pair).
+        comparisons: pair comparisons that needed new calls.
+        rounds: sequential batches of calls (latency ~ rounds x call latency; the unit of ``max_rounds``).
+        cache_hits: pair questions answered from the pair cache at no cost.
+        ties: bidirectional pairs whose two answers disagreed (resolved by prior rank).
+        failed_calls: calls that returned no usable answer (counted in ``calls``).
+        retries, prompt_tokens, completion_tokens: summed over calls, where the comparator reports them.
+        wall_time_s: wall-clock seconds of the whole rerank.
+    """
+
+    calls: int = 0
+    comparisons: int = 0
+    rounds: int = 0
+    cache_hits: int = 0
+    ties: int = 0
+    failed_calls: int = 0
+    retries: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    wall_time_s: float = 0.0
+
+    def counts(self) -> dict[str, Any]:
+        """The accounting fields as a plain dict, in declaration order."""
+        return {f.name: getattr(self, f.name) for f in fields(Accounting)}
+
+
+@dataclass(kw_only=True)
+class RerankResult(Accounting):
+    """What one reranking of one query produced (the ``Accounting`` fields plus the order and its settings).
 
     Attributes:
         order: indices into the input ``candidates``; always a permutation of ``range(len(candidates))``,
             best first (the first ``top_k`` are the reranked top-K, the rest best-effort).
         scores: one float per input candidate (aligned with ``candidates``, not with ``order``); higher is
             better and strictly decreasing along ``order``: ``(n - rank) / n``, so in (0, 1].
-        calls: LLM calls issued (the budgeted unit; bidirectional = 2 per pair).
-        comparisons: pair comparisons that needed new calls.
-        rounds: sequential batches of calls (latency ~ rounds x call latency).
-        cache_hits: pair questions answered from the pair cache at no cost.
-        exhausted: the budget refused at least one call.
+        ranker, oracle, budget, max_rounds, top_k: the settings used (names of the resolved ranker/oracle).
+        exhausted: a cap (``budget`` calls or ``max_rounds`` rounds) refused at least one call.
         converged: the ranker ran its whole schedule with every comparison answered.
-        ties: bidirectional pairs whose two answers disagreed (resolved by prior rank).
-        failed_calls: calls that returned no usable answer (counted in ``calls``).
-        retries, prompt_tokens, completion_tokens: summed over calls, where the comparator reports them.
-        wall_time_s: wall-clock seconds of the whole rerank.
     """
 
     candidates: list[Candidate]
@@ -120,18 +145,9 @@ class RerankResult:
     oracle: str
     budget: int | None
     top_k: int
-    calls: int = 0
-    comparisons: int = 0
-    rounds: int = 0
-    cache_hits: int = 0
+    max_rounds: int | None = None
     exhausted: bool = False
     converged: bool = False
-    ties: int = 0
-    failed_calls: int = 0
-    retries: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    wall_time_s: float = 0.0
 
     @property
     def ranked(self) -> list[Candidate]:
@@ -144,8 +160,6 @@ class RerankResult:
         return self.ranked[: self.top_k]
 
     def stats(self) -> dict[str, Any]:
-        """The accounting fields as a plain dict (for logs, tracing and CLI output)."""
-        keys = ("ranker", "oracle", "budget", "top_k", "calls", "comparisons", "rounds", "cache_hits",
-                "exhausted", "converged", "ties", "failed_calls", "retries", "prompt_tokens",
-                "completion_tokens", "wall_time_s")
-        return {k: getattr(self, k) for k in keys}
+        """The settings, the accounting fields and the status flags as a plain dict (for logs, tracing, CLI)."""
+        settings = {k: getattr(self, k) for k in ("ranker", "oracle", "budget", "max_rounds", "top_k")}
+        return {**settings, **self.counts(), "exhausted": self.exhausted, "converged": self.converged}

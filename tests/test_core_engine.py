@@ -16,7 +16,7 @@ from activeprp_core import (
     arerank,
     rerank,
 )
-from activeprp_core.rankers import RankContext, Ranker
+from activeprp_core.rankers import Limits, Outcomes, RankContext, Ranker
 from tests.conftest import make_case
 
 
@@ -282,20 +282,69 @@ def test_seeded_streams_do_not_depend_on_other_queries():
     assert c.order == a.order
 
 
-def test_ranker_is_told_the_budget_is_exhausted():
+def test_ranker_is_told_the_budgets_through_the_outcomes_it_receives():
+    script = Script([[(0, 1)], [(2, 3), (0, 1)], [(4, 5)], [(1, 0)]])
+    rerank("q", cands(6), ranker=script, oracle="single", comparator=FixedAnswers({}), budget=2, max_rounds=5)
+    state = [(o.calls_left, o.rounds_left, o.exhausted) for o in script.seen]
+    assert state == [(1, 4, False), (0, 3, False), (0, 3, True), (0, 3, True)]
+    assert script.seen[3] == [0.0]  # the cached answer still arrives after exhaustion
+    assert isinstance(script.seen[0], Outcomes) and list(script.seen[1]) == [1.0, 1.0]
+
+
+def test_limits_watch_keeps_a_ranker_view_current():
     seen = []
 
     class Watch(Ranker):
         name = "watch"
 
         def schedule(self, ctx):
+            limits = Limits(ctx)
+            return (yield from limits.watch(self.body(ctx, limits)))
+
+        def body(self, ctx, limits):
+            seen.append((limits.calls_left, limits.rounds_left, limits.exhausted))
             for pair in [(0, 1), (2, 3), (4, 5)]:
                 yield [pair]
-                seen.append(ctx.exhausted)
+                seen.append((limits.calls_left, limits.rounds_left, limits.exhausted))
             return list(range(ctx.n))
 
-    rerank("q", cands(6), ranker=Watch(), oracle="single", comparator=FixedAnswers({}), budget=2)
-    assert seen == [False, False, True]
+    rerank("q", cands(6), ranker=Watch(), oracle="single", comparator=FixedAnswers({}), budget=None, max_rounds=2)
+    assert seen == [(None, 2, False), (None, 1, False), (None, 0, False), (None, 0, True)]
+
+
+@pytest.mark.parametrize("max_rounds", [0, 1, 3])
+def test_max_rounds_refuses_rounds_like_the_budget_refuses_calls(max_rounds):
+    # five rounds that each need one new call (the third also re-asks a cached pair)
+    script = Script([[(0, 1)], [(2, 3)], [(0, 1), (4, 5)], [(6, 7)], [(8, 9)]])
+    comp = FixedAnswers({})
+    res = rerank("q", cands(10), ranker=script, oracle="single", comparator=comp, budget=None, max_rounds=max_rounds)
+    assert res.rounds == len(comp.calls) == res.calls == max_rounds
+    assert res.exhausted and not res.converged and res.max_rounds == res.stats()["max_rounds"] == max_rounds
+    assert all(o[-1] == 1.0 for o in script.seen[:max_rounds])
+    assert all(o[-1] is None for o in script.seen[max_rounds:])  # refused past the cap
+    assert script.seen[2][0] == (1.0 if max_rounds >= 1 else None)  # a cached answer is free past the cap
+
+
+def test_a_round_answered_from_the_cache_costs_no_round():
+    script = Script([[(0, 1)], [(1, 0)], [(0, 1)], [(2, 3)]])
+    res = rerank("q", cands(4), ranker=script, oracle="randomized", comparator=FixedAnswers({}), budget=None,
+                 max_rounds=2)
+    assert res.rounds == 2 and res.cache_hits == 2 and not res.exhausted and res.converged
+    assert None not in script.seen[3]
+
+
+@pytest.mark.parametrize(("kwargs", "exc"), [({"max_rounds": -1}, ValueError), ({"max_rounds": 1.0}, TypeError),
+                                             ({"max_rounds": True}, TypeError)])
+def test_bad_max_rounds(kwargs, exc):
+    with pytest.raises(exc):
+        rerank("q", cands(3), comparator=FixedAnswers({}), budget=None, **kwargs)
+
+
+def test_numpy_integers_are_accepted_for_counts():
+    np = pytest.importorskip("numpy")
+    res = rerank("q", cands(12), comparator=FixedAnswers({}), budget=np.int64(9), top_k=np.int32(3),
+                 seed=np.uint8(2), max_rounds=np.int16(4))
+    assert res.calls <= 9 and res.rounds <= 4 and res.top_k == 3 and type(res.budget) is int
 
 
 def test_exhausted_mohajer_ranks_tournament_champions_before_the_rest():

@@ -6,11 +6,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from activeprp_core import ORACLES, RANKERS, SimulatedComparator, rerank
+from activeprp_core import ORACLES, RANKERS, Candidate, Ranker, SimulatedComparator, get_ranker, rerank
 from tests.conftest import make_case, true_top
 
 K = 10
 BUDGETS = [0, 1, 7, 50, 150, 500, None]
+MAX_ROUNDS = [0, 1, 2, 5, None]
 SIZES = [0, 1, 2, K - 1, K, 37, 100]
 PAIRS = [(r, o) for r in sorted(RANKERS) for o in sorted(ORACLES)]
 
@@ -35,15 +36,17 @@ class CountingComparator(SimulatedComparator):
     dup_every=st.sampled_from([0, 3]),
     seed=st.integers(0, 2**16),
     noise=st.booleans(),
+    max_rounds=st.sampled_from(MAX_ROUNDS),
 )
-def test_permutation_budget_determinism(ranker, oracle, n, budget, dup_every, seed, noise):
+def test_permutation_budget_determinism(ranker, oracle, n, budget, dup_every, seed, noise, max_rounds):
     cands, labels = make_case(n, seed=seed % 97, dup_every=dup_every)
     before = copy.deepcopy(cands)
     knobs = {"doc_noise": 0.3, "position_bias": 0.4, "pair_noise": 0.5} if noise else {}
 
     def run():
         comp = CountingComparator(labels, seed=seed, **knobs)
-        res = rerank("q", cands, ranker=ranker, oracle=oracle, comparator=comp, budget=budget, top_k=K, seed=seed)
+        res = rerank("q", cands, ranker=ranker, oracle=oracle, comparator=comp, budget=budget, top_k=K, seed=seed,
+                     max_rounds=max_rounds)
         return res, comp
 
     res, comp = run()
@@ -53,9 +56,12 @@ def test_permutation_budget_determinism(ranker, oracle, n, budget, dup_every, se
     assert res.rounds == len(comp.batches)
     if budget is not None:
         assert res.calls <= budget
-    if budget is None:
+    if max_rounds is not None:
+        assert res.rounds <= max_rounds
+    if budget is None and max_rounds is None:
         assert res.converged and not res.exhausted
-    if res.exhausted:  # a pair is refused only when less than its cost is left
+    if res.exhausted and (max_rounds is None or res.rounds < max_rounds):
+        # a pair is refused by the budget only when less than its cost is left
         assert budget - res.calls < ORACLES[oracle].calls_per_pair
     ranks = {i: r for r, i in enumerate(res.order)}
     assert all(res.scores[a] > res.scores[b] for a, b in zip(res.order, res.order[1:]))
@@ -88,3 +94,59 @@ def test_pac_bubble_exact_when_the_prior_holds_the_top_k(oracle, n):
     res = rerank("q", prior, ranker="pac_bubble", oracle=oracle, comparator=SimulatedComparator(labels),
                  budget=None, top_k=K)
     assert res.order[: min(K, n)] == true_top(prior, labels, K)
+
+
+@pytest.mark.parametrize("ranker", sorted(RANKERS))
+def test_every_ranker_under_every_round_cap_and_budget(ranker):
+    cands, labels = make_case(37, seed=3)
+    knobs = {"doc_noise": 0.3, "position_bias": 0.4, "pair_noise": 0.5}
+    for oracle in sorted(ORACLES):
+        for max_rounds in MAX_ROUNDS:
+            for budget in (0, 10, 60, None):
+                runs = [rerank("q", cands, ranker=ranker, oracle=oracle, budget=budget, top_k=K, seed=4,
+                               comparator=SimulatedComparator(labels, seed=4, **knobs), max_rounds=max_rounds)
+                        for _ in range(2)]
+                res = runs[0]
+                assert sorted(res.order) == list(range(37))
+                assert budget is None or res.calls <= budget
+                assert max_rounds is None or res.rounds <= max_rounds
+                assert (runs[1].order, runs[1].calls, runs[1].rounds) == (res.order, res.calls, res.rounds)
+                if max_rounds == 0 or budget == 0:
+                    assert res.order == list(range(37)) and res.calls == 0 and res.exhausted
+
+
+class CountingRanker(Ranker):
+    """Passes another ranker's schedule through, counting the pairs it asks in all and after exhaustion."""
+
+    def __init__(self, inner):
+        self.inner, self.name = inner, inner.name
+        self.pairs = self.pairs_after_exhaustion = 0
+
+    def schedule(self, ctx):
+        schedule, exhausted = self.inner.schedule(ctx), False
+        try:
+            pairs = next(schedule)
+            while True:
+                self.pairs += len(pairs)
+                self.pairs_after_exhaustion += len(pairs) if exhausted else 0
+                outcomes = yield pairs
+                exhausted = outcomes.exhausted
+                pairs = schedule.send(outcomes)
+        except StopIteration as stop:
+            return stop.value
+
+
+@pytest.mark.parametrize("ranker", sorted(RANKERS))
+@pytest.mark.parametrize("oracle", ["randomized", "bidirectional"])
+def test_scheduling_work_is_bounded_by_the_budget(ranker, oracle):
+    # N=2000, B=100: all pairs would be ~2M questions and BubbleSort@10 ~20k rounds; what a ranker may ask
+    # is O(N + B), and once a cap refuses a question it finishes the step under way (O(N)) and stops
+    n = 2000
+    cands = [Candidate(f"d{i}", "") for i in range(n)]
+    labels = {c.id: (i * 7919) % n for i, c in enumerate(cands)}
+    counting = CountingRanker(get_ranker(ranker))
+    res = rerank("q", cands, ranker=counting, oracle=oracle, comparator=SimulatedComparator(labels), budget=100,
+                 top_k=K)
+    assert res.exhausted and sorted(res.order) == list(range(n))
+    assert counting.pairs <= 2 * n + 100
+    assert counting.pairs_after_exhaustion <= n

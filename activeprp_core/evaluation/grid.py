@@ -10,7 +10,7 @@ from __future__ import annotations
 import csv
 import gzip
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from ..engine import rerank
 from ..metrics import ndcg_at_k, ranking_to_run
 from ..rankers import Mohajer, MohajerBubble, Ranker
 from ..simulated import SimulatedComparator
+from ..types import Accounting
 from .datasets import Collection
 from .reference import ReferenceFallbackMohajer, ReferenceHeapSort
 
@@ -43,9 +44,10 @@ def make_ranker(label: str) -> str | Ranker:
     return VARIANTS[label]() if label in VARIANTS else label
 
 
-@dataclass
-class Row:
-    """One reranked query of the grid (one CSV line). ``ndcg10`` is filled in after the batch evaluation."""
+@dataclass(kw_only=True)
+class Row(Accounting):
+    """One reranked query of the grid (one CSV line): the cell, nDCG@10 (filled in after the batch evaluation),
+    the status flags and every ``Accounting`` field. ``budget``/``max_rounds`` are -1 for no cap."""
 
     collection: str
     qid: str
@@ -54,14 +56,10 @@ class Row:
     budget: int
     seed: int
     n: int
-    ndcg10: float
-    calls: int
-    rounds: int
-    comparisons: int
-    exhausted: bool
-    converged: bool
-    ties: int
-    wall_s: float
+    ndcg10: float = 0.0
+    max_rounds: int = -1
+    exhausted: bool = False
+    converged: bool = False
 
 
 def simulator_factory(collection: Collection, params: Mapping[str, float], seed: int = 0):
@@ -104,9 +102,10 @@ def run_grid(
             res = rerank(coll.queries[qid], cands, ranker=make_ranker(ranker), oracle=oracle,
                          comparator=judge_of[coll.name](qid), budget=budget, top_k=top_k, seed=seed)
             runs[qid] = ranking_to_run([cands[i].id for i in res.order])
-            batch.append(Row(coll.name, qid, ranker, oracle, -1 if budget is None else budget, seed, len(cands),
-                             0.0, res.calls, res.rounds, res.comparisons, res.exhausted, res.converged, res.ties,
-                             round(res.wall_time_s, 6)))
+            counts = {**res.counts(), "wall_time_s": round(res.wall_time_s, 6)}
+            batch.append(Row(collection=coll.name, qid=qid, ranker=ranker, oracle=oracle,
+                             budget=-1 if budget is None else budget, seed=seed, n=len(cands),
+                             exhausted=res.exhausted, converged=res.converged, **counts))
             bar.update(1)
         scores = ndcg_at_k(coll.qrels, runs, top_k)
         for row in batch:
@@ -130,9 +129,11 @@ def write_csv(rows: Sequence[Row], path: str | Path) -> None:
 
 
 def read_csv(path: str | Path) -> list[Row]:
-    """Read rows written by ``write_csv`` (plain or .gz)."""
-    types = {"budget": int, "seed": int, "n": int, "ndcg10": float, "calls": int, "rounds": int,
-             "comparisons": int, "ties": int, "wall_s": float,
-             "exhausted": lambda v: v == "True", "converged": lambda v: v == "True"}
+    """Read rows written by ``write_csv`` (plain or .gz). Columns a file lacks take their defaults, so files
+    written before a field was added still load (their ``wall_s`` column is read as ``wall_time_s``)."""
+    parse = {"int": int, "float": float, "str": str, "bool": lambda v: v == "True"}
+    column = {f.name: parse[f.type] for f in fields(Row)}
+    column["wall_s"] = float
     with _open(path, "r") as f:
-        return [Row(**{k: types.get(k, str)(v) for k, v in rec.items()}) for rec in csv.DictReader(f)]
+        return [Row(**{("wall_time_s" if k == "wall_s" else k): column[k](v) for k, v in rec.items()})
+                for rec in csv.DictReader(f)]

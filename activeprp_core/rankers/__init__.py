@@ -4,7 +4,19 @@ from __future__ import annotations
 
 from ..registry import resolve
 from .auto import Auto
-from .base import Bracket, Heap, RankContext, Ranker, Schedule, beats, bubble_passes, match, parallel
+from .base import (
+    Bracket,
+    Heap,
+    Limits,
+    Outcomes,
+    RankContext,
+    Ranker,
+    Schedule,
+    beats,
+    bubble_passes,
+    match,
+    parallel,
+)
 from .mohajer import Mohajer, MohajerBubble
 from .pac import PACBubble
 from .sorting import AllPairs, BubbleSort, HeapSort, QuickSort, SlidingWindow
@@ -25,7 +37,7 @@ def get_ranker(ranker: str | Ranker) -> Ranker:
 
 
 __all__ = [
-    "RANKERS", "AllPairs", "Auto", "Bracket", "BubbleSort", "Heap", "HeapSort", "Mohajer", "MohajerBubble",
-    "PACBubble", "QuickSort", "RankContext", "Ranker", "Schedule", "SlidingWindow", "beats", "bubble_passes",
-    "get_ranker", "match", "parallel",
+    "RANKERS", "AllPairs", "Auto", "Bracket", "BubbleSort", "Heap", "HeapSort", "Limits", "Mohajer",
+    "MohajerBubble", "Outcomes", "PACBubble", "QuickSort", "RankContext", "Ranker", "Schedule", "SlidingWindow",
+    "beats", "bubble_passes", "get_ranker", "match", "parallel"
 ]

@@ -6,8 +6,13 @@ pairs ``(i, j)`` whose comparisons are independent of each other), receives one 
 indices. Indices are prior ranks: candidate 0 is the first-stage (e.g. BM25) best. The engine decides how a
 round is executed (one batch, concurrent requests) and what it costs; the ranker never calls an LLM.
 
-Unknown outcomes (budget exhausted, failed call) and ties are resolved by prior rank (``beats``), so every
-ranker runs to completion and its output is "what is known, then the prior order" without special cases.
+What is sent back into the generator is an ``Outcomes`` list: the round's outcomes plus what is left of the
+two budgets (``calls_left``, ``rounds_left``) and whether a cap has refused a question (``exhausted``). A
+ranker that wants to plan or stop early reads them through ``Limits.watch``; once ``exhausted`` is set only
+cached answers arrive, and every ranker here stops scheduling and returns its best-effort order.
+
+Unknown outcomes (a cap refused the question, a failed call) and ties are resolved by prior rank (``beats``),
+so every ranker's output is "what is known, then the prior order" without special cases.
 """
 
 from __future__ import annotations
@@ -23,16 +28,15 @@ Round = list[tuple[int, int]]
 Schedule = Generator[Round, list[Outcome], Any]
 
 
-@dataclass
+@dataclass(frozen=True)
 class RankContext:
-    """What a ranker may know about one query's run.
+    """What a ranker knows about one query's reranking before its first round (never changed afterwards).
 
     Attributes:
         n: number of candidates; k: requested top-K (``top_k``; may exceed n).
         rng: the ranker's own seeded stream (e.g. quicksort pivots).
         budget: the call cap (None = unlimited); calls_per_pair: the oracle's cost of one comparison.
-        exhausted: set by the engine, before the outcomes of a round are sent, once the budget has refused a
-            comparison; from then on only cached answers arrive (everything else is unknown).
+        max_rounds: the cap on sequential rounds that send calls (None = unlimited).
     """
 
     n: int
@@ -40,12 +44,59 @@ class RankContext:
     rng: random.Random = field(default_factory=lambda: random.Random(0))
     budget: int | None = None
     calls_per_pair: int = 1
-    exhausted: bool = False
+    max_rounds: int | None = None
 
     @property
     def top(self) -> int:
         """The effective K: ``min(k, n)``."""
         return min(self.k, self.n)
+
+
+class Outcomes(list):
+    """What the engine sends back into a schedule after a round: one outcome per pair of the round (P(i beats
+    j), or None when unknown), in the round's order, plus the state of the query's two budgets.
+
+    Attributes:
+        calls_left: LLM calls still allowed (None = unlimited).
+        rounds_left: rounds that may still send calls (None = unlimited); a round answered wholly from the
+            pair cache costs no round.
+        exhausted: a cap (calls or rounds) has refused a question; from now on only cached answers arrive.
+    """
+
+    def __init__(self, values: Iterable[Outcome] = (), *, calls_left: int | None = None,
+                 rounds_left: int | None = None, exhausted: bool = False) -> None:
+        super().__init__(values)
+        self.calls_left, self.rounds_left, self.exhausted = calls_left, rounds_left, exhausted
+
+    def part(self, start: int, stop: int) -> Outcomes:
+        """The outcomes ``[start:stop]`` with the same budget state (for sub-schedules run in ``parallel``)."""
+        return Outcomes(self[start:stop], calls_left=self.calls_left, rounds_left=self.rounds_left,
+                        exhausted=self.exhausted)
+
+
+class Limits:
+    """A ranker's view of its budgets, kept up to date by ``watch`` from the ``Outcomes`` the engine sends.
+
+    Starts from ``ctx`` (nothing refused yet). Rankers read ``exhausted`` to stop scheduling, and
+    ``calls_left`` / ``rounds_left`` to plan what still fits.
+    """
+
+    def __init__(self, ctx: RankContext) -> None:
+        self.calls_left, self.rounds_left, self.exhausted = ctx.budget, ctx.max_rounds, False
+
+    def watch(self, schedule: Generator) -> Generator:
+        """Run ``schedule``, noting the budget state sent with each round before passing the outcomes on;
+        returns the schedule's value. (Outcomes sent as a plain list leave the view unchanged.)"""
+        try:
+            pairs = next(schedule)
+            while True:
+                outcomes = yield pairs
+                if isinstance(outcomes, Outcomes):
+                    self.calls_left, self.rounds_left = outcomes.calls_left, outcomes.rounds_left
+                    self.exhausted = outcomes.exhausted
+                pairs = schedule.send(outcomes)
+        except StopIteration as stop:
+            return stop.value
 
 
 class Ranker(ABC):
@@ -96,8 +147,10 @@ def parallel(schedules: Iterable[Generator]) -> Generator[Round, list[Outcome], 
             merged.extend(pairs)
         outcomes = yield merged
         for idx, start, size in spans:
+            stop = start + size
+            part = outcomes.part(start, stop) if isinstance(outcomes, Outcomes) else outcomes[start:stop]
             try:
-                pending[idx] = gens[idx].send(outcomes[start:start + size])
+                pending[idx] = gens[idx].send(part)
             except StopIteration as stop:
                 results[idx] = stop.value
                 del pending[idx]
@@ -112,18 +165,21 @@ def complete(head: Iterable[int], n: int) -> list[int]:
     return order
 
 
-def bubble_passes(arr: list[int], passes: int, skip_settled: bool = True) -> Schedule:
+def bubble_passes(arr: list[int], passes: int, limits: Limits, skip_settled: bool = True) -> Schedule:
     """BubbleSort@k on ``arr`` in place: ``passes`` bottom-up passes of adjacent comparisons (window 2);
     pass p stops at position p, so after ``passes`` passes the top ``passes`` positions are settled.
 
     With ``skip_settled`` (the llm-rankers / Setwise BubbleSort): the next pass starts just below the lowest
     swap of the previous one (pairs further down were compared and are unchanged), and a pass without swaps
     ends the sort. Without it: plain PRP-Sliding-k passes (Qin et al. 2024) from the bottom every time.
+    Stops as soon as ``limits`` (watched by the caller) says a budget is exhausted: ``arr`` stays as it is.
     """
     start = len(arr) - 2
     for p in range(passes):
         lowest_swap = None
         for j in range(start, p - 1, -1):
+            if limits.exhausted:
+                return
             if not (yield from match(arr[j], arr[j + 1])):
                 arr[j], arr[j + 1] = arr[j + 1], arr[j]
                 if lowest_swap is None:

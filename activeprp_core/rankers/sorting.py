@@ -1,8 +1,14 @@
-"""Sorting baselines for PRP: BubbleSort@k, sliding window, HeapSort, QuickSort (top-k) and all-pairs."""
+"""Sorting baselines for PRP: BubbleSort@k, sliding window, HeapSort, QuickSort (top-k) and all-pairs.
+
+Each stops scheduling once the engine reports a budget exhausted (``Limits``) and returns its best-effort order,
+so its work is bounded by what the budget can buy.
+"""
 
 from __future__ import annotations
 
-from .base import Heap, RankContext, Ranker, Schedule, beats, bubble_passes, complete, parallel
+from itertools import islice
+
+from .base import Heap, Limits, RankContext, Ranker, Schedule, beats, bubble_passes, complete, parallel
 
 
 class BubbleSort(Ranker):
@@ -14,36 +20,44 @@ class BubbleSort(Ranker):
     name = "bubblesort"
 
     def schedule(self, ctx: RankContext) -> Schedule:
-        arr = list(range(ctx.n))
-        yield from bubble_passes(arr, ctx.top)
+        arr, limits = list(range(ctx.n)), Limits(ctx)
+        yield from limits.watch(bubble_passes(arr, ctx.top, limits))
         return arr
 
 
 class SlidingWindow(Ranker):
     """PRP-Sliding-k (Qin et al., NAACL Findings 2024): K bottom-up passes of adjacent comparisons, each from
     the bottom of the list. With the pair cache on it asks the same calls as ``bubblesort`` (the repeated
-    comparisons are cache hits); with the cache off it pays for every repetition, as the original does."""
+    comparisons are cache hits); with the cache off it pays for every repetition, as the original does.
+    Exhausted budget: the current array."""
 
     name = "sliding_window"
 
     def schedule(self, ctx: RankContext) -> Schedule:
-        arr = list(range(ctx.n))
-        yield from bubble_passes(arr, ctx.top, skip_settled=False)
+        arr, limits = list(range(ctx.n)), Limits(ctx)
+        yield from limits.watch(bubble_passes(arr, ctx.top, limits, skip_settled=False))
         return arr
 
 
 class HeapSort(Ranker):
     """HeapSort top-k extraction (Qin et al. 2024): a max-heap over the prior order (heapify by parallel
     levels), then K extractions (root out, last leaf up, sift-down). Output: the extracted items, then the
-    rest in prior order (the paper's reference returned a reversed partial heap when the budget ran out)."""
+    rest in prior order (the paper's reference returned a reversed partial heap when the budget ran out).
+    Exhausted budget: the heap step under way finishes (unknowns by prior rank), then extraction stops."""
 
     name = "heapsort"
 
     def schedule(self, ctx: RankContext) -> Schedule:
+        limits = Limits(ctx)
+        return (yield from limits.watch(self._extract(ctx, limits)))
+
+    def _extract(self, ctx: RankContext, limits: Limits) -> Schedule:
         heap = Heap(list(range(ctx.n)))
         yield from heap.heapify()
         extracted = []
         for t in range(ctx.top):
+            if limits.exhausted:
+                break
             extracted.append(heap.pop_top())
             if t < ctx.top - 1:
                 yield from heap.sift_down(0)
@@ -54,15 +68,17 @@ class QuickSort(Ranker):
     """Partial QuickSort for the top-k: partition around a pivot (drawn from the seeded ranker RNG) in one
     parallel round, then recurse into the side that holds the top-k; when the better side is smaller than k,
     sort it completely and the worse side for the remaining places, both in parallel. Output: the sorted
-    top-k, then the partitions in their current order."""
+    top-k, then the partitions in their current order (also when the budget runs out: no further partition
+    is started)."""
 
     name = "quicksort"
 
     def schedule(self, ctx: RankContext) -> Schedule:
-        return (yield from self._top(list(range(ctx.n)), ctx.top, ctx))
+        limits = Limits(ctx)
+        return (yield from limits.watch(self._top(list(range(ctx.n)), ctx.top, ctx, limits)))
 
-    def _top(self, items: list[int], k: int, ctx: RankContext) -> Schedule:
-        if len(items) <= 1 or k <= 0:
+    def _top(self, items: list[int], k: int, ctx: RankContext, limits: Limits) -> Schedule:
+        if len(items) <= 1 or k <= 0 or limits.exhausted:
             return items
         pivot = items[ctx.rng.randrange(len(items))]
         others = [x for x in items if x != pivot]
@@ -70,10 +86,10 @@ class QuickSort(Ranker):
         better = [x for x, o in zip(others, outcomes) if beats(x, pivot, o)]
         worse = [x for x, o in zip(others, outcomes) if not beats(x, pivot, o)]
         if len(better) >= k:
-            better = yield from self._top(better, k, ctx)
+            better = yield from self._top(better, k, ctx, limits)
         else:
             better, worse = yield from parallel(
-                [self._top(better, len(better), ctx), self._top(worse, k - len(better) - 1, ctx)]
+                [self._top(better, len(better), ctx, limits), self._top(worse, k - len(better) - 1, ctx, limits)]
             )
         return better + [pivot] + worse
 
@@ -81,13 +97,19 @@ class QuickSort(Ranker):
 class AllPairs(Ranker):
     """PRP-Allpair (Qin et al. 2024): every unordered pair once, in one round (bidirectional oracle: both
     orders, N(N-1) calls); score = sum of P(i beats j) over opponents, 0.5 for ties and unknowns; order by
-    score, ties by prior rank. Pairs are listed best-prior first, so a cut round covers the top first."""
+    score, ties by prior rank. Pairs are listed best-prior first and the round holds only as many as the budget
+    can pay for (none with ``max_rounds=0``), so the work is O(N + B) and a cut round covers the top first."""
 
     name = "allpairs"
 
     def schedule(self, ctx: RankContext) -> Schedule:
         n = ctx.n
-        pairs = [(i, j) for j in range(1, n) for i in range(j)]
+        every = ((i, j) for j in range(1, n) for i in range(j))
+        affordable = None if ctx.budget is None else ctx.budget // ctx.calls_per_pair
+        if ctx.max_rounds == 0:
+            affordable = 0
+        # one pair past what fits, so that the engine refuses it and the result reports the cut (exhausted)
+        pairs = list(islice(every, None if affordable is None else affordable + 1))
         outcomes = yield pairs
         wins = [0.0] * n
         for (i, j), o in zip(pairs, outcomes):
