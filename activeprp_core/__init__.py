@@ -10,6 +10,7 @@ from .engine import Session, arerank, rerank
 from .oracles import (
     ORACLES,
     BidirectionalOracle,
+    BothOrders,
     Oracle,
     RandomizedDirectionOracle,
     SingleDirectionOracle,
@@ -20,8 +21,8 @@ from .simulated import SimulatedComparator
 from .types import Accounting, Candidate, Comparator, Judgment, RerankResult
 
 __all__ = [
-    "ORACLES", "RANKERS", "Accounting", "BidirectionalOracle", "Budget", "CallBudget", "Candidate", "Comparator",
-    "Judgment", "Limits", "Oracle", "Outcomes", "RandomizedDirectionOracle", "RankContext", "Ranker",
+    "ORACLES", "RANKERS", "Accounting", "BidirectionalOracle", "BothOrders", "Budget", "CallBudget", "Candidate",
+    "Comparator", "Judgment", "Limits", "Oracle", "Outcomes", "RandomizedDirectionOracle", "RankContext", "Ranker",
     "RerankResult", "Session", "SimulatedComparator", "SingleDirectionOracle", "arerank", "get_oracle",
     "get_ranker", "rerank"
 ]

@@ -45,10 +45,11 @@ class Session:
             return p in self.answers or p in planned
 
         round_left = self.max_rounds.fits(1)
-        for i, j in pairs:
+        for pair in pairs:
+            i, j = pair
             if i == j:
                 raise ValueError(f"ranker asked to compare candidate {i} with itself")
-            need = self.oracle.prompts(i, j, known, self.rng)
+            need = self.oracle.question(pair, known, self.rng)
             if not need:
                 self.cache_hits += 1
             elif round_left and self.budget.take(len(need)):

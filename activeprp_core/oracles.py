@@ -5,6 +5,10 @@ the answers it reads live in the per-query session (the pair cache), keyed by or
 of candidate indices. An outcome is P(i beats j): 1.0 / 0.0 for a clear answer, 0.5 for an explicit tie,
 a soft value when the comparator returns probabilities, ``None`` when unknown (refused by the budget, or the
 call failed). Rankers resolve 0.5 and ``None`` by prior rank (see ``rankers.base.beats``).
+
+A ranker may also ask a ``BothOrders`` question: the same pair in both slot orders whatever the oracle, e.g. to
+re-check, with the randomized oracle, a match that decides the top-K (only the order not yet answered costs a
+call). Every oracle reads a pair whose two orders are both answered by the bidirectional rule.
 """
 
 from __future__ import annotations
@@ -17,6 +21,22 @@ from .registry import resolve
 
 Prompt = tuple[int, int]
 Known = Callable[[Prompt], bool]
+
+
+class BothOrders(tuple):
+    """A pair question ``(i, j)`` to be asked in both slot orders, LLM(i, j) and LLM(j, i), whatever the oracle.
+
+    It is the tuple ``(i, j)`` (rankers yield it in a round like a plain pair, and the outcome sent back is
+    P(i beats j) as usual); the engine asks only the orders the pair cache lacks, one call each, so with the
+    bidirectional oracle it costs nothing more, and with the randomized or single oracle it costs the other
+    slot order of a pair asked before. The answers are read by the bidirectional rule (see ``Oracle.outcome``).
+    Source: the bidirectional PRP oracle (Qin et al. 2024), asked only where a ranker chooses to.
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, i: int, j: int) -> BothOrders:
+        return super().__new__(cls, (i, j))
 
 
 class Oracle(ABC):
@@ -33,15 +53,37 @@ class Oracle(ABC):
     def outcome(self, i: int, j: int, answers: Mapping[Prompt, float | None]) -> float | None:
         """P(i beats j) from the recorded answers, or None when unknown."""
 
+    def question(self, pair: tuple[int, int], known: Known, rng: random.Random) -> list[Prompt]:
+        """The ordered prompts still to be asked for one question of a round: ``prompts(i, j, ...)`` for a plain
+        pair, the slot orders not yet ``known`` for a ``BothOrders`` pair."""
+        i, j = pair
+        if isinstance(pair, BothOrders):
+            return [p for p in ((i, j), (j, i)) if not known(p)]
+        return self.prompts(i, j, known, rng)
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
 
 
-def _one_direction(i: int, j: int, answers: Mapping[Prompt, float | None]) -> float | None:
-    if (i, j) in answers:
-        return answers[(i, j)]
-    p = answers.get((j, i))
-    return None if p is None else 1.0 - p
+def _both_orders(p1: float, p2: float) -> float:
+    """P(i beats j) from LLM(i, j) = ``p1`` and LLM(j, i) = ``p2`` (each P(first slot preferred)): i wins iff
+    both prefer i; inconsistent answers or an exact 0.5 are a tie, 0.5 (the bidirectional rule)."""
+    if p1 > 0.5 and p2 < 0.5:
+        return 1.0
+    if p1 < 0.5 and p2 > 0.5:
+        return 0.0
+    return 0.5
+
+
+def _either_order(i: int, j: int, answers: Mapping[Prompt, float | None]) -> float | None:
+    """P(i beats j) from what is recorded: both slot orders by the bidirectional rule (after a ``BothOrders``
+    question), else the one answered order mapped back to "i beats j"; None when nothing usable is known."""
+    p1, p2 = answers.get((i, j)), answers.get((j, i))
+    if p1 is not None and p2 is not None:
+        return _both_orders(p1, p2)
+    if p1 is not None:
+        return p1
+    return None if p2 is None else 1.0 - p2
 
 
 class SingleDirectionOracle(Oracle):
@@ -55,7 +97,7 @@ class SingleDirectionOracle(Oracle):
         return [] if known((i, j)) or known((j, i)) else [(i, j)]
 
     def outcome(self, i, j, answers):
-        return _one_direction(i, j, answers)
+        return _either_order(i, j, answers)
 
 
 class RandomizedDirectionOracle(Oracle):
@@ -72,7 +114,7 @@ class RandomizedDirectionOracle(Oracle):
         return [(i, j)] if rng.random() < 0.5 else [(j, i)]
 
     def outcome(self, i, j, answers):
-        return _one_direction(i, j, answers)
+        return _either_order(i, j, answers)
 
 
 class BidirectionalOracle(Oracle):
@@ -89,13 +131,7 @@ class BidirectionalOracle(Oracle):
 
     def outcome(self, i, j, answers):
         p1, p2 = answers.get((i, j)), answers.get((j, i))
-        if p1 is None or p2 is None:
-            return None
-        if p1 > 0.5 and p2 < 0.5:
-            return 1.0
-        if p1 < 0.5 and p2 > 0.5:
-            return 0.0
-        return 0.5
+        return None if p1 is None or p2 is None else _both_orders(p1, p2)
 
 
 ORACLES: dict[str, type[Oracle]] = {

@@ -8,6 +8,7 @@ import pytest
 
 from activeprp_core import (
     BidirectionalOracle,
+    BothOrders,
     Candidate,
     Judgment,
     RandomizedDirectionOracle,
@@ -76,6 +77,27 @@ def test_bidirectional_tie_is_explicit_and_counted():
     script = Script([[(0, 1)]])
     rerank("q", cands(2), ranker=script, oracle="bidirectional", comparator=consistent, budget=None)
     assert script.seen[0] == [0.0]
+
+
+@pytest.mark.parametrize("oracle", ["single", "randomized"])
+def test_both_orders_question_asks_only_the_missing_slot_order(oracle):
+    # d1 is preferred whichever slot it is in; d2 vs d3: the judge prefers the first slot (an order effect)
+    table = {("d0", "d1"): 0.0, ("d1", "d0"): 1.0, ("d2", "d3"): 1.0, ("d3", "d2"): 1.0}
+    comp = FixedAnswers(table)
+    script = Script([[(0, 1), (2, 3)], [BothOrders(0, 1), BothOrders(2, 3)], [(0, 1), (3, 2)]])
+    res = rerank("q", cands(4), ranker=script, oracle=oracle, comparator=comp, budget=None)
+    assert res.calls == 4 and len(set(comp.calls)) == 4  # the second round asks the other order only
+    assert script.seen[1] == [0.0, 0.5]  # read by the bidirectional rule: inconsistent answers are a tie
+    assert script.seen[2] == [0.0, 0.5] and res.ties == 1 and res.rounds == 2
+
+
+def test_both_orders_question_costs_nothing_more_with_the_bidirectional_oracle():
+    script = Script([[(0, 1)], [BothOrders(1, 0)]])
+    res = rerank("q", cands(2), ranker=script, oracle="bidirectional", comparator=FixedAnswers({}), budget=None)
+    assert res.calls == 2 and res.rounds == 1 and script.seen[1] == [0.5]
+    budgeted = Script([[BothOrders(0, 1), (2, 3)]])
+    res = rerank("q", cands(4), ranker=budgeted, oracle="randomized", comparator=FixedAnswers({}), budget=1)
+    assert res.calls == 1 and res.exhausted and budgeted.seen[0][0] is None  # never half-asked
 
 
 def test_ties_and_unknowns_go_to_the_better_prior_rank():
