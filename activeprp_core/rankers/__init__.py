@@ -19,11 +19,13 @@ from .base import (
 )
 from .mohajer import Mohajer, MohajerBubble
 from .pac import PACBubble
+from .parallel import ParallelMohajer
 from .sorting import AllPairs, BubbleSort, HeapSort, QuickSort, SlidingWindow
 
 RANKERS: dict[str, type[Ranker]] = {
     cls.name: cls
-    for cls in (Mohajer, MohajerBubble, PACBubble, BubbleSort, HeapSort, QuickSort, AllPairs, SlidingWindow, Auto)
+    for cls in (Mohajer, MohajerBubble, ParallelMohajer, PACBubble, BubbleSort, HeapSort, QuickSort, AllPairs,
+                SlidingWindow, Auto)
 }
 
 
@@ -38,6 +40,6 @@ def get_ranker(ranker: str | Ranker) -> Ranker:
 
 __all__ = [
     "RANKERS", "AllPairs", "Auto", "Bracket", "BubbleSort", "Heap", "HeapSort", "Limits", "Mohajer",
-    "MohajerBubble", "Outcomes", "PACBubble", "QuickSort", "RankContext", "Ranker", "Schedule", "SlidingWindow",
-    "beats", "bubble_passes", "get_ranker", "match", "parallel"
+    "MohajerBubble", "Outcomes", "PACBubble", "ParallelMohajer", "QuickSort", "RankContext", "Ranker", "Schedule",
+    "SlidingWindow", "beats", "bubble_passes", "get_ranker", "match", "parallel"
 ]

@@ -211,9 +211,20 @@ class Bracket:
         b = below[2 * t + 1] if 2 * t + 1 < len(below) else None
         return a, b
 
-    def play(self) -> Schedule:
-        """Play every match, one round per level (all matches of a level are independent)."""
-        for level in range(1, len(self.levels)):
+    @property
+    def depth(self) -> int:
+        """Rounds a full ``play`` takes: ceil(log2 Q) for Q members."""
+        return len(self.levels) - 1
+
+    def matches(self, levels: int | None = None) -> int:
+        """Matches a ``play`` of ``levels`` levels (all when None) will ask, byes excluded."""
+        sizes = [len(level) for level in self.levels[:(self.depth if levels is None else levels)]]
+        return sum(size // 2 for size in sizes)
+
+    def play(self, levels: int | None = None) -> Schedule:
+        """Play every match, one round per level (all matches of a level are independent); with ``levels``,
+        only the first ``levels`` levels (``self.levels[levels]`` then holds the survivors)."""
+        for level in range(1, 1 + (self.depth if levels is None else min(levels, self.depth))):
             games, here = [], self.levels[level]
             for t in range(len(here)):
                 a, b = self._slot(level, t)
@@ -225,6 +236,16 @@ class Bracket:
             for (t, a, b), outcome in zip(games, outcomes):
                 here[t] = a if beats(a, b, outcome) else b
         return self.champion
+
+    def eliminated(self) -> dict[int, tuple[int, int]]:
+        """``{loser: (winner, level)}`` for every match played so far (byes are no matches)."""
+        out = {}
+        for level in range(1, len(self.levels)):
+            for t, winner in enumerate(self.levels[level]):
+                a, b = self._slot(level, t)
+                if winner is not None and a is not None and b is not None:
+                    out[b if winner == a else a] = (winner, level)
+        return out
 
     def remove(self, member: int) -> Schedule:
         """Take ``member`` out and replay only the matches on its path to the root (<= ceil(log2 Q) matches,

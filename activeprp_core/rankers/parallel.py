@@ -1,0 +1,277 @@
+"""Parallel Mohajer: Mohajer's group tournaments with every group's next member selected in the same rounds and
+merged by round-robin and placement rounds instead of a sequential heap, planned to the rounds and calls left
+(sources in the class docstring)."""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Iterable
+
+from ..oracles import BothOrders
+from .base import Bracket, Limits, Outcome, RankContext, Ranker, Schedule, beats, complete, parallel
+
+
+class Evidence:
+    """The outcomes a ranker has seen, per unordered pair: ``outcomes[(a, b)]`` = P(a beats b) for a < b (None
+    when refused or failed); ``both`` holds the pairs answered in both slot orders. ``wins`` reads the outcomes
+    like ``beats``: unknowns and ties go to the better prior rank."""
+
+    def __init__(self) -> None:
+        self.outcomes: dict[tuple[int, int], Outcome] = {}
+        self.both: set[tuple[int, int]] = set()
+
+    def note(self, pair: tuple[int, int], outcome: Outcome) -> None:
+        a, b = pair
+        key = (min(a, b), max(a, b))
+        self.outcomes[key] = outcome if a < b or outcome is None else 1.0 - outcome
+        if isinstance(pair, BothOrders) and outcome is not None:
+            self.both.add(key)
+
+    def known(self, a: int, b: int) -> bool:
+        return self.outcomes.get((min(a, b), max(a, b))) is not None
+
+    def wins(self, a: int, b: int) -> bool:
+        """Whether a beats b on the evidence."""
+        if a < b:
+            return beats(a, b, self.outcomes.get((a, b)))
+        return not beats(b, a, self.outcomes.get((b, a)))
+
+    def record(self, schedule: Generator, questions=list) -> Schedule:
+        """Run ``schedule``, asking each of its rounds as ``questions(pairs)`` (the same pairs, some possibly as
+        ``BothOrders``) and noting every outcome; returns the schedule's value."""
+        try:
+            pairs = next(schedule)
+            while True:
+                asked = questions(pairs)
+                outcomes = yield asked
+                for pair, o in zip(asked, outcomes):
+                    self.note(pair, o)
+                pairs = schedule.send(outcomes)
+        except StopIteration as stop:
+            return stop.value
+
+
+def copeland(items: Iterable[int], evidence: Evidence) -> list[int]:
+    """``items`` by wins over the other items on the evidence (pairs never asked count for the better prior
+    rank, as unknowns do everywhere), ties by prior rank."""
+    items = list(items)
+    wins = {x: sum(evidence.wins(x, y) for y in items if y != x) for x in items}
+    return sorted(items, key=lambda x: (-wins[x], x))
+
+
+class ParallelMohajer(Ranker):
+    """Top-K in few rounds: Mohajer's group tournaments, every group's next member selected in the same rounds,
+    merged by a round-robin and placement rounds instead of a sequential heap.
+
+    1. K groups strided by prior rank, a single-elimination bracket per group, all groups' levels in parallel
+       rounds (Mohajer, Suh, Elmahdy, ICML 2017; Active Learners as Efficient PRP Rerankers, sec. 4): N - K
+       matches in ceil(log2(N/K)) rounds.
+    2. The K champions are ranked by one round-robin round (Copeland: wins, ties by prior rank). In the same
+       rounds each group selects its runner-up by a bracket over the players its champion beat directly (the
+       second best of a knockout lost to the winner: "tournament selection", Knuth, TAOCP vol. 3, sec. 5.3.3).
+    3. Placement: each new member is compared, in one round, with the ranked items between its group's previous
+       member and position K (it cannot rank above that member); its place is after the ones that beat it; new
+       members landing in the same gap are compared in one more round. Groups whose new member made the top-K
+       select their next member (a bracket over the players eliminated by the group's selected members) and are
+       placed the same way, until no group's newest member is in the top-K: with a consistent comparator, the
+       exact top-K in order, as Mohajer's heap pops give it. N=100, K=10: ~8 rounds and ~230 calls (randomized)
+       where Mohajer takes ~53 rounds and ~156 calls (``benchmarks/results/latency_dl1920``).
+    4. With a one-call oracle (randomized, single), calls the plan will not need buy the other slot order of a
+       pair (a ``BothOrders`` question, read by the bidirectional rule): a round upgrades its first pairs with the
+       calls left after its own, the rest of the plan's and the upgrades reserved for the steps that decide the
+       top-K more directly (the merge first, then bracket levels from the final down). Calls still left once the
+       top-K is settled confirm, in both orders, the pairs that involve a top-K item (best ranks first, a third of
+       the calls left per round), and the selection is re-decided over the evidence (new pairs in both orders);
+       a re-decision that a cap cuts short is not adopted. So quality grows with the budget towards the
+       bidirectional oracle's (Qin et al. 2024) where that is better, as in the calibrated simulator.
+
+    Planning with ``Outcomes.rounds_left``/``calls_left``: when fewer rounds are left than a step needs, a group's
+    candidates are cut to the 2^r most promising (eliminated latest) so that the step still ends with a
+    placement; with one round left after the brackets the round-robin takes each group's bracket finalist too;
+    when even the brackets cannot finish, the survivors of the levels played (with none played: all candidates)
+    are ranked by one round-robin, pairs of the best prior ranks first, cut to the budget. Every round lists its
+    pairs best first, so a cut budget refuses the least useful ones.
+
+    Output: a permutation of ``range(N)``: the ranked selected items, then the rest in prior order (also when a
+    cap stops it early). Asks nothing for N = 0.
+    """
+
+    name = "parallel_mohajer"
+
+    def schedule(self, ctx: RankContext) -> Schedule:
+        limits = Limits(ctx)
+        return (yield from limits.watch(self._rank(ctx, limits)))
+
+    def _rank(self, ctx: RankContext, limits: Limits) -> Schedule:
+        ev = Evidence()
+        run = _Run(ctx, limits, ev)
+        order = yield from run.select()
+        if ctx.calls_per_pair > 1:  # every answer already has both slot orders
+            return order
+        while not limits.exhausted and limits.rounds_left != 0:
+            todo = run.decisive(order)
+            if not todo:
+                break
+            if limits.calls_left is not None:  # two calls per confirmed pair stay for the re-decision
+                todo = todo[: max(1, limits.calls_left // 3)]
+            yield from ev.record(_one_round([BothOrders(a, b) for a, b in todo]))
+            rerun = _Run(ctx, limits, ev, new_pairs_both=True)
+            again = yield from rerun.select()
+            if limits.exhausted:  # a re-decision the caps cut short is not adopted
+                break
+            order, run = again, rerun
+        return order
+
+
+def _one_round(pairs: list[tuple[int, int]]) -> Schedule:
+    return (yield pairs)
+
+
+class _Run:
+    """One pass of ``ParallelMohajer`` over a query (the ranker object itself stays stateless). Every round goes
+    through ``questions``, which chooses the slot orders, counts the pass's rounds and (via ``Evidence.record``)
+    notes the outcomes."""
+
+    def __init__(self, ctx: RankContext, limits: Limits, ev: Evidence, new_pairs_both: bool = False) -> None:
+        self.n, self.k, self.cost, self.limits, self.ev = ctx.n, ctx.top, ctx.calls_per_pair, limits, ev
+        self.left = ctx.max_rounds  # rounds this pass plans with (a re-run plans as the first pass did)
+        self.new_pairs_both = new_pairs_both
+        self.eliminated: dict[int, tuple[int, int]] = {}
+        self.planned = 0  # pairs the plan still expects to ask (an estimate)
+        self.reserved: list[int] = []  # per bracket round: upgrades kept for the merge and the higher levels
+
+    def questions(self, pairs: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        """A round's pairs as asked: the first ones as ``BothOrders`` while spare calls last (see step 4 of
+        ``ParallelMohajer``); on a re-run, every pair never asked before."""
+        if self.left is not None:
+            self.left -= 1
+        ev, limits = self.ev, self.limits
+        fresh = [not ev.known(a, b) for a, b in pairs]
+        self.planned -= sum(fresh)
+        reserved = self.reserved.pop(0) if self.reserved else 0
+        if self.cost > 1:
+            return list(pairs)
+        future = 0 if limits.rounds_left == 1 else max(0, self.planned)
+        spare = None if limits.calls_left is None else limits.calls_left - sum(fresh) - future - min(future, reserved)
+        out = []
+        for (a, b), new in zip(pairs, fresh):
+            upgrade = (min(a, b), max(a, b)) not in ev.both and (
+                self.new_pairs_both and new or spare is None or spare > 0)
+            if upgrade and spare is not None:
+                spare -= 1
+            out.append(BothOrders(a, b) if upgrade else (a, b))
+        return out
+
+    def rounds_after(self, reserved: int) -> int | None:
+        """Rounds a step may use when ``reserved`` rounds must follow it (None = unlimited)."""
+        return None if self.left is None else self.left - reserved
+
+    def ask(self, pairs: list[tuple[int, int]]) -> Schedule:
+        """One round of the ``pairs`` (best first) not known yet, cut to what the calls left pay for plus one
+        more (so that the engine refuses it and the result reports the cut); nothing once a cap has refused."""
+        pairs = [p for p in pairs if not self.ev.known(*p)]
+        if self.limits.calls_left is not None:
+            pairs = pairs[: self.limits.calls_left // self.cost + 1]
+        if pairs and not self.limits.exhausted:
+            yield pairs
+
+    def select(self) -> Schedule:
+        """The whole selection; returns the order (a permutation of ``range(n)``)."""
+        return (yield from self.ev.record(self._select(), self.questions))
+
+    def decisive(self, order: list[int]) -> list[tuple[int, int]]:
+        """Pairs answered in one slot order only that involve a top-K item of ``order``, best ranks first."""
+        rank = {x: r for r, x in enumerate(order)}
+        pairs = [p for p, o in self.ev.outcomes.items()
+                 if o is not None and p not in self.ev.both and min(rank[p[0]], rank[p[1]]) < self.k]
+        return sorted(pairs, key=lambda p: sorted((rank[p[0]], rank[p[1]])))
+
+    def _select(self) -> Schedule:
+        n, k, ev, limits = self.n, self.k, self.ev, self.limits
+        if n == 0:
+            return []
+        brackets = [Bracket(list(range(g, n, k))) for g in range(k)]
+        depth = max(b.depth for b in brackets)
+        rounds = self.rounds_after(1)
+        levels = depth if rounds is None else max(0, min(depth, rounds))
+        per_level = [sum(b.matches(level + 1) - b.matches(level) for b in brackets) for level in range(levels)]
+        # the merge: round-robin and runner-ups' placement (k(k-1)/2 each at most), runner-ups' brackets
+        merge = k * (k - 1) + k * (depth - 1) if levels == depth else 0
+        self.planned = sum(per_level) + merge
+        self.reserved = [merge + sum(per_level[level + 1:]) for level in range(levels)]
+        yield from parallel(b.play(levels) for b in brackets)
+        for b in brackets:
+            self.eliminated.update(b.eliminated())
+        survivors = sorted(x for b in brackets for x in b.levels[levels] if x is not None)
+        if limits.exhausted:  # only survivors whose every match was answered carry evidence
+            return complete(self.proven(survivors), n)
+        if levels < depth:  # the brackets cannot finish: one round-robin over what survives
+            yield from self.round_robin(survivors)
+            return complete(copeland(survivors, ev), n)
+        champions = [b.champion for b in brackets]
+        selected = [[c] for c in champions]
+        left = self.rounds_after(1)
+        if left == 0:  # one round left: the round-robin takes each group's bracket finalist too
+            contenders = champions + [x for s in selected for x in self.candidates(s)[:1]]
+            yield from self.round_robin(sorted(contenders))
+            return complete(copeland(contenders, ev), n)
+        # the champions' round-robin and, in the same rounds, every group's runner-up
+        found = yield from parallel([self.round_robin(sorted(champions))]
+                                    + [self.next_member(s, left) for s in selected])
+        ranked = copeland(champions, ev)
+        new = {g: x for g, x in enumerate(found[1:]) if x is not None}
+        while new:
+            ranked = yield from self.place(ranked, new, selected)
+            for g, x in new.items():
+                selected[g].append(x)
+            refill = [g for g in new if ranked.index(new[g]) < k]
+            left = self.rounds_after(1)
+            if not refill or limits.exhausted or (left is not None and left < 0):
+                break
+            picks = yield from parallel(self.next_member(selected[g], left) for g in refill)
+            new = {g: x for g, x in zip(refill, picks) if x is not None}
+        return complete(ranked, n)
+
+    def proven(self, survivors: list[int]) -> list[int]:
+        """The ``survivors`` that won at least one match and had every match answered, in prior order."""
+        played: dict[int, list[int]] = {}
+        for loser, (winner, _) in self.eliminated.items():
+            played.setdefault(winner, []).append(loser)
+        return [x for x in survivors if played.get(x) and all(self.ev.known(x, y) for y in played[x])]
+
+    def candidates(self, members: list[int]) -> list[int]:
+        """A group's possible next members: players eliminated in its bracket by one of its selected
+        ``members``, most promising (eliminated at a later level) first, then by prior rank."""
+        chosen = set(members)
+        cands = [x for x, (winner, _) in self.eliminated.items() if winner in chosen and x not in chosen]
+        return sorted(cands, key=lambda x: (-self.eliminated[x][1], x))
+
+    def next_member(self, members: list[int], rounds: int | None) -> Schedule:
+        """A group's next member: a bracket over its candidates, cut to 2^rounds of them to fit ``rounds``."""
+        cands = self.candidates(members)
+        if rounds is not None:
+            cands = cands[: 2 ** max(rounds, 0)]
+        if not cands:
+            return None
+        return (yield from Bracket(cands).play())
+
+    def round_robin(self, items: list[int]) -> Schedule:
+        """One round of every pair of ``items`` (sorted), best prior ranks first, cut to the budget."""
+        yield from self.ask(sorted(((a, b) for i, b in enumerate(items) for a in items[:i]),
+                                   key=lambda p: (p[1], p[0])))
+
+    def place(self, ranked: list[int], new: dict[int, int], selected: list[list[int]]) -> Schedule:
+        """Place each group's ``new`` member into ``ranked``: one round against the ranked items between its
+        group's previous member and position K, then (rounds permitting) one round among new members that land
+        in the same gap. Returns the merged ranking."""
+        ev, k = self.ev, self.k
+        where = {x: r for r, x in enumerate(ranked)}
+        after = {x: where[selected[g][-1]] + 1 for g, x in new.items()}
+        windows = {x: ranked[after[x]:k] for x in sorted(new.values(), key=after.get)}
+        yield from self.ask([(x, y) for x, window in windows.items() for y in window])
+        slot = {x: after[x] + sum(ev.wins(y, x) for y in window) for x, window in windows.items()}
+        if self.left is None or self.left >= 1:
+            yield from self.ask([(a, b) for a in slot for b in slot if a < b and slot[a] == slot[b] < k])
+        key = {x: (2 * r + 1, 0) for r, x in enumerate(ranked)}
+        for x, s in slot.items():
+            key[x] = (2 * s, -sum(ev.wins(x, y) for y in slot if y != x and slot[y] == s))
+        return sorted(key, key=lambda x: (key[x], x))
