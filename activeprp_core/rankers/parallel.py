@@ -194,8 +194,9 @@ class _Run:
         rounds = self.rounds_after(1)
         levels = depth if rounds is None else max(0, min(depth, rounds))
         per_level = [sum(b.matches(level + 1) - b.matches(level) for b in brackets) for level in range(levels)]
-        # the merge: round-robin and runner-ups' placement (k(k-1)/2 each at most), runner-ups' brackets
-        merge = k * (k - 1) + k * (depth - 1) if levels == depth else 0
+        # the merge: round-robin and runner-ups' placement (k(k-1)/2 each at most), runner-ups' brackets; a last
+        # round-robin (too few rounds for a merge) takes what the brackets leave
+        merge = k * (k - 1) + k * (depth - 1) if rounds is None or rounds > depth else 0
         self.planned = sum(per_level) + merge
         self.reserved = [merge + sum(per_level[level + 1:]) for level in range(levels)]
         yield from parallel(b.play(levels) for b in brackets)
@@ -205,15 +206,13 @@ class _Run:
         if limits.exhausted:  # only survivors whose every match was answered carry evidence
             return complete(self.proven(survivors), n)
         if levels < depth:  # the brackets cannot finish: one round-robin over what survives
-            yield from self.round_robin(survivors)
-            return complete(copeland(survivors, ev), n)
+            return complete((yield from self.last_round_robin(survivors)), n)
         champions = [b.champion for b in brackets]
         selected = [[c] for c in champions]
         left = self.rounds_after(1)
         if left == 0:  # one round left: the round-robin takes each group's bracket finalist too
-            contenders = champions + [x for s in selected for x in self.candidates(s)[:1]]
-            yield from self.round_robin(sorted(contenders))
-            return complete(copeland(contenders, ev), n)
+            finalists = [x for s in selected for x in self.candidates(s)[:1]]
+            return complete((yield from self.last_round_robin(sorted(champions) + sorted(finalists))), n)
         # the champions' round-robin and, in the same rounds, every group's runner-up
         found = yield from parallel([self.round_robin(sorted(champions))]
                                     + [self.next_member(s, left) for s in selected])
@@ -258,6 +257,18 @@ class _Run:
         """One round of every pair of ``items`` (sorted), best prior ranks first, cut to the budget."""
         yield from self.ask(sorted(((a, b) for i, b in enumerate(items) for a in items[:i]),
                                    key=lambda p: (p[1], p[0])))
+
+    def last_round_robin(self, contenders: list[int]) -> Schedule:
+        """The last round: a round-robin over the longest prefix of ``contenders`` (best first) whose pairs the
+        calls left pay for in full; returns that prefix by Copeland, then the other contenders as given."""
+        m = len(contenders)
+        if self.limits.calls_left is not None:
+            def cost(m):
+                return sum(not self.ev.known(a, b) for i, b in enumerate(contenders[:m]) for a in contenders[:i])
+            while m > 2 and cost(m) > self.limits.calls_left // self.cost:
+                m -= 1
+        yield from self.round_robin(sorted(contenders[:m]))
+        return copeland(contenders[:m], self.ev) + contenders[m:]
 
     def place(self, ranked: list[int], new: dict[int, int], selected: list[list[int]]) -> Schedule:
         """Place each group's ``new`` member into ``ranked``: one round against the ranked items between its
