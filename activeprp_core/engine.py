@@ -15,6 +15,7 @@ from typing import Any
 from .budget import Budget, check_count
 from .oracles import Oracle, Prompt, get_oracle
 from .rankers import Outcomes, RankContext, Ranker, get_ranker
+from .rankers.auto import choose
 from .types import Candidate, Judgment, RerankResult, to_judgments
 
 
@@ -113,12 +114,13 @@ class _Job:
         if not callable(getattr(comparator, "compare", None)):
             raise TypeError("comparator must have a compare(query, pairs) method")
         self.query, self.candidates, self.comparator = query, list(candidates), comparator
+        calls, rounds = Budget(budget, "budget"), Budget(max_rounds, "max_rounds")
+        ranker, oracle = choose(len(self.candidates), top_k, calls.limit, rounds.limit, ranker, oracle)  # "auto"
         self.ranker: Ranker = get_ranker(ranker)
         self.oracle: Oracle = get_oracle(oracle)
         self.top_k = top_k
         streams = random.Random(seed)
         oracle_rng, ranker_rng = random.Random(streams.getrandbits(64)), random.Random(streams.getrandbits(64))
-        calls, rounds = Budget(budget, "budget"), Budget(max_rounds, "max_rounds")
         self.session = Session(self.oracle, calls, oracle_rng, cache, rounds)
         ctx = RankContext(len(self.candidates), top_k, ranker_rng, calls.limit, self.oracle.calls_per_pair,
                           rounds.limit)
@@ -185,10 +187,12 @@ def rerank(
     Args:
         query: the query text.
         candidates: N ``Candidate`` objects in prior (first-stage) order, best first; never mutated.
-        ranker: a name (``mohajer``, ``mohajer_bubble``, ``pac_bubble``, ``bubblesort``, ``heapsort``,
-            ``quicksort``, ``allpairs``, ``sliding_window``, ``auto``) or a ``Ranker`` instance.
-        oracle: ``randomized`` (1 call per pair, random slot order), ``bidirectional`` (2 calls per pair) or
-            ``single`` (1 call, fixed order), or an ``Oracle`` instance (paper section 3).
+        ranker: a name (``mohajer``, ``mohajer_bubble``, ``parallel_mohajer``, ``pac_bubble``, ``bubblesort``,
+            ``heapsort``, ``quicksort``, ``allpairs``, ``sliding_window``, ``auto``) or a ``Ranker`` instance.
+        oracle: ``randomized`` (1 call per pair, random slot order), ``bidirectional`` (2 calls per pair),
+            ``single`` (1 call, fixed order) or ``auto``, or an ``Oracle`` instance (paper section 3). ``auto``
+            (ranker and/or oracle) is resolved from measured data for (N, top_k, budget, max_rounds)
+            (``activeprp_core.rankers.auto.choose``); ``RerankResult.ranker``/``oracle`` name the choice.
         comparator: any object with ``compare(query, pairs) -> list[float | None]`` (see ``Comparator``).
         budget: the most LLM calls this query may use (int >= 0), or None for unlimited.
         top_k: K, the length of the reranked prefix (``min(top_k, N)`` when N < K).

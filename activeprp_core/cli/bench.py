@@ -7,6 +7,9 @@ Examples (from the repository root, data in ``../shared/data``)::
     activeprp bench calibrate --out benchmarks/results/calibration
     activeprp bench overhead --out benchmarks/results/overhead
     activeprp bench flip --comparator bundled --mode ab --collections dl19 --queries 10 --depth 30
+    activeprp bench grid --max-rounds none 10 --rankers parallel_mohajer mohajer --out /tmp/latency
+    activeprp bench walltime --rankers auto --oracles auto --budgets 50 --max-rounds 6 --depth 20 --top-k 3
+    activeprp bench auto-table --from-csv benchmarks/results/latency_*/rows.csv.gz
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ def _comparator_for(args, out: Path):
 
     if args.comparator == "simulated":
         params = _sim_params(args.sim_params)
-        return lambda c: simulator_factory(c, params)
+        return lambda c: simulator_factory(c, params, args.judge_seed)
     from ..evaluation.cache import CachedComparator, identity
 
     if args.comparator == "bundled":
@@ -59,17 +62,21 @@ def _comparator_for(args, out: Path):
     return lambda c: (lambda qid: cached)
 
 
-def _report(rows, out: Path, seed: int, paper: bool, paired: list[str]) -> str:
+def _report(rows, out: Path, seed: int, paper: bool, paired: list[str], top_k: int = 10) -> str:
     import numpy as np
 
-    from ..evaluation.report import Summary, markdown_table, paired_table, plot
+    from ..evaluation.report import Summary, markdown_table, paired_table, pareto_plot, pareto_table, plot
 
     summary = Summary(rows, np.random.default_rng(seed))
-    parts = ["## nDCG@10 (%), mean ±95% bootstrap CI half-width over seeds" +
+    metric = f"nDCG@{top_k}"
+    parts = [f"## {metric} (%), mean ±95% bootstrap CI half-width over seeds" +
              (" (paper Table 1 in brackets)" if paper else ""), markdown_table(summary, "ndcg", paper),
              "## LLM calls per query", markdown_table(summary, "calls"),
-             "## Sequential rounds per query", markdown_table(summary, "rounds")]
-    rankers = {r for r, _, _ in summary.keys}
+             "## Sequential rounds per query", markdown_table(summary, "rounds"),
+             "## Wall time per query (s) at 0.5 s per call, 16 calls in flight (modelled from each round's calls)",
+             markdown_table(summary, "wall"),
+             f"## Pareto front (mean calls, mean rounds, {metric}) over all cells", pareto_table(summary)]
+    rankers = {r for r, *_ in summary.keys}
     for spec in paired:
         a, b = spec.split(":")
         if {a, b} <= rankers:
@@ -79,6 +86,7 @@ def _report(rows, out: Path, seed: int, paper: bool, paired: list[str]) -> str:
     (out / "tables.md").write_text(text)
     plot(summary, out / "ndcg_vs_budget.png", "budget")
     plot(summary, out / "ndcg_vs_rounds.png", "rounds")
+    pareto_plot(summary, out / "pareto.png")
     return text
 
 
@@ -94,16 +102,18 @@ def _grid(args) -> int:
         budgets = args.budgets
         if args.scale_budgets:
             n = min(len(c.candidates[q]) for c in colls for q in c.qids)
-            budgets = sorted({max(1, round(b * n / 100)) for b in budgets})
+            budgets = [None if b is None else max(1, round(b * n / 100)) for b in dict.fromkeys(budgets)]
         seeds = {"bidirectional": [0], "single": [0], "randomized": list(range(args.seeds))}
         rows = run_grid(colls, _comparator_for(args, out), args.rankers, args.oracles, budgets, seeds,
-                        args.top_k, progress=not args.no_progress)
+                        args.top_k, progress=not args.no_progress, max_rounds=args.max_rounds)
         write_csv(rows, out / "rows.csv.gz")
         (out / "config.json").write_text(json.dumps({"argv": sys.argv[1:], "budgets": budgets, **{
             k: v for k, v in vars(args).items() if k != "func"}}, indent=1, default=str))
     baseline = _baseline(args) if not args.from_csv else ""
-    paper = not (args.no_paper or args.scale_budgets)  # the paper's columns are budgets at N = 100
-    print(baseline + _report(rows, out, args.bootstrap_seed, paper, args.paired))
+    caps = {r.max_rounds for r in rows}
+    paper = not (args.no_paper or args.scale_budgets) and caps == {-1}  # the paper's columns: N = 100, no cap
+    top_k = rows[0].top_k if rows else args.top_k
+    print(baseline + _report(rows, out, args.bootstrap_seed, paper, args.paired, top_k))
     return 0
 
 
@@ -175,6 +185,60 @@ def _overhead(args) -> int:
     return 0
 
 
+def _walltime(args) -> int:
+    from ..evaluation.grid import make_ranker, simulator_factory
+    from ..evaluation.overhead import SleepingComparator, measured_wall_time
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    params = _sim_params(args.sim_params)
+    lines = [f"Sleeping comparator: {args.latency} s per call, {args.in_flight} calls in flight (arerank); modelled "
+             "= sum over rounds of ceil(calls / in_flight) x latency.", "",
+             "| collection | qid | N | K | ranker | oracle | budget | max_rounds | rounds | calls | measured s "
+             "| modelled s |", "|---|---|---:|---:|---|---|---:|---:|---:|---:|---:|---:|"]
+    for coll in _collections(args):
+        judge_for = simulator_factory(coll, params, args.judge_seed)
+        for qid in coll.qids:
+            for ranker in args.rankers:
+                for oracle in args.oracles:
+                    for budget in args.budgets:
+                        for cap in args.max_rounds:
+                            judge = SleepingComparator(judge_for(qid), args.latency, args.in_flight)
+                            t = measured_wall_time(coll.queries[qid], coll.candidates[qid], judge,
+                                                   ranker=make_ranker(ranker), oracle=oracle, budget=budget,
+                                                   max_rounds=cap, top_k=args.top_k)
+                            lines.append(f"| {coll.name} | {qid} | {len(coll.candidates[qid])} | {args.top_k} | "
+                                         f"{ranker} | {oracle} | {budget} | {cap} | {t['rounds']:.0f} | "
+                                         f"{t['calls']:.0f} | {t['measured_s']:.2f} | {t['modelled_s']:.2f} |")
+                            print(lines[-1], flush=True)
+    (out / "walltime_check.md").write_text("\n".join(lines) + "\n")
+    return 0
+
+
+def _auto_table(args) -> int:
+    from ..evaluation.autotable import build_auto_table
+    from ..evaluation.grid import read_csv
+
+    rows = [r for path in args.from_csv for r in read_csv(path)]
+    source = "activeprp bench auto-table --from-csv " + " ".join(args.from_csv)
+    table = build_auto_table(rows, source)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(table, indent=None, separators=(",", ":")) + "\n")
+    print(f"{args.out}: {len(table['settings'])} settings, "
+          f"{sum(len(s['cells']) for s in table['settings'])} cells")
+    return 0
+
+
+def _caps(value: str) -> int | None:
+    """A round cap from the command line: ``none`` or ``-1`` = no cap."""
+    return None if value.lower() in ("none", "-1") else int(value)
+
+
+def _budgets(value: str) -> int | None:
+    """A budget from the command line: ``none`` or ``-1`` = unlimited."""
+    return None if value.lower() in ("none", "-1") else int(value)
+
+
 def add_parser(subparsers) -> None:
     """Register ``activeprp bench {grid,calibrate,overhead}``; each sets ``func(args) -> int``."""
     from ..evaluation.grid import PAPER_BUDGETS, PAPER_RANKERS
@@ -199,11 +263,17 @@ def add_parser(subparsers) -> None:
     common.add_argument("--model", help="model name for --comparator openai")
     common.add_argument("--base-url", help="endpoint for --comparator openai")
     common.add_argument("--cache", help="sqlite answer cache (default OUT/answers.sqlite)")
-    grid = modes.add_parser("grid", parents=[common], help="run the grid; write rows.csv.gz, tables.md and plots")
-    grid.add_argument("--budgets", nargs="+", type=int, default=list(PAPER_BUDGETS))
+    common.add_argument("--judge-seed", type=int, default=0, help="simulated judge's noise realisation (default 0)")
+    cells = argparse.ArgumentParser(add_help=False)
+    cells.add_argument("--budgets", nargs="+", type=_budgets, default=list(PAPER_BUDGETS),
+                       help="per-query call budgets (none = unlimited)")
+    cells.add_argument("--max-rounds", nargs="+", type=_caps, default=[None],
+                       help="per-query round caps (none or -1 = no cap; default none)")
+    cells.add_argument("--top-k", type=int, default=10)
+    grid = modes.add_parser("grid", parents=[common, cells],
+                            help="run the grid; write rows.csv.gz, tables.md and plots")
     grid.add_argument("--scale-budgets", action="store_true", help="multiply budgets by DEPTH/100")
     grid.add_argument("--seeds", type=int, default=8, help="seeds for the randomized oracle (default 8)")
-    grid.add_argument("--top-k", type=int, default=10)
     grid.add_argument("--from-csv", help="re-make the tables and plots from a rows.csv[.gz]")
     grid.add_argument("--no-paper", action="store_true", help="do not print the paper's values in the table")
     grid.add_argument("--bootstrap-seed", type=int, default=0)
@@ -224,3 +294,12 @@ def add_parser(subparsers) -> None:
     flip.add_argument("--pairs-per-query", type=int, default=4)
     flip.add_argument("--seed", type=int, default=0)
     flip.set_defaults(func=_flip)
+    wall = modes.add_parser("walltime", parents=[common, cells],
+                            help="wall time per query against a sleeping comparator")
+    wall.add_argument("--latency", type=float, default=0.5, help="seconds per call (default 0.5)")
+    wall.add_argument("--in-flight", type=int, default=16, help="calls in flight at once (default 16)")
+    wall.set_defaults(func=_walltime)
+    auto = modes.add_parser("auto-table", help="build the table behind ranker/oracle 'auto' from grid rows")
+    auto.add_argument("--from-csv", nargs="+", required=True, help="rows.csv[.gz] files of bench grid runs")
+    auto.add_argument("--out", default="activeprp_core/data/auto_table.json")
+    auto.set_defaults(func=_auto_table)

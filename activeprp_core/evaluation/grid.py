@@ -1,8 +1,10 @@
-"""The benchmark grid: rankers x oracles x budgets x seeds over the queries of one or more collections.
+"""The benchmark grid: rankers x oracles x budgets x round caps x seeds over the queries of one or more
+collections.
 
 Each cell reranks one query's first-stage top-N with ``activeprp_core.rerank`` and keeps the per-query
-accounting; nDCG@10 is computed afterwards through ``activeprp_core.metrics`` (ir-measures), one batch per
-(collection, ranker, oracle, budget, seed). Runs sequentially in one process (the shared 2-core machine).
+accounting and the calls of each round; nDCG@K is computed afterwards through ``activeprp_core.metrics``
+(ir-measures), one batch per (collection, ranker, oracle, budget, max_rounds, seed). Runs sequentially in one
+process (the shared 2-core machine).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from ..engine import rerank
+from ..engine import judge_pairs, rerank
 from ..metrics import ndcg_at_k, ranking_to_run
 from ..rankers import Mohajer, MohajerBubble, Ranker
 from ..simulated import SimulatedComparator
@@ -46,8 +48,10 @@ def make_ranker(label: str) -> str | Ranker:
 
 @dataclass(kw_only=True)
 class Row(Accounting):
-    """One reranked query of the grid (one CSV line): the cell, nDCG@10 (filled in after the batch evaluation),
-    the status flags and every ``Accounting`` field. ``budget``/``max_rounds`` are -1 for no cap."""
+    """One reranked query of the grid (one CSV line): the cell, nDCG@K in ``ndcg10`` (K = the grid's ``top_k``,
+    10 unless said; filled in after the batch evaluation), the status flags and every ``Accounting`` field.
+    ``budget``/``max_rounds`` are -1 for no cap. ``round_calls``: the calls of each round, space-separated (for
+    the wall-time model); ``resolved``: the concrete ``ranker/oracle`` the engine ran (differs for ``auto``)."""
 
     collection: str
     qid: str
@@ -56,14 +60,36 @@ class Row(Accounting):
     budget: int
     seed: int
     n: int
+    top_k: int = 10
     ndcg10: float = 0.0
     max_rounds: int = -1
     exhausted: bool = False
     converged: bool = False
+    round_calls: str = ""
+    resolved: str = ""
+
+
+class RoundRecorder:
+    """Wraps a comparator and notes how many calls each batch (= each round of the engine) holds."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.batches = inner, []
+
+    def judge(self, query: str, pairs: Sequence) -> list:
+        self.batches.append(len(pairs))
+        return judge_pairs(self.inner, query, pairs)
+
+    def compare(self, query: str, pairs: Sequence) -> list:
+        return [j.prob for j in self.judge(query, pairs)]
+
+
+def _cap(value: int | None) -> int:
+    return -1 if value is None else value
 
 
 def simulator_factory(collection: Collection, params: Mapping[str, float], seed: int = 0):
-    """Per-query ``SimulatedComparator`` with the query's qrels as labels and the given knobs."""
+    """Per-query ``SimulatedComparator`` with the query's qrels as labels and the given knobs; ``seed`` selects
+    the judge's noise realisation."""
     return lambda qid: SimulatedComparator(collection.qrels.get(qid, {}), seed=seed, **params)
 
 
@@ -76,36 +102,43 @@ def run_grid(
     seeds: Mapping[str, Sequence[int]] | None = None,
     top_k: int = 10,
     progress: bool = True,
+    max_rounds: Iterable[int | None] = (None,),
 ) -> list[Row]:
-    """Run every cell of the grid and return one ``Row`` per (collection, query, ranker, oracle, budget, seed).
+    """Run every cell of the grid and return one ``Row`` per (collection, query, ranker, oracle, budget,
+    max_rounds, seed).
 
     Args:
         collections: the collections; every judged query with its full candidate list is reranked.
         comparator_for: ``collection -> (qid -> comparator)``; the comparator sees one query's candidates.
-        rankers: core names or ``VARIANTS`` labels. oracles: oracle names.
+        rankers: core names or ``VARIANTS`` labels (``auto`` included). oracles: oracle names (``auto``
+            included).
         budgets: per-query call caps (``None`` = unlimited; stored as -1 in the rows).
-        seeds: oracle/ranker seeds per oracle name (default: ``{"bidirectional": [0], "randomized": 0..7}``).
+        seeds: oracle/ranker seeds per oracle name (default: ``{"bidirectional": [0], "randomized": 0..7}``;
+            oracles not listed, e.g. ``auto``, get the randomized seeds).
         top_k: K. progress: show a tqdm bar.
+        max_rounds: per-query round caps (``None`` = no cap; stored as -1).
     """
-    seeds = seeds or {"bidirectional": [0], "randomized": list(range(8)), "single": [0]}
-    rankers, oracles, budgets = list(rankers), list(oracles), list(budgets)
-    cells = [(c, r, o, b, s) for c in collections for r in rankers for o in oracles for b in budgets
-             for s in seeds[o]]
+    seeds = {"bidirectional": [0], "randomized": list(range(8)), "single": [0], **(seeds or {})}
+    rankers, oracles, budgets, caps = list(rankers), list(oracles), list(budgets), list(max_rounds)
+    cells = [(c, r, o, b, m, s) for c in collections for r in rankers for o in oracles for b in budgets
+             for m in caps for s in seeds.get(o, seeds["randomized"])]
     total = sum(len(c.qids) for c, *_ in cells)
     rows: list[Row] = []
     bar = tqdm(total=total, disable=not progress, desc="bench", unit="query")
     judge_of = {c.name: comparator_for(c) for c in collections}
-    for coll, ranker, oracle, budget, seed in cells:
+    for coll, ranker, oracle, budget, cap, seed in cells:
         runs, batch = {}, []
         for qid in coll.qids:
             cands = coll.candidates[qid]
-            res = rerank(coll.queries[qid], cands, ranker=make_ranker(ranker), oracle=oracle,
-                         comparator=judge_of[coll.name](qid), budget=budget, top_k=top_k, seed=seed)
+            judge = RoundRecorder(judge_of[coll.name](qid))
+            res = rerank(coll.queries[qid], cands, ranker=make_ranker(ranker), oracle=oracle, comparator=judge,
+                         budget=budget, top_k=top_k, seed=seed, max_rounds=cap)
             runs[qid] = ranking_to_run([cands[i].id for i in res.order])
             counts = {**res.counts(), "wall_time_s": round(res.wall_time_s, 6)}
-            batch.append(Row(collection=coll.name, qid=qid, ranker=ranker, oracle=oracle,
-                             budget=-1 if budget is None else budget, seed=seed, n=len(cands),
-                             exhausted=res.exhausted, converged=res.converged, **counts))
+            batch.append(Row(collection=coll.name, qid=qid, ranker=ranker, oracle=oracle, budget=_cap(budget),
+                             max_rounds=_cap(cap), seed=seed, n=len(cands), top_k=top_k, exhausted=res.exhausted,
+                             converged=res.converged, round_calls=" ".join(map(str, judge.batches)),
+                             resolved=f"{res.ranker}/{res.oracle}", **counts))
             bar.update(1)
         scores = ndcg_at_k(coll.qrels, runs, top_k)
         for row in batch:

@@ -1,14 +1,55 @@
-"""Overhead measurements: the library's scheduling time per call, and a comparator's calls/s."""
+"""Overhead and latency measurements: the library's scheduling time per call, a comparator's calls/s, and
+wall time per query against a comparator that sleeps like a hosted LLM."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
 from collections.abc import Sequence
 from typing import Any
 
-from ..engine import rerank
+from ..engine import arerank, rerank
 from ..types import Candidate, Pair
+from .report import modelled_wall_s
+
+
+class SleepingComparator:
+    """A hosted-LLM stand-in: every call takes ``latency_s`` seconds (``asyncio.sleep``), at most ``in_flight``
+    calls run at once; the answers come from ``inner`` (any comparator). ``arerank`` awaits one round at a time,
+    so a query's wall time is the sum over rounds of its waves of calls. ``batches`` notes the calls per round."""
+
+    def __init__(self, inner: Any, latency_s: float = 0.5, in_flight: int = 16) -> None:
+        self.inner, self.latency_s, self.in_flight, self.batches = inner, latency_s, in_flight, []
+
+    async def acompare(self, query: str, pairs: Sequence[Pair]) -> list[float | None]:
+        self.batches.append(len(pairs))
+        gate = asyncio.Semaphore(self.in_flight)
+
+        async def call(pair: Pair) -> float | None:
+            async with gate:
+                await asyncio.sleep(self.latency_s)
+                return self.inner.compare(query, [pair])[0]
+
+        return list(await asyncio.gather(*(call(p) for p in pairs)))
+
+    def compare(self, query: str, pairs: Sequence[Pair]) -> list[float | None]:
+        return asyncio.run(self.acompare(query, pairs))
+
+
+def measured_wall_time(query: str, candidates: Sequence[Candidate], judge: SleepingComparator, **rerank_kw: Any
+                       ) -> dict[str, float]:
+    """One ``arerank`` against ``judge``: the measured wall time next to ``modelled_wall_s`` of its rounds.
+
+    Returns:
+        ``{"measured_s", "modelled_s", "rounds", "calls"}``.
+    """
+    judge.batches = []
+    start = time.perf_counter()
+    res = asyncio.run(arerank(query, candidates, comparator=judge, **rerank_kw))
+    measured = time.perf_counter() - start
+    modelled = modelled_wall_s(" ".join(map(str, judge.batches)), judge.latency_s, judge.in_flight)
+    return {"measured_s": measured, "modelled_s": modelled, "rounds": float(res.rounds), "calls": float(res.calls)}
 
 
 class ZeroCostComparator:

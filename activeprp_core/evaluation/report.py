@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -31,24 +31,43 @@ PAPER_TABLE1: dict[tuple[str, str], list[float]] = {
 PAPER_BUDGETS = list(range(100, 501, 50))
 
 
+Key = tuple[str, str, int, int]  # (ranker, oracle, budget, max_rounds); -1 = no cap
+
+
+def modelled_wall_s(round_calls: str, latency_s: float = 0.5, in_flight: int = 16) -> float:
+    """Wall time of one rerank when every call takes ``latency_s`` seconds and at most ``in_flight`` calls run
+    at once: the rounds run one after another, a round of c calls takes ceil(c / in_flight) waves.
+
+    Args:
+        round_calls: the calls of each round, space-separated (``Row.round_calls``).
+    """
+    return latency_s * sum(-(-int(c) // in_flight) for c in round_calls.split())
+
+
 class Summary:
-    """Aggregates of grid rows per (ranker, oracle, budget).
+    """Aggregates of grid rows per (ranker, oracle, budget, max_rounds).
 
     nDCG@10 is macro-averaged like the paper's Table 1: the mean over collections of the mean over their
     queries, per seed; ``ndcg`` holds ``(mean, ci_low, ci_high)`` over seeds (bootstrap, 10k resamples).
-    ``calls`` / ``rounds``: mean per query over queries and seeds. ``per_query``: the seed-averaged nDCG@10 of
-    every (collection, qid), for paired tests.
+    ``calls`` / ``rounds`` / ``wall``: mean per query over queries and seeds (``wall``: ``modelled_wall_s`` at
+    ``latency_s`` and ``in_flight``); ``rounds_max``: the worst query's rounds. ``per_query``: the seed-averaged
+    nDCG@10 of every (collection, qid), for paired tests. ``resolved``: the concrete ranker/oracle choices
+    (``auto`` rows), most frequent first.
     """
 
-    def __init__(self, rows: Sequence[Row], rng: np.random.Generator, resamples: int = 10_000) -> None:
-        groups: dict[tuple[str, str, int], list[Row]] = defaultdict(list)
+    def __init__(self, rows: Sequence[Row], rng: np.random.Generator, resamples: int = 10_000,
+                 latency_s: float = 0.5, in_flight: int = 16) -> None:
+        groups: dict[Key, list[Row]] = defaultdict(list)
         for r in rows:
-            groups[(r.ranker, r.oracle, r.budget)].append(r)
+            groups[(r.ranker, r.oracle, r.budget, r.max_rounds)].append(r)
         self.keys = sorted(groups)
-        self.ndcg: dict[tuple[str, str, int], tuple[float, float, float]] = {}
-        self.calls: dict[tuple[str, str, int], float] = {}
-        self.rounds: dict[tuple[str, str, int], float] = {}
-        self.per_query: dict[tuple[str, str, int], dict[tuple[str, str], float]] = {}
+        self.ndcg: dict[Key, tuple[float, float, float]] = {}
+        self.calls: dict[Key, float] = {}
+        self.rounds: dict[Key, float] = {}
+        self.rounds_max: dict[Key, int] = {}
+        self.wall: dict[Key, float] = {}
+        self.resolved: dict[Key, list[str]] = {}
+        self.per_query: dict[Key, dict[tuple[str, str], float]] = {}
         for key, rs in groups.items():
             by_seed: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
             by_query: dict[tuple[str, str], list[float]] = defaultdict(list)
@@ -59,14 +78,37 @@ class Summary:
             self.ndcg[key] = bootstrap_ci(seed_means, rng, resamples)
             self.calls[key] = float(np.mean([r.calls for r in rs]))
             self.rounds[key] = float(np.mean([r.rounds for r in rs]))
+            self.rounds_max[key] = max(r.rounds for r in rs)
+            self.wall[key] = float(np.mean([modelled_wall_s(r.round_calls, latency_s, in_flight) for r in rs]))
+            counts = Counter(r.resolved for r in rs if r.resolved)
+            self.resolved[key] = [name for name, _ in counts.most_common()]
             self.per_query[key] = {q: float(np.mean(v)) for q, v in by_query.items()}
 
-    def axes(self) -> tuple[list[tuple[str, str]], list[int]]:
-        """The (ranker, oracle) rows (oracle-major, paper order first) and the budget columns."""
+    def axes(self) -> tuple[list[tuple[str, str, int]], list[int]]:
+        """The (ranker, oracle, max_rounds) rows (oracle-major, paper order first, no cap first) and the budget
+        columns."""
         order = list(LABELS)
-        pairs = sorted({(r, o) for r, o, _ in self.keys},
-                       key=lambda p: (p[1], order.index(p[0]) if p[0] in order else len(order), p[0]))
-        return pairs, sorted({b for _, _, b in self.keys})
+        rows = sorted({(r, o, m) for r, o, _, m in self.keys},
+                      key=lambda p: (p[1], order.index(p[0]) if p[0] in order else len(order), p[0],
+                                     p[2] < 0, p[2]))
+        return rows, sorted({b for _, _, b, _ in self.keys}, key=lambda b: (b < 0, b))
+
+    def front(self) -> list[Key]:
+        """The Pareto front of the cells: no other cell has fewer or equal mean calls and mean rounds and an
+        equal or higher mean nDCG, with one of them strictly better. Cells with identical figures (e.g. a cap
+        that did not bind) appear once, the smallest budget and cap. Sorted by rounds, then calls."""
+        def dominates(a: Key, b: Key) -> bool:
+            ge = (self.calls[a] <= self.calls[b] and self.rounds[a] <= self.rounds[b]
+                  and self.ndcg[a][0] >= self.ndcg[b][0])
+            gt = (self.calls[a] < self.calls[b] or self.rounds[a] < self.rounds[b]
+                  or self.ndcg[a][0] > self.ndcg[b][0])
+            return ge and gt
+
+        front = [b for b in self.keys if not any(dominates(a, b) for a in self.keys)]
+        seen: dict[tuple[float, float, float], Key] = {}
+        for key in sorted(front, key=lambda k: (k[2] < 0, k[2], k[3] < 0, k[3])):
+            seen.setdefault((self.calls[key], self.rounds[key], self.ndcg[key][0]), key)
+        return sorted(seen.values(), key=lambda k: (self.rounds[k], self.calls[k]))
 
 
 def _label(ranker: str) -> str:
@@ -77,46 +119,65 @@ def _budget(b: int) -> str:
     return "inf" if b < 0 else str(b)
 
 
+def _row_label(ranker: str, cap: int, caps: set[int]) -> str:
+    return _label(ranker) + (f" (max_rounds {_budget(cap)})" if len(caps) > 1 else "")
+
+
 def markdown_table(s: Summary, what: str = "ndcg", paper: bool = True) -> str:
-    """A Markdown table: rows ranker x oracle, columns budgets. ``what``: ``ndcg`` (``mean ±CI half-width``
-    in %, with the paper's Table 1 value in brackets when ``paper`` and one exists), ``calls`` or ``rounds``
-    (per query). Raises ValueError for another ``what``."""
-    if what not in ("ndcg", "calls", "rounds"):
-        raise ValueError(f"what must be ndcg, calls or rounds, got {what!r}")
-    pairs, budgets = s.axes()
+    """A Markdown table: rows ranker x oracle (x max_rounds when the grid has several), columns budgets.
+    ``what``: ``ndcg`` (``mean ±CI half-width`` in %, with the paper's Table 1 value in brackets when ``paper``
+    and one exists), ``calls``, ``rounds`` or ``wall`` (per query). Raises ValueError for another ``what``."""
+    if what not in ("ndcg", "calls", "rounds", "wall"):
+        raise ValueError(f"what must be ndcg, calls, rounds or wall, got {what!r}")
+    rows, budgets = s.axes()
+    caps = {m for _, _, m in rows}
     lines = ["| Oracle | Ranker | " + " | ".join(_budget(b) for b in budgets) + " |",
              "|---|---|" + "---:|" * len(budgets)]
-    for ranker, oracle in pairs:
+    for ranker, oracle, cap in rows:
         cells = []
         for b in budgets:
-            key = (ranker, oracle, b)
+            key = (ranker, oracle, b, cap)
             if key not in s.ndcg:
                 cells.append("")
             elif what == "ndcg":
                 mean, lo, hi = s.ndcg[key]
                 cell = f"{100 * mean:.2f}" + (f"±{100 * (hi - lo) / 2:.2f}" if hi > lo else "")
                 ref = PAPER_TABLE1.get((ranker, oracle))
-                if paper and ref and b in PAPER_BUDGETS:
+                if paper and ref and b in PAPER_BUDGETS and cap < 0:
                     cell += f" ({ref[PAPER_BUDGETS.index(b)]:.2f})"
                 cells.append(cell)
             else:
-                cells.append(f"{(s.calls if what == 'calls' else s.rounds)[key]:.1f}")
-        lines.append(f"| {oracle} | {_label(ranker)} | " + " | ".join(cells) + " |")
+                cells.append(f"{getattr(s, what)[key]:.1f}")
+        lines.append(f"| {oracle} | {_row_label(ranker, cap, caps)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def pareto_table(s: Summary) -> str:
+    """The Pareto front (``Summary.front``) as a Markdown table: rounds (mean, worst query), calls, nDCG (%),
+    modelled wall time per query, and the cell."""
+    lines = ["| rounds (mean / max) | calls | nDCG (%) | wall s | ranker | oracle | budget | max_rounds | runs as |",
+             "|---:|---:|---:|---:|---|---|---:|---:|---|"]
+    for key in s.front():
+        ranker, oracle, budget, cap = key
+        lines.append(f"| {s.rounds[key]:.1f} / {s.rounds_max[key]} | {s.calls[key]:.1f} | {100 * s.ndcg[key][0]:.2f} "
+                     f"| {s.wall[key]:.1f} | {_label(ranker)} | {oracle} | {_budget(budget)} | {_budget(cap)} "
+                     f"| {', '.join(s.resolved[key][:2])} |")
     return "\n".join(lines)
 
 
 def paired_table(s: Summary, a: str, b: str, rng: np.random.Generator, resamples: int = 10_000) -> str:
     """Paired bootstrap over queries (both collections pooled, seed-averaged per query) of ranker ``a`` vs
-    ``b`` per oracle and budget, as the paper's Tables A.2/A.3: ``↑``/``↓`` significant (p < 0.05), ``=`` not,
-    with the mean difference in nDCG points."""
-    pairs, budgets = s.axes()
-    oracles = sorted({o for _, o in pairs})
+    ``b`` per oracle, round cap and budget, as the paper's Tables A.2/A.3: ``↑``/``↓`` significant (p < 0.05),
+    ``=`` not, with the mean difference in nDCG points."""
+    rows, budgets = s.axes()
+    settings = sorted({(o, m) for _, o, m in rows}, key=lambda p: (p[0], p[1] < 0, p[1]))
+    caps = {m for _, m in settings}
     lines = ["| Oracle | A vs B | " + " | ".join(_budget(x) for x in budgets) + " |",
              "|---|---|" + "---:|" * len(budgets)]
-    for oracle in oracles:
+    for oracle, cap in settings:
         cells = []
         for budget in budgets:
-            qa, qb = s.per_query.get((a, oracle, budget)), s.per_query.get((b, oracle, budget))
+            qa, qb = s.per_query.get((a, oracle, budget, cap)), s.per_query.get((b, oracle, budget, cap))
             if not qa or not qb:
                 cells.append("")
                 continue
@@ -124,27 +185,35 @@ def paired_table(s: Summary, a: str, b: str, rng: np.random.Generator, resamples
             diff, p = paired_bootstrap([qa[q] for q in common], [qb[q] for q in common], rng, resamples)
             arrow = "=" if p >= 0.05 else ("↑" if diff > 0 else "↓")
             cells.append(f"{arrow} ({100 * diff:+.1f})")
-        lines.append(f"| {oracle} | {_label(a)} vs {_label(b)} | " + " | ".join(cells) + " |")
+        if any(cells):
+            label = f"{_label(a)} vs {_label(b)}" + (f" (max_rounds {_budget(cap)})" if len(caps) > 1 else "")
+            lines.append(f"| {oracle} | {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def plot(s: Summary, path: str | Path, x: str = "budget") -> None:
-    """PNG: nDCG@10 (%) against the budget (``x="budget"``) or against mean rounds per query
-    (``x="rounds"``), one panel per oracle, one line per ranker, CI bands for multi-seed rows."""
+def _pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    pairs, budgets = s.axes()
-    oracles = sorted({o for _, o in pairs})
+    return plt
+
+
+def plot(s: Summary, path: str | Path, x: str = "budget") -> None:
+    """PNG: nDCG@10 (%) against the budget (``x="budget"``) or against mean rounds per query
+    (``x="rounds"``), one panel per oracle, one line per ranker (and round cap), CI bands for multi-seed rows."""
+    plt = _pyplot()
+    rows, budgets = s.axes()
+    oracles = sorted({o for _, o, _ in rows})
+    caps = {m for _, _, m in rows}
     fig, axes = plt.subplots(1, len(oracles), figsize=(6 * len(oracles), 4.2), squeeze=False, sharey=True)
     for ax, oracle in zip(axes[0], oracles):
-        for ranker in [r for r, o in pairs if o == oracle]:
-            keys = [(ranker, oracle, b) for b in budgets if (ranker, oracle, b) in s.ndcg]
+        for ranker, _, cap in [r for r in rows if r[1] == oracle]:
+            keys = [(ranker, oracle, b, cap) for b in budgets if (ranker, oracle, b, cap) in s.ndcg]
             xs = [k[2] if x == "budget" else s.rounds[k] for k in keys]
             ys = np.array([s.ndcg[k] for k in keys]) * 100
-            ax.plot(xs, ys[:, 0], marker="o", ms=3, label=_label(ranker))
+            ax.plot(xs, ys[:, 0], marker="o", ms=3, label=_row_label(ranker, cap, caps))
             ax.fill_between(xs, ys[:, 1], ys[:, 2], alpha=0.2)
         ax.set_title(f"{oracle} oracle")
         ax.set_xlabel("LLM-call budget per query" if x == "budget" else "sequential rounds per query (mean)")
@@ -152,7 +221,34 @@ def plot(s: Summary, path: str | Path, x: str = "budget") -> None:
             ax.set_xscale("log")
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("nDCG@10 (%)")
-    axes[0][-1].legend(fontsize=8)
+    axes[0][-1].legend(fontsize=7 if len(caps) > 1 else 8)
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def pareto_plot(s: Summary, path: str | Path) -> None:
+    """PNG: every cell as a point, nDCG (%) against mean calls (left) and against mean rounds (right, log),
+    the Pareto front (``Summary.front``) drawn on top and labelled."""
+    plt = _pyplot()
+    front = s.front()
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5), sharey=True)
+    for ax, what in zip(axes, ("calls", "rounds")):
+        values = getattr(s, what)
+        ax.scatter([values[k] for k in s.keys], [100 * s.ndcg[k][0] for k in s.keys], s=8, c="0.75",
+                   label="all cells")
+        ax.scatter([values[k] for k in front], [100 * s.ndcg[k][0] for k in front], s=18, c="C3",
+                   label="Pareto front (calls, rounds, nDCG)")
+        for k in front:
+            ax.annotate(f"{k[0]}/{k[1][:3]}", (values[k], 100 * s.ndcg[k][0]), fontsize=6,
+                        xytext=(2, 2), textcoords="offset points")
+        ax.set_xlabel("LLM calls per query (mean)" if what == "calls" else "sequential rounds per query (mean)")
+        if what == "rounds":
+            ax.set_xscale("log")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("nDCG (%)")
+    axes[0].legend(fontsize=8)
     fig.tight_layout()
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)

@@ -1,39 +1,109 @@
-"""``auto``: the paper's practitioner recipe (Active Learners as Efficient PRP Rerankers, section 7)."""
+"""``auto``: the ranker and oracle chosen from measured data for (N, K, budget, max_rounds).
+
+The table ``activeprp_core/data/auto_table.json`` is written by ``activeprp bench auto-table`` from benchmark
+grids (rows of every ranker x oracle x budget x round cap; the command and the data it was built from are in
+the file's ``source`` and in ``benchmarks/results/README.md``). Its layout::
+
+    {"source": str, "metric": str,
+     "settings": [{"n": N, "k": K,
+                   "cells": [{"budget_per_n": float | null, "max_rounds": int | null,
+                              "rows": {"ranker/oracle": [ndcg_percent, mean_rounds, mean_calls], ...}}]}]}
+
+``choose`` reads the cell nearest to the request and takes the best measured row; nothing in this module is a
+hand-set threshold.
+"""
 
 from __future__ import annotations
 
+import json
 import math
+from functools import cache
+from importlib import resources
+from typing import Any
 
 from .base import RankContext, Ranker, Schedule
-from .mohajer import Mohajer
-from .sorting import HeapSort, QuickSort
+
+AUTO = "auto"
+TABLE = "auto_table.json"
+
+
+@cache
+def load_table() -> dict[str, Any]:
+    """The table shipped in ``activeprp_core/data`` (read once)."""
+    text = resources.files("activeprp_core").joinpath("data", TABLE).read_text(encoding="utf-8")
+    return json.loads(text)
+
+
+def _name(x: Any) -> str:
+    return x if isinstance(x, str) else getattr(x, "name", type(x).__name__)
+
+
+def _floor(values: list, wanted: float | None) -> Any:
+    """The largest of ``values`` <= ``wanted`` (None = unlimited, largest of all; below all: the smallest).
+    ``values`` may hold None for "no cap", which counts as larger than any number."""
+    finite = sorted(v for v in values if v is not None)
+    if wanted is None:
+        return None if None in values else finite[-1]
+    below = [v for v in finite if v <= wanted]
+    return below[-1] if below else (finite[0] if finite else None)
+
+
+def choose(n: int, k: int, budget: int | None, max_rounds: int | None, ranker: Any = AUTO, oracle: Any = AUTO,
+           table: dict[str, Any] | None = None) -> tuple[Any, Any]:
+    """Resolve ``"auto"`` ranker and/or oracle for one query from the measured table.
+
+    Args:
+        n: candidates (N); k: top-K; budget: the call cap (None = unlimited); max_rounds: the round cap (None =
+            unlimited).
+        ranker, oracle: ``"auto"``, a name or an instance; a value other than ``"auto"`` is returned unchanged
+            and restricts the choice of the other one (e.g. the best ranker for ``oracle="bidirectional"``).
+        table: a table in the layout above (default: the shipped one).
+
+    Lookup: the (N, K) setting nearest in log scale; the largest measured budget/N <= budget/N and the largest
+    measured round cap <= max_rounds (the smallest when below all; unlimited maps to the unlimited column);
+    then the row with the highest nDCG, ties to fewer rounds, then fewer calls. An oracle outside the table
+    (e.g. ``single`` or an ``Oracle`` instance) is matched by its calls per pair: one call reads the
+    ``randomized`` rows, two the ``bidirectional`` ones; a ranker outside the table reads every row.
+
+    Returns:
+        ``(ranker, oracle)``: names (or the instances passed in), never ``"auto"``.
+    """
+    if ranker != AUTO and oracle != AUTO:
+        return ranker, oracle
+    table = table or load_table()
+    def distance(s: dict) -> float:
+        return abs(math.log(max(n, 1) / s["n"])) + abs(math.log(max(k, 1) / s["k"]))
+
+    setting = min(table["settings"], key=distance)
+    cells = setting["cells"]
+    ratio = None if budget is None else budget / max(n, 1)
+    per_n = _floor([c["budget_per_n"] for c in cells], ratio)
+    cap = _floor([c["max_rounds"] for c in cells if c["budget_per_n"] == per_n], max_rounds)
+    rows = next(c for c in cells if c["budget_per_n"] == per_n and c["max_rounds"] == cap)["rows"]
+    entries = [(key.split("/"), value) for key, value in rows.items()]
+    if ranker != AUTO and any(r == _name(ranker) for (r, _), _ in entries):
+        entries = [e for e in entries if e[0][0] == _name(ranker)]
+    if oracle != AUTO:
+        name = _name(oracle)
+        if not any(o == name for (_, o), _ in entries):
+            name = "bidirectional" if getattr(oracle, "calls_per_pair", 1) > 1 else "randomized"
+        entries = [e for e in entries if e[0][1] == name]
+    (best_ranker, best_oracle), _ = max(entries, key=lambda e: (e[1][0], -e[1][1], -e[1][2]))
+    return (best_ranker if ranker == AUTO else ranker), (best_oracle if oracle == AUTO else oracle)
 
 
 class Auto(Ranker):
-    """Pick a ranker from the budget, the oracle's cost per comparison ``c`` and the sizes N, K.
+    """The ranker ``choose`` picks for this query's N, K, budget and round cap, given the oracle's calls per
+    pair (the engine resolves ``ranker="auto"`` itself, so that ``RerankResult.ranker`` names the choice; this
+    class serves an ``Auto()`` instance passed in)."""
 
-    - warm-up = c * (N - K): the calls Mohajer's group tournaments need before it can place anything
-      (90 randomized / 180 bidirectional at N=100, K=10; the paper calls it "about K x K" and shows Mohajer at
-      ~30 NDCG@10 below it with the bidirectional oracle).
-    - refine = c * (N + 2 K ceil(log2 N)): roughly what a top-K HeapSort needs to finish (measured ~245
-      randomized / ~432 bidirectional at N=100, K=10).
-
-    Rule: B < warm-up -> ``quicksort`` (the best sorting baseline at B=100-150 in the paper);
-    warm-up <= B < refine -> ``mohajer``; B >= refine or unlimited -> ``heapsort`` ("sorting catches up
-    as global refinement pays off"). Ties at the thresholds go to the later choice.
-    """
-
-    name = "auto"
+    name = AUTO
 
     def choose(self, ctx: RankContext) -> Ranker:
-        n, k, c = ctx.n, ctx.top, ctx.calls_per_pair
-        warm_up = c * (n - k)
-        refine = c * (n + 2 * k * math.ceil(math.log2(max(n, 2))))
-        if ctx.budget is None or ctx.budget >= refine:
-            return HeapSort()
-        if ctx.budget >= warm_up:
-            return Mohajer()
-        return QuickSort()
+        from . import get_ranker
+
+        oracle = "bidirectional" if ctx.calls_per_pair > 1 else "randomized"
+        return get_ranker(choose(ctx.n, ctx.k, ctx.budget, ctx.max_rounds, AUTO, oracle)[0])
 
     def schedule(self, ctx: RankContext) -> Schedule:
         return (yield from self.choose(ctx).schedule(ctx))

@@ -261,12 +261,12 @@ class _Run:
     def last_round_robin(self, contenders: list[int]) -> Schedule:
         """The last round: a round-robin over the longest prefix of ``contenders`` (best first) whose pairs the
         calls left pay for in full; returns that prefix by Copeland, then the other contenders as given."""
-        m = len(contenders)
-        if self.limits.calls_left is not None:
-            def cost(m):
-                return sum(not self.ev.known(a, b) for i, b in enumerate(contenders[:m]) for a in contenders[:i])
-            while m > 2 and cost(m) > self.limits.calls_left // self.cost:
-                m -= 1
+        m, affordable, need = 0, self.limits.calls_left, 0
+        for i, b in enumerate(contenders):
+            need += sum(not self.ev.known(a, b) for a in contenders[:i])
+            if affordable is not None and i >= 2 and need > affordable // self.cost:
+                break
+            m = i + 1
         yield from self.round_robin(sorted(contenders[:m]))
         return copeland(contenders[:m], self.ev) + contenders[m:]
 

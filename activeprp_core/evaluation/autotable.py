@@ -1,0 +1,46 @@
+"""The table behind ``ranker="auto"`` / ``oracle="auto"`` (``activeprp_core.rankers.auto``), built from
+benchmark grid rows: per (N, K) setting, budget/N and round cap, the mean nDCG@K, rounds and calls of every
+core ranker x oracle."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..oracles import ORACLES
+from ..rankers import RANKERS
+from .grid import Row
+from .report import Summary
+
+
+def build_auto_table(rows: Sequence[Row], source: str) -> dict:
+    """The ``auto_table.json`` content (layout in ``activeprp_core.rankers.auto``) from grid ``rows``.
+
+    Rows are grouped into settings by (N, top_k); rankers or oracles outside the core registries (``auto``,
+    benchmark variants) are left out. nDCG is the Summary's
+    macro mean (mean over collections of the per-query means, then over seeds), in %.
+
+    Raises:
+        ValueError: no row of a core ranker and oracle.
+    """
+    groups: dict[tuple[int, int], list[Row]] = defaultdict(list)
+    for r in rows:
+        if r.ranker in RANKERS and r.ranker != "auto" and r.oracle in ORACLES:
+            groups[(r.n, r.top_k)].append(r)
+    if not groups:
+        raise ValueError("no grid rows of a core ranker and oracle to build the auto table from")
+    settings = []
+    for (n, k), group in sorted(groups.items()):
+        summary = Summary(group, np.random.default_rng(0), resamples=1)
+        cells: dict[tuple[int, int], dict] = {}
+        for ranker, oracle, budget, cap in summary.keys:
+            cell = cells.setdefault((budget, cap), {"budget_per_n": None if budget < 0 else round(budget / n, 4),
+                                                    "max_rounds": None if cap < 0 else cap, "rows": {}})
+            key = (ranker, oracle, budget, cap)
+            cell["rows"][f"{ranker}/{oracle}"] = [round(100 * summary.ndcg[key][0], 2), round(summary.rounds[key], 2),
+                                                  round(summary.calls[key], 1)]
+        settings.append({"n": n, "k": k, "cells": [cells[c] for c in sorted(cells)]})
+    return {"source": source, "metric": "nDCG@K (%), mean over collections of per-query means, then seeds; "
+            "rows: [nDCG, mean rounds, mean calls]", "settings": settings}
