@@ -134,7 +134,7 @@ def run_grid(
             res = rerank(coll.queries[qid], cands, ranker=make_ranker(ranker), oracle=oracle, comparator=judge,
                          budget=budget, top_k=top_k, seed=seed, max_rounds=cap)
             runs[qid] = ranking_to_run([cands[i].id for i in res.order])
-            counts = {**res.counts(), "wall_time_s": round(res.wall_time_s, 6)}
+            counts = {**res.counts(), "wall_time_s": round(res.wall_time_s, 4)}
             batch.append(Row(collection=coll.name, qid=qid, ranker=ranker, oracle=oracle, budget=_cap(budget),
                              max_rounds=_cap(cap), seed=seed, n=len(cands), top_k=top_k, exhausted=res.exhausted,
                              converged=res.converged, round_calls=" ".join(map(str, judge.batches)),
