@@ -245,13 +245,17 @@ class _Run:
         return sorted(cands, key=lambda x: (-self.eliminated[x][1], x))
 
     def next_member(self, members: list[int], rounds: int | None) -> Schedule:
-        """A group's next member: a bracket over its candidates, cut to 2^rounds of them to fit ``rounds``."""
+        """A group's next member: a bracket over its candidates, cut to 2^rounds of them to fit ``rounds``; None
+        when there is none, or when a cap refused every match of the bracket (a guess is not a selection)."""
         cands = self.candidates(members)
         if rounds is not None:
             cands = cands[: 2 ** max(rounds, 0)]
         if not cands:
             return None
-        return (yield from Bracket(cands).play())
+        bracket = Bracket(cands)
+        winner = yield from bracket.play()
+        played = bracket.eliminated().items()
+        return winner if not played or any(self.ev.known(w, x) for x, (w, _) in played) else None
 
     def round_robin(self, items: list[int]) -> Schedule:
         """One round of every pair of ``items`` (sorted), best prior ranks first, cut to the budget."""
