@@ -12,7 +12,7 @@ from activeprp_core import BothOrders, SimulatedComparator, rerank
 from activeprp_core.evaluation.autotable import build_auto_table
 from activeprp_core.evaluation.grid import Row
 from activeprp_core.evaluation.overhead import SleepingComparator, measured_wall_time
-from activeprp_core.evaluation.report import Summary, modelled_wall_s
+from activeprp_core.evaluation.report import Summary, cell, compare_table, modelled_wall_s
 from activeprp_core.rankers import auto
 from activeprp_core.rankers.auto import choose, load_table
 from tests.conftest import make_case, true_top
@@ -111,18 +111,23 @@ def test_spare_calls_buy_the_other_slot_order():
 
 # --- auto: read from the measured table ---------------------------------------------------------------------
 
-TABLE = {"source": "test", "metric": "test", "settings": [
+ROWS = ["mohajer/randomized", "quicksort/bidirectional", "mohajer/bidirectional", "parallel_mohajer/randomized",
+        "heapsort/randomized", "bubblesort/bidirectional", "allpairs/single"]
+
+
+def _cell(budget_per_n, max_rounds, **values):
+    return {"budget_per_n": budget_per_n, "max_rounds": max_rounds,
+            "values": [values.get(name.replace("/", "__")) for name in ROWS]}
+
+
+TABLE = {"source": "test", "metric": "test", "rows": ROWS, "settings": [
     {"n": 20, "k": 3, "cells": [
-        {"budget_per_n": 1.0, "max_rounds": None, "rows": {"mohajer/randomized": [60.0, 9.0, 20.0],
-                                                          "quicksort/bidirectional": [59.0, 2.0, 20.0]}},
-        {"budget_per_n": 2.5, "max_rounds": None, "rows": {"mohajer/bidirectional": [70.0, 10.0, 50.0],
-                                                          "parallel_mohajer/randomized": [70.0, 6.0, 49.0],
-                                                          "heapsort/randomized": [65.0, 20.0, 40.0]}},
-        {"budget_per_n": 2.5, "max_rounds": 6, "rows": {"parallel_mohajer/randomized": [69.0, 6.0, 49.0],
-                                                       "mohajer/bidirectional": [60.0, 6.0, 30.0]}},
-        {"budget_per_n": None, "max_rounds": None, "rows": {"bubblesort/bidirectional": [75.0, 40.0, 90.0]}}]},
-    {"n": 100, "k": 10, "cells": [
-        {"budget_per_n": 1.0, "max_rounds": None, "rows": {"allpairs/single": [50.0, 1.0, 100.0]}}]}]}
+        _cell(1.0, None, mohajer__randomized=[60.0, 9.0, 20], quicksort__bidirectional=[59.0, 2.0, 20]),
+        _cell(2.5, None, mohajer__bidirectional=[70.0, 10.0, 50], parallel_mohajer__randomized=[70.0, 6.0, 49],
+              heapsort__randomized=[65.0, 20.0, 40]),
+        _cell(2.5, 6, parallel_mohajer__randomized=[69.0, 6.0, 49], mohajer__bidirectional=[60.0, 6.0, 30]),
+        _cell(None, None, bubblesort__bidirectional=[75.0, 40.0, 90])]},
+    {"n": 100, "k": 10, "cells": [_cell(1.0, None, allpairs__single=[50.0, 1.0, 100])]}]}
 
 
 def test_choose_takes_the_best_row_of_the_nearest_cell():
@@ -144,7 +149,7 @@ def test_shipped_table_is_complete_and_read_by_rerank(monkeypatch):
     assert "bench auto-table" in table["source"]
     for s in table["settings"]:
         assert {c["max_rounds"] for c in s["cells"]} >= {None, 6, 10}
-        assert all(c["rows"] for c in s["cells"])
+        assert all(any(v is not None for v in c["values"]) for c in s["cells"])
     cands, labels = make_case(20, seed=2)
     res = rerank("q", cands, ranker="auto", oracle="auto", comparator=SimulatedComparator(labels), budget=50,
                  top_k=3, max_rounds=6)
@@ -170,9 +175,10 @@ def test_auto_table_is_built_from_grid_rows():
     table = build_auto_table(rows, "bench auto-table --from-csv x")
     (setting,) = table["settings"]
     assert (setting["n"], setting["k"]) == (20, 3)
-    cells = {(c["budget_per_n"], c["max_rounds"]): c["rows"] for c in setting["cells"]}
-    assert cells[(2.0, None)] == {"mohajer/randomized": [70.0, 9.0, 40.0], "heapsort/bidirectional": [65.0, 20.0, 40.0]}
-    assert cells[(None, 6)] == {"parallel_mohajer/randomized": [75.0, 6.0, 0.0]}
+    assert table["rows"] == ["heapsort/bidirectional", "mohajer/randomized", "parallel_mohajer/randomized"]
+    cells = {(c["budget_per_n"], c["max_rounds"]): c["values"] for c in setting["cells"]}
+    assert cells[(2.0, None)] == [[65.0, 20.0, 40], [70.0, 9.0, 40], None]
+    assert cells[(None, 6)] == [None, None, [75.0, 6.0, 0]]
     assert choose(20, 3, 40, None, table=table) == ("mohajer", "randomized")
     with pytest.raises(ValueError):
         build_auto_table([row("auto", "auto", 40, 0.9, 1)], "x")
@@ -201,6 +207,11 @@ def test_pareto_front_drops_dominated_cells():
     summary = Summary(rows("fast", 40, 2, 0.6) + rows("good", 60, 10, 0.7) + rows("worse", 60, 12, 0.65)
                       + rows("slow", 30, 30, 0.5), np.random.default_rng(0), 10)
     assert [k[0] for k in summary.front()] == ["fast", "good", "slow"]
+    assert cell(summary, "best/*/60/-1") == ("good", "randomized", 60, -1)
+    table = compare_table(summary, ["worse/randomized/60/none:best/*/60/-1"], np.random.default_rng(0), 100)
+    assert "| worse/randomized/60/-1 | good/randomized/60/-1 | 65.00 | 70.00 | -5.00 | [-5.00, -5.00] |" in table
+    with pytest.raises(ValueError):
+        cell(summary, "good/randomized/61/-1")
 
 
 def test_both_orders_is_exported_for_rankers():

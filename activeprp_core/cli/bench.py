@@ -62,10 +62,19 @@ def _comparator_for(args, out: Path):
     return lambda c: (lambda qid: cached)
 
 
-def _report(rows, out: Path, seed: int, paper: bool, paired: list[str], top_k: int = 10) -> str:
+def _report(rows, out: Path, seed: int, paper: bool, paired: list[str], top_k: int = 10,
+            compare: list[str] | None = None) -> str:
     import numpy as np
 
-    from ..evaluation.report import Summary, markdown_table, paired_table, pareto_plot, pareto_table, plot
+    from ..evaluation.report import (
+        Summary,
+        compare_table,
+        markdown_table,
+        paired_table,
+        pareto_plot,
+        pareto_table,
+        plot,
+    )
 
     summary = Summary(rows, np.random.default_rng(seed))
     metric = f"nDCG@{top_k}"
@@ -82,6 +91,9 @@ def _report(rows, out: Path, seed: int, paper: bool, paired: list[str], top_k: i
         if {a, b} <= rankers:
             parts += [f"## Paired bootstrap over queries: {a} vs {b} (10k resamples, p < 0.05)",
                       paired_table(summary, a, b, np.random.default_rng(seed))]
+    if compare:
+        parts += [f"## Cells compared, paired over queries ({metric} points; 10k resamples)",
+                  compare_table(summary, compare, np.random.default_rng(seed))]
     text = "\n\n".join(parts) + "\n"
     (out / "tables.md").write_text(text)
     plot(summary, out / "ndcg_vs_budget.png", "budget")
@@ -96,7 +108,7 @@ def _grid(args) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.from_csv:
-        rows = read_csv(args.from_csv)
+        rows = [r for path in args.from_csv for r in read_csv(path)]
     else:
         colls = _collections(args)
         budgets = args.budgets
@@ -113,7 +125,7 @@ def _grid(args) -> int:
     caps = {r.max_rounds for r in rows}
     paper = not (args.no_paper or args.scale_budgets) and caps == {-1}  # the paper's columns: N = 100, no cap
     top_k = rows[0].top_k if rows else args.top_k
-    print(baseline + _report(rows, out, args.bootstrap_seed, paper, args.paired, top_k))
+    print(baseline + _report(rows, out, args.bootstrap_seed, paper, args.paired, top_k, args.compare))
     return 0
 
 
@@ -274,12 +286,15 @@ def add_parser(subparsers) -> None:
                             help="run the grid; write rows.csv.gz, tables.md and plots")
     grid.add_argument("--scale-budgets", action="store_true", help="multiply budgets by DEPTH/100")
     grid.add_argument("--seeds", type=int, default=8, help="seeds for the randomized oracle (default 8)")
-    grid.add_argument("--from-csv", help="re-make the tables and plots from a rows.csv[.gz]")
+    grid.add_argument("--from-csv", nargs="+", help="re-make the tables and plots from rows.csv[.gz] files")
     grid.add_argument("--no-paper", action="store_true", help="do not print the paper's values in the table")
     grid.add_argument("--bootstrap-seed", type=int, default=0)
     grid.add_argument("--paired", nargs="*", default=["mohajer_bubble:bubblesort", "mohajer_bubble:heapsort"],
                       metavar="A:B", help="rankers to compare by paired bootstrap over queries")
     grid.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
+    grid.add_argument("--compare", nargs="*", default=[], metavar="A:B",
+                      help="cells compared by paired bootstrap, each ranker/oracle/budget/max_rounds (-1 = no cap; "
+                           "ranker 'best' = the best non-auto row at that budget and cap)")
     grid.set_defaults(func=_grid)
     cal = modes.add_parser("calibrate", parents=[common], help="fit the simulator to the paper's judge")
     cal.add_argument("--pair-noise", type=float, default=0.5)

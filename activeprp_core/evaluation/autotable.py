@@ -31,16 +31,17 @@ def build_auto_table(rows: Sequence[Row], source: str) -> dict:
             groups[(r.n, r.top_k)].append(r)
     if not groups:
         raise ValueError("no grid rows of a core ranker and oracle to build the auto table from")
+    names = sorted({(r.ranker, r.oracle) for group in groups.values() for r in group})
     settings = []
     for (n, k), group in sorted(groups.items()):
         summary = Summary(group, np.random.default_rng(0), resamples=1)
-        cells: dict[tuple[int, int], dict] = {}
+        cells: dict[tuple[int, int], list] = defaultdict(lambda: [None] * len(names))
         for ranker, oracle, budget, cap in summary.keys:
-            cell = cells.setdefault((budget, cap), {"budget_per_n": None if budget < 0 else round(budget / n, 4),
-                                                    "max_rounds": None if cap < 0 else cap, "rows": {}})
             key = (ranker, oracle, budget, cap)
-            cell["rows"][f"{ranker}/{oracle}"] = [round(100 * summary.ndcg[key][0], 2), round(summary.rounds[key], 2),
-                                                  round(summary.calls[key], 1)]
-        settings.append({"n": n, "k": k, "cells": [cells[c] for c in sorted(cells)]})
+            cells[(budget, cap)][names.index((ranker, oracle))] = [
+                round(100 * summary.ndcg[key][0], 2), round(summary.rounds[key], 1), round(summary.calls[key])]
+        settings.append({"n": n, "k": k, "cells": [
+            {"budget_per_n": None if budget < 0 else round(budget / n, 4), "max_rounds": None if cap < 0 else cap,
+             "values": cells[(budget, cap)]} for budget, cap in sorted(cells)]})
     return {"source": source, "metric": "nDCG@K (%), mean over collections of per-query means, then seeds; "
-            "rows: [nDCG, mean rounds, mean calls]", "settings": settings}
+            "values: [nDCG, mean rounds, mean calls]", "rows": [f"{r}/{o}" for r, o in names], "settings": settings}

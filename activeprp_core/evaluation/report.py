@@ -191,6 +191,47 @@ def paired_table(s: Summary, a: str, b: str, rng: np.random.Generator, resamples
     return "\n".join(lines)
 
 
+def cell(s: Summary, spec: str) -> Key:
+    """The cell named by ``spec`` = ``ranker/oracle/budget/max_rounds`` (-1 or ``none`` = no cap). ``best/*/B/R``
+    names the cell of the highest mean nDCG among the rows at budget B and cap R other than ``auto``.
+
+    Raises:
+        ValueError: a malformed spec, or no such cell in the grid.
+    """
+    parts = spec.split("/")
+    if len(parts) != 4:
+        raise ValueError(f"a cell is ranker/oracle/budget/max_rounds, got {spec!r}")
+    ranker, oracle = parts[:2]
+    budget, cap = (-1 if p.lower() in ("none", "inf", "-1") else int(p) for p in parts[2:])
+    if ranker == "best":
+        rows = [k for k in s.keys if k[2:] == (budget, cap) and "auto" not in k[:2]]
+        if not rows:
+            raise ValueError(f"no cell at budget {budget}, max_rounds {cap}")
+        return max(rows, key=lambda k: s.ndcg[k][0])
+    if (ranker, oracle, budget, cap) not in s.ndcg:
+        raise ValueError(f"no cell {spec!r} in the grid")
+    return ranker, oracle, budget, cap
+
+
+def compare_table(s: Summary, specs: Sequence[str], rng: np.random.Generator, resamples: int = 10_000) -> str:
+    """Paired comparisons of two cells each (``"A:B"``, cells as in ``cell``) over the queries both cover
+    (seed-averaged per query): the (macro) means, the mean difference A - B over the pooled queries with its 95%
+    bootstrap CI, the paired-bootstrap p-value and the mean/worst rounds of A, in nDCG points."""
+    lines = ["| A | B | A | B | A - B | 95% CI | p | A rounds (mean / max) |", "|---|---|---:|---:|---:|---|---:|---:|"]
+    for spec in specs:
+        a, b = (cell(s, x) for x in spec.split(":"))
+        qa, qb = s.per_query[a], s.per_query[b]
+        common = sorted(set(qa) & set(qb))
+        d = [100 * (qa[q] - qb[q]) for q in common]
+        mean, lo, hi = bootstrap_ci(d, rng, resamples)
+        _, p = paired_bootstrap([qa[q] for q in common], [qb[q] for q in common], rng, resamples)
+        name = "/".join
+        lines.append(f"| {name(map(str, a))} | {name(map(str, b))} | {100 * s.ndcg[a][0]:.2f} | "
+                     f"{100 * s.ndcg[b][0]:.2f} | {mean:+.2f} | [{lo:+.2f}, {hi:+.2f}] | {p:.3f} | "
+                     f"{s.rounds[a]:.1f} / {s.rounds_max[a]} |")
+    return "\n".join(lines)
+
+
 def _pyplot():
     import matplotlib
 

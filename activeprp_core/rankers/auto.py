@@ -4,10 +4,12 @@ The table ``activeprp_core/data/auto_table.json`` is written by ``activeprp benc
 grids (rows of every ranker x oracle x budget x round cap; the command and the data it was built from are in
 the file's ``source`` and in ``benchmarks/results/README.md``). Its layout::
 
-    {"source": str, "metric": str,
+    {"source": str, "metric": str, "rows": ["ranker/oracle", ...],
      "settings": [{"n": N, "k": K,
                    "cells": [{"budget_per_n": float | null, "max_rounds": int | null,
-                              "rows": {"ranker/oracle": [ndcg_percent, mean_rounds, mean_calls], ...}}]}]}
+                              "values": [[ndcg_percent, mean_rounds, mean_calls] | null, ...]}]}]}
+
+(``values[i]`` belongs to ``rows[i]``; null where the grid did not run that row.)
 
 ``choose`` reads the cell nearest to the request and takes the best measured row; nothing in this module is a
 hand-set threshold.
@@ -25,6 +27,9 @@ from .base import RankContext, Ranker, Schedule
 
 AUTO = "auto"
 TABLE = "auto_table.json"
+#: The round cap of the online defaults (LangChain / LlamaIndex wrappers, ``activeprp rerank``): a 20-document
+#: rerank at top_n 3 and budget 50 stays within 6 rounds (~3 s at 0.5 s per call; issue 10).
+ONLINE_MAX_ROUNDS = 6
 
 
 @cache
@@ -79,8 +84,8 @@ def choose(n: int, k: int, budget: int | None, max_rounds: int | None, ranker: A
     ratio = None if budget is None else budget / max(n, 1)
     per_n = _floor([c["budget_per_n"] for c in cells], ratio)
     cap = _floor([c["max_rounds"] for c in cells if c["budget_per_n"] == per_n], max_rounds)
-    rows = next(c for c in cells if c["budget_per_n"] == per_n and c["max_rounds"] == cap)["rows"]
-    entries = [(key.split("/"), value) for key, value in rows.items()]
+    values = next(c for c in cells if c["budget_per_n"] == per_n and c["max_rounds"] == cap)["values"]
+    entries = [(key.split("/"), value) for key, value in zip(table["rows"], values) if value is not None]
     if ranker != AUTO and any(r == _name(ranker) for (r, _), _ in entries):
         entries = [e for e in entries if e[0][0] == _name(ranker)]
     if oracle != AUTO:
