@@ -13,6 +13,7 @@ from typing import Any
 
 from activeprp_core import Candidate, RerankResult, arerank, get_oracle, get_ranker, rerank
 from activeprp_core.engine import ajudge_pairs, judge_pairs
+from activeprp_core.rankers.auto import AUTO, ONLINE_MAX_ROUNDS
 
 SCORE_KEY = "relevance_score"
 """Metadata key of the score: ``RerankResult.scores``, ``(n - rank) / n`` for ``n`` input documents (rank
@@ -22,8 +23,10 @@ RANK_KEY = "rerank_rank"
 """Metadata key of the 1-based position in the reranked order (1 = best)."""
 
 DEFAULT_RANKER = "auto"
-DEFAULT_ORACLE = "randomized"
+DEFAULT_ORACLE = "auto"
 DEFAULT_BUDGET = 50
+DEFAULT_MAX_ROUNDS = ONLINE_MAX_ROUNDS
+"""The wrappers' ``max_rounds`` default: sequential rounds of LLM calls per query (None = no cap)."""
 
 
 def missing_extra(package: str, extra: str) -> str:
@@ -32,9 +35,11 @@ def missing_extra(package: str, extra: str) -> str:
 
 
 def check_choices(ranker: Any, oracle: Any) -> None:
-    """Fail early on an unknown ranker or oracle name (ValueError) or a wrong type (TypeError)."""
+    """Fail early on an unknown ranker or oracle name (ValueError) or a wrong type (TypeError); ``"auto"`` is
+    resolved per query (``activeprp_core.rankers.auto.choose``)."""
     get_ranker(ranker)
-    get_oracle(oracle)
+    if oracle != AUTO:
+        get_oracle(oracle)
 
 
 class BoundedComparator:

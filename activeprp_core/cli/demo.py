@@ -28,7 +28,7 @@ def add_parser(subparsers: Any) -> None:
                               description=__doc__)
     p.add_argument("--queries", type=int, default=5, help="number of bundled queries (at most 10)")
     p.add_argument("--candidates", type=int, default=16, help="BM25 top candidates per query (at most 30)")
-    add_ranking_args(p, budget=40, top_k=10)
+    add_ranking_args(p, budget=40, top_k=10, ranker="mohajer", oracle="randomized")
     add_comparator_args(p)
     p.set_defaults(func=main, passage_tokens=64)
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")

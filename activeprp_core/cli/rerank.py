@@ -12,6 +12,7 @@ from typing import Any
 from ..engine import arerank, rerank
 from ..oracles import ORACLES
 from ..rankers import RANKERS
+from ..rankers.auto import AUTO
 from ..types import Candidate, RerankResult
 
 COMPARATORS = ("bundled", "hf", "openai", "simulated")
@@ -114,10 +115,12 @@ def stats_line(result: RerankResult) -> str:
     return "stats: " + " ".join(f"{k}={v}" for k, v in stats.items())
 
 
-def add_ranking_args(p: argparse.ArgumentParser, budget: int | None, top_k: int) -> None:
-    """--ranker, --oracle, --budget, --top-k and --seed (shared by ``rerank`` and ``demo``)."""
-    p.add_argument("--ranker", choices=sorted(RANKERS), default="mohajer")
-    p.add_argument("--oracle", choices=sorted(ORACLES), default="randomized")
+def add_ranking_args(p: argparse.ArgumentParser, budget: int | None, top_k: int, ranker: str = AUTO,
+                     oracle: str = AUTO) -> None:
+    """--ranker, --oracle, --budget, --top-k and --seed (shared by ``rerank`` and ``demo``); ``auto`` chooses
+    from measured data (``activeprp_core.rankers.auto``)."""
+    p.add_argument("--ranker", choices=sorted(RANKERS), default=ranker)
+    p.add_argument("--oracle", choices=sorted([*ORACLES, AUTO]), default=oracle)
     p.add_argument("--budget", type=int, default=budget, help="most LLM calls per query")
     p.add_argument("--top-k", type=int, default=top_k)
     p.add_argument("--seed", type=int, default=0)
