@@ -206,8 +206,8 @@ def _walltime(args) -> int:
     params = _sim_params(args.sim_params)
     lines = [f"Sleeping comparator: {args.latency} s per call, {args.in_flight} calls in flight (arerank); modelled "
              "= sum over rounds of ceil(calls / in_flight) x latency.", "",
-             "| collection | qid | N | K | ranker | oracle | budget | max_rounds | rounds | calls | measured s "
-             "| modelled s |", "|---|---|---:|---:|---|---|---:|---:|---:|---:|---:|---:|"]
+             "| collection | qid | N | K | ranker | oracle | runs as | budget | max_rounds | rounds | calls "
+             "| measured s | modelled s |", "|---|---|---:|---:|---|---|---|---:|---:|---:|---:|---:|---:|"]
     for coll in _collections(args):
         judge_for = simulator_factory(coll, params, args.judge_seed)
         for qid in coll.qids:
@@ -220,8 +220,9 @@ def _walltime(args) -> int:
                                                    ranker=make_ranker(ranker), oracle=oracle, budget=budget,
                                                    max_rounds=cap, top_k=args.top_k)
                             lines.append(f"| {coll.name} | {qid} | {len(coll.candidates[qid])} | {args.top_k} | "
-                                         f"{ranker} | {oracle} | {budget} | {cap} | {t['rounds']:.0f} | "
-                                         f"{t['calls']:.0f} | {t['measured_s']:.2f} | {t['modelled_s']:.2f} |")
+                                         f"{ranker} | {oracle} | {t['runs_as']} | {budget} | {cap} | "
+                                         f"{t['rounds']:.0f} | {t['calls']:.0f} | {t['measured_s']:.2f} | "
+                                         f"{t['modelled_s']:.2f} |")
                             print(lines[-1], flush=True)
     (out / "walltime_check.md").write_text("\n".join(lines) + "\n")
     return 0

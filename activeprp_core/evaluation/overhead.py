@@ -38,18 +38,19 @@ class SleepingComparator:
 
 
 def measured_wall_time(query: str, candidates: Sequence[Candidate], judge: SleepingComparator, **rerank_kw: Any
-                       ) -> dict[str, float]:
+                       ) -> dict[str, Any]:
     """One ``arerank`` against ``judge``: the measured wall time next to ``modelled_wall_s`` of its rounds.
 
     Returns:
-        ``{"measured_s", "modelled_s", "rounds", "calls"}``.
+        ``{"measured_s", "modelled_s", "rounds", "calls", "runs_as"}`` (``runs_as``: the concrete ranker/oracle).
     """
     judge.batches = []
     start = time.perf_counter()
     res = asyncio.run(arerank(query, candidates, comparator=judge, **rerank_kw))
     measured = time.perf_counter() - start
     modelled = modelled_wall_s(" ".join(map(str, judge.batches)), judge.latency_s, judge.in_flight)
-    return {"measured_s": measured, "modelled_s": modelled, "rounds": float(res.rounds), "calls": float(res.calls)}
+    return {"measured_s": measured, "modelled_s": modelled, "rounds": float(res.rounds), "calls": float(res.calls),
+            "runs_as": f"{res.ranker}/{res.oracle}"}
 
 
 class ZeroCostComparator:
