@@ -7,6 +7,15 @@ Imports no LLM or RAG framework.
 
 from .budget import Budget, CallBudget
 from .engine import Session, arerank, rerank
+from .errors import (
+    ActivePRPError,
+    ComparatorAuthError,
+    ComparatorError,
+    ComparatorRequestError,
+    ComparatorUnavailable,
+    InvalidAnswer,
+    RankerError,
+)
 from .oracles import (
     ORACLES,
     BidirectionalOracle,
@@ -20,6 +29,8 @@ from .simulated import SimulatedComparator
 from .types import Accounting, Candidate, Comparator, Judgment, RerankResult
 
 __all__ = [
+    "ActivePRPError", "ComparatorAuthError", "ComparatorError", "ComparatorRequestError", "ComparatorUnavailable",
+    "InvalidAnswer", "RankerError",
     "ORACLES", "RANKERS", "Accounting", "BidirectionalOracle", "Budget", "CallBudget", "Candidate", "Comparator",
     "Judgment", "Limits", "Oracle", "Outcomes", "RandomizedDirectionOracle", "RankContext", "Ranker",
     "RerankResult", "Session", "SimulatedComparator", "SingleDirectionOracle", "arerank", "get_oracle",

@@ -13,6 +13,7 @@ from collections.abc import Generator, Sequence
 from typing import Any
 
 from .budget import Budget, check_count
+from .errors import RankerError
 from .oracles import Oracle, Prompt, get_oracle
 from .rankers import Outcomes, RankContext, Ranker, get_ranker
 from .types import Candidate, Judgment, RerankResult, to_judgments
@@ -130,7 +131,7 @@ class _Job:
     def result(self, order: list[int]) -> RerankResult:
         n = len(self.candidates)
         if sorted(order) != list(range(n)):
-            raise RuntimeError(f"ranker {self.ranker.name} returned a non-permutation: {order}")
+            raise RankerError(f"ranker {self.ranker.name} returned a non-permutation of {n} candidates: {order[:20]}")
         scores = [0.0] * n
         for rank, i in enumerate(order):
             scores[i] = (n - rank) / n

@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Protocol, runtime_checkable
 
+from .errors import InvalidAnswer
+
 
 @dataclass
 class Candidate:
@@ -76,18 +78,18 @@ def to_judgments(answers: Sequence[Any], expected: int) -> list[Judgment]:
     """Normalise a comparator's answers (floats, None, or Judgment objects) to ``Judgment`` objects.
 
     Raises:
-        ValueError: when the number of answers differs from the number of pairs, or a probability lies
-            outside [0, 1] (a comparator bug, never silently clipped).
+        InvalidAnswer (a ValueError): when the number of answers differs from the number of pairs, or a
+            probability lies outside [0, 1] (a comparator bug, never silently clipped).
     """
     if len(answers) != expected:
-        raise ValueError(f"comparator returned {len(answers)} answers for {expected} pairs")
+        raise InvalidAnswer(f"comparator returned {len(answers)} answers for {expected} pairs")
     out = []
     for a in answers:
         j = a if isinstance(a, Judgment) else Judgment(prob=None if a is None else float(a))
         if j.prob is not None and math.isnan(j.prob):
             j = Judgment(None, j.retries, j.prompt_tokens, j.completion_tokens, j.error or "NaN answer")
         if j.prob is not None and not 0.0 <= j.prob <= 1.0:
-            raise ValueError(f"comparator returned probability {j.prob} outside [0, 1]")
+            raise InvalidAnswer(f"comparator returned probability {j.prob} outside [0, 1]")
         out.append(j)
     return out
 

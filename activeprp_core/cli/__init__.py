@@ -1,7 +1,9 @@
 """The ``activeprp`` command line: one sub-command per module of this package.
 
 Each sub-command module exposes ``add_parser(subparsers)``, which registers its parser and sets
-``func(args) -> int`` as the handler.
+``func(args) -> int`` as the handler. Errors end in one line on stderr, never a traceback:
+``activeprp: error: <reason>`` with exit code 2 for bad input (argparse's own convention, ``InputError``) and
+1 for a failure while running (an ``ActivePRPError``, e.g. a dead endpoint).
 """
 
 from __future__ import annotations
@@ -11,6 +13,17 @@ import importlib
 import sys
 
 SUBCOMMANDS = ("rerank", "demo", "bench")
+
+
+class InputError(ValueError):
+    """Bad command-line input (a file, a line, a value). The message names the place, e.g.
+    ``cands.jsonl:3: not a JSON object``; ``main`` prints it as one line and exits with 2."""
+
+
+def fail(message: str, code: int) -> int:
+    """Print ``activeprp: error: <message>`` on stderr and return ``code`` (the exit status)."""
+    print(f"activeprp: error: {message}", file=sys.stderr)
+    return code
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -28,8 +41,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one ``activeprp`` command; returns the exit status (0 ok, 1 runtime failure, 2 bad input)."""
+    from ..errors import ActivePRPError
+
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except InputError as err:
+        return fail(str(err), 2)
+    except ActivePRPError as err:
+        return fail(f"{type(err).__name__}: {err}", 1)
 
 
 if __name__ == "__main__":
