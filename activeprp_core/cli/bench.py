@@ -43,7 +43,7 @@ def _comparator_for(args, out: Path):
     if args.comparator == "simulated":
         params = _sim_params(args.sim_params)
         return lambda c: simulator_factory(c, params)
-    from ..evaluation.cache import CachedComparator, identity
+    from ..comparators.cached import CachedComparator, identity
 
     if args.comparator == "bundled":
         from ..comparators import TransformersComparator

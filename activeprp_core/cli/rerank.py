@@ -78,7 +78,7 @@ def make_comparator(args: argparse.Namespace, candidates: list[Candidate] | None
 def _make_comparator(args: argparse.Namespace, candidates: list[Candidate] | None) -> Any:
     kind = args.comparator
     if kind == "simulated":
-        from ..simulated import SimulatedComparator
+        from ..comparators.simulated import SimulatedComparator
 
         return SimulatedComparator({c.id: float(c.metadata.get("label", 0)) for c in candidates or []})
     if kind == "openai":
@@ -98,10 +98,15 @@ def _make_comparator(args: argparse.Namespace, candidates: list[Candidate] | Non
     return TransformersComparator(args.model, mode=args.mode or "ab", **kw)
 
 
+def ranking_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``rerank`` keyword arguments set by ``add_ranking_args`` options."""
+    return {"ranker": args.ranker, "oracle": args.oracle, "budget": args.budget, "top_k": args.top_k,
+            "seed": args.seed, "max_rounds": args.max_rounds, "on_failure": args.on_failure}
+
+
 def run_rerank(query: str, candidates: list[Candidate], comparator: Any, args: argparse.Namespace) -> RerankResult:
     """Run ``rerank`` (``arerank`` for API comparators, whose round's calls then run concurrently)."""
-    kw = {"ranker": args.ranker, "oracle": args.oracle, "comparator": comparator, "budget": args.budget,
-          "top_k": args.top_k, "seed": args.seed}
+    kw = {**ranking_kwargs(args), "comparator": comparator}
     if hasattr(comparator, "ajudge") and args.comparator == "openai":
         return asyncio.run(arerank(query, candidates, **kw))
     return rerank(query, candidates, **kw)
@@ -114,13 +119,38 @@ def stats_line(result: RerankResult) -> str:
     return "stats: " + " ".join(f"{k}={v}" for k, v in stats.items())
 
 
-def add_ranking_args(p: argparse.ArgumentParser, budget: int | None, top_k: int) -> None:
-    """--ranker, --oracle, --budget, --top-k and --seed (shared by ``rerank`` and ``demo``)."""
+def count(minimum: int | None = 0, allow_none: bool = False):
+    """An argparse ``type`` for an integer >= ``minimum`` (``none`` accepted when ``allow_none``): argparse turns
+    its ValueError into a one-line usage error (exit 2)."""
+
+    def parse(text: str) -> int | None:
+        if allow_none and text.lower() == "none":
+            return None
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if minimum is not None and value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def add_ranking_args(p: argparse.ArgumentParser, budget: int | None, top_k: int,
+                     max_rounds: int | None = None) -> None:
+    """--ranker, --oracle, --budget, --top-k, --seed, --max-rounds and --on-failure (shared by the commands)."""
     p.add_argument("--ranker", choices=sorted(RANKERS), default="mohajer")
     p.add_argument("--oracle", choices=sorted(ORACLES), default="randomized")
-    p.add_argument("--budget", type=int, default=budget, help="most LLM calls per query")
-    p.add_argument("--top-k", type=int, default=top_k)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--budget", type=count(allow_none=True), default=budget,
+                   help="most LLM calls per query (none = no cap; default %(default)s)")
+    p.add_argument("--top-k", type=count(minimum=1), default=top_k)
+    p.add_argument("--seed", type=count(minimum=None), default=0)
+    p.add_argument("--max-rounds", type=count(allow_none=True), default=max_rounds,
+                   help="most sequential rounds of LLM calls per query (none = no cap; default %(default)s)")
+    p.add_argument("--on-failure", choices=("raise", "prior"), default="raise",
+                   help="raise: a failing comparator ends the command with exit 1; prior: print the best-effort "
+                        "order (the stats line says why)")
 
 
 def add_parser(subparsers: Any) -> None:

@@ -6,7 +6,6 @@ costs nothing; a missing package raises ``ImportError`` naming the ``activeprp[h
 
 from __future__ import annotations
 
-import asyncio
 import importlib.util
 import math
 import os
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..types import Judgment, Pair
+from .base import Comparator
 from .prompts import LABELS, PRP_PROMPT, QL_PROMPT, check_prp_prompt
 
 HF_EXTRA = 'pip install "activeprp[hf]"'
@@ -139,7 +139,7 @@ def _pad(seqs: list[list[int]], pad_id: int, left: bool) -> tuple[list[list[int]
     return ids, mask
 
 
-class TransformersComparator:
+class TransformersComparator(Comparator):
     """A pairwise judge running a local Hugging Face model (causal chat model or seq2seq such as Flan-T5).
 
     Modes:
@@ -165,6 +165,8 @@ class TransformersComparator:
 
     ``judge`` returns ``Judgment`` objects with ``prompt_tokens`` = tokens this pair actually ran through the
     model (0 for QL pairs whose passages were already scored). ``scored_prompts`` counts prompts run.
+    ``max_batch_size`` is ``batch_size``: ``rerank_many`` merges the prompts of several queries up to it. Async
+    calls run the model in a worker thread; calls on one comparator run one at a time.
 
     Raises:
         ImportError: torch/transformers missing (names the ``activeprp[hf]`` extra).
@@ -197,7 +199,7 @@ class TransformersComparator:
             raise ValueError("ql_prompt must contain the placeholder {passage}")
         _require("torch", "transformers")
         self.mode, self.prompt, self.ql_prompt = mode, check_prp_prompt(prompt), ql_prompt
-        self.answer_prefix, self.batch_size = answer_prefix, batch_size
+        self.answer_prefix, self.batch_size, self.max_batch_size = answer_prefix, batch_size, batch_size
         self.max_passage_tokens, self.max_query_tokens = max_passage_tokens, max_query_tokens
         self.device = _resolve_device(device)
         self.dtype = _resolve_dtype(dtype, self.device)
@@ -369,7 +371,7 @@ class TransformersComparator:
                 self._scores.popitem(last=False)
         return [known[p] for p in passages], tokens
 
-    def judge(self, query: str, pairs: Sequence[Pair]) -> list[Judgment]:
+    def _judge_chunk(self, query: str, pairs: Sequence[Pair]) -> list[Judgment]:
         """One ``Judgment`` per ordered pair: prob = P(first preferred), prompt_tokens as described above."""
         if not pairs:
             return []
@@ -389,18 +391,6 @@ class TransformersComparator:
             diff = scores[2 * k] - scores[2 * k + 1]
             out.append(Judgment(prob=1.0 / (1.0 + math.exp(-diff)), prompt_tokens=used))
         return out
-
-    def compare(self, query: str, pairs: Sequence[Pair]) -> list[float | None]:
-        """P(first preferred) per ordered pair (see ``judge``)."""
-        return [j.prob for j in self.judge(query, pairs)]
-
-    async def ajudge(self, query: str, pairs: Sequence[Pair]) -> list[Judgment]:
-        """``judge`` in a worker thread (local compute; calls on one comparator run one at a time)."""
-        return await asyncio.to_thread(self.judge, query, pairs)
-
-    async def acompare(self, query: str, pairs: Sequence[Pair]) -> list[float | None]:
-        """``compare`` in a worker thread."""
-        return await asyncio.to_thread(self.compare, query, pairs)
 
     def __repr__(self) -> str:
         return f"TransformersComparator(mode={self.mode!r}, device={self.device!r}, context={self.context})"

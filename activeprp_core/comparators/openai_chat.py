@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ..types import Judgment, Pair
+from .base import CallGuard, Comparator, Item, gather_or_cancel
 from .prompts import PRP_PROMPT, check_prp_prompt, parse_label
 
 OPENAI_EXTRA = 'pip install "activeprp[openai]"'
@@ -78,7 +79,7 @@ def _parse(response: Any) -> tuple[float, int, int]:
     return float(label == "A"), *tokens
 
 
-class OpenAIChatComparator:
+class OpenAIChatComparator(Comparator):
     """P(first preferred) from an OpenAI-compatible chat model answering the PRP prompt with one token.
 
     Each ordered pair is one request: ``max_tokens=1``, ``temperature=0`` and, with ``logprobs=True``,
@@ -93,8 +94,9 @@ class OpenAIChatComparator:
     ``max_retry_after`` s) and 5xx; 400/401/403/404 and other 4xx are not retried. Retries are reported in
     ``Judgment.retries`` and never count against the call budget.
 
-    Concurrency: ``ajudge`` sends a round's requests concurrently, at most ``max_concurrency`` (an attribute
-    that may be changed later) in flight per event loop; ``judge`` (sync) uses a thread pool of that size.
+    Concurrency: ``ajudge`` sends a round's requests concurrently and ``judge`` (sync) through a thread pool,
+    at most ``guard.max_concurrency`` in flight (the rerank's cap; ``max_concurrency`` when it sets none).
+    ``judge_batch``/``ajudge_batch`` do the same for the prompts of many queries at once.
 
     Args:
         model: the model name sent to the endpoint.
@@ -143,7 +145,7 @@ class OpenAIChatComparator:
         self.backoff_initial, self.backoff_max, self.max_retry_after = backoff_initial, backoff_max, max_retry_after
         self._client_kw = {"base_url": base_url, "api_key": api_key, "timeout": timeout, "max_retries": 0}
         self.client = openai.OpenAI(**self._client_kw)
-        self._async: tuple | None = None  # (event loop, AsyncOpenAI, semaphore, its size)
+        self._async: tuple | None = None  # (event loop, AsyncOpenAI)
 
     # ---- request building and retry policy ------------------------------------------------------------
     def _cut(self, text: str) -> str:
@@ -188,67 +190,78 @@ class OpenAIChatComparator:
         retries = retrying.statistics.get("attempt_number", 1) - 1
         return Judgment(prob=None, retries=retries, error=f"{type(err).__name__}: {err}"[:300])
 
-    # ---- sync -----------------------------------------------------------------------------------------
-    def _judge_one(self, query: str, pair: Pair) -> Judgment:
+    # ---- sync ----------------------------------------------------------------------------------------
+    def _judge_one(self, guard: CallGuard, item: Item) -> Judgment:
         import openai
         from tenacity import Retrying
 
-        kw = self.request(query, pair[0].text, pair[1].text)
+        query, first, second = item
+        guard.check()
+        kw = self.request(query, first.text, second.text)
         retrying = Retrying(**self._retry_kw())
         try:
             response = retrying(self.client.chat.completions.create, **kw)
         except (openai.OpenAIError, ValueError) as err:  # a finally failed call (ValueError: undecodable JSON)
-            return self._failure(err, retrying)
-        return self._judgment(response, retrying)
+            judgment = self._failure(err, retrying)
+        else:
+            judgment = self._judgment(response, retrying)
+        guard.record(judgment.prob is not None, judgment.error)
+        return judgment
 
-    def judge(self, query: str, pairs: Sequence[Pair]) -> list[Judgment]:
-        """One ``Judgment`` per ordered pair, requests sent by up to ``max_concurrency`` threads."""
-        if len(pairs) <= 1:
-            return [self._judge_one(query, p) for p in pairs]
-        with ThreadPoolExecutor(min(self.max_concurrency, len(pairs))) as pool:
-            return list(pool.map(lambda p: self._judge_one(query, p), pairs))
+    def judge_batch(self, items: Sequence[Item], *, guard: CallGuard | None = None) -> list[Judgment]:
+        """One ``Judgment`` per ``(query, first, second)``, requests sent by up to ``guard.max_concurrency``
+        threads."""
+        guard = guard or CallGuard(self.max_concurrency, None)
+        if len(items) <= 1:
+            return [self._judge_one(guard, item) for item in items]
+        with ThreadPoolExecutor(min(guard.max_concurrency or len(items), len(items))) as pool:
+            return list(pool.map(lambda item: self._judge_one(guard, item), items))
 
-    def compare(self, query: str, pairs: Sequence[Pair]) -> list[float | None]:
-        """P(first preferred) per ordered pair, None for a failed call."""
-        return [j.prob for j in self.judge(query, pairs)]
+    def judge(self, query: str, pairs: Sequence[Pair], *, guard: CallGuard | None = None) -> list[Judgment]:
+        """One ``Judgment`` per ordered pair of ``query`` (see ``judge_batch``)."""
+        return self.judge_batch([(query, a, b) for a, b in pairs], guard=guard)
 
     # ---- async ----------------------------------------------------------------------------------------
-    def _async_state(self) -> tuple[Any, Any]:
-        """(AsyncOpenAI client, semaphore) for the running event loop (made again for a new loop)."""
+    def _async_client(self) -> Any:
+        """The AsyncOpenAI client of the running event loop (made again for a new loop)."""
         loop = asyncio.get_running_loop()
         if self._async is None or self._async[0] is not loop:
             import openai
 
-            self._async = (loop, openai.AsyncOpenAI(**self._client_kw), None, 0)
-        if self._async[3] != self.max_concurrency:  # the attribute may be changed after construction
-            self._async = (*self._async[:2], asyncio.Semaphore(self.max_concurrency), self.max_concurrency)
-        return self._async[1], self._async[2]
+            self._async = (loop, openai.AsyncOpenAI(**self._client_kw))
+        return self._async[1]
 
-    async def _ajudge_one(self, client: Any, semaphore: asyncio.Semaphore, query: str, pair: Pair) -> Judgment:
+    async def _ajudge_one(self, client: Any, guard: CallGuard, item: Item) -> Judgment:
         import openai
         from tenacity import AsyncRetrying
 
-        kw = self.request(query, pair[0].text, pair[1].text)
+        query, first, second = item
+        kw = self.request(query, first.text, second.text)
 
         async def call() -> Any:  # a plain coroutine function, so tenacity awaits it
             return await client.chat.completions.create(**kw)
 
         retrying = AsyncRetrying(**self._retry_kw())
-        async with semaphore:
+        async with guard.slots(1):
+            guard.check()
             try:
                 response = await retrying(call)
             except (openai.OpenAIError, ValueError) as err:
-                return self._failure(err, retrying)
-        return self._judgment(response, retrying)
+                judgment = self._failure(err, retrying)
+            else:
+                judgment = self._judgment(response, retrying)
+        guard.record(judgment.prob is not None, judgment.error)
+        return judgment
 
-    async def ajudge(self, query: str, pairs: Sequence[Pair]) -> list[Judgment]:
-        """Async ``judge``: the round's requests run concurrently, at most ``max_concurrency`` at a time."""
-        client, semaphore = self._async_state()
-        return list(await asyncio.gather(*(self._ajudge_one(client, semaphore, query, p) for p in pairs)))
+    async def ajudge_batch(self, items: Sequence[Item], *, guard: CallGuard | None = None) -> list[Judgment]:
+        """Async ``judge_batch``: the requests run concurrently, at most ``guard.max_concurrency`` at a time."""
+        guard = guard or CallGuard(self.max_concurrency, None)
+        client = self._async_client()
+        return await gather_or_cancel([self._ajudge_one(client, guard, item) for item in items])
 
-    async def acompare(self, query: str, pairs: Sequence[Pair]) -> list[float | None]:
-        """Async ``compare``."""
-        return [j.prob for j in await self.ajudge(query, pairs)]
+    async def ajudge(self, query: str, pairs: Sequence[Pair], *, guard: CallGuard | None = None) -> list[Judgment]:
+        """Async ``judge`` (see ``ajudge_batch``)."""
+        return await self.ajudge_batch([(query, a, b) for a, b in pairs], guard=guard)
 
     def __repr__(self) -> str:
         return f"OpenAIChatComparator(model={self.model!r}, base_url={self._client_kw['base_url']!r})"

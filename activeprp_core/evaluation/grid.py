@@ -16,10 +16,10 @@ from typing import Any
 
 from tqdm import tqdm
 
+from ..comparators.simulated import SimulatedComparator
 from ..engine import rerank
 from ..metrics import ndcg_at_k, ranking_to_run
 from ..rankers import Mohajer, MohajerBubble, Ranker
-from ..simulated import SimulatedComparator
 from ..types import Accounting
 from .datasets import Collection
 from .reference import ReferenceFallbackMohajer, ReferenceHeapSort

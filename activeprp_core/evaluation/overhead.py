@@ -2,26 +2,13 @@
 
 from __future__ import annotations
 
-import random
 import time
 from collections.abc import Sequence
 from typing import Any
 
+from ..comparators.zero_cost import ZeroCostComparator
 from ..engine import rerank
 from ..types import Candidate, Pair
-
-
-class ZeroCostComparator:
-    """Answers from a fixed hidden permutation by dict look-up (no model): isolates the engine's own cost."""
-
-    def __init__(self, ids: Sequence[str], seed: int = 0) -> None:
-        order = list(ids)
-        random.Random(seed).shuffle(order)
-        self.rank = {d: r for r, d in enumerate(order)}
-
-    def compare(self, query: str, pairs: Sequence[Pair]) -> list[float]:
-        """1.0 when the first candidate ranks higher in the hidden permutation, else 0.0."""
-        return [1.0 if self.rank[a.id] < self.rank[b.id] else 0.0 for a, b in pairs]
 
 
 def scheduling_overhead(rankers: Sequence[str], oracles: Sequence[str] = ("randomized", "bidirectional"),
