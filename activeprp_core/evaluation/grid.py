@@ -14,8 +14,6 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
 from ..comparators.simulated import SimulatedComparator
 from ..engine import rerank
 from ..metrics import ndcg_at_k, ranking_to_run
@@ -87,6 +85,8 @@ def run_grid(
         seeds: oracle/ranker seeds per oracle name (default: ``{"bidirectional": [0], "randomized": 0..7}``).
         top_k: K. progress: show a tqdm bar.
     """
+    from tqdm import tqdm
+
     seeds = seeds or {"bidirectional": [0], "randomized": list(range(8)), "single": [0]}
     rankers, oracles, budgets = list(rankers), list(oracles), list(budgets)
     cells = [(c, r, o, b, s) for c in collections for r in rankers for o in oracles for b in budgets
