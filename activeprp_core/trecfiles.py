@@ -100,11 +100,23 @@ def _field(path: str | Path, n: int, obj: dict, keys: Sequence[str], what: str, 
     return value
 
 
-def _tsv(path: str | Path, n: int, line: str, what: str) -> tuple[str, str]:
+def _keyed_text(path: str | Path, n: int, line: str, id_keys: Sequence[str], text_keys: Sequence[str],
+                what: str) -> tuple[str, str, dict | None]:
+    """``(id, text, the JSON object or None)`` of one line of a queries or corpus file (``what``: qid/docid)."""
+    if _is_jsonl(path):
+        obj = _json_object(path, n, line)
+        return (_field(path, n, obj, id_keys, what, allow_int=True),
+                _field(path, n, obj, text_keys, "text", allow_int=False), obj)
     key, tab, text = line.partition("\t")
     if not tab or not key.strip():
         raise InputError(f"{path}:{n}: expected {what}<TAB>text")
-    return key.strip(), text.strip()
+    return key.strip(), text.strip(), None
+
+
+def _check_once(first_lines: dict[str, int], key: str, path: str | Path, n: int, what: str) -> None:
+    first = first_lines.setdefault(key, n)
+    if first != n:
+        raise InputError(f"{path}:{n}: {what} {key} appears twice (first at line {first})")
 
 
 def read_run(path: str | Path) -> Run:
@@ -178,18 +190,11 @@ def read_queries(path: str | Path) -> dict[str, str]:
     queries: dict[str, str] = {}
     lines: dict[str, int] = {}
     for n, line in iter_lines(path):
-        if _is_jsonl(path):
-            obj = _json_object(path, n, line)
-            qid = _field(path, n, obj, QUERY_ID_KEYS, "query id", allow_int=True)
-            text = _field(path, n, obj, ("text",), "text", allow_int=False).strip()
-        else:
-            qid, text = _tsv(path, n, line, "qid")
-        if not text:
+        qid, text, _ = _keyed_text(path, n, line, QUERY_ID_KEYS, ("text",), "qid")
+        if not text.strip():
             raise InputError(f"{path}:{n}: query {qid} has an empty text")
-        first = lines.setdefault(qid, n)
-        if first != n:
-            raise InputError(f"{path}:{n}: qid {qid} appears twice (first at line {first})")
-        queries[qid] = text
+        _check_once(lines, qid, path, n, "qid")
+        queries[qid] = text.strip()
     return queries
 
 
@@ -206,22 +211,15 @@ def read_corpus(path: str | Path, wanted: Iterable[str] | None = None) -> dict[s
     passages: dict[str, str] = {}
     lines: dict[str, int] = {}
     for n, line in iter_lines(path):
-        if _is_jsonl(path):
-            obj = _json_object(path, n, line)
-            docid = _field(path, n, obj, DOC_ID_KEYS, "doc id", allow_int=True)
-            text = _field(path, n, obj, DOC_TEXT_KEYS, "text", allow_int=False)
+        docid, text, obj = _keyed_text(path, n, line, DOC_ID_KEYS, DOC_TEXT_KEYS, "docid")
+        if obj is not None:
             title = obj.get("title") or ""
             if not isinstance(title, str):
                 raise InputError(f"{path}:{n}: field 'title' must be a string, got {json.dumps(title)[:40]}")
             text = f"{title} {text}".strip()
-        else:
-            docid, text = _tsv(path, n, line, "docid")
-        if keep is not None and docid not in keep:
-            continue
-        first = lines.setdefault(docid, n)
-        if first != n:
-            raise InputError(f"{path}:{n}: docid {docid} appears twice (first at line {first})")
-        passages[docid] = text
+        if keep is None or docid in keep:
+            _check_once(lines, docid, path, n, "docid")
+            passages[docid] = text
     return passages
 
 

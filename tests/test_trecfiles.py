@@ -84,7 +84,7 @@ def test_iter_lines_numbers_are_the_files(tmp_path):
     ("q.tsv", "q1\t  \n", 1, "query q1 has an empty text"),
     ("q.jsonl", '{"_id": "q1", "text": "a"}\n\n{"_id": "q2", "text": "b"\n', 3, "not JSON"),
     ("q.jsonl", '["q1", "a"]\n', 1, "not a JSON object (got list)"),
-    ("q.jsonl", '{"id": "q1", "text": "a"}\n', 1, "no query id field (_id / qid)"),
+    ("q.jsonl", '{"id": "q1", "text": "a"}\n', 1, "no qid field (_id / qid)"),
     ("q.jsonl", '{"qid": "q1"}\n', 1, "no text field (text)"),
     ("q.jsonl", '{"qid": "q1", "text": null}\n', 1, "field 'text' must be a string, got null"),
     ("q.jsonl", '{"qid": ["q1"], "text": "a"}\n', 1, "field 'qid' must be a string"),
