@@ -190,6 +190,9 @@ def main(args: argparse.Namespace) -> int:
         written = write_run(args.out, ranked_lists(), tag=args.tag)
     finally:
         bar.close()
+        close = getattr(comparator, "close", None)  # comparators holding a client or a file (issue 11)
+        if callable(close):
+            close()
     print(f"wrote {written} lines ({len(reranked)} queries) to {args.out} in {time.perf_counter() - started:.1f} s; "
           f"LLM calls: {sum(calls)} total, at most {max(calls, default=0)} per query")
     if qrels is not None:
