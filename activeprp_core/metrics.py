@@ -49,7 +49,8 @@ def ndcg_at_k(qrels: Qrels, run: Run, k: int = 10) -> dict[str, float]:
         raise ValueError(f"k must be >= 1, got {k}")
     ir_measures = _ir_measures()
     measure = ir_measures.nDCG @ k
-    qrels_d = {str(q): {str(d): int(g) for d, g in docs.items()} for q, docs in qrels.items()}
+    in_run = {str(q) for q in run}  # ir-measures would score a judged query missing from the run as 0
+    qrels_d = {str(q): {str(d): int(g) for d, g in docs.items()} for q, docs in qrels.items() if str(q) in in_run}
     run_d = {str(q): {str(d): float(s) for d, s in docs.items()} for q, docs in run.items()}
     return {m.query_id: m.value for m in ir_measures.iter_calc([measure], qrels_d, run_d)}
 
