@@ -1,7 +1,8 @@
 """The exceptions ActivePRP raises, in one tree.
 
 A caller's mistake (a bad argument, an unknown name) is a plain ``ValueError`` or ``TypeError`` whose message says
-what to change. Everything else that goes wrong is an ``ActivePRPError``::
+what to change; a bad input file is an ``InputError`` (a ``ValueError`` whose message starts with ``FILE:LINE:``).
+Everything else that goes wrong is an ``ActivePRPError``::
 
     ActivePRPError
     ├── ComparatorError                a comparator (an LLM backend) failed; nothing was reranked
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
     from .types import Accounting
 
 __all__ = ["ActivePRPError", "ComparatorAuthError", "ComparatorError", "ComparatorRequestError",
-           "ComparatorUnavailable", "InvalidAnswer", "RankerError", "scrub"]
+           "ComparatorUnavailable", "InputError", "InvalidAnswer", "RankerError", "scrub"]
 
 
 def scrub(text: str, secrets: Iterable[str | None]) -> str:
@@ -42,6 +43,11 @@ def scrub(text: str, secrets: Iterable[str | None]) -> str:
         if secret:
             text = text.replace(secret, "***")
     return text
+
+
+class InputError(ValueError):
+    """Bad input read from a file or the command line; the message names the place, e.g.
+    ``cands.jsonl:3: not a JSON object``. The CLI prints it as one line and exits with 2."""
 
 
 class ActivePRPError(Exception):

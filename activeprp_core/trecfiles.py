@@ -10,7 +10,7 @@ is not UTF-8 is an error):
   (the passage is ``"title text"`` when a non-empty title is given).
 
 A file whose name ends in ``.jsonl`` or ``.json`` is read as JSONL, any other as TSV. Every bad input raises
-``activeprp_core.cli.InputError`` (a ``ValueError``) whose message starts with ``FILE:LINE: `` (or ``FILE: ``
+``activeprp_core.errors.InputError`` (a ``ValueError``) whose message starts with ``FILE:LINE: `` (or ``FILE: ``
 for a file-level problem). Nothing here needs the evaluation extra: metrics live in ``activeprp_core.metrics``.
 
 Why not ``ir_measures.read_trec_run``/``read_trec_qrels``: they raise a bare unpacking error without the line,
@@ -28,7 +28,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from .cli import InputError
+from .errors import InputError
 from .types import Candidate
 
 QUERY_ID_KEYS, DOC_ID_KEYS, DOC_TEXT_KEYS = ("_id", "qid"), ("_id", "docid", "id"), ("text", "contents")

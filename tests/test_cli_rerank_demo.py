@@ -78,3 +78,4 @@ def test_rerank_reports_an_unbuildable_comparator(candidates_file, capsys, monke
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     code = main(["rerank", "--query", "q", "--candidates", str(path), "--comparator", "openai", "--model", "m"])
     assert code == 2 and "OPENAI_API_KEY" in capsys.readouterr().err
+

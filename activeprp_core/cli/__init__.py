@@ -10,19 +10,28 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import sys
+
+from ..errors import InputError
+
+__all__ = ["InputError", "build_parser", "fail", "main", "printable"]
 
 SUBCOMMANDS = ("rerank", "rerank_run", "demo", "bench")  # module names (rerank_run registers rerank-run)
 
 
-class InputError(ValueError):
-    """Bad command-line input (a file, a line, a value). The message names the place, e.g.
-    ``cands.jsonl:3: not a JSON object``; ``main`` prints it as one line and exits with 2."""
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def printable(text: str) -> str:
+    """``text`` safe for a terminal: control characters (ANSI escapes, newlines ...) and lone surrogates are
+    shown as Python escapes (``\\x1b``, ``\\n``, ``\\ud800``) instead of acting on the terminal or failing."""
+    return _UNPRINTABLE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
 
 def fail(message: str, code: int) -> int:
-    """Print ``activeprp: error: <message>`` on stderr and return ``code`` (the exit status)."""
-    print(f"activeprp: error: {message}", file=sys.stderr)
+    """Print ``activeprp: error: <message>`` (made ``printable``) on stderr and return ``code`` (the exit status)."""
+    print(f"activeprp: error: {printable(message)}", file=sys.stderr)
     return code
 
 
