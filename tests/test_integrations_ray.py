@@ -1,5 +1,5 @@
 """activeprp_integrations.ray on a local Ray (``ray.init(num_cpus=2)``): the same orders as ``rerank_many`` in one
-process, failed rows, a dead endpoint; plus the import contract (no Ray needed).
+process, failed rows, a dead endpoint, ``rerank-run --ray``; plus the import contract (no Ray needed).
 
 The local Ray is started by the fixture below with ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` set before Ray is
 imported: then its node address is 127.0.0.1 and every server it starts (GCS, raylet, workers, the runtime-env
@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from activeprp_core import Candidate, ComparatorAuthError, rerank_many
+from activeprp_core.cli import main
 from activeprp_core.cli.rerank_run import QrelsSimulator
 from activeprp_core.trecfiles import read_qrels
 
@@ -182,3 +183,25 @@ def test_bad_arguments_fail_before_anything_runs(local_ray):
     with pytest.raises(TypeError, match="unexpected keyword argument 'budgt'"):
         rerank_dataset(ds, dict, budget=1, budgt=2)
 
+
+def test_rerank_run_with_ray_writes_the_same_run(local_ray, tmp_path, capsys):
+    run = tmp_path / "three.run"
+    lines = (DL19 / "trec_results_dl19_top100.bm25.txt").read_text().splitlines()
+    qids = list(dict.fromkeys(line.split()[0] for line in lines))[:3]
+    run.write_text("".join(line + "\n" for line in lines if line.split()[0] in qids and int(line.split()[3]) <= 20))
+    corpus = tmp_path / "corpus.tsv"
+    docids = {line.split()[2] for line in run.read_text().splitlines()}
+    with corpus.open("w", encoding="utf-8") as f:
+        for line in (DL19 / "bm25_dl19_top100.jsonl").read_text(encoding="utf-8").splitlines():
+            for hit in json.loads(line)["hits"]:
+                if hit["docid"] in docids:
+                    f.write(f"{hit['docid']}\t{' '.join(hit['content'].split())}\n")
+                    docids.discard(hit["docid"])
+    args = ["rerank-run", "--run", str(run), "--queries", str(DL19 / "topics.dl19-passage.txt"), "--corpus",
+            str(corpus), "--qrels", str(DL19 / "qrels.dl19-passage.txt"), "--comparator", "simulated",
+            "--budget", "30", "--no-progress"]
+    assert main([*args, "--out", str(tmp_path / "local.run")]) == 0
+    assert bounded(lambda: main([*args, "--out", str(tmp_path / "ray.run"), "--ray", "--ray-actors", "2"])) == 0
+    assert (tmp_path / "ray.run").read_bytes() == (tmp_path / "local.run").read_bytes()
+    assert capsys.readouterr().out.count("wrote 60 lines (3 queries)") == 2
+    assert ray.is_initialized()  # the command used the running Ray and left it running
