@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import codecs
 import json
+import re
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,33 +16,100 @@ from ..engine import arerank, rerank
 from ..oracles import ORACLES
 from ..rankers import RANKERS
 from ..types import Candidate, RerankResult
+from . import InputError
 
 COMPARATORS = ("bundled", "hf", "openai", "simulated")
 _ID_KEYS, _TEXT_KEYS = ("id", "docid", "_id", "doc_id"), ("text", "content", "contents", "passage")
+_JSON_TYPES = {type(None): "null", bool: "a boolean", int: "a number", float: "a number", str: "a string",
+               list: "an array", dict: "an object"}
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _json_type(value: Any) -> str:
+    return _JSON_TYPES.get(type(value), type(value).__name__)
+
+
+def _read_bytes(path: str) -> bytes:
+    """The bytes of ``path`` (``-`` = stdin). Raises InputError: missing, a directory, unreadable."""
+    if path == "-":
+        return sys.stdin.buffer.read()
+    try:
+        return Path(path).read_bytes()
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise InputError(f"{path}: is a directory, not a JSONL file") from None
+    except OSError as err:
+        raise InputError(f"{path}: cannot read it ({err.strerror or type(err).__name__})") from None
+
+
+def jsonl_objects(path: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line number, object)`` for each non-blank line of a JSONL file (``-`` = stdin), numbered as in the file
+    (1-based, blank lines counted; lines end at ``\\n`` only, as JSONL says, so other Unicode line breaks inside a
+    line are kept). The file must be UTF-8; a leading UTF-8 BOM is skipped.
+
+    Raises:
+        InputError: ``FILE: reason`` (missing, a directory, unreadable) or ``FILE:LINE: reason`` (not UTF-8,
+            not JSON, not a JSON object).
+    """
+    data = _read_bytes(path).removeprefix(codecs.BOM_UTF8)
+    for n, raw in enumerate(data.split(b"\n"), 1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise InputError(f"{path}:{n}: not UTF-8 (byte 0x{raw[err.start]:02x} at column {err.start + 1})") from None
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError as err:  # JSONDecodeError, or a number too long to convert
+            raise InputError(f"{path}:{n}: not JSON ({getattr(err, 'msg', err)})") from None
+        if not isinstance(row, dict):
+            raise InputError(f"{path}:{n}: not a JSON object but {_json_type(row)}")
+        yield n, row
+
+
+def model_text(text: str) -> str:
+    """``text`` as a model can take it: lone surrogates (from JSON escapes such as ``"\\ud800"`` or undecodable
+    command-line bytes; not valid Unicode, refused by tokenizers and HTTP clients) become U+FFFD."""
+    return _SURROGATE.sub("\ufffd", text)
+
+
+def printable(text: str) -> str:
+    """``text`` safe to print on a terminal: control characters (ANSI escape sequences included), bidi overrides
+    and lone surrogates become Python escapes (``\\x1b``, ``\\u202e``, ``\\ud800``); characters the output
+    encoding lacks become ``\\u`` escapes."""
+    text = _UNPRINTABLE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+    encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
+    return text.encode(encoding, "backslashreplace").decode(encoding)
 
 
 def read_candidates(path: str) -> list[Candidate]:
     """Candidates from a JSONL file (``-`` = stdin), one object per line, in prior order (best first).
 
-    Each object needs an id (``id``/``docid``/``_id``/``doc_id``) and a text (``text``/``content``/``contents``/
-    ``passage``); its other fields go to ``Candidate.metadata`` (``label`` is read by ``--comparator simulated``).
+    Each object needs an id (``id``/``docid``/``_id``/``doc_id``: a string or an integer) and a text
+    (``text``/``content``/``contents``/``passage``: a string); its other fields go to ``Candidate.metadata``
+    (``label`` is read by ``--comparator simulated``). Lone surrogates in a text become U+FFFD (``model_text``).
 
     Raises:
-        ValueError: a line that is not a JSON object or lacks an id or a text (the message names the line).
+        InputError: a file or line that cannot be read (see ``jsonl_objects``), or an object without a usable
+            id or text (the message names the file and line).
     """
-    lines = sys.stdin.read().splitlines() if path == "-" else Path(path).read_text(encoding="utf-8").splitlines()
     out = []
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        row = json.loads(line)
-        id_key = next((k for k in _ID_KEYS if k in row), None) if isinstance(row, dict) else None
-        text_key = next((k for k in _TEXT_KEYS if k in row), None) if isinstance(row, dict) else None
+    for n, row in jsonl_objects(path):
+        id_key = next((k for k in _ID_KEYS if k in row), None)
+        text_key = next((k for k in _TEXT_KEYS if k in row), None)
         if id_key is None or text_key is None:
-            raise ValueError(f"{path}:{n}: each line needs an id ({'/'.join(_ID_KEYS)}) and a text "
-                             f"({'/'.join(_TEXT_KEYS)})")
+            missing = f"an id ({'/'.join(_ID_KEYS)})" if id_key is None else f"a text ({'/'.join(_TEXT_KEYS)})"
+            raise InputError(f"{path}:{n}: each line needs {missing}")
+        doc_id, text = row[id_key], row[text_key]
+        if isinstance(doc_id, bool) or not isinstance(doc_id, (str, int)):
+            raise InputError(f"{path}:{n}: {id_key!r} must be a string or an integer, not {_json_type(doc_id)}")
+        if not isinstance(text, str):
+            raise InputError(f"{path}:{n}: {text_key!r} must be a string, not {_json_type(text)}")
         meta = {k: v for k, v in row.items() if k not in (id_key, text_key)}
-        out.append(Candidate(str(row[id_key]), str(row[text_key]), meta))
+        out.append(Candidate(str(doc_id), model_text(text), meta))
     return out
 
 
@@ -55,24 +125,26 @@ def add_comparator_args(p: argparse.ArgumentParser, default: str = "bundled") ->
     g.add_argument("--model", help="hf: model directory; openai: model name")
     g.add_argument("--base-url", help="openai: endpoint, e.g. http://127.0.0.1:8000/v1")
     g.add_argument("--api-key", help="openai: key (default: $OPENAI_API_KEY)")
-    g.add_argument("--batch-size", type=int, default=4, help="local models: prompts per forward pass")
-    g.add_argument("--passage-tokens", type=int, default=128,
+    g.add_argument("--batch-size", type=count(minimum=1), default=4, help="local models: prompts per forward pass")
+    g.add_argument("--passage-tokens", type=count(minimum=1), default=128,
                    help="local models: passage cut (tokens); openai: cut in words")
-    g.add_argument("--max-concurrency", type=int, default=8, help="openai: requests in flight")
+    g.add_argument("--max-concurrency", type=count(minimum=1), default=8, help="openai: requests in flight")
 
 
 def make_comparator(args: argparse.Namespace, candidates: list[Candidate] | None = None) -> Any:
-    """Build the comparator chosen by ``add_comparator_args`` options, or print why it cannot be built (a missing
-    extra or model package, no API key) to stderr and return None.
+    """Build the comparator chosen by ``add_comparator_args`` options (close it when done: ``with``).
 
     Raises:
-        SystemExit: a missing ``--model`` for hf/openai.
+        InputError: it cannot be built: a missing ``--model`` for hf/openai, a missing extra or model package,
+            no API key, a bad setting (the message says which).
     """
+    kind = args.comparator
+    if kind in ("hf", "openai") and not args.model:
+        raise InputError(f"--comparator {kind} needs --model {'PATH' if kind == 'hf' else 'NAME'}")
     try:
         return _make_comparator(args, candidates)
-    except (ImportError, ValueError, FileNotFoundError) as err:
-        print(f"activeprp: cannot build the {args.comparator} comparator: {err}", file=sys.stderr)
-        return None
+    except (ImportError, ValueError, TypeError, OSError) as err:
+        raise InputError(f"cannot build the {kind} comparator: {err}") from None
 
 
 def _make_comparator(args: argparse.Namespace, candidates: list[Candidate] | None) -> Any:
@@ -84,8 +156,6 @@ def _make_comparator(args: argparse.Namespace, candidates: list[Candidate] | Non
     if kind == "openai":
         from ..comparators import OpenAIChatComparator
 
-        if not args.model:
-            raise SystemExit("--comparator openai needs --model NAME")
         return OpenAIChatComparator(args.model, base_url=args.base_url, api_key=args.api_key,
                                     max_passage_words=args.passage_tokens, max_concurrency=args.max_concurrency)
     from ..comparators import TransformersComparator
@@ -93,8 +163,6 @@ def _make_comparator(args: argparse.Namespace, candidates: list[Candidate] | Non
     kw = {"batch_size": args.batch_size, "max_passage_tokens": args.passage_tokens}
     if kind == "bundled":
         return TransformersComparator.from_bundled(args.mode or "query_likelihood", **kw)
-    if not args.model:
-        raise SystemExit("--comparator hf needs --model PATH")
     return TransformersComparator(args.model, mode=args.mode or "ab", **kw)
 
 
@@ -105,18 +173,19 @@ def ranking_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_rerank(query: str, candidates: list[Candidate], comparator: Any, args: argparse.Namespace) -> RerankResult:
-    """Run ``rerank`` (``arerank`` for API comparators, whose round's calls then run concurrently)."""
+    """Run ``rerank`` (``arerank`` for API comparators, whose round's calls then run concurrently) of
+    ``model_text(query)``."""
     kw = {**ranking_kwargs(args), "comparator": comparator}
     if hasattr(comparator, "ajudge") and args.comparator == "openai":
-        return asyncio.run(arerank(query, candidates, **kw))
-    return rerank(query, candidates, **kw)
+        return asyncio.run(arerank(model_text(query), candidates, **kw))
+    return rerank(model_text(query), candidates, **kw)
 
 
 def stats_line(result: RerankResult) -> str:
-    """One line of accounting: ``calls=.. budget=.. comparisons=.. rounds=.. ... wall_time_s=..``."""
+    """One line of accounting, printable: ``stats: calls=.. budget=.. ... wall_time_s=..``."""
     stats = result.stats()
     stats["wall_time_s"] = round(stats["wall_time_s"], 3)
-    return "stats: " + " ".join(f"{k}={v}" for k, v in stats.items())
+    return printable("stats: " + " ".join(f"{k}={v}" for k, v in stats.items()))
 
 
 def count(minimum: int | None = 0, allow_none: bool = False):
@@ -167,15 +236,18 @@ def add_parser(subparsers: Any) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    """Handler of ``activeprp rerank``: prints rank, id, score and a text snippet per top-K row, then stats."""
+    """Handler of ``activeprp rerank``: prints rank, id, score and a text snippet per top-K row, then stats
+    (ids and texts with control characters escaped, see ``printable``).
+
+    Raises:
+        InputError: unreadable candidates (``FILE:LINE: reason``) or an unbuildable comparator (exit 2).
+        ComparatorError: the comparator failed and ``--on-failure`` is ``raise`` (exit 1).
+    """
     candidates = read_candidates(args.candidates)
     if not candidates:
-        print("no candidates", file=sys.stderr)
-        return 1
-    comparator = make_comparator(args, candidates)
-    if comparator is None:
-        return 2
-    result = run_rerank(args.query, candidates, comparator, args)
+        raise InputError(f"{args.candidates}: no candidates")
+    with make_comparator(args, candidates) as comparator:
+        result = run_rerank(args.query, candidates, comparator, args)
     top = result.order[: result.top_k]
     if args.json:
         rows = [{"rank": r, "id": candidates[i].id, "score": result.scores[i]} for r, i in enumerate(top, 1)]
@@ -183,7 +255,7 @@ def main(args: argparse.Namespace) -> int:
         return 0
     print(f"{'rank':>4}  {'id':<16} {'score':>6}  text")
     for rank, i in enumerate(top, 1):
-        snippet = " ".join(candidates[i].text.split())[:70]
-        print(f"{rank:>4}  {candidates[i].id:<16} {result.scores[i]:>6.3f}  {snippet}")
+        snippet = printable(" ".join(candidates[i].text.split())[:70])
+        print(f"{rank:>4}  {printable(candidates[i].id):<16} {result.scores[i]:>6.3f}  {snippet}")
     print(stats_line(result))
     return 0
