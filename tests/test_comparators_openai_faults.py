@@ -552,3 +552,43 @@ def test_with_prompts_gives_a_copy_sharing_the_clients():
         comp.with_prompts(prompt="{query} only")
     with pytest.raises(ValueError, match="no prompt 'ql_prompt'"):
         comp.with_prompts(ql_prompt="{passage}")
+
+
+# ---- logging: quiet by default, one WARNING per failed or degraded rerank, DEBUG per round; no secret, no passage ----
+def test_logging_levels_and_no_key_or_passage_in_records_or_errors(caplog):
+    passages = candidates(8, words=80)  # each passage is longer than an error message may be
+    assert all(len(c.text) > 400 for c in passages)
+
+    def plan(request):
+        echo = f"key {request.api_key}, prompt {request.text}"  # a server that echoes everything it got
+        if "BAD" in request.text:
+            return Reply(400, error_body(f"rejected: {echo}"))
+        if "FLAKY" in request.text and 'Passage A: "passage 0 ' in request.text:
+            return Reply(500, error_body(f"failed: {echo}"))
+        return Reply()
+
+    def records():
+        out = [r for r in caplog.records if r.name.startswith("activeprp")]
+        caplog.clear()
+        return out
+
+    with FaultServer(plan, max_requests=500) as server, caplog.at_level(logging.DEBUG, logger="activeprp"):
+        comp = comparator(server.url, max_attempts=1)
+        ok = rerank("fine", passages, comparator=comp, budget=20)
+        quiet = records()
+        assert ok.failed_calls == 0 and quiet and all(r.levelno == logging.DEBUG for r in quiet)
+        assert any(r.getMessage().startswith("round 1: ") and "calls left" in r.getMessage() for r in quiet)
+
+        flaky = asyncio.run(arerank("FLAKY", passages, comparator=comp, budget=20))
+        assert 0 < flaky.failed_calls < flaky.calls
+        warned = [r for r in records() if r.levelno >= logging.INFO]
+        assert [r.levelno for r in warned] == [logging.WARNING] and "calls failed" in warned[0].getMessage()
+
+        with pytest.raises(ComparatorRequestError) as info:
+            rerank("BAD", passages, comparator=comp, budget=20)
+        seen = [*warned, *records()]
+    texts = [str(info.value), *flaky.errors, *(r.getMessage() for r in seen)]
+    assert any("rejected: key ***, prompt Given a query" in t for t in texts)
+    for text in texts:
+        assert KEY not in text and len(text) < 2000
+        assert not any(c.text in text for c in passages)
