@@ -5,6 +5,7 @@ comparators keep, and client lifetime."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import logging
 import math
@@ -120,15 +121,16 @@ def test_a_refusal_stops_the_calls_in_flight(use_async):
 def test_a_bad_request_raises_for_its_call_without_stopping_the_others(use_async, code):
     def plan(request):
         return Reply(code, error_body(f"prompt too long (key {request.api_key})")) if "LONG" in request.text \
-            else Reply()
+            else Reply(delay_s=0.02)
 
     with FaultServer(plan) as server:
-        comp = comparator(server.url)
+        comp = comparator(server.url, max_concurrency=2)
         with pytest.raises(ComparatorRequestError) as info:
             run(use_async, "LONG query", candidates(), comparator=comp, budget=20)
         assert info.value.status_code == code and "prompt too long (key ***)" in info.value.message
         requests = [("LONG query", candidates(6)), ("short query", candidates(6)), ("another", candidates(6))]
-        kw = {"comparator": comp, "budget": 10, "top_k": 3}
+        # a 400 is about its request: it does not count toward the breaker (here opened by any failed call)
+        kw = {"comparator": comp, "budget": 10, "top_k": 3, "max_consecutive_failures": 1}
         if use_async:
             async def collect():
                 return [r async for r in arerank_many(requests, **kw)]
@@ -137,6 +139,9 @@ def test_a_bad_request_raises_for_its_call_without_stopping_the_others(use_async
             out = list(rerank_many(requests, **kw))
         assert isinstance(out[0], RerankFailure) and isinstance(out[0].error, ComparatorRequestError)
         assert all(isinstance(r, RerankResult) and r.failed_calls == 0 and r.calls > 0 for r in out[1:])
+        if not use_async:  # the calls in flight when the 400 came back answered before the queries were re-asked
+            assert server.max_inflight <= 2  # (async ones are cancelled: closed by the client, the server may not see
+            # it before it answers the next request)
 
 
 # ---- errors that retrying may fix: retried, then failed calls for the circuit breaker -----------------------------
@@ -147,13 +152,15 @@ def test_an_endpoint_answering_500_opens_the_circuit_breaker(use_async, ranker):
         comp = comparator(server.url, **FAST)
         with pytest.raises(ComparatorUnavailable) as info:
             run(use_async, "q", candidates(), comparator=comp, budget=40, ranker=ranker)
+        sent = server.requests
         error = info.value
         assert "circuit breaker open: 5 calls in a row failed" in str(error) and KEY not in str(error)
         assert error.accounting.failed_calls >= 5
-        # every call was tried max_attempts (3) times; no call after the breaker opened (one round in flight)
-        assert server.requests % 3 == 0 and server.requests == 3 * error.accounting.calls
-        if ranker == "bubblesort":  # one pair per round: exactly the 5 calls of the breaker
-            assert error.accounting.calls == 5
+        assert max(collections.Counter(r.text for r in server.seen).values()) <= 3  # max_attempts per call
+        if ranker == "bubblesort":  # one pair per round: exactly the 5 calls of the breaker, 3 attempts each
+            assert error.accounting.calls == 5 and sent == 15
+        time.sleep(0.3)
+        assert server.requests == sent  # nothing is sent after the raise
 
 
 @pytest.mark.parametrize("use_async", [True, False])

@@ -9,8 +9,9 @@ What each failure becomes (see ``activeprp_core.errors``)::
     401 / 403                                no        ComparatorAuthError raised; the guard is tripped, so no
                                                        further call of the rerank (or rerank_many) is sent
     404 (unknown model or route)             no        ComparatorRequestError raised; the guard is tripped
-    other 4xx (400, 413, 422 ...)            no        ComparatorRequestError raised for this call only (the
-                                                       guard is not tripped: in rerank_many a 400 is usually one
+    other 4xx (400, 413, 422 ...)            no        ComparatorRequestError raised for this call only: the
+                                                       guard is not tripped and the circuit breaker counts the
+                                                       endpoint as up (in rerank_many a 400 is usually one
                                                        query's prompt, e.g. too long, and fails that query alone)
     timeout, refused/dropped connection,     yes       after ``max_attempts`` attempts: a failed call
     408, 409, 429 (Retry-After honoured), 5xx          (``Judgment(prob=None, error=...)``), counted by the
@@ -306,8 +307,8 @@ class OpenAIChatComparator(SwappablePrompts, Comparator):
 
     Concurrency: ``ajudge`` sends a round's requests concurrently and ``judge`` (sync) through a thread pool,
     at most ``guard.max_concurrency`` in flight (the rerank's cap; ``max_concurrency`` when it sets none). When a
-    call raises, the others stop: async ones are cancelled; in the sync pool, queued calls are dropped, no
-    retry starts, and the batch raises at once (a request already on the wire finishes in its thread, unused).
+    call raises, the others stop: async ones are cancelled; in the sync pool, queued calls are dropped and no
+    retry starts (see ``judge_batch``).
 
     Clients: one sync client, and one ``AsyncOpenAI`` per live event loop, closed inside that loop when it shuts
     down (``asyncio.run`` does this) and by ``close()``/``aclose()`` (or ``with``/``async with``). With a loop
@@ -429,6 +430,7 @@ class OpenAIChatComparator(SwappablePrompts, Comparator):
             return judgment
         import openai
 
+        answered = False  # whether the endpoint itself answered (up, for the circuit breaker)
         if isinstance(error, ComparatorError):  # the guard stopped this call's retries
             fatal: ComparatorError | None = error
         elif isinstance(error, openai.APIStatusError) and not _retryable(error):
@@ -438,11 +440,13 @@ class OpenAIChatComparator(SwappablePrompts, Comparator):
                                        f"{_endpoint_message(error)}"), status_code=status)
             if status in TRIPPING_STATUS:
                 guard.trip(fatal)
+            else:  # a 400/422 ... is about this request (e.g. a prompt too long): the endpoint is up, so it does
+                answered = True  # not count toward the breaker, which would stop the other queries of rerank_many
         else:
             fatal = None
         reason = self._message(f"{type(error).__name__}: {_endpoint_message(error)}")
         if record:
-            guard.record(False, fatal.message if fatal is not None else reason)
+            guard.record(answered, fatal.message if fatal is not None else reason)
         return fatal if fatal is not None else Judgment(prob=None, retries=retries, error=reason)
 
     @staticmethod
@@ -450,7 +454,9 @@ class OpenAIChatComparator(SwappablePrompts, Comparator):
         return retrying.statistics.get("attempt_number", 1) - 1
 
     # ---- sync ----------------------------------------------------------------------------------------
-    def _judge_one(self, guard: CallGuard, item: Item, stop: threading.Event) -> Judgment:
+    def _judge_one(self, guard: CallGuard, item: Item, stop: threading.Event, abandoned: threading.Event) -> Judgment:
+        """One call in a worker thread: no attempt starts once ``stop`` is set; nothing is recorded once the batch
+        has ``abandoned`` this call (it raised without waiting for it)."""
         import openai
         from tenacity import Retrying
 
@@ -475,37 +481,44 @@ class OpenAIChatComparator(SwappablePrompts, Comparator):
         try:
             response = retrying(call)
         except _Abandoned:
-            return Judgment(None, error="abandoned: the batch already failed")
+            return Judgment(None, error="not retried: the batch already failed")
         except (openai.OpenAIError, ComparatorError, ValueError) as err:  # ValueError: undecodable JSON
-            outcome = self._settle(guard, self._retries(retrying), error=err, record=not stop.is_set())
+            outcome = self._settle(guard, self._retries(retrying), error=err, record=not abandoned.is_set())
         else:
-            outcome = self._settle(guard, self._retries(retrying), response, record=not stop.is_set())
+            outcome = self._settle(guard, self._retries(retrying), response, record=not abandoned.is_set())
         if isinstance(outcome, ComparatorError):
             raise outcome  # outside the except block: the client's error (and its body) is not chained
         return outcome
 
     def judge_batch(self, items: Sequence[Item], *, guard: CallGuard | None = None) -> list[Judgment]:
         """One ``Judgment`` per ``(query, first, second)``, requests sent by up to ``guard.max_concurrency``
-        threads.
+        threads. When a call raises, queued calls are dropped and no retry starts; the batch then raises at once
+        if the guard is stopped (a 401, an open breaker: the requests still on the wire finish in their threads,
+        unrecorded), else (e.g. a 400) once the calls in flight have answered, so the cap holds for what follows.
 
         Raises:
-            ComparatorError: a call raised (see the class docstring); the batch's other calls stop.
+            ComparatorError: a call raised (see the class docstring).
         """
         guard = guard or CallGuard(self.max_concurrency, None)
-        stop = threading.Event()
+        stop, abandoned = threading.Event(), threading.Event()
         workers = min(guard.max_concurrency or len(items), len(items))
         if workers <= 1:
-            return [self._judge_one(guard, item, stop) for item in items]
+            return [self._judge_one(guard, item, stop, abandoned) for item in items]
         pool = ThreadPoolExecutor(workers, thread_name_prefix="activeprp-openai")
-        futures = [pool.submit(self._judge_one, guard, item, stop) for item in items]
+        futures = [pool.submit(self._judge_one, guard, item, stop, abandoned) for item in items]
         try:
             wait(futures, return_when=FIRST_EXCEPTION)
             failed = next((f for f in futures if f.done() and not f.cancelled() and f.exception()), None)
             if failed is not None:
                 stop.set()
+                for f in futures:
+                    f.cancel()  # the queued ones
+                if guard.error is None:
+                    wait(futures)
                 raise failed.exception()
             return [f.result() for f in futures]
         finally:
+            abandoned.set()
             stop.set()
             pool.shutdown(wait=False, cancel_futures=True)
 
