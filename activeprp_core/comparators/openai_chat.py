@@ -328,9 +328,9 @@ class OpenAIChatComparator(SwappablePrompts, Comparator):
 
     Raises:
         ImportError: ``openai`` or ``tenacity`` missing (names the ``activeprp[openai]`` extra).
-        ValueError: no API key, a prompt without its placeholders, a count below its minimum, or a time that is
-            not a finite number in range (``timeout <= 0``, a negative backoff ...). TypeError: a count that is
-            not an int, a time that is not a number.
+        ValueError: no API key, an empty model name, a prompt without its placeholders, a count below its
+            minimum, or a time that is not a finite number in range (``timeout <= 0``, a negative backoff ...).
+        TypeError: a model or prompt that is not a str, a count that is not an int, a time that is not a number.
     """
 
     def __init__(
@@ -354,8 +354,10 @@ class OpenAIChatComparator(SwappablePrompts, Comparator):
         missing = [m for m in ("openai", "tenacity") if importlib.util.find_spec(m) is None]
         if missing:
             raise ImportError(f"OpenAIChatComparator needs {', '.join(missing)}: install it with {OPENAI_EXTRA}")
-        if not isinstance(model, str) or not model:
-            raise ValueError("model must be a non-empty str")
+        if not isinstance(model, str):
+            raise TypeError(f"model must be a str, got {type(model).__name__}")
+        if not model:
+            raise ValueError("model must not be empty")
         self.max_concurrency = check_count(max_concurrency, "max_concurrency", minimum=1)
         self.max_attempts = check_count(max_attempts, "max_attempts", minimum=1)
         self.max_passage_words = check_count(max_passage_words, "max_passage_words", minimum=1)
