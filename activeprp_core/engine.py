@@ -161,13 +161,16 @@ class Reranking:
             self.counts.comparisons -= (n - sent) // self.oracle.calls_per_pair
             if sent == 0:
                 self.rounds.refund(1)
+        message = f"{type(error).__name__}: {error}"
         if self.on_failure != "prior" or not isinstance(error, ComparatorError) or batch is None:
             if batch is not None:
                 self.counts.failed_calls += sent
             with contextlib.suppress(AttributeError):  # also on foreign exceptions, where they take attributes
                 error.accounting = self.accounting  # type: ignore[attr-defined]
+            if isinstance(error, ComparatorError):
+                log.warning("rerank of %d candidates failed after %d calls: %s", len(self.candidates),
+                            self.calls.spent, message)
             raise error
-        message = f"{type(error).__name__}: {error}"
         self.failure = message
         self._note_error(message)
         self._advance([Judgment(None, error=message)] * n)
@@ -202,6 +205,7 @@ class Reranking:
         if self.on_failure == "raise" and counts.calls and counts.failed_calls == counts.calls:
             error = ComparatorUnavailable(f"every one of the {counts.calls} calls failed: {'; '.join(self.errors)}")
             error.accounting = counts
+            log.warning("rerank of %d candidates failed: %s", n, error)
             raise error
         scores = [0.0] * n
         for rank, i in enumerate(order):

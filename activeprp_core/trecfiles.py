@@ -20,9 +20,12 @@ is used where it is strong, for the measures.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
+import re
+import sys
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -47,22 +50,45 @@ Run = dict[str, list[RunRow]]  # {qid: rows sorted by rank (ties keep file order
 Qrels = dict[str, dict[str, int]]  # {qid: {docid: grade}}
 
 
+_JSON_TYPES = {type(None): "null", bool: "a boolean", int: "a number", float: "a number", str: "a string",
+               list: "an array", dict: "an object"}
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def json_type(value: object) -> str:
+    """The JSON name of a decoded value's type, for messages ("null", "an array", ...)."""
+    return _JSON_TYPES.get(type(value), type(value).__name__)
+
+
+def model_text(text: str) -> str:
+    """``text`` as a model can take it: lone surrogates (only JSON escapes such as ``"\\ud800"`` can produce them;
+    tokenizers and HTTP clients refuse them) become U+FFFD."""
+    return _SURROGATE.sub("\ufffd", text)
+
+
+def _open(path: str | Path):
+    if str(path) == "-":
+        return contextlib.nullcontext(sys.stdin.buffer)  # read, never closed
+    return open(path, "rb")  # noqa: SIM115 - closed by the caller; binary so that a decoding error names its line
+
+
 def iter_lines(path: str | Path) -> Iterator[tuple[int, str]]:
-    """``(line number, text without its line end)`` for each non-blank line of a UTF-8 file, streamed.
+    """``(line number, text without its line end)`` for each non-blank line of a UTF-8 file (``-`` = stdin),
+    streamed. Lines end at ``\\n`` only (other Unicode line breaks stay inside their line, as JSONL says).
 
     Raises:
         InputError: a missing file, a directory, an unreadable file, or bytes that are not UTF-8 (with the line).
     """
     try:
-        f = open(path, "rb")  # noqa: SIM115 - closed below; binary so that a decoding error names its line
+        f = _open(path)
     except FileNotFoundError:
         raise InputError(f"{path}: no such file") from None
     except IsADirectoryError:
         raise InputError(f"{path}: is a directory, not a file") from None
     except OSError as err:
         raise InputError(f"{path}: cannot read ({err.strerror})") from None
-    with f:
-        for n, raw in enumerate(f, 1):
+    with f as lines:
+        for n, raw in enumerate(lines, 1):
             if n == 1 and raw.startswith(b"\xef\xbb\xbf"):
                 raw = raw[3:]
             try:
@@ -83,12 +109,31 @@ def _json_object(path: str | Path, n: int, line: str) -> dict:
         obj = json.loads(line)
     except json.JSONDecodeError as err:
         raise InputError(f"{path}:{n}: not JSON ({err.msg} at column {err.colno})") from None
+    except ValueError as err:  # e.g. an integer too long to convert
+        raise InputError(f"{path}:{n}: not JSON ({err})") from None
     if not isinstance(obj, dict):
-        raise InputError(f"{path}:{n}: not a JSON object (got {type(obj).__name__})")
+        raise InputError(f"{path}:{n}: not a JSON object but {json_type(obj)}")
     return obj
 
 
-def _field(path: str | Path, n: int, obj: dict, keys: Sequence[str], what: str, *, allow_int: bool) -> str:
+def iter_json_objects(path: str | Path) -> Iterator[tuple[int, dict]]:
+    """``(line number, object)`` for each non-blank line of a JSONL file (``-`` = stdin), streamed.
+
+    Raises:
+        InputError: as ``iter_lines``, or a line that is not JSON or not a JSON object (``FILE:LINE: reason``).
+    """
+    for n, line in iter_lines(path):
+        yield n, _json_object(path, n, line)
+
+
+def field(path: str | Path, n: int, obj: dict, keys: Sequence[str], what: str, *, allow_int: bool
+          ) -> tuple[str, str]:
+    """``(key, value)`` of the first of ``keys`` present in the JSON object of line ``n``: a string, or with
+    ``allow_int`` an integer turned into one (ids).
+
+    Raises:
+        InputError: none of ``keys`` present, or a value of another type (``FILE:LINE: reason``).
+    """
     key = next((k for k in keys if k in obj), None)
     if key is None:
         raise InputError(f"{path}:{n}: no {what} field ({' / '.join(keys)})")
@@ -96,8 +141,9 @@ def _field(path: str | Path, n: int, obj: dict, keys: Sequence[str], what: str, 
     if allow_int and isinstance(value, int) and not isinstance(value, bool):
         value = str(value)
     if not isinstance(value, str):
-        raise InputError(f"{path}:{n}: field {key!r} must be a string, got {json.dumps(value)[:40]}")
-    return value
+        wanted = "a string or an integer" if allow_int else "a string"
+        raise InputError(f"{path}:{n}: {key!r} must be {wanted}, not {json_type(value)}")
+    return key, value
 
 
 def _keyed_text(path: str | Path, n: int, line: str, id_keys: Sequence[str], text_keys: Sequence[str],
@@ -105,8 +151,8 @@ def _keyed_text(path: str | Path, n: int, line: str, id_keys: Sequence[str], tex
     """``(id, text, the JSON object or None)`` of one line of a queries or corpus file (``what``: qid/docid)."""
     if _is_jsonl(path):
         obj = _json_object(path, n, line)
-        return (_field(path, n, obj, id_keys, what, allow_int=True),
-                _field(path, n, obj, text_keys, "text", allow_int=False), obj)
+        return (field(path, n, obj, id_keys, what, allow_int=True)[1],
+                model_text(field(path, n, obj, text_keys, "text", allow_int=False)[1]), obj)
     key, tab, text = line.partition("\t")
     if not tab or not key.strip():
         raise InputError(f"{path}:{n}: expected {what}<TAB>text")

@@ -61,7 +61,7 @@ class ActivePRPRerank(ComparatorFactories, BaseNodePostprocessor):
     Args / fields (the same names as the LangChain compressor):
         comparator: a ``activeprp_core.Comparator`` or any object with ``compare(query, pairs) ->
             list[float | None]``; kept in a private attribute (not serialised), readable as ``.comparator``.
-            Never changed by the postprocessor.
+            Never changed by the postprocessor (``_update_prompts`` switches to a copy with the new prompts).
         ranker: ranker name or ``Ranker`` (default ``"auto"``: the paper's budget-based choice).
         oracle: ``"randomized"`` (default, 1 call per pair), ``"bidirectional"`` (2) or ``"single"``.
         budget: the most LLM calls per query (int >= 0; None = unlimited; default 50).
@@ -131,21 +131,30 @@ class ActivePRPRerank(ComparatorFactories, BaseNodePostprocessor):
         return prompts
 
     def _update_prompts(self, prompts: PromptDictType) -> None:
-        """Set the comparator's prompt attributes (this changes the shared comparator; a str stays a str).
+        """Rerank with other prompts from now on, without changing the comparator object the user passed in:
+        the postprocessor switches to ``comparator.with_prompts(...)``, a copy carrying the new templates that
+        shares the model or client (see ``activeprp_core.comparators.prompts.SwappablePrompts``). A template
+        object is stored as its template string.
 
         Raises:
-            ValueError: the comparator has no attribute for a given key (e.g. a comparator without ``prompt``).
+            ValueError: the comparator has no attribute for a given key (e.g. a comparator without ``prompt``),
+                has no ``with_prompts`` to make such a copy, or refuses the template (a missing placeholder).
         """
+        changes = {}
         for key, attr in PROMPT_ATTRS.items():
             if key not in prompts:
                 continue
             if not hasattr(self._comparator, attr):
                 raise ValueError(f"{type(self._comparator).__name__} has no {attr!r} to update")
             new = prompts[key]
-            if isinstance(new, BasePromptTemplate) and not isinstance(getattr(self._comparator, attr),
-                                                                       BasePromptTemplate):
-                new = new.get_template()
-            setattr(self._comparator, attr, new)
+            changes[attr] = new.get_template() if isinstance(new, BasePromptTemplate) else new
+        if not changes:
+            return
+        with_prompts = getattr(self._comparator, "with_prompts", None)
+        if not callable(with_prompts):
+            raise ValueError(f"{type(self._comparator).__name__} has no with_prompts(**prompts): its prompts cannot be "
+                             "changed without changing the comparator object itself")
+        self._comparator = with_prompts(**changes)
 
     def _start(self, nodes: list[NodeWithScore], query_bundle: QueryBundle) -> dict[str, Any]:
         name = comparator_name(self._comparator)

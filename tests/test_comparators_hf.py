@@ -243,3 +243,21 @@ def test_judge_batch_checks_the_guard_before_each_pass(tiny_t5):
     with pytest.raises(ComparatorUnavailable, match="stopped"):
         comp.judge_batch([("q", a, b), ("r", b, a)], guard=guard)
     assert comp.forward_passes == 0 and guard.completed == 0
+
+
+def test_prompts_with_braces_and_copies_with_other_prompts(model_dir):
+    comp = TransformersComparator(model_dir, mode="query_likelihood", max_passage_tokens=32)
+    json_ql = 'Passage: {passage}\nWrite a question. Reply as {"question": "..."}.'
+    other = comp.with_prompts(ql_prompt=json_ql, prompt='{"q": "{query}", "a": "{first}", "b": "{second}"}')
+    assert comp.ql_prompt != json_ql and other.ql_prompt == json_ql  # the original is unchanged
+    assert other.model is comp.model and other._lock is comp._lock  # the model (and its lock) is shared
+    ids, _ = other.ql_prompt_ids("q", "a {passage} b")
+    assert 'a {passage} b\nWrite a question. Reply as {"question": "..."}.' in comp.tokenizer.decode(ids)
+    ab_ids = other.ab_prompt_ids("why {first}", "one", "two")
+    assert '{"q": "why {first}", "a": "one", "b": "two"}' in comp.tokenizer.decode(ab_ids)
+
+    passage, query = "The Eiffel Tower was completed in 1889.", "When was the Eiffel Tower built?"
+    mine = comp.passage_scores(query, [passage])
+    theirs = other.passage_scores(query, [passage])
+    assert mine != theirs  # a different prompt scores differently: its cache is its own
+    assert comp._scores is not other._scores and comp.passage_scores(query, [passage]) == mine

@@ -70,12 +70,16 @@ class Failing(Comparator):
 
 
 @pytest.mark.parametrize("error", [ComparatorAuthError("bad key", status_code=401), KeyError("bug")])
-def test_a_comparator_error_propagates_with_the_partial_accounting(error):
+def test_a_comparator_error_propagates_with_the_partial_accounting(error, caplog):
     cs, labels = make_case(30, seed=1)
     comp = Failing(SimulatedComparator(labels), error, fail_at=2)
-    with pytest.raises(type(error)) as info:
+    with caplog.at_level(logging.WARNING, logger="activeprp"), pytest.raises(type(error)) as info:
         rerank("q", cs, comparator=comp, budget=None)
-    spent = info.value.accounting  # the failing third batch reached no backend: its calls and round are refunded
+    spent = info.value.accounting
+    warnings = [r.getMessage() for r in caplog.records if r.name.startswith("activeprp")]
+    assert warnings == ([f"rerank of 30 candidates failed after {spent.calls} calls: ComparatorAuthError: bad key "
+                         "(HTTP 401)"] if isinstance(error, ComparatorError) else [])  # a bug is raised, not logged
+    # the failing third batch reached no backend: its calls and round are refunded
     assert comp.calls == 3 and spent.rounds == 2 and spent.calls > 0 and spent.failed_calls == 0
 
 

@@ -83,11 +83,11 @@ def test_iter_lines_numbers_are_the_files(tmp_path):
     ("q.tsv", "q1\tfine\n\nq1\tagain\n", 3, "qid q1 appears twice (first at line 1)"),
     ("q.tsv", "q1\t  \n", 1, "query q1 has an empty text"),
     ("q.jsonl", '{"_id": "q1", "text": "a"}\n\n{"_id": "q2", "text": "b"\n', 3, "not JSON"),
-    ("q.jsonl", '["q1", "a"]\n', 1, "not a JSON object (got list)"),
+    ("q.jsonl", '["q1", "a"]\n', 1, "not a JSON object but an array"),
     ("q.jsonl", '{"id": "q1", "text": "a"}\n', 1, "no qid field (_id / qid)"),
     ("q.jsonl", '{"qid": "q1"}\n', 1, "no text field (text)"),
-    ("q.jsonl", '{"qid": "q1", "text": null}\n', 1, "field 'text' must be a string, got null"),
-    ("q.jsonl", '{"qid": ["q1"], "text": "a"}\n', 1, "field 'qid' must be a string"),
+    ("q.jsonl", '{"qid": "q1", "text": null}\n', 1, "'text' must be a string, not null"),
+    ("q.jsonl", '{"qid": ["q1"], "text": "a"}\n', 1, "'qid' must be a string or an integer, not an array"),
 ])
 def test_queries_lines_are_checked(tmp_path, name, text, line, reason):
     path = write(tmp_path, name, text)

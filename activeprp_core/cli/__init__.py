@@ -20,18 +20,21 @@ __all__ = ["InputError", "build_parser", "fail", "main", "printable"]
 SUBCOMMANDS = ("rerank", "rerank_run", "demo", "bench")  # module names (rerank_run registers rerank-run)
 
 
-_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 
 
-def printable(text: str) -> str:
-    """``text`` safe for a terminal: control characters (ANSI escapes, newlines ...) and lone surrogates are
-    shown as Python escapes (``\\x1b``, ``\\n``, ``\\ud800``) instead of acting on the terminal or failing."""
-    return _UNPRINTABLE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+def printable(text: str, stream=None) -> str:
+    """``text`` safe to print on a terminal: control characters (ANSI escape sequences included), bidi overrides
+    and lone surrogates become Python escapes (``\\x1b``, ``\\u202e``, ``\\ud800``); characters the output
+    encoding (of ``stream``, default stdout) lacks become ``\\u`` escapes."""
+    text = _UNPRINTABLE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+    encoding = getattr(stream or sys.stdout, "encoding", None) or "utf-8"
+    return text.encode(encoding, "backslashreplace").decode(encoding)
 
 
 def fail(message: str, code: int) -> int:
     """Print ``activeprp: error: <message>`` (made ``printable``) on stderr and return ``code`` (the exit status)."""
-    print(f"activeprp: error: {printable(message)}", file=sys.stderr)
+    print(f"activeprp: error: {printable(message, sys.stderr)}", file=sys.stderr)
     return code
 
 

@@ -114,10 +114,13 @@ class CallGuard:
             if self._error is None:
                 self._error = error
 
-    def record(self, ok: bool, reason: str | None = None) -> None:
-        """Note one completed call; ``max_consecutive_failures`` failures in a row open the breaker."""
+    def record(self, ok: bool | None, reason: str | None = None) -> None:
+        """Note one call that reached the backend; ``max_consecutive_failures`` failures in a row open the breaker.
+        ``ok=None``: it was sent but its outcome is unknown (cancelled in flight): counted, streak unchanged."""
         with self._lock:
             self.completed += 1
+            if ok is None:
+                return
             if ok:
                 self._failures = 0
                 return

