@@ -213,9 +213,9 @@ def connect(address: str | None = None, *, num_cpus: int | None = None) -> bool:
     Args:
         address: an existing cluster (``"HOST:PORT"`` of its head, ``"ray://HOST:10001"`` for Ray Client,
             ``"auto"``); with Ray's token authentication (on by default in ray 2.60) the cluster's token must
-            be in ``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH`` or ``~/.ray/auth_token``. None: start a local Ray on this machine that listens
-            on 127.0.0.1 only (sets ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` unless set, which only works when
-            Ray was not imported yet in this process), no dashboard.
+            be in ``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH`` or ``~/.ray/auth_token``. None: start a local Ray
+            on this machine that listens on 127.0.0.1 only (sets ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` unless
+            set, which only works when Ray was not imported yet in this process), no dashboard.
         num_cpus: CPUs of a local Ray (None = all).
 
     Returns:

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from .. import SimulatedComparator
+from .. import Comparator, SimulatedComparator
 from ..many import DEFAULT_MAX_ACTIVE, RerankFailure, arerank_many, rerank_many
 from ..trecfiles import read_qrels, read_run_candidates, write_run
 from ..types import Candidate, Pair, RerankResult
@@ -58,7 +58,7 @@ class Outcome(NamedTuple):
         return cls(item.order, item.calls, None, item.failure)
 
 
-class QrelsSimulator:
+class QrelsSimulator(Comparator):
     """The simulated judge for many queries: each ``compare(query, pairs)`` goes to the ``SimulatedComparator``
     of that query (found by its text), whose graded labels are the query's qrels (negative grades and unjudged
     docids count as 0). ``knobs`` are ``SimulatedComparator``'s noise arguments.
@@ -217,7 +217,7 @@ def comparator_factory(args: argparse.Namespace, requests: Sequence[Request],
                        qrels: Mapping[str, Mapping[str, int]] | None) -> Callable[[], Any]:
     """A picklable no-argument callable building the judge (once here, once per Ray actor with ``--ray``):
     ``QrelsSimulator`` for ``--comparator simulated`` (labels from ``qrels``; its set-up is printed), else
-    ``make_comparator`` (which prints why it cannot build one and returns None)."""
+    ``make_comparator`` (which raises ``InputError`` saying why it cannot build one)."""
     if args.comparator != "simulated":
         return functools.partial(make_comparator, args)
     knobs, label = simulated_knobs()
@@ -231,7 +231,11 @@ def comparator_factory(args: argparse.Namespace, requests: Sequence[Request],
 
 def build_comparator(args: argparse.Namespace, requests: Sequence[Request],
                      qrels: Mapping[str, Mapping[str, int]] | None) -> Any:
-    """The judge built by ``comparator_factory`` (None when it cannot be built; the reason is printed)."""
+    """The judge built by ``comparator_factory``.
+
+    Raises:
+        InputError: it cannot be built (see ``make_comparator``), or the simulated judge's qrels are ambiguous.
+    """
     return comparator_factory(args, requests, qrels)()
 
 
@@ -270,15 +274,13 @@ def main(args: argparse.Namespace) -> int:
     reranked, calls, failed, degraded = {}, [], [], 0
     if args.ray is None:
         comparator = build_comparator(args, requests, qrels)
-        if comparator is None:
-            return 2
         started = time.perf_counter()
         progress = not args.no_progress and importlib.util.find_spec("tqdm") is not None
         outcomes = rerank_requests(requests, comparator, args, progress)
     else:
         comparator, factory = None, comparator_factory(args, requests, qrels)
-        if args.comparator == "simulated":
-            factory()  # its input errors (InputError) show here, before Ray starts
+        if args.comparator in ("simulated", "openai"):  # cheap to build: its errors show here, before Ray starts
+            factory().close()
         started = time.perf_counter()
         outcomes = ray_outcomes(requests, factory, args)
 
