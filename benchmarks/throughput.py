@@ -185,6 +185,17 @@ def write(args, rows: list[dict], check: dict | None) -> None:
                      f"{r['batch_size']}) | {r['calls_per_query']:.1f} | {r['rounds_per_query']:.1f} | "
                      f"{r['loop_queries_per_s']:.4g} | {r['many_queries_per_s']:.4g} | {r['speedup']:.2f}x | "
                      f"{r['loop_prompts_per_pass']:.1f} -> {r['many_prompts_per_pass']:.1f} | {r['identical']} |")
+    lines += ["", "Queries/s, loop of `rerank` -> `rerank_many` (speed-up), per cost profile:", "",
+              "| ranker | oracle | B | calls / rounds per query | "
+              + " | ".join(f"{name} (a/b = {PROFILES[name][0] / PROFILES[name][1]:.0f})" for name in args.profiles)
+              + " |", "|---|---|---:|---:|" + "---:|" * len(args.profiles)]
+    for i in range(0, len(rows), len(args.profiles)):
+        group = rows[i : i + len(args.profiles)]
+        r = group[0]
+        cells = [f"{g['loop_queries_per_s']:.3g} -> {g['many_queries_per_s']:.3g} (**{g['speedup']:.1f}x**)"
+                 for g in group]
+        lines.append(f"| {r['ranker']} | {r['oracle']} | {r['budget']} | {r['calls_per_query']:.0f} / "
+                     f"{r['rounds_per_query']:.1f} | " + " | ".join(cells) + " |")
     if check:
         lines += ["", f"Real-time check ({check['queries']} queries, a = {check['a_s'] * 1e3:g} ms, "
                       f"b = {check['b_s'] * 1e3:g} ms, batch {check['batch_size']}, load average "
