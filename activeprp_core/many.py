@@ -47,6 +47,11 @@ class RerankFailure:
     query: str | None
     error: Exception
 
+    @property
+    def reason(self) -> str:
+        """One line saying why: ``"<ErrorType>: <message>"``."""
+        return f"{type(self.error).__name__}: {self.error}"
+
 
 Step = list[tuple[int, Reranking, Batch]]
 

@@ -195,3 +195,146 @@ def test_qrels_simulator_routes_by_query_text():
         judge.compare("gamma", [(a, b)])
     with pytest.raises(InputError, match="queries q1 and q2 have the same text but different qrels"):
         cli.QrelsSimulator({"q1": "same", "q2": "same"}, {"q1": {"a": 1}})
+
+
+# ---- many queries at once: rerank_many / arerank_many behind the command --------------------------------------
+
+@needs_data
+def test_simulated_dl19_output_equals_a_loop_of_rerank(corpus, tmp_path, capsys):
+    """rerank-run (rerank_many over all queries) writes the same run as reranking each query alone."""
+    from activeprp_core import rerank
+    from activeprp_core.evaluation.calibration import CALIBRATED_PARAMS
+    from activeprp_core.trecfiles import read_qrels, read_run_candidates, write_run
+
+    out, loop = tmp_path / "many.run", tmp_path / "loop.run"
+    assert main(["rerank-run", "--run", str(RUN), "--queries", str(TOPICS), "--corpus", str(corpus), "--out", str(out),
+                 "--qrels", str(QRELS), "--comparator", "simulated", "--no-progress", "--max-active", "7"]) == 0
+    _, requests = read_run_candidates(RUN, TOPICS, corpus, None)
+    judge = cli.QrelsSimulator({q: text for q, text, _ in requests}, read_qrels(QRELS), **CALIBRATED_PARAMS)
+    write_run(loop, ((q, [c[i].id for i in rerank(text, c, comparator=judge, budget=100, top_k=10).order])
+                     for q, text, c in requests), tag="activeprp")
+    assert out.read_bytes() == loop.read_bytes()
+
+
+class Recorder:
+    """A simulated judge for the small ``files``: records the queries of each call; fails as told."""
+
+    def __init__(self, fail_for=None, error=None):
+        from activeprp_core import SimulatedComparator
+
+        self.inner = SimulatedComparator({"d1": 1, "d2": 2, "d3": 0, "d4": 3})
+        self.fail_for, self.error, self.calls = fail_for, error, []
+
+    def compare(self, query, pairs):
+        self.calls.append(query)
+        if self.error is not None and self.fail_for in (None, query):
+            raise self.error
+        return self.inner.compare(query, pairs)
+
+
+@pytest.fixture
+def three_queries(files):
+    files["run"].write_text("q1 Q0 d1 1 3 t\nq1 Q0 d2 2 2 t\nq2 Q0 d3 1 1 t\nq2 Q0 d4 2 0 t\nq3 Q0 d1 1 1 t\n"
+                            "q3 Q0 d4 2 0 t\n")
+    files["queries"].write_text("q1\tfirst query\nq2\tsecond query\nq3\tthird query\n")
+    files["corpus"].write_text("\n".join(json.dumps({"_id": f"d{i}", "text": f"passage {i}"}) for i in range(1, 5)))
+    return files
+
+
+def use(monkeypatch, judge):
+    monkeypatch.setattr(cli, "comparator_factory", lambda *a: lambda: judge)
+
+
+def test_a_failing_query_is_reported_the_others_written_and_exit_1(three_queries, tmp_path, capsys, monkeypatch):
+    from activeprp_core import ComparatorRequestError
+
+    use(monkeypatch, Recorder("second query", ComparatorRequestError("prompt too long", status_code=400)))
+    out = tmp_path / "out.run"
+    assert main(cli_args(three_queries, out)) == 1
+    captured = capsys.readouterr()
+    assert "activeprp: query q2 failed: ComparatorRequestError: prompt too long (HTTP 400)\n" in captured.err
+    assert captured.err.endswith(f"activeprp: error: 1 of 3 queries failed (q2); {out} holds the other 2\n")
+    assert sorted({line.split()[0] for line in out.read_text().splitlines()}) == ["q1", "q3"]
+    assert "wrote 4 lines (2 queries)" in captured.out
+
+
+def test_with_on_failure_prior_a_failing_query_is_written_in_input_order(three_queries, tmp_path, capsys,
+                                                                          monkeypatch):
+    use(monkeypatch, Recorder("second query", RuntimeError("bug in a comparator")))
+    out = tmp_path / "out.run"
+    assert main(cli_args(three_queries, out, "--on-failure", "prior")) == 0
+    captured = capsys.readouterr()
+    assert "activeprp: query q2 failed: RuntimeError: bug in a comparator\n" in captured.err
+    assert [line.split()[2] for line in out.read_text().splitlines() if line.startswith("q2 ")] == ["d3", "d4"]
+    assert "wrote 6 lines (3 queries)" in captured.out and "1 failed queries were written in their input order" in \
+        captured.out
+
+
+def test_a_dead_endpoint_stops_with_exit_1_and_no_output(three_queries, tmp_path, capsys, monkeypatch):
+    from activeprp_core import ComparatorAuthError
+
+    judge = Recorder(None, ComparatorAuthError("invalid key", status_code=401))
+    use(monkeypatch, judge)
+    out = tmp_path / "out.run"
+    assert main(cli_args(three_queries, out)) == 1
+    assert capsys.readouterr().err.endswith("activeprp: error: ComparatorAuthError: invalid key (HTTP 401)\n")
+    assert not out.exists() and len(judge.calls) == 1  # stopped at the first call
+
+
+def test_max_active_sets_how_many_queries_share_a_call(three_queries, tmp_path, monkeypatch):
+    from activeprp_core import Comparator
+
+    class Batches(Comparator):  # a comparator that batches across queries (like a local model)
+        def __init__(self):
+            self.inner, self.calls = Recorder(), []
+
+        def compare(self, query, pairs):
+            raise AssertionError("judge_batch is the entry")
+
+        def judge_batch(self, items, *, guard=None):
+            self.calls.append(len({q for q, _, _ in items}))
+            return [p for q, a, b in items for p in self.inner.compare(q, [(a, b)])]
+
+    for max_active, most in (("1", 1), ("3", 3)):
+        judge = Batches()
+        use(monkeypatch, judge)
+        assert main(cli_args(three_queries, tmp_path / "out.run", "--max-active", max_active)) == 0
+        assert max(judge.calls) == most
+
+
+def test_openai_goes_through_arerank_many_with_max_concurrency_across_queries(three_queries, tmp_path, monkeypatch,
+                                                                              capsys):
+    import asyncio
+
+    from activeprp_core import Comparator, SimulatedComparator
+
+    class Endpoint(Comparator):
+        def __init__(self):
+            self.inner, self.inflight, self.most, self.queries = SimulatedComparator({"d1": 1, "d2": 2}), 0, 0, set()
+
+        def compare(self, query, pairs):
+            raise AssertionError("the sync path was used")
+
+        async def acompare(self, query, pairs):
+            self.inflight += len(pairs)
+            self.most = max(self.most, self.inflight)
+            self.queries.add(query)
+            await asyncio.sleep(0.01)
+            self.inflight -= len(pairs)
+            return self.inner.compare(query, pairs)
+
+    judge = Endpoint()
+    use(monkeypatch, judge)
+    out = tmp_path / "out.run"
+    assert main(cli_args(three_queries, out, "--comparator", "openai", "--model", "m", "--max-concurrency", "2")) == 0
+    assert judge.most == 2 and len(judge.queries) == 3  # calls of different queries in flight together, capped
+
+
+def test_without_tqdm_no_bar_is_shown(three_queries, tmp_path, capsys, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "tqdm" else real(name, *a))
+    args = [a for a in cli_args(three_queries, tmp_path / "out.run") if a != "--no-progress"]
+    assert main(args) == 0
+    assert capsys.readouterr().err == ""

@@ -160,7 +160,7 @@ def test_guard_trips_on_a_fatal_error_and_every_later_check_raises_a_copy():
 
 def test_comparator_subclass_must_implement_something():
     with pytest.raises(TypeError, match="must implement compare"):
-        type("Nothing", (Comparator,), {})
+        type("Nothing", (Comparator,), {})()
 
 
 def test_judge_subclass_keeps_retries_and_tokens_in_async():

@@ -176,3 +176,8 @@ def test_bad_shared_arguments_fail_before_any_request_is_read():
         next(rerank_many(never(), comparator=SimulatedComparator({}), budget=-1))
     with pytest.raises(ValueError, match="max_active"):
         next(rerank_many(never(), comparator=SimulatedComparator({}), budget=1, max_active=0))
+
+
+def test_a_failure_says_why_in_one_line():
+    failure = RerankFailure(2, "q", ComparatorRequestError("prompt too long", status_code=400))
+    assert failure.reason.startswith("ComparatorRequestError: prompt too long")

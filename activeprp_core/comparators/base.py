@@ -186,10 +186,12 @@ class Comparator:
     max_batch_size: int | None = None
     max_concurrency: int | None = None
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
+    def __new__(cls, *args: Any, **kwargs: Any):
+        # Checked when an instance is made, not when the class is defined: cloudpickle (Ray) rebuilds a class
+        # defined in __main__ or a notebook empty first and sets its methods afterwards.
         if all(getattr(cls, m) is getattr(Comparator, m) for m in ("compare", "judge", "_judge_chunk")):
             raise TypeError(f"{cls.__name__} must implement compare(query, pairs) or judge(query, pairs)")
+        return super().__new__(cls)
 
     # ---- what subclasses implement (one of the two) -------------------------------------------------
     def compare(self, query: str, pairs: Sequence[Pair]) -> list[float | None]:
