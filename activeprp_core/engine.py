@@ -310,7 +310,8 @@ def guard_for(comparator: Comparator, max_concurrency: int | None,
     return CallGuard(cap, max_consecutive_failures)
 
 
-def _settings(ranker, oracle, budget, top_k, seed, cache, max_rounds, on_failure) -> dict[str, Any]:
+def rerank_settings(ranker, oracle, budget, top_k, seed, cache, max_rounds, on_failure) -> dict[str, Any]:
+    """The per-query settings of ``rerank``/``rerank_many``, as ``Reranking`` keyword arguments."""
     return dict(ranker=ranker, oracle=oracle, budget=budget, top_k=top_k, seed=seed, cache=cache,
                 max_rounds=max_rounds, on_failure=on_failure)
 
@@ -365,7 +366,7 @@ def rerank(
             oracle or on_failure. ComparatorError (see ``activeprp_core.errors``): the comparator failed,
             including ``InvalidAnswer`` (also a ValueError) for answers of the wrong length or outside [0, 1].
     """
-    reranking = Reranking(query, candidates, **_settings(ranker, oracle, budget, top_k, seed, cache, max_rounds,
+    reranking = Reranking(query, candidates, **rerank_settings(ranker, oracle, budget, top_k, seed, cache, max_rounds,
                                                          on_failure))
     judge = as_comparator(comparator)
     guard = guard_for(judge, max_concurrency, max_consecutive_failures)
@@ -397,7 +398,7 @@ async def arerank(
     """Async ``rerank`` (same arguments, same result for the same seed): each round goes to the comparator's
     ``ajudge`` as one batch, so its calls can run concurrently (at most ``max_concurrency`` in flight); a
     comparator with only ``compare`` runs in a worker thread, chunk by chunk."""
-    reranking = Reranking(query, candidates, **_settings(ranker, oracle, budget, top_k, seed, cache, max_rounds,
+    reranking = Reranking(query, candidates, **rerank_settings(ranker, oracle, budget, top_k, seed, cache, max_rounds,
                                                          on_failure))
     judge = as_comparator(comparator)
     guard = guard_for(judge, max_concurrency, max_consecutive_failures)

@@ -23,7 +23,7 @@ from typing import Any
 
 from .budget import check_count
 from .comparators.base import CallGuard, Comparator, SupportsCompare, as_comparator
-from .engine import MAX_CONSECUTIVE_FAILURES, Batch, OnFailure, Reranking, guard_for
+from .engine import MAX_CONSECUTIVE_FAILURES, Batch, OnFailure, Reranking, guard_for, rerank_settings
 from .errors import ComparatorAuthError
 from .oracles import Oracle
 from .rankers import Ranker
@@ -116,6 +116,18 @@ class _Window:
             start += len(batch.prompts)
             self._resolve(index, reranking, lambda r, part=part: r.send(part))
 
+    def failed(self, step: Step, error: Exception, sent: int) -> list[Step]:
+        """Handle a step whose call raised (``sent`` of its calls reached the backend): a dead endpoint stops
+        everything (raises ``error``); a lone query fails on its own; else returns the queries' batches to ask
+        one by one, to find the failing query."""
+        if self.fatal(error):
+            self.stop(error)
+            raise error
+        if len(step) == 1:
+            self.fail(step, error, sent)
+            return []
+        return [[part] for part in step]
+
     def fail(self, step: Step, error: Exception, sent: int | None = None) -> None:
         for index, reranking, _ in step:
             self._resolve(index, reranking, lambda r: r.fail(error, sent))
@@ -180,11 +192,6 @@ def _setup(comparator, settings, max_active, max_concurrency, max_consecutive_fa
     return judge, _Window(requests, settings, max_active, guard, progress)
 
 
-def _settings(ranker, oracle, budget, top_k, seed, cache, max_rounds, on_failure) -> dict[str, Any]:
-    return dict(ranker=ranker, oracle=oracle, budget=budget, top_k=top_k, seed=seed, cache=cache,
-                max_rounds=max_rounds, on_failure=on_failure)
-
-
 def rerank_many(
     requests: Iterable[tuple[str, Sequence[Candidate]]],
     *,
@@ -221,8 +228,9 @@ def rerank_many(
         ``ComparatorUnavailable``: the endpoint is dead (with ``on_failure="raise"``); ``accounting`` sums the
         queries in progress.
     """
-    judge, window = _setup(comparator, _settings(ranker, oracle, budget, top_k, seed, cache, max_rounds, on_failure),
-                           max_active, max_concurrency, max_consecutive_failures, requests, progress)
+    settings = rerank_settings(ranker, oracle, budget, top_k, seed, cache, max_rounds, on_failure)
+    judge, window = _setup(comparator, settings, max_active, max_concurrency, max_consecutive_failures, requests,
+                           progress)
 
     def answer(step: Step) -> None:
         sent_before = window.guard.completed
@@ -230,14 +238,8 @@ def rerank_many(
             items = _items(step)
             judgments = to_judgments(judge.judge_batch(items, guard=window.guard), len(items))
         except Exception as error:
-            if window.fatal(error):
-                window.stop(error)
-                raise
-            if len(step) == 1:
-                window.fail(step, error, sent=window.guard.completed - sent_before)
-            else:  # find the failing query: ask each query's batch alone
-                for part in step:
-                    answer([part])
+            for part in window.failed(step, error, sent=window.guard.completed - sent_before):
+                answer(part)
             return
         window.send(step, judgments)
 
@@ -271,8 +273,9 @@ async def arerank_many(
 ) -> AsyncIterator[RerankResult | RerankFailure]:
     """Async ``rerank_many`` (same arguments and results): each step awaits the comparator's ``ajudge_batch``,
     so the calls of all queries in progress run concurrently (at most ``max_concurrency`` in flight)."""
-    judge, window = _setup(comparator, _settings(ranker, oracle, budget, top_k, seed, cache, max_rounds, on_failure),
-                           max_active, max_concurrency, max_consecutive_failures, requests, progress)
+    settings = rerank_settings(ranker, oracle, budget, top_k, seed, cache, max_rounds, on_failure)
+    judge, window = _setup(comparator, settings, max_active, max_concurrency, max_consecutive_failures, requests,
+                           progress)
 
     async def answer(step: Step) -> None:
         sent_before = window.guard.completed
@@ -280,14 +283,8 @@ async def arerank_many(
             items = _items(step)
             judgments = to_judgments(await judge.ajudge_batch(items, guard=window.guard), len(items))
         except Exception as error:
-            if window.fatal(error):
-                window.stop(error)
-                raise
-            if len(step) == 1:
-                window.fail(step, error, sent=window.guard.completed - sent_before)
-            else:  # find the failing query: ask each query's batch alone
-                for part in step:
-                    await answer([part])
+            for part in window.failed(step, error, sent=window.guard.completed - sent_before):
+                await answer(part)
             return
         window.send(step, judgments)
 
