@@ -6,7 +6,19 @@ Imports no LLM or RAG framework.
 """
 
 from .budget import Budget, CallBudget
-from .engine import Session, arerank, rerank
+from .comparators.base import CallGuard, Comparator, SupportsCompare, as_comparator
+from .comparators.simulated import SimulatedComparator
+from .engine import DONE, Batch, Reranking, arerank, rerank
+from .errors import (
+    ActivePRPError,
+    ComparatorAuthError,
+    ComparatorError,
+    ComparatorRequestError,
+    ComparatorUnavailable,
+    InvalidAnswer,
+    RankerError,
+)
+from .many import RerankFailure, arerank_many, rerank_many
 from .oracles import (
     ORACLES,
     BidirectionalOracle,
@@ -17,12 +29,13 @@ from .oracles import (
     get_oracle,
 )
 from .rankers import RANKERS, Limits, Outcomes, RankContext, Ranker, get_ranker
-from .simulated import SimulatedComparator
-from .types import Accounting, Candidate, Comparator, Judgment, RerankResult
+from .types import Accounting, Candidate, Judgment, RerankResult
 
 __all__ = [
-    "ORACLES", "RANKERS", "Accounting", "BidirectionalOracle", "BothOrders", "Budget", "CallBudget", "Candidate",
-    "Comparator", "Judgment", "Limits", "Oracle", "Outcomes", "RandomizedDirectionOracle", "RankContext", "Ranker",
-    "RerankResult", "Session", "SimulatedComparator", "SingleDirectionOracle", "arerank", "get_oracle",
-    "get_ranker", "rerank"
+    "DONE", "ORACLES", "RANKERS", "Accounting", "ActivePRPError", "Batch", "BidirectionalOracle", "BothOrders",
+    "Budget", "CallBudget", "CallGuard", "Candidate", "Comparator", "ComparatorAuthError", "ComparatorError",
+    "ComparatorRequestError", "ComparatorUnavailable", "InvalidAnswer", "Judgment", "Limits", "Oracle", "Outcomes",
+    "RandomizedDirectionOracle", "RankContext", "Ranker", "RankerError", "RerankFailure", "RerankResult",
+    "Reranking", "SimulatedComparator", "SingleDirectionOracle", "SupportsCompare", "arerank", "arerank_many",
+    "as_comparator", "get_oracle", "get_ranker", "rerank", "rerank_many"
 ]

@@ -54,5 +54,9 @@ class Budget:
         self.spent += n
         return True
 
+    def refund(self, n: int) -> None:
+        """Give back ``n`` reserved units that were never used (e.g. calls of a failed batch never sent)."""
+        self.spent -= min(n, self.spent)
+
 
 CallBudget = Budget  # the name under which the call cap was first exported

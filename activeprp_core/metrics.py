@@ -1,10 +1,23 @@
-"""Evaluation metrics through a maintained library (ir-measures over pytrec_eval), never hand-written."""
+"""Evaluation metrics through a maintained library (ir-measures over pytrec_eval), never hand-written.
+
+``ir-measures`` is an optional dependency (the ``eval`` extra, also pulled in by ``bench`` and ``all``); it is
+imported when a metric is computed, and a missing one raises an ``ImportError`` naming the extra.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
-import ir_measures
+EVAL_EXTRA = 'pip install "activeprp[eval]"'
+
+
+def _ir_measures() -> Any:
+    try:
+        import ir_measures
+    except ImportError as err:
+        raise ImportError(f"nDCG needs ir-measures: install it with {EVAL_EXTRA}") from err
+    return ir_measures
 
 Qrels = Mapping[str, Mapping[str, int]]
 Run = Mapping[str, Mapping[str, float]]
@@ -30,12 +43,14 @@ def ndcg_at_k(qrels: Qrels, run: Run, k: int = 10) -> dict[str, float]:
     Returns:
         ``{query_id: ndcg}`` for every query of ``run`` that has judgments (as trec_eval reports them).
     Raises:
-        ValueError: k < 1.
+        ValueError: k < 1. ImportError: ir-measures is not installed (the ``eval`` extra).
     """
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
+    ir_measures = _ir_measures()
     measure = ir_measures.nDCG @ k
-    qrels_d = {str(q): {str(d): int(g) for d, g in docs.items()} for q, docs in qrels.items()}
+    in_run = {str(q) for q in run}  # ir-measures would score a judged query missing from the run as 0
+    qrels_d = {str(q): {str(d): int(g) for d, g in docs.items()} for q, docs in qrels.items() if str(q) in in_run}
     run_d = {str(q): {str(d): float(s) for d, s in docs.items()} for q, docs in run.items()}
     return {m.query_id: m.value for m in ir_measures.iter_calc([measure], qrels_d, run_d)}
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
+
+from .errors import InvalidAnswer
 
 
 @dataclass
@@ -56,38 +58,22 @@ class Judgment:
     error: str | None = None
 
 
-@runtime_checkable
-class Comparator(Protocol):
-    """Anything that judges ordered pairs of candidates for a query.
-
-    ``compare(query, pairs)`` gets a batch of ordered pairs ``(first, second)`` and returns one float per pair:
-    the probability in [0, 1] that ``first`` is more relevant than ``second`` (``None`` or NaN = the call
-    failed). One pair is one LLM call. Optional extras the engine uses when present:
-
-    - ``async acompare(query, pairs) -> list[float | None]``: the async twin (else ``compare`` runs in a thread);
-    - ``judge(query, pairs) -> list[Judgment]`` / ``async ajudge(...)``: like compare, with per-call retries and
-      token usage.
-    """
-
-    def compare(self, query: str, pairs: Sequence[Pair]) -> list[float | None]: ...
-
-
 def to_judgments(answers: Sequence[Any], expected: int) -> list[Judgment]:
     """Normalise a comparator's answers (floats, None, or Judgment objects) to ``Judgment`` objects.
 
     Raises:
-        ValueError: when the number of answers differs from the number of pairs, or a probability lies
-            outside [0, 1] (a comparator bug, never silently clipped).
+        InvalidAnswer (a ValueError): when the number of answers differs from the number of pairs, or a
+            probability lies outside [0, 1] (a comparator bug, never silently clipped).
     """
     if len(answers) != expected:
-        raise ValueError(f"comparator returned {len(answers)} answers for {expected} pairs")
+        raise InvalidAnswer(f"comparator returned {len(answers)} answers for {expected} pairs")
     out = []
     for a in answers:
-        j = a if isinstance(a, Judgment) else Judgment(prob=None if a is None else float(a))
+        j = a if isinstance(a, Judgment) else Judgment(None, error="no answer") if a is None else Judgment(float(a))
         if j.prob is not None and math.isnan(j.prob):
             j = Judgment(None, j.retries, j.prompt_tokens, j.completion_tokens, j.error or "NaN answer")
         if j.prob is not None and not 0.0 <= j.prob <= 1.0:
-            raise ValueError(f"comparator returned probability {j.prob} outside [0, 1]")
+            raise InvalidAnswer(f"comparator returned probability {j.prob} outside [0, 1]")
         out.append(j)
     return out
 
@@ -136,6 +122,9 @@ class RerankResult(Accounting):
         ranker, oracle, budget, max_rounds, top_k: the settings used (names of the resolved ranker/oracle).
         exhausted: a cap (``budget`` calls or ``max_rounds`` rounds) refused at least one call.
         converged: the ranker ran its whole schedule with every comparison answered.
+        failure: with ``on_failure="prior"``, the comparator error that stopped the calls (the rest of the order
+            is best-effort), else None.
+        errors: the distinct reasons of failed calls (at most 5), e.g. ``"APITimeoutError: ..."``.
     """
 
     candidates: list[Candidate]
@@ -148,6 +137,8 @@ class RerankResult(Accounting):
     max_rounds: int | None = None
     exhausted: bool = False
     converged: bool = False
+    failure: str | None = None
+    errors: list[str] = field(default_factory=list)
 
     @property
     def ranked(self) -> list[Candidate]:
@@ -160,6 +151,7 @@ class RerankResult(Accounting):
         return self.ranked[: self.top_k]
 
     def stats(self) -> dict[str, Any]:
-        """The settings, the accounting fields and the status flags as a plain dict (for logs, tracing, CLI)."""
+        """The settings, the accounting fields and the status as a plain dict (for logs, tracing, CLI)."""
         settings = {k: getattr(self, k) for k in ("ranker", "oracle", "budget", "max_rounds", "top_k")}
-        return {**settings, **self.counts(), "exhausted": self.exhausted, "converged": self.converged}
+        status = {k: getattr(self, k) for k in ("exhausted", "converged", "failure", "errors")}
+        return {**settings, **self.counts(), **status}

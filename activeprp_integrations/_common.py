@@ -1,18 +1,19 @@
 """The parts the LangChain and LlamaIndex rerankers share (imports no framework).
 
 Both wrappers hold the same public fields (``comparator``, ``ranker``, ``oracle``, ``budget``, ``top_n``,
-``seed``, ``max_concurrency``); the functions here turn those fields plus one query's documents into an
-``activeprp_core.rerank``/``arerank`` call and read the result back, so the two wrappers order documents
-identically to the core API for the same inputs, seed and comparator.
+``seed``, ``max_concurrency``, ``max_rounds``, ``on_failure``); the functions here validate them and turn them
+plus one query's documents into an ``activeprp_core.rerank``/``arerank`` call, so the two wrappers order
+documents identically to the core API for the same inputs, seed and comparator. The comparator object the user
+passes in is never changed: per-call settings (the cap on calls in flight) go to the rerank as arguments.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
 
-from activeprp_core import Candidate, RerankResult, arerank, get_oracle, get_ranker, rerank
-from activeprp_core.engine import ajudge_pairs, judge_pairs
+from activeprp_core import Candidate, RerankResult, arerank, as_comparator, get_oracle, get_ranker, rerank
+from activeprp_core.budget import check_count
 from activeprp_core.rankers.auto import AUTO, ONLINE_MAX_ROUNDS
 
 SCORE_KEY = "relevance_score"
@@ -25,8 +26,29 @@ RANK_KEY = "rerank_rank"
 DEFAULT_RANKER = "auto"
 DEFAULT_ORACLE = "auto"
 DEFAULT_BUDGET = 50
-DEFAULT_MAX_ROUNDS = ONLINE_MAX_ROUNDS
+DEFAULT_MAX_ROUNDS: int | None = ONLINE_MAX_ROUNDS
 """The wrappers' ``max_rounds`` default: sequential rounds of LLM calls per query (None = no cap)."""
+
+COUNT_FIELDS: dict[str, dict[str, Any]] = {
+    "budget": {"allow_none": True}, "max_rounds": {"allow_none": True}, "seed": {"minimum": None},
+    "top_n": {"minimum": 1, "allow_none": True}, "max_concurrency": {"minimum": 1, "allow_none": True},
+}
+"""The integer fields of both wrappers and their bounds (``check_count``: numpy integers pass, bools do not)."""
+
+
+def check_count_field(value: Any, name: str) -> int | None:
+    """A wrapper's integer field checked like the core checks it (ValueError / TypeError that say what to change)."""
+    return check_count(value, name, **COUNT_FIELDS[name])
+
+
+def check_comparator(comparator: Any) -> Any:
+    """``comparator`` unchanged when it can judge pairs (a ``Comparator`` or an object with ``compare``).
+
+    Raises:
+        TypeError: None or an object without ``compare`` (so a wrapper fails at construction, not at first use).
+    """
+    as_comparator(comparator)
+    return comparator
 
 
 def missing_extra(package: str, extra: str) -> str:
@@ -42,47 +64,6 @@ def check_choices(ranker: Any, oracle: Any) -> None:
         get_oracle(oracle)
 
 
-class BoundedComparator:
-    """Wraps a comparator so at most ``limit`` pairs (LLM calls) are handed to it at once.
-
-    Each round's batch is split into sub-batches of at most ``limit`` pairs, sent one after another (sync and
-    async). The answers are the inner comparator's, so the ranking is unchanged; only the number of calls in
-    flight (or a batching model's batch size) is capped. Used for comparators without a ``max_concurrency``
-    attribute.
-    """
-
-    def __init__(self, inner: Any, limit: int) -> None:
-        self.inner, self.limit = inner, limit
-
-    def _chunks(self, pairs: Sequence) -> Iterable[Sequence]:
-        return (pairs[s : s + self.limit] for s in range(0, len(pairs), self.limit))
-
-    def compare(self, query: str, pairs: Sequence) -> list:
-        return [a for chunk in self._chunks(pairs) for a in self.inner.compare(query, chunk)]
-
-    def judge(self, query: str, pairs: Sequence) -> list:
-        return [j for chunk in self._chunks(pairs) for j in judge_pairs(self.inner, query, chunk)]
-
-    async def ajudge(self, query: str, pairs: Sequence) -> list:
-        return [j for chunk in self._chunks(pairs) for j in await ajudge_pairs(self.inner, query, chunk)]
-
-
-def prepare_comparator(comparator: Any, max_concurrency: int | None) -> Any:
-    """Apply ``max_concurrency`` (the most LLM calls in flight for one query) to ``comparator``.
-
-    None leaves the comparator as it is. A comparator with a ``max_concurrency`` attribute (e.g.
-    ``OpenAIChatComparator``, which bounds its concurrent requests with it) gets the attribute set, which
-    changes that shared object; any other comparator is wrapped in ``BoundedComparator``.
-    """
-    if max_concurrency is None:
-        return comparator
-    if hasattr(comparator, "max_concurrency"):
-        if comparator.max_concurrency != max_concurrency:
-            comparator.max_concurrency = max_concurrency
-        return comparator
-    return BoundedComparator(comparator, max_concurrency)
-
-
 def make_candidates(items: Iterable[tuple[str | None, str, dict]]) -> list[Candidate]:
     """``Candidate`` objects from ``(id, text, metadata)`` triples in prior order; a missing id becomes the
     position as a string. The metadata dict is copied (shallow), so the caller's document is never touched."""
@@ -93,7 +74,8 @@ def make_candidates(items: Iterable[tuple[str | None, str, dict]]) -> list[Candi
 def _core_args(settings: Any, n: int) -> dict[str, Any]:
     top_n = getattr(settings, "top_n", None)
     return dict(ranker=settings.ranker, oracle=settings.oracle, budget=settings.budget, seed=settings.seed,
-                comparator=prepare_comparator(settings.comparator, settings.max_concurrency),
+                comparator=settings.comparator, max_concurrency=settings.max_concurrency,
+                max_rounds=settings.max_rounds, on_failure=settings.on_failure,
                 top_k=max(1, n if top_n is None else top_n))
 
 
@@ -113,15 +95,6 @@ def picked(result: RerankResult, top_n: int | None) -> list[tuple[int, float, in
     order = result.order if top_n is None else result.order[:top_n]
     return [(i, result.scores[i], rank) for rank, i in enumerate(order, start=1)]
 
-
-def model_name(comparator: Any) -> str:
-    """A readable name for events and traces: the comparator's ``model_name``/``model`` attribute, else its
-    class name."""
-    for attr in ("model_name", "model"):
-        value = getattr(comparator, attr, None)
-        if isinstance(value, str) and value:
-            return value
-    return type(comparator).__name__
 
 
 class ComparatorFactories:

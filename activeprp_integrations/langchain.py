@@ -10,10 +10,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from activeprp_core import Oracle, Ranker
+from activeprp_core import Comparator, Oracle, Ranker, SupportsCompare
+from activeprp_core.comparators.base import comparator_name
+from activeprp_core.engine import OnFailure
 
 from ._common import (
+    COUNT_FIELDS,
     DEFAULT_BUDGET,
+    DEFAULT_MAX_ROUNDS,
     DEFAULT_ORACLE,
     DEFAULT_RANKER,
     RANK_KEY,
@@ -21,9 +25,10 @@ from ._common import (
     ComparatorFactories,
     arun_rerank,
     check_choices,
+    check_comparator,
+    check_count_field,
     make_candidates,
     missing_extra,
-    model_name,
     picked,
     run_rerank,
 )
@@ -33,7 +38,7 @@ try:
     from langchain_core.documents import Document
     from langchain_core.documents.compressor import BaseDocumentCompressor
     from langchain_core.runnables import RunnableLambda, ensure_config
-    from pydantic import ConfigDict, Field, model_validator
+    from pydantic import ConfigDict, field_validator, model_validator
 except ImportError as exc:  # pragma: no cover - exercised by simulating the missing module
     raise ImportError(missing_extra("langchain-core", "langchain")) from exc
 
@@ -52,17 +57,21 @@ class ActivePRPRerank(ComparatorFactories, BaseDocumentCompressor):
     """Rerank retrieved ``Document`` objects with a pairwise LLM judge under a per-query call budget.
 
     Fields (the same names as the LlamaIndex postprocessor):
-        comparator: any object with ``compare(query, pairs) -> list[float | None]`` (see
-            ``activeprp_core.Comparator``); its ``ajudge``/``acompare`` is used by ``acompress_documents``.
+        comparator: a ``activeprp_core.Comparator`` or any object with ``compare(query, pairs) ->
+            list[float | None]``; its ``ajudge``/``acompare`` is used by ``acompress_documents``. Never changed.
         ranker: ranker name or ``Ranker`` (default ``"auto"``: the paper's budget-based choice).
         oracle: ``"randomized"`` (default, 1 call per pair), ``"bidirectional"`` (2) or ``"single"``.
         budget: the most LLM calls per query (int >= 0; None = unlimited; default 50). This is the one knob
             that controls spend.
         top_n: how many documents to return (default 3; None = all, reranked). It is also the core's top-K.
         seed: seeds the oracle's slot order and the ranker's random choices (same seed, same order).
-        max_concurrency: the most LLM calls in flight at once (None = the comparator decides). Set on the
-            comparator when it has a ``max_concurrency`` attribute; otherwise each round is sent in sub-batches
-            of at most this many pairs, one after another.
+        max_concurrency: the most LLM calls in flight at once for this reranker (None = the comparator's own
+            default); handed to each rerank, so rerankers sharing one comparator keep their own caps.
+        max_rounds: the most sequential rounds of LLM calls per query (None = no cap): latency ~ rounds x call
+            latency.
+        on_failure: ``"raise"`` (default: a comparator failure propagates, so ``with_fallbacks`` works) or
+            ``"prior"`` (return the best-effort order; ``stats`` in the run's outputs say why, and a WARNING is
+            logged on the ``activeprp`` logger).
 
     Output: new ``Document`` objects (``model_copy``; ``id``, ``page_content`` and all metadata kept; inputs
     never mutated), best first, with ``metadata["relevance_score"]`` (``(n - rank) / n`` over the n input
@@ -73,13 +82,25 @@ class ActivePRPRerank(ComparatorFactories, BaseDocumentCompressor):
 
     model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
 
-    comparator: Any
+    comparator: Comparator | SupportsCompare
     ranker: str | Ranker = DEFAULT_RANKER
     oracle: str | Oracle = DEFAULT_ORACLE
-    budget: int | None = Field(default=DEFAULT_BUDGET, ge=0)
-    top_n: int | None = Field(default=3, ge=1)
+    budget: int | None = DEFAULT_BUDGET
+    top_n: int | None = 3
     seed: int = 0
-    max_concurrency: int | None = Field(default=None, ge=1)
+    max_concurrency: int | None = None
+    max_rounds: int | None = DEFAULT_MAX_ROUNDS
+    on_failure: OnFailure = "raise"
+
+    @field_validator("comparator", mode="before")
+    @classmethod
+    def _check_comparator(cls, value: Any) -> Any:
+        return check_comparator(value)
+
+    @field_validator(*COUNT_FIELDS, mode="before")
+    @classmethod
+    def _check_count(cls, value: Any, info: Any) -> int | None:
+        return check_count_field(value, info.field_name)
 
     @model_validator(mode="after")
     def _check(self) -> ActivePRPRerank:
@@ -87,7 +108,7 @@ class ActivePRPRerank(ComparatorFactories, BaseDocumentCompressor):
         return self
 
     def _inputs(self, documents: Sequence[Document], query: str) -> dict[str, Any]:
-        return {"query": query, "documents": list(documents), "model": model_name(self.comparator)}
+        return {"query": query, "documents": list(documents), "model": comparator_name(self.comparator)}
 
     def _outputs(self, documents: Sequence[Document], result: Any) -> list[Document]:
         return [documents[i].model_copy(update={"metadata": {**documents[i].metadata, SCORE_KEY: score,
@@ -104,8 +125,8 @@ class ActivePRPRerank(ComparatorFactories, BaseDocumentCompressor):
         """Rerank ``documents`` for ``query`` and return the top ``top_n`` as new documents, best first.
 
         ``callbacks``: LangChain callbacks (None = those of the enclosing runnable, if any); the work runs in a
-        child chain run. Empty input returns ``[]`` without any call. Errors of the core ``rerank`` (e.g. a
-        comparator answer outside [0, 1]: ValueError) are reported to the run and re-raised.
+        child chain run. Empty input returns ``[]`` without any call. Errors of the core ``rerank`` (e.g. an
+        ``activeprp_core.ComparatorError`` when the endpoint fails) are reported to the run and re-raised.
         """
         if not documents:
             return []

@@ -8,24 +8,29 @@ from __future__ import annotations
 
 from typing import Any
 
-from activeprp_core import Oracle, Ranker
+from activeprp_core import Comparator, Oracle, Ranker, SupportsCompare
+from activeprp_core.comparators.base import comparator_name
+from activeprp_core.engine import OnFailure
 
 from ._common import (
+    COUNT_FIELDS,
     DEFAULT_BUDGET,
+    DEFAULT_MAX_ROUNDS,
     DEFAULT_ORACLE,
     DEFAULT_RANKER,
     ComparatorFactories,
     arun_rerank,
     check_choices,
+    check_comparator,
+    check_count_field,
     make_candidates,
     missing_extra,
-    model_name,
     picked,
     run_rerank,
 )
 
 try:
-    from llama_index.core.bridge.pydantic import ConfigDict, Field, PrivateAttr, model_validator
+    from llama_index.core.bridge.pydantic import ConfigDict, Field, PrivateAttr, field_validator, model_validator
     from llama_index.core.callbacks import CBEventType, EventPayload
     from llama_index.core.instrumentation import get_dispatcher
     from llama_index.core.instrumentation.events.rerank import ReRankEndEvent, ReRankStartEvent
@@ -54,17 +59,19 @@ class ActivePRPRerank(ComparatorFactories, BaseNodePostprocessor):
     """Rerank retrieved nodes with a pairwise LLM judge under a per-query call budget.
 
     Args / fields (the same names as the LangChain compressor):
-        comparator: any object with ``compare(query, pairs) -> list[float | None]`` (see
-            ``activeprp_core.Comparator``); kept in a private attribute (not serialised), readable as
-            ``.comparator``.
+        comparator: a ``activeprp_core.Comparator`` or any object with ``compare(query, pairs) ->
+            list[float | None]``; kept in a private attribute (not serialised), readable as ``.comparator``.
+            Never changed by the postprocessor (``_update_prompts`` switches to a copy with the new prompts).
         ranker: ranker name or ``Ranker`` (default ``"auto"``: the paper's budget-based choice).
         oracle: ``"randomized"`` (default, 1 call per pair), ``"bidirectional"`` (2) or ``"single"``.
         budget: the most LLM calls per query (int >= 0; None = unlimited; default 50).
         top_n: how many nodes to return (int >= 1, default 5); also the core's top-K.
         seed: seeds the oracle's slot order and the ranker's random choices.
-        max_concurrency: the most LLM calls in flight at once (None = the comparator decides); set on the
-            comparator when it has a ``max_concurrency`` attribute, else rounds are sent in sub-batches of at
-            most this many pairs.
+        max_concurrency: the most LLM calls in flight at once for this postprocessor (None = the comparator's
+            own default); handed to each rerank, so postprocessors sharing one comparator keep their own caps.
+        max_rounds: the most sequential rounds of LLM calls per query (None = no cap).
+        on_failure: ``"raise"`` (default: a comparator failure propagates; catch it to fall back) or ``"prior"``
+            (return the best-effort order; the end payload's ``stats`` say why; a WARNING is logged).
 
     The passage text is ``node.get_content(metadata_mode=MetadataMode.NONE)`` (like LangChain's
     ``page_content``). Returns new ``NodeWithScore`` objects (the input ones are never changed; the node
@@ -81,16 +88,23 @@ class ActivePRPRerank(ComparatorFactories, BaseNodePostprocessor):
 
     ranker: str | Ranker = Field(default=DEFAULT_RANKER, description="Ranker name or instance.")
     oracle: str | Oracle = Field(default=DEFAULT_ORACLE, description="Oracle name or instance.")
-    budget: int | None = Field(default=DEFAULT_BUDGET, ge=0, description="LLM calls per query (None = no cap).")
-    top_n: int = Field(default=5, ge=1, description="Number of nodes to return.")
+    budget: int | None = Field(default=DEFAULT_BUDGET, description="LLM calls per query (None = no cap).")
+    top_n: int = Field(default=5, description="Number of nodes to return.")
     seed: int = Field(default=0, description="Seed of the oracle and ranker draws.")
-    max_concurrency: int | None = Field(default=None, ge=1, description="Most LLM calls in flight.")
+    max_concurrency: int | None = Field(default=None, description="Most LLM calls in flight (None = comparator's).")
+    max_rounds: int | None = Field(default=DEFAULT_MAX_ROUNDS, description="Most sequential rounds (None = no cap).")
+    on_failure: OnFailure = Field(default="raise", description='"raise", or "prior" to degrade to the prior order.')
 
-    _comparator: Any = PrivateAttr()
+    _comparator: Comparator | SupportsCompare = PrivateAttr()
 
-    def __init__(self, comparator: Any, **fields: Any) -> None:
+    def __init__(self, comparator: Comparator | SupportsCompare, **fields: Any) -> None:
         super().__init__(**fields)
-        self._comparator = comparator
+        self._comparator = check_comparator(comparator)
+
+    @field_validator(*COUNT_FIELDS, mode="before")
+    @classmethod
+    def _check_count(cls, value: Any, info: Any) -> int | None:
+        return check_count_field(value, info.field_name)  # top_n=None is then refused by its type (int)
 
     @model_validator(mode="after")
     def _check(self) -> ActivePRPRerank:
@@ -117,24 +131,33 @@ class ActivePRPRerank(ComparatorFactories, BaseNodePostprocessor):
         return prompts
 
     def _update_prompts(self, prompts: PromptDictType) -> None:
-        """Set the comparator's prompt attributes (this changes the shared comparator; a str stays a str).
+        """Rerank with other prompts from now on, without changing the comparator object the user passed in:
+        the postprocessor switches to ``comparator.with_prompts(...)``, a copy carrying the new templates that
+        shares the model or client (see ``activeprp_core.comparators.prompts.SwappablePrompts``). A template
+        object is stored as its template string.
 
         Raises:
-            ValueError: the comparator has no attribute for a given key (e.g. a comparator without ``prompt``).
+            ValueError: the comparator has no attribute for a given key (e.g. a comparator without ``prompt``),
+                has no ``with_prompts`` to make such a copy, or refuses the template (a missing placeholder).
         """
+        changes = {}
         for key, attr in PROMPT_ATTRS.items():
             if key not in prompts:
                 continue
             if not hasattr(self._comparator, attr):
                 raise ValueError(f"{type(self._comparator).__name__} has no {attr!r} to update")
             new = prompts[key]
-            if isinstance(new, BasePromptTemplate) and not isinstance(getattr(self._comparator, attr),
-                                                                       BasePromptTemplate):
-                new = new.get_template()
-            setattr(self._comparator, attr, new)
+            changes[attr] = new.get_template() if isinstance(new, BasePromptTemplate) else new
+        if not changes:
+            return
+        with_prompts = getattr(self._comparator, "with_prompts", None)
+        if not callable(with_prompts):
+            raise ValueError(f"{type(self._comparator).__name__} has no with_prompts(**prompts): its prompts cannot be "
+                             "changed without changing the comparator object itself")
+        self._comparator = with_prompts(**changes)
 
     def _start(self, nodes: list[NodeWithScore], query_bundle: QueryBundle) -> dict[str, Any]:
-        name = model_name(self._comparator)
+        name = comparator_name(self._comparator)
         dispatcher.event(ReRankStartEvent(query=query_bundle, nodes=nodes, top_n=self.top_n, model_name=name))
         return {EventPayload.NODES: nodes, EventPayload.MODEL_NAME: name,
                 EventPayload.QUERY_STR: query_bundle.query_str, EventPayload.TOP_K: self.top_n}

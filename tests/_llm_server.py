@@ -1,5 +1,6 @@
-"""Test helpers: a real OpenAI-compatible server (llama-cpp-python on the bundled GGUF) on loopback, and a
-fault-injecting HTTP proxy to put in front of it."""
+"""Test helpers on loopback only: a real OpenAI-compatible server (llama-cpp-python on the bundled GGUF), a
+fault-injecting HTTP proxy to put in front of it, and ``FaultServer``: a tiny OpenAI-compatible endpoint that
+answers canned bodies and status codes per a plan (no model; starts in milliseconds)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 FAULTS = ("429", "500", "503", "timeout", "drop", "malformed", "nonjson", "garbage", "400", "401", "404")
@@ -71,7 +74,98 @@ class LlamaServer:
         self._log.close()
 
 
-class FaultProxy:
+class _Handler(BaseHTTPRequestHandler):
+    """Hands each request to the ``LoopbackServer`` that owns the HTTP server."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args) -> None:  # quiet
+        pass
+
+    def send(self, status: int, body: bytes, ctype: str = "application/json", **headers: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        for k, v in headers.items():
+            self.send_header(k.replace("_", "-"), v)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        self.server.owner.get(self)
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        owner = self.server.owner
+        tag = owner.tag_of(body)
+        with owner.lock:
+            owner.inflight[tag] = owner.inflight.get(tag, 0) + 1
+            owner.peak[tag] = max(owner.peak.get(tag, 0), owner.inflight[tag])
+            owner.max_inflight = max(owner.max_inflight, sum(owner.inflight.values()))
+        try:
+            owner.post(self, body)
+        finally:
+            with owner.lock:
+                owner.inflight[tag] -= 1
+
+
+class _QuietServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):  # a client that hung up (a cancelled call) is fine
+            super().handle_error(request, client_address)
+
+
+class LoopbackServer:
+    """A threaded HTTP server on 127.0.0.1:<free port> that counts requests in flight (overall and per ``tag``)
+    and stops by itself after ``max_seconds``. ``url`` ends in /v1. Subclasses answer ``get``/``post``.
+
+    Attributes:
+        max_inflight: the most POST requests in flight at once; ``peak[tag]``: the same per tag, where
+            ``tag_of(body)`` is the constructor's ``tag(body_bytes)`` (default: one tag, None).
+    """
+
+    def __init__(self, max_seconds: float | None = None, tag: Callable[[bytes], Any] | None = None) -> None:
+        self.lock = threading.Lock()
+        self.inflight: dict[Any, int] = {}
+        self.peak: dict[Any, int] = {}
+        self.max_inflight = 0
+        self._tag = tag
+        self.server = _QuietServer(("127.0.0.1", 0), _Handler)
+        self.server.owner = self
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        self._closed = threading.Event()
+        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
+        if max_seconds is not None:
+            timer = threading.Timer(max_seconds, self.close)
+            timer.daemon = True
+            timer.start()
+
+    def tag_of(self, body: bytes) -> Any:
+        return self._tag(body) if self._tag else None
+
+    def get(self, handler: _Handler) -> None:
+        handler.send(404, b'{"error": {"message": "not found"}}')
+
+    def post(self, handler: _Handler, body: bytes) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Stop serving (idempotent; also called by the ``max_seconds`` timer)."""
+        if not self._closed.is_set():
+            self._closed.set()
+            self.server.shutdown()
+            self.server.server_close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class FaultProxy(LoopbackServer):
     """A loopback HTTP proxy that answers each request with ``plan(key, attempt)``: "ok" forwards it to the
     real upstream server; a fault kind is injected instead (see ``FAULTS``):
     429 (with Retry-After), 500/503, 400/401/404 (JSON error bodies), timeout (hangs ``hang_s`` then closes),
@@ -86,20 +180,11 @@ class FaultProxy:
         self.upstream, self.plan, self.hang_s, self.retry_after = urlsplit(upstream), plan, hang_s, retry_after
         self.log: dict[str, list[str]] = {}
         self.times: dict[str, list[float]] = {}
-        self.inflight = self.max_inflight = 0
-        self.lock = threading.Lock()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        super().__init__()
 
     def injected(self) -> int:
         """Faults injected so far."""
         return sum(k != "ok" for seq in self.log.values() for k in seq)
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
     def _forward(self, method: str, path: str, body: bytes) -> tuple[int, bytes]:
         conn = http.client.HTTPConnection(self.upstream.hostname, self.upstream.port, timeout=300)
@@ -110,65 +195,129 @@ class FaultProxy:
         finally:
             conn.close()
 
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        proxy = self
+    def get(self, handler: _Handler) -> None:
+        handler.send(*self._forward("GET", handler.path, b""))
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
+    def post(self, handler: _Handler, body: bytes) -> None:
+        key = hashlib.sha1(body).hexdigest()[:16]
+        with self.lock:
+            seq = self.log.setdefault(key, [])
+            kind = self.plan(key, len(seq))
+            seq.append(kind)
+            self.times.setdefault(key, []).append(time.monotonic())
+        error = json.dumps({"error": {"message": f"injected {kind}", "type": "injected"}}).encode()
+        if kind == "ok":
+            handler.send(*self._forward("POST", handler.path, body))
+        elif kind == "429":
+            handler.send(429, error, Retry_After=self.retry_after)
+        elif kind in ("500", "503", "400", "401", "404"):
+            handler.send(int(kind), error)
+        elif kind in ("timeout", "drop"):
+            if kind == "timeout":
+                time.sleep(self.hang_s)
+            handler.close_connection = True
+        elif kind == "malformed":
+            handler.send(200, b'{"id": "x", "choices": [{"message": {"content": "A"')
+        elif kind == "nonjson":
+            handler.send(200, b"<html>gateway error</html>", "text/html")
+        elif kind == "garbage":
+            handler.send(200, json.dumps(completion("Maybe", None)).encode())
+        else:
+            raise ValueError(f"unknown fault {kind!r}")
 
-            def log_message(self, *args) -> None:  # quiet
-                pass
 
-            def _send(self, status: int, body: bytes, ctype: str = "application/json", **headers: str) -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                for k, v in headers.items():
-                    self.send_header(k.replace("_", "-"), v)
-                self.end_headers()
-                self.wfile.write(body)
+def completion(content: Any = "A", top_logprobs: list[tuple[str, float]] | None = (("A", -0.1), ("B", -2.4)),
+               prompt_tokens: int = 50) -> dict[str, Any]:
+    """A chat-completion body answering ``content``, with ``top_logprobs`` [(token, logprob)] for the first
+    token (None = no logprobs)."""
+    logprobs = None
+    if top_logprobs is not None:
+        tops = [{"token": t, "logprob": lp, "bytes": None} for t, lp in top_logprobs]
+        logprobs = {"content": [{"token": str(content), "logprob": -0.1, "bytes": None, "top_logprobs": tops}]}
+    return {"id": "cmpl-1", "object": "chat.completion", "created": 0, "model": "fault",
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 1, "total_tokens": prompt_tokens + 1},
+            "choices": [{"index": 0, "finish_reason": "length", "logprobs": logprobs,
+                         "message": {"role": "assistant", "content": content}}]}
 
-            def do_GET(self) -> None:
-                self._send(*proxy._forward("GET", self.path, b""))
 
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                key = hashlib.sha1(body).hexdigest()[:16]
-                with proxy.lock:
-                    seq = proxy.log.setdefault(key, [])
-                    kind = proxy.plan(key, len(seq))
-                    seq.append(kind)
-                    proxy.times.setdefault(key, []).append(time.monotonic())
-                    proxy.inflight += 1
-                    proxy.max_inflight = max(proxy.max_inflight, proxy.inflight)
-                try:
-                    self._answer(kind, body)
-                finally:
-                    with proxy.lock:
-                        proxy.inflight -= 1
+def error_body(message: str, kind: str = "invalid_request_error") -> dict[str, Any]:
+    """An OpenAI-style error body."""
+    return {"error": {"message": message, "type": kind, "param": None, "code": None}}
 
-            def _answer(self, kind: str, body: bytes) -> None:
-                error = json.dumps({"error": {"message": f"injected {kind}", "type": "injected"}}).encode()
-                if kind == "ok":
-                    self._send(*proxy._forward("POST", self.path, body))
-                elif kind == "429":
-                    self._send(429, error, Retry_After=proxy.retry_after)
-                elif kind in ("500", "503", "400", "401", "404"):
-                    self._send(int(kind), error)
-                elif kind in ("timeout", "drop"):
-                    if kind == "timeout":
-                        time.sleep(proxy.hang_s)
-                    self.close_connection = True
-                elif kind == "malformed":
-                    self._send(200, b'{"id": "x", "choices": [{"message": {"content": "A"')
-                elif kind == "nonjson":
-                    self._send(200, b"<html>gateway error</html>", "text/html")
-                elif kind == "garbage":
-                    answer = {"id": "x", "object": "chat.completion", "created": 0, "model": "m",
-                              "choices": [{"index": 0, "finish_reason": "length", "logprobs": None,
-                                           "message": {"role": "assistant", "content": "Maybe"}}]}
-                    self._send(200, json.dumps(answer).encode())
-                else:
-                    raise ValueError(f"unknown fault {kind!r}")
 
-        return Handler
+@dataclass
+class Reply:
+    """What ``FaultServer`` answers to one request: ``status`` with ``body`` (a dict/list is sent as JSON, str or
+    bytes as is) after ``delay_s`` seconds; ``drop`` closes the connection without answering."""
+
+    status: int = 200
+    body: Any = field(default_factory=completion)
+    headers: dict[str, str] = field(default_factory=dict)
+    delay_s: float = 0.0
+    drop: bool = False
+    content_type: str = "application/json"
+
+
+@dataclass
+class Request:
+    """One request as ``FaultServer``'s plan sees it: ``n`` (0-based arrival index), the parsed JSON ``body``
+    (None when not JSON), the ``api_key`` from the Authorization header, the last user message's ``text``."""
+
+    n: int
+    body: Any
+    api_key: str
+    text: str
+
+
+class FaultServer(LoopbackServer):
+    """A tiny OpenAI-compatible chat endpoint on 127.0.0.1 that answers ``plan(request) -> Reply``.
+
+    It counts ``requests`` (POSTs seen) and the peak in flight (``max_inflight``, and ``peak[tag]`` per
+    ``tag(request)``), and bounds itself: after ``max_requests`` requests it answers 503 without asking the plan,
+    and it shuts down after ``max_seconds``. Use it as a context manager.
+    """
+
+    def __init__(self, plan: Callable[[Request], Reply], *, max_requests: int = 200, max_seconds: float = 60.0,
+                 tag: Callable[[Request], Any] | None = None) -> None:
+        self.plan, self.max_requests = plan, max_requests
+        self.requests = 0
+        self.seen: list[Request] = []
+        self._request_tag = tag
+        super().__init__(max_seconds, tag=self._tag_body if tag else None)
+
+    @staticmethod
+    def _request(n: int, raw: bytes, auth: str) -> Request:
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            body = None
+        messages = body.get("messages") if isinstance(body, dict) else None
+        text = messages[-1].get("content", "") if isinstance(messages, list) and messages else ""
+        return Request(n, body, auth.removeprefix("Bearer "), text if isinstance(text, str) else "")
+
+    def _tag_body(self, raw: bytes) -> Any:
+        return self._request_tag(self._request(-1, raw, ""))
+
+    def post(self, handler: _Handler, body: bytes) -> None:
+        with self.lock:
+            n = self.requests
+            self.requests += 1
+        request = self._request(n, body, handler.headers.get("Authorization", ""))
+        with self.lock:
+            self.seen.append(request)
+        reply = self.plan(request) if n < self.max_requests else Reply(503, error_body("fault server: request limit"))
+        if reply.delay_s:
+            time.sleep(reply.delay_s)
+        if reply.drop:
+            handler.close_connection = True
+            return
+        payload = reply.body
+        if not isinstance(payload, (bytes, str)):
+            payload = json.dumps(payload)
+        handler.send(reply.status, payload.encode() if isinstance(payload, str) else payload, reply.content_type,
+                     **reply.headers)
+
+
+def closed_port_url() -> str:
+    """A loopback URL on which nothing listens (connection refused)."""
+    return f"http://127.0.0.1:{free_port()}/v1"

@@ -78,3 +78,104 @@ def test_rerank_reports_an_unbuildable_comparator(candidates_file, capsys, monke
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     code = main(["rerank", "--query", "q", "--candidates", str(path), "--comparator", "openai", "--model", "m"])
     assert code == 2 and "OPENAI_API_KEY" in capsys.readouterr().err
+
+
+# ---- bad input: one line on stderr, exit 2, never a traceback --------------------------------------------------------
+GOOD = b'{"id": "a", "text": "first passage"}\n{"id": "b", "text": "second passage"}\n'
+BAD_FILES = {
+    "not JSON": (GOOD + b'{"id": "c", "text": oops}\n', 3, "not JSON (Expecting value at column 21)"),
+    "not an object": (b'["a", "text"]\n', 1, "not a JSON object but an array"),
+    "missing id": (GOOD + b'{"title": "t", "text": "x"}\n', 3, "no id field (id / docid / _id / doc_id)"),
+    "missing text": (b'{"id": "a"}\n', 1, "no text field (text / content / contents / passage)"),
+    "null text": (GOOD + b'{"id": "c", "text": null}\n', 3, "'text' must be a string, not null"),
+    "number text": (b'{"id": "c", "content": 5}\n', 1, "'content' must be a string, not a number"),
+    "null id": (b'{"id": null, "text": "x"}\n', 1, "'id' must be a string or an integer, not null"),
+    "non-UTF-8": (GOOD + b'{"id": "c", "text": "caf\xe9"}\n', 3, "not UTF-8 (byte 0xe9 at column 25)"),
+    "blank lines first": (b"\n\n" + GOOD + b"\n  \n{bad\n", 7, "not JSON"),
+    "a line break inside a string": (b'{"id": "a", "text": "x\xe2\x80\xa8y"}\n{bad\n', 2, "not JSON"),
+}
+
+
+def _rerank_args(path, *extra):
+    return ["rerank", "--query", "q", "--candidates", str(path), "--comparator", "simulated", *extra]
+
+
+def _one_error_line(capsys) -> str:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.splitlines()) == 1, err
+    assert err.startswith("activeprp: error: ")
+    return err.strip().removeprefix("activeprp: error: ")
+
+
+@pytest.mark.parametrize("case", sorted(BAD_FILES))
+def test_bad_candidate_files_get_one_line_naming_file_and_line(tmp_path, capsys, case):
+    content, line, reason = BAD_FILES[case]
+    path = tmp_path / "cands.jsonl"
+    path.write_bytes(content)
+    assert main(_rerank_args(path)) == 2
+    assert _one_error_line(capsys).startswith(f"{path}:{line}: {reason}")
+
+
+@pytest.mark.parametrize(("make", "reason"), [
+    (lambda tmp: tmp, "is a directory, not a file"),
+    (lambda tmp: tmp / "missing.jsonl", "no such file"),
+    (lambda tmp: (tmp / "empty.jsonl", (tmp / "empty.jsonl").write_text("\n\n"))[0], "no candidates"),
+])
+def test_unreadable_or_empty_candidate_files(tmp_path, capsys, make, reason):
+    path = make(tmp_path)
+    assert main(_rerank_args(path)) == 2
+    assert _one_error_line(capsys) == f"{path}: {reason}"
+
+
+def test_a_utf8_bom_is_accepted(tmp_path, capsys):
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + GOOD)
+    assert main(_rerank_args(path, "--json")) == 0
+    assert {r["id"] for r in json.loads(capsys.readouterr().out)["top"]} == {"a", "b"}
+
+
+@pytest.mark.parametrize("kind", ["hf", "openai"])
+def test_a_missing_model_is_a_usage_error(candidates_file, capsys, kind):
+    _, path = candidates_file
+    assert main(["rerank", "--query", "q", "--candidates", str(path), "--comparator", kind]) == 2
+    assert _one_error_line(capsys) == f"--comparator {kind} needs --model {'PATH' if kind == 'hf' else 'NAME'}"
+
+
+@pytest.mark.parametrize("bad", [["--max-concurrency", "0"], ["--passage-tokens", "-3"], ["--batch-size", "x"]])
+def test_bad_comparator_numbers_are_usage_errors(candidates_file, capsys, bad):
+    _, path = candidates_file
+    with pytest.raises(SystemExit) as info:
+        main(_rerank_args(path, *bad))
+    assert info.value.code == 2 and "Traceback" not in capsys.readouterr().err
+
+
+def test_terminal_output_escapes_control_characters_and_survives_lone_surrogates(tmp_path, capsys):
+    path = tmp_path / "odd.jsonl"
+    rows = [{"id": "red\x1b[31m", "text": "\x1b[2J\x1b]0;pwned\x07 clear screen \u202e evil", "label": 2},
+            {"id": "s\ud800", "text": "lone \udc80 surrogate", "label": 1}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))  # JSON escapes: \u001b, \ud800 ...
+    assert main(_rerank_args(path, "--ranker", "allpairs")) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out and "\u202e" not in out
+    assert "red\\x1b[31m" in out and "\\x1b[2J\\x1b]0;pwned\\x07 clear screen \\u202e evil" in out
+    assert "s\\ud800" in out and "lone \ufffd surrogate" in out  # the text a model sees has U+FFFD
+
+
+def test_a_dead_endpoint_exits_1_and_on_failure_prior_degrades(candidates_file, capsys):
+    pytest.importorskip("openai")
+    from _llm_server import FaultServer, Reply, error_body
+
+    _, path = candidates_file
+    key = "sk-cli-SECRET-42"
+    args = ["rerank", "--query", "q", "--candidates", str(path), "--comparator", "openai", "--model", "m",
+            "--api-key", key, "--budget", "6"]
+    with FaultServer(lambda r: Reply(401, error_body(f"bad key {r.api_key}"))) as server:
+        assert main([*args, "--base-url", server.url]) == 1
+        assert server.requests <= 8
+    line = _one_error_line(capsys)
+    assert line.startswith("ComparatorAuthError: AuthenticationError from ") and "bad key ***" in line
+    assert line.endswith("(HTTP 401)") and key not in line
+    with FaultServer(lambda r: Reply(401, error_body("bad key"))) as server:
+        assert main([*args, "--base-url", server.url, "--on-failure", "prior"]) == 0
+    out = capsys.readouterr().out
+    assert "failure=ComparatorAuthError: AuthenticationError from " in out.splitlines()[-1]

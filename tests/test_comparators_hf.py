@@ -154,3 +154,110 @@ def test_seq2seq_path_batches_consistently(tiny_t5, mode):
     assert probs == pytest.approx(single.compare("a query", pairs), abs=1e-5)
     assert all(0.0 < p < 1.0 for p in probs)
     assert len(set(probs)) == 2  # the two pairs get different answers
+
+
+def mixed_items(rows, per_query):
+    """``per_query`` (query, first, second) items for each row, over the row's first three candidates."""
+    items = []
+    for query, cands in rows:
+        a, b, c = cands[:3]
+        items += [(query, a, b), (query, c, a), (query, b, c)][:per_query]
+    return items
+
+
+def per_query_judge(comp, items):
+    out = []
+    for query in dict.fromkeys(q for q, _, _ in items):
+        out += comp.judge(query, [(a, b) for q, a, b in items if q == query])
+    return out
+
+
+@pytest.fixture
+def one_thread():
+    """One torch thread for the test: on this shared 2-core machine two threads ran 5-10x slower whenever another
+    job held a core (benchmarks/results/README.md, forward-pass cost)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def demo_rows():
+    """The first two bundled DL19 queries with their first four BM25 hits (passages cut in the comparator)."""
+    return [(row["query"], [Candidate(h["docid"], h["content"]) for h in row["hits"][:4]])
+            for row in load_demo_queries()[:2]]
+
+
+@pytest.mark.parametrize("mode", ["ab", "query_likelihood"])
+def test_judge_batch_mixes_queries_in_shared_forward_passes(model_dir, demo_rows, mode, one_thread):
+    items = mixed_items(demo_rows, 2)  # ab: 4 prompts; query likelihood: 6 distinct (query, passage) scorings
+    kw = {"mode": mode, "batch_size": 6, "max_passage_tokens": 16}
+    mixed, alone = TransformersComparator(model_dir, **kw), TransformersComparator(model_dir, **kw)
+    got, expected = mixed.judge_batch(items), per_query_judge(alone, items)
+    assert [j.prob for j in got] == pytest.approx([j.prob for j in expected], abs=1e-5)
+    assert [j.prompt_tokens for j in got] == [j.prompt_tokens for j in expected]
+    assert mixed.scored_prompts == alone.scored_prompts == (4 if mode == "ab" else 6)
+    assert (mixed.forward_passes, alone.forward_passes) == (1, 2)
+
+
+def test_rerank_many_with_the_bundled_model_equals_rerank_per_query(model_dir, demo_rows, one_thread):
+    from activeprp_core import rerank_many
+
+    kw = {"budget": 5, "top_k": 2, "seed": 3}
+    comp = TransformersComparator(model_dir, mode="query_likelihood", batch_size=8, max_passage_tokens=16)
+    many = list(rerank_many(demo_rows, comparator=comp, **kw))
+    solo_comp = TransformersComparator(model_dir, mode="query_likelihood", batch_size=8, max_passage_tokens=16)
+    solo = [rerank(q, c, comparator=solo_comp, **kw) for q, c in demo_rows]
+    assert [(r.order, r.calls, r.rounds, r.prompt_tokens) for r in many] == [
+        (r.order, r.calls, r.rounds, r.prompt_tokens) for r in solo]
+    assert comp.scored_prompts == solo_comp.scored_prompts == 8 and comp.forward_passes < solo_comp.forward_passes
+
+
+@pytest.mark.parametrize("mode", ["ab", "query_likelihood"])
+async def test_seq2seq_judge_batch_with_queries_of_different_lengths(tiny_t5, mode):
+    from activeprp_core import CallGuard
+
+    a, b, c = (Candidate("a", "one two three four five"), Candidate("b", "six"), Candidate("c", "seven eight"))
+    rows = [("q", [a, b, c]), ("a much longer query about fleas and dogs", [b, c, a]), ("mid query", [c, a, b])]
+    items = mixed_items(rows, 3)
+    comp = TransformersComparator(tiny_t5, mode=mode, batch_size=16)
+    guard = CallGuard()
+    probs = [j.prob for j in comp.judge_batch(items, guard=guard)]
+    assert comp.forward_passes == 1 and guard.completed == len(items)
+    expected = [j.prob for j in per_query_judge(TransformersComparator(tiny_t5, mode=mode, batch_size=1), items)]
+    assert probs == pytest.approx(expected, abs=1e-5)
+    assert [j.prob for j in await TransformersComparator(tiny_t5, mode=mode).ajudge_batch(items)] == pytest.approx(
+        probs, abs=1e-5)
+
+
+def test_judge_batch_checks_the_guard_before_each_pass(tiny_t5):
+    from activeprp_core import CallGuard, ComparatorUnavailable
+
+    a, b = Candidate("a", "one two"), Candidate("b", "three")
+    comp = TransformersComparator(tiny_t5, mode="ab", batch_size=1)
+    guard = CallGuard()
+    guard.trip(ComparatorUnavailable("stopped"))
+    with pytest.raises(ComparatorUnavailable, match="stopped"):
+        comp.judge_batch([("q", a, b), ("r", b, a)], guard=guard)
+    assert comp.forward_passes == 0 and guard.completed == 0
+
+
+def test_prompts_with_braces_and_copies_with_other_prompts(model_dir):
+    comp = TransformersComparator(model_dir, mode="query_likelihood", max_passage_tokens=32)
+    json_ql = 'Passage: {passage}\nWrite a question. Reply as {"question": "..."}.'
+    other = comp.with_prompts(ql_prompt=json_ql, prompt='{"q": "{query}", "a": "{first}", "b": "{second}"}')
+    assert comp.ql_prompt != json_ql and other.ql_prompt == json_ql  # the original is unchanged
+    assert other.model is comp.model and other._lock is comp._lock  # the model (and its lock) is shared
+    ids, _ = other.ql_prompt_ids("q", "a {passage} b")
+    assert 'a {passage} b\nWrite a question. Reply as {"question": "..."}.' in comp.tokenizer.decode(ids)
+    ab_ids = other.ab_prompt_ids("why {first}", "one", "two")
+    assert '{"q": "why {first}", "a": "one", "b": "two"}' in comp.tokenizer.decode(ab_ids)
+
+    passage, query = "The Eiffel Tower was completed in 1889.", "When was the Eiffel Tower built?"
+    mine = comp.passage_scores(query, [passage])
+    theirs = other.passage_scores(query, [passage])
+    assert mine != theirs  # a different prompt scores differently: its cache is its own
+    assert comp._scores is not other._scores and comp.passage_scores(query, [passage]) == mine

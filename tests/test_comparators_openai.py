@@ -9,7 +9,7 @@ import json
 import pytest
 from _llm_server import FaultProxy, LlamaServer, mixed_plan
 
-from activeprp_core import Candidate, arerank, rerank
+from activeprp_core import Candidate, ComparatorAuthError, ComparatorRequestError, arerank, rerank
 from activeprp_core.cli import main as cli_main
 from activeprp_core.cli.demo import load_demo_queries
 from activeprp_core.comparators import OpenAIChatComparator
@@ -81,14 +81,25 @@ def test_retries_stop_after_max_attempts(server, request, query_and_candidates):
 
 
 @pytest.mark.parametrize(("fault", "error"), [
-    ("400", "BadRequestError"), ("401", "AuthenticationError"), ("404", "NotFoundError"),
-    ("malformed", "JSONDecodeError"), ("nonjson", "malformed"), ("garbage", "unparseable"),
+    ("malformed", "JSONDecodeError"), ("nonjson", "no choices"), ("garbage", "unparseable"),
 ])
-def test_non_retryable_faults_fail_the_call_once(server, request, query_and_candidates, fault, error):
+def test_unusable_answers_fail_the_call_once(server, request, query_and_candidates, fault, error):
     query, cands = query_and_candidates
     proxy = make_proxy(server, request, lambda key, attempt: fault)
     (j,) = comparator(proxy.url).judge(query, [(cands[1], cands[2])])
     assert j.prob is None and j.retries == 0 and j.error and error in j.error
+    assert [len(s) for s in proxy.log.values()] == [1]
+
+
+@pytest.mark.parametrize(("fault", "error"), [
+    ("400", ComparatorRequestError), ("401", ComparatorAuthError), ("404", ComparatorRequestError),
+])
+def test_refusals_raise_typed_errors_without_retrying(server, request, query_and_candidates, fault, error):
+    query, cands = query_and_candidates
+    proxy = make_proxy(server, request, lambda key, attempt: fault)
+    with pytest.raises(error, match=f"injected {fault}") as info:
+        comparator(proxy.url).judge(query, [(cands[1], cands[2])])
+    assert info.value.status_code == int(fault)
     assert [len(s) for s in proxy.log.values()] == [1]
 
 
@@ -97,9 +108,8 @@ def test_rerank_under_faults_stays_a_permutation_within_budget(server, request, 
     query, cands = query_and_candidates
     proxy = make_proxy(server, request, mixed_plan, retry_after="0")
     comp = comparator(proxy.url, max_attempts=3, max_concurrency=8)
-    comp.max_concurrency = 3  # as the integrations set it
     kw = {"ranker": "mohajer", "oracle": "randomized", "comparator": comp, "budget": 10, "top_k": 3,
-          "seed": 1 if use_async else 2}
+          "seed": 1 if use_async else 2, "max_concurrency": 3, "max_consecutive_failures": None}
     if use_async:
         import asyncio
 

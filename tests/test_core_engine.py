@@ -10,6 +10,7 @@ from activeprp_core import (
     BidirectionalOracle,
     BothOrders,
     Candidate,
+    ComparatorUnavailable,
     Judgment,
     RandomizedDirectionOracle,
     SimulatedComparator,
@@ -177,13 +178,17 @@ def test_bad_comparator_answers_raise(bad):
         rerank("q", cands(2), ranker="bubblesort", comparator=Bad(), budget=None)
 
 
-def test_nan_answer_is_a_failed_call():
+def test_nan_answers_are_failed_calls_and_all_failed_never_looks_like_a_reranking():
     class NaN:
         def compare(self, query, pairs):
             return [float("nan")] * len(pairs)
 
-    res = rerank("q", cands(5), ranker="bubblesort", comparator=NaN(), budget=None, top_k=2)
-    assert res.failed_calls == res.calls > 0 and res.order == list(range(5))
+    with pytest.raises(ComparatorUnavailable, match="every one of the 4 calls failed: NaN answer") as info:
+        rerank("q", cands(5), ranker="bubblesort", comparator=NaN(), budget=None, top_k=2)
+    assert info.value.accounting.calls == info.value.accounting.failed_calls == 4
+    res = rerank("q", cands(5), ranker="bubblesort", comparator=NaN(), budget=None, top_k=2, on_failure="prior")
+    assert res.failed_calls == res.calls == 4 and res.order == list(range(5)) and not res.converged
+    assert res.errors == ["NaN answer"]
 
 
 @pytest.mark.parametrize("ranker", ["mohajer", "heapsort", "quicksort", "pac_bubble", "bubblesort", "allpairs"])

@@ -14,14 +14,13 @@ import pytest
 
 from activeprp_core import rerank
 from activeprp_core.cli import main
-from activeprp_core.evaluation.cache import CachedComparator, identity
+from activeprp_core.comparators import SimulatedComparator, ZeroCostComparator
+from activeprp_core.comparators.cached import CachedComparator, identity
 from activeprp_core.evaluation.calibration import flip_rate, measured_flip_rate
 from activeprp_core.evaluation.datasets import load_beir, load_cranfield, load_noveleval, load_trec_dl, load_trec_files
 from activeprp_core.evaluation.grid import run_grid, simulator_factory
-from activeprp_core.evaluation.overhead import ZeroCostComparator
 from activeprp_core.evaluation.reference import ReferenceFallbackMohajer, ReferenceHeapSort
 from activeprp_core.evaluation.stats import bootstrap_ci, paired_bootstrap
-from activeprp_core.simulated import SimulatedComparator
 from activeprp_core.types import Candidate
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"

@@ -13,7 +13,7 @@ from langchain_core.documents import Document
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
 from activeprp_core import Candidate, SimulatedComparator, rerank
-from activeprp_integrations._common import BoundedComparator, prepare_comparator
+from activeprp_integrations._common import DEFAULT_MAX_ROUNDS
 from activeprp_integrations.langchain import ActivePRPRerank as LCRerank
 from activeprp_integrations.llama_index import ActivePRPRerank as LIRerank
 
@@ -31,7 +31,8 @@ def _three_ways(query, passages, comparator, **fields):
     cands = [Candidate(d, t, {}) for d, t in passages]
     top_n = fields["top_n"]
     core = rerank(query, cands, comparator=comparator, ranker=fields["ranker"], oracle=fields["oracle"],
-                  budget=fields["budget"], top_k=top_n, seed=fields["seed"])
+                  budget=fields["budget"], top_k=top_n, seed=fields["seed"],
+                  max_rounds=fields.get("max_rounds", DEFAULT_MAX_ROUNDS))  # the wrappers' default round cap
     core_top = [(cands[i].id, core.scores[i]) for i in core.order[:top_n]]
 
     docs = [Document(page_content=t, id=d) for d, t in passages]
@@ -46,16 +47,17 @@ def _three_ways(query, passages, comparator, **fields):
     return core, core_top, [lc_sync, lc_async, li_sync, li_async]
 
 
-@pytest.mark.parametrize(("ranker", "oracle", "budget"), [
-    ("mohajer", "randomized", 40), ("auto", "bidirectional", 30), ("heapsort", "randomized", None),
-    ("quicksort", "single", 15),
+@pytest.mark.parametrize(("ranker", "oracle", "budget", "rounds"), [
+    ("mohajer", "randomized", 40, {}), ("auto", "bidirectional", 30, {}), ("auto", "auto", 50, {}),
+    ("heapsort", "randomized", None, {"max_rounds": None}), ("quicksort", "single", 15, {"max_rounds": 3}),
+    ("parallel_mohajer", "randomized", None, {}),
 ])
-def test_same_order_through_langchain_llama_index_and_core(ranker, oracle, budget):
+def test_same_order_through_langchain_llama_index_and_core(ranker, oracle, budget, rounds):
     query, passages, comparator = _case()
     prior = [d for d, _ in passages]
     orders = set()
     for seed in (0, 1, 2):
-        fields = dict(ranker=ranker, oracle=oracle, budget=budget, top_n=5, seed=seed)
+        fields = dict(ranker=ranker, oracle=oracle, budget=budget, top_n=5, seed=seed, **rounds)
         core, core_top, others = _three_ways(query, passages, comparator, **fields)
         for got in others:
             assert got == core_top
@@ -116,21 +118,67 @@ def test_max_concurrency_caps_batches_without_changing_the_order():
     assert sum(capped.batches) == sum(free.batches)  # same calls, only split
 
 
-def test_max_concurrency_is_handed_to_a_comparator_that_has_it():
-    _, _, comparator = _case()
-    comparator.max_concurrency = 8
-    assert prepare_comparator(comparator, 3) is comparator and comparator.max_concurrency == 3
-    assert prepare_comparator(comparator, None) is comparator
-    plain = SimulatedComparator({})
-    assert isinstance(prepare_comparator(plain, 2), BoundedComparator)
+class _InFlight:
+    """An async comparator that counts the calls (pairs) in flight per query while it sleeps."""
+
+    def __init__(self, inner):
+        self.inner, self.now, self.peak = inner, {}, {}
+        self.max_concurrency = 8
+
+    def compare(self, query, pairs):
+        raise AssertionError("acompare must be used")
+
+    async def acompare(self, query, pairs):
+        self.now[query] = self.now.get(query, 0) + len(pairs)
+        self.peak[query] = max(self.peak.get(query, 0), self.now[query])
+        await asyncio.sleep(0.002)
+        self.now[query] -= len(pairs)
+        return self.inner.compare(query, pairs)
+
+
+@pytest.mark.parametrize("cls", [LCRerank, LIRerank])
+def test_rerankers_sharing_a_comparator_keep_their_own_caps_and_never_change_it(cls):
+    (q1, p1, comparator), (q2, p2, _) = _case(1, 16), _case(2, 16)
+    shared = _InFlight(comparator)
+    before = dict(vars(shared))
+    one, four = (cls(comparator=shared, ranker="mohajer", budget=40, top_n=3, max_concurrency=c) for c in (1, 4))
+
+    async def both():
+        if cls is LCRerank:
+            return await asyncio.gather(one.acompress_documents([Document(page_content=t, id=d) for d, t in p1], q1),
+                                        four.acompress_documents([Document(page_content=t, id=d) for d, t in p2], q2))
+        nodes = [[NodeWithScore(node=TextNode(id_=d, text=t)) for d, t in p] for p in (p1, p2)]
+        return await asyncio.gather(one.apostprocess_nodes(nodes[0], QueryBundle(q1)),
+                                    four.apostprocess_nodes(nodes[1], QueryBundle(q2)))
+
+    asyncio.run(both())
+    assert shared.peak[q1] == 1 and shared.peak[q2] == 4  # rounds of the 16-candidate tournament hold > 4 pairs
+    assert shared.max_concurrency == 8 and {k: v for k, v in vars(shared).items() if k not in ("now", "peak")} == {
+        k: v for k, v in before.items() if k not in ("now", "peak")}
 
 
 @pytest.mark.parametrize("cls", [LCRerank, LIRerank])
 @pytest.mark.parametrize("bad", [{"ranker": "nope"}, {"oracle": "nope"}, {"budget": -1}, {"top_n": 0},
-                                 {"max_concurrency": 0}, {"not_a_field": 1}])
+                                 {"max_concurrency": 0}, {"not_a_field": 1}, {"max_rounds": -2},
+                                 {"on_failure": "ignore"}])
 def test_invalid_settings_fail_at_construction(cls, bad):
     with pytest.raises(ValueError):
         cls(comparator=SimulatedComparator({}), **bad)
+
+
+@pytest.mark.parametrize("cls", [LCRerank, LIRerank])
+@pytest.mark.parametrize("bad", [{"budget": True}, {"top_n": 2.5}, {"max_rounds": "3"}, {"comparator": None},
+                                 {"comparator": object()}])
+def test_mistyped_settings_fail_at_construction(cls, bad):
+    with pytest.raises(TypeError):
+        cls(**{"comparator": SimulatedComparator({}), **bad})
+
+
+@pytest.mark.parametrize("cls", [LCRerank, LIRerank])
+def test_numpy_integers_are_accepted(cls):
+    np = pytest.importorskip("numpy")
+    reranker = cls(comparator=SimulatedComparator({}), budget=np.int64(7), top_n=np.int32(2), max_rounds=np.int8(3))
+    assert (reranker.budget, reranker.top_n, reranker.max_rounds) == (7, 2, 3)
 
 
 @pytest.mark.parametrize("cls", [LCRerank, LIRerank])
@@ -143,7 +191,7 @@ def test_from_openai_builds_the_comparator_and_keeps_the_fields(cls):
     comparator = reranker.comparator
     assert isinstance(comparator, OpenAIChatComparator) and comparator.model == "some-model"
     assert comparator.max_passage_words == 50 and reranker.budget == 7
-    assert prepare_comparator(comparator, reranker.max_concurrency) is comparator and comparator.max_concurrency == 3
+    assert reranker.max_concurrency == 3 and comparator.max_concurrency == 8  # the cap is the reranker's, per call
 
 
 def test_from_local_model_reranks_with_the_bundled_model():

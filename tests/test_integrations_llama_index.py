@@ -21,6 +21,7 @@ from llama_index.core.response_synthesizers.no_text import NoText
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
 from activeprp_core import Candidate, SimulatedComparator, rerank
+from activeprp_core.comparators.prompts import SwappablePrompts
 from activeprp_integrations.llama_index import ActivePRPRerank
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
@@ -123,10 +124,11 @@ def test_missing_query_and_empty_input(events):
     assert comparator.calls == 0 and events == []
 
 
-def test_prompts_live_on_the_comparator():
-    class WithPrompts(SimulatedComparator):
+def test_prompts_live_on_the_comparator_and_updates_use_a_copy():
+    class WithPrompts(SwappablePrompts, SimulatedComparator):
         prompt = "Query: {query}\nA: {first}\nB: {second}\nWhich is more relevant? Answer A or B."
         ql_prompt = "Passage: {passage}\nWrite a question."
+        prompt_names = ("prompt", "ql_prompt")
 
     comparator = WithPrompts({})
     reranker = ActivePRPRerank(comparator=comparator)
@@ -135,12 +137,45 @@ def test_prompts_live_on_the_comparator():
     assert prompts["prp_prompt"].get_template() == WithPrompts.prompt
     assert set(prompts["prp_prompt"].template_vars) == {"query", "first", "second"}
     reranker._update_prompts({"prp_prompt": PromptTemplate("Q {query}: 1) {first} 2) {second}")})
-    assert comparator.prompt == "Q {query}: 1) {first} 2) {second}"  # kept a plain str for the comparator
+    assert reranker.comparator.prompt == "Q {query}: 1) {first} 2) {second}"  # kept a plain str for the comparator
+    assert comparator.prompt == WithPrompts.prompt and "prompt" not in vars(comparator)  # the user's is unchanged
+    with pytest.raises(ValueError, match="placeholder"):
+        reranker._update_prompts({"ql_prompt": PromptTemplate("no passage")})
 
     bare = ActivePRPRerank(comparator=SimulatedComparator({}))
     assert bare._get_prompts() == {}
     with pytest.raises(ValueError, match="no 'prompt'"):
         bare._update_prompts({"prp_prompt": PromptTemplate("{query}")})
+
+    class Fixed(SimulatedComparator):  # has a prompt but no way to copy itself: refused, not changed in place
+        prompt = "{query} {first} {second}"
+
+    fixed = Fixed({})
+    with pytest.raises(ValueError, match="with_prompts"):
+        ActivePRPRerank(comparator=fixed)._update_prompts({"prp_prompt": PromptTemplate("{first}{second}{query}")})
+    assert "prompt" not in vars(fixed)
+
+
+def test_update_prompts_reranks_with_the_new_prompt_and_leaves_the_comparator_alone():
+    pytest.importorskip("openai")
+    from _llm_server import FaultServer, Reply
+
+    from activeprp_core.comparators import OpenAIChatComparator
+
+    seen = []
+    with FaultServer(lambda request: seen.append(request.text) or Reply()) as server:
+        shared = OpenAIChatComparator("m", base_url=server.url, api_key="k")
+        before = dict(vars(shared))
+        reranker = ActivePRPRerank(comparator=shared, budget=3, top_n=2)
+        reranker._update_prompts({"prp_prompt": PromptTemplate("NEW {query} || {first} || {second}")})
+        nodes = [NodeWithScore(node=TextNode(id_=str(i), text=f"passage {i}")) for i in range(3)]
+        reranker.postprocess_nodes(nodes, query_str="q")
+        other = ActivePRPRerank(comparator=shared, budget=1, top_n=2)  # shares the user's object: old prompt
+        other.postprocess_nodes(nodes[:2], query_str="q2")
+    assert vars(shared) == before
+    assert len(seen) >= 2 and all(t.startswith("NEW q || passage") for t in seen[:-1])
+    assert seen[-1].startswith('Given a query "q2"')
+    assert reranker.comparator._clients is shared._clients  # the copy shares the client
 
 
 def test_class_name_fields_and_serialisation():

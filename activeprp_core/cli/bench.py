@@ -1,15 +1,20 @@
 """``activeprp bench``: the benchmark harness (grid, calibration, overhead) on local test collections.
 
-Examples (from the repository root, data in ``../shared/data``)::
+``--data DIR`` names the directory that holds the collections (the layout each loader reads is in README.md,
+"Benchmarks"); nothing is read from a default path. Examples (from the repository root, data in
+``../shared/data``)::
 
-    activeprp bench grid --out benchmarks/results/sim_dl1920          # the paper's Table 1 grid, simulated judge
-    activeprp bench grid --comparator bundled --collections dl19 --queries 20 --depth 30 --scale-budgets
-    activeprp bench calibrate --out benchmarks/results/calibration
-    activeprp bench overhead --out benchmarks/results/overhead
-    activeprp bench flip --comparator bundled --mode ab --collections dl19 --queries 10 --depth 30
-    activeprp bench grid --max-rounds none 10 --rankers parallel_mohajer mohajer --out /tmp/latency
-    activeprp bench walltime --rankers auto --oracles auto --budgets 50 --max-rounds 6 --depth 20 --top-k 3
-    activeprp bench auto-table --from-csv benchmarks/results/latency_*/rows.csv.gz
+    activeprp bench grid --data ../shared/data --out benchmarks/results/sim_dl1920     # the paper's Table 1 grid
+    activeprp bench grid --data ../shared/data --comparator bundled --collections dl19 --queries 20 --depth 30 \
+        --scale-budgets
+    activeprp bench calibrate --data ../shared/data --out benchmarks/results/calibration
+    activeprp bench overhead --data ../shared/data --out benchmarks/results/overhead
+    activeprp bench flip --data ../shared/data --comparator bundled --mode ab --collections dl19 --queries 10
+    activeprp bench grid --data ../shared/data --max-rounds none 10 --rankers parallel_mohajer mohajer \
+        --out /tmp/latency
+    activeprp bench walltime --data ../shared/data --rankers auto --oracles auto --budgets 50 --max-rounds 6 \
+        --depth 20 --top-k 3
+    activeprp bench auto-table --from-csv benchmarks/results/auto_source/*/rows.csv.gz
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import random
 import sys
 from pathlib import Path
 
-DEFAULT_DATA = "../shared/data"
+from . import InputError
 
 
 def _sim_params(spec: str | None) -> dict[str, float]:
@@ -36,6 +41,8 @@ def _sim_params(spec: str | None) -> dict[str, float]:
 def _collections(args):
     from ..evaluation.datasets import load_named
 
+    if not args.data:
+        raise InputError("--data DIR is required: the directory holding the collections (e.g. ../shared/data)")
     return [load_named(n, args.data).subset(args.queries, args.depth) for n in args.collections]
 
 
@@ -46,7 +53,7 @@ def _comparator_for(args, out: Path):
     if args.comparator == "simulated":
         params = _sim_params(args.sim_params)
         return lambda c: simulator_factory(c, params, args.judge_seed)
-    from ..evaluation.cache import CachedComparator, identity
+    from ..comparators.cached import CachedComparator, identity
 
     if args.comparator == "bundled":
         from ..comparators import TransformersComparator
@@ -198,8 +205,9 @@ def _overhead(args) -> int:
 
 
 def _walltime(args) -> int:
+    from ..comparators.instrumented import SleepingComparator
     from ..evaluation.grid import make_ranker, simulator_factory
-    from ..evaluation.overhead import SleepingComparator, measured_wall_time
+    from ..evaluation.overhead import measured_wall_time
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -260,7 +268,8 @@ def add_parser(subparsers) -> None:
                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     modes = bench.add_subparsers(dest="bench_mode", required=True)
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--data", default=DEFAULT_DATA, help="the shared/data directory (default %(default)s)")
+    common.add_argument("--data", help="the directory holding the collections, needed by every mode that reads one "
+                        "(e.g. ../shared/data: trec-dl-2019/, trec-dl-2020/, beir-scifact/, noveleval/, cranfield/)")
     common.add_argument("--collections", nargs="+", default=["dl19", "dl20"],
                         help="dl19 dl20 scifact noveleval cranfield")
     common.add_argument("--queries", type=int, help="first N judged queries per collection (default: all)")

@@ -44,21 +44,19 @@ def main(args: argparse.Namespace) -> int:
           f"budget={args.budget} calls/query, top_k={args.top_k}, comparator={args.comparator}"
           f"{'' if args.comparator != 'bundled' else ' (SmolLM2-135M-Instruct)'}")
     started = time.perf_counter()
-    comparator = make_comparator(args)
-    if comparator is None:
-        return 2
-    print(f"{comparator!r} ready in {time.perf_counter() - started:.1f} s")
     table, before, after = [], {}, {}
-    bar = tqdm(rows, desc="queries", unit="q", disable=args.no_progress)
-    for row in bar:
-        qid, qrels = row["qid"], {row["qid"]: row["qrels"]}
-        candidates = [Candidate(h["docid"], h["content"]) for h in row["hits"][: args.candidates]]
-        result = run_rerank(row["query"], candidates, comparator, args)
-        before[qid] = ndcg_at_k(qrels, {qid: ranking_to_run([c.id for c in candidates])})[qid]
-        after[qid] = ndcg_at_k(qrels, {qid: ranking_to_run([c.id for c in result.ranked])})[qid]
-        table.append((qid, row["query"], result))
-        bar.set_postfix(ndcg_before=f"{before[qid]:.3f}", ndcg_after=f"{after[qid]:.3f}")
-    bar.close()
+    with make_comparator(args) as comparator:  # closed (clients, files) however the loop ends
+        print(f"{comparator!r} ready in {time.perf_counter() - started:.1f} s")
+        bar = tqdm(rows, desc="queries", unit="q", disable=args.no_progress)
+        for row in bar:
+            qid, qrels = row["qid"], {row["qid"]: row["qrels"]}
+            candidates = [Candidate(h["docid"], h["content"]) for h in row["hits"][: args.candidates]]
+            result = run_rerank(row["query"], candidates, comparator, args)
+            before[qid] = ndcg_at_k(qrels, {qid: ranking_to_run([c.id for c in candidates])})[qid]
+            after[qid] = ndcg_at_k(qrels, {qid: ranking_to_run([c.id for c in result.ranked])})[qid]
+            table.append((qid, row["query"], result))
+            bar.set_postfix(ndcg_before=f"{before[qid]:.3f}", ndcg_after=f"{after[qid]:.3f}")
+        bar.close()
     print(f"\n{'qid':>8}  {'query':<40} {'BM25':>6} {'rerank':>6} {'calls':>5} {'rounds':>6} {'time_s':>6}")
     for qid, query, r in table:
         print(f"{qid:>8}  {query[:40]:<40} {before[qid]:>6.3f} {after[qid]:>6.3f} {r.calls:>5} {r.rounds:>6} "

@@ -5,42 +5,35 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import sys
-from pathlib import Path
 from typing import Any
 
 from ..engine import arerank, rerank
 from ..oracles import ORACLES
 from ..rankers import RANKERS
-from ..rankers.auto import AUTO
+from ..rankers.auto import AUTO, ONLINE_MAX_ROUNDS
+from ..trecfiles import field, iter_json_objects, model_text
 from ..types import Candidate, RerankResult
+from . import InputError, printable
 
 COMPARATORS = ("bundled", "hf", "openai", "simulated")
 _ID_KEYS, _TEXT_KEYS = ("id", "docid", "_id", "doc_id"), ("text", "content", "contents", "passage")
-
-
 def read_candidates(path: str) -> list[Candidate]:
     """Candidates from a JSONL file (``-`` = stdin), one object per line, in prior order (best first).
 
-    Each object needs an id (``id``/``docid``/``_id``/``doc_id``) and a text (``text``/``content``/``contents``/
-    ``passage``); its other fields go to ``Candidate.metadata`` (``label`` is read by ``--comparator simulated``).
+    Each object needs an id (``id``/``docid``/``_id``/``doc_id``: a string or an integer) and a text
+    (``text``/``content``/``contents``/``passage``: a string); its other fields go to ``Candidate.metadata``
+    (``label`` is read by ``--comparator simulated``). Lone surrogates in a text become U+FFFD.
 
     Raises:
-        ValueError: a line that is not a JSON object or lacks an id or a text (the message names the line).
+        InputError: a file or line that cannot be read (see ``trecfiles.iter_json_objects``), or an object
+            without a usable id or text (the message names the file and line).
     """
-    lines = sys.stdin.read().splitlines() if path == "-" else Path(path).read_text(encoding="utf-8").splitlines()
     out = []
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        row = json.loads(line)
-        id_key = next((k for k in _ID_KEYS if k in row), None) if isinstance(row, dict) else None
-        text_key = next((k for k in _TEXT_KEYS if k in row), None) if isinstance(row, dict) else None
-        if id_key is None or text_key is None:
-            raise ValueError(f"{path}:{n}: each line needs an id ({'/'.join(_ID_KEYS)}) and a text "
-                             f"({'/'.join(_TEXT_KEYS)})")
+    for n, row in iter_json_objects(path):
+        id_key, doc_id = field(path, n, row, _ID_KEYS, "id", allow_int=True)
+        text_key, text = field(path, n, row, _TEXT_KEYS, "text", allow_int=False)
         meta = {k: v for k, v in row.items() if k not in (id_key, text_key)}
-        out.append(Candidate(str(row[id_key]), str(row[text_key]), meta))
+        out.append(Candidate(doc_id, model_text(text), meta))
     return out
 
 
@@ -56,37 +49,37 @@ def add_comparator_args(p: argparse.ArgumentParser, default: str = "bundled") ->
     g.add_argument("--model", help="hf: model directory; openai: model name")
     g.add_argument("--base-url", help="openai: endpoint, e.g. http://127.0.0.1:8000/v1")
     g.add_argument("--api-key", help="openai: key (default: $OPENAI_API_KEY)")
-    g.add_argument("--batch-size", type=int, default=4, help="local models: prompts per forward pass")
-    g.add_argument("--passage-tokens", type=int, default=128,
+    g.add_argument("--batch-size", type=count(minimum=1), default=4, help="local models: prompts per forward pass")
+    g.add_argument("--passage-tokens", type=count(minimum=1), default=128,
                    help="local models: passage cut (tokens); openai: cut in words")
-    g.add_argument("--max-concurrency", type=int, default=8, help="openai: requests in flight")
+    g.add_argument("--max-concurrency", type=count(minimum=1), default=8, help="openai: requests in flight")
 
 
 def make_comparator(args: argparse.Namespace, candidates: list[Candidate] | None = None) -> Any:
-    """Build the comparator chosen by ``add_comparator_args`` options, or print why it cannot be built (a missing
-    extra or model package, no API key) to stderr and return None.
+    """Build the comparator chosen by ``add_comparator_args`` options (close it when done: ``with``).
 
     Raises:
-        SystemExit: a missing ``--model`` for hf/openai.
+        InputError: it cannot be built: a missing ``--model`` for hf/openai, a missing extra or model package,
+            no API key, a bad setting (the message says which).
     """
+    kind = args.comparator
+    if kind in ("hf", "openai") and not args.model:
+        raise InputError(f"--comparator {kind} needs --model {'PATH' if kind == 'hf' else 'NAME'}")
     try:
         return _make_comparator(args, candidates)
-    except (ImportError, ValueError, FileNotFoundError) as err:
-        print(f"activeprp: cannot build the {args.comparator} comparator: {err}", file=sys.stderr)
-        return None
+    except (ImportError, ValueError, TypeError, OSError) as err:
+        raise InputError(f"cannot build the {kind} comparator: {err}") from None
 
 
 def _make_comparator(args: argparse.Namespace, candidates: list[Candidate] | None) -> Any:
     kind = args.comparator
     if kind == "simulated":
-        from ..simulated import SimulatedComparator
+        from ..comparators.simulated import SimulatedComparator
 
         return SimulatedComparator({c.id: float(c.metadata.get("label", 0)) for c in candidates or []})
     if kind == "openai":
         from ..comparators import OpenAIChatComparator
 
-        if not args.model:
-            raise SystemExit("--comparator openai needs --model NAME")
         return OpenAIChatComparator(args.model, base_url=args.base_url, api_key=args.api_key,
                                     max_passage_words=args.passage_tokens, max_concurrency=args.max_concurrency)
     from ..comparators import TransformersComparator
@@ -94,36 +87,64 @@ def _make_comparator(args: argparse.Namespace, candidates: list[Candidate] | Non
     kw = {"batch_size": args.batch_size, "max_passage_tokens": args.passage_tokens}
     if kind == "bundled":
         return TransformersComparator.from_bundled(args.mode or "query_likelihood", **kw)
-    if not args.model:
-        raise SystemExit("--comparator hf needs --model PATH")
     return TransformersComparator(args.model, mode=args.mode or "ab", **kw)
 
 
+def ranking_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``rerank`` keyword arguments set by ``add_ranking_args`` options."""
+    return {"ranker": args.ranker, "oracle": args.oracle, "budget": args.budget, "top_k": args.top_k,
+            "seed": args.seed, "max_rounds": args.max_rounds, "on_failure": args.on_failure}
+
+
 def run_rerank(query: str, candidates: list[Candidate], comparator: Any, args: argparse.Namespace) -> RerankResult:
-    """Run ``rerank`` (``arerank`` for API comparators, whose round's calls then run concurrently)."""
-    kw = {"ranker": args.ranker, "oracle": args.oracle, "comparator": comparator, "budget": args.budget,
-          "top_k": args.top_k, "seed": args.seed}
+    """Run ``rerank`` (``arerank`` for API comparators, whose round's calls then run concurrently) of
+    ``model_text(query)``."""
+    kw = {**ranking_kwargs(args), "comparator": comparator}
     if hasattr(comparator, "ajudge") and args.comparator == "openai":
-        return asyncio.run(arerank(query, candidates, **kw))
-    return rerank(query, candidates, **kw)
+        return asyncio.run(arerank(model_text(query), candidates, **kw))
+    return rerank(model_text(query), candidates, **kw)
 
 
 def stats_line(result: RerankResult) -> str:
-    """One line of accounting: ``calls=.. budget=.. comparisons=.. rounds=.. ... wall_time_s=..``."""
+    """One line of accounting, printable: ``stats: calls=.. budget=.. ... wall_time_s=..``."""
     stats = result.stats()
     stats["wall_time_s"] = round(stats["wall_time_s"], 3)
-    return "stats: " + " ".join(f"{k}={v}" for k, v in stats.items())
+    return printable("stats: " + " ".join(f"{k}={v}" for k, v in stats.items()))
 
 
-def add_ranking_args(p: argparse.ArgumentParser, budget: int | None, top_k: int, ranker: str = AUTO,
-                     oracle: str = AUTO) -> None:
-    """--ranker, --oracle, --budget, --top-k and --seed (shared by ``rerank`` and ``demo``); ``auto`` chooses
-    from measured data (``activeprp_core.rankers.auto``)."""
+def count(minimum: int | None = 0, allow_none: bool = False):
+    """An argparse ``type`` for an integer >= ``minimum`` (``none`` accepted when ``allow_none``): argparse turns
+    its ValueError into a one-line usage error (exit 2)."""
+
+    def parse(text: str) -> int | None:
+        if allow_none and text.lower() == "none":
+            return None
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if minimum is not None and value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def add_ranking_args(p: argparse.ArgumentParser, budget: int | None, top_k: int,
+                     max_rounds: int | None = None, ranker: str = AUTO, oracle: str = AUTO) -> None:
+    """--ranker, --oracle, --budget, --top-k, --seed, --max-rounds and --on-failure (shared by the commands);
+    ``auto`` chooses from measured data (``activeprp_core.rankers.auto``)."""
     p.add_argument("--ranker", choices=sorted(RANKERS), default=ranker)
     p.add_argument("--oracle", choices=sorted([*ORACLES, AUTO]), default=oracle)
-    p.add_argument("--budget", type=int, default=budget, help="most LLM calls per query")
-    p.add_argument("--top-k", type=int, default=top_k)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--budget", type=count(allow_none=True), default=budget,
+                   help="most LLM calls per query (none = no cap; default %(default)s)")
+    p.add_argument("--top-k", type=count(minimum=1), default=top_k)
+    p.add_argument("--seed", type=count(minimum=None), default=0)
+    p.add_argument("--max-rounds", type=count(allow_none=True), default=max_rounds,
+                   help="most sequential rounds of LLM calls per query (none = no cap; default %(default)s)")
+    p.add_argument("--on-failure", choices=("raise", "prior"), default="raise",
+                   help="raise: a failing comparator ends the command with exit 1; prior: print the best-effort "
+                        "order (the stats line says why)")
 
 
 def add_parser(subparsers: Any) -> None:
@@ -133,22 +154,25 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--query", required=True, help="the query text")
     p.add_argument("--candidates", required=True, help="JSONL file (or - for stdin), one candidate per line, "
                                                        "prior order; keys id/docid/_id and text/content/contents")
-    add_ranking_args(p, budget=50, top_k=10)
+    add_ranking_args(p, budget=50, top_k=10, max_rounds=ONLINE_MAX_ROUNDS)
     add_comparator_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object (top-K and stats) instead of text")
     p.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
-    """Handler of ``activeprp rerank``: prints rank, id, score and a text snippet per top-K row, then stats."""
+    """Handler of ``activeprp rerank``: prints rank, id, score and a text snippet per top-K row, then stats
+    (ids and texts with control characters escaped, see ``printable``).
+
+    Raises:
+        InputError: unreadable candidates (``FILE:LINE: reason``) or an unbuildable comparator (exit 2).
+        ComparatorError: the comparator failed and ``--on-failure`` is ``raise`` (exit 1).
+    """
     candidates = read_candidates(args.candidates)
     if not candidates:
-        print("no candidates", file=sys.stderr)
-        return 1
-    comparator = make_comparator(args, candidates)
-    if comparator is None:
-        return 2
-    result = run_rerank(args.query, candidates, comparator, args)
+        raise InputError(f"{args.candidates}: no candidates")
+    with make_comparator(args, candidates) as comparator:
+        result = run_rerank(args.query, candidates, comparator, args)
     top = result.order[: result.top_k]
     if args.json:
         rows = [{"rank": r, "id": candidates[i].id, "score": result.scores[i]} for r, i in enumerate(top, 1)]
@@ -156,7 +180,7 @@ def main(args: argparse.Namespace) -> int:
         return 0
     print(f"{'rank':>4}  {'id':<16} {'score':>6}  text")
     for rank, i in enumerate(top, 1):
-        snippet = " ".join(candidates[i].text.split())[:70]
-        print(f"{rank:>4}  {candidates[i].id:<16} {result.scores[i]:>6.3f}  {snippet}")
+        snippet = printable(" ".join(candidates[i].text.split())[:70])
+        print(f"{rank:>4}  {printable(candidates[i].id):<16} {result.scores[i]:>6.3f}  {snippet}")
     print(stats_line(result))
     return 0

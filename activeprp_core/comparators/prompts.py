@@ -1,6 +1,16 @@
-"""Prompt texts shared by the comparators, and the answer-label parsing used by API comparators."""
+"""Prompt texts shared by the comparators, the one function that fills them in (``render``), copies of a
+comparator with other prompts (``SwappablePrompts``), and the answer-label parsing used by API comparators.
+
+Templates are plain text with named placeholders: ``{query}``, ``{first}``, ``{second}`` in the PRP prompt and
+``{passage}`` in the query-likelihood prompt. Only those names are substituted, so any other brace in a template
+(a JSON example such as ``{"answer": "A"}``) is kept as written; ``{{`` is not an escape (it stays ``{{``).
+"""
 
 from __future__ import annotations
+
+import copy
+import re
+from typing import Any, TypeVar
 
 #: The pairwise ranking prompt (PRP, Qin et al. 2024, "Large Language Models are Effective Text Rankers with
 #: Pairwise Ranking Prompting"), with a one-letter answer so that the first generated token is the label.
@@ -19,17 +29,88 @@ QL_PROMPT = "Passage: {passage}\n\nPlease write a question based on this passage
 
 LABELS = ("A", "B")
 
+PLACEHOLDERS: dict[str, tuple[str, ...]] = {"prompt": ("query", "first", "second"), "ql_prompt": ("passage",),
+                                            "system_prompt": ()}
+"""Prompt attribute of a comparator -> the placeholders its template must contain (``system_prompt``: none;
+it may also be None)."""
+
+_PLACEHOLDER = re.compile(r"\{([A-Za-z_]\w*)\}")
+
+
+def render(template: str, **values: str) -> str:
+    """``template`` with each ``{name}`` placeholder whose name is a keyword of ``values`` replaced by that value,
+    in one pass (a value containing ``{second}`` is not substituted again); every other brace is kept as is.
+
+    >>> render('Answer as {"label": "A"} for {query}', query="cats")
+    'Answer as {"label": "A"} for cats'
+    """
+    return _PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), template)
+
+
+def check_prompt(name: str, template: Any) -> Any:
+    """Return ``template`` after checking it suits the comparator attribute ``name`` (see ``PLACEHOLDERS``).
+
+    Raises:
+        TypeError: not a str (None is allowed for ``system_prompt`` only).
+        ValueError: a required placeholder is missing, or ``name`` is not a known prompt attribute.
+    """
+    if name not in PLACEHOLDERS:
+        raise ValueError(f"unknown prompt {name!r}; prompts are {sorted(PLACEHOLDERS)}")
+    if template is None and name == "system_prompt":
+        return None
+    if not isinstance(template, str):
+        raise TypeError(f"{name} must be a str, got {type(template).__name__}")
+    for field in PLACEHOLDERS[name]:
+        if "{" + field + "}" not in template:
+            raise ValueError(f"{name} must contain the placeholder {{{field}}}")
+    return template
+
 
 def check_prp_prompt(prompt: str) -> str:
     """Return ``prompt`` after checking it has the ``{query}``, ``{first}`` and ``{second}`` placeholders.
 
     Raises:
-        ValueError: a placeholder is missing.
+        TypeError: not a str. ValueError: a placeholder is missing.
     """
-    for field in ("{query}", "{first}", "{second}"):
-        if field not in prompt:
-            raise ValueError(f"prompt must contain the placeholder {field}")
-    return prompt
+    return check_prompt("prompt", prompt)
+
+
+C = TypeVar("C", bound="SwappablePrompts")
+
+
+class SwappablePrompts:
+    """Mixin for comparators that hold prompt templates as attributes (``prompt_names``): ``with_prompts`` gives
+    a copy that asks with other templates, so a caller (e.g. LlamaIndex's ``_update_prompts``) never changes a
+    comparator object someone else may share.
+
+    A subclass lists its template attributes in ``prompt_names`` and overrides ``_forget_prompt_state`` to drop
+    state that depends on the templates (e.g. cached scores).
+    """
+
+    prompt_names: tuple[str, ...] = ("prompt",)
+
+    def with_prompts(self: C, **prompts: Any) -> C:
+        """A copy of this comparator using the given templates (keywords from ``prompt_names``, e.g.
+        ``prompt=`` for the PRP prompt, ``ql_prompt=`` for query likelihood); the original is unchanged.
+
+        The copy shares what is expensive and stateless with the original (the loaded model, the HTTP clients:
+        closing either closes them), and starts with empty prompt-dependent state (no cached scores).
+
+        Raises:
+            ValueError: an unknown template name, or a template without its placeholders. TypeError: not a str.
+        """
+        unknown = sorted(set(prompts) - set(self.prompt_names))
+        if unknown:
+            raise ValueError(f"{type(self).__name__} has no prompt {unknown[0]!r}; its prompts are "
+                             f"{list(self.prompt_names)}")
+        checked = {name: check_prompt(name, value) for name, value in prompts.items()}
+        new = copy.copy(self)
+        new.__dict__.update(checked)
+        new._forget_prompt_state()
+        return new
+
+    def _forget_prompt_state(self) -> None:
+        """Drop state that depends on the templates (called on the copy made by ``with_prompts``)."""
 
 
 def parse_label(token: str) -> str | None:

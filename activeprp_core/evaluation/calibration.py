@@ -17,7 +17,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..simulated import SimulatedComparator
+from ..comparators.simulated import SimulatedComparator
 from .datasets import Collection
 from .grid import PAPER_RANKERS, run_grid, simulator_factory
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..metrics import ndcg_at_k, ranking_to_run
+from ..trecfiles import read_corpus, read_qrels, read_queries, read_run_candidates
 from ..types import Candidate
 
 Qrels = dict[str, dict[str, int]]
@@ -55,33 +56,12 @@ class Collection:
 
 
 def read_trec_qrels(path: str | Path) -> Qrels:
-    """TREC qrels ``qid iter docid grade`` (whitespace separated). Negative grades are kept as 0."""
-    qrels: Qrels = {}
-    for line in Path(path).read_text().splitlines():
-        if line.strip():
-            qid, _, docid, grade = line.split()[:4]
-            qrels.setdefault(qid, {})[docid] = max(0, int(grade))
-    return qrels
+    """TREC qrels ``qid iter docid grade`` (strictly read by ``trecfiles.read_qrels``); negative grades become 0.
 
-
-def read_topics(path: str | Path) -> dict[str, str]:
-    """Topics as ``qid<TAB>text`` lines (TREC DL / MS MARCO style)."""
-    out = {}
-    for line in Path(path).read_text().splitlines():
-        if line.strip():
-            qid, text = line.split("\t", 1)
-            out[qid] = text.strip()
-    return out
-
-
-def read_trec_run(path: str | Path, depth: int = 100) -> dict[str, list[str]]:
-    """A TREC run ``qid Q0 docid rank score tag``: ``{qid: [docid, ...]}`` sorted by rank, cut to ``depth``."""
-    rows: dict[str, list[tuple[int, str]]] = {}
-    for line in Path(path).read_text().splitlines():
-        if line.strip():
-            qid, _, docid, rank = line.split()[:4]
-            rows.setdefault(qid, []).append((int(rank), docid))
-    return {q: [d for _, d in sorted(r)][:depth] for q, r in rows.items()}
+    Raises:
+        InputError (a ValueError): a malformed line, named ``FILE:LINE``.
+    """
+    return {q: {d: max(0, g) for d, g in docs.items()} for q, docs in read_qrels(path).items()}
 
 
 def load_rankgpt(name: str, jsonl: str | Path, qrels: str | Path) -> Collection:
@@ -138,16 +118,12 @@ def bm25_top(name: str, queries: Mapping[str, str], docs: Mapping[str, str], qre
     return Collection(name, dict(queries), cands, qrels)
 
 
-def _jsonl(path: Path) -> list[dict]:
-    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
-
-
 def load_beir(data_dir: str | Path, name: str | None = None, split: str = "test", depth: int = 100) -> Collection:
     """BEIR layout: ``corpus.jsonl`` (``_id``, ``title``, ``text``), ``queries*.jsonl`` (``_id``, ``text``),
     qrels as TREC lines (``qrels*.txt``) or BEIR TSV (``qrels/<split>.tsv``); BM25 top-``depth`` first stage.
     Only judged queries are kept. (SciFact: BM25 nDCG@10 ~0.66.)"""
     d = Path(data_dir)
-    docs = {r["_id"]: f"{r.get('title', '')} {r['text']}".strip() for r in _jsonl(d / "corpus.jsonl")}
+    docs = read_corpus(d / "corpus.jsonl")
     qfile = next(iter(sorted(d.glob(f"queries.{split}.jsonl")) or sorted(d.glob("queries*.jsonl"))))
     tsv = d / "qrels" / f"{split}.tsv"
     if tsv.exists():
@@ -157,17 +133,22 @@ def load_beir(data_dir: str | Path, name: str | None = None, split: str = "test"
             qrels.setdefault(qid, {})[docid] = int(grade)
     else:
         qrels = read_trec_qrels(next(iter(sorted(d.glob(f"qrels*{split}*.txt")) or sorted(d.glob("qrels*.txt")))))
-    queries = {r["_id"]: r["text"] for r in _jsonl(qfile) if r["_id"] in qrels}
+    queries = {q: text for q, text in read_queries(qfile).items() if q in qrels}
     return bm25_top(name or d.name, queries, docs, qrels, depth)
 
 
 def load_trec_files(name: str, topics: str | Path, qrels: str | Path, run: str | Path,
-                    corpus: Mapping[str, str], depth: int = 100) -> Collection:
-    """TREC files: topics (``qid<TAB>text``), qrels, a run (``qid Q0 docid rank score tag``) and the passage
-    texts ``{docid: text}`` (missing ids get empty text)."""
-    topics_d, ranked = read_topics(topics), read_trec_run(run, depth)
-    cands = {q: [Candidate(d, corpus.get(d, "")) for d in docs] for q, docs in ranked.items() if q in topics_d}
-    return Collection(name, {q: topics_d[q] for q in cands}, cands, read_trec_qrels(qrels))
+                    corpus: str | Path | Mapping[str, str], depth: int = 100) -> Collection:
+    """TREC files: topics or queries (``qid<TAB>text`` or JSONL), qrels, a run (``qid Q0 docid rank score tag``,
+    cut to its top ``depth`` by rank) and the passages (a corpus file or ``{docid: text}``); read by
+    ``trecfiles.read_run_candidates``.
+
+    Raises:
+        InputError (a ValueError): a malformed line, a run qid without a topic, a run docid without a passage.
+    """
+    _, requests = read_run_candidates(run, topics, corpus, depth)
+    return Collection(name, {q: text for q, text, _ in requests}, {q: cands for q, _, cands in requests},
+                      read_trec_qrels(qrels))
 
 
 def load_noveleval(data_dir: str | Path) -> Collection:
@@ -224,4 +205,4 @@ def load_named(name: str, data_root: str | Path) -> Collection:
 
 
 __all__ = ["Collection", "bm25_top", "load_beir", "load_cranfield", "load_named", "load_noveleval", "load_rankgpt",
-           "load_trec_dl", "load_trec_files", "read_topics", "read_trec_qrels", "read_trec_run"]
+           "load_trec_dl", "load_trec_files", "read_trec_qrels"]

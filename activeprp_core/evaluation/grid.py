@@ -16,12 +16,11 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
-from ..engine import judge_pairs, rerank
+from ..comparators.instrumented import RoundRecorder
+from ..comparators.simulated import SimulatedComparator
+from ..engine import rerank
 from ..metrics import ndcg_at_k, ranking_to_run
 from ..rankers import Mohajer, MohajerBubble, Ranker
-from ..simulated import SimulatedComparator
 from ..types import Accounting
 from .datasets import Collection
 from .reference import ReferenceFallbackMohajer, ReferenceHeapSort
@@ -69,20 +68,6 @@ class Row(Accounting):
     resolved: str = ""
 
 
-class RoundRecorder:
-    """Wraps a comparator and notes how many calls each batch (= each round of the engine) holds."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner, self.batches = inner, []
-
-    def judge(self, query: str, pairs: Sequence) -> list:
-        self.batches.append(len(pairs))
-        return judge_pairs(self.inner, query, pairs)
-
-    def compare(self, query: str, pairs: Sequence) -> list:
-        return [j.prob for j in self.judge(query, pairs)]
-
-
 def _cap(value: int | None) -> int:
     return -1 if value is None else value
 
@@ -118,6 +103,8 @@ def run_grid(
         top_k: K. progress: show a tqdm bar.
         max_rounds: per-query round caps (``None`` = no cap; stored as -1).
     """
+    from tqdm import tqdm
+
     seeds = {"bidirectional": [0], "randomized": list(range(8)), "single": [0], **(seeds or {})}
     rankers, oracles, budgets, caps = list(rankers), list(oracles), list(budgets), list(max_rounds)
     cells = [(c, r, o, b, m, s) for c in collections for r in rankers for o in oracles for b in budgets

@@ -4,37 +4,15 @@ wall time per query against a comparator that sleeps like a hosted LLM."""
 from __future__ import annotations
 
 import asyncio
-import random
 import time
 from collections.abc import Sequence
 from typing import Any
 
+from ..comparators.instrumented import SleepingComparator
+from ..comparators.zero_cost import ZeroCostComparator
 from ..engine import arerank, rerank
 from ..types import Candidate, Pair
 from .report import modelled_wall_s
-
-
-class SleepingComparator:
-    """A hosted-LLM stand-in: every call takes ``latency_s`` seconds (``asyncio.sleep``), at most ``in_flight``
-    calls run at once; the answers come from ``inner`` (any comparator). ``arerank`` awaits one round at a time,
-    so a query's wall time is the sum over rounds of its waves of calls. ``batches`` notes the calls per round."""
-
-    def __init__(self, inner: Any, latency_s: float = 0.5, in_flight: int = 16) -> None:
-        self.inner, self.latency_s, self.in_flight, self.batches = inner, latency_s, in_flight, []
-
-    async def acompare(self, query: str, pairs: Sequence[Pair]) -> list[float | None]:
-        self.batches.append(len(pairs))
-        gate = asyncio.Semaphore(self.in_flight)
-
-        async def call(pair: Pair) -> float | None:
-            async with gate:
-                await asyncio.sleep(self.latency_s)
-                return self.inner.compare(query, [pair])[0]
-
-        return list(await asyncio.gather(*(call(p) for p in pairs)))
-
-    def compare(self, query: str, pairs: Sequence[Pair]) -> list[float | None]:
-        return asyncio.run(self.acompare(query, pairs))
 
 
 def measured_wall_time(query: str, candidates: Sequence[Candidate], judge: SleepingComparator, **rerank_kw: Any
@@ -51,19 +29,6 @@ def measured_wall_time(query: str, candidates: Sequence[Candidate], judge: Sleep
     modelled = modelled_wall_s(" ".join(map(str, judge.batches)), judge.latency_s, judge.in_flight)
     return {"measured_s": measured, "modelled_s": modelled, "rounds": float(res.rounds), "calls": float(res.calls),
             "runs_as": f"{res.ranker}/{res.oracle}"}
-
-
-class ZeroCostComparator:
-    """Answers from a fixed hidden permutation by dict look-up (no model): isolates the engine's own cost."""
-
-    def __init__(self, ids: Sequence[str], seed: int = 0) -> None:
-        order = list(ids)
-        random.Random(seed).shuffle(order)
-        self.rank = {d: r for r, d in enumerate(order)}
-
-    def compare(self, query: str, pairs: Sequence[Pair]) -> list[float]:
-        """1.0 when the first candidate ranks higher in the hidden permutation, else 0.0."""
-        return [1.0 if self.rank[a.id] < self.rank[b.id] else 0.0 for a, b in pairs]
 
 
 def scheduling_overhead(rankers: Sequence[str], oracles: Sequence[str] = ("randomized", "bidirectional"),

@@ -92,7 +92,8 @@ class ParallelMohajer(Ranker):
     pairs best first, so a cut budget refuses the least useful ones.
 
     Output: a permutation of ``range(N)``: the ranked selected items, then the rest in prior order (also when a
-    cap stops it early). Asks nothing for N = 0.
+    cap stops it after the brackets). When the calls run out inside the brackets, every candidate is ranked by
+    the bracket matches it won with an answer, ties by prior rank. Asks nothing for N = 0.
     """
 
     name = "parallel_mohajer"
@@ -202,9 +203,9 @@ class _Run:
         yield from parallel(b.play(levels) for b in brackets)
         for b in brackets:
             self.eliminated.update(b.eliminated())
-        survivors = sorted(x for b in brackets for x in b.levels[levels] if x is not None)
-        if limits.exhausted:  # only survivors whose every match was answered carry evidence
-            return complete(self.proven(survivors), n)
+        survivors = sorted(x for b in brackets for x in b.levels[min(levels, b.depth)] if x is not None)
+        if limits.exhausted:  # a cap cut the brackets short: rank by the matches answered
+            return self.by_wins(n)
         if levels < depth:  # the brackets cannot finish: one round-robin over what survives
             return complete((yield from self.last_round_robin(survivors)), n)
         champions = [b.champion for b in brackets]
@@ -230,12 +231,14 @@ class _Run:
             new = {g: x for g, x in zip(refill, picks) if x is not None}
         return complete(ranked, n)
 
-    def proven(self, survivors: list[int]) -> list[int]:
-        """The ``survivors`` that won at least one match and had every match answered, in prior order."""
-        played: dict[int, list[int]] = {}
+    def by_wins(self, n: int) -> list[int]:
+        """All candidates by the bracket matches they won with an answer (a refused match proves nothing), ties
+        by prior rank: with every group's first level answered, each group's winners lead (as Mohajer's
+        champions would, resolving the refused matches by prior rank)."""
+        wins = [0] * n
         for loser, (winner, _) in self.eliminated.items():
-            played.setdefault(winner, []).append(loser)
-        return [x for x in survivors if played.get(x) and all(self.ev.known(x, y) for y in played[x])]
+            wins[winner] += self.ev.known(winner, loser)
+        return sorted(range(n), key=lambda x: (-wins[x], x))
 
     def candidates(self, members: list[int]) -> list[int]:
         """A group's possible next members: players eliminated in its bracket by one of its selected

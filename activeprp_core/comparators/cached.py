@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from ..types import Pair
+from .base import Comparator, SupportsCompare, as_comparator
 
 
 def prompt_key(model: str, query: str, first_id: str, first_text: str, second_id: str, second_text: str) -> str:
@@ -34,11 +36,11 @@ def identity(comparator: Any, name: str) -> str:
     return f"{name}#{hashlib.blake2b(settings.encode(), digest_size=6).hexdigest()}"
 
 
-class CachedComparator:
+class CachedComparator(Comparator):
     """Wraps a comparator with a sqlite answer cache keyed on (model, query, ordered pair identity).
 
     Args:
-        inner: any object with ``compare(query, pairs) -> list[float | None]``.
+        inner: a ``Comparator`` or any object with ``compare(query, pairs) -> list[float | None]``.
         path: the sqlite file (created with its parent directory when missing).
         model_name: part of the key: answers of different models or prompt templates never mix (build it
             with ``identity(inner, name)`` to include the prompt settings).
@@ -48,14 +50,16 @@ class CachedComparator:
 
     Failed answers (``None``) are not stored, so they are retried on the next run. Budget accounting is the
     engine's business: a cached answer still counts as an LLM call of the ranker (the cache is a cost saver
-    for the benchmark, not a change of the experiment).
+    for the benchmark, not a change of the experiment). ``close()`` (or ``with``) closes the sqlite file; the
+    inner comparator is the caller's and is not closed.
     """
 
-    def __init__(self, inner: Any, path: str | Path, model_name: str) -> None:
-        self.inner, self.model_name = inner, model_name
+    def __init__(self, inner: Comparator | SupportsCompare, path: str | Path, model_name: str) -> None:
+        self.inner, self.model_name = as_comparator(inner), model_name
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(str(path))
+        self._db = sqlite3.connect(str(path), check_same_thread=False)  # used from worker threads too (locked)
         self._db.execute("CREATE TABLE IF NOT EXISTS answers (key TEXT PRIMARY KEY, prob REAL NOT NULL)")
+        self._lock = threading.Lock()
         self.inner_calls = self.hits = 0
 
     def _key(self, query: str, pair: Pair) -> str:
@@ -65,23 +69,25 @@ class CachedComparator:
     def compare(self, query: str, pairs: Sequence[Pair]) -> list[float | None]:
         """Answers for ``pairs`` in order: from disk where known, the rest from ``inner`` in one batch."""
         keys = [self._key(query, p) for p in pairs]
-        known: dict[str, float] = {}
-        for start in range(0, len(keys), 500):
-            chunk = keys[start:start + 500]
-            marks = ",".join("?" * len(chunk))
-            known.update(self._db.execute(f"SELECT key, prob FROM answers WHERE key IN ({marks})", chunk))
+        known: dict[str, float | None] = {}
+        with self._lock:
+            for start in range(0, len(keys), 500):
+                chunk = keys[start:start + 500]
+                marks = ",".join("?" * len(chunk))
+                known.update(self._db.execute(f"SELECT key, prob FROM answers WHERE key IN ({marks})", chunk))
         missing = [i for i, k in enumerate(keys) if k not in known]
         self.hits += len(keys) - len(missing)
         if missing:
             answers = self.inner.compare(query, [pairs[i] for i in missing])
             self.inner_calls += len(missing)
             fresh = {keys[i]: a for i, a in zip(missing, answers)}
-            self._db.executemany("INSERT OR REPLACE INTO answers VALUES (?, ?)",
-                                 [(k, float(a)) for k, a in fresh.items() if a is not None])
-            self._db.commit()
+            with self._lock:
+                self._db.executemany("INSERT OR REPLACE INTO answers VALUES (?, ?)",
+                                     [(k, float(a)) for k, a in fresh.items() if a is not None])
+                self._db.commit()
             known.update(fresh)
         return [known[k] for k in keys]
 
     def close(self) -> None:
-        """Close the sqlite connection."""
+        """Close the sqlite connection (the inner comparator stays open)."""
         self._db.close()

@@ -7,7 +7,8 @@ import math
 from collections.abc import Mapping, Sequence
 from statistics import NormalDist
 
-from .types import Pair
+from ..types import Pair
+from .base import Comparator
 
 _STD_NORMAL = NormalDist()
 
@@ -19,7 +20,7 @@ def _gauss(*key: object) -> float:
     return _STD_NORMAL.inv_cdf(u)
 
 
-class SimulatedComparator:
+class SimulatedComparator(Comparator):
     """A deterministic stand-in for a pairwise LLM judge, for tests and benchmarks.
 
     Model (Thurstone-style, all noise a pure function of ``seed`` and the candidate ids):

@@ -1,0 +1,320 @@
+"""``activeprp rerank-run``: rerank every query of a TREC run file and write the reranked run.
+
+Example (TREC DL19, a corpus JSONL made from the BM25 hits, the simulated judge)::
+
+    activeprp rerank-run --run trec_results_dl19_top100.bm25.txt --queries topics.dl19-passage.txt \\
+        --corpus corpus.jsonl --qrels qrels.dl19-passage.txt --comparator simulated --out reranked.run
+
+Every input file is read and checked before the comparator is built, so bad input costs no LLM call: it ends in
+one line ``activeprp: error: FILE:LINE: reason`` and exit status 2. Each query's top ``--depth`` rows by rank
+are reranked; OUT holds exactly those (qid, docid) pairs, ranks 1.. and strictly decreasing scores.
+
+All queries go through ``rerank_many`` (``arerank_many`` for ``--comparator openai``, at most
+``--max-concurrency`` requests in flight across queries; ``--max-active`` queries in progress), or through Ray Data
+with ``--ray [ADDRESS]``. A query that fails on its own is reported on stderr (qid and reason); the others are
+reranked and written, and the command then exits with status 1 (OUT lacks the failed queries' lines), unless
+``--on-failure prior`` was given: then a failed query is written in its input order and the exit status is 0. A
+dead endpoint (authentication error, open circuit breaker) stops everything with exit status 1 and no OUT.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import importlib.util
+import os
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from .. import Comparator, SimulatedComparator
+from ..many import DEFAULT_MAX_ACTIVE, RerankFailure, arerank_many, rerank_many
+from ..trecfiles import read_qrels, read_run_candidates, write_run
+from ..types import Candidate, Pair, RerankResult
+from . import InputError, fail, printable
+from .rerank import add_comparator_args, add_ranking_args, make_comparator, ranking_kwargs
+
+Request = tuple[str, str, list[Candidate]]  # (qid, query text, candidates in input rank order)
+
+
+class Outcome(NamedTuple):
+    """One query's rerank as the command uses it: ``order`` (indices into its candidates; None when it failed),
+    the LLM ``calls`` it spent, ``error`` (why it failed) and ``failure`` (why it degraded, with ``--on-failure
+    prior``)."""
+
+    order: list[int] | None
+    calls: int
+    error: str | None = None
+    failure: str | None = None
+
+    @classmethod
+    def of(cls, item: RerankResult | RerankFailure) -> Outcome:
+        if isinstance(item, RerankFailure):
+            spent = getattr(item.error, "accounting", None)
+            return cls(None, spent.calls if spent is not None else 0, item.reason)
+        return cls(item.order, item.calls, None, item.failure)
+
+
+class QrelsSimulator(Comparator):
+    """The simulated judge for many queries: each ``compare(query, pairs)`` goes to the ``SimulatedComparator``
+    of that query (found by its text), whose graded labels are the query's qrels (negative grades and unjudged
+    docids count as 0). ``knobs`` are ``SimulatedComparator``'s noise arguments.
+
+    Raises:
+        InputError: two queries with the same text but different judgments (the text would not say which).
+        ValueError: ``compare`` for a query text it was not built with.
+    """
+
+    def __init__(self, queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, int]], **knobs: float) -> None:
+        self.by_query: dict[str, SimulatedComparator] = {}
+        labels_of: dict[str, tuple[str, dict[str, int]]] = {}
+        for qid, text in queries.items():
+            labels = {d: max(0, g) for d, g in qrels.get(qid, {}).items()}
+            other = labels_of.setdefault(text, (qid, labels))
+            if other[1] != labels:
+                raise InputError(f"queries {other[0]} and {qid} have the same text but different qrels: the "
+                                 "simulated judge finds a query's labels by its text")
+            self.by_query[text] = SimulatedComparator(labels, **knobs)
+
+    @property
+    def calls(self) -> int:
+        """Ordered pairs judged so far, all queries together."""
+        return sum(c.calls for c in self.by_query.values())
+
+    def compare(self, query: str, pairs: Sequence[Pair]) -> list[float]:
+        judge = self.by_query.get(query)
+        if judge is None:
+            raise ValueError(f"no simulated judge for query {query[:60]!r}")
+        return judge.compare(query, pairs)
+
+
+def simulated_knobs() -> tuple[dict[str, float], str]:
+    """The noise knobs of the simulated judge and a label for them: ``CALIBRATED_PARAMS`` (fitted to the paper's
+    Flan-T5-XL flip rate and quality) when the evaluation module imports, else none (a perfect judge)."""
+    try:
+        from ..evaluation.calibration import CALIBRATED_PARAMS
+    except ImportError:
+        return {}, "noiseless (activeprp_core.evaluation is not importable)"
+    return dict(CALIBRATED_PARAMS), "calibrated " + " ".join(f"{k}={v}" for k, v in CALIBRATED_PARAMS.items())
+
+
+def rerank_requests(requests: Sequence[Request], comparator: Any, args: argparse.Namespace,
+                    progress: bool = False) -> Iterator[Outcome]:
+    """One ``Outcome`` per request, in input order: ``rerank_many`` over all requests (``max_active`` =
+    ``--max-active``), or for ``--comparator openai`` ``arerank_many`` with ``max_concurrency`` =
+    ``--max-concurrency`` requests in flight across queries (run with ``asyncio.run``; results come at the end).
+    ``progress``: a tqdm bar over queries on stderr.
+
+    Raises:
+        ComparatorAuthError / ComparatorUnavailable: a dead endpoint (with ``--on-failure raise``).
+    """
+    pairs = [(query, candidates) for _, query, candidates in requests]
+    kw = {**ranking_kwargs(args), "comparator": comparator, "max_active": args.max_active, "progress": progress}
+    if args.comparator != "openai":
+        yield from map(Outcome.of, rerank_many(pairs, **kw))
+        return
+
+    async def collect() -> list[RerankResult | RerankFailure]:
+        return [item async for item in arerank_many(pairs, max_concurrency=args.max_concurrency, **kw)]
+
+    yield from map(Outcome.of, asyncio.run(collect()))
+
+
+def ray_outcomes(requests: Sequence[Request], factory: Callable[[], Any], args: argparse.Namespace
+                 ) -> Iterator[Outcome]:
+    """One ``Outcome`` per request, in input order, from ``activeprp_integrations.ray.rerank_dataset`` on the Ray
+    cluster at ``--ray ADDRESS`` (``local``: a Ray started for this command on this machine and stopped after
+    it; a Ray already running in this process is used as it is).
+
+    Raises:
+        InputError: Ray is not installed (names ``activeprp[ray]``).
+        The comparator's error when a dead endpoint stopped a batch (a ``RayTaskError`` whose cause is not an
+        ``ActivePRPError`` is raised as it is).
+    """
+    from activeprp_integrations.ray import connect, rerank_dataset, unwrap
+
+    try:
+        owned = connect(None if args.ray == "local" else args.ray)  # before Ray is imported: loopback
+    except ImportError as err:
+        raise InputError(str(err)) from None
+    import ray
+
+    try:
+        rows = [{"qid": qid, "query": query, "candidates": [{"id": c.id, "text": c.text} for c in candidates]}
+                for qid, query, candidates in requests]
+        ds = rerank_dataset(ray.data.from_items(rows), factory, num_actors=args.ray_actors, num_gpus=args.ray_gpus,
+                            max_active=args.max_active, use_async=args.comparator == "openai",
+                            **ranking_kwargs(args))
+        ds.context.enable_progress_bars = not args.no_progress  # Ray Data's own progress (stderr)
+        with unwrap():
+            done = {row["qid"]: Outcome(row["order"], row["calls"] or 0, row["error"], row["failure"])
+                    for row in ds.select_columns(["qid", *Outcome._fields]).iter_rows()}
+    finally:
+        if owned:
+            ray.shutdown()
+    return (done[qid] for qid, _, _ in requests)
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an int >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
+
+
+def check_out(path: str) -> None:
+    """Raise ``InputError`` unless ``path`` can be written as a file (its directory exists and is writable)."""
+    out = Path(path)
+    if out.is_dir():
+        raise InputError(f"{path}: is a directory, not a file")
+    parent = out.parent
+    if not parent.is_dir():
+        raise InputError(f"{path}: no such directory {str(parent)!r}")
+    if not os.access(parent, os.W_OK):
+        raise InputError(f"{path}: directory {str(parent)!r} is not writable")
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``activeprp rerank-run``."""
+    p = subparsers.add_parser("rerank-run", help="rerank every query of a TREC run file; write the reranked run",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    files = p.add_argument_group("files (.jsonl/.json names are read as JSONL, others as TSV)")
+    files.add_argument("--run", required=True, help="TREC run: qid Q0 docid rank score tag")
+    files.add_argument("--queries", required=True, help="queries: qid<TAB>text, or JSONL with _id/qid and text")
+    files.add_argument("--corpus", required=True, help="passages: docid<TAB>text, or JSONL with _id/docid/id, "
+                                                       "text/contents and an optional title")
+    files.add_argument("--out", required=True, help="the reranked TREC run to write")
+    files.add_argument("--qrels", help="TREC qrels: print nDCG@10 of the input and the output (ir-measures); the "
+                                       "graded labels of --comparator simulated")
+    p.add_argument("--depth", type=positive_int, default=None, metavar="N",
+                   help="rerank (and write) each query's top N rows by rank (default: all)")
+    p.add_argument("--tag", default="activeprp", help="the run tag of OUT (6th column)")
+    p.add_argument("--no-progress", action="store_true",
+                   help="hide the progress bar over queries (stderr; shown only when tqdm is installed)")
+    p.add_argument("--max-active", type=positive_int, default=DEFAULT_MAX_ACTIVE, metavar="Q",
+                   help="queries in progress at once: their rounds are merged into shared batches (default "
+                        "%(default)s); bounds memory")
+    ray = p.add_argument_group("Ray Data (pip install \"activeprp[ray]\")")
+    ray.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
+                     help="rerank on a Ray cluster: ADDRESS of an existing one (HOST:PORT or ray://HOST:10001; its "
+                          "token in RAY_AUTH_TOKEN or ~/.ray/auth_token), none = a local Ray for this command")
+    ray.add_argument("--ray-actors", type=positive_int, default=2, metavar="N",
+                     help="actors in the pool, each with its own comparator (default %(default)s)")
+    ray.add_argument("--ray-gpus", type=float, default=None, metavar="G", help="GPUs per actor (local models)")
+    add_ranking_args(p, budget=100, top_k=10, ranker="mohajer", oracle="randomized")
+    add_comparator_args(p)
+    p.set_defaults(func=main)
+
+
+def comparator_factory(args: argparse.Namespace, requests: Sequence[Request],
+                       qrels: Mapping[str, Mapping[str, int]] | None) -> Callable[[], Any]:
+    """A picklable no-argument callable building the judge (once here, once per Ray actor with ``--ray``):
+    ``QrelsSimulator`` for ``--comparator simulated`` (labels from ``qrels``; its set-up is printed), else
+    ``make_comparator`` (which raises ``InputError`` saying why it cannot build one)."""
+    if args.comparator != "simulated":
+        return functools.partial(make_comparator, args)
+    knobs, label = simulated_knobs()
+    print(f"simulated judge: labels from {args.qrels}, noise {label}")
+    unjudged = [qid for qid, _, _ in requests if not (qrels or {}).get(qid)]
+    if unjudged:
+        print(f"note: {len(unjudged)} queries (e.g. {unjudged[0]}) have no judgments in {args.qrels}; the simulated "
+              "judge sees all their passages as grade 0")
+    return functools.partial(QrelsSimulator, {qid: query for qid, query, _ in requests}, qrels or {}, **knobs)
+
+
+def build_comparator(args: argparse.Namespace, requests: Sequence[Request],
+                     qrels: Mapping[str, Mapping[str, int]] | None) -> Any:
+    """The judge built by ``comparator_factory``.
+
+    Raises:
+        InputError: it cannot be built (see ``make_comparator``), or the simulated judge's qrels are ambiguous.
+    """
+    return comparator_factory(args, requests, qrels)()
+
+
+def ndcg_line(qrels: Mapping[str, Mapping[str, int]], before: Mapping[str, Iterable[str]],
+              after: Mapping[str, Iterable[str]], input_label: str = "input") -> str:
+    """``nDCG@10 (ir-measures, N judged queries): input X -> reranked Y``: means over the queries of ``after``
+    that have judgments; ``before``/``after`` are ``{qid: docids best first}``."""
+    from ..metrics import ndcg_at_k, ranking_to_run
+
+    means = []
+    for ranked in (before, after):
+        per_query = ndcg_at_k(qrels, {q: ranking_to_run(list(d)) for q, d in ranked.items()}, 10)
+        means.append(sum(per_query.values()) / len(per_query) if per_query else float("nan"))
+    return (f"nDCG@10 (ir-measures, {len(per_query)} judged queries): {input_label} {means[0]:.4f} -> "
+            f"reranked {means[1]:.4f}")
+
+
+def main(args: argparse.Namespace) -> int:
+    """Handler of ``activeprp rerank-run``: check every input, rerank all queries (``rerank_many`` or Ray), write
+    OUT, print counts (and nDCG@10 with ``--qrels``); report failed queries (see the module docstring)."""
+    if args.comparator == "simulated" and not args.qrels:
+        raise InputError("--comparator simulated needs --qrels QRELS (its graded labels)")
+    run, requests = read_run_candidates(args.run, args.queries, args.corpus, args.depth)
+    qrels = read_qrels(args.qrels) if args.qrels else None
+    if qrels is not None:
+        try:
+            import ir_measures  # noqa: F401
+        except ImportError:
+            raise InputError("--qrels needs the ir-measures package (pip install ir-measures)") from None
+    check_out(args.out)
+    read, kept = sum(map(len, run.values())), sum(len(c) for _, _, c in requests)
+    print(f"read {read} lines ({len(run)} queries) from {args.run}; reranking {kept} "
+          f"(depth {args.depth or 'all'}) with ranker={args.ranker} oracle={args.oracle} budget={args.budget} "
+          f"top_k={args.top_k} comparator={args.comparator}")
+
+    reranked, calls, failed, degraded = {}, [], [], 0
+    if args.ray is None:
+        comparator = build_comparator(args, requests, qrels)
+        started = time.perf_counter()
+        progress = not args.no_progress and importlib.util.find_spec("tqdm") is not None
+        outcomes = rerank_requests(requests, comparator, args, progress)
+    else:
+        comparator, factory = None, comparator_factory(args, requests, qrels)
+        if args.comparator in ("simulated", "openai"):  # cheap to build: its errors show here, before Ray starts
+            factory().close()
+        started = time.perf_counter()
+        outcomes = ray_outcomes(requests, factory, args)
+
+    def ranked_lists() -> Iterator[tuple[str, list[str]]]:
+        nonlocal degraded
+        for (qid, _, candidates), outcome in zip(requests, outcomes):
+            calls.append(outcome.calls)
+            order = outcome.order
+            if order is None:
+                failed.append(qid)
+                print(printable(f"activeprp: query {qid} failed: {outcome.error}"), file=sys.stderr)
+                if args.on_failure != "prior":
+                    continue
+                order = list(range(len(candidates)))  # its input order
+            degraded += outcome.failure is not None
+            reranked[qid] = [candidates[i].id for i in order]
+            yield qid, reranked[qid]
+
+    try:
+        written = write_run(args.out, ranked_lists(), tag=args.tag)
+    finally:
+        close = getattr(comparator, "close", None)  # comparators holding a client or a file (issue 11)
+        if callable(close):
+            close()
+    print(f"wrote {written} lines ({len(reranked)} queries) to {args.out} in {time.perf_counter() - started:.1f} s; "
+          f"LLM calls: {sum(calls)} total, at most {max(calls, default=0)} per query")
+    if degraded or (failed and args.on_failure == "prior"):
+        print(f"note: {degraded} queries degraded to the prior order for what was unknown; {len(failed)} failed "
+              "queries were written in their input order (--on-failure prior)")
+    if qrels is not None and reranked:
+        before = {q: [c.id for c in cands] for q, _, cands in requests}
+        print(ndcg_line(qrels, before, reranked, "input" if args.depth is None else f"input top {args.depth}"))
+    if failed and args.on_failure != "prior":
+        shown = ", ".join(failed[:10]) + (", ..." if len(failed) > 10 else "")
+        return fail(f"{len(failed)} of {len(requests)} queries failed ({shown}); {args.out} holds the other "
+                    f"{len(reranked)}", 1)
+    return 0

@@ -1,0 +1,322 @@
+"""The comparator base class, and the per-rerank I/O policy (``CallGuard``) the engine hands it with each batch.
+
+A comparator judges ordered pairs ``(first, second)`` of candidates for a query: P(first is more relevant), one
+LLM call per pair. Subclass ``Comparator`` and implement ``compare`` (plain probabilities) or ``judge``
+(``Judgment`` objects with retries and token usage); everything else has a default:
+
+- ``judge`` / ``ajudge``: one query's pairs, sent in chunks of at most ``guard.max_concurrency`` pairs with
+  the circuit breaker checked before each chunk; ``ajudge`` awaits ``acompare`` when the subclass has one,
+  else runs each chunk in a worker thread (a task cancelled mid-chunk stops before the next chunk; the thread
+  finishes the chunk it is in).
+- ``judge_batch`` / ``ajudge_batch``: items ``(query, first, second)`` of *different* queries in one call (the
+  cross-query entry of ``rerank_many``); by default one ``judge`` per query, concurrently in ``ajudge_batch``.
+  A comparator that batches across queries (a local model) overrides them and sets ``max_batch_size``.
+- ``close`` / ``aclose`` and ``with`` / ``async with``: release what the comparator holds (clients, files).
+
+Objects that are not ``Comparator`` instances but have ``compare`` (and optionally ``acompare``, ``judge``,
+``ajudge``) are accepted everywhere and wrapped by ``as_comparator``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Awaitable, Iterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, Protocol, TypeVar, runtime_checkable
+
+from ..budget import check_count
+from ..errors import ComparatorError, ComparatorUnavailable
+from ..types import Candidate, Judgment, Pair, to_judgments
+
+Item = tuple[str, Candidate, Candidate]
+"""One prompt of ``judge_batch``: (query, first, second)."""
+
+T = TypeVar("T")
+
+
+@runtime_checkable
+class SupportsCompare(Protocol):
+    """The duck type accepted wherever a comparator is: ``compare(query, pairs) -> list[float | None]``."""
+
+    def compare(self, query: str, pairs: Sequence[Pair]) -> list[float | None]: ...
+
+
+class _AsyncSlots:
+    """A weighted semaphore for one event loop: ``take(n)`` waits until ``n`` of ``total`` slots are free."""
+
+    def __init__(self, total: int) -> None:
+        self.free = total
+        self.changed = asyncio.Condition()
+
+    @asynccontextmanager
+    async def take(self, n: int):
+        async with self.changed:
+            await self.changed.wait_for(lambda: self.free >= n)
+            self.free -= n
+        try:
+            yield
+        finally:
+            async with self.changed:
+                self.free += n
+                self.changed.notify_all()
+
+
+class CallGuard:
+    """The I/O policy of one rerank (or of one ``rerank_many``, shared by its queries), handed to the
+    comparator with each batch: a cap on calls in flight and a circuit breaker.
+
+    Args:
+        max_concurrency: the most LLM calls in flight at once (None = no cap). Batch comparators get their
+            batches in chunks of at most this many pairs; endpoint comparators hold one of ``slots`` per request.
+        max_consecutive_failures: the circuit breaker: after this many calls in a row failed (after their
+            retries), ``check`` raises ``ComparatorUnavailable`` and no further call is sent (None = never).
+
+    Comparators call ``check()`` before sending, ``record(ok, reason)`` for every call that reached the backend
+    (``completed`` counts them, so the engine can refund the calls of a failed batch that never went out), and
+    ``trip(error)`` on an error that must stop every later call (e.g. a 401). Thread-safe; its async slots
+    belong to one event loop at a time.
+
+    Raises:
+        TypeError / ValueError: a limit that is not an int >= 1 or None.
+    """
+
+    def __init__(self, max_concurrency: int | None = None, max_consecutive_failures: int | None = 5) -> None:
+        self.max_concurrency = check_count(max_concurrency, "max_concurrency", minimum=1, allow_none=True)
+        self.max_consecutive_failures = check_count(max_consecutive_failures, "max_consecutive_failures",
+                                                    minimum=1, allow_none=True)
+        self._lock = threading.Lock()
+        self.completed = 0
+        self._failures = 0
+        self._last_reason: str | None = None
+        self._error: ComparatorError | None = None
+        self._slots: tuple[asyncio.AbstractEventLoop, _AsyncSlots] | None = None
+
+    def chunks(self, pairs: Sequence[T]) -> Iterator[Sequence[T]]:
+        """``pairs`` cut into consecutive chunks of at most ``max_concurrency`` (one chunk when uncapped)."""
+        size = self.max_concurrency or max(len(pairs), 1)
+        return (pairs[s : s + size] for s in range(0, len(pairs), size))
+
+    @property
+    def error(self) -> ComparatorError | None:
+        """The error that stopped calls (breaker open, or a tripped fatal error), else None."""
+        return self._error
+
+    def check(self) -> None:
+        """Raise (a fresh copy of) the stopping error when the breaker is open or a fatal error was tripped."""
+        error = self._error
+        if error is not None:
+            raise type(error)(error.message, status_code=error.status_code) from error
+
+    def trip(self, error: ComparatorError) -> None:
+        """Stop every later call with ``error`` (the first tripped error wins)."""
+        with self._lock:
+            if self._error is None:
+                self._error = error
+
+    def record(self, ok: bool | None, reason: str | None = None) -> None:
+        """Note one call that reached the backend; ``max_consecutive_failures`` failures in a row open the breaker.
+        ``ok=None``: it was sent but its outcome is unknown (cancelled in flight): counted, streak unchanged."""
+        with self._lock:
+            self.completed += 1
+            if ok is None:
+                return
+            if ok:
+                self._failures = 0
+                return
+            self._failures += 1
+            self._last_reason = reason or self._last_reason
+            limit = self.max_consecutive_failures
+            if limit is not None and self._failures >= limit and self._error is None:
+                self._error = ComparatorUnavailable(
+                    f"circuit breaker open: {self._failures} calls in a row failed (last: {self._last_reason})")
+
+    def record_all(self, judgments: Sequence[Judgment]) -> None:
+        """``record`` each judgment in order (a failed call is one with ``prob is None``)."""
+        for j in judgments:
+            self.record(j.prob is not None, j.error)
+
+    def slots(self, n: int = 1):
+        """An async context manager holding ``n`` of the ``max_concurrency`` slots of the running loop
+        (no wait when uncapped)."""
+        if self.max_concurrency is None:
+            return _no_slots()
+        loop = asyncio.get_running_loop()
+        if self._slots is None or self._slots[0] is not loop:
+            self._slots = (loop, _AsyncSlots(self.max_concurrency))
+        return self._slots[1].take(min(n, self.max_concurrency))
+
+
+@asynccontextmanager
+async def _no_slots():
+    yield
+
+
+async def gather_or_cancel(awaitables: Sequence[Awaitable[T]]) -> list[T]:
+    """``asyncio.gather`` that cancels the others when one raises (then re-raises the first error)."""
+    tasks = [asyncio.ensure_future(a) for a in awaitables]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+
+
+def group_by_query(items: Sequence[Item]) -> list[tuple[str, list[Pair]]]:
+    """Consecutive items of the same query as ``(query, pairs)`` groups, in order."""
+    groups: list[tuple[str, list[Pair]]] = []
+    for query, first, second in items:
+        if not groups or groups[-1][0] != query:
+            groups.append((query, []))
+        groups[-1][1].append((first, second))
+    return groups
+
+
+class Comparator:
+    """Base class of pairwise judges (see the module docstring for what to override).
+
+    Attributes:
+        max_batch_size: prompts this comparator takes best in one ``judge_batch`` call (e.g. a local model's
+            batch size); ``rerank_many`` merges the prompts of many queries up to it. None = no preference.
+        max_concurrency: the default cap on calls in flight when the caller sets none (None = no cap).
+    """
+
+    max_batch_size: int | None = None
+    max_concurrency: int | None = None
+
+    def __new__(cls, *args: Any, **kwargs: Any):
+        # Checked when an instance is made, not when the class is defined: cloudpickle (Ray) rebuilds a class
+        # defined in __main__ or a notebook empty first and sets its methods afterwards.
+        if all(getattr(cls, m) is getattr(Comparator, m) for m in ("compare", "judge", "_judge_chunk")):
+            raise TypeError(f"{cls.__name__} must implement compare(query, pairs) or judge(query, pairs)")
+        return super().__new__(cls)
+
+    # ---- what subclasses implement (one of the two) -------------------------------------------------
+    def compare(self, query: str, pairs: Sequence[Pair]) -> list[float | None]:
+        """P(first preferred) per ordered pair (None or NaN = the call failed)."""
+        return [j.prob for j in self.judge(query, pairs)]
+
+    async def acompare(self, query: str, pairs: Sequence[Pair]) -> list[float | None]:
+        """Async ``compare``."""
+        return [j.prob for j in await self.ajudge(query, pairs)]
+
+    def _judge_chunk(self, query: str, chunk: Sequence[Pair]) -> Sequence[Any]:
+        """One chunk's raw answers (floats, None or ``Judgment``s): the subclass's ``judge``, else ``compare``."""
+        if type(self).judge is not Comparator.judge:
+            return self.judge(query, chunk)
+        return self.compare(query, chunk)
+
+    async def _ajudge_chunk(self, query: str, chunk: Sequence[Pair]) -> Sequence[Any]:
+        if type(self).acompare is not Comparator.acompare:
+            return await self.acompare(query, chunk)
+        return await asyncio.to_thread(self._judge_chunk, query, chunk)
+
+    # ---- what the engine calls ----------------------------------------------------------------------
+    def judge(self, query: str, pairs: Sequence[Pair], *, guard: CallGuard | None = None) -> list[Judgment]:
+        """One ``Judgment`` per ordered pair of ``query``, in order.
+
+        Raises:
+            ComparatorUnavailable / another ComparatorError: the guard stopped calls before a chunk.
+            InvalidAnswer: a chunk answered with the wrong number of items or a probability outside [0, 1].
+        """
+        guard = guard or CallGuard(self.max_concurrency, None)
+        out: list[Judgment] = []
+        for chunk in guard.chunks(pairs):
+            guard.check()
+            answers = to_judgments(self._judge_chunk(query, chunk), len(chunk))
+            guard.record_all(answers)
+            out.extend(answers)
+        return out
+
+    async def ajudge(self, query: str, pairs: Sequence[Pair], *, guard: CallGuard | None = None) -> list[Judgment]:
+        """Async ``judge``: chunks hold ``guard.slots`` (a cap shared by every query using the guard)."""
+        guard = guard or CallGuard(self.max_concurrency, None)
+        out: list[Judgment] = []
+        for chunk in guard.chunks(pairs):
+            async with guard.slots(len(chunk)):
+                guard.check()  # after the wait for slots: the breaker may have opened meanwhile
+                answers = to_judgments(await self._ajudge_chunk(query, chunk), len(chunk))
+            guard.record_all(answers)
+            out.extend(answers)
+        return out
+
+    def judge_batch(self, items: Sequence[Item], *, guard: CallGuard | None = None) -> list[Judgment]:
+        """One ``Judgment`` per ``(query, first, second)`` item, in order; items may belong to different
+        queries. Default: ``judge`` per run of consecutive items of one query."""
+        return [j for query, pairs in group_by_query(items) for j in self.judge(query, pairs, guard=guard)]
+
+    async def ajudge_batch(self, items: Sequence[Item], *, guard: CallGuard | None = None) -> list[Judgment]:
+        """Async ``judge_batch``; by default the queries' ``ajudge`` calls run concurrently (the guard caps
+        calls in flight across them)."""
+        parts = await gather_or_cancel([self.ajudge(q, pairs, guard=guard) for q, pairs in group_by_query(items)])
+        return [j for part in parts for j in part]
+
+    # ---- lifetime -----------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Release what this comparator holds (clients, files). Default: nothing."""
+
+    async def aclose(self) -> None:
+        """Async ``close``."""
+        self.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+class _Wrapped(Comparator):
+    """A duck-typed comparator (``compare`` and optionally ``judge``/``acompare``/``ajudge``) as a
+    ``Comparator``; never closes or changes the wrapped object."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.max_batch_size = getattr(inner, "max_batch_size", None)
+        self.max_concurrency = getattr(inner, "max_concurrency", None)
+
+    def _judge_chunk(self, query: str, chunk: Sequence[Pair]) -> Sequence[Any]:
+        judge = getattr(self.inner, "judge", None)
+        return judge(query, chunk) if callable(judge) else self.inner.compare(query, chunk)
+
+    async def _ajudge_chunk(self, query: str, chunk: Sequence[Pair]) -> Sequence[Any]:
+        for name in ("ajudge", "acompare"):
+            method = getattr(self.inner, name, None)
+            if callable(method):
+                return await method(query, chunk)
+        return await asyncio.to_thread(self._judge_chunk, query, chunk)
+
+    def __repr__(self) -> str:
+        return repr(self.inner)
+
+
+def as_comparator(comparator: Comparator | SupportsCompare) -> Comparator:
+    """``comparator`` itself when it is a ``Comparator``, else a wrapper around an object with ``compare``.
+
+    Raises:
+        TypeError: the object has no callable ``compare``.
+    """
+    if isinstance(comparator, Comparator):
+        return comparator
+    if not callable(getattr(comparator, "compare", None)):
+        raise TypeError(f"comparator must be a Comparator or have a compare(query, pairs) method, got "
+                        f"{type(comparator).__name__}")
+    return _Wrapped(comparator)
+
+
+def comparator_name(comparator: Any) -> str:
+    """A readable name for events, traces and logs: the ``model_name``/``model`` attribute, else the class name."""
+    inner = comparator.inner if isinstance(comparator, _Wrapped) else comparator
+    for attr in ("model_name", "model"):
+        value = getattr(inner, attr, None)
+        if isinstance(value, str) and value:
+            return value
+    return type(inner).__name__

@@ -1,0 +1,100 @@
+"""The exceptions ActivePRP raises, in one tree.
+
+A caller's mistake (a bad argument, an unknown name) is a plain ``ValueError`` or ``TypeError`` whose message says
+what to change; a bad input file is an ``InputError`` (a ``ValueError`` whose message starts with ``FILE:LINE:``).
+Everything else that goes wrong is an ``ActivePRPError``::
+
+    ActivePRPError
+    ├── ComparatorError                a comparator (an LLM backend) failed; nothing was reranked
+    │   ├── ComparatorAuthError        401 / 403: the endpoint refused the key or the model (never retried)
+    │   ├── ComparatorRequestError     400 / 404 / 422 ...: the endpoint rejected the request, e.g. an unknown
+    │   │                              model (never retried)
+    │   ├── ComparatorUnavailable      the endpoint keeps failing (timeouts, refused connections, 429 / 5xx after
+    │   │                              their retries): the circuit breaker opened, or every call of a rerank failed
+    │   └── InvalidAnswer              also a ValueError: a comparator answered the wrong number of items or a
+    │                                  probability outside [0, 1] (a comparator bug)
+    └── RankerError                    also a RuntimeError: a ranker returned something that is not a permutation
+
+Every ``ComparatorError`` carries ``status_code`` (the HTTP status, None without one), ``message`` (the
+endpoint's own message, with the API key scrubbed) and ``accounting``: what the rerank had spent when it
+stopped (an ``activeprp_core.Accounting``; the calls of the batch in flight count as spent). Any other exception
+that escapes a rerank while calls were in flight (e.g. a bug in a user's comparator) gets the same
+``accounting`` attribute attached.
+
+Degrading instead of raising is an explicit opt-in: ``rerank(..., on_failure="prior")`` returns the best-effort
+order and reports the failure in the result (see ``activeprp_core.engine``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .types import Accounting
+
+__all__ = ["ActivePRPError", "ComparatorAuthError", "ComparatorError", "ComparatorRequestError",
+           "ComparatorUnavailable", "InputError", "InvalidAnswer", "RankerError", "scrub"]
+
+
+def scrub(text: str, secrets: Iterable[str | None]) -> str:
+    """``text`` with every non-empty secret (e.g. an API key) replaced by ``***`` (for messages and logs)."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "***")
+    return text
+
+
+class InputError(ValueError):
+    """Bad input read from a file or the command line; the message names the place, e.g.
+    ``cands.jsonl:3: not a JSON object``. The CLI prints it as one line and exits with 2."""
+
+
+class ActivePRPError(Exception):
+    """The root of every error this package raises that is not a caller's ValueError/TypeError."""
+
+
+class ComparatorError(ActivePRPError):
+    """A comparator failed, so the rerank stopped (or, with ``on_failure="prior"``, degraded).
+
+    Attributes:
+        message: what went wrong, in the endpoint's words where there is an endpoint (never an API key).
+        status_code: the HTTP status of the failing response, None when there was none (a refused connection,
+            a timeout, a local model).
+        accounting: what the rerank had spent when it stopped (set by the engine; None outside a rerank).
+    """
+
+    def __init__(self, message: str, *, status_code: int | None = None,
+                 accounting: Accounting | None = None) -> None:
+        super().__init__(message)
+        self.message, self.status_code, self.accounting = message, status_code, accounting
+
+    def __str__(self) -> str:
+        return self.message if self.status_code is None else f"{self.message} (HTTP {self.status_code})"
+
+    def __reduce__(self):  # keep the keyword fields across pickling (Ray moves errors between processes)
+        return type(self), (self.message,), {"status_code": self.status_code, "accounting": self.accounting}
+
+
+class ComparatorAuthError(ComparatorError):
+    """The endpoint refused the credentials or the permissions (401 / 403). Raised on the first such answer,
+    before any further call is sent; never retried."""
+
+
+class ComparatorRequestError(ComparatorError):
+    """The endpoint rejected the request itself (400, 404 such as an unknown model, 422 ...). Raised on the
+    first such answer, before any further call is sent; never retried."""
+
+
+class ComparatorUnavailable(ComparatorError):
+    """The endpoint keeps failing: ``max_consecutive_failures`` calls in a row failed after their retries (the
+    circuit breaker opened and no further call was sent), or every call of a rerank failed."""
+
+
+class InvalidAnswer(ComparatorError, ValueError):
+    """A comparator answered the wrong number of items for a batch, or a probability outside [0, 1]. A bug in
+    the comparator, never clipped or imputed."""
+
+
+class RankerError(ActivePRPError, RuntimeError):
+    """A ranker's schedule returned an order that is not a permutation of the candidates (a ranker bug)."""

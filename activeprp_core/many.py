@@ -1,0 +1,300 @@
+"""Many queries at once: ``rerank_many`` / ``arerank_many`` drive one ``Reranking`` per query together.
+
+Each step collects the pending batch of every query in progress and sends all their prompts to the comparator
+in one ``judge_batch`` / ``ajudge_batch`` call, so a comparator that batches across queries (a local model) fills
+its forward passes and an endpoint comparator keeps up to ``max_concurrency`` requests in flight across
+queries. Every query keeps its own budget, round cap, pair cache and seeded streams, so its result is identical
+to ``rerank`` of that query alone with the same arguments. The input is streamed: at most ``max_active``
+queries are in progress (started and not yet yielded), and results come out in input order.
+
+A request that fails on its own (bad input, a comparator error for its prompts, a ranker error) yields a
+``RerankFailure`` in its place and the others go on; when a merged call fails, its queries are asked again one
+by one to find the failing one (their calls are sent again, not charged twice to their budgets). A dead endpoint
+stops everything fast: a ``ComparatorAuthError`` or an open circuit breaker (shared by all queries) raises out
+of the iterator, unless ``on_failure="prior"``, with which every query degrades to its best-effort order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .budget import check_count
+from .comparators.base import CallGuard, Comparator, SupportsCompare, as_comparator
+from .engine import MAX_CONSECUTIVE_FAILURES, Batch, OnFailure, Reranking, guard_for, rerank_settings
+from .errors import ComparatorAuthError
+from .oracles import Oracle
+from .rankers import Ranker
+from .types import Accounting, Candidate, Judgment, RerankResult, to_judgments
+
+DEFAULT_MAX_ACTIVE = 64
+
+
+@dataclass
+class RerankFailure:
+    """What ``rerank_many`` / ``arerank_many`` yield in place of the ``RerankResult`` of a request that failed
+    on its own.
+
+    Attributes:
+        index: the request's position in the input (0-based).
+        query: its query text (None when the request itself was malformed).
+        error: the exception; where calls had been spent it carries ``error.accounting``.
+    """
+
+    index: int
+    query: str | None
+    error: Exception
+
+    @property
+    def reason(self) -> str:
+        """One line saying why: ``"<ErrorType>: <message>"``."""
+        return f"{type(self.error).__name__}: {self.error}"
+
+
+Step = list[tuple[int, Reranking, Batch]]
+
+
+class _Window:
+    """The queries in progress, in input order: started from the request stream up to ``max_active``, asked
+    for their pending batches, answered, and handed out in order once finished."""
+
+    def __init__(self, requests: Iterable[tuple[str, Sequence[Candidate]]], settings: dict[str, Any],
+                 max_active: int, guard: CallGuard, progress: bool) -> None:
+        self.source = enumerate(requests)
+        self.settings, self.max_active, self.guard = settings, max_active, guard
+        self.items: dict[int, Reranking | RerankResult | RerankFailure] = {}
+        self.next_out = 0
+        self.input_left = True
+        self.bar = _progress_bar(requests, progress)
+
+    @property
+    def finished(self) -> bool:
+        return not self.input_left and not self.items
+
+    def fill(self) -> None:
+        while self.input_left and len(self.items) < self.max_active:
+            try:
+                index, request = next(self.source)
+            except StopIteration:
+                self.input_left = False
+                break
+            self.items[index] = self._start(index, request)
+
+    def _start(self, index: int, request: Any) -> Reranking | RerankResult | RerankFailure:
+        query = request[0] if isinstance(request, tuple) and request and isinstance(request[0], str) else None
+        try:
+            if not isinstance(request, tuple) or len(request) != 2:
+                raise TypeError(f"request {index} must be a (query, candidates) pair, got {type(request).__name__}")
+            return self._finish(index, Reranking(request[0], request[1], **self.settings))
+        except Exception as error:
+            return RerankFailure(index, query, error)
+
+    def step(self) -> Step:
+        """The pending batch of every query in progress, in input order."""
+        return [(i, r, r.next_batch()) for i, r in self.items.items() if isinstance(r, Reranking)]
+
+    def ready(self) -> Iterator[RerankResult | RerankFailure]:
+        """Finished items at the head of the input order (removing them from the window)."""
+        while self.next_out in self.items and not isinstance(self.items[self.next_out], Reranking):
+            item = self.items.pop(self.next_out)
+            self.next_out += 1
+            if self.bar is not None:
+                self.bar.update(1)
+            yield item
+
+    def fatal(self, error: Exception) -> bool:
+        """Whether ``error`` means the endpoint is dead for every query (and ``on_failure`` is "raise")."""
+        dead = isinstance(error, ComparatorAuthError) or self.guard.error is not None
+        return dead and self.settings["on_failure"] == "raise"
+
+    def send(self, step: Step, judgments: Sequence[Judgment]) -> None:
+        start = 0
+        for index, reranking, batch in step:
+            part = judgments[start : start + len(batch.prompts)]
+            start += len(batch.prompts)
+            self._resolve(index, reranking, lambda r, part=part: r.send(part))
+
+    def failed(self, step: Step, error: Exception, sent: int) -> list[Step]:
+        """Handle a step whose call raised (``sent`` of its calls reached the backend): a dead endpoint stops
+        everything (raises ``error``); a lone query fails on its own; else returns the queries' batches to ask
+        one by one, to find the failing query."""
+        if self.fatal(error):
+            self.stop(error)
+            raise error
+        if len(step) == 1:
+            self.fail(step, error, sent)
+            return []
+        return [[part] for part in step]
+
+    def fail(self, step: Step, error: Exception, sent: int | None = None) -> None:
+        for index, reranking, _ in step:
+            self._resolve(index, reranking, lambda r: r.fail(error, sent))
+
+    def _resolve(self, index: int, reranking: Reranking, action) -> None:
+        try:
+            action(reranking)
+        except Exception as error:
+            self.items[index] = RerankFailure(index, reranking.query, error)
+            return
+        self.items[index] = self._finish(index, reranking)
+
+    def _finish(self, index: int, reranking: Reranking) -> Reranking | RerankResult | RerankFailure:
+        if not reranking.done:
+            return reranking
+        try:
+            return reranking.result()
+        except Exception as error:
+            if self.fatal(error):
+                raise self.stop(error) from None
+            return RerankFailure(index, reranking.query, error)
+
+    def spent(self) -> Accounting:
+        """The accounting summed over the queries in progress (for an error that stops everything)."""
+        total = Accounting()
+        for r in self.items.values():
+            if isinstance(r, Reranking):
+                for k, v in r.accounting.counts().items():
+                    setattr(total, k, getattr(total, k) + v)
+        return total
+
+    def stop(self, error: Exception) -> Exception:
+        with contextlib.suppress(AttributeError):
+            error.accounting = self.spent()  # type: ignore[attr-defined]
+        self.close()
+        return error
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _progress_bar(requests: Any, enabled: bool) -> Any:
+    if not enabled:
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError as err:
+        raise ImportError('progress=True needs tqdm: pip install tqdm (or "activeprp[eval]")') from err
+    return tqdm(total=len(requests) if hasattr(requests, "__len__") else None, desc="queries", unit="q")
+
+
+def _items(step: Step) -> list[tuple[str, Candidate, Candidate]]:
+    return [(batch.query, a, b) for _, _, batch in step for a, b in batch.pairs]
+
+
+def _setup(comparator, settings, max_active, max_concurrency, max_consecutive_failures, requests, progress):
+    judge = as_comparator(comparator)
+    max_active = check_count(max_active, "max_active", minimum=1)
+    Reranking("", [], **settings)  # validates the shared arguments before the first request is read
+    guard = guard_for(judge, max_concurrency, max_consecutive_failures)
+    return judge, _Window(requests, settings, max_active, guard, progress)
+
+
+def rerank_many(
+    requests: Iterable[tuple[str, Sequence[Candidate]]],
+    *,
+    ranker: str | Ranker = "mohajer",
+    oracle: str | Oracle = "randomized",
+    comparator: Comparator | SupportsCompare,
+    budget: int | None,
+    top_k: int = 10,
+    seed: int = 0,
+    cache: bool = True,
+    max_rounds: int | None = None,
+    on_failure: OnFailure = "raise",
+    max_concurrency: int | None = None,
+    max_consecutive_failures: int | None = MAX_CONSECUTIVE_FAILURES,
+    max_active: int = DEFAULT_MAX_ACTIVE,
+    progress: bool = False,
+) -> Iterator[RerankResult | RerankFailure]:
+    """Rerank many queries together (see the module docstring); one result per request, in input order.
+
+    Args:
+        requests: any iterable of ``(query, candidates)`` pairs (read lazily: a generator streams).
+        ranker, oracle, comparator, budget, top_k, seed, cache, max_rounds, on_failure: as for ``rerank``,
+            applied to every query (``budget`` and ``max_rounds`` are per query).
+        max_concurrency: the most calls in flight across all queries (None = the comparator's own).
+        max_consecutive_failures: the circuit breaker, shared by all queries.
+        max_active: the most queries in progress (bounds memory; default 64).
+        progress: show a tqdm bar over queries on stderr (needs tqdm).
+
+    Yields:
+        ``RerankResult`` per request, or ``RerankFailure`` for a request that failed on its own.
+
+    Raises:
+        TypeError / ValueError: bad shared arguments (before any request is read). ``ComparatorAuthError`` /
+        ``ComparatorUnavailable``: the endpoint is dead (with ``on_failure="raise"``); ``accounting`` sums the
+        queries in progress.
+    """
+    settings = rerank_settings(ranker, oracle, budget, top_k, seed, cache, max_rounds, on_failure)
+    judge, window = _setup(comparator, settings, max_active, max_concurrency, max_consecutive_failures, requests,
+                           progress)
+
+    def answer(step: Step) -> None:
+        sent_before = window.guard.completed
+        try:
+            items = _items(step)
+            judgments = to_judgments(judge.judge_batch(items, guard=window.guard), len(items))
+        except Exception as error:
+            for part in window.failed(step, error, sent=window.guard.completed - sent_before):
+                answer(part)
+            return
+        window.send(step, judgments)
+
+    try:
+        while not window.finished:
+            window.fill()
+            yield from window.ready()
+            step = window.step()
+            if step:
+                answer(step)
+    finally:
+        window.close()
+
+
+async def arerank_many(
+    requests: Iterable[tuple[str, Sequence[Candidate]]],
+    *,
+    ranker: str | Ranker = "mohajer",
+    oracle: str | Oracle = "randomized",
+    comparator: Comparator | SupportsCompare,
+    budget: int | None,
+    top_k: int = 10,
+    seed: int = 0,
+    cache: bool = True,
+    max_rounds: int | None = None,
+    on_failure: OnFailure = "raise",
+    max_concurrency: int | None = None,
+    max_consecutive_failures: int | None = MAX_CONSECUTIVE_FAILURES,
+    max_active: int = DEFAULT_MAX_ACTIVE,
+    progress: bool = False,
+) -> AsyncIterator[RerankResult | RerankFailure]:
+    """Async ``rerank_many`` (same arguments and results): each step awaits the comparator's ``ajudge_batch``,
+    so the calls of all queries in progress run concurrently (at most ``max_concurrency`` in flight)."""
+    settings = rerank_settings(ranker, oracle, budget, top_k, seed, cache, max_rounds, on_failure)
+    judge, window = _setup(comparator, settings, max_active, max_concurrency, max_consecutive_failures, requests,
+                           progress)
+
+    async def answer(step: Step) -> None:
+        sent_before = window.guard.completed
+        try:
+            items = _items(step)
+            judgments = to_judgments(await judge.ajudge_batch(items, guard=window.guard), len(items))
+        except Exception as error:
+            for part in window.failed(step, error, sent=window.guard.completed - sent_before):
+                await answer(part)
+            return
+        window.send(step, judgments)
+
+    try:
+        while not window.finished:
+            window.fill()
+            for item in window.ready():
+                yield item
+            step = window.step()
+            if step:
+                await answer(step)
+    finally:
+        window.close()

@@ -1,0 +1,341 @@
+"""Strict readers and a writer for the IR file formats: TREC runs and qrels, queries and corpora.
+
+Formats (blank lines are skipped; line numbers are the file's own; a UTF-8 BOM is accepted; anything else that
+is not UTF-8 is an error):
+
+- run: ``qid Q0 docid rank score tag``, six whitespace-separated columns, integer rank, finite score;
+- qrels: ``qid iteration docid grade``, four columns, integer grade;
+- queries: TSV ``qid<TAB>text``, or JSONL ``{"_id" | "qid": ..., "text": ...}``;
+- corpus: TSV ``docid<TAB>text``, or JSONL ``{"_id" | "docid" | "id": ..., "text" | "contents": ..., "title"?}``
+  (the passage is ``"title text"`` when a non-empty title is given).
+
+A file whose name ends in ``.jsonl`` or ``.json`` is read as JSONL, any other as TSV. Every bad input raises
+``activeprp_core.errors.InputError`` (a ``ValueError``) whose message starts with ``FILE:LINE: `` (or ``FILE: ``
+for a file-level problem). Nothing here needs the evaluation extra: metrics live in ``activeprp_core.metrics``.
+
+Why not ``ir_measures.read_trec_run``/``read_trec_qrels``: they raise a bare unpacking error without the line,
+keep a BOM inside the first qid, and decode whole chunks, so they cannot say which line is wrong; the library
+is used where it is strong, for the measures.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import NamedTuple
+
+from .errors import InputError
+from .types import Candidate
+
+QUERY_ID_KEYS, DOC_ID_KEYS, DOC_TEXT_KEYS = ("_id", "qid"), ("_id", "docid", "id"), ("text", "contents")
+
+
+class RunRow(NamedTuple):
+    """One line of a TREC run: ``docid``, its integer ``rank``, its ``score`` and the file ``line`` (1-based)."""
+
+    docid: str
+    rank: int
+    score: float
+    line: int
+
+
+Run = dict[str, list[RunRow]]  # {qid: rows sorted by rank (ties keep file order)}
+Qrels = dict[str, dict[str, int]]  # {qid: {docid: grade}}
+
+
+_JSON_TYPES = {type(None): "null", bool: "a boolean", int: "a number", float: "a number", str: "a string",
+               list: "an array", dict: "an object"}
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def json_type(value: object) -> str:
+    """The JSON name of a decoded value's type, for messages ("null", "an array", ...)."""
+    return _JSON_TYPES.get(type(value), type(value).__name__)
+
+
+def model_text(text: str) -> str:
+    """``text`` as a model can take it: lone surrogates (only JSON escapes such as ``"\\ud800"`` can produce them;
+    tokenizers and HTTP clients refuse them) become U+FFFD."""
+    return _SURROGATE.sub("\ufffd", text)
+
+
+def _open(path: str | Path):
+    if str(path) == "-":
+        return contextlib.nullcontext(sys.stdin.buffer)  # read, never closed
+    return open(path, "rb")  # noqa: SIM115 - closed by the caller; binary so that a decoding error names its line
+
+
+def iter_lines(path: str | Path) -> Iterator[tuple[int, str]]:
+    """``(line number, text without its line end)`` for each non-blank line of a UTF-8 file (``-`` = stdin),
+    streamed. Lines end at ``\\n`` only (other Unicode line breaks stay inside their line, as JSONL says).
+
+    Raises:
+        InputError: a missing file, a directory, an unreadable file, or bytes that are not UTF-8 (with the line).
+    """
+    try:
+        f = _open(path)
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise InputError(f"{path}: is a directory, not a file") from None
+    except OSError as err:
+        raise InputError(f"{path}: cannot read ({err.strerror})") from None
+    with f as lines:
+        for n, raw in enumerate(lines, 1):
+            if n == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]
+            try:
+                line = raw.decode("utf-8").rstrip("\r\n")
+            except UnicodeDecodeError as err:
+                raise InputError(f"{path}:{n}: not UTF-8 (byte 0x{raw[err.start]:02x} at column {err.start + 1})"
+                                 ) from None
+            if line.strip():
+                yield n, line
+
+
+def _is_jsonl(path: str | Path) -> bool:
+    return str(path).lower().endswith((".jsonl", ".json"))
+
+
+def _json_object(path: str | Path, n: int, line: str) -> dict:
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise InputError(f"{path}:{n}: not JSON ({err.msg} at column {err.colno})") from None
+    except ValueError as err:  # e.g. an integer too long to convert
+        raise InputError(f"{path}:{n}: not JSON ({err})") from None
+    if not isinstance(obj, dict):
+        raise InputError(f"{path}:{n}: not a JSON object but {json_type(obj)}")
+    return obj
+
+
+def iter_json_objects(path: str | Path) -> Iterator[tuple[int, dict]]:
+    """``(line number, object)`` for each non-blank line of a JSONL file (``-`` = stdin), streamed.
+
+    Raises:
+        InputError: as ``iter_lines``, or a line that is not JSON or not a JSON object (``FILE:LINE: reason``).
+    """
+    for n, line in iter_lines(path):
+        yield n, _json_object(path, n, line)
+
+
+def field(path: str | Path, n: int, obj: dict, keys: Sequence[str], what: str, *, allow_int: bool
+          ) -> tuple[str, str]:
+    """``(key, value)`` of the first of ``keys`` present in the JSON object of line ``n``: a string, or with
+    ``allow_int`` an integer turned into one (ids).
+
+    Raises:
+        InputError: none of ``keys`` present, or a value of another type (``FILE:LINE: reason``).
+    """
+    key = next((k for k in keys if k in obj), None)
+    if key is None:
+        raise InputError(f"{path}:{n}: no {what} field ({' / '.join(keys)})")
+    value = obj[key]
+    if allow_int and isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    if not isinstance(value, str):
+        wanted = "a string or an integer" if allow_int else "a string"
+        raise InputError(f"{path}:{n}: {key!r} must be {wanted}, not {json_type(value)}")
+    return key, value
+
+
+def _keyed_text(path: str | Path, n: int, line: str, id_keys: Sequence[str], text_keys: Sequence[str],
+                what: str) -> tuple[str, str, dict | None]:
+    """``(id, text, the JSON object or None)`` of one line of a queries or corpus file (``what``: qid/docid)."""
+    if _is_jsonl(path):
+        obj = _json_object(path, n, line)
+        return (field(path, n, obj, id_keys, what, allow_int=True)[1],
+                model_text(field(path, n, obj, text_keys, "text", allow_int=False)[1]), obj)
+    key, tab, text = line.partition("\t")
+    if not tab or not key.strip():
+        raise InputError(f"{path}:{n}: expected {what}<TAB>text")
+    return key.strip(), text.strip(), None
+
+
+def _check_once(first_lines: dict[str, int], key: str, path: str | Path, n: int, what: str) -> None:
+    first = first_lines.setdefault(key, n)
+    if first != n:
+        raise InputError(f"{path}:{n}: {what} {key} appears twice (first at line {first})")
+
+
+def read_run(path: str | Path) -> Run:
+    """A TREC run file: ``{qid: [RunRow, ...]}``, qids in file order, rows sorted by rank (ties keep file order).
+
+    Raises:
+        InputError: a line without six columns, a non-integer rank, a score that is not a finite number, a
+            docid twice within one query, an empty file, or any ``iter_lines`` error.
+    """
+    run: Run = {}
+    seen: dict[tuple[str, str], int] = {}
+    for n, line in iter_lines(path):
+        cols = line.split()
+        if len(cols) != 6:
+            raise InputError(f"{path}:{n}: expected 6 columns (qid Q0 docid rank score tag), got {len(cols)}")
+        qid, _, docid, rank, score, _ = cols
+        try:
+            rank_i = int(rank)
+        except ValueError:
+            raise InputError(f"{path}:{n}: rank {rank!r} is not an integer") from None
+        try:
+            score_f = float(score)
+        except ValueError:
+            score_f = math.nan
+        if not math.isfinite(score_f):
+            raise InputError(f"{path}:{n}: score {score!r} is not a finite number")
+        first = seen.setdefault((qid, docid), n)
+        if first != n:
+            raise InputError(f"{path}:{n}: docid {docid} appears twice for qid {qid} (first at line {first})")
+        run.setdefault(qid, []).append(RunRow(docid, rank_i, score_f, n))
+    if not run:
+        raise InputError(f"{path}: no run lines")
+    for rows in run.values():
+        rows.sort(key=lambda r: r.rank)
+    return run
+
+
+def read_qrels(path: str | Path) -> Qrels:
+    """TREC qrels ``qid iteration docid grade``: ``{qid: {docid: grade}}`` (grades as written, negatives kept).
+
+    Raises:
+        InputError: a line without four columns, a non-integer grade, a (qid, docid) judged twice with different
+            grades (an identical repeat is accepted), an empty file, or any ``iter_lines`` error.
+    """
+    qrels: Qrels = {}
+    for n, line in iter_lines(path):
+        cols = line.split()
+        if len(cols) != 4:
+            raise InputError(f"{path}:{n}: expected 4 columns (qid iteration docid grade), got {len(cols)}")
+        qid, _, docid, grade = cols
+        try:
+            grade_i = int(grade)
+        except ValueError:
+            raise InputError(f"{path}:{n}: grade {grade!r} is not an integer") from None
+        judged = qrels.setdefault(qid, {})
+        if judged.setdefault(docid, grade_i) != grade_i:
+            raise InputError(f"{path}:{n}: docid {docid} is judged twice for qid {qid} with different grades "
+                             f"({judged[docid]} and {grade_i})")
+    if not qrels:
+        raise InputError(f"{path}: no qrels lines")
+    return qrels
+
+
+def read_queries(path: str | Path) -> dict[str, str]:
+    """Queries ``{qid: text}`` from TSV (``qid<TAB>text``) or JSONL (``_id``/``qid`` and ``text``), file order.
+
+    Raises:
+        InputError: a TSV line without a tab, a JSONL line that is not a JSON object or lacks a field, a
+            non-string text, an empty text, a qid twice, or any ``iter_lines`` error.
+    """
+    queries: dict[str, str] = {}
+    lines: dict[str, int] = {}
+    for n, line in iter_lines(path):
+        qid, text, _ = _keyed_text(path, n, line, QUERY_ID_KEYS, ("text",), "qid")
+        if not text.strip():
+            raise InputError(f"{path}:{n}: query {qid} has an empty text")
+        _check_once(lines, qid, path, n, "qid")
+        queries[qid] = text.strip()
+    return queries
+
+
+def read_corpus(path: str | Path, wanted: Iterable[str] | None = None) -> dict[str, str]:
+    """Passages ``{docid: text}`` from JSONL (``_id``/``docid``/``id``, ``text``/``contents``, optional ``title``)
+    or TSV (``docid<TAB>text``), streamed: with ``wanted``, only those docids are kept in memory (every line is
+    still checked). Docids of ``wanted`` that the corpus lacks are simply absent from the result.
+
+    Raises:
+        InputError: a malformed line (see ``read_queries``), a non-string title, a kept docid twice, or any
+            ``iter_lines`` error.
+    """
+    keep = None if wanted is None else set(wanted)
+    passages: dict[str, str] = {}
+    lines: dict[str, int] = {}
+    for n, line in iter_lines(path):
+        docid, text, obj = _keyed_text(path, n, line, DOC_ID_KEYS, DOC_TEXT_KEYS, "docid")
+        if obj is not None:
+            title = obj.get("title") or ""
+            if not isinstance(title, str):
+                raise InputError(f"{path}:{n}: field 'title' must be a string, got {json.dumps(title)[:40]}")
+            text = f"{title} {text}".strip()
+        if keep is None or docid in keep:
+            _check_once(lines, docid, path, n, "docid")
+            passages[docid] = text
+    return passages
+
+
+def read_run_candidates(run_path: str | Path, queries_path: str | Path, corpus: str | Path | Mapping[str, str],
+                        depth: int | None = None) -> tuple[Run, list[tuple[str, str, list[Candidate]]]]:
+    """Everything a reranking of a run needs, checked before any LLM call: the run (all its lines), and per qid
+    (run order) ``(qid, query text, candidates)`` where the candidates are the top ``depth`` rows by rank (all
+    when None), with their passage text. ``corpus`` is a corpus file (only the passages of these rows are kept
+    in memory) or a ready ``{docid: text}`` mapping.
+
+    Raises:
+        InputError: any reader error; ``RUN:LINE`` of the first row of a qid that has no query, or of the first
+            row whose docid the corpus lacks; ValueError: depth < 1.
+    """
+    if depth is not None and depth < 1:
+        raise ValueError(f"depth must be >= 1 or None, got {depth}")
+    run = read_run(run_path)
+    queries = read_queries(queries_path)
+    for qid, rows in run.items():
+        if qid not in queries:
+            first = min(r.line for r in rows)
+            raise InputError(f"{run_path}:{first}: qid {qid} has no query in {queries_path}")
+    kept = {qid: rows[:depth] for qid, rows in run.items()}
+    wanted = (r.docid for rows in kept.values() for r in rows)
+    passages = corpus if isinstance(corpus, Mapping) else read_corpus(corpus, wanted)
+    missing = [(r.line, r.docid) for rows in kept.values() for r in rows if r.docid not in passages]
+    if missing:
+        line, docid = min(missing)
+        source = "the corpus" if isinstance(corpus, Mapping) else corpus
+        raise InputError(f"{run_path}:{line}: docid {docid} is not in {source} "
+                         f"({len(missing)} run line(s) lack a passage)")
+    return run, [(qid, queries[qid], [Candidate(r.docid, passages[r.docid]) for r in rows])
+                 for qid, rows in kept.items()]
+
+
+def write_run(path: str | Path, ranked: Iterable[tuple[str, Sequence[str]]], tag: str = "activeprp") -> int:
+    """Write a TREC run: for each ``(qid, docids best first)``, lines ``qid Q0 docid rank score tag`` with rank
+    1..n and score n..1 (strictly decreasing, so trec_eval's sort by score keeps the order). ``ranked`` is
+    consumed lazily; the file appears (atomically replacing ``path``) only when it is exhausted. Returns the
+    number of lines written.
+
+    Raises:
+        ValueError: an empty or whitespace-containing qid, docid or tag; a docid twice within a query.
+        OSError: the directory of ``path`` is missing or not writable.
+    """
+    _check_token("tag", tag)
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    written = 0
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+            for qid, docids in ranked:
+                _check_token("qid", qid)
+                if len(set(docids)) != len(docids):
+                    raise ValueError(f"qid {qid}: the ranked docids contain duplicates")
+                for rank, docid in enumerate(docids, 1):
+                    _check_token("docid", docid)
+                    f.write(f"{qid} Q0 {docid} {rank} {len(docids) - rank + 1} {tag}\n")
+                written += len(docids)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return written
+
+
+def _check_token(name: str, value: str) -> None:
+    if not isinstance(value, str) or not value or any(c.isspace() for c in value):
+        raise ValueError(f"a TREC run {name} must be a non-empty string without whitespace, got {value!r}")
+
+
+__all__ = ["Qrels", "Run", "RunRow", "iter_lines", "read_corpus", "read_qrels", "read_queries", "read_run",
+           "read_run_candidates", "write_run"]

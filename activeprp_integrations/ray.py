@@ -1,0 +1,261 @@
+"""Ray Data: rerank a dataset of queries on a Ray cluster (``pip install "activeprp[ray]"``).
+
+``rerank_dataset(ds, comparator_factory, **rerank_kwargs)`` runs ``activeprp_core.rerank_many`` inside
+``Dataset.map_batches`` on a pool of actors, each holding one comparator built once from ``comparator_factory``:
+the rounds of all queries of a batch are merged, as in a single process, and the actors work in parallel.
+
+Input rows: ``query`` (str) and ``candidates`` (a list of ``{"id": str, "text": str, ...}`` records in prior
+order, best first; other keys become ``Candidate.metadata``). Every input column is kept. Output columns added
+(replacing input columns of the same name): ``order`` (list of int: indices into ``candidates``, best first),
+one column per ``RerankResult.stats()`` field (``ranker``, ``oracle``, ``budget``, ``max_rounds``, ``top_k``,
+``calls``, ``comparisons``, ``rounds``, ``cache_hits``, ``ties``, ``failed_calls``, ``retries``,
+``prompt_tokens``, ``completion_tokens``, ``wall_time_s``, ``exhausted``, ``converged``, ``failure``,
+``errors``) and ``error``. A row that failed on its own (a ``RerankFailure``: bad candidates, a comparator error
+for its prompts, a ranker error) has ``order`` null, ``error`` = ``"<ErrorType>: <message>"``, the accounting
+columns (``calls`` ...) filled where the error carried them and the other stats null; a row that succeeded has
+``error`` null. A dead endpoint (authentication error, open circuit breaker; with ``on_failure="raise"``) fails
+the whole dataset, as it stops ``rerank_many``.
+
+Results per row are identical to ``rerank_many`` (hence to ``rerank``) with the same arguments and seed, however
+rows are split into batches and actors. Output rows follow Ray's block order, which is not the input order unless
+``DataContext.get_current().execution_options.preserve_order = True``: join on a key column (e.g. ``qid``).
+
+Importing this module imports no Ray; ``rerank_dataset`` and ``connect`` raise ``ImportError`` naming
+``activeprp[ray]`` when Ray Data is missing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import fields
+from typing import Any
+
+from activeprp_core import Candidate, Comparator, RerankFailure, RerankResult, arerank_many, rerank_many
+
+RAY_EXTRA = 'pip install "activeprp[ray]"'
+DEFAULT_NUM_CPUS = 0.5
+"""CPUs reserved per actor. Fractional on purpose: on a small Ray (e.g. ``ray.init(num_cpus=2)``) a pool of 2
+actors at ``num_cpus=1`` holds every CPU and the dataset's read tasks never run (docs/ray-notes.md)."""
+LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+"""Ray's switch for a single-machine instance (its default on macOS/Windows): "0" makes a local Ray use
+127.0.0.1 as its node address, so its servers listen on loopback only (checked with ``ss -ltnp`` on ray 2.60)."""
+ORDER, ERROR = "order", "error"
+_RESERVED = ("requests", "comparator", "progress")
+
+
+def _ray() -> Any:
+    try:
+        import ray
+        import ray.data  # noqa: F401 - needs the data extra (pandas, pyarrow)
+    except ImportError as err:
+        raise ImportError(f"activeprp_integrations.ray needs Ray Data: {RAY_EXTRA}") from err
+    return ray
+
+
+def _stat_types() -> dict[str, Any]:
+    """The Arrow type of every output column: ``order``, the ``RerankResult.stats()`` fields (typed from the
+    ``RerankResult`` declaration) and ``error``."""
+    import pyarrow as pa
+
+    arrow = {"int": pa.int64(), "float": pa.float64(), "bool": pa.bool_(), "str": pa.string(),
+             "list[str]": pa.list_(pa.string())}
+    declared = {f.name: str(f.type).removesuffix(" | None") for f in fields(RerankResult)}
+    sample = RerankResult(candidates=[], order=[], scores=[], ranker="", oracle="", budget=None, top_k=1)
+    return {ORDER: pa.list_(pa.int64()), **{k: arrow[declared[k]] for k in sample.stats()}, ERROR: pa.string()}
+
+
+def _candidate(record: Any) -> Candidate:
+    if not isinstance(record, dict) or "id" not in record or "text" not in record:
+        keys = sorted(record) if isinstance(record, dict) else type(record).__name__
+        raise ValueError(f"each candidate must be a record with 'id' and 'text', got {keys}")
+    return Candidate(record["id"], record["text"], {k: v for k, v in record.items() if k not in ("id", "text")})
+
+
+def _row(item: RerankResult | RerankFailure | Exception, types: dict[str, Any]) -> dict[str, Any]:
+    """One output row's added columns."""
+    row = dict.fromkeys(types)
+    if isinstance(item, RerankResult):
+        row.update(item.stats(), order=list(item.order))
+        return row
+    error = item.error if isinstance(item, RerankFailure) else item
+    spent = getattr(error, "accounting", None)
+    row.update(spent.counts() if spent is not None else {}, error=f"{type(error).__name__}: {error}")
+    return row
+
+
+class _Reranker:
+    """The ``map_batches`` callable of one actor: builds the comparator once, reranks each batch with
+    ``rerank_many`` (``arerank_many`` on the actor's own event loop with ``use_async``)."""
+
+    def __init__(self, comparator_factory: Callable[[], Any], rerank_kwargs: dict[str, Any], use_async: bool) -> None:
+        self.comparator = comparator_factory()
+        if self.comparator is None:
+            raise ValueError("comparator_factory returned None instead of a comparator")
+        self.kwargs = rerank_kwargs
+        self.loop = asyncio.new_event_loop() if use_async else None
+        self.types = _stat_types()
+
+    def _rerank(self, requests: list) -> list:
+        kw = {**self.kwargs, "comparator": self.comparator}
+        if self.loop is None:
+            return list(rerank_many(requests, **kw))
+
+        async def collect() -> list:
+            return [item async for item in arerank_many(requests, **kw)]
+
+        return self.loop.run_until_complete(collect())
+
+    def __call__(self, table: Any) -> Any:
+        import pyarrow as pa
+
+        missing = [c for c in ("query", "candidates") if c not in table.column_names]
+        if missing:
+            raise ValueError(f"rerank_dataset: every row needs 'query' and 'candidates'; the dataset lacks {missing} "
+                             f"(columns: {table.column_names})")
+        rows = table.to_pylist()
+        items: list[Any] = [None] * len(rows)
+        good: list[int] = []
+        requests = []
+        for i, row in enumerate(rows):
+            try:
+                requests.append((row["query"], [_candidate(c) for c in row["candidates"] or []]))
+                good.append(i)
+            except (TypeError, ValueError) as error:
+                items[i] = error
+        for i, item in zip(good, self._rerank(requests)):
+            items[i] = item
+        added = [_row(item, self.types) for item in items]
+        for name, kind in self.types.items():
+            column = pa.array([r[name] for r in added], type=kind)
+            if name in table.column_names:
+                table = table.set_column(table.column_names.index(name), name, column)
+            else:
+                table = table.append_column(name, column)
+        return table
+
+
+class _NoCalls(Comparator):
+    """Stands in for the comparator while the arguments are checked (it is never called)."""
+
+    def compare(self, query: str, pairs: Any) -> list[float | None]:
+        raise AssertionError("never called")
+
+
+def rerank_dataset(
+    ds: Any,
+    comparator_factory: Callable[[], Any],
+    *,
+    num_actors: int = 1,
+    num_cpus: float = DEFAULT_NUM_CPUS,
+    num_gpus: float | None = None,
+    batch_size: int = 64,
+    use_async: bool = False,
+    **rerank_kwargs: Any,
+) -> Any:
+    """Rerank every row of a Ray dataset (see the module docstring for the row layout).
+
+    Args:
+        ds: a ``ray.data.Dataset`` whose rows have ``query`` (str) and ``candidates`` (list of ``{"id", "text"}``).
+        comparator_factory: a picklable callable with no arguments that returns a comparator; called once per
+            actor (so a local model is loaded once per actor, on the actor's GPU with ``num_gpus``). Keep it
+            small (a class or a ``functools.partial``, not a loaded model): Ray ships it to every actor.
+        num_actors: actors in the pool (``ray.data.ActorPoolStrategy(size=num_actors)``).
+        num_cpus, num_gpus: resources reserved per actor (passed to ``map_batches``). The default ``num_cpus``
+            is fractional (0.5) so that read tasks still get a CPU on a small cluster.
+        batch_size: rows per ``map_batches`` batch: the queries one ``rerank_many`` call merges (its
+            ``max_active`` caps those in progress).
+        use_async: run ``arerank_many`` on each actor's event loop (for endpoint comparators: the calls of the
+            batch's queries run concurrently, at most ``max_concurrency`` in flight per actor).
+        rerank_kwargs: ``rerank_many`` arguments (``ranker``, ``oracle``, ``budget`` (required), ``top_k``,
+            ``seed``, ``cache``, ``max_rounds``, ``on_failure``, ``max_concurrency``, ``max_consecutive_failures``,
+            ``max_active``), the same for every row.
+
+    Returns:
+        A lazy ``ray.data.Dataset`` (nothing runs until it is consumed) with the input columns plus ``order``,
+        the stats columns and ``error``.
+
+    Raises:
+        ImportError: Ray Data is missing (names ``activeprp[ray]``).
+        TypeError / ValueError: a bad argument (checked here, before anything runs). While the dataset runs:
+        ``ValueError`` for a dataset without ``query``/``candidates`` columns, and the comparator's error (wrapped
+        by Ray) when a dead endpoint stops a batch.
+    """
+    ray = _ray()
+    if not callable(comparator_factory):
+        raise TypeError(f"comparator_factory must be a callable returning a comparator, got "
+                        f"{type(comparator_factory).__name__}")
+    for name, value in (("num_actors", num_actors), ("batch_size", batch_size)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    for name, value in (("num_cpus", num_cpus), ("num_gpus", num_gpus)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
+            raise ValueError(f"{name} must be a number >= 0, got {value!r}")
+    reserved = sorted(set(rerank_kwargs) & set(_RESERVED))
+    if reserved:
+        raise TypeError(f"rerank_dataset sets {reserved} itself: pass comparator_factory, and no {reserved}")
+    list(rerank_many([], comparator=_NoCalls(), **rerank_kwargs))  # checks names and values like rerank_many
+    resources = {"num_cpus": num_cpus} | ({"num_gpus": num_gpus} if num_gpus is not None else {})
+    out = ds.map_batches(
+        _Reranker, fn_constructor_kwargs={"comparator_factory": comparator_factory, "rerank_kwargs": rerank_kwargs,
+                                          "use_async": use_async},
+        compute=ray.data.ActorPoolStrategy(size=num_actors), batch_size=batch_size, batch_format="pyarrow",
+        **resources)
+    out.context.raise_original_map_exception = True  # a dead endpoint's error, not "UDF failed" (see unwrap)
+    return out
+
+
+def connect(address: str | None = None, *, num_cpus: int | None = None) -> bool:
+    """Make sure this process is connected to Ray, for ``rerank_dataset``.
+
+    Args:
+        address: an existing cluster (``"HOST:PORT"`` of its head, ``"ray://HOST:10001"`` for Ray Client,
+            ``"auto"``); with Ray's token authentication (on by default in ray 2.60) the cluster's token must
+            be in ``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH`` or ``~/.ray/auth_token``. None: start a local Ray
+            on this machine that listens on 127.0.0.1 only (sets ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` unless
+            set, which only works when Ray was not imported yet in this process), no dashboard.
+        num_cpus: CPUs of a local Ray (None = all).
+
+    Returns:
+        True when this call connected (call ``ray.shutdown()`` when done), False when Ray was already initialised
+        in this process (it is used as it is, and left running).
+
+    Raises:
+        ImportError: Ray Data is missing. ConnectionError (from Ray): no cluster at ``address``.
+    """
+    if address is None:
+        os.environ.setdefault(LOOPBACK_ENV, "0")
+    ray = _ray()
+    if ray.is_initialized():
+        return False
+    if address is None:
+        ray.init(num_cpus=num_cpus, include_dashboard=False)
+    else:
+        ray.init(address=address)
+    return True
+
+
+@contextlib.contextmanager
+def unwrap() -> Iterator[None]:
+    """Re-raise the ActivePRP error that stopped a dataset (a dead endpoint) as itself rather than wrapped in
+    Ray's task error, so callers can catch ``ComparatorAuthError`` / ``ComparatorUnavailable``. Needs a dataset
+    from ``rerank_dataset``, which asks Ray Data to keep the original exception."""
+    from activeprp_core import ActivePRPError
+
+    try:
+        yield
+    except Exception as error:
+        chain: list[BaseException] = []
+        link: BaseException | None = error
+        while link is not None and all(link is not seen for seen in chain):
+            chain.append(link)
+            link = getattr(link, "cause", None) or link.__cause__
+        ours = [e for e in chain if isinstance(e, ActivePRPError) and not type(e).__module__.startswith("ray")]
+        if not ours or ours[-1] is error:
+            raise
+        raise ours[-1] from error
+
+
+__all__ = ["DEFAULT_NUM_CPUS", "connect", "rerank_dataset", "unwrap"]

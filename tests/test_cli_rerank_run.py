@@ -1,0 +1,340 @@
+"""``activeprp rerank-run`` end to end on TREC DL19 files, and its one-line errors on bad input."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from activeprp_core.cli import main
+from activeprp_core.cli import rerank_run as cli
+
+DL19 = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "trec-dl-2019"
+needs_data = pytest.mark.skipif(not DL19.is_dir(), reason="../shared/data not present")
+RUN, TOPICS, QRELS = (DL19 / "trec_results_dl19_top100.bm25.txt", DL19 / "topics.dl19-passage.txt",
+                      DL19 / "qrels.dl19-passage.txt")
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    """A BEIR-style corpus JSONL made from the passages of DL19's BM25 hits (4297 distinct docids)."""
+    path = tmp_path_factory.mktemp("dl19") / "corpus.jsonl"
+    seen: set[str] = set()
+    with path.open("w", encoding="utf-8") as f:
+        for line in (DL19 / "bm25_dl19_top100.jsonl").read_text(encoding="utf-8").splitlines():
+            for hit in json.loads(line)["hits"]:
+                if hit["docid"] not in seen:
+                    seen.add(hit["docid"])
+                    f.write(json.dumps({"_id": hit["docid"], "text": hit["content"]}) + "\n")
+    return path
+
+
+def run_pairs(path: Path) -> list[tuple[str, str, int, float]]:
+    return [(q, d, int(r), float(s)) for q, _, d, r, s, _ in (line.split() for line in path.read_text().splitlines())]
+
+
+def ndcg(out: str) -> tuple[float, float]:
+    found = re.search(r"nDCG@10 \(ir-measures, 43 judged queries\): input(?: top \d+)? ([0-9.]+) -> reranked ([0-9.]+)",
+                      out)
+    assert found, out
+    return float(found.group(1)), float(found.group(2))
+
+
+@needs_data
+def test_simulated_full_depth_keeps_every_pair_and_beats_bm25(corpus, tmp_path, capsys):
+    out = tmp_path / "reranked.run"
+    code = main(["rerank-run", "--run", str(RUN), "--queries", str(TOPICS), "--corpus", str(corpus), "--out", str(out),
+                 "--qrels", str(QRELS), "--comparator", "simulated", "--no-progress"])
+    captured = capsys.readouterr()
+    assert code == 0 and captured.err == ""
+    written = run_pairs(out)
+    assert {(q, d) for q, d, _, _ in written} == {(q, d) for q, d, _, _ in run_pairs(RUN)} and len(written) == 4300
+    by_query: dict[str, list[tuple[int, float]]] = {}
+    for q, _, rank, score in written:
+        by_query.setdefault(q, []).append((rank, score))
+    for rows in by_query.values():
+        assert [r for r, _ in rows] == list(range(1, len(rows) + 1))
+        assert all(a > b for (_, a), (_, b) in zip(rows, rows[1:]))
+    assert f"read 4300 lines (43 queries) from {RUN}" in captured.out
+    assert f"wrote 4300 lines (43 queries) to {out}" in captured.out
+    assert "noise calibrated" in captured.out
+    before, after = ndcg(captured.out)
+    assert before == pytest.approx(0.5058, abs=1e-4)  # BM25, as trec_eval reports it
+    assert after > before + 0.05
+
+
+@needs_data
+def test_depth_cuts_each_query_to_its_top_n_and_progress_shows(corpus, tmp_path, capsys):
+    out = tmp_path / "top10.run"
+    assert main(["rerank-run", "--run", str(RUN), "--queries", str(TOPICS), "--corpus", str(corpus), "--out", str(out),
+                 "--qrels", str(QRELS), "--comparator", "simulated", "--depth", "10", "--ranker", "allpairs",
+                 "--budget", "45", "--tag", "sim10"]) == 0
+    captured = capsys.readouterr()
+    top10 = {(q, d) for q, d, r, _ in run_pairs(RUN) if r <= 10}
+    assert {(q, d) for q, d, _, _ in run_pairs(out)} == top10 and len(top10) == 430
+    assert all(line.endswith(" sim10") for line in out.read_text().splitlines())
+    assert "reranking 430 (depth 10)" in captured.out and "wrote 430 lines" in captured.out
+    before, after = ndcg(captured.out)
+    assert "input top 10" in captured.out and after > before
+    assert "43/43" in captured.err  # the tqdm bar over queries
+
+
+@needs_data
+def test_bundled_model_on_two_queries(corpus, tmp_path, capsys):
+    run = tmp_path / "two.run"
+    qids = list(dict.fromkeys(q for q, _, _, _ in run_pairs(RUN)))[:2]
+    run.write_text("".join(line + "\n" for line in RUN.read_text().splitlines() if line.split()[0] in qids))
+    out = tmp_path / "out.run"
+    assert main(["rerank-run", "--run", str(run), "--queries", str(TOPICS), "--corpus", str(corpus), "--out", str(out),
+                 "--qrels", str(QRELS), "--depth", "4", "--budget", "6", "--passage-tokens", "32",
+                 "--no-progress"]) == 0
+    assert sorted(r for _, _, r, _ in run_pairs(out)) == [1, 1, 2, 2, 3, 3, 4, 4]
+    assert {(q, d) for q, d, _, _ in run_pairs(out)} == {(q, d) for q, d, r, _ in run_pairs(run) if r <= 4}
+    printed = capsys.readouterr().out
+    assert "LLM calls:" in printed and "(ir-measures, 2 judged queries): input top 4" in printed  # not all 43
+
+
+@pytest.fixture
+def files(tmp_path):
+    """Small valid inputs (BOM, CRLF and blank lines included); a test overwrites one to make it bad."""
+    paths = {
+        "run": tmp_path / "run.txt", "queries": tmp_path / "queries.tsv", "corpus": tmp_path / "corpus.jsonl",
+        "qrels": tmp_path / "qrels.txt",
+    }
+    paths["run"].write_bytes(b"\xef\xbb\xbfq1 Q0 d1 1 3.0 bm25\r\n\nq1 Q0 d2 2 2.0 bm25\nq2 Q0 d3 1 1.0 bm25\n")
+    paths["queries"].write_text("q1\tfirst query\nq2\tsecond query\n")
+    paths["corpus"].write_text("\n".join(json.dumps({"_id": f"d{i}", "text": f"passage {i}"}) for i in (1, 2, 3)))
+    paths["qrels"].write_text("q1 0 d2 2\nq2 0 d3 1\n")
+    return paths
+
+
+def cli_args(files, out, *extra):
+    return ["rerank-run", "--run", str(files["run"]), "--queries", str(files["queries"]), "--corpus",
+            str(files["corpus"]), "--out", str(out), "--comparator", "simulated", "--qrels", str(files["qrels"]),
+            "--no-progress", *extra]
+
+
+def test_small_valid_files_with_bom_rerank(files, tmp_path, capsys):
+    out = tmp_path / "out.run"
+    assert main(cli_args(files, out)) == 0
+    lines = out.read_text().splitlines()
+    assert sorted(line.split()[2] for line in lines[:2]) == ["d1", "d2"] and lines[2] == "q2 Q0 d3 1 1 activeprp"
+    assert [line.split()[3:] for line in lines[:2]] == [["1", "2", "activeprp"], ["2", "1", "activeprp"]]
+    assert "read 3 lines (2 queries)" in capsys.readouterr().out
+
+
+BAD_INPUTS = [
+    ("run", "q1 Q0 d1 1 3.0\n", "{run}:1: expected 6 columns (qid Q0 docid rank score tag), got 5"),
+    ("run", "q1 Q0 d1 1 3.0 t\n\nq1 Q0 d2 x 2.0 t\n", "{run}:3: rank 'x' is not an integer"),
+    ("run", "q1 Q0 d1 1 3.0 t\nq9 Q0 d2 1 2.0 t\n", "{run}:2: qid q9 has no query in {queries}"),
+    ("run", "q1 Q0 d1 1 3.0 t\nq1 Q0 d7 2 2.0 t\n",
+     "{run}:2: docid d7 is not in {corpus} (1 run line(s) lack a passage)"),
+    ("run", "q1 Q0 d1 1 3.0 t\nq1 Q0 d1 2 2.0 t\n", "{run}:2: docid d1 appears twice for qid q1 (first at line 1)"),
+    ("queries", "q1\tfirst\n\n{\"_id\": \"q2\"}\n", "{queries}:3: expected qid<TAB>text"),
+    ("corpus", '{"_id": "d1", "text": "a"}\nnot json\n', "{corpus}:2: not JSON (Expecting value at column 1)"),
+    ("corpus", '{"_id": "d1", "text": "a"}\n[1]\n', "{corpus}:2: not a JSON object but an array"),
+    ("corpus", '{"_id": "d1", "text": "a"}\n{"_id": "d2"}\n', "{corpus}:2: no text field (text / contents)"),
+    ("corpus", b'{"_id": "d1", "text": "caf\xe9"}\n', "{corpus}:1: not UTF-8 (byte 0xe9 at column 27)"),
+    ("qrels", "q1 0 d2\n", "{qrels}:1: expected 4 columns (qid iteration docid grade), got 3"),
+]
+
+
+@pytest.mark.parametrize(("which", "content", "message"), BAD_INPUTS)
+def test_bad_input_is_one_line_exit_2_and_no_comparator(files, tmp_path, capsys, monkeypatch, which, content,
+                                                        message):
+    monkeypatch.setattr(cli, "build_comparator", lambda *a: pytest.fail("a comparator was built"))
+    path = files[which]
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
+    out = tmp_path / "out.run"
+    assert main(cli_args(files, out)) == 2
+    err = capsys.readouterr().err
+    assert err == "activeprp: error: " + message.format(**files) + "\n"
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda f, t: f.update(run=t), "{run}: is a directory, not a file"),
+    (lambda f, t: f.update(queries=t / "missing.tsv"), "{queries}: no such file"),
+    (lambda f, t: f.update(out=t), "{out}: is a directory, not a file"),
+    (lambda f, t: f.update(out=t / "no" / "out.run"), "{out}: no such directory '{parent}'"),
+    (lambda f, t: f.pop("qrels"), "--comparator simulated needs --qrels QRELS (its graded labels)"),
+])
+def test_bad_paths_are_one_line_exit_2(files, tmp_path, capsys, monkeypatch, change, message):
+    monkeypatch.setattr(cli, "build_comparator", lambda *a: pytest.fail("a comparator was built"))
+    files["out"] = tmp_path / "out.run"
+    change(files, tmp_path)
+    args = ["rerank-run", "--run", str(files["run"]), "--queries", str(files["queries"]), "--corpus",
+            str(files["corpus"]), "--out", str(files["out"]), "--comparator", "simulated", "--no-progress"]
+    if "qrels" in files:
+        args += ["--qrels", str(files["qrels"])]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err == "activeprp: error: " + message.format(**files, parent=files["out"].parent) + "\n"
+
+
+def test_depth_must_be_positive(files, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(cli_args(files, tmp_path / "out.run", "--depth", "0"))
+    assert exit_.value.code == 2 and "--depth: expected an integer >= 1, got 0" in capsys.readouterr().err
+
+
+def test_qrels_simulator_routes_by_query_text():
+    from activeprp_core import Candidate
+    from activeprp_core.cli import InputError
+
+    judge = cli.QrelsSimulator({"q1": "alpha", "q2": "beta"}, {"q1": {"a": 3, "b": -1}, "q2": {"b": 3}})
+    a, b = Candidate("a", ""), Candidate("b", "")
+    assert judge.compare("alpha", [(a, b), (b, a)]) == [1.0, 0.0]
+    assert judge.compare("beta", [(a, b)]) == [0.0] and judge.calls == 3
+    with pytest.raises(ValueError, match="no simulated judge"):
+        judge.compare("gamma", [(a, b)])
+    with pytest.raises(InputError, match="queries q1 and q2 have the same text but different qrels"):
+        cli.QrelsSimulator({"q1": "same", "q2": "same"}, {"q1": {"a": 1}})
+
+
+# ---- many queries at once: rerank_many / arerank_many behind the command --------------------------------------
+
+@needs_data
+def test_simulated_dl19_output_equals_a_loop_of_rerank(corpus, tmp_path, capsys):
+    """rerank-run (rerank_many over all queries) writes the same run as reranking each query alone."""
+    from activeprp_core import rerank
+    from activeprp_core.evaluation.calibration import CALIBRATED_PARAMS
+    from activeprp_core.trecfiles import read_qrels, read_run_candidates, write_run
+
+    out, loop = tmp_path / "many.run", tmp_path / "loop.run"
+    assert main(["rerank-run", "--run", str(RUN), "--queries", str(TOPICS), "--corpus", str(corpus), "--out", str(out),
+                 "--qrels", str(QRELS), "--comparator", "simulated", "--no-progress", "--max-active", "7"]) == 0
+    _, requests = read_run_candidates(RUN, TOPICS, corpus, None)
+    judge = cli.QrelsSimulator({q: text for q, text, _ in requests}, read_qrels(QRELS), **CALIBRATED_PARAMS)
+    write_run(loop, ((q, [c[i].id for i in rerank(text, c, comparator=judge, budget=100, top_k=10).order])
+                     for q, text, c in requests), tag="activeprp")
+    assert out.read_bytes() == loop.read_bytes()
+
+
+class Recorder:
+    """A simulated judge for the small ``files``: records the queries of each call; fails as told."""
+
+    def __init__(self, fail_for=None, error=None):
+        from activeprp_core import SimulatedComparator
+
+        self.inner = SimulatedComparator({"d1": 1, "d2": 2, "d3": 0, "d4": 3})
+        self.fail_for, self.error, self.calls = fail_for, error, []
+
+    def compare(self, query, pairs):
+        self.calls.append(query)
+        if self.error is not None and self.fail_for in (None, query):
+            raise self.error
+        return self.inner.compare(query, pairs)
+
+
+@pytest.fixture
+def three_queries(files):
+    files["run"].write_text("q1 Q0 d1 1 3 t\nq1 Q0 d2 2 2 t\nq2 Q0 d3 1 1 t\nq2 Q0 d4 2 0 t\nq3 Q0 d1 1 1 t\n"
+                            "q3 Q0 d4 2 0 t\n")
+    files["queries"].write_text("q1\tfirst query\nq2\tsecond query\nq3\tthird query\n")
+    files["corpus"].write_text("\n".join(json.dumps({"_id": f"d{i}", "text": f"passage {i}"}) for i in range(1, 5)))
+    return files
+
+
+def use(monkeypatch, judge):
+    monkeypatch.setattr(cli, "comparator_factory", lambda *a: lambda: judge)
+
+
+def test_a_failing_query_is_reported_the_others_written_and_exit_1(three_queries, tmp_path, capsys, monkeypatch):
+    from activeprp_core import ComparatorRequestError
+
+    use(monkeypatch, Recorder("second query", ComparatorRequestError("prompt too long", status_code=400)))
+    out = tmp_path / "out.run"
+    assert main(cli_args(three_queries, out)) == 1
+    captured = capsys.readouterr()
+    assert "activeprp: query q2 failed: ComparatorRequestError: prompt too long (HTTP 400)\n" in captured.err
+    assert captured.err.endswith(f"activeprp: error: 1 of 3 queries failed (q2); {out} holds the other 2\n")
+    assert sorted({line.split()[0] for line in out.read_text().splitlines()}) == ["q1", "q3"]
+    assert "wrote 4 lines (2 queries)" in captured.out
+
+
+def test_with_on_failure_prior_a_failing_query_is_written_in_input_order(three_queries, tmp_path, capsys,
+                                                                          monkeypatch):
+    use(monkeypatch, Recorder("second query", RuntimeError("bug in a comparator")))
+    out = tmp_path / "out.run"
+    assert main(cli_args(three_queries, out, "--on-failure", "prior")) == 0
+    captured = capsys.readouterr()
+    assert "activeprp: query q2 failed: RuntimeError: bug in a comparator\n" in captured.err
+    assert [line.split()[2] for line in out.read_text().splitlines() if line.startswith("q2 ")] == ["d3", "d4"]
+    assert "wrote 6 lines (3 queries)" in captured.out and "1 failed queries were written in their input order" in \
+        captured.out
+
+
+def test_a_dead_endpoint_stops_with_exit_1_and_no_output(three_queries, tmp_path, capsys, monkeypatch):
+    from activeprp_core import ComparatorAuthError
+
+    judge = Recorder(None, ComparatorAuthError("invalid key", status_code=401))
+    use(monkeypatch, judge)
+    out = tmp_path / "out.run"
+    assert main(cli_args(three_queries, out)) == 1
+    assert capsys.readouterr().err.endswith("activeprp: error: ComparatorAuthError: invalid key (HTTP 401)\n")
+    assert not out.exists() and len(judge.calls) == 1  # stopped at the first call
+
+
+def test_max_active_sets_how_many_queries_share_a_call(three_queries, tmp_path, monkeypatch):
+    from activeprp_core import Comparator
+
+    class Batches(Comparator):  # a comparator that batches across queries (like a local model)
+        def __init__(self):
+            self.inner, self.calls = Recorder(), []
+
+        def compare(self, query, pairs):
+            raise AssertionError("judge_batch is the entry")
+
+        def judge_batch(self, items, *, guard=None):
+            self.calls.append(len({q for q, _, _ in items}))
+            return [p for q, a, b in items for p in self.inner.compare(q, [(a, b)])]
+
+    for max_active, most in (("1", 1), ("3", 3)):
+        judge = Batches()
+        use(monkeypatch, judge)
+        assert main(cli_args(three_queries, tmp_path / "out.run", "--max-active", max_active)) == 0
+        assert max(judge.calls) == most
+
+
+def test_openai_goes_through_arerank_many_with_max_concurrency_across_queries(three_queries, tmp_path, monkeypatch,
+                                                                              capsys):
+    import asyncio
+
+    from activeprp_core import Comparator, SimulatedComparator
+
+    class Endpoint(Comparator):
+        def __init__(self):
+            self.inner, self.inflight, self.most, self.queries = SimulatedComparator({"d1": 1, "d2": 2}), 0, 0, set()
+
+        def compare(self, query, pairs):
+            raise AssertionError("the sync path was used")
+
+        async def acompare(self, query, pairs):
+            self.inflight += len(pairs)
+            self.most = max(self.most, self.inflight)
+            self.queries.add(query)
+            await asyncio.sleep(0.01)
+            self.inflight -= len(pairs)
+            return self.inner.compare(query, pairs)
+
+    judge = Endpoint()
+    use(monkeypatch, judge)
+    out = tmp_path / "out.run"
+    assert main(cli_args(three_queries, out, "--comparator", "openai", "--model", "m", "--max-concurrency", "2")) == 0
+    assert judge.most == 2 and len(judge.queries) == 3  # calls of different queries in flight together, capped
+
+
+def test_without_tqdm_no_bar_is_shown(three_queries, tmp_path, capsys, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "tqdm" else real(name, *a))
+    args = [a for a in cli_args(three_queries, tmp_path / "out.run") if a != "--no-progress"]
+    assert main(args) == 0
+    assert capsys.readouterr().err == ""

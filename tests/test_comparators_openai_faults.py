@@ -1,0 +1,602 @@
+"""OpenAIChatComparator against ``FaultServer`` (a canned OpenAI-compatible endpoint on 127.0.0.1, no model):
+typed errors raised fast, the circuit breaker, robust parsing of any 200 body, concurrency caps shared
+comparators keep, and client lifetime."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import logging
+import math
+import os
+import threading
+import time
+
+import pytest
+from _llm_server import FaultServer, Reply, closed_port_url, completion, error_body
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from activeprp_core import (
+    Candidate,
+    ComparatorAuthError,
+    ComparatorRequestError,
+    ComparatorUnavailable,
+    RerankFailure,
+    RerankResult,
+    arerank,
+    arerank_many,
+    rerank,
+    rerank_many,
+)
+from activeprp_core.comparators import OpenAIChatComparator
+from activeprp_core.comparators.openai_chat import _parse
+
+pytest.importorskip("openai")
+pytest.importorskip("tenacity")
+
+KEY = "sk-test-SECRET-0123456789"
+FAST = {"backoff_initial": 0.01, "backoff_max": 0.02}  # keeps retried faults quick; defaults are measured in scripts/
+
+
+def comparator(url: str, **kw) -> OpenAIChatComparator:
+    return OpenAIChatComparator("fault-model", base_url=url, api_key=KEY, **{"timeout": 10.0, **kw})
+
+
+def candidates(n: int = 10, words: int = 60, tag: str = "") -> list[Candidate]:
+    return [Candidate(f"d{i}", f"{tag}passage {i} " + " ".join(f"w{i}x{k}" for k in range(words))) for i in range(n)]
+
+
+def run(use_async: bool, query: str, cands, **kw):
+    if use_async:
+        return asyncio.run(arerank(query, cands, **kw))
+    return rerank(query, cands, **kw)
+
+
+def status(code: int, message: str) -> callable:
+    return lambda request: Reply(code, error_body(message))
+
+
+def test_a_fault_server_is_bounded_in_requests_and_time():
+    with FaultServer(lambda r: Reply(), max_requests=2, max_seconds=30) as server:
+        judgments = comparator(server.url, max_attempts=1).judge("q", [tuple(candidates(2))] * 3)
+        assert sorted(j.prob is not None for j in judgments) == [False, True, True]  # the third gets a 503
+        assert server.requests == 3
+    with FaultServer(lambda r: Reply(), max_seconds=0.2) as server:
+        time.sleep(0.6)
+        (j,) = comparator(server.url, max_attempts=1, timeout=2.0).judge("q", [tuple(candidates(2))])
+        assert j.prob is None and "APIConnectionError" in j.error  # it stopped by itself
+
+
+# ---- errors that retrying cannot fix: raised on the first occurrence ------------------------------------------------
+@pytest.mark.parametrize("use_async", [True, False])
+@pytest.mark.parametrize(("code", "kind"), [(401, ComparatorAuthError), (403, ComparatorAuthError),
+                                            (404, ComparatorRequestError)])
+def test_refusals_raise_at_once_and_stop_every_later_call(use_async, code, kind):
+    plan = status(code, f"Incorrect API key provided: {KEY}. You can find your API key at ...")
+    with FaultServer(plan) as server:
+        with pytest.raises(kind) as info:
+            run(use_async, "q", candidates(), comparator=comparator(server.url), budget=30)
+        error = info.value
+        assert error.status_code == code
+        assert "Incorrect API key provided: ***" in error.message and KEY not in str(error)
+        assert KEY not in repr(error) and error.__cause__ is None and error.__context__ is None
+        # the first round's calls were in flight together (cap 8); none was retried, no later round was sent.
+        # A call cancelled after it went out counts as spent (the server may see it after the raise, or never);
+        # calls never sent are refunded (the engine refunds what CallGuard.completed lacks).
+        assert 1 <= error.accounting.calls <= 8 and 1 <= server.requests <= 8
+
+    with FaultServer(plan) as server:  # one call at a time: exactly one request
+        with pytest.raises(kind):
+            run(use_async, "q", candidates(), comparator=comparator(server.url), budget=30, max_concurrency=1)
+        assert server.requests == 1
+
+
+@pytest.mark.parametrize("use_async", [True, False])
+def test_a_refusal_stops_the_calls_in_flight(use_async):
+    """One call gets a 401 at once while the others of its batch hang: the batch raises without waiting."""
+    first = threading.Event()
+
+    def plan(request):
+        if not first.is_set():
+            first.set()
+            return Reply(401, error_body("bad key"))
+        return Reply(delay_s=3.0)
+
+    with FaultServer(plan, max_seconds=20) as server:
+        comp = comparator(server.url, max_concurrency=4)
+        pairs = [tuple(candidates(2, tag=str(i))) for i in range(12)]
+        start = time.monotonic()
+        with pytest.raises(ComparatorAuthError):
+            if use_async:
+                asyncio.run(comp.ajudge("q", pairs))
+            else:
+                comp.judge("q", pairs)
+        assert time.monotonic() - start < 2.5  # not the 3 s the others hang (generous; measured: ~0.1 s)
+        assert server.requests <= 4  # the queued calls were never sent
+
+
+@pytest.mark.parametrize("use_async", [True, False])
+@pytest.mark.parametrize("code", [400, 422])
+def test_a_bad_request_raises_for_its_call_without_stopping_the_others(use_async, code):
+    def plan(request):
+        return Reply(code, error_body(f"prompt too long (key {request.api_key})")) if "LONG" in request.text \
+            else Reply(delay_s=0.02)
+
+    with FaultServer(plan) as server:
+        comp = comparator(server.url, max_concurrency=2)
+        with pytest.raises(ComparatorRequestError) as info:
+            run(use_async, "LONG query", candidates(), comparator=comp, budget=20)
+        assert info.value.status_code == code and "prompt too long (key ***)" in info.value.message
+        requests = [("LONG query", candidates(6)), ("short query", candidates(6)), ("another", candidates(6))]
+        # a 400 is about its request: it does not count toward the breaker (here opened by any failed call)
+        kw = {"comparator": comp, "budget": 10, "top_k": 3, "max_consecutive_failures": 1}
+        if use_async:
+            async def collect():
+                return [r async for r in arerank_many(requests, **kw)]
+            out = asyncio.run(collect())
+        else:
+            out = list(rerank_many(requests, **kw))
+        assert isinstance(out[0], RerankFailure) and isinstance(out[0].error, ComparatorRequestError)
+        assert all(isinstance(r, RerankResult) and r.failed_calls == 0 and r.calls > 0 for r in out[1:])
+        if not use_async:  # the calls in flight when the 400 came back answered before the queries were re-asked
+            assert server.max_inflight <= 2  # (async ones are cancelled: closed by the client, the server may not see
+            # it before it answers the next request)
+
+
+# ---- errors that retrying may fix: retried, then failed calls for the circuit breaker -----------------------------
+@pytest.mark.parametrize("use_async", [True, False])
+@pytest.mark.parametrize("ranker", ["mohajer", "bubblesort"])
+def test_an_endpoint_answering_500_opens_the_circuit_breaker(use_async, ranker):
+    with FaultServer(status(500, f"boom {KEY}"), max_requests=500) as server:
+        comp = comparator(server.url, **FAST)
+        with pytest.raises(ComparatorUnavailable) as info:
+            run(use_async, "q", candidates(), comparator=comp, budget=40, ranker=ranker)
+        sent = server.requests
+        error = info.value
+        assert "circuit breaker open: 5 calls in a row failed" in str(error) and KEY not in str(error)
+        assert error.accounting.failed_calls >= 5
+        assert max(collections.Counter(r.text for r in server.seen).values()) <= 3  # max_attempts per call
+        if ranker == "bubblesort":  # one pair per round: exactly the 5 calls of the breaker, 3 attempts each
+            assert error.accounting.calls == 5 and sent == 15
+        time.sleep(0.3)
+        assert server.requests == sent  # nothing is sent after the raise
+
+
+@pytest.mark.parametrize("use_async", [True, False])
+def test_connection_refused_is_retried_then_opens_the_breaker(use_async):
+    comp = comparator(closed_port_url(), **FAST)
+    with pytest.raises(ComparatorUnavailable) as info:
+        run(use_async, "q", candidates(), comparator=comp, budget=40, ranker="bubblesort")
+    assert info.value.accounting.calls == 5 and info.value.accounting.retries == 10
+    assert "APIConnectionError" in str(info.value)
+
+
+def test_on_failure_prior_degrades_with_scrubbed_reasons(caplog):
+    with FaultServer(status(503, f"overloaded, key={KEY}")) as server, caplog.at_level(logging.DEBUG, "activeprp"):
+        result = rerank("q", candidates(), comparator=comparator(server.url, **FAST), budget=30, on_failure="prior")
+    assert result.failure and "ComparatorUnavailable" in result.failure and not result.converged
+    assert result.errors and all("***" in e and KEY not in e for e in result.errors)
+    assert sorted(result.order) == list(range(10))
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and KEY not in warnings[0].getMessage()
+
+
+def test_429_and_500_are_retried_and_retry_after_is_honoured():
+    seen: dict[str, list[float]] = {}
+
+    def plan(request):
+        times = seen.setdefault(request.text, [])
+        times.append(time.monotonic())
+        return [Reply(429, error_body("slow down"), {"Retry-After": "0.4"}), Reply(500, error_body("oops")),
+                Reply()][len(times) - 1]
+
+    with FaultServer(plan) as server:
+        (j,) = comparator(server.url, **FAST).judge("q", [tuple(candidates(2))])
+    assert j.prob is not None and j.retries == 2 and server.requests == 3
+    (times,) = seen.values()
+    assert times[1] - times[0] >= 0.4  # Retry-After honoured (the backoff alone is at most 0.02 s)
+
+
+# ---- any 200 body that is not a usable answer is a failed call ------------------------------------------------------
+def body_with(**choice_fields) -> dict:
+    body = completion()
+    body["choices"][0].update(choice_fields)
+    return body
+
+
+def tops(*pairs) -> dict:
+    return {"content": [{"token": "A", "logprob": -0.1, "top_logprobs": [{"token": t, "logprob": lp}
+                                                                         for t, lp in pairs]}]}
+
+
+BAD_BODIES = {
+    "content null, no logprobs": body_with(message={"role": "assistant", "content": None}, logprobs=None),
+    "logprob a string": body_with(logprobs=tops(("A", "very likely"), ("B", -1.0))),
+    "huge logprob": body_with(logprobs=tops(("A", 1e308), ("B", -1.0))),
+    "NaN logprob": '{"choices": [{"message": {"content": "A"}, "logprobs": {"content": [{"top_logprobs": '
+                   '[{"token": "A", "logprob": NaN}]}]}}]}',
+    "logprob a bool": body_with(logprobs=tops(("A", True))),
+    "no choices": {"id": "x", "object": "chat.completion"},
+    "empty choices": {**completion(), "choices": []},
+    "choices a dict": {**completion(), "choices": {"0": completion()["choices"][0]}},
+    "choice a string": {**completion(), "choices": ["A"]},
+    "message a list": body_with(message=["A"], logprobs=None),
+    "content a number": body_with(message={"content": 1}, logprobs=None),
+    "content not A/B": body_with(message={"content": "Maybe"}, logprobs=None),
+    "body a list": [completion()],
+    "body null": "null",
+    "body a number": "3",
+    "html page": "<html>gateway error</html>",
+    "truncated JSON": '{"choices": [{"message": {"content": "A"',
+}
+ODD_BUT_USABLE = {  # odd fields the parser does not need: the answer still counts
+    "top_logprobs an int": (body_with(logprobs={"content": [{"top_logprobs": 5}]}), 1.0),
+    "logprobs content a string": (body_with(logprobs={"content": "A"}), 1.0),
+    "usage a string": ({**completion(), "usage": "many"}, math.exp(-0.1) / (math.exp(-0.1) + math.exp(-2.4))),
+    "negative token counts": ({**completion(), "usage": {"prompt_tokens": -3, "completion_tokens": "1"}}, None),
+    "-inf logprob for B": (body_with(logprobs=tops(("A", -0.2), ("B", float("-inf")))), 1.0),
+}
+
+
+def _reply_for(body) -> Reply:
+    if isinstance(body, str):
+        return Reply(200, body, content_type="text/html" if body.startswith("<") else "application/json")
+    return Reply(200, json.dumps(body, allow_nan=True))
+
+
+@pytest.mark.parametrize("use_async", [True, False])
+def test_bad_200_bodies_become_failed_calls_over_http(use_async):
+    cases = {**BAD_BODIES, **{k: v for k, (v, _) in ODD_BUT_USABLE.items()}}
+    names = list(cases)
+    pairs = [(Candidate(f"a{i}", name), Candidate(f"b{i}", "other")) for i, name in enumerate(names)]
+
+    def plan(request):
+        return _reply_for(cases[next(n for n in names if f'"{n}"' in request.text)])
+
+    with FaultServer(plan) as server:
+        comp = comparator(server.url, max_attempts=1)
+        judgments = asyncio.run(comp.ajudge("q", pairs)) if use_async else comp.judge("q", pairs)
+    assert server.requests == len(names)
+    for name, j in zip(names, judgments):
+        if name in BAD_BODIES:
+            assert j.prob is None and j.error, (name, j)
+        else:
+            assert j.prob is not None and 0.0 <= j.prob <= 1.0 and j.error is None, (name, j)
+            assert j.prompt_tokens >= 0 and j.completion_tokens >= 0
+    expected = {name: p for name, (_, p) in ODD_BUT_USABLE.items() if p is not None}
+    got = dict(zip(names, (j.prob for j in judgments)))
+    assert {k: got[k] for k in expected} == pytest.approx(expected)
+
+
+# ---- hypothesis: random JSON shapes, types and values in every field the parser reads ------------------------------
+
+ANY_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-10**30, 10**30) | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=6) | st.sampled_from(["A", " B", "a", "Passage A", "C", "", "-0.5", "1e308"]),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=8)
+
+
+def field(strategy):
+    """A field that is mostly well shaped (``strategy``, 3 in 4), else any JSON value."""
+    return st.integers(0, 3).flatmap(lambda i: strategy if i else ANY_JSON)
+
+
+def obj(**fields):
+    """A JSON object whose named fields are each mostly well shaped, else any JSON value; in 1 of 3 some are
+    missing; and in 1 of 4 the object is any JSON value instead."""
+    values = {k: field(v) for k, v in fields.items()}
+    return field(st.integers(0, 2).flatmap(lambda i: st.fixed_dictionaries(values) if i
+                                           else st.fixed_dictionaries({}, optional=values)))
+
+
+LOGPROB = st.one_of(st.floats(-30, 0), st.floats(allow_nan=True, allow_infinity=True), st.integers(-10**6, 10**6),
+                    st.just(1e308))
+TOKENS = st.sampled_from(["A", "B", " a", "Passage B", "C", "x"])
+TOP = obj(token=TOKENS, logprob=LOGPROB)
+ENTRY = obj(token=st.text(max_size=3), logprob=LOGPROB, top_logprobs=st.lists(TOP, min_size=1, max_size=4))
+CHOICE = obj(message=obj(role=st.just("assistant"), content=st.sampled_from(["A", "B", "Maybe", ""]) | st.none()),
+             logprobs=obj(content=st.lists(ENTRY, min_size=1, max_size=2)), index=st.integers(0, 2),
+             finish_reason=st.sampled_from(["length", "stop"]))
+RANDOM_SHAPES = obj(id=st.just("x"), object=st.just("chat.completion"), created=st.integers(0, 10), model=st.just("m"),
+                    choices=st.lists(CHOICE, min_size=1, max_size=2),
+                    usage=obj(prompt_tokens=st.integers(-5, 10**6), completion_tokens=st.integers(-5, 5)))
+
+VALID = st.builds(completion, st.sampled_from(["A", "B", " b", "Maybe", ""]),
+                  st.none() | st.lists(st.tuples(TOKENS, st.floats(-30, 0)), min_size=1, max_size=4),
+                  st.integers(0, 10**6))
+TOP_PATH = ("choices", 0, "logprobs", "content", 0, "top_logprobs")
+READ_PATHS = [("choices",), ("choices", 0), ("choices", 0, "message"), ("choices", 0, "message", "content"),
+              ("choices", 0, "logprobs"), ("choices", 0, "logprobs", "content"), TOP_PATH[:-1], TOP_PATH,
+              (*TOP_PATH, 0), (*TOP_PATH, 0, "token"), (*TOP_PATH, 0, "logprob"), (*TOP_PATH, 1, "logprob"),
+              ("usage",), ("usage", "prompt_tokens"), ("usage", "completion_tokens")]
+DELETE = object()
+
+
+def mutate(body, changes):
+    """``body`` with the value at each path replaced (or deleted: ``DELETE``) where the path exists."""
+    def has(container, step) -> bool:
+        if isinstance(step, int):
+            return isinstance(container, list) and step < len(container)
+        return isinstance(container, dict)
+
+    for path, value in changes:
+        parent = body
+        for step in path[:-1]:
+            if not has(parent, step) or (isinstance(step, str) and step not in parent):
+                break
+            parent = parent[step]
+        else:
+            last = path[-1]
+            if has(parent, last):
+                if value is DELETE:
+                    parent.pop(last, None) if isinstance(parent, dict) else parent.pop(last)
+                else:
+                    parent[last] = value
+    return body
+
+
+MUTATED = st.builds(mutate, VALID, st.lists(st.tuples(st.sampled_from(READ_PATHS), ANY_JSON | st.just(DELETE)),
+                                            min_size=1, max_size=3))
+BODY = st.one_of(MUTATED, RANDOM_SHAPES)
+"""A chat-completion body: a valid one with 1-3 of the fields the parser reads replaced by any JSON value or
+removed, or a random shape in which every field may be missing or of any type."""
+BODIES_TRIED = {"client types": 0, "http": 0}
+EXAMPLES = int(os.environ.get("ACTIVEPRP_PARSE_EXAMPLES", "1000"))
+"""Bodies tried through the client types (a tenth of them over HTTP); raise it for a longer search."""
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _report_bodies_tried():
+    yield
+    print(f"\nhypothesis bodies tried: {BODIES_TRIED}")  # shown with -s (for the issue's closing note)
+
+
+def check_parse(response) -> None:
+    try:
+        prob, prompt_tokens, completion_tokens = _parse(response)
+    except ValueError:
+        return
+    assert isinstance(prob, float) and 0.0 <= prob <= 1.0
+    assert all(isinstance(t, int) and t >= 0 for t in (prompt_tokens, completion_tokens))
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(BODY)
+def test_parse_never_raises_on_any_body_through_the_client_types(body):
+    """The client builds responses without validation (``construct_type``, as ``APIResponse.parse`` does), so
+    any field may hold any JSON value; a body that also validates strictly is checked as the typed model."""
+    import pydantic
+    from openai._models import construct_type  # what the client calls for a 200 JSON body
+    from openai.types.chat import ChatCompletion
+
+    BODIES_TRIED["client types"] += 1
+    check_parse(construct_type(type_=ChatCompletion, value=body))
+    try:
+        typed = ChatCompletion.model_validate(body)
+    except pydantic.ValidationError:
+        return
+    check_parse(typed)
+
+
+@pytest.fixture(scope="module")
+def body_server():
+    current = {}
+    with FaultServer(lambda request: Reply(200, current["body"]), max_requests=10_000, max_seconds=600) as server:
+        yield server, current
+
+
+@settings(max_examples=max(EXAMPLES // 10, 1), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(BODY)
+def test_any_200_body_over_http_is_an_answer_or_a_failed_call(body_server, body):
+    server, current = body_server
+    current["body"] = json.dumps(body, allow_nan=True)
+    BODIES_TRIED["http"] += 1
+    (j,) = comparator(server.url, max_attempts=1).judge("q", [tuple(candidates(2, words=2))])
+    assert (j.prob is None) == (j.error is not None)
+    assert j.prob is None or 0.0 <= j.prob <= 1.0
+
+
+# ---- concurrency caps hold for rerankers sharing one comparator ------------------------------------------------------
+def _by_query(request) -> str:
+    return "one" if "QUERY-ONE" in request.text else "four"
+
+
+def test_rerankers_sharing_one_comparator_keep_their_caps_in_flight():
+    pytest.importorskip("langchain_core")
+    pytest.importorskip("llama_index.core")
+    from langchain_core.documents import Document
+    from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+
+    from activeprp_integrations.langchain import ActivePRPRerank as LCRerank
+    from activeprp_integrations.llama_index import ActivePRPRerank as LIRerank
+
+    texts = [c.text for c in candidates(8, words=5)]
+    kw = {"ranker": "allpairs", "budget": 28, "top_n": 3}  # one round of 28 pairs: the caps have work to cut
+    with FaultServer(lambda r: Reply(delay_s=0.03), max_requests=400, tag=_by_query) as server:
+        shared = comparator(server.url)
+        before = dict(vars(shared))
+
+        def sync_pair():  # LangChain, sync: the thread-pool path, two rerankers in two threads
+            docs = [Document(page_content=t, id=str(i)) for i, t in enumerate(texts)]
+            one, four = (LCRerank(comparator=shared, max_concurrency=c, **kw) for c in (1, 4))
+            threads = [threading.Thread(target=r.compress_documents, args=(docs, q))
+                       for r, q in ((one, "QUERY-ONE"), (four, "QUERY-FOUR"))]
+            [t.start() for t in threads]
+            [t.join() for t in threads]
+
+        async def async_pair():  # LlamaIndex, async: the slots path, two rerankers in one loop
+            nodes = [NodeWithScore(node=TextNode(id_=str(i), text=t)) for i, t in enumerate(texts)]
+            one, four = (LIRerank(comparator=shared, max_concurrency=c, **kw) for c in (1, 4))
+            await asyncio.gather(one.apostprocess_nodes(nodes, QueryBundle("QUERY-ONE")),
+                                 four.apostprocess_nodes(nodes, QueryBundle("QUERY-FOUR")))
+
+        for pair in (sync_pair, lambda: asyncio.run(async_pair())):
+            server.peak.clear()
+            pair()
+            assert server.peak["one"] == 1 and 2 <= server.peak["four"] <= 4, server.peak
+        assert server.requests == 4 * 28
+        assert vars(shared) == before and shared.max_concurrency == 8
+
+
+# ---- client lifetime ----------------------------------------------------------------------------------------------
+LEAK_SCRIPT = """
+import asyncio, gc, threading
+import openai
+from activeprp_core import Candidate, arerank
+from activeprp_core.comparators import OpenAIChatComparator
+
+comp = OpenAIChatComparator("m", base_url={url!r}, api_key="k")
+cands = [Candidate(f"d{{i}}", f"passage {{i}}") for i in range(6)]
+
+def work(t):
+    for q in range(6):
+        asyncio.run(arerank(f"q{{t}}-{{q}}", cands, comparator=comp, budget=4))
+
+threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+[t.start() for t in threads]
+[t.join() for t in threads]
+gc.collect()
+unclosed = sum(isinstance(o, openai.AsyncOpenAI) and not o.is_closed() for o in gc.get_objects())
+print(comp._clients.live_async_clients(), unclosed)
+comp.close()
+"""
+
+
+def test_one_client_per_live_loop_closed_with_its_loop_and_no_event_loop_is_closed_noise():
+    """The report: 24 queries, each ``asyncio.run(arerank(...))``, in 4 threads (in a fresh interpreter, so what
+    is printed at exit is seen too)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    with FaultServer(lambda r: Reply(), max_requests=1000) as server:
+        done = subprocess.run([sys.executable, "-c", LEAK_SCRIPT.format(url=server.url)], cwd=root, timeout=300,
+                              capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(root)})
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert server.requests == 24 * 4
+    assert done.stdout.split() == ["0", "0"]  # no client left for a closed loop, none left open
+    assert done.stderr == ""  # no "Event loop is closed", no "Task exception was never retrieved"
+
+
+def test_close_and_context_managers_close_the_clients(capfd):
+    with FaultServer(lambda r: Reply()) as server:
+        pair = [tuple(candidates(2))]
+        with comparator(server.url) as comp:
+            sync_client = comp.client
+            assert comp.judge("q", pair)[0].prob is not None
+        assert sync_client.is_closed()
+        assert comp.judge("q", pair)[0].prob is not None  # a closed comparator opens new clients when used again
+
+        async def scoped():
+            async with comparator(server.url) as acomp:
+                await acomp.ajudge("q", pair)
+                client = await acomp._clients.for_running_loop()
+            return client, acomp
+
+        client, acomp = asyncio.run(scoped())
+        assert client.is_closed() and acomp._clients.live_async_clients() == 0
+
+        loop = asyncio.new_event_loop()  # a loop the caller runs and closes itself
+        try:
+            loop.run_until_complete(comp.ajudge("q", pair))
+            client = loop.run_until_complete(comp._clients.for_running_loop())
+            comp.close()  # closes the idle loop's client on that loop
+            assert client.is_closed()
+            loop.run_until_complete(comp.ajudge("q", pair))  # a new client for the same loop
+        finally:
+            loop.close()  # closed without finalising its async generators: the client is dropped quietly
+        asyncio.run(comp.ajudge("q", pair))
+        assert comp._clients.live_async_clients() == 0
+        comp.close()
+    import gc
+
+    gc.collect()
+    assert capfd.readouterr().err == ""  # e.g. no "Event loop is closed" from a client dropped after its loop
+
+
+@pytest.mark.parametrize(("bad", "error"), [
+    ({"timeout": 0}, ValueError), ({"timeout": -1.0}, ValueError), ({"timeout": float("nan")}, ValueError),
+    ({"timeout": float("inf")}, ValueError), ({"timeout": "30"}, TypeError), ({"timeout": True}, TypeError),
+    ({"max_attempts": 0}, ValueError), ({"max_attempts": 2.5}, TypeError), ({"max_concurrency": 0}, ValueError),
+    ({"top_logprobs": 21}, ValueError), ({"top_logprobs": -1}, ValueError), ({"backoff_initial": -0.1}, ValueError),
+    ({"max_retry_after": float("nan")}, ValueError), ({"max_passage_words": 0}, ValueError),
+    ({"prompt": "no placeholders"}, ValueError), ({"prompt": None}, TypeError),
+])
+def test_nonsense_settings_are_refused_at_construction(bad, error):
+    with pytest.raises(error):
+        OpenAIChatComparator("m", base_url="http://127.0.0.1:9/v1", api_key="k", **bad)
+
+
+# ---- prompts: literal braces, and copies with other prompts ----------------------------------------------------------
+JSON_PROMPT = ('Reply as JSON, e.g. {"answer": "A"}.\nQuery: {query}\nPassage A: {first}\nPassage B: {second}\n'
+               "Answer with the single letter A or B.")
+
+
+def test_a_prompt_with_literal_braces_substitutes_only_its_placeholders():
+    seen = []
+    with FaultServer(lambda r: seen.append(r.text) or Reply()) as server:
+        comp = comparator(server.url, prompt=JSON_PROMPT)
+        a, b = Candidate("a", "text with {second} and {query} inside"), Candidate("b", "B {x}")
+        (j,) = comp.judge("what {is} it", [(a, b)])
+    assert j.prob is not None
+    assert seen == ['Reply as JSON, e.g. {"answer": "A"}.\nQuery: what {is} it\n'
+                    "Passage A: text with {second} and {query} inside\nPassage B: B {x}\n"
+                    "Answer with the single letter A or B."]
+
+
+def test_with_prompts_gives_a_copy_sharing_the_clients():
+    comp = comparator("http://127.0.0.1:9/v1")
+    before = dict(vars(comp))
+    other = comp.with_prompts(prompt=JSON_PROMPT)
+    assert vars(comp) == before and comp.prompt != JSON_PROMPT  # the original is unchanged
+    assert other.prompt == JSON_PROMPT and other._clients is comp._clients and other.client is comp.client
+    assert "JSON" in other.request("q", "a", "b")["messages"][-1]["content"]
+    with pytest.raises(ValueError, match="placeholder"):
+        comp.with_prompts(prompt="{query} only")
+    with pytest.raises(ValueError, match="no prompt 'ql_prompt'"):
+        comp.with_prompts(ql_prompt="{passage}")
+
+
+# ---- logging: quiet by default, one WARNING per failed or degraded rerank, DEBUG per round; no secret, no passage ----
+def test_logging_levels_and_no_key_or_passage_in_records_or_errors(caplog):
+    passages = candidates(8, words=80)  # each passage is longer than an error message may be
+    assert all(len(c.text) > 400 for c in passages)
+
+    def plan(request):
+        echo = f"key {request.api_key}, prompt {request.text}"  # a server that echoes everything it got
+        if "BAD" in request.text:
+            return Reply(400, error_body(f"rejected: {echo}"))
+        if "FLAKY" in request.text and 'Passage A: "passage 0 ' in request.text:
+            return Reply(500, error_body(f"failed: {echo}"))
+        return Reply()
+
+    def records():
+        out = [r for r in caplog.records if r.name.startswith("activeprp")]
+        caplog.clear()
+        return out
+
+    with FaultServer(plan, max_requests=500) as server, caplog.at_level(logging.DEBUG, logger="activeprp"):
+        comp = comparator(server.url, max_attempts=1)
+        ok = rerank("fine", passages, comparator=comp, budget=20)
+        quiet = records()
+        assert ok.failed_calls == 0 and quiet and all(r.levelno == logging.DEBUG for r in quiet)
+        assert any(r.getMessage().startswith("round 1: ") and "calls left" in r.getMessage() for r in quiet)
+
+        flaky = asyncio.run(arerank("FLAKY", passages, comparator=comp, budget=20))
+        assert 0 < flaky.failed_calls < flaky.calls
+        warned = [r for r in records() if r.levelno >= logging.INFO]
+        assert [r.levelno for r in warned] == [logging.WARNING] and "calls failed" in warned[0].getMessage()
+
+        with pytest.raises(ComparatorRequestError) as info:
+            rerank("BAD", passages, comparator=comp, budget=20)
+        seen = [*warned, *records()]
+    texts = [str(info.value), *flaky.errors, *(r.getMessage() for r in seen)]
+    assert any("rejected: key ***, prompt Given a query" in t for t in texts)
+    for text in texts:
+        assert KEY not in text and len(text) < 2000
+        assert not any(c.text in text for c in passages)

@@ -1,0 +1,183 @@
+"""rerank_many / arerank_many: identical per-query results, merged batches, streaming, isolation, dead endpoints."""
+
+import asyncio
+
+import pytest
+
+from activeprp_core import (
+    ORACLES,
+    RANKERS,
+    Candidate,
+    Comparator,
+    ComparatorAuthError,
+    ComparatorRequestError,
+    ComparatorUnavailable,
+    RerankFailure,
+    RerankResult,
+    SimulatedComparator,
+    arerank_many,
+    rerank,
+    rerank_many,
+)
+from tests.conftest import make_case
+
+KNOBS = {"doc_noise": 0.4, "pair_noise": 0.6, "position_bias": 0.3, "seed": 2}
+
+
+def requests(count=9, seed=0):
+    """Queries of different sizes (0..45 candidates) whose labels the comparator finds by candidate id."""
+    out, labels = [], {}
+    for q in range(count):
+        cands, lab = make_case((q * 7) % 46, seed=seed + q)
+        cands = [Candidate(f"q{q}{c.id}", c.text, c.metadata) for c in cands]
+        labels.update({f"q{q}{d}": v for d, v in lab.items()})
+        out.append((f"query {q}", cands))
+    return out, labels
+
+
+class Merging(SimulatedComparator):
+    """A comparator that batches across queries: records what each judge_batch call held."""
+
+    max_batch_size = 16
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.batches = []
+
+    def judge_batch(self, items, *, guard=None):
+        self.batches.append([q for q, _, _ in items])
+        return self.judge_many(items)
+
+    async def ajudge_batch(self, items, *, guard=None):
+        self.batches.append([q for q, _, _ in items])
+        await asyncio.sleep(0)
+        return self.judge_many(items)
+
+    def judge_many(self, items):
+        return [p for q, a, b in items for p in self.compare(q, [(a, b)])]
+
+
+@pytest.mark.parametrize("ranker", sorted(RANKERS))
+@pytest.mark.parametrize("oracle", sorted(ORACLES))
+def test_each_result_equals_rerank_of_that_query_alone(ranker, oracle):
+    reqs, labels = requests()
+    kw = dict(ranker=ranker, oracle=oracle, budget=60, top_k=5, seed=7, max_rounds=12)
+    solo = [rerank(q, c, comparator=SimulatedComparator(labels, **KNOBS), **kw) for q, c in reqs]
+    merged = Merging(labels, **KNOBS)
+    many = list(rerank_many(reqs, comparator=merged, max_active=4, **kw))
+    amany = asyncio.run(_collect(arerank_many(reqs, comparator=Merging(labels, **KNOBS), **kw)))
+    for out in (many, amany):
+        assert [type(r) for r in out] == [RerankResult] * len(reqs)
+        assert [(r.order, r.calls, r.rounds, r.cache_hits) for r in out] == [
+            (r.order, r.calls, r.rounds, r.cache_hits) for r in solo]
+        assert all(r.calls <= 60 and r.rounds <= 12 for r in out)
+    assert sum(map(len, merged.batches)) == sum(r.calls for r in solo)
+
+
+async def _collect(aiter):
+    return [r async for r in aiter]
+
+
+def test_prompts_of_many_queries_share_a_call_and_steps_follow_the_slowest_query():
+    reqs, labels = requests(12)
+    comp = Merging(labels)
+    out = list(rerank_many(reqs, comparator=comp, ranker="mohajer", budget=None, top_k=5))
+    assert max(len(set(b)) for b in comp.batches) > 6  # one call held the prompts of many queries
+    assert len(comp.batches) == max(r.rounds for r in out)  # one call per step, not per query round
+    assert sum(r.rounds for r in out) > 3 * len(comp.batches)
+
+
+def test_input_is_streamed_and_results_come_in_input_order():
+    reqs, labels = requests(20)
+    pulled = []
+
+    def stream():
+        for i, r in enumerate(reqs):
+            pulled.append(i)
+            yield r
+
+    results = rerank_many(stream(), comparator=SimulatedComparator(labels), budget=30, top_k=3, max_active=3)
+    first = next(results)
+    assert len(pulled) <= 4  # at most max_active in progress (+ the one read to find the end of a window)
+    rest = list(results)
+    assert [r.order for r in [first, *rest]] == [
+        rerank(q, c, comparator=SimulatedComparator(labels), budget=30, top_k=3).order for q, c in reqs]
+
+
+class FailsFor(Comparator):
+    """Raises ``error`` for the prompts of one query (any call that holds them), else simulates."""
+
+    def __init__(self, labels, query, error):
+        self.inner, self.query, self.error = SimulatedComparator(labels), query, error
+
+    def compare(self, query, pairs):
+        if query == self.query:
+            raise self.error
+        return self.inner.compare(query, pairs)
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_a_failing_query_is_isolated_and_the_others_finish(use_async):
+    reqs, labels = requests(8)
+    error = ComparatorRequestError("prompt too long", status_code=400)
+    comp = FailsFor(labels, "query 3", error)
+    bad = [*reqs, "not a pair"]
+    kw = dict(comparator=comp, ranker="mohajer", budget=40, top_k=3)
+    out = asyncio.run(_collect(arerank_many(bad, **kw))) if use_async else list(rerank_many(bad, **kw))
+    assert isinstance(out[3], RerankFailure) and out[3].index == 3 and out[3].query == "query 3"
+    assert out[3].error is error and out[3].error.accounting.calls == 0
+    assert isinstance(out[-1], RerankFailure) and out[-1].query is None and isinstance(out[-1].error, TypeError)
+    for i, (q, c) in enumerate(reqs):
+        if i != 3:
+            assert out[i].order == rerank(q, c, comparator=SimulatedComparator(labels), budget=40, top_k=3,
+                                          ranker="mohajer").order
+
+
+class Dead(Comparator):
+    def __init__(self, error=None):
+        self.error, self.calls = error, 0
+
+    def compare(self, query, pairs):
+        self.calls += len(pairs)
+        if self.error:
+            raise self.error
+        return [None] * len(pairs)
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+@pytest.mark.parametrize("error", [ComparatorAuthError("invalid key", status_code=401), None])
+def test_a_dead_endpoint_stops_everything(use_async, error):
+    reqs, labels = requests(30)
+    dead = Dead(error)
+    kw = dict(comparator=dead, budget=40, top_k=3, max_concurrency=4)
+    expected = ComparatorAuthError if dead.error else ComparatorUnavailable
+    with pytest.raises(expected) as info:
+        if use_async:
+            asyncio.run(_collect(arerank_many(reqs, **kw)))
+        else:
+            list(rerank_many(reqs, **kw))
+    assert dead.calls <= 8 and info.value.accounting is not None
+
+
+def test_a_dead_endpoint_with_on_failure_prior_degrades_every_query():
+    reqs, labels = requests(10)
+    dead = Dead(ComparatorAuthError("invalid key", status_code=401))
+    out = list(rerank_many(reqs, comparator=dead, budget=40, top_k=3, on_failure="prior"))
+    assert all(isinstance(r, RerankResult) and r.order == list(range(len(r.order))) for r in out)
+    assert all(r.failure and "invalid key" in r.failure for r, (_, c) in zip(out, reqs) if len(c) > 1)
+
+
+def test_bad_shared_arguments_fail_before_any_request_is_read():
+    def never():
+        raise AssertionError("read")
+        yield
+
+    with pytest.raises(ValueError, match="budget"):
+        next(rerank_many(never(), comparator=SimulatedComparator({}), budget=-1))
+    with pytest.raises(ValueError, match="max_active"):
+        next(rerank_many(never(), comparator=SimulatedComparator({}), budget=1, max_active=0))
+
+
+def test_a_failure_says_why_in_one_line():
+    failure = RerankFailure(2, "q", ComparatorRequestError("prompt too long", status_code=400))
+    assert failure.reason.startswith("ComparatorRequestError: prompt too long")

@@ -1,0 +1,207 @@
+"""activeprp_integrations.ray on a local Ray (``ray.init(num_cpus=2)``): the same orders as ``rerank_many`` in one
+process, failed rows, a dead endpoint, ``rerank-run --ray``; plus the import contract (no Ray needed).
+
+The local Ray is started by the fixture below with ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` set before Ray is
+imported: then its node address is 127.0.0.1 and every server it starts (GCS, raylet, workers, the runtime-env
+agent) listens on loopback only, which ``test_ray_listens_on_loopback_only`` checks with ``ss -ltnp`` (without the
+variable, ray 2.60 binds them on all interfaces even with ``_node_ip_address="127.0.0.1"``: docs/ray-notes.md).
+Each pipeline runs under a time limit; the fixture stops Ray (about 1.5 s) whatever happens.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from activeprp_core import Candidate, ComparatorAuthError, rerank_many
+from activeprp_core.cli import main
+from activeprp_core.cli.rerank_run import QrelsSimulator
+from activeprp_core.trecfiles import read_qrels
+
+DL19 = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "trec-dl-2019"
+KW = {"ranker": "mohajer", "oracle": "randomized", "budget": 40, "top_k": 5, "seed": 3}
+LIMIT_S = 90
+
+
+def test_importing_the_module_imports_no_ray():
+    code = "import sys, activeprp_integrations, activeprp_integrations.ray; print('ray' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[1]).stdout
+    assert out.strip() == "False"
+
+
+def test_a_missing_ray_names_the_extra(monkeypatch):
+    from activeprp_integrations import ray as adapter
+
+    monkeypatch.setitem(sys.modules, "ray", None)
+    with pytest.raises(ImportError, match=r'pip install "activeprp\[ray\]"'):
+        adapter.rerank_dataset(None, dict, budget=1)
+    with pytest.raises(ImportError, match=r"activeprp\[ray\]"):
+        adapter.connect()
+
+
+def test_candidate_records_keep_extra_keys_as_metadata():
+    from activeprp_integrations.ray import _candidate
+
+    assert _candidate({"id": "d1", "text": "t", "rank": 3}) == Candidate("d1", "t", {"rank": 3})
+    with pytest.raises(ValueError, match="'id' and 'text', got \\['id'\\]"):
+        _candidate({"id": "d1"})
+
+
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # read when Ray is imported: loopback only (above)
+ray = pytest.importorskip("ray", reason='Ray Data is not installed (pip install "activeprp[ray]")')
+pytestmark = pytest.mark.skipif(not DL19.is_dir(), reason="../shared/data not present")
+
+
+def bounded(fn, seconds: float = LIMIT_S):
+    """``fn()`` in a thread, failing the test when it has not returned after ``seconds`` (a hung pipeline)."""
+    box: dict = {}
+
+    def run():
+        try:
+            box["value"] = fn()
+        except BaseException as error:  # noqa: BLE001 - handed to the test
+            box["error"] = error
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        pytest.fail(f"the Ray pipeline did not finish within {seconds} s")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    from ray._private import ray_constants
+
+    from activeprp_integrations.ray import connect
+
+    if ray_constants.ENABLE_RAY_CLUSTER:
+        pytest.skip("Ray was imported before this module could keep a local Ray on loopback")
+    saved = os.environ.get("RAY_ENABLE_AUTO_CONNECT")
+    os.environ["RAY_ENABLE_AUTO_CONNECT"] = "0"  # a pipeline cut off by shutdown must not start another Ray
+    assert connect(num_cpus=2), "a Ray was already running in the test process"
+    try:
+        yield
+    finally:
+        ray.shutdown()
+        if saved is None:
+            os.environ.pop("RAY_ENABLE_AUTO_CONNECT", None)
+        else:
+            os.environ["RAY_ENABLE_AUTO_CONNECT"] = saved
+
+
+@pytest.fixture(scope="module")
+def dl19():
+    """Rows of 4 DL19 queries x 20 BM25 candidates (with an extra candidate key), and their graded qrels."""
+    rows = []
+    for line in (DL19 / "bm25_dl19_top100.jsonl").read_text(encoding="utf-8").splitlines()[:4]:
+        record = json.loads(line)
+        hits = record["hits"][:20]
+        rows.append({"qid": hits[0]["qid"], "query": record["query"],
+                     "candidates": [{"id": h["docid"], "text": h["content"], "bm25": h["score"]} for h in hits]})
+    return rows, read_qrels(DL19 / "qrels.dl19-passage.txt")
+
+
+def judge_factory(rows, qrels):
+    return functools.partial(QrelsSimulator, {r["qid"]: r["query"] for r in rows}, qrels, doc_noise=1.0,
+                             pair_noise=0.5, position_bias=0.3)
+
+
+def test_ray_listens_on_loopback_only(local_ray):
+    assert {n["NodeManagerAddress"] for n in ray.nodes()} == {"127.0.0.1"}
+    if shutil.which("ss") is None:
+        pytest.skip("no ss on this machine")
+    listening = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=True).stdout.splitlines()
+    ours = [line for line in listening
+            if any(name in line for name in ('"gcs_server"', '"raylet"', '"ray::', f"pid={os.getpid()},"))]
+    assert len(ours) >= 3, listening  # gcs_server, raylet, this driver at least
+    for line in ours:
+        local = line.split()[3]
+        assert local.rsplit(":", 1)[0] in ("127.0.0.1", "[::ffff:127.0.0.1]", "[::1]"), line
+
+
+def test_rerank_dataset_gives_the_orders_of_rerank_many(local_ray, dl19):
+    from activeprp_integrations.ray import rerank_dataset
+
+    rows, qrels = dl19
+    bad = {"qid": "bad", "query": "x", "candidates": [{"id": 7, "text": "an int id", "bm25": 0.0}]}
+    ds = rerank_dataset(ray.data.from_items([*rows, bad]), judge_factory(rows, qrels), num_actors=2, batch_size=2,
+                        **KW)
+    out = {r["qid"]: r for r in bounded(ds.take_all)}
+    requests = [(r["query"], [Candidate(c["id"], c["text"], {"bm25": c["bm25"]}) for c in r["candidates"]])
+                for r in rows]
+    want = list(rerank_many(requests, comparator=judge_factory(rows, qrels)(), **KW))
+    for row, result in zip(rows, want):
+        got = out[row["qid"]]
+        assert got["order"] == result.order and got["error"] is None
+        assert {k: got[k] for k in result.stats() if k != "wall_time_s"} == {
+            k: v for k, v in result.stats().items() if k != "wall_time_s"}
+        assert got["candidates"] == row["candidates"]  # the input columns are kept
+    assert 0 < max(r.calls for r in want) <= 40
+    failed = out["bad"]
+    assert failed["order"] is None and failed["error"] == "TypeError: Candidate.id must be str, got int"
+    assert failed["calls"] is None and failed["ranker"] is None
+
+
+def test_a_dead_endpoint_fails_the_dataset_with_its_own_error(local_ray, dl19):
+    from activeprp_core import Comparator
+    from activeprp_integrations.ray import rerank_dataset, unwrap
+
+    class Dead(Comparator):  # defined here: Ray pickles it by value
+        def compare(self, query, pairs):
+            raise ComparatorAuthError("invalid key", status_code=401)
+
+    rows, _ = dl19
+    ds = rerank_dataset(ray.data.from_items(rows[:2]), Dead, **KW)
+    with pytest.raises(ComparatorAuthError, match="invalid key") as info, unwrap():
+        bounded(ds.take_all)
+    assert info.value.accounting.calls > 0
+
+
+def test_bad_arguments_fail_before_anything_runs(local_ray):
+    from activeprp_integrations.ray import rerank_dataset
+
+    ds = ray.data.from_items([{"query": "q", "candidates": []}])
+    with pytest.raises(ValueError, match="budget"):
+        rerank_dataset(ds, dict, budget=-1)
+    with pytest.raises(ValueError, match="num_actors"):
+        rerank_dataset(ds, dict, budget=1, num_actors=0)
+    with pytest.raises(TypeError, match="comparator_factory"):
+        rerank_dataset(ds, dict, budget=1, comparator=dict)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'budgt'"):
+        rerank_dataset(ds, dict, budget=1, budgt=2)
+
+
+def test_rerank_run_with_ray_writes_the_same_run(local_ray, tmp_path, capsys):
+    run = tmp_path / "three.run"
+    lines = (DL19 / "trec_results_dl19_top100.bm25.txt").read_text().splitlines()
+    qids = list(dict.fromkeys(line.split()[0] for line in lines))[:3]
+    run.write_text("".join(line + "\n" for line in lines if line.split()[0] in qids and int(line.split()[3]) <= 20))
+    corpus = tmp_path / "corpus.tsv"
+    docids = {line.split()[2] for line in run.read_text().splitlines()}
+    with corpus.open("w", encoding="utf-8") as f:
+        for line in (DL19 / "bm25_dl19_top100.jsonl").read_text(encoding="utf-8").splitlines():
+            for hit in json.loads(line)["hits"]:
+                if hit["docid"] in docids:
+                    f.write(f"{hit['docid']}\t{' '.join(hit['content'].split())}\n")
+                    docids.discard(hit["docid"])
+    args = ["rerank-run", "--run", str(run), "--queries", str(DL19 / "topics.dl19-passage.txt"), "--corpus",
+            str(corpus), "--qrels", str(DL19 / "qrels.dl19-passage.txt"), "--comparator", "simulated",
+            "--budget", "30", "--no-progress"]
+    assert main([*args, "--out", str(tmp_path / "local.run")]) == 0
+    assert bounded(lambda: main([*args, "--out", str(tmp_path / "ray.run"), "--ray", "--ray-actors", "2"])) == 0
+    assert (tmp_path / "ray.run").read_bytes() == (tmp_path / "local.run").read_bytes()
+    assert capsys.readouterr().out.count("wrote 60 lines (3 queries)") == 2
+    assert ray.is_initialized()  # the command used the running Ray and left it running

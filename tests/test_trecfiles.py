@@ -1,0 +1,173 @@
+"""Strict readers and the writer of ``activeprp_core.trecfiles``: every bad input names FILE:LINE."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from activeprp_core.cli import InputError
+from activeprp_core.trecfiles import (
+    iter_lines,
+    read_corpus,
+    read_qrels,
+    read_queries,
+    read_run,
+    read_run_candidates,
+    write_run,
+)
+
+
+def write(tmp_path, name: str, data: str | bytes):
+    path = tmp_path / name
+    if isinstance(data, bytes):
+        path.write_bytes(data)
+    else:
+        path.write_text(data, encoding="utf-8")
+    return path
+
+
+RUN = "q1 Q0 d1 1 3.0 bm25\nq1 Q0 d2 2 2.0 bm25\nq2 Q0 d3 1 9.5 bm25\n"
+
+
+@pytest.mark.parametrize(("text", "line", "reason"), [
+    ("q1 Q0 d1 1 3.0\n", 1, "expected 6 columns (qid Q0 docid rank score tag), got 5"),
+    ("q1 Q0 d1 1 3.0 t\nq1 Q0 d2 2 2.0 t x\n", 2, "expected 6 columns (qid Q0 docid rank score tag), got 7"),
+    ("q1 Q0 d1 1 3.0 t\n\n\nq1 Q0 d2 two 2.0 t\n", 4, "rank 'two' is not an integer"),
+    ("q1 Q0 d1 1.5 3.0 t\n", 1, "rank '1.5' is not an integer"),
+    ("q1 Q0 d1 1 high t\n", 1, "score 'high' is not a finite number"),
+    ("q1 Q0 d1 1 nan t\n", 1, "score 'nan' is not a finite number"),
+    ("q1 Q0 d1 1 3 t\nq2 Q0 d1 1 3 t\nq1 Q0 d1 2 2 t\n", 3, "docid d1 appears twice for qid q1 (first at line 1)"),
+])
+def test_run_lines_are_checked(tmp_path, text, line, reason):
+    path = write(tmp_path, "run.txt", text)
+    with pytest.raises(InputError) as err:
+        read_run(path)
+    assert str(err.value).startswith(f"{path}:{line}: {reason}")
+
+
+def test_run_sorted_by_rank_with_bom_and_blank_lines(tmp_path):
+    path = write(tmp_path, "run.txt", b"\xef\xbb\xbfq1 Q0 d2 2 2.0 t\r\n\n  \nq1 Q0 d1 1 3.0 t\r\nq0 Q0 d9 1 1 t\n")
+    run = read_run(path)
+    assert list(run) == ["q1", "q0"]  # file order of qids
+    assert [(r.docid, r.rank, r.score, r.line) for r in run["q1"]] == [("d1", 1, 3.0, 4), ("d2", 2, 2.0, 1)]
+
+
+@pytest.mark.parametrize(("data", "reason"), [
+    (b"q1 Q0 d1 1 3.0 t\nq1 Q0 d\xff 2 2.0 t\n", ":2: not UTF-8 (byte 0xff at column 8)"),
+    (b"", ": no run lines"),
+    (b"\n\n", ": no run lines"),
+])
+def test_run_file_level_errors(tmp_path, data, reason):
+    path = write(tmp_path, "run.txt", data)
+    with pytest.raises(InputError) as err:
+        read_run(path)
+    assert str(err.value) == f"{path}{reason}"
+
+
+def test_missing_file_and_directory(tmp_path):
+    with pytest.raises(InputError, match=r"nope\.txt: no such file$"):
+        read_run(tmp_path / "nope.txt")
+    with pytest.raises(InputError, match="is a directory, not a file$"):
+        read_queries(tmp_path)
+    assert isinstance(InputError("x"), ValueError)
+
+
+def test_iter_lines_numbers_are_the_files(tmp_path):
+    path = write(tmp_path, "x.tsv", "\n\na\n \nb\n")
+    assert list(iter_lines(path)) == [(3, "a"), (5, "b")]
+
+
+@pytest.mark.parametrize(("name", "text", "line", "reason"), [
+    ("q.tsv", "q1\tfine\nq2 no tab\n", 2, "expected qid<TAB>text"),
+    ("q.tsv", "q1\tfine\n\nq1\tagain\n", 3, "qid q1 appears twice (first at line 1)"),
+    ("q.tsv", "q1\t  \n", 1, "query q1 has an empty text"),
+    ("q.jsonl", '{"_id": "q1", "text": "a"}\n\n{"_id": "q2", "text": "b"\n', 3, "not JSON"),
+    ("q.jsonl", '["q1", "a"]\n', 1, "not a JSON object but an array"),
+    ("q.jsonl", '{"id": "q1", "text": "a"}\n', 1, "no qid field (_id / qid)"),
+    ("q.jsonl", '{"qid": "q1"}\n', 1, "no text field (text)"),
+    ("q.jsonl", '{"qid": "q1", "text": null}\n', 1, "'text' must be a string, not null"),
+    ("q.jsonl", '{"qid": ["q1"], "text": "a"}\n', 1, "'qid' must be a string or an integer, not an array"),
+])
+def test_queries_lines_are_checked(tmp_path, name, text, line, reason):
+    path = write(tmp_path, name, text)
+    with pytest.raises(InputError) as err:
+        read_queries(path)
+    assert str(err.value).startswith(f"{path}:{line}: {reason}")
+
+
+def test_queries_tsv_and_jsonl(tmp_path):
+    tsv = write(tmp_path, "topics.txt", "\ufeff19335\tanthropological definition of environment \n")
+    assert read_queries(tsv) == {"19335": "anthropological definition of environment"}
+    jsonl = write(tmp_path, "queries.jsonl", '{"_id": 7, "text": "a b", "metadata": {}}\n{"qid": "x", "text": "c"}\n')
+    assert read_queries(jsonl) == {"7": "a b", "x": "c"}
+
+
+def test_corpus_keeps_only_wanted_passages_but_checks_every_line(tmp_path):
+    rows = [{"_id": "d1", "title": "T", "text": "one"}, {"docid": "d2", "contents": "two"}, {"id": 3, "text": "three"}]
+    path = write(tmp_path, "corpus.jsonl", "\n".join(map(json.dumps, rows)) + "\n")
+    assert read_corpus(path, {"d1", "3", "absent"}) == {"d1": "T one", "3": "three"}
+    assert read_corpus(path) == {"d1": "T one", "d2": "two", "3": "three"}
+    bad = write(tmp_path, "bad.jsonl", json.dumps(rows[0]) + "\n{oops\n")
+    with pytest.raises(InputError, match=r"bad\.jsonl:2: not JSON"):
+        read_corpus(bad, {"d1"})  # line 2 is not wanted, still checked
+    dup = write(tmp_path, "dup.tsv", "d1\tx\nd2\ty\nd1\tz\n")
+    with pytest.raises(InputError, match=r"dup\.tsv:3: docid d1 appears twice \(first at line 1\)"):
+        read_corpus(dup, {"d1"})
+    assert read_corpus(dup, {"d2"}) == {"d2": "y"}  # duplicates of unwanted docids cost no memory
+    title = write(tmp_path, "t.jsonl", '{"_id": "d1", "title": 5, "text": "x"}\n')
+    with pytest.raises(InputError, match=r"t\.jsonl:1: field 'title' must be a string"):
+        read_corpus(title)
+
+
+def test_qrels(tmp_path):
+    path = write(tmp_path, "qrels.txt", "q1 0 d1 2\n\nq1 0 d2 -1\nq1 0 d1 2\n")
+    assert read_qrels(path) == {"q1": {"d1": 2, "d2": -1}}  # an identical repeat is accepted
+    for text, reason in [("q1 0 d1\n", ":1: expected 4 columns"), ("q1 0 d1 high\n", ":1: grade 'high' is not"),
+                         ("q1 0 d1 1\nq1 0 d1 2\n", ":2: docid d1 is judged twice for qid q1 with different")]:
+        bad = write(tmp_path, "bad_qrels.txt", text)
+        with pytest.raises(InputError) as err:
+            read_qrels(bad)
+        assert str(err.value).startswith(f"{bad}{reason}")
+
+
+def test_run_candidates_checks_queries_and_corpus_and_cuts_depth(tmp_path):
+    run = write(tmp_path, "run.txt", "q1 Q0 d2 2 2.0 t\nq1 Q0 d1 1 3.0 t\nq2 Q0 d3 1 9.5 t\nq2 Q0 d4 2 9 t\n")
+    queries = write(tmp_path, "q.tsv", "q1\tfirst\nq2\tsecond\nq3\tunused\n")
+    corpus = write(tmp_path, "c.tsv", "d1\tone\nd2\ttwo\nd3\tthree\nd5\tfive\n")
+    _, requests = read_run_candidates(run, queries, corpus, depth=1)
+    assert [(q, text, [(c.id, c.text) for c in cands]) for q, text, cands in requests] == [
+        ("q1", "first", [("d1", "one")]), ("q2", "second", [("d3", "three")])]
+    with pytest.raises(InputError) as err:
+        read_run_candidates(run, queries, corpus)  # d4 is needed at full depth
+    assert str(err.value) == f"{run}:4: docid d4 is not in {corpus} (1 run line(s) lack a passage)"
+    short = write(tmp_path, "short.tsv", "q1\tfirst\n")
+    with pytest.raises(InputError) as err:
+        read_run_candidates(run, short, corpus, depth=1)
+    assert str(err.value) == f"{run}:3: qid q2 has no query in {short}"
+    with pytest.raises(ValueError, match="depth"):
+        read_run_candidates(run, queries, corpus, depth=0)
+
+
+def test_write_run_round_trips_and_keeps_order_under_trec_sorting(tmp_path):
+    out = tmp_path / "out.run"
+    ranked = [("q1", ["d3", "d1", "d2"]), ("q2", ["d9"])]
+    assert write_run(out, iter(ranked), tag="mine") == 4
+    assert out.read_text().splitlines()[0] == "q1 Q0 d3 1 3 mine"
+    run = read_run(out)
+    assert {q: [r.docid for r in rows] for q, rows in run.items()} == dict(ranked)
+    assert all(a.score > b.score for rows in run.values() for a, b in zip(rows, rows[1:]))
+    ir_measures = pytest.importorskip("ir_measures")
+    by_score = {}
+    for doc in ir_measures.read_trec_run(str(out)):
+        by_score.setdefault(doc.query_id, []).append((-doc.score, doc.doc_id))
+    assert {q: [d for _, d in sorted(v)] for q, v in by_score.items()} == dict(ranked)
+
+
+def test_write_run_refuses_bad_tokens_and_leaves_no_file(tmp_path):
+    out = tmp_path / "out.run"
+    for ranked, tag in [([("q 1", ["d1"])], "t"), ([("q1", ["d1", "d1"])], "t"), ([("q1", [""])], "t"),
+                        ([("q1", ["d1"])], "my tag")]:
+        with pytest.raises(ValueError):
+            write_run(out, ranked, tag=tag)
+        assert list(tmp_path.iterdir()) == []
