@@ -205,6 +205,8 @@ def _overhead(args) -> int:
 
 
 def _walltime(args) -> int:
+    from itertools import product
+
     from ..comparators.instrumented import SleepingComparator
     from ..evaluation.grid import make_ranker, simulator_factory
     from ..evaluation.overhead import measured_wall_time
@@ -218,20 +220,15 @@ def _walltime(args) -> int:
              "| measured s | modelled s |", "|---|---|---:|---:|---|---|---|---:|---:|---:|---:|---:|---:|"]
     for coll in _collections(args):
         judge_for = simulator_factory(coll, params, args.judge_seed)
-        for qid in coll.qids:
-            for ranker in args.rankers:
-                for oracle in args.oracles:
-                    for budget in args.budgets:
-                        for cap in args.max_rounds:
-                            judge = SleepingComparator(judge_for(qid), args.latency, args.in_flight)
-                            t = measured_wall_time(coll.queries[qid], coll.candidates[qid], judge,
-                                                   ranker=make_ranker(ranker), oracle=oracle, budget=budget,
-                                                   max_rounds=cap, top_k=args.top_k)
-                            lines.append(f"| {coll.name} | {qid} | {len(coll.candidates[qid])} | {args.top_k} | "
-                                         f"{ranker} | {oracle} | {t['runs_as']} | {budget} | {cap} | "
-                                         f"{t['rounds']:.0f} | {t['calls']:.0f} | {t['measured_s']:.2f} | "
-                                         f"{t['modelled_s']:.2f} |")
-                            print(lines[-1], flush=True)
+        for qid, ranker, oracle, budget, cap in product(coll.qids, args.rankers, args.oracles, args.budgets,
+                                                        args.max_rounds):
+            judge = SleepingComparator(judge_for(qid), args.latency, args.in_flight)
+            t = measured_wall_time(coll.queries[qid], coll.candidates[qid], judge, ranker=make_ranker(ranker),
+                                   oracle=oracle, budget=budget, max_rounds=cap, top_k=args.top_k)
+            lines.append(f"| {coll.name} | {qid} | {len(coll.candidates[qid])} | {args.top_k} | {ranker} | {oracle} "
+                         f"| {t['runs_as']} | {budget} | {cap} | {t['rounds']:.0f} | {t['calls']:.0f} | "
+                         f"{t['measured_s']:.2f} | {t['modelled_s']:.2f} |")
+            print(lines[-1], flush=True)
     (out / "walltime_check.md").write_text("\n".join(lines) + "\n")
     return 0
 
