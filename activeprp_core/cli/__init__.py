@@ -1,7 +1,10 @@
 """The ``activeprp`` command line: one sub-command per module of this package.
 
 Each sub-command module exposes ``add_parser(subparsers)``, which registers its parser and sets
-``func(args) -> int`` as the handler. Errors end in one line on stderr, never a traceback:
+``func(args) -> int`` as the handler. The core's own commands are the modules named in ``SUBCOMMANDS``; other
+packages add theirs through the ``activeprp.commands`` entry-point group (name = the command, value = the module),
+so the core never imports them (``activeprp serve`` from ``activeprp_integrations``, ``activeprp bench`` from
+``activeprp_bench``). A plugin whose module or dependencies are not installed is left out of the parser. Errors end in one line on stderr, never a traceback:
 ``activeprp: error: <reason>`` with exit code 2 for bad input (argparse's own convention, ``InputError``) and
 1 for a failure while running (an ``ActivePRPError``, e.g. a dead endpoint).
 """
@@ -12,12 +15,14 @@ import argparse
 import importlib
 import re
 import sys
+from importlib.metadata import entry_points
 
 from ..errors import InputError
 
 __all__ = ["InputError", "build_parser", "fail", "main", "printable"]
 
 SUBCOMMANDS = ("rerank", "rerank_run", "demo", "bench")  # module names (rerank_run registers rerank-run)
+COMMAND_GROUP = "activeprp.commands"
 
 
 _UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
@@ -41,13 +46,14 @@ def fail(message: str, code: int) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="activeprp", description=__doc__.splitlines()[0])
     subparsers = parser.add_subparsers(dest="command", required=True)
-    for name in SUBCOMMANDS:
+    plugins = {ep.value for ep in entry_points(group=COMMAND_GROUP)}
+    for name in dict.fromkeys([f"{__name__}.{n}" for n in SUBCOMMANDS] + sorted(plugins)):
         try:
-            module = importlib.import_module(f"{__name__}.{name}")
+            module = importlib.import_module(name)
         except ModuleNotFoundError as err:
-            if err.name != f"{__name__}.{name}":
-                raise
-            continue
+            if name in plugins or err.name == name:
+                continue  # not installed here, or a plugin's optional dependencies are missing
+            raise
         module.add_parser(subparsers)
     return parser
 
