@@ -1,7 +1,13 @@
-"""The benchmark harness behind ``activeprp bench``: collection loaders, simulator calibration, the ranker x oracle
-x budget x seed grid, bootstrap statistics, reports and overhead timings. Needs the ``bench`` extra (numpy,
-matplotlib, bm25s). The comparators it uses (simulated, sqlite-cached, zero-cost) live in
-``activeprp_core.comparators``."""
+"""ActivePRP's benchmark harness behind ``activeprp bench`` (a package of its own, installed with the ``bench``
+extra: numpy, matplotlib, bm25s, ir-measures): collection loaders, simulator calibration, the ranker x oracle x
+budget x round cap x seed grid, bootstrap statistics, reports, overhead and wall-time timings, and the
+comparators only benchmarks use (``CachedComparator``: a sqlite answer cache; ``ZeroCostComparator``;
+``RoundRecorder`` / ``SleepingComparator``) plus ``LlamaServer`` (a local OpenAI-compatible server).
+
+It depends on ``activeprp_core``, never the reverse: the core CLI finds ``activeprp bench`` through the
+``activeprp.commands`` entry point. The simulated judge itself (``SimulatedComparator``, ``from_qrels``,
+``CALIBRATED_PARAMS``) is the core's.
+"""
 
 from .datasets import Collection, load_beir, load_cranfield, load_named, load_noveleval, load_trec_dl, load_trec_files
 from .grid import Row, run_grid

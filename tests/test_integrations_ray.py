@@ -21,9 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from activeprp_core import Candidate, ComparatorAuthError, rerank_many
+from activeprp_core import Candidate, ComparatorAuthError, SimulatedComparator, rerank_many
 from activeprp_core.cli import main
-from activeprp_core.cli.rerank_run import QrelsSimulator
 from activeprp_core.trecfiles import read_qrels
 
 DL19 = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "trec-dl-2019"
@@ -115,7 +114,7 @@ def dl19():
 
 
 def judge_factory(rows, qrels):
-    return functools.partial(QrelsSimulator, {r["qid"]: r["query"] for r in rows}, qrels, doc_noise=1.0,
+    return functools.partial(SimulatedComparator.from_qrels, qrels, {r["qid"]: r["query"] for r in rows}, doc_noise=1.0,
                              pair_noise=0.5, position_bias=0.3)
 
 

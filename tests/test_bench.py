@@ -12,15 +12,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from activeprp_core import rerank
+from activeprp_bench.cached import CachedComparator, identity
+from activeprp_bench.calibration import flip_rate, measured_flip_rate
+from activeprp_bench.datasets import load_beir, load_cranfield, load_noveleval, load_trec_dl, load_trec_files
+from activeprp_bench.grid import run_grid, simulator_factory
+from activeprp_bench.reference import ReferenceFallbackMohajer, ReferenceHeapSort
+from activeprp_bench.stats import bootstrap_ci, paired_bootstrap
+from activeprp_bench.zero_cost import ZeroCostComparator
+from activeprp_core import SimulatedComparator, rerank
 from activeprp_core.cli import main
-from activeprp_core.comparators import SimulatedComparator, ZeroCostComparator
-from activeprp_core.comparators.cached import CachedComparator, identity
-from activeprp_core.evaluation.calibration import flip_rate, measured_flip_rate
-from activeprp_core.evaluation.datasets import load_beir, load_cranfield, load_noveleval, load_trec_dl, load_trec_files
-from activeprp_core.evaluation.grid import run_grid, simulator_factory
-from activeprp_core.evaluation.reference import ReferenceFallbackMohajer, ReferenceHeapSort
-from activeprp_core.evaluation.stats import bootstrap_ci, paired_bootstrap
 from activeprp_core.types import Candidate
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
