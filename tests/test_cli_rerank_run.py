@@ -192,6 +192,16 @@ def test_queries_of_one_text_with_different_qrels_are_a_one_line_error(files, tm
     assert not (tmp_path / "out.run").exists()
 
 
+def test_ray_without_the_ray_integration_is_a_one_line_error(files, tmp_path, capsys, monkeypatch):
+    """--ray finds Ray through the ``activeprp.runners`` entry points only (the core imports no integration)."""
+    seen = []
+    monkeypatch.setattr(cli, "entry_points", lambda **select: seen.append(select) or [])
+    assert main(cli_args(files, tmp_path / "out.run", "--ray")) == 2
+    assert capsys.readouterr().err == ('activeprp: error: rerank-run --ray needs the Ray integration: pip install '
+                                       '"activeprp[ray]"\n')
+    assert seen == [{"group": "activeprp.runners", "name": "ray"}] and not (tmp_path / "out.run").exists()
+
+
 # ---- many queries at once: rerank_many / arerank_many behind the command --------------------------------------
 
 @needs_data
