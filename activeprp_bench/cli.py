@@ -256,7 +256,11 @@ def _count(minimum: int | None = 1, none: bool = False):
         if none and text.lower() in ("none", "-1"):
             return None
         try:
-            return check_count(int(text), "the value", minimum=minimum)
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        try:
+            return check_count(value, "the value", minimum=minimum)
         except ValueError as err:
             raise argparse.ArgumentTypeError(str(err)) from None
 

@@ -188,3 +188,17 @@ def test_cache_identity_changes_with_prompt_settings():
     b.max_passage_tokens = 128
     assert identity(a, "m") == identity(Judge(), "m") != identity(b, "m")
     assert identity(a, "m").startswith("m#")
+
+
+def test_bench_counts_go_through_check_count_and_none_or_minus_one_mean_no_cap(capsys):
+    from activeprp_core.cli import build_parser
+
+    args = build_parser("bench").parse_args(["bench", "grid", "--budgets", "none", "0", "150", "--max-rounds", "-1",
+                                             "NONE", "6", "--judge-seed", "-3", "--queries", "2"])
+    assert (args.budgets, args.max_rounds, args.judge_seed, args.queries) == ([None, 0, 150], [None, None, 6], -3, 2)
+    for option, value, message in (("--max-rounds", "-2", "the value must be >= 0, got -2"),
+                                   ("--queries", "0", "the value must be >= 1, got 0"),
+                                   ("--top-k", "ten", "not an integer: 'ten'")):
+        with pytest.raises(SystemExit) as exit_:
+            build_parser("bench").parse_args(["bench", "grid", option, value])
+        assert exit_.value.code == 2 and f"argument {option}: {message}" in capsys.readouterr().err
