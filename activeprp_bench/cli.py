@@ -268,7 +268,7 @@ def _count(minimum: int | None = 1, none: bool = False):
 
 
 def add_parser(subparsers) -> None:
-    """Register ``activeprp bench {grid,calibrate,overhead}``; each sets ``func(args) -> int``."""
+    """Register ``activeprp bench {grid,calibrate,overhead,flip,walltime,auto-table}``; each sets ``func``."""
     from .grid import PAPER_BUDGETS, PAPER_RANKERS
 
     bench = subparsers.add_parser("bench", help="benchmark rankers x oracles x budgets on test collections",
