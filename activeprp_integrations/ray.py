@@ -259,3 +259,27 @@ def unwrap() -> Iterator[None]:
 
 
 __all__ = ["DEFAULT_NUM_CPUS", "connect", "rerank_dataset", "unwrap"]
+
+
+def rerank_records(records: list[dict[str, Any]], comparator_factory: Callable[[], Any], *,
+                   address: str | None = None, columns: list[str] | None = None, progress: bool = True,
+                   **kwargs: Any) -> list[dict[str, Any]]:
+    """Rerank ``records`` (rows as ``rerank_dataset`` reads them) on Ray and return the output rows: ``connect``
+    to ``address`` (None: a local Ray on 127.0.0.1, stopped afterwards), ``rerank_dataset`` over
+    ``ray.data.from_items(records)`` with ``kwargs``, then every row (only ``columns`` when given; Ray's order) with
+    ``unwrap`` around the run. ``progress``: Ray Data's progress bars (stderr). The entry point ``ray`` of the
+    ``activeprp.runners`` group, behind ``activeprp rerank-run --ray``.
+
+    Raises:
+        ImportError: Ray Data is missing (names ``activeprp[ray]``); the errors of ``rerank_dataset``.
+    """
+    owned = connect(address)  # before Ray is imported: loopback
+    ray = _ray()
+    try:
+        ds = rerank_dataset(ray.data.from_items(records), comparator_factory, **kwargs)
+        ds.context.enable_progress_bars = progress
+        with unwrap():
+            return list((ds.select_columns(columns) if columns else ds).iter_rows())
+    finally:
+        if owned:
+            ray.shutdown()

@@ -10,8 +10,8 @@ import os
 import time
 import tracemalloc
 
+from activeprp_bench.zero_cost import ZeroCostComparator
 from activeprp_core import RANKERS, Candidate, rerank
-from activeprp_core.comparators import ZeroCostComparator
 
 N, B, K = 5000, 500, 10
 

@@ -29,8 +29,8 @@ import statistics
 import time
 from pathlib import Path
 
+from activeprp_bench.datasets import load_trec_dl
 from activeprp_core.comparators import TransformersComparator
-from activeprp_core.evaluation.datasets import load_trec_dl
 
 
 def fit_line(xs: list[float], ys: list[float]) -> tuple[float, float, float]:

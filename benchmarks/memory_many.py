@@ -20,8 +20,8 @@ import resource
 import time
 from pathlib import Path
 
+from activeprp_bench.zero_cost import ZeroCostComparator
 from activeprp_core import Candidate, rerank_many
-from activeprp_core.comparators.zero_cost import ZeroCostComparator
 
 
 def peak_mib() -> float:

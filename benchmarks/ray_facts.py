@@ -40,7 +40,7 @@ def fact(name: str, **values) -> None:
 
 
 def dl19_rows(data: Path, n_queries: int, depth: int) -> tuple[list[dict], dict[str, dict[str, int]]]:
-    from activeprp_core.evaluation.datasets import load_trec_dl
+    from activeprp_bench.datasets import load_trec_dl
 
     coll = load_trec_dl(data, 2019).subset(n_queries, depth)
     rows = [{"qid": q, "query": coll.queries[q],

@@ -2,11 +2,12 @@
 on requests in flight across queries.
 
 Starts ``python -m llama_cpp.server`` (llama-cpp-python) on the bundled SmolLM2-135M GGUF at 127.0.0.1 on a free
-port (``tests/_llm_server.LlamaServer``), sends one untimed warm-up request, then for each ``--concurrency`` C runs
-``arerank_many`` over the first ``--queries`` DL19 queries x BM25 top ``--depth`` (passages cut to ``--words``
-words) with ``max_concurrency=C`` (``OpenAIChatComparator(max_concurrency=C)``, mohajer, randomized oracle,
-``--budget`` calls per query, seed 0), and stops the server. Bounded: at most queries x budget requests per level,
-and ``--time-limit`` seconds in all (a level that would run past it is cancelled and reported as such).
+port (``activeprp_bench.llm_server.LlamaServer``), sends one untimed warm-up request, then for each
+``--concurrency`` C runs ``arerank_many`` over the first ``--queries`` DL19 queries x BM25 top ``--depth`` (passages
+cut to ``--words`` words) with ``max_concurrency=C`` (``OpenAIChatComparator(max_concurrency=C)``, mohajer,
+randomized oracle, ``--budget`` calls per query, seed 0), and stops the server. Bounded: at most queries x budget
+requests per level, and ``--time-limit`` seconds in all (a level that would run past it is cancelled and reported as
+such).
 
 Per level: wall time, queries/s, p50/p95 of each query's own ``wall_time_s`` (from its start to its result),
 calls and failed calls, prompts per ``ajudge_batch`` step (what could be in flight at once) and whether the orders
@@ -27,11 +28,11 @@ import statistics
 import time
 from pathlib import Path
 
+from activeprp_bench.datasets import load_trec_dl
+from activeprp_bench.llm_server import LlamaServer
 from activeprp_core import Comparator, arerank_many
 from activeprp_core.comparators import OpenAIChatComparator
 from activeprp_core.comparators.hf import bundled_gguf_path
-from activeprp_core.evaluation.datasets import load_trec_dl
-from tests._llm_server import LlamaServer
 
 
 class Steps(Comparator):

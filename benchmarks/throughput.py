@@ -1,13 +1,13 @@
 """Throughput of ``rerank_many`` vs a loop of ``rerank`` with a batching comparator whose forward pass costs
 ``a + b * n`` seconds for n prompts (issue 12's throughput model).
 
-The judge is the calibrated simulator of ``activeprp bench`` (``QrelsSimulator``: each query's graded qrels,
-``CALIBRATED_PARAMS``) wrapped in ``ModelledCost``: a comparator that runs every call in forward passes of at most
-``batch_size`` prompts and adds ``a + b * n`` per pass to a modelled clock (no sleep), so a grid that would take
-hours of model time runs in seconds. A loop of ``rerank`` sends each round of one query as its own passes; one
-``rerank_many`` sends the rounds of all queries in progress (``max_active``) together. Time per run = modelled
-clock + the measured wall time of the run itself (the engine and the simulator; a few ms). Every query's order
-from ``rerank_many`` is checked against the loop's (``identical``).
+The judge is the calibrated simulator of ``activeprp bench`` (``SimulatedComparator.from_qrels``: each query's
+graded qrels, ``CALIBRATED_PARAMS``) wrapped in ``ModelledCost``: a comparator that runs every call in forward
+passes of at most ``batch_size`` prompts and adds ``a + b * n`` per pass to a modelled clock (no sleep), so a grid
+that would take hours of model time runs in seconds. A loop of ``rerank`` sends each round of one query as its own
+passes; one ``rerank_many`` sends the rounds of all queries in progress (``max_active``) together. Time per run =
+modelled clock + the measured wall time of the run itself (the engine and the simulator; a few ms). Every query's
+order from ``rerank_many`` is checked against the loop's (``identical``).
 
 Cost profiles (``--profiles``; a and b in seconds):
 - ``cpu``: the bundled SmolLM2-135M on this 2-core CPU, ``ab`` mode, 1 thread (benchmarks/results/forward_cost,
@@ -39,11 +39,10 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from activeprp_core import Comparator, RerankResult, as_comparator, rerank, rerank_many
-from activeprp_core.cli.rerank_run import QrelsSimulator
+from activeprp_bench.datasets import load_trec_dl
+from activeprp_core import Comparator, RerankResult, SimulatedComparator, as_comparator, rerank, rerank_many
 from activeprp_core.comparators.base import CallGuard, Item
-from activeprp_core.evaluation.calibration import CALIBRATED_PARAMS
-from activeprp_core.evaluation.datasets import load_trec_dl
+from activeprp_core.comparators.simulated import CALIBRATED_PARAMS
 from activeprp_core.types import Judgment, Pair, to_judgments
 
 # (a seconds, b seconds per prompt, batch size, where from); see the module docstring
@@ -93,7 +92,7 @@ def load(data: Path, n_queries: int | None):
         for q in coll.qids:
             requests.append((coll.queries[q], coll.candidates[q]))
             queries[f"{year}:{q}"], qrels[f"{year}:{q}"] = coll.queries[q], coll.qrels[q]
-    return requests, QrelsSimulator(queries, qrels, **CALIBRATED_PARAMS)
+    return requests, SimulatedComparator.from_qrels(qrels, queries, **CALIBRATED_PARAMS)
 
 
 def run(requests, judge, profile, *, mode: str, sleep: bool = False, max_active: int = 64,

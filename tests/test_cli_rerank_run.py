@@ -183,18 +183,23 @@ def test_depth_must_be_positive(files, tmp_path, capsys):
     assert exit_.value.code == 2 and "--depth: expected an integer >= 1, got 0" in capsys.readouterr().err
 
 
-def test_qrels_simulator_routes_by_query_text():
-    from activeprp_core import Candidate
-    from activeprp_core.cli import InputError
+def test_queries_of_one_text_with_different_qrels_are_a_one_line_error(files, tmp_path, capsys):
+    files["queries"].write_text("q1\tsame text\nq2\tsame text\n")
+    assert main(cli_args(files, tmp_path / "out.run")) == 2
+    err = capsys.readouterr().err
+    assert err == ("activeprp: error: queries q1 and q2 have the same text but different qrels: the simulated judge "
+                   "finds a query's labels by its text\n")
+    assert not (tmp_path / "out.run").exists()
 
-    judge = cli.QrelsSimulator({"q1": "alpha", "q2": "beta"}, {"q1": {"a": 3, "b": -1}, "q2": {"b": 3}})
-    a, b = Candidate("a", ""), Candidate("b", "")
-    assert judge.compare("alpha", [(a, b), (b, a)]) == [1.0, 0.0]
-    assert judge.compare("beta", [(a, b)]) == [0.0] and judge.calls == 3
-    with pytest.raises(ValueError, match="no simulated judge"):
-        judge.compare("gamma", [(a, b)])
-    with pytest.raises(InputError, match="queries q1 and q2 have the same text but different qrels"):
-        cli.QrelsSimulator({"q1": "same", "q2": "same"}, {"q1": {"a": 1}})
+
+def test_ray_without_the_ray_integration_is_a_one_line_error(files, tmp_path, capsys, monkeypatch):
+    """--ray finds Ray through the ``activeprp.runners`` entry points only (the core imports no integration)."""
+    seen = []
+    monkeypatch.setattr(cli, "entry_points", lambda **select: seen.append(select) or [])
+    assert main(cli_args(files, tmp_path / "out.run", "--ray")) == 2
+    assert capsys.readouterr().err == ('activeprp: error: rerank-run --ray needs the Ray integration: pip install '
+                                       '"activeprp[ray]"\n')
+    assert seen == [{"group": "activeprp.runners", "name": "ray"}] and not (tmp_path / "out.run").exists()
 
 
 # ---- many queries at once: rerank_many / arerank_many behind the command --------------------------------------
@@ -202,15 +207,15 @@ def test_qrels_simulator_routes_by_query_text():
 @needs_data
 def test_simulated_dl19_output_equals_a_loop_of_rerank(corpus, tmp_path, capsys):
     """rerank-run (rerank_many over all queries) writes the same run as reranking each query alone."""
-    from activeprp_core import rerank
-    from activeprp_core.evaluation.calibration import CALIBRATED_PARAMS
+    from activeprp_core import SimulatedComparator, rerank
+    from activeprp_core.comparators.simulated import CALIBRATED_PARAMS
     from activeprp_core.trecfiles import read_qrels, read_run_candidates, write_run
 
     out, loop = tmp_path / "many.run", tmp_path / "loop.run"
     assert main(["rerank-run", "--run", str(RUN), "--queries", str(TOPICS), "--corpus", str(corpus), "--out", str(out),
                  "--qrels", str(QRELS), "--comparator", "simulated", "--no-progress", "--max-active", "7"]) == 0
     _, requests = read_run_candidates(RUN, TOPICS, corpus, None)
-    judge = cli.QrelsSimulator({q: text for q, text, _ in requests}, read_qrels(QRELS), **CALIBRATED_PARAMS)
+    judge = SimulatedComparator.from_qrels(read_qrels(QRELS), {q: text for q, text, _ in requests}, **CALIBRATED_PARAMS)
     write_run(loop, ((q, [c[i].id for i in rerank(text, c, comparator=judge, budget=100, top_k=10).order])
                      for q, text, c in requests), tag="activeprp")
     assert out.read_bytes() == loop.read_bytes()

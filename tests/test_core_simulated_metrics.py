@@ -76,3 +76,20 @@ def test_ndcg_matches_trec_eval_definition():
     assert ndcg_at_k(qrels, {"q1": ranking_to_run(["a", "b", "c"])}) == {"q1": pytest.approx(1.0)}  # q2: no run
     with pytest.raises(ValueError):
         ndcg_at_k(qrels, run, k=0)
+
+
+def test_from_qrels_routes_by_query_text_and_answers_as_the_query_s_own_judge():
+    knobs = {"doc_noise": 1.0, "pair_noise": 0.5, "position_bias": 0.3}
+    qrels = {"q1": {d: g for d, g in LABELS.items() if g}, "q2": {"d1": 3, "d2": -1}}
+    judge = SimulatedComparator.from_qrels(qrels, {"q1": "alpha", "q2": "beta", "q3": "unjudged"}, seed=4, **knobs)
+    pairs = [(Candidate(a, ""), Candidate(b, "")) for a, b in itertools.permutations(IDS[:6], 2)]
+    for text, labels in (("alpha", LABELS), ("beta", {"d1": 3}), ("unjudged", {})):  # negative grades count as 0
+        assert judge.compare(text, pairs) == SimulatedComparator(labels, seed=4, **knobs).compare(text, pairs)
+    assert judge.compare("alpha", pairs) != judge.compare("beta", pairs)
+    with pytest.raises(ValueError, match="no simulated judge for query 'gamma'"):
+        judge.compare("gamma", pairs)
+    assert judge.calls == 5 * len(pairs)  # the refused call counted nothing
+    by_text = SimulatedComparator.from_qrels({"alpha": qrels["q1"]})  # no queries: the keys are the texts
+    assert by_text.compare("alpha", pairs) == SimulatedComparator(LABELS).compare("alpha", pairs)
+    with pytest.raises(ValueError, match="queries q1 and q2 have the same text but different qrels"):
+        SimulatedComparator.from_qrels({"q1": {"d1": 1}}, {"q1": "same", "q2": "same"})

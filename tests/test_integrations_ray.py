@@ -21,9 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from activeprp_core import Candidate, ComparatorAuthError, rerank_many
+from activeprp_core import Candidate, ComparatorAuthError, SimulatedComparator, rerank_many
 from activeprp_core.cli import main
-from activeprp_core.cli.rerank_run import QrelsSimulator
 from activeprp_core.trecfiles import read_qrels
 
 DL19 = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "trec-dl-2019"
@@ -115,7 +114,7 @@ def dl19():
 
 
 def judge_factory(rows, qrels):
-    return functools.partial(QrelsSimulator, {r["qid"]: r["query"] for r in rows}, qrels, doc_noise=1.0,
+    return functools.partial(SimulatedComparator.from_qrels, qrels, {r["qid"]: r["query"] for r in rows}, doc_noise=1.0,
                              pair_noise=0.5, position_bias=0.3)
 
 
@@ -184,7 +183,26 @@ def test_bad_arguments_fail_before_anything_runs(local_ray):
         rerank_dataset(ds, dict, budget=1, budgt=2)
 
 
-def test_rerank_run_with_ray_writes_the_same_run(local_ray, tmp_path, capsys):
+@pytest.fixture
+def ray_runner(tmp_path, monkeypatch):
+    """The ``activeprp.runners`` entry points as pyproject.toml declares them, on ``sys.path`` as a distribution of
+    their own when the installed metadata predates them (an editable install made before the group existed)."""
+    from importlib.metadata import entry_points
+
+    if not entry_points(group="activeprp.runners", name="ray"):
+        text = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
+        section = text.split('[project.entry-points."activeprp.runners"]')[1].split("\n\n")[0]
+        info = tmp_path / "activeprp_runners-0.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text("Metadata-Version: 2.1\nName: activeprp-runners\nVersion: 0\n")
+        lines = section.split("\n", 1)[1].replace('"', "")  # TOML strings -> entry_points.txt values
+        (info / "entry_points.txt").write_text(f"[activeprp.runners]\n{lines}\n")
+        monkeypatch.syspath_prepend(str(tmp_path))
+    (found,) = entry_points(group="activeprp.runners", name="ray")
+    assert found.value == "activeprp_integrations.ray:rerank_records"
+
+
+def test_rerank_run_with_ray_writes_the_same_run(local_ray, ray_runner, tmp_path, capsys):
     run = tmp_path / "three.run"
     lines = (DL19 / "trec_results_dl19_top100.bm25.txt").read_text().splitlines()
     qids = list(dict.fromkeys(line.split()[0] for line in lines))[:3]

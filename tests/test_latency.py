@@ -8,12 +8,12 @@ import statistics
 import numpy as np
 import pytest
 
+from activeprp_bench.autotable import build_auto_table
+from activeprp_bench.grid import Row
+from activeprp_bench.instrumented import SleepingComparator
+from activeprp_bench.overhead import measured_wall_time
+from activeprp_bench.report import Summary, cell, compare_table, modelled_wall_s
 from activeprp_core import BothOrders, SimulatedComparator, rerank
-from activeprp_core.comparators.instrumented import SleepingComparator
-from activeprp_core.evaluation.autotable import build_auto_table
-from activeprp_core.evaluation.grid import Row
-from activeprp_core.evaluation.overhead import measured_wall_time
-from activeprp_core.evaluation.report import Summary, cell, compare_table, modelled_wall_s
 from activeprp_core.rankers import auto
 from activeprp_core.rankers.auto import choose, load_table
 from tests.conftest import make_case, true_top

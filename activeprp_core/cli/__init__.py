@@ -4,9 +4,10 @@ Each sub-command module exposes ``add_parser(subparsers)``, which registers its 
 ``func(args) -> int`` as the handler. The core's own commands are the modules named in ``SUBCOMMANDS``; other
 packages add theirs through the ``activeprp.commands`` entry-point group (name = the command, value = the module),
 so the core never imports them (``activeprp serve`` from ``activeprp_integrations``, ``activeprp bench`` from
-``activeprp_bench``). A plugin whose module or dependencies are not installed is left out of the parser. Errors end in one line on stderr, never a traceback:
-``activeprp: error: <reason>`` with exit code 2 for bad input (argparse's own convention, ``InputError``) and
-1 for a failure while running (an ``ActivePRPError``, e.g. a dead endpoint).
+``activeprp_bench``). A plugin whose module or dependencies are not installed is left out of the parser, and no
+plugin is imported for a core command (``activeprp rerank ...`` loads no other package). Errors end in one line
+on stderr, never a traceback: ``activeprp: error: <reason>`` with exit code 2 for bad input (argparse's own
+convention, ``InputError``) and 1 for a failure while running (an ``ActivePRPError``, e.g. a dead endpoint).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from ..errors import InputError
 
 __all__ = ["InputError", "build_parser", "fail", "main", "printable"]
 
-SUBCOMMANDS = ("rerank", "rerank_run", "demo", "bench")  # module names (rerank_run registers rerank-run)
+SUBCOMMANDS = ("rerank", "rerank_run", "demo")  # module names (rerank_run registers rerank-run)
 COMMAND_GROUP = "activeprp.commands"
 
 
@@ -43,10 +44,12 @@ def fail(message: str, code: int) -> int:
     return code
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The ``activeprp`` parser: the core's commands, plus the plugins' unless ``command`` is a core one."""
     parser = argparse.ArgumentParser(prog="activeprp", description=__doc__.splitlines()[0])
     subparsers = parser.add_subparsers(dest="command", required=True)
-    plugins = {ep.value for ep in entry_points(group=COMMAND_GROUP)}
+    core = command in {n.replace("_", "-") for n in SUBCOMMANDS}
+    plugins = set() if core else {ep.value for ep in entry_points(group=COMMAND_GROUP)}
     for name in dict.fromkeys([f"{__name__}.{n}" for n in SUBCOMMANDS] + sorted(plugins)):
         try:
             module = importlib.import_module(name)
@@ -62,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run one ``activeprp`` command; returns the exit status (0 ok, 1 runtime failure, 2 bad input)."""
     from ..errors import ActivePRPError
 
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(argv[0] if argv else None).parse_args(argv)
     try:
         return args.func(args)
     except InputError as err:

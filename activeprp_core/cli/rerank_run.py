@@ -27,17 +27,19 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from .. import Comparator, SimulatedComparator
+from ..comparators.simulated import CALIBRATED_PARAMS, SimulatedComparator
 from ..many import DEFAULT_MAX_ACTIVE, RerankFailure, arerank_many, rerank_many
 from ..trecfiles import read_qrels, read_run_candidates, write_run
-from ..types import Candidate, Pair, RerankResult
+from ..types import Candidate, RerankResult
 from . import InputError, fail, printable
 from .rerank import add_comparator_args, add_ranking_args, make_comparator, ranking_kwargs
 
 Request = tuple[str, str, list[Candidate]]  # (qid, query text, candidates in input rank order)
+RUNNERS = "activeprp.runners"  # entry-point group: name -> a function running many queries elsewhere (ray)
 
 
 class Outcome(NamedTuple):
@@ -56,49 +58,6 @@ class Outcome(NamedTuple):
             spent = getattr(item.error, "accounting", None)
             return cls(None, spent.calls if spent is not None else 0, item.reason)
         return cls(item.order, item.calls, None, item.failure)
-
-
-class QrelsSimulator(Comparator):
-    """The simulated judge for many queries: each ``compare(query, pairs)`` goes to the ``SimulatedComparator``
-    of that query (found by its text), whose graded labels are the query's qrels (negative grades and unjudged
-    docids count as 0). ``knobs`` are ``SimulatedComparator``'s noise arguments.
-
-    Raises:
-        InputError: two queries with the same text but different judgments (the text would not say which).
-        ValueError: ``compare`` for a query text it was not built with.
-    """
-
-    def __init__(self, queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, int]], **knobs: float) -> None:
-        self.by_query: dict[str, SimulatedComparator] = {}
-        labels_of: dict[str, tuple[str, dict[str, int]]] = {}
-        for qid, text in queries.items():
-            labels = {d: max(0, g) for d, g in qrels.get(qid, {}).items()}
-            other = labels_of.setdefault(text, (qid, labels))
-            if other[1] != labels:
-                raise InputError(f"queries {other[0]} and {qid} have the same text but different qrels: the "
-                                 "simulated judge finds a query's labels by its text")
-            self.by_query[text] = SimulatedComparator(labels, **knobs)
-
-    @property
-    def calls(self) -> int:
-        """Ordered pairs judged so far, all queries together."""
-        return sum(c.calls for c in self.by_query.values())
-
-    def compare(self, query: str, pairs: Sequence[Pair]) -> list[float]:
-        judge = self.by_query.get(query)
-        if judge is None:
-            raise ValueError(f"no simulated judge for query {query[:60]!r}")
-        return judge.compare(query, pairs)
-
-
-def simulated_knobs() -> tuple[dict[str, float], str]:
-    """The noise knobs of the simulated judge and a label for them: ``CALIBRATED_PARAMS`` (fitted to the paper's
-    Flan-T5-XL flip rate and quality) when the evaluation module imports, else none (a perfect judge)."""
-    try:
-        from ..evaluation.calibration import CALIBRATED_PARAMS
-    except ImportError:
-        return {}, "noiseless (activeprp_core.evaluation is not importable)"
-    return dict(CALIBRATED_PARAMS), "calibrated " + " ".join(f"{k}={v}" for k, v in CALIBRATED_PARAMS.items())
 
 
 def rerank_requests(requests: Sequence[Request], comparator: Any, args: argparse.Namespace,
@@ -125,36 +84,34 @@ def rerank_requests(requests: Sequence[Request], comparator: Any, args: argparse
 
 def ray_outcomes(requests: Sequence[Request], factory: Callable[[], Any], args: argparse.Namespace
                  ) -> Iterator[Outcome]:
-    """One ``Outcome`` per request, in input order, from ``activeprp_integrations.ray.rerank_dataset`` on the Ray
-    cluster at ``--ray ADDRESS`` (``local``: a Ray started for this command on this machine and stopped after
-    it; a Ray already running in this process is used as it is).
+    """One ``Outcome`` per request, in input order, from the Ray integration (``rerank_records`` of
+    ``activeprp_integrations.ray``, found through the ``activeprp.runners`` entry point ``ray``) on the Ray cluster
+    at ``--ray ADDRESS`` (``local``: a Ray started for this command on this machine and stopped after it; a Ray
+    already running in this process is used as it is).
 
     Raises:
-        InputError: Ray is not installed (names ``activeprp[ray]``).
+        InputError: the integration or Ray is not installed (names ``activeprp[ray]``).
         The comparator's error when a dead endpoint stopped a batch (a ``RayTaskError`` whose cause is not an
         ``ActivePRPError`` is raised as it is).
     """
-    from activeprp_integrations.ray import connect, rerank_dataset, unwrap
-
+    hint = 'rerank-run --ray needs the Ray integration: pip install "activeprp[ray]"'
+    found = entry_points(group=RUNNERS, name="ray")
+    if not found:
+        raise InputError(hint)
     try:
-        owned = connect(None if args.ray == "local" else args.ray)  # before Ray is imported: loopback
+        rerank_records = next(iter(found)).load()
+    except ImportError as err:
+        raise InputError(f"{hint} ({err})") from None
+    records = [{"qid": qid, "query": query, "candidates": [{"id": c.id, "text": c.text} for c in candidates]}
+               for qid, query, candidates in requests]
+    try:
+        rows = rerank_records(records, factory, address=None if args.ray == "local" else args.ray,
+                              columns=["qid", *Outcome._fields], progress=not args.no_progress,
+                              num_actors=args.ray_actors, num_gpus=args.ray_gpus, max_active=args.max_active,
+                              use_async=args.comparator == "openai", **ranking_kwargs(args))
     except ImportError as err:
         raise InputError(str(err)) from None
-    import ray
-
-    try:
-        rows = [{"qid": qid, "query": query, "candidates": [{"id": c.id, "text": c.text} for c in candidates]}
-                for qid, query, candidates in requests]
-        ds = rerank_dataset(ray.data.from_items(rows), factory, num_actors=args.ray_actors, num_gpus=args.ray_gpus,
-                            max_active=args.max_active, use_async=args.comparator == "openai",
-                            **ranking_kwargs(args))
-        ds.context.enable_progress_bars = not args.no_progress  # Ray Data's own progress (stderr)
-        with unwrap():
-            done = {row["qid"]: Outcome(row["order"], row["calls"] or 0, row["error"], row["failure"])
-                    for row in ds.select_columns(["qid", *Outcome._fields]).iter_rows()}
-    finally:
-        if owned:
-            ray.shutdown()
+    done = {row["qid"]: Outcome(row["order"], row["calls"] or 0, row["error"], row["failure"]) for row in rows}
     return (done[qid] for qid, _, _ in requests)
 
 
@@ -216,17 +173,28 @@ def add_parser(subparsers: Any) -> None:
 def comparator_factory(args: argparse.Namespace, requests: Sequence[Request],
                        qrels: Mapping[str, Mapping[str, int]] | None) -> Callable[[], Any]:
     """A picklable no-argument callable building the judge (once here, once per Ray actor with ``--ray``):
-    ``QrelsSimulator`` for ``--comparator simulated`` (labels from ``qrels``; its set-up is printed), else
-    ``make_comparator`` (which raises ``InputError`` saying why it cannot build one)."""
+    ``SimulatedComparator.from_qrels`` with ``CALIBRATED_PARAMS`` for ``--comparator simulated`` (labels from
+    ``qrels``; its set-up is printed), else ``make_comparator`` (which raises ``InputError`` saying why it cannot
+    build one).
+
+    Raises:
+        InputError: the simulated judge's qrels are ambiguous (two queries with one text, different labels).
+    """
     if args.comparator != "simulated":
         return functools.partial(make_comparator, args)
-    knobs, label = simulated_knobs()
-    print(f"simulated judge: labels from {args.qrels}, noise {label}")
+    label = " ".join(f"{k}={v}" for k, v in CALIBRATED_PARAMS.items())
+    print(f"simulated judge: labels from {args.qrels}, noise calibrated {label}")
     unjudged = [qid for qid, _, _ in requests if not (qrels or {}).get(qid)]
     if unjudged:
         print(f"note: {len(unjudged)} queries (e.g. {unjudged[0]}) have no judgments in {args.qrels}; the simulated "
               "judge sees all their passages as grade 0")
-    return functools.partial(QrelsSimulator, {qid: query for qid, query, _ in requests}, qrels or {}, **knobs)
+    factory = functools.partial(SimulatedComparator.from_qrels, qrels or {}, {qid: q for qid, q, _ in requests},
+                                **CALIBRATED_PARAMS)
+    try:
+        factory()
+    except ValueError as err:
+        raise InputError(str(err)) from None
+    return factory
 
 
 def build_comparator(args: argparse.Namespace, requests: Sequence[Request],

@@ -1,18 +1,16 @@
 """Pairwise comparators: the ``Comparator`` base class, a local Hugging Face model, OpenAI-compatible chat APIs,
-and the synthetic judges used by tests and benchmarks (simulated, cached, zero-cost).
+and the simulated judge (``SimulatedComparator``). The benchmarks' own comparators (answer cache, zero-cost,
+round recorder) live in ``activeprp_bench``.
 
 Importing this package imports neither torch, transformers nor openai; they load when a comparator is built,
 and a missing one raises ``ImportError`` naming the extra to install (``activeprp[hf]`` / ``activeprp[openai]``).
 """
 
 from .base import CallGuard, Comparator, SupportsCompare, as_comparator
-from .cached import CachedComparator
 from .hf import TransformersComparator, bundled_model_dir
 from .openai_chat import OpenAIChatComparator
 from .prompts import PRP_PROMPT, QL_PROMPT
 from .simulated import SimulatedComparator
-from .zero_cost import ZeroCostComparator
 
-__all__ = ["PRP_PROMPT", "QL_PROMPT", "CachedComparator", "CallGuard", "Comparator", "OpenAIChatComparator",
-           "SimulatedComparator", "SupportsCompare", "TransformersComparator", "ZeroCostComparator",
-           "as_comparator", "bundled_model_dir"]
+__all__ = ["PRP_PROMPT", "QL_PROMPT", "CallGuard", "Comparator", "OpenAIChatComparator", "SimulatedComparator",
+           "SupportsCompare", "TransformersComparator", "as_comparator", "bundled_model_dir"]

@@ -12,6 +12,10 @@ from .base import Comparator
 
 _STD_NORMAL = NormalDist()
 
+#: The noise knobs fitted to the paper's Flan-T5-XL judge on TREC DL19 + DL20 (20.6% order effect, its converged
+#: nDCG@10; ``pair_noise`` fixed at 0.5): ``activeprp bench calibrate``, benchmarks/results/calibration.
+CALIBRATED_PARAMS: dict[str, float] = {"strength": 1.0, "doc_noise": 1.172, "position_bias": 0.484, "pair_noise": 0.5}
+
 
 def _gauss(*key: object) -> float:
     """A standard normal draw that is a pure function of ``key`` (stable across runs and processes)."""
@@ -38,8 +42,11 @@ class SimulatedComparator(Comparator):
     - ``pair_noise``: independent noise per ordered prompt: intransitive cycles (a > b > c > a) appear.
     With ``doc_noise = pair_noise = position_bias = 0`` and distinct labels it is a perfect judge.
 
+    The noise depends on ``seed`` and the ids only, never on the query: the judge of many queries built by
+    ``from_qrels`` answers each query exactly as a ``SimulatedComparator`` of that query's labels would.
+
     Args:
-        labels: graded relevance per candidate id (missing ids count as 0).
+        labels: graded relevance per candidate id (missing ids count as 0), for whatever query is asked.
         seed: selects the noise realisation (deterministic per ordered pair).
 
     ``calls`` counts the ordered pairs judged so far (one per LLM call).
@@ -63,43 +70,81 @@ class SimulatedComparator(Comparator):
         self.strength, self.doc_noise, self.position_bias = strength, doc_noise, position_bias
         self.pair_noise, self.hard, self.temperature, self.seed = pair_noise, hard, temperature, seed
         self.calls = 0
-        self._utility: dict[str, float] = {}
+        self.labels_by_query: dict[str, dict[str, float]] | None = None  # set by from_qrels
+        self._doc_error: dict[str, float] = {}
 
-    def utility(self, doc_id: str) -> float:
-        """u(d): the judge's persistent view of a document's relevance."""
-        u = self._utility.get(doc_id)
-        if u is None:
-            u = self.strength * float(self.labels.get(doc_id, 0.0))
-            if self.doc_noise:
-                u += self.doc_noise * _gauss(self.seed, "doc", doc_id)
-            self._utility[doc_id] = u
+    @classmethod
+    def from_qrels(cls, qrels: Mapping[str, Mapping[str, float]], queries: Mapping[str, str] | None = None, *,
+                   seed: int = 0, **knobs: float) -> SimulatedComparator:
+        """The simulated judge of many queries: ``compare(query, pairs)`` takes its graded labels from the qrels of
+        the query with that text (negative grades and unjudged ids count as 0). The one builder of simulated
+        judges from relevance judgments (``activeprp rerank-run --comparator simulated``, ``activeprp bench``).
+
+        Args:
+            qrels: ``{qid: {docid: grade}}``.
+            queries: ``{qid: query text}``; None: the keys of ``qrels`` are the query texts.
+            seed: the noise realisation. knobs: the other keyword arguments of ``SimulatedComparator`` (none:
+                a noiseless judge; ``**CALIBRATED_PARAMS``: the judge calibrated to the paper's).
+
+        Raises:
+            ValueError: two queries with the same text but different labels, or a bad knob; ``compare`` for a
+                query text it was not built with.
+        """
+        judge = cls({}, seed=seed, **knobs)
+        judge.labels_by_query, qid_of = {}, {}
+        for qid, text in (queries if queries is not None else {q: q for q in qrels}).items():
+            labels = {d: max(0, g) for d, g in qrels.get(qid, {}).items()}
+            if judge.labels_by_query.setdefault(text, labels) != labels:
+                raise ValueError(f"queries {qid_of[text]} and {qid} have the same text but different qrels: the "
+                                 "simulated judge finds a query's labels by its text")
+            qid_of.setdefault(text, qid)
+        return judge
+
+    def labels_of(self, query: str | None) -> Mapping[str, float]:
+        """The graded labels the judge uses for ``query`` (``labels`` unless built by ``from_qrels``)."""
+        if self.labels_by_query is None:
+            return self.labels
+        labels = self.labels_by_query.get(query) if query is not None else None
+        if labels is None:
+            raise ValueError(f"no simulated judge for query {(query or '')[:60]!r}")
+        return labels
+
+    def utility(self, doc_id: str, query: str | None = None) -> float:
+        """u(d): the judge's persistent view of a document's relevance (for ``query``, see ``labels_of``)."""
+        u = self.strength * float(self.labels_of(query).get(doc_id, 0.0))
+        if self.doc_noise:
+            error = self._doc_error.get(doc_id)
+            if error is None:
+                error = self._doc_error[doc_id] = _gauss(self.seed, "doc", doc_id)
+            u += self.doc_noise * error
         return u
 
-    def margin(self, first: str, second: str) -> float:
+    def margin(self, first: str, second: str, query: str | None = None) -> float:
         """z(first, second) for two candidate ids (> 0: the first is preferred)."""
-        z = self.utility(first) - self.utility(second) + self.position_bias
+        z = self.utility(first, query) - self.utility(second, query) + self.position_bias
         if self.pair_noise:
             z += self.pair_noise * _gauss(self.seed, "pair", first, second)
         return z
 
     def compare(self, query: str, pairs: Sequence[Pair]) -> list[float]:
+        self.labels_of(query)  # an unknown query fails before anything is counted
         self.calls += len(pairs)
         out = []
         for first, second in pairs:
-            z = self.margin(first.id, second.id)
+            z = self.margin(first.id, second.id, query)
             out.append(float(z > 0) if self.hard else 1.0 / (1.0 + math.exp(-z / self.temperature)))
         return out
 
     async def acompare(self, query: str, pairs: Sequence[Pair]) -> list[float]:
         return self.compare(query, pairs)
 
-    def flip_rate(self, doc_ids: Sequence[str]) -> float:
+    def flip_rate(self, doc_ids: Sequence[str], query: str | None = None) -> float:
         """Share of unordered pairs of ``doc_ids`` whose preferred document changes with the slot order
         (the paper's "order effect": 20.6% for Flan-T5-XL on DL19/20). Costs no calls."""
         flips = total = 0
         for b in range(1, len(doc_ids)):
             for a in range(b):
                 x, y = doc_ids[a], doc_ids[b]
-                flips += (self.margin(x, y) > 0) == (self.margin(y, x) > 0)
+                flips += (self.margin(x, y, query) > 0) == (self.margin(y, x, query) > 0)
                 total += 1
         return flips / total if total else 0.0

@@ -6,6 +6,7 @@ Two targets, both from Active Learners as Efficient PRP Rerankers:
   for Flan-T5-XL on DL19 and DL20 (``PAPER_XL_CONVERGED``), i.e. the judge is as good as the paper's judge
   on average over all methods (never fitted to one method's number).
 
+The fit is committed as ``activeprp_core.comparators.simulated.CALIBRATED_PARAMS``.
 Knobs: ``strength`` = 1 (the label scale, TREC grades 0-3) and ``pair_noise`` are fixed by the caller;
 ``position_bias`` is fitted to the flip rate and ``doc_noise`` to the converged quality, alternately, each by
 bisection (flip rate increases with the bias and decreases with doc noise; quality decreases with doc noise).
@@ -17,7 +18,6 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..comparators.simulated import SimulatedComparator
 from .datasets import Collection
 from .grid import PAPER_RANKERS, run_grid, simulator_factory
 
@@ -45,7 +45,8 @@ class Calibration:
 
 def flip_rate(collections: Sequence[Collection], params: dict[str, float], seed: int = 0) -> float:
     """Mean over judged queries of the share of candidate pairs whose answer flips with the slot order."""
-    rates = [SimulatedComparator(c.qrels.get(q, {}), seed=seed, **params).flip_rate([d.id for d in c.candidates[q]])
+    judges = {c.name: simulator_factory(c, params, seed)(None) for c in collections}
+    rates = [judges[c.name].flip_rate([d.id for d in c.candidates[q]], c.queries[q])
              for c in collections for q in c.qids]
     return sum(rates) / len(rates)
 
@@ -117,6 +118,3 @@ def calibrate(collections: Sequence[Collection], pair_noise: float = 0.5, flip_t
     conv = converged_quality(collections, params, seed)
     return Calibration(params, flip_rate(collections, params, seed), conv.pop("mean"), conv)
 
-
-#: The fit on DL19 + DL20 (``activeprp bench calibrate``, pair_noise fixed at 0.5); see benchmarks/results.
-CALIBRATED_PARAMS: dict[str, float] = {"strength": 1.0, "doc_noise": 1.172, "position_bias": 0.484, "pair_noise": 0.5}

@@ -6,8 +6,8 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from ..types import Judgment, Pair
-from .base import CallGuard, Comparator, as_comparator
+from activeprp_core.comparators.base import CallGuard, Comparator, as_comparator
+from activeprp_core.types import Judgment, Pair
 
 
 class RoundRecorder(Comparator):

@@ -12,15 +12,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from activeprp_core import rerank
+from activeprp_bench.cached import CachedComparator, identity
+from activeprp_bench.calibration import flip_rate, measured_flip_rate
+from activeprp_bench.datasets import load_beir, load_cranfield, load_noveleval, load_trec_dl, load_trec_files
+from activeprp_bench.grid import run_grid, simulator_factory
+from activeprp_bench.reference import ReferenceFallbackMohajer, ReferenceHeapSort
+from activeprp_bench.stats import bootstrap_ci, paired_bootstrap
+from activeprp_bench.zero_cost import ZeroCostComparator
+from activeprp_core import SimulatedComparator, rerank
 from activeprp_core.cli import main
-from activeprp_core.comparators import SimulatedComparator, ZeroCostComparator
-from activeprp_core.comparators.cached import CachedComparator, identity
-from activeprp_core.evaluation.calibration import flip_rate, measured_flip_rate
-from activeprp_core.evaluation.datasets import load_beir, load_cranfield, load_noveleval, load_trec_dl, load_trec_files
-from activeprp_core.evaluation.grid import run_grid, simulator_factory
-from activeprp_core.evaluation.reference import ReferenceFallbackMohajer, ReferenceHeapSort
-from activeprp_core.evaluation.stats import bootstrap_ci, paired_bootstrap
 from activeprp_core.types import Candidate
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -188,3 +188,17 @@ def test_cache_identity_changes_with_prompt_settings():
     b.max_passage_tokens = 128
     assert identity(a, "m") == identity(Judge(), "m") != identity(b, "m")
     assert identity(a, "m").startswith("m#")
+
+
+def test_bench_counts_go_through_check_count_and_none_or_minus_one_mean_no_cap(capsys):
+    from activeprp_core.cli import build_parser
+
+    args = build_parser("bench").parse_args(["bench", "grid", "--budgets", "none", "0", "150", "--max-rounds", "-1",
+                                             "NONE", "6", "--judge-seed", "-3", "--queries", "2"])
+    assert (args.budgets, args.max_rounds, args.judge_seed, args.queries) == ([None, 0, 150], [None, None, 6], -3, 2)
+    for option, value, message in (("--max-rounds", "-2", "the value must be >= 0, got -2"),
+                                   ("--queries", "0", "the value must be >= 1, got 0"),
+                                   ("--top-k", "ten", "not an integer: 'ten'")):
+        with pytest.raises(SystemExit) as exit_:
+            build_parser("bench").parse_args(["bench", "grid", option, value])
+        assert exit_.value.code == 2 and f"argument {option}: {message}" in capsys.readouterr().err

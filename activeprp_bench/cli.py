@@ -25,11 +25,12 @@ import random
 import sys
 from pathlib import Path
 
-from . import InputError
+from activeprp_core.budget import check_count
+from activeprp_core.errors import InputError
 
 
 def _sim_params(spec: str | None) -> dict[str, float]:
-    from ..evaluation.calibration import CALIBRATED_PARAMS
+    from activeprp_core.comparators.simulated import CALIBRATED_PARAMS
 
     if not spec:
         return dict(CALIBRATED_PARAMS)
@@ -39,7 +40,7 @@ def _sim_params(spec: str | None) -> dict[str, float]:
 
 
 def _collections(args):
-    from ..evaluation.datasets import load_named
+    from .datasets import load_named
 
     if not args.data:
         raise InputError("--data DIR is required: the directory holding the collections (e.g. ../shared/data)")
@@ -48,20 +49,20 @@ def _collections(args):
 
 def _comparator_for(args, out: Path):
     """``collection -> (qid -> comparator)`` for the chosen backend (real models behind the disk cache)."""
-    from ..evaluation.grid import simulator_factory
+    from .grid import simulator_factory
 
     if args.comparator == "simulated":
         params = _sim_params(args.sim_params)
         return lambda c: simulator_factory(c, params, args.judge_seed)
-    from ..comparators.cached import CachedComparator, identity
+    from .cached import CachedComparator, identity
 
     if args.comparator == "bundled":
-        from ..comparators import TransformersComparator
+        from activeprp_core.comparators import TransformersComparator
 
         inner = TransformersComparator.from_bundled(args.mode, batch_size=args.batch_size, device="cpu")
         name = f"smollm2-135m-q4_1/{args.mode}"
     else:
-        from ..comparators import OpenAIChatComparator
+        from activeprp_core.comparators import OpenAIChatComparator
 
         inner = OpenAIChatComparator(args.model, base_url=args.base_url)
         name = f"openai/{args.base_url}/{args.model}"
@@ -73,7 +74,7 @@ def _report(rows, out: Path, seed: int, paper: bool, paired: list[str], top_k: i
             compare: list[str] | None = None) -> str:
     import numpy as np
 
-    from ..evaluation.report import (
+    from .report import (
         Summary,
         compare_table,
         markdown_table,
@@ -110,7 +111,7 @@ def _report(rows, out: Path, seed: int, paper: bool, paired: list[str], top_k: i
 
 
 def _grid(args) -> int:
-    from ..evaluation.grid import read_csv, run_grid, write_csv
+    from .grid import read_csv, run_grid, write_csv
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -144,12 +145,12 @@ def _baseline(args) -> str:
 
 
 def _calibrate(args) -> int:
-    from ..evaluation.calibration import calibrate
+    from .calibration import calibrate
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.check:
-        from ..evaluation.calibration import Calibration, converged_quality, flip_rate
+        from .calibration import Calibration, converged_quality, flip_rate
 
         params, colls = _sim_params(args.sim_params), _collections(args)
         conv = converged_quality(colls, params)
@@ -163,7 +164,7 @@ def _calibrate(args) -> int:
 
 
 def _flip(args) -> int:
-    from ..evaluation.calibration import measured_flip_rate
+    from .calibration import measured_flip_rate
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -177,8 +178,8 @@ def _flip(args) -> int:
 
 
 def _overhead(args) -> int:
-    from ..evaluation.grid import PAPER_RANKERS
-    from ..evaluation.overhead import comparator_throughput, scheduling_overhead
+    from .grid import PAPER_RANKERS
+    from .overhead import comparator_throughput, scheduling_overhead
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -186,7 +187,7 @@ def _overhead(args) -> int:
     for r in scheduling_overhead(args.rankers or PAPER_RANKERS, args.oracles, repeats=args.repeats):
         lines.append(f"| {r['ranker']} | {r['oracle']} | {r['calls_per_query']:.1f} | {r['us_per_call']:.1f} |")
     if args.comparator == "bundled":
-        from ..comparators import TransformersComparator
+        from activeprp_core.comparators import TransformersComparator
 
         coll = _collections(args)[0]
         qid = coll.qids[0]
@@ -207,9 +208,9 @@ def _overhead(args) -> int:
 def _walltime(args) -> int:
     from itertools import product
 
-    from ..comparators.instrumented import SleepingComparator
-    from ..evaluation.grid import make_ranker, simulator_factory
-    from ..evaluation.overhead import measured_wall_time
+    from .grid import make_ranker, simulator_factory
+    from .instrumented import SleepingComparator
+    from .overhead import measured_wall_time
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -234,8 +235,8 @@ def _walltime(args) -> int:
 
 
 def _auto_table(args) -> int:
-    from ..evaluation.autotable import build_auto_table
-    from ..evaluation.grid import read_csv
+    from .autotable import build_auto_table
+    from .grid import read_csv
 
     rows = [r for path in args.from_csv for r in read_csv(path)]
     source = "activeprp bench auto-table --from-csv " + " ".join(args.from_csv)
@@ -247,19 +248,28 @@ def _auto_table(args) -> int:
     return 0
 
 
-def _caps(value: str) -> int | None:
-    """A round cap from the command line: ``none`` or ``-1`` = no cap."""
-    return None if value.lower() in ("none", "-1") else int(value)
+def _count(minimum: int | None = 1, none: bool = False):
+    """An argparse ``type``: an integer >= ``minimum`` (any integer when None), checked by ``check_count``; with
+    ``none``, ``none`` or ``-1`` mean no cap (None). A bad value is a one-line usage error (exit 2)."""
 
+    def parse(text: str) -> int | None:
+        if none and text.lower() in ("none", "-1"):
+            return None
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        try:
+            return check_count(value, "the value", minimum=minimum)
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
 
-def _budgets(value: str) -> int | None:
-    """A budget from the command line: ``none`` or ``-1`` = unlimited."""
-    return None if value.lower() in ("none", "-1") else int(value)
+    return parse
 
 
 def add_parser(subparsers) -> None:
-    """Register ``activeprp bench {grid,calibrate,overhead}``; each sets ``func(args) -> int``."""
-    from ..evaluation.grid import PAPER_BUDGETS, PAPER_RANKERS
+    """Register ``activeprp bench {grid,calibrate,overhead,flip,walltime,auto-table}``; each sets ``func``."""
+    from .grid import PAPER_BUDGETS, PAPER_RANKERS
 
     bench = subparsers.add_parser("bench", help="benchmark rankers x oracles x budgets on test collections",
                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -269,33 +279,34 @@ def add_parser(subparsers) -> None:
                         "(e.g. ../shared/data: trec-dl-2019/, trec-dl-2020/, beir-scifact/, noveleval/, cranfield/)")
     common.add_argument("--collections", nargs="+", default=["dl19", "dl20"],
                         help="dl19 dl20 scifact noveleval cranfield")
-    common.add_argument("--queries", type=int, help="first N judged queries per collection (default: all)")
-    common.add_argument("--depth", type=int, help="rerank the top DEPTH candidates (default: all, 100)")
+    common.add_argument("--queries", type=_count(), help="first N judged queries per collection (default: all)")
+    common.add_argument("--depth", type=_count(), help="rerank the top DEPTH candidates (default: all, 100)")
     common.add_argument("--out", default="benchmarks/results/latest", help="output directory")
     common.add_argument("--rankers", nargs="+", default=list(PAPER_RANKERS))
     common.add_argument("--oracles", nargs="+", default=["bidirectional", "randomized"])
     common.add_argument("--comparator", choices=["simulated", "bundled", "openai"], default="simulated")
     common.add_argument("--mode", default="query_likelihood", help="bundled model mode: query_likelihood or ab")
-    common.add_argument("--batch-size", type=int, default=8, help="bundled model batch size")
+    common.add_argument("--batch-size", type=_count(), default=8, help="bundled model batch size")
     common.add_argument("--sim-params", help="simulator knobs as JSON or a calibration JSON file "
                         "(default: the committed calibration)")
     common.add_argument("--model", help="model name for --comparator openai")
     common.add_argument("--base-url", help="endpoint for --comparator openai")
     common.add_argument("--cache", help="sqlite answer cache (default OUT/answers.sqlite)")
-    common.add_argument("--judge-seed", type=int, default=0, help="simulated judge's noise realisation (default 0)")
+    common.add_argument("--judge-seed", type=_count(None), default=0,
+                        help="simulated judge's noise realisation (default 0)")
     cells = argparse.ArgumentParser(add_help=False)
-    cells.add_argument("--budgets", nargs="+", type=_budgets, default=list(PAPER_BUDGETS),
+    cells.add_argument("--budgets", nargs="+", type=_count(0, none=True), default=list(PAPER_BUDGETS),
                        help="per-query call budgets (none = unlimited)")
-    cells.add_argument("--max-rounds", nargs="+", type=_caps, default=[None],
+    cells.add_argument("--max-rounds", nargs="+", type=_count(0, none=True), default=[None],
                        help="per-query round caps (none or -1 = no cap; default none)")
-    cells.add_argument("--top-k", type=int, default=10)
+    cells.add_argument("--top-k", type=_count(), default=10)
     grid = modes.add_parser("grid", parents=[common, cells],
                             help="run the grid; write rows.csv.gz, tables.md and plots")
     grid.add_argument("--scale-budgets", action="store_true", help="multiply budgets by DEPTH/100")
-    grid.add_argument("--seeds", type=int, default=8, help="seeds for the randomized oracle (default 8)")
+    grid.add_argument("--seeds", type=_count(), default=8, help="seeds for the randomized oracle (default 8)")
     grid.add_argument("--from-csv", nargs="+", help="re-make the tables and plots from rows.csv[.gz] files")
     grid.add_argument("--no-paper", action="store_true", help="do not print the paper's values in the table")
-    grid.add_argument("--bootstrap-seed", type=int, default=0)
+    grid.add_argument("--bootstrap-seed", type=_count(None), default=0)
     grid.add_argument("--paired", nargs="*", default=["mohajer_bubble:bubblesort", "mohajer_bubble:heapsort"],
                       metavar="A:B", help="rankers to compare by paired bootstrap over queries")
     grid.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
@@ -309,17 +320,17 @@ def add_parser(subparsers) -> None:
                      "--sim-params (default: the committed calibration)")
     cal.set_defaults(func=_calibrate)
     over = modes.add_parser("overhead", parents=[common], help="scheduling µs/call; comparator calls/s")
-    over.add_argument("--repeats", type=int, default=20)
-    over.add_argument("--throughput-pairs", type=int, default=16)
+    over.add_argument("--repeats", type=_count(), default=20)
+    over.add_argument("--throughput-pairs", type=_count(), default=16)
     over.set_defaults(func=_overhead)
     flip = modes.add_parser("flip", parents=[common], help="measure a comparator's order-effect flip rate")
-    flip.add_argument("--pairs-per-query", type=int, default=4)
-    flip.add_argument("--seed", type=int, default=0)
+    flip.add_argument("--pairs-per-query", type=_count(), default=4)
+    flip.add_argument("--seed", type=_count(None), default=0)
     flip.set_defaults(func=_flip)
     wall = modes.add_parser("walltime", parents=[common, cells],
                             help="wall time per query against a sleeping comparator")
     wall.add_argument("--latency", type=float, default=0.5, help="seconds per call (default 0.5)")
-    wall.add_argument("--in-flight", type=int, default=16, help="calls in flight at once (default 16)")
+    wall.add_argument("--in-flight", type=_count(), default=16, help="calls in flight at once (default 16)")
     wall.set_defaults(func=_walltime)
     auto = modes.add_parser("auto-table", help="build the table behind ranker/oracle 'auto' from grid rows")
     auto.add_argument("--from-csv", nargs="+", required=True, help="rows.csv[.gz] files of bench grid runs")

@@ -16,13 +16,14 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from ..comparators.instrumented import RoundRecorder
-from ..comparators.simulated import SimulatedComparator
-from ..engine import rerank
-from ..metrics import ndcg_at_k, ranking_to_run
-from ..rankers import Mohajer, MohajerBubble, Ranker
-from ..types import Accounting
+from activeprp_core.comparators.simulated import SimulatedComparator
+from activeprp_core.engine import rerank
+from activeprp_core.metrics import ndcg_at_k, ranking_to_run
+from activeprp_core.rankers import Mohajer, MohajerBubble, Ranker
+from activeprp_core.types import Accounting
+
 from .datasets import Collection
+from .instrumented import RoundRecorder
 from .reference import ReferenceFallbackMohajer, ReferenceHeapSort
 
 PAPER_RANKERS = ("mohajer", "mohajer_bubble", "pac_bubble", "bubblesort", "heapsort", "quicksort")
@@ -73,9 +74,10 @@ def _cap(value: int | None) -> int:
 
 
 def simulator_factory(collection: Collection, params: Mapping[str, float], seed: int = 0):
-    """Per-query ``SimulatedComparator`` with the query's qrels as labels and the given knobs; ``seed`` selects
-    the judge's noise realisation."""
-    return lambda qid: SimulatedComparator(collection.qrels.get(qid, {}), seed=seed, **params)
+    """``qid -> comparator`` for ``run_grid``: the judge ``SimulatedComparator.from_qrels`` builds from the
+    collection's qrels and queries with the knobs ``params``; ``seed`` selects its noise realisation."""
+    judge = SimulatedComparator.from_qrels(collection.qrels, collection.queries, seed=seed, **params)
+    return lambda qid: judge
 
 
 def run_grid(

@@ -5,8 +5,8 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from ..types import Pair
-from .base import Comparator
+from activeprp_core.comparators.base import Comparator
+from activeprp_core.types import Pair
 
 
 class ZeroCostComparator(Comparator):

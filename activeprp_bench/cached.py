@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..types import Pair
-from .base import Comparator, SupportsCompare, as_comparator
+from activeprp_core.comparators.base import Comparator, SupportsCompare, as_comparator
+from activeprp_core.types import Pair
 
 
 def prompt_key(model: str, query: str, first_id: str, first_text: str, second_id: str, second_text: str) -> str:

@@ -8,11 +8,12 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ..comparators.instrumented import SleepingComparator
-from ..comparators.zero_cost import ZeroCostComparator
-from ..engine import arerank, rerank
-from ..types import Candidate, Pair
+from activeprp_core.engine import arerank, rerank
+from activeprp_core.types import Candidate, Pair
+
+from .instrumented import SleepingComparator
 from .report import modelled_wall_s
+from .zero_cost import ZeroCostComparator
 
 
 def measured_wall_time(query: str, candidates: Sequence[Candidate], judge: SleepingComparator, **rerank_kw: Any

@@ -9,8 +9,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..oracles import ORACLES
-from ..rankers import RANKERS
+from activeprp_core.oracles import ORACLES
+from activeprp_core.rankers import RANKERS
+
 from .grid import Row
 from .report import Summary
 
