@@ -1,4 +1,5 @@
-"""Pairwise comparators: the ``Comparator`` base class, a local Hugging Face model, OpenAI-compatible chat APIs,
+"""Pairwise comparators: the ``Comparator`` base class, a local Hugging Face model, remote models
+(``RemoteComparator``, the transport base; ``OpenAIChatComparator``, its OpenAI-compatible provider),
 and the synthetic judges used by tests and benchmarks (simulated, cached, zero-cost).
 
 Importing this package imports neither torch, transformers nor openai; they load when a comparator is built,
@@ -7,12 +8,15 @@ and a missing one raises ``ImportError`` naming the extra to install (``activepr
 
 from .base import CallGuard, Comparator, SupportsCompare, as_comparator
 from .cached import CachedComparator
-from .hf import TransformersComparator, bundled_model_dir
+from .hf import TransformersABComparator, TransformersComparator, bundled_model_dir
+from .hf_likelihood import TransformersQLComparator
 from .openai_chat import OpenAIChatComparator
 from .prompts import PRP_PROMPT, QL_PROMPT
+from .remote import RemoteComparator
 from .simulated import SimulatedComparator
 from .zero_cost import ZeroCostComparator
 
 __all__ = ["PRP_PROMPT", "QL_PROMPT", "CachedComparator", "CallGuard", "Comparator", "OpenAIChatComparator",
-           "SimulatedComparator", "SupportsCompare", "TransformersComparator", "ZeroCostComparator",
-           "as_comparator", "bundled_model_dir"]
+           "RemoteComparator", "SimulatedComparator", "SupportsCompare", "TransformersABComparator",
+           "TransformersComparator", "TransformersQLComparator", "ZeroCostComparator", "as_comparator",
+           "bundled_model_dir"]
