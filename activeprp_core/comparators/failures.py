@@ -22,10 +22,13 @@ Every message carries the endpoint's own words with the secrets (API keys) repla
 
 from __future__ import annotations
 
+import email.utils
 import enum
+import time
 from dataclasses import dataclass
 
 from ..errors import ComparatorAuthError, ComparatorError, ComparatorRequestError
+from .answers import field
 
 MAX_MESSAGE = 300
 """Error messages (raised or in ``Judgment.error``) are cut to this many characters."""
@@ -68,3 +71,33 @@ def status_failure(status: int, message: str, retry_after: float | None = None) 
     if status in RETRIED_STATUS or status >= 500:
         return Failure(Fault.RETRY, message, status, retry_after)
     return Failure(Fault.REJECT, message, status)
+
+
+def retry_after_s(exc: BaseException) -> float | None:
+    """Seconds an HTTP client's error asks to wait: its response's ``retry-after-ms`` / ``retry-after``
+    (seconds or HTTP date) header; None when absent or unreadable."""
+    headers = field(field(exc, "response"), "headers")
+    if not headers:
+        return None
+    try:
+        if headers.get("retry-after-ms") is not None:
+            return float(headers["retry-after-ms"]) / 1000.0
+        value = headers.get("retry-after")
+        if value is None:
+            return None
+        try:
+            return float(value)
+        except ValueError:
+            return email.utils.parsedate_to_datetime(value).timestamp() - time.time()
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def error_message(exc: BaseException) -> str:
+    """The endpoint's own message for an HTTP client's error: its ``body`` (``{"error": {"message": ...}}`` and the
+    usual variants, as the openai and anthropic SDKs keep it), else the exception's text."""
+    body = field(exc, "body")
+    for _ in range(2):  # the client hands over the body's "error" member, or the whole body
+        if isinstance(body, dict):
+            body = next((body[k] for k in ("error", "message", "detail") if body.get(k)), None)
+    return body if isinstance(body, str) and body else str(exc)

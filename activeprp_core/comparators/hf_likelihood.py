@@ -34,7 +34,7 @@ class TransformersQLComparator(TransformersComparator):
         super().__init__(*args, **kwargs)
         self._scores: OrderedDict[Key, float] = OrderedDict()
 
-    def _forget_prompt_state(self) -> None:
+    def reset_prompt_state(self) -> None:
         self._scores = OrderedDict()  # query-likelihood scores depend on ql_prompt: never shared across templates
 
     def _run(self, batch: list[tuple[list[int], list[int]]]) -> list[float]:

@@ -8,9 +8,7 @@ naming the ``activeprp[openai]`` extra.
 
 from __future__ import annotations
 
-import email.utils
 import os
-import time
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -18,42 +16,13 @@ from urllib.parse import urlsplit, urlunsplit
 from ..budget import check_count
 from ..types import Candidate
 from .answers import Answer, answer_from, field, snippet
-from .failures import MAX_MESSAGE, Failure, Fault, status_failure
+from .failures import MAX_MESSAGE, Failure, Fault, error_message, retry_after_s, status_failure
 from .prompts import PRP_PROMPT, SwappablePrompts, chat_token_bound, check_prompt, cut_words, prp_messages
 from .remote import RemoteComparator, check_seconds, require
 
 __all__ = ["MAX_MESSAGE", "OpenAIChatComparator"]
 
 OPENAI_EXTRA = 'pip install "activeprp[openai]"'
-
-
-def _retry_after_s(exc: BaseException) -> float | None:
-    """Seconds asked for by a ``retry-after-ms`` / ``retry-after`` (seconds or HTTP date) response header."""
-    headers = field(field(exc, "response"), "headers")
-    if not headers:
-        return None
-    try:
-        if headers.get("retry-after-ms") is not None:
-            return float(headers["retry-after-ms"]) / 1000.0
-        value = headers.get("retry-after")
-        if value is None:
-            return None
-        try:
-            return float(value)
-        except ValueError:
-            return email.utils.parsedate_to_datetime(value).timestamp() - time.time()
-    except (TypeError, ValueError, OverflowError):
-        return None
-
-
-def _endpoint_message(exc: BaseException) -> str:
-    """The endpoint's own message for an API error (``{"error": {"message": ...}}`` and the usual variants),
-    else the exception's text."""
-    body = field(exc, "body")
-    for _ in range(2):  # the client hands over the body's "error" member, or the whole body
-        if isinstance(body, dict):
-            body = next((body[k] for k in ("error", "message", "detail") if body.get(k)), None)
-    return body if isinstance(body, str) and body else str(exc)
 
 
 def _parse(response: Any) -> Answer:
@@ -177,11 +146,11 @@ class OpenAIChatComparator(SwappablePrompts, RemoteComparator):
         client error or an undecodable body (ValueError) is a failed call; anything else is not ours."""
         import openai
 
-        message = _endpoint_message(error)
+        message = error_message(error)
         if isinstance(error, openai.APIConnectionError):  # includes APITimeoutError
             return Failure(Fault.RETRY, message)
         if isinstance(error, openai.APIStatusError):
-            return status_failure(error.status_code, message, _retry_after_s(error))
+            return status_failure(error.status_code, message, retry_after_s(error))
         return Failure(Fault.FAIL, message) if isinstance(error, (openai.OpenAIError, ValueError)) else None
 
     def estimate_tokens(self, query: str, pairs: Sequence[tuple[Candidate, Candidate]]) -> list[int]:

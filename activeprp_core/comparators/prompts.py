@@ -83,7 +83,7 @@ class SwappablePrompts:
     a copy that asks with other templates, so a caller (e.g. LlamaIndex's ``_update_prompts``) never changes a
     comparator object someone else may share.
 
-    A subclass lists its template attributes in ``prompt_names`` and overrides ``_forget_prompt_state`` to drop
+    A subclass lists its template attributes in ``prompt_names`` and overrides ``reset_prompt_state`` to drop
     state that depends on the templates (e.g. cached scores).
     """
 
@@ -106,10 +106,10 @@ class SwappablePrompts:
         checked = {name: check_prompt(name, value) for name, value in prompts.items()}
         new = copy.copy(self)
         new.__dict__.update(checked)
-        new._forget_prompt_state()
+        new.reset_prompt_state()
         return new
 
-    def _forget_prompt_state(self) -> None:
+    def reset_prompt_state(self) -> None:
         """Drop state that depends on the templates (called on the copy made by ``with_prompts``)."""
 
 
