@@ -261,3 +261,33 @@ def test_prompts_with_braces_and_copies_with_other_prompts(model_dir):
     theirs = other.passage_scores(query, [passage])
     assert mine != theirs  # a different prompt scores differently: its cache is its own
     assert comp._scores is not other._scores and comp.passage_scores(query, [passage]) == mine
+
+
+@pytest.mark.parametrize("mode", ["ab", "query_likelihood"])
+def test_mode_builds_its_class_and_estimate_tokens_is_what_judge_reports(model_dir, demo_rows, mode):
+    from activeprp_core.comparators import TransformersABComparator, TransformersQLComparator
+
+    comp = TransformersComparator(model_dir, mode=mode, batch_size=4, max_passage_tokens=24)
+    kind = TransformersABComparator if mode == "ab" else TransformersQLComparator
+    assert type(comp) is kind and isinstance(comp, TransformersComparator) and comp.mode == mode
+    assert type(comp.with_prompts(prompt=PRP_JSON)) is kind and type(kind.from_bundled(batch_size=2)) is kind
+    query, cands = demo_rows[0]
+    pairs = [(cands[0], cands[1]), (cands[1], cands[0]), (cands[2], cands[0])]
+    estimate = comp.estimate_tokens(query, pairs)
+    assert estimate == [j.prompt_tokens for j in comp.judge(query, pairs)] and all(n >= 0 for n in estimate)
+    assert estimate[0] > 0
+    if mode == "query_likelihood":  # every passage is scored now: nothing more would run
+        assert comp.estimate_tokens(query, pairs) == [0, 0, 0]
+
+
+def test_counts_refuse_bools_and_accept_numpy_ints(model_dir):
+    np = pytest.importorskip("numpy")
+    for bad in ({"batch_size": True}, {"max_passage_tokens": 2.0}, {"max_context": False}):
+        with pytest.raises(TypeError):
+            TransformersComparator(model_dir, **bad)
+    with pytest.raises(ValueError, match="mode must be one of"):
+        TransformersComparator(model_dir, mode="listwise")
+    assert TransformersComparator(model_dir, batch_size=np.int64(3)).max_batch_size == 3
+
+
+PRP_JSON = '{"q": "{query}", "a": "{first}", "b": "{second}"}'

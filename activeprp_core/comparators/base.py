@@ -181,10 +181,12 @@ class Comparator:
         max_batch_size: prompts this comparator takes best in one ``judge_batch`` call (e.g. a local model's
             batch size); ``rerank_many`` merges the prompts of many queries up to it. None = no preference.
         max_concurrency: the default cap on calls in flight when the caller sets none (None = no cap).
+        model_name: a readable name of the model for events, traces and logs (None = the class name).
     """
 
     max_batch_size: int | None = None
     max_concurrency: int | None = None
+    model_name: str | None = None
 
     def __new__(cls, *args: Any, **kwargs: Any):
         # Checked when an instance is made, not when the class is defined: cloudpickle (Ray) rebuilds a class
@@ -274,25 +276,31 @@ class Comparator:
         await self.aclose()
 
 
+def _member(obj: Any, name: str) -> Any:
+    """An optional member of a duck-typed comparator (None when absent)."""
+    return getattr(obj, name, None)
+
+
 class _Wrapped(Comparator):
-    """A duck-typed comparator (``compare`` and optionally ``judge``/``acompare``/``ajudge``) as a
-    ``Comparator``; never closes or changes the wrapped object."""
+    """A duck-typed comparator (``compare`` and optionally ``judge``/``acompare``/``ajudge``,
+    ``max_batch_size``, ``max_concurrency``, ``model_name``/``model``) as a ``Comparator``: its optional members
+    are read once here, the only place that inspects a comparator's shape. Never closes or changes the object."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
-        self.max_batch_size = getattr(inner, "max_batch_size", None)
-        self.max_concurrency = getattr(inner, "max_concurrency", None)
+        self.max_batch_size, self.max_concurrency = _member(inner, "max_batch_size"), _member(inner, "max_concurrency")
+        names = [_member(inner, "model_name"), _member(inner, "model")]
+        self.model_name = next((n for n in names if isinstance(n, str) and n), type(inner).__name__)
+        self._judge = _member(inner, "judge") if callable(_member(inner, "judge")) else inner.compare
+        self._ajudge = next((m for m in (_member(inner, "ajudge"), _member(inner, "acompare")) if callable(m)), None)
 
     def _judge_chunk(self, query: str, chunk: Sequence[Pair]) -> Sequence[Any]:
-        judge = getattr(self.inner, "judge", None)
-        return judge(query, chunk) if callable(judge) else self.inner.compare(query, chunk)
+        return self._judge(query, chunk)
 
     async def _ajudge_chunk(self, query: str, chunk: Sequence[Pair]) -> Sequence[Any]:
-        for name in ("ajudge", "acompare"):
-            method = getattr(self.inner, name, None)
-            if callable(method):
-                return await method(query, chunk)
-        return await asyncio.to_thread(self._judge_chunk, query, chunk)
+        if self._ajudge is not None:
+            return await self._ajudge(query, chunk)
+        return await asyncio.to_thread(self._judge, query, chunk)
 
     def __repr__(self) -> str:
         return repr(self.inner)
@@ -306,17 +314,16 @@ def as_comparator(comparator: Comparator | SupportsCompare) -> Comparator:
     """
     if isinstance(comparator, Comparator):
         return comparator
-    if not callable(getattr(comparator, "compare", None)):
+    if not callable(_member(comparator, "compare")):
         raise TypeError(f"comparator must be a Comparator or have a compare(query, pairs) method, got "
                         f"{type(comparator).__name__}")
     return _Wrapped(comparator)
 
 
 def comparator_name(comparator: Any) -> str:
-    """A readable name for events, traces and logs: the ``model_name``/``model`` attribute, else the class name."""
-    inner = comparator.inner if isinstance(comparator, _Wrapped) else comparator
-    for attr in ("model_name", "model"):
-        value = getattr(inner, attr, None)
-        if isinstance(value, str) and value:
-            return value
-    return type(inner).__name__
+    """A readable name for events, traces and logs: the comparator's ``model_name`` (for a duck-typed object its
+    ``model_name`` or ``model`` string), else the class name."""
+    try:
+        return as_comparator(comparator).model_name or type(comparator).__name__
+    except TypeError:  # not a comparator at all: still named, for an error message
+        return type(comparator).__name__

@@ -83,7 +83,7 @@ class SwappablePrompts:
     a copy that asks with other templates, so a caller (e.g. LlamaIndex's ``_update_prompts``) never changes a
     comparator object someone else may share.
 
-    A subclass lists its template attributes in ``prompt_names`` and overrides ``_forget_prompt_state`` to drop
+    A subclass lists its template attributes in ``prompt_names`` and overrides ``reset_prompt_state`` to drop
     state that depends on the templates (e.g. cached scores).
     """
 
@@ -106,11 +106,41 @@ class SwappablePrompts:
         checked = {name: check_prompt(name, value) for name, value in prompts.items()}
         new = copy.copy(self)
         new.__dict__.update(checked)
-        new._forget_prompt_state()
+        new.reset_prompt_state()
         return new
 
-    def _forget_prompt_state(self) -> None:
+    def reset_prompt_state(self) -> None:
         """Drop state that depends on the templates (called on the copy made by ``with_prompts``)."""
+
+
+CHAT_TOKENS_PER_MESSAGE = 8
+"""Tokens a chat template adds around one message at most (role markers, the role name, separators)."""
+CHAT_TOKENS_PER_PROMPT = 64
+"""Tokens a chat template adds once per prompt at most: BOS, the generation prompt, and the default system
+message some templates insert when none is given (SmolLM2's, Qwen2.5's: under 25 tokens)."""
+
+
+def cut_words(text: str, max_words: int) -> str:
+    """``text`` cut to its first ``max_words`` whitespace-separated words (unchanged when it has no more)."""
+    words = text.split()
+    return text if len(words) <= max_words else " ".join(words[:max_words])
+
+
+def prp_messages(prompt: str, system_prompt: str | None, query: str, first: str, second: str) -> list[dict[str, str]]:
+    """The chat messages of one ordered pair: the optional system message, then the rendered PRP ``prompt``."""
+    messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    messages.append({"role": "user", "content": render(prompt, query=query, first=first, second=second)})
+    return messages
+
+
+def chat_token_bound(messages: list[dict[str, str]], completion_tokens: int) -> int:
+    """An upper bound on the tokens of one chat request, for any tokenizer whose every token covers at least
+    one byte (byte-level BPE, SentencePiece with byte fallback): the UTF-8 bytes of each message's role and
+    content, plus ``CHAT_TOKENS_PER_MESSAGE`` per message and ``CHAT_TOKENS_PER_PROMPT`` for the template, plus
+    the ``completion_tokens`` requested (max_tokens). English text runs about 4 bytes a token, so the bound is
+    about 4 times the real count."""
+    size = sum(len(m["role"].encode()) + len(m["content"].encode()) + CHAT_TOKENS_PER_MESSAGE for m in messages)
+    return size + CHAT_TOKENS_PER_PROMPT + completion_tokens
 
 
 def parse_label(token: str) -> str | None:

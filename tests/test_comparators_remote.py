@@ -1,0 +1,193 @@
+"""``RemoteComparator``, the transport base, with a provider whose transport is a Python async callable (the
+shape of a framework chat model: no HTTP, no client), written in one small class as the docs describe; and the
+OpenAI provider's token upper bound against the bundled model's real chat template."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import re
+
+import pytest
+from _llm_server import FaultServer, Reply, completion
+
+from activeprp_core import (
+    CallGuard,
+    Candidate,
+    ComparatorAuthError,
+    ComparatorRequestError,
+    arerank,
+    rerank,
+)
+from activeprp_core.comparators import OpenAIChatComparator, RemoteComparator
+from activeprp_core.comparators.answers import Answer, answer_from
+from activeprp_core.comparators.base import comparator_name
+from activeprp_core.comparators.failures import Failure, status_failure
+from activeprp_core.comparators.prompts import PRP_PROMPT, SwappablePrompts, cut_words, prp_messages
+
+pytest.importorskip("tenacity")
+
+SECRET = "sk-fake-SECRET-42"
+TOPS = (("A", -0.1), ("B", -2.4))
+
+
+class StatusError(Exception):
+    """What a framework raises for an HTTP error (it carries the status)."""
+
+    def __init__(self, status_code: int, message: str) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+
+
+class FakeChatModel:
+    """A framework chat model stand-in: ``ainvoke(messages)`` answers ``plan(user text)`` (a reply dict, or an
+    exception to raise); ``seen`` holds every user text sent."""
+
+    def __init__(self, plan) -> None:
+        self.plan, self.seen = plan, []
+
+    async def ainvoke(self, messages: list[dict[str, str]]) -> dict:
+        self.seen.append(messages[-1]["content"])
+        await asyncio.sleep(0)
+        answer = self.plan(messages[-1]["content"])
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+class ChatModelJudge(SwappablePrompts, RemoteComparator):
+    """The whole provider: the PRP prompt as chat messages, the model's async call, its reply and its errors."""
+
+    def __init__(self, llm: FakeChatModel, *, max_passage_words: int = 200, **kw) -> None:
+        super().__init__(secrets=(SECRET,), backoff_initial=0.001, backoff_max=0.002, **kw)
+        self.llm, self.model, self.endpoint = llm, "fake-chat", "FakeChatModel"
+        self.prompt, self.system_prompt, self.max_passage_words = PRP_PROMPT, None, max_passage_words
+
+    def request(self, query: str, first: str, second: str) -> list[dict[str, str]]:
+        n = self.max_passage_words
+        return prp_messages(self.prompt, self.system_prompt, query, cut_words(first, n), cut_words(second, n))
+
+    async def asend(self, client, request):
+        return await self.llm.ainvoke(request)
+
+    def parse(self, response: dict) -> Answer:
+        usage = response.get("usage", {})
+        return answer_from(response.get("logprobs"), response.get("content"), usage.get("input_tokens"),
+                           usage.get("output_tokens"))
+
+    def classify(self, error: Exception) -> Failure | None:
+        return status_failure(error.status_code, str(error)) if isinstance(error, StatusError) else None
+
+
+def reply(content: str = "A", tops=TOPS) -> dict:
+    logprobs = {"content": [{"top_logprobs": [{"token": t, "logprob": lp} for t, lp in tops]}]} if tops else None
+    return {"content": content, "logprobs": logprobs, "usage": {"input_tokens": 40, "output_tokens": 1}}
+
+
+def pair(tag: str = "") -> tuple[Candidate, Candidate]:
+    return Candidate("a", f"first passage {tag}"), Candidate("b", f"second passage {tag}")
+
+
+def test_a_provider_over_an_async_callable_answers_sync_and_async_from_logprobs_or_the_letter():
+    judge = ChatModelJudge(FakeChatModel(lambda text: reply() if "logprobs" in text else reply("Passage B.", None)))
+    pairs = [pair("logprobs"), pair("letter")]
+    expected = math.exp(-0.1) / (math.exp(-0.1) + math.exp(-2.4))
+    for judgments in (judge.judge("q", pairs), asyncio.run(judge.ajudge("q", pairs))):
+        assert [j.prob for j in judgments] == [pytest.approx(expected), 0.0]
+        assert [(j.prompt_tokens, j.completion_tokens, j.retries) for j in judgments] == [(40, 1, 0)] * 2
+    assert len(judge.llm.seen) == 4 and comparator_name(judge) == "fake-chat"
+
+
+def test_the_provider_sends_the_same_prompt_and_ranks_as_the_openai_provider():
+    """Same answers give the same ranking: the judge prefers the passage with the lower number."""
+
+    def label(text: str) -> str:
+        first, second = (int(n) for n in re.findall(r"Passage [AB]: \"passage (\d+)", text))
+        return "A" if first < second else "B"
+
+    cands = [Candidate(f"d{i}", f"passage {i} " + "word " * 30) for i in (5, 2, 7, 0, 3, 6, 1, 4)]
+    fake = FakeChatModel(lambda text: reply(label(text), None))
+    kw = {"budget": 40, "seed": 3, "ranker": "mohajer", "oracle": "randomized"}
+    mine = asyncio.run(arerank("which number is lowest", cands, comparator=ChatModelJudge(fake), **kw))
+    seen = []
+    with FaultServer(lambda r: seen.append(r.text) or Reply(body=completion(label(r.text), None)),
+                     max_requests=100) as server:
+        api = OpenAIChatComparator("m", base_url=server.url, api_key="k")
+        theirs = asyncio.run(arerank("which number is lowest", cands, comparator=api, **kw))
+    assert mine.order == theirs.order and mine.calls == theirs.calls
+    assert [c.id for c in mine.top[:3]] == ["d0", "d1", "d2"]
+    assert sorted(fake.seen) == sorted(seen)  # byte-identical prompts
+
+
+def test_transient_failures_are_retried_then_fail_the_call():
+    attempts = {"n": 0}
+
+    def flaky(text: str):
+        attempts["n"] += 1
+        return StatusError(503, "overloaded") if attempts["n"] <= 2 else reply()
+
+    (j,) = ChatModelJudge(FakeChatModel(flaky), max_attempts=3).judge("q", [pair()])
+    assert j.prob is not None and j.retries == 2
+    (failed,) = ChatModelJudge(FakeChatModel(lambda t: StatusError(429, "slow down")), max_attempts=2).judge(
+        "q", [pair()])
+    assert failed.prob is None and failed.retries == 1 and failed.error == "StatusError: slow down"
+
+
+@pytest.mark.parametrize("use_async", [True, False])
+def test_a_refusal_raises_typed_without_the_secret_and_stops_every_later_call(use_async):
+    fake = FakeChatModel(lambda t: StatusError(401, f"invalid key {SECRET}"))
+    judge, guard = ChatModelJudge(fake, max_concurrency=1), CallGuard(1, 5)
+    call = (lambda: asyncio.run(judge.ajudge("q", [pair()] * 3, guard=guard))) if use_async else (
+        lambda: judge.judge("q", [pair()] * 3, guard=guard))
+    with pytest.raises(ComparatorAuthError) as info:
+        call()
+    assert info.value.status_code == 401 and SECRET not in str(info.value) and "invalid key ***" in str(info.value)
+    assert "FakeChatModel (model 'fake-chat')" in str(info.value) and guard.error is not None
+    with pytest.raises(ComparatorAuthError):
+        call()
+    assert len(fake.seen) == 1  # one request went out, none after the refusal
+
+
+def test_a_rejected_request_fails_that_call_only_and_a_bug_is_not_hidden():
+    judge, guard = ChatModelJudge(FakeChatModel(lambda t: StatusError(400, "prompt too long"))), CallGuard(None, 1)
+    with pytest.raises(ComparatorRequestError, match="prompt too long"):
+        judge.judge("q", [pair()], guard=guard)
+    assert guard.error is None  # the endpoint answered: the breaker does not count it
+    broken = ChatModelJudge(FakeChatModel(lambda t: KeyError("a bug in the provider")))
+    with pytest.raises(KeyError):
+        broken.judge("q", [pair()])
+
+
+def test_rerank_with_the_provider_and_a_dead_model_opens_the_breaker():
+    from activeprp_core import ComparatorUnavailable
+
+    cands = [Candidate(f"d{i}", f"passage {i}") for i in range(6)]
+    dead = ChatModelJudge(FakeChatModel(lambda t: StatusError(502, "bad gateway")), max_attempts=1)
+    with pytest.raises(ComparatorUnavailable, match="circuit breaker"):
+        rerank("q", cands, comparator=dead, budget=30, max_consecutive_failures=3)
+
+
+def test_openai_token_estimate_bounds_the_bundled_models_chat_template():
+    """The stated upper bound (UTF-8 bytes of the messages + the template's overhead + max_tokens) holds for the
+    bundled SmolLM2 (the model the llama.cpp test server runs), with and without a system prompt, for text far
+    from English; and it is within a small factor of the real count for English."""
+    pytest.importorskip("transformers")
+    from transformers import AutoTokenizer
+
+    from activeprp_core.comparators import bundled_model_dir
+
+    tokenizer = AutoTokenizer.from_pretrained(bundled_model_dir(), local_files_only=True)
+    texts = [("fleas " * 50, "how long do fleas live"), ("Ünïcødé — 東京タワー 🐈‍⬛ " * 20, "¿qué es? 🙂"),
+             ("{braces} \\n\t tabs " * 30, "{query}")]
+    for system in (None, "You judge passages."):
+        comp = OpenAIChatComparator("m", base_url="http://127.0.0.1:9/v1", api_key="k", system_prompt=system)
+        for text, query in texts:
+            a, b = Candidate("a", text), Candidate("b", text[::-1])
+            bound = comp.estimate_tokens(query, [(a, b), (b, a)])
+            for (first, second), estimate in zip([(a, b), (b, a)], bound):
+                messages = comp.request(query, first.text, second.text)["messages"]
+                rendered = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+                real = len(tokenizer(rendered, add_special_tokens=False)["input_ids"])
+                assert real + 1 <= estimate  # + the one completion token requested
+                if text.startswith("fleas"):
+                    assert estimate <= 6 * (real + 1)
