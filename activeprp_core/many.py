@@ -352,7 +352,9 @@ async def arerank_stream(
     try:
         while not window.finished:
             while window.input_left and len(window.items) < window.max_active:
-                reading = reading or asyncio.ensure_future(anext(source))
+                if reading is None:
+                    reading = asyncio.ensure_future(anext(source))
+                    await asyncio.sleep(0)  # one turn of the loop: a source with a request at hand hands it now
                 if not reading.done() and window.items:
                     break  # queries are in progress: this request joins at a later step
                 await asyncio.wait([reading])

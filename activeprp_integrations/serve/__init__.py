@@ -11,6 +11,7 @@ this package does not import them, ``create_app`` and the command do.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 from typing import Any
 
@@ -60,7 +61,8 @@ def add_parser(subparsers: Any) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    """Handler of ``activeprp serve``: builds the comparator and serves until interrupted (Ctrl-C / SIGTERM).
+    """Handler of ``activeprp serve``: builds the comparator and serves until interrupted (Ctrl-C / SIGTERM),
+    finishing the requests in flight (at most ``--shutdown-timeout`` seconds); exit status 0 after Ctrl-C.
 
     Raises:
         InputError: the serve extra is missing, or the comparator cannot be built (exit 2).
@@ -82,5 +84,6 @@ def main(args: argparse.Namespace) -> int:
             raise InputError(str(err)) from None
         config = uvicorn.Config(app, host=args.host, port=args.port, timeout_graceful_shutdown=args.shutdown_timeout,
                                 log_level="info")
-        uvicorn.Server(config).run()
+        with contextlib.suppress(KeyboardInterrupt):  # uvicorn re-raises Ctrl-C after its graceful shutdown
+            uvicorn.Server(config).run()
     return 0
