@@ -154,6 +154,38 @@ class Metrics:
         self.tokens.labels("completion").inc(result.completion_tokens)
 
 
+class CapAndCount:
+    """ASGI middleware: refuses a body whose Content-Length is over ``limits.max_body_bytes`` (413) before it is
+    read, and counts the rerank routes' requests by status and their latency in ``metrics``."""
+
+    def __init__(self, app: Any, limits: Limits, metrics: Metrics) -> None:
+        self.app, self.limits, self.metrics = app, limits, metrics
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        route = scope.get("path") if scope["type"] == "http" else None
+        if route not in RERANK_ROUTES:
+            return await self.app(scope, receive, send)
+        started, status = time.perf_counter(), [500]
+        length = dict(scope["headers"]).get(b"content-length", b"0")
+        if not length.isdigit() or int(length) > self.limits.max_body_bytes:
+            message = f"request body over this server's cap of {self.limits.max_body_bytes} bytes"
+            await error_response(413, message, "too_large")(scope, receive, send)
+            status[0] = 413
+        else:
+            async def send_counting(message: dict) -> None:
+                if message["type"] == "http.response.start":
+                    status[0] = message["status"]
+                await send(message)
+
+            self.metrics.in_progress.inc()
+            try:
+                await self.app(scope, receive, send_counting)
+            finally:
+                self.metrics.in_progress.dec()
+        self.metrics.requests.labels(route, str(status[0])).inc()
+        self.metrics.latency.labels(route).observe(time.perf_counter() - started)
+
+
 def error_response(status: int, message: str, kind: str) -> JSONResponse:
     return JSONResponse({"message": message, "type": kind}, status_code=status)
 
@@ -236,26 +268,7 @@ def create_app(
     async def refused(request: Request, exc: CallerError) -> JSONResponse:
         return error_response(exc.status, str(exc), "invalid_request")
 
-    @app.middleware("http")
-    async def cap_and_count(request: Request, call_next):
-        started = time.perf_counter()
-        route = request.url.path if request.url.path in RERANK_ROUTES else None
-        length = request.headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > limits.max_body_bytes):
-            response: Response = error_response(413, f"request body over this server's cap of "
-                                                     f"{limits.max_body_bytes} bytes", "too_large")
-        elif route is None:
-            return await call_next(request)
-        else:
-            metrics.in_progress.inc()
-            try:
-                response = await call_next(request)
-            finally:
-                metrics.in_progress.dec()
-        route = route or "other"
-        metrics.requests.labels(route, str(response.status_code)).inc()
-        metrics.latency.labels(route).observe(time.perf_counter() - started)
-        return response
+    app.add_middleware(CapAndCount, limits=limits, metrics=metrics)
 
     async def answer(query: str, documents: list, top_n: int | None, max_words: int | None, own: dict[str, Any],
                      respond: Callable[[RerankResult, list[int], list[str]], Any]) -> Response:

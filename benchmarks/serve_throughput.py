@@ -1,0 +1,177 @@
+"""``activeprp serve``: throughput of concurrent vs one-at-a-time requests, and the HTTP layer's overhead per request
+compared with calling ``arerank`` / ``arerank_many`` directly.
+
+The server runs in a child process (this script with ``--serve``: ``create_app`` under uvicorn on 127.0.0.1, a
+free port) with a judge that waits ``--delay`` seconds per call (``tests._serve_helpers.WordJudge``: the calls of
+a round concurrently, like an endpoint with no cap on calls in flight). The client (httpx, this process) sends:
+
+1. throughput: ``--requests`` Cohere v2 requests (``--docs`` documents, ``top_n`` 5, the server's budget 30 and
+   6 rounds), all at once (``asyncio.gather``, one connection each), then the same requests one at a time; and
+   ``arerank_many`` over the same requests in this process (no HTTP) for reference. Every response is checked:
+   status 200, the order of ``arerank`` of that request alone, calls within the budget.
+2. overhead: ``--overhead-requests`` requests one at a time, each timed over HTTP and by ``arerank`` in this
+   process with the same judge; overhead = HTTP time - direct time, per request (p50, p95), at the judge's
+   ``--delay`` and with a judge that answers at once.
+
+Run (repository root):
+    PYTHONPATH=. python benchmarks/serve_throughput.py --out benchmarks/results/serve
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from activeprp_core import arerank, arerank_many
+from tests._serve_helpers import WordJudge, candidates, make_request
+
+SETTINGS = {"ranker": "auto", "oracle": "auto", "budget": 30, "max_rounds": 6, "seed": 0}
+TOP_N = 5
+
+
+def serve(port: int, delay: float) -> None:
+    import uvicorn
+
+    from activeprp_integrations.serve import create_app
+
+    app = create_app(WordJudge(delay), budget=SETTINGS["budget"], max_rounds=SETTINGS["max_rounds"])
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """This script in ``--serve`` mode as a child process; stopped (SIGTERM) on exit."""
+
+    def __init__(self, delay: float) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = {**os.environ, "PYTHONPATH": os.getcwd()}
+        self.proc = subprocess.Popen([sys.executable, __file__, "--serve", str(self.port), "--delay", str(delay)],
+                                     env=env)
+
+    def __enter__(self) -> Server:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                httpx.get(f"{self.url}/health", timeout=1).raise_for_status()
+                return self
+            except httpx.TransportError:
+                time.sleep(0.1)
+        self.proc.kill()
+        raise RuntimeError("the server did not start")
+
+    def __exit__(self, *exc) -> None:
+        self.proc.terminate()
+        self.proc.wait(30)
+
+
+def percentile(values: list[float], q: int) -> float:
+    return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
+
+
+def body(query: str, docs: list[str]) -> dict:
+    return {"model": "activeprp", "query": query, "documents": docs, "top_n": TOP_N}
+
+
+async def direct(query: str, docs: list[str], delay: float):
+    return await arerank(query, candidates(docs), comparator=WordJudge(delay), top_k=TOP_N, **SETTINGS)
+
+
+async def throughput(url: str, requests: list[tuple[str, list[str]]], delay: float) -> dict:
+    expected = [await direct(q, d, 0.0) for q, d in requests]
+    limits = httpx.Limits(max_connections=len(requests), max_keepalive_connections=len(requests))
+    async with httpx.AsyncClient(base_url=url, timeout=300, limits=limits) as client:
+        await client.post("/v2/rerank", json=body(*requests[0]))  # warm-up, untimed
+        started = time.perf_counter()
+        together = await asyncio.gather(*(client.post("/v2/rerank", json=body(q, d)) for q, d in requests))
+        concurrent_s = time.perf_counter() - started
+        started = time.perf_counter()
+        alone = [await client.post("/v2/rerank", json=body(q, d)) for q, d in requests]
+        sequential_s = time.perf_counter() - started
+    started = time.perf_counter()
+    many = [r async for r in arerank_many([(q, candidates(d)) for q, d in requests], comparator=WordJudge(delay),
+                                          top_k=TOP_N, **SETTINGS)]
+    many_s = time.perf_counter() - started
+    for responses in (together, alone):
+        assert all(r.status_code == 200 for r in responses), [r.text for r in responses if r.status_code != 200][:3]
+        assert [[x["index"] for x in r.json()["results"]] for r in responses] == [e.order[:TOP_N] for e in expected]
+        assert all(r.json()["meta"]["activeprp"]["calls"] <= SETTINGS["budget"] for r in responses)
+    assert [m.order for m in many] == [e.order for e in expected]
+    n = len(requests)
+    return {"requests": n, "calls_per_request_mean": statistics.mean(e.calls for e in expected),
+            "rounds_per_request_mean": statistics.mean(e.rounds for e in expected),
+            "concurrent_s": round(concurrent_s, 3), "sequential_s": round(sequential_s, 3),
+            "arerank_many_direct_s": round(many_s, 3),
+            "concurrent_req_per_s": round(n / concurrent_s, 1), "sequential_req_per_s": round(n / sequential_s, 1),
+            "arerank_many_req_per_s": round(n / many_s, 1), "speedup_concurrent_vs_sequential":
+                round(sequential_s / concurrent_s, 1), "all_answered": True}
+
+
+async def overhead(url: str, requests: list[tuple[str, list[str]]], delay: float) -> dict:
+    http_s, direct_s = [], []
+    async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+        await client.post("/v2/rerank", json=body(*requests[0]))  # warm-up, untimed
+        await direct(*requests[0], delay)
+        for query, docs in requests:
+            started = time.perf_counter()
+            response = await client.post("/v2/rerank", json=body(query, docs))
+            http_s.append(time.perf_counter() - started)
+            assert response.status_code == 200
+            started = time.perf_counter()
+            await direct(query, docs, delay)
+            direct_s.append(time.perf_counter() - started)
+    diff_ms = [1000 * (h - d) for h, d in zip(http_s, direct_s)]
+    return {"judge_delay_s": delay, "requests": len(requests),
+            "http_p50_ms": round(1000 * statistics.median(http_s), 2),
+            "direct_arerank_p50_ms": round(1000 * statistics.median(direct_s), 2),
+            "overhead_p50_ms": round(statistics.median(diff_ms), 2),
+            "overhead_p95_ms": round(percentile(diff_ms, 95), 2)}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--serve", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--delay", type=float, default=0.01, help="seconds the judge waits per call (default 0.01)")
+    p.add_argument("--requests", type=int, default=200)
+    p.add_argument("--docs", type=int, default=20, help="documents per request")
+    p.add_argument("--overhead-requests", type=int, default=100)
+    p.add_argument("--out", type=Path, help="write results.json there")
+    args = p.parse_args()
+    if args.serve:
+        serve(args.serve, args.delay)
+        return
+    requests = [make_request(i, args.docs) for i in range(args.requests)]
+    load_before = os.getloadavg()
+    results: dict = {"command": "PYTHONPATH=. python " + " ".join(sys.argv), "python": platform.python_version(),
+                     "cpus": os.cpu_count(), "settings": {**SETTINGS, "top_n": TOP_N, "docs": args.docs}}
+    with Server(args.delay) as server:
+        results["throughput"] = asyncio.run(throughput(server.url, requests, args.delay))
+        results["overhead"] = [asyncio.run(overhead(server.url, requests[: args.overhead_requests], args.delay))]
+    with Server(0.0) as server:
+        results["overhead"].append(asyncio.run(overhead(server.url, requests[: args.overhead_requests], 0.0)))
+    results["loadavg_before_after"] = [load_before, os.getloadavg()]
+    text = json.dumps(results, indent=2)
+    print(text)
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "results.json").write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
