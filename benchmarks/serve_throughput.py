@@ -3,7 +3,8 @@ compared with calling ``arerank`` / ``arerank_many`` directly.
 
 The server runs in a child process (this script with ``--serve``: ``create_app`` under uvicorn on 127.0.0.1, a
 free port) with a judge that waits ``--delay`` seconds per call (``tests._serve_helpers.WordJudge``: the calls of
-a round concurrently, like an endpoint with no cap on calls in flight). The client (httpx, this process) sends:
+a round at once, like an endpoint with no cap on calls in flight). The client (aiohttp, this process; httpx's
+async client spends about 30 ms of CPU per request at 200 connections, which would measure the client) sends:
 
 1. throughput: ``--requests`` Cohere v2 requests (``--docs`` documents, ``top_n`` 5, the server's budget 30 and
    6 rounds), all at once (``asyncio.gather``, one connection each), then the same requests one at a time; and
@@ -31,6 +32,7 @@ import sys
 import time
 from pathlib import Path
 
+import aiohttp
 import httpx
 
 from activeprp_core import arerank, arerank_many
@@ -93,25 +95,48 @@ async def direct(query: str, docs: list[str], delay: float):
     return await arerank(query, candidates(docs), comparator=WordJudge(delay), top_k=TOP_N, **SETTINGS)
 
 
+class Client:
+    """POSTs Cohere v2 bodies to the server with aiohttp; ``post`` returns (status, parsed JSON)."""
+
+    def __init__(self, url: str, connections: int) -> None:
+        self.url, self.connections = f"{url}/v2/rerank", connections
+
+    async def __aenter__(self) -> Client:
+        self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=self.connections),
+                                             timeout=aiohttp.ClientTimeout(total=300))
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.session.close()
+
+    async def post(self, query: str, docs: list[str]) -> tuple[int, dict]:
+        async with self.session.post(self.url, json=body(query, docs)) as response:
+            return response.status, await response.json()
+
+
+def check(responses: list[tuple[int, dict]], expected: list) -> None:
+    """Every response is a 200 with the order of ``arerank`` of its request alone, within the budget."""
+    assert all(status == 200 for status, _ in responses), [r for s, r in responses if s != 200][:3]
+    assert [[x["index"] for x in r["results"]] for _, r in responses] == [e.order[:TOP_N] for e in expected]
+    assert all(r["meta"]["activeprp"]["calls"] <= SETTINGS["budget"] for _, r in responses)
+
+
 async def throughput(url: str, requests: list[tuple[str, list[str]]], delay: float) -> dict:
     expected = [await direct(q, d, 0.0) for q, d in requests]
-    limits = httpx.Limits(max_connections=len(requests), max_keepalive_connections=len(requests))
-    async with httpx.AsyncClient(base_url=url, timeout=300, limits=limits) as client:
-        await client.post("/v2/rerank", json=body(*requests[0]))  # warm-up, untimed
+    async with Client(url, len(requests)) as client:
+        await asyncio.gather(*(client.post(q, d) for q, d in requests))  # warm-up (opens the connections), untimed
         started = time.perf_counter()
-        together = await asyncio.gather(*(client.post("/v2/rerank", json=body(q, d)) for q, d in requests))
+        together = await asyncio.gather(*(client.post(q, d) for q, d in requests))
         concurrent_s = time.perf_counter() - started
         started = time.perf_counter()
-        alone = [await client.post("/v2/rerank", json=body(q, d)) for q, d in requests]
+        alone = [await client.post(q, d) for q, d in requests]
         sequential_s = time.perf_counter() - started
     started = time.perf_counter()
     many = [r async for r in arerank_many([(q, candidates(d)) for q, d in requests], comparator=WordJudge(delay),
                                           top_k=TOP_N, **SETTINGS)]
     many_s = time.perf_counter() - started
-    for responses in (together, alone):
-        assert all(r.status_code == 200 for r in responses), [r.text for r in responses if r.status_code != 200][:3]
-        assert [[x["index"] for x in r.json()["results"]] for r in responses] == [e.order[:TOP_N] for e in expected]
-        assert all(r.json()["meta"]["activeprp"]["calls"] <= SETTINGS["budget"] for r in responses)
+    check(together, expected)
+    check(alone, expected)
     assert [m.order for m in many] == [e.order for e in expected]
     n = len(requests)
     return {"requests": n, "calls_per_request_mean": statistics.mean(e.calls for e in expected),
@@ -125,14 +150,14 @@ async def throughput(url: str, requests: list[tuple[str, list[str]]], delay: flo
 
 async def overhead(url: str, requests: list[tuple[str, list[str]]], delay: float) -> dict:
     http_s, direct_s = [], []
-    async with httpx.AsyncClient(base_url=url, timeout=60) as client:
-        await client.post("/v2/rerank", json=body(*requests[0]))  # warm-up, untimed
+    async with Client(url, 1) as client:
+        await client.post(*requests[0])  # warm-up, untimed
         await direct(*requests[0], delay)
         for query, docs in requests:
             started = time.perf_counter()
-            response = await client.post("/v2/rerank", json=body(query, docs))
+            status, _ = await client.post(query, docs)
             http_s.append(time.perf_counter() - started)
-            assert response.status_code == 200
+            assert status == 200
             started = time.perf_counter()
             await direct(query, docs, delay)
             direct_s.append(time.perf_counter() - started)

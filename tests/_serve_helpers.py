@@ -17,8 +17,8 @@ def overlap(query: str, text: str) -> int:
 
 class WordJudge(Comparator):
     """A deterministic judge: P(first preferred) = 1 when the first text holds more of the query's words, 0 when
-    fewer, 0.5 on a tie. ``acompare`` waits ``delay`` seconds per call (the calls of a chunk concurrently, like an
-    endpoint); ``steps`` records the (query count, prompt count) of each ``ajudge_batch`` step."""
+    fewer, 0.5 on a tie. ``acompare`` waits ``delay`` seconds per call (the calls of a chunk at once, like an endpoint
+    with no cap on calls in flight); ``steps`` records the (query count, prompt count) of each ``ajudge_batch`` step."""
 
     def __init__(self, delay: float = 0.0) -> None:
         self.delay, self.calls, self.steps = delay, 0, []
@@ -29,8 +29,7 @@ class WordJudge(Comparator):
                              (overlap(query, a.text) < overlap(query, b.text))) for a, b in pairs]
 
     async def acompare(self, query, pairs):
-        if self.delay:
-            await asyncio.gather(*(asyncio.sleep(self.delay) for _ in pairs))
+        await asyncio.sleep(self.delay)  # the chunk's calls wait together
         return self.compare(query, pairs)
 
     async def ajudge_batch(self, items, *, guard=None):
