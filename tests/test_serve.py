@@ -116,7 +116,8 @@ def test_200_concurrent_requests_are_all_answered_within_their_budgets():
 
 GOOD = {"model": "m", "query": "alpha beta", "documents": ["alpha x", "beta y", "gamma z"]}
 BAD_BODIES = [
-    b'{"query": ', b"not json", b"", b"[]", b'"query"', b"null", b"3",
+    b'{"query": ', b"not json", b"", b"[]", b'"query"', b"null", b"3", b"\xff\xfe{", b"[" * 10**5 + b"]" * 10**5,
+    b'{"query": "q", "documents": ["a"], "top_n": ' + b"9" * 5000 + b"}",
     {"documents": ["a"]}, {**GOOD, "query": 5}, {**GOOD, "query": "   "}, {**GOOD, "query": None},
     {"model": "m", "query": "q"}, {**GOOD, "documents": "a b"}, {**GOOD, "documents": []},
     {**GOOD, "documents": [1, 2]}, {**GOOD, "documents": [{"title": "no text"}]}, {**GOOD, "documents": [{"text": 5}]},
@@ -156,7 +157,7 @@ def test_caps_say_what_to_change(client):
     assert huge.status_code == 413
     tei = _post(client, "/rerank", {"query": "q", "texts": "not a list"})
     assert tei.status_code == 400 and "texts" in tei.json()["message"]
-    assert client.get("/v2/rerank").status_code == 405
+    assert client.get("/v2/rerank").status_code == 405 and client.get("/v2/rerank").json()["message"]
 
 
 def test_jina_and_tei_shapes(client):

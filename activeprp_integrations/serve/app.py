@@ -21,6 +21,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from activeprp_core import Candidate, RerankResult
 from activeprp_core.errors import ComparatorError, ComparatorUnavailable, scrub
@@ -263,6 +264,10 @@ def create_app(
     @app.exception_handler(ValidationError)
     async def invalid_model(request: Request, exc: ValidationError) -> JSONResponse:
         return error_response(400, _validation_message(exc), "invalid_request")
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return error_response(exc.status_code, str(exc.detail), "invalid_request")
 
     @app.exception_handler(CallerError)
     async def refused(request: Request, exc: CallerError) -> JSONResponse:
