@@ -12,6 +12,9 @@ A request that fails on its own (bad input, a comparator error for its prompts, 
 by one to find the failing one (their calls are sent again, not charged twice to their budgets). A dead endpoint
 stops everything fast: a ``ComparatorAuthError`` or an open circuit breaker (shared by all queries) raises out
 of the iterator, unless ``on_failure="prior"``, with which every query degrades to its best-effort order.
+
+``arerank_stream`` is the service form (``activeprp serve``): requests from an async source join the queries in
+progress as they arrive, may carry their own budget / round cap / top-K / seed, and come out as they finish.
 """
 
 from __future__ import annotations
@@ -347,8 +350,7 @@ async def arerank_stream(
     """
     settings = rerank_settings(ranker, oracle, budget, top_k, seed, cache, max_rounds, on_failure)
     judge, window = _setup(comparator, settings, max_active, max_concurrency, max_consecutive_failures, (), False)
-    source, index = aiter(requests), 0
-    window.input_left, reading = True, None
+    source, index, reading = aiter(requests), 0, None
     try:
         while not window.finished:
             while window.input_left and len(window.items) < window.max_active:
