@@ -42,13 +42,24 @@ SETTINGS = {"ranker": "auto", "oracle": "auto", "budget": 30, "max_rounds": 6, "
 TOP_N = 5
 
 
-def serve(port: int, delay: float) -> None:
+def serve(port: int, delay: float, stack: str) -> None:
     import uvicorn
 
     from activeprp_integrations.serve import create_app
 
     app = create_app(WordJudge(delay), budget=SETTINGS["budget"], max_rounds=SETTINGS["max_rounds"])
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
+    loop, http = ("asyncio", "h11") if stack == "plain" else ("auto", "auto")
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", loop=loop, http=http)
+
+
+def uvicorn_stack(choice: str) -> str:
+    """The event loop and HTTP parser uvicorn uses for ``--uvicorn`` ``choice``."""
+    import importlib.util
+
+    if choice == "plain":
+        return "asyncio + h11"
+    have = [m for m in ("uvloop", "httptools") if importlib.util.find_spec(m)]
+    return f"{'uvloop' if 'uvloop' in have else 'asyncio'} + {'httptools' if 'httptools' in have else 'h11'}"
 
 
 def free_port() -> int:
@@ -60,11 +71,12 @@ def free_port() -> int:
 class Server:
     """This script in ``--serve`` mode as a child process; stopped (SIGTERM) on exit."""
 
-    def __init__(self, delay: float) -> None:
+    def __init__(self, delay: float, stack: str) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {**os.environ, "PYTHONPATH": os.getcwd()}
-        self.proc = subprocess.Popen([sys.executable, __file__, "--serve", str(self.port), "--delay", str(delay)],
+        self.proc = subprocess.Popen([sys.executable, __file__, "--serve", str(self.port), "--delay", str(delay),
+                                      "--uvicorn", stack],
                                      env=env)
 
     def __enter__(self) -> Server:
@@ -176,26 +188,29 @@ def main() -> None:
     p.add_argument("--requests", type=int, default=200)
     p.add_argument("--docs", type=int, default=20, help="documents per request")
     p.add_argument("--overhead-requests", type=int, default=100)
-    p.add_argument("--out", type=Path, help="write results.json there")
+    p.add_argument("--uvicorn", choices=("auto", "plain"), default="auto",
+                   help="auto: uvloop and httptools when installed (uvicorn[standard]); plain: asyncio and h11")
+    p.add_argument("--out", type=Path, help="write results-<uvicorn>.json there")
     args = p.parse_args()
     if args.serve:
-        serve(args.serve, args.delay)
+        serve(args.serve, args.delay, args.uvicorn)
         return
     requests = [make_request(i, args.docs) for i in range(args.requests)]
     load_before = os.getloadavg()
     results: dict = {"command": "PYTHONPATH=. python " + " ".join(sys.argv), "python": platform.python_version(),
-                     "cpus": os.cpu_count(), "settings": {**SETTINGS, "top_n": TOP_N, "docs": args.docs}}
-    with Server(args.delay) as server:
+                     "cpus": os.cpu_count(), "uvicorn": uvicorn_stack(args.uvicorn),
+                     "settings": {**SETTINGS, "top_n": TOP_N, "docs": args.docs}}
+    with Server(args.delay, args.uvicorn) as server:
         results["throughput"] = asyncio.run(throughput(server.url, requests, args.delay))
         results["overhead"] = [asyncio.run(overhead(server.url, requests[: args.overhead_requests], args.delay))]
-    with Server(0.0) as server:
+    with Server(0.0, args.uvicorn) as server:
         results["overhead"].append(asyncio.run(overhead(server.url, requests[: args.overhead_requests], 0.0)))
     results["loadavg_before_after"] = [load_before, os.getloadavg()]
     text = json.dumps(results, indent=2)
     print(text)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "results.json").write_text(text + "\n")
+        (args.out / f"results-{args.uvicorn}.json").write_text(text + "\n")
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ error's message, API keys scrubbed.
 from __future__ import annotations
 
 import math
+import random
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -139,10 +140,10 @@ class Metrics:
         self.registry = CollectorRegistry()
         kw = {"registry": self.registry, "namespace": "activeprp"}
         self.requests = Counter("requests", "HTTP rerank requests", ["route", "status"], **kw)
-        self.calls = Counter("judge_calls", "LLM calls sent to the judge", **kw)
-        self.failed_calls = Counter("judge_failed_calls", "LLM calls that gave no answer", **kw)
-        self.tokens = Counter("judge_tokens", "tokens reported by the judge", ["kind"], **kw)
-        self.rounds = Counter("rounds", "sequential rounds of judge calls, summed over requests", **kw)
+        self.calls = Counter("judge_calls", "LLM calls of the answered requests", **kw)
+        self.failed_calls = Counter("judge_failed_calls", "failed LLM calls of the answered requests", **kw)
+        self.tokens = Counter("judge_tokens", "tokens the judge reported for the answered requests", ["kind"], **kw)
+        self.rounds = Counter("rounds", "sequential rounds of judge calls, summed over the answered requests", **kw)
         self.latency = Histogram("request_seconds", "wall time of a rerank request", ["route"], **kw,
                                  buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120))
         self.in_progress = Gauge("requests_in_progress", "rerank requests being answered", **kw)
@@ -185,6 +186,14 @@ class CapAndCount:
                 self.metrics.in_progress.dec()
         self.metrics.requests.labels(route, str(status[0])).inc()
         self.metrics.latency.labels(route).observe(time.perf_counter() - started)
+
+
+_IDS = random.Random()  # seeded from os.urandom once: response ids need to be unique, not secret
+
+
+def response_id() -> str:
+    """A random UUID4 string for a response's ``id`` (without a system call per response)."""
+    return str(uuid.UUID(int=_IDS.getrandbits(128), version=4))
 
 
 def error_response(status: int, message: str, kind: str) -> JSONResponse:
@@ -309,7 +318,7 @@ def create_app(
                 if body.return_documents:
                     for row in rows:
                         row["document"] = {"text": texts[row["index"]]}
-                return {"id": str(uuid.uuid4()), "results": rows, "meta": meta(API_VERSIONS[version], result,
+                return {"id": response_id(), "results": rows, "meta": meta(API_VERSIONS[version], result,
                                                                                len(texts))}
 
             return await answer(body.query, body.documents, body.top_n,
