@@ -285,3 +285,36 @@ def test_the_command_serves_and_stops_on_sigint():
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def _refusing_endpoint():
+    """An OpenAI-style endpoint that refuses every key with a 401 whose message repeats the key (as some do)."""
+    from fastapi import FastAPI, Request
+    from fastapi.responses import JSONResponse
+
+    app = FastAPI()
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request):
+        key = request.headers.get("authorization", "").removeprefix("Bearer ")
+        return JSONResponse({"error": {"message": f"Incorrect API key provided: {key}"}}, status_code=401)
+
+    return app
+
+
+@pytest.mark.parametrize("endpoint", ["refusing", "closed port"])
+def test_an_openai_judge_failure_reaches_the_caller_as_502_or_503_without_the_key(endpoint):
+    pytest.importorskip("openai")
+    from activeprp_core.comparators import OpenAIChatComparator
+
+    key = "sk-test-0123456789SECRET"
+    query, docs = make_request(4, n_docs=6)
+    with serving(_refusing_endpoint()) as (judge_url, _):
+        base_url = f"{judge_url}/v1" if endpoint == "refusing" else f"http://127.0.0.1:{_free_port()}/v1"
+        with OpenAIChatComparator("m", base_url=base_url, api_key=key, max_attempts=1, timeout=5) as judge, \
+                TestClient(create_app(judge, **SERVER, secrets=[key])) as client:
+            response = _post(client, "/v2/rerank", {"query": query, "documents": docs})
+    assert response.status_code == (502 if endpoint == "refusing" else 503)
+    assert response.json()["type"] == "judge_failure" and "SECRET" not in response.text
+    assert response.json()["message"].startswith("ComparatorAuthError" if endpoint == "refusing" else
+                                                 "ComparatorUnavailable")
