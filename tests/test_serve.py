@@ -162,6 +162,13 @@ def test_caps_say_what_to_change(client):
     assert client.get("/v2/rerank").status_code == 405 and client.get("/v2/rerank").json()["message"]
 
 
+@pytest.mark.parametrize("bad", [{"budget": -1}, {"max_rounds": "3"}, {"ranker": "nope"}, {"max_active": 0},
+                                 {"max_documents": 0}, {"max_document_bytes": 1.5}, {"max_concurrency": 0}])
+def test_bad_server_settings_fail_when_the_app_is_made(bad):
+    with pytest.raises((TypeError, ValueError)):
+        create_app(WordJudge(), **bad)
+
+
 def test_jina_and_tei_shapes(client):
     query, docs = make_request(2, n_docs=12)
     expected = reference(query, docs, top_k=2)

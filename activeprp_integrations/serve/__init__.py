@@ -23,6 +23,9 @@ __all__ = ["add_parser", "create_app", "main"]
 
 DEFAULT_MAX_DOCUMENTS = 1000
 DEFAULT_MAX_DOCUMENT_BYTES = 32 * 1024
+DEFAULT_MAX_ACTIVE = 256
+"""Requests reranked at once by default: more than ``arerank_many``'s 64, since a request waiting for a slot waits
+for whole rounds (measured: 200 concurrent requests, 10 ms judge: 0.59 s at 256 vs 0.91 s at 64)."""
 EXTRA_HINT = ('activeprp serve needs the serve extra: pip install "activeprp[serve]" '
               "(fastapi, uvicorn, prometheus-client)")
 
@@ -53,7 +56,7 @@ def add_parser(subparsers: Any) -> None:
                    help="documents per request (default %(default)s)")
     g.add_argument("--max-document-bytes", type=count(minimum=1), default=DEFAULT_MAX_DOCUMENT_BYTES,
                    help="UTF-8 bytes per document (default %(default)s)")
-    g.add_argument("--max-active", type=count(minimum=1), default=64,
+    g.add_argument("--max-active", type=count(minimum=1), default=DEFAULT_MAX_ACTIVE,
                    help="requests reranked at once, the others queue (default %(default)s)")
     g.add_argument("--shutdown-timeout", type=float, default=60.0,
                    help="seconds a graceful shutdown waits for requests in flight (default %(default)s)")

@@ -25,12 +25,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from activeprp_core import Candidate, RerankResult
+from activeprp_core.budget import check_count
 from activeprp_core.errors import ComparatorError, ComparatorUnavailable, scrub
-from activeprp_core.many import DEFAULT_MAX_ACTIVE
 from activeprp_core.trecfiles import model_text
 
 from .._common import DEFAULT_BUDGET, DEFAULT_MAX_ROUNDS, DEFAULT_ORACLE, DEFAULT_RANKER
-from . import DEFAULT_MAX_DOCUMENT_BYTES, DEFAULT_MAX_DOCUMENTS
+from . import DEFAULT_MAX_ACTIVE, DEFAULT_MAX_DOCUMENT_BYTES, DEFAULT_MAX_DOCUMENTS
 from .service import RerankService
 
 API_VERSIONS = {"v1": "1", "v2": "2"}
@@ -251,6 +251,9 @@ def create_app(
 
     Reranking("", [], ranker=ranker, oracle=oracle, budget=budget, top_k=top_k, seed=seed, max_rounds=max_rounds,
               on_failure=on_failure)  # validates the settings now
+    for name, value in [("max_active", max_active), ("max_documents", max_documents),
+                        ("max_document_bytes", max_document_bytes), ("max_concurrency", max_concurrency)]:
+        check_count(value, name, minimum=1, allow_none=name == "max_concurrency")
     limits = Limits(max_documents, max_document_bytes, budget, max_rounds)
     settings = dict(ranker=ranker, oracle=oracle, budget=budget, top_k=top_k, seed=seed, max_rounds=max_rounds,
                     on_failure=on_failure, max_concurrency=max_concurrency)

@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from activeprp_core import Candidate, RerankFailure, RerankResult
-from activeprp_core.many import DEFAULT_MAX_ACTIVE, arerank_stream
+from activeprp_core.many import arerank_stream
 
 _END = None  # what ``stop`` puts in the queue
 
@@ -33,7 +33,7 @@ class RerankService:
     Use ``await rerank(...)`` from coroutines of one event loop; ``await stop()`` once at shutdown.
     """
 
-    def __init__(self, comparator: Any, settings: dict[str, Any], max_active: int = DEFAULT_MAX_ACTIVE) -> None:
+    def __init__(self, comparator: Any, settings: dict[str, Any], max_active: int) -> None:
         self.comparator, self.settings, self.max_active = comparator, dict(settings), max_active
         self._queue: asyncio.Queue | None = None
         self._driver: asyncio.Task | None = None
