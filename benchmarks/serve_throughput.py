@@ -140,6 +140,8 @@ async def throughput(url: str, requests: list[tuple[str, list[str]]], delay: flo
         started = time.perf_counter()
         together = await asyncio.gather(*(client.post(q, d) for q, d in requests))
         concurrent_s = time.perf_counter() - started
+    async with Client(url, 1) as client:  # one busy connection (an idle pooled one may meet uvicorn's keep-alive cut)
+        await client.post(*requests[0])
         started = time.perf_counter()
         alone = [await client.post(q, d) for q, d in requests]
         sequential_s = time.perf_counter() - started
@@ -188,6 +190,7 @@ def main() -> None:
     p.add_argument("--requests", type=int, default=200)
     p.add_argument("--docs", type=int, default=20, help="documents per request")
     p.add_argument("--overhead-requests", type=int, default=100)
+    p.add_argument("--repeats", type=int, default=3, help="measurements, each on fresh servers (default 3)")
     p.add_argument("--uvicorn", choices=("auto", "plain"), default="auto",
                    help="auto: uvloop and httptools when installed (uvicorn[standard]); plain: asyncio and h11")
     p.add_argument("--out", type=Path, help="write results-<uvicorn>.json there")
@@ -200,11 +203,21 @@ def main() -> None:
     results: dict = {"command": "PYTHONPATH=. python " + " ".join(sys.argv), "python": platform.python_version(),
                      "cpus": os.cpu_count(), "uvicorn": uvicorn_stack(args.uvicorn),
                      "settings": {**SETTINGS, "top_n": TOP_N, "docs": args.docs}}
-    with Server(args.delay, args.uvicorn) as server:
-        results["throughput"] = asyncio.run(throughput(server.url, requests, args.delay))
-        results["overhead"] = [asyncio.run(overhead(server.url, requests[: args.overhead_requests], args.delay))]
-    with Server(0.0, args.uvicorn) as server:
-        results["overhead"].append(asyncio.run(overhead(server.url, requests[: args.overhead_requests], 0.0)))
+    runs: dict[str, list[dict]] = {"throughput": [], "overhead_judge": [], "overhead_instant": []}
+    for _ in range(args.repeats):  # the machine is shared: each repeat starts fresh servers
+        with Server(args.delay, args.uvicorn) as server:
+            runs["throughput"].append(asyncio.run(throughput(server.url, requests, args.delay)))
+            runs["overhead_judge"].append(asyncio.run(overhead(server.url, requests[: args.overhead_requests],
+                                                               args.delay)))
+        with Server(0.0, args.uvicorn) as server:
+            runs["overhead_instant"].append(asyncio.run(overhead(server.url, requests[: args.overhead_requests], 0.0)))
+    results["median_over_repeats"] = {
+        "speedup_concurrent_vs_sequential": statistics.median(r["speedup_concurrent_vs_sequential"]
+                                                              for r in runs["throughput"]),
+        "concurrent_req_per_s": statistics.median(r["concurrent_req_per_s"] for r in runs["throughput"]),
+        "overhead_p50_ms_with_judge": statistics.median(r["overhead_p50_ms"] for r in runs["overhead_judge"]),
+        "overhead_p50_ms_instant_judge": statistics.median(r["overhead_p50_ms"] for r in runs["overhead_instant"])}
+    results["runs"] = runs
     results["loadavg_before_after"] = [load_before, os.getloadavg()]
     text = json.dumps(results, indent=2)
     print(text)
