@@ -260,6 +260,17 @@ def test_graceful_shutdown_finishes_the_requests_in_flight():
     assert [r["index"] for r in answers[0].json()["results"]] == expected.order
 
 
+def test_without_the_serve_extra_the_errors_name_it(monkeypatch, capsys):
+    from activeprp_core.cli import main
+
+    monkeypatch.setitem(sys.modules, "uvicorn", None)  # as if not installed
+    assert main(["serve", "--comparator", "simulated"]) == 2
+    assert 'pip install "activeprp[serve]"' in capsys.readouterr().err
+    monkeypatch.setitem(sys.modules, "activeprp_integrations.serve.app", None)
+    with pytest.raises(ImportError, match=r"activeprp\[serve\]"):
+        create_app(WordJudge())
+
+
 def _free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

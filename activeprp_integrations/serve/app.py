@@ -2,7 +2,8 @@
 ``/rerank``, ``/health`` and Prometheus ``/metrics``, over one shared ``RerankService``.
 
 Error contract: a caller's mistake is a 4xx with a JSON body ``{"message": ..., "type": ...}`` (400 for a body
-that does not validate, including malformed JSON; 413 for a body over the size cap); a judge failure is 502
+that does not validate, including malformed JSON; 413 for a body, a document or a document count over the
+server's caps); a judge failure is 502
 (the endpoint refused the request, or answered nonsense) or 503 (the endpoint keeps failing) with the typed
 error's message, API keys scrubbed.
 """
