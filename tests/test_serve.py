@@ -226,6 +226,17 @@ class Failing(Comparator):
         return [None] * len(pairs)
 
 
+class Buggy(Comparator):
+    def compare(self, query, pairs):
+        raise ValueError("a bug in the judge")
+
+
+def test_a_bug_in_the_judge_is_a_500_not_the_callers_mistake():
+    with TestClient(create_app(Buggy(), **SERVER), raise_server_exceptions=False) as client:
+        response = _post(client, "/v2/rerank", GOOD)
+    assert response.status_code == 500
+
+
 @pytest.mark.parametrize(("kind", "status", "error"), [("auth", 502, "ComparatorAuthError"),
                                                        ("none", 503, "ComparatorUnavailable")])
 def test_a_judge_failure_is_502_or_503_without_the_key_and_the_server_recovers(kind, status, error):

@@ -300,6 +300,8 @@ def create_app(
             status = 503 if isinstance(err, ComparatorUnavailable) else 502
             return error_response(status, scrub(f"{type(err).__name__}: {err}", secrets), "judge_failure")
         except (TypeError, ValueError) as err:
+            if getattr(err, "accounting", None) is not None:  # raised while judging: a comparator bug, not the caller's
+                raise
             raise CallerError(str(err)) from None
         metrics.spent(result)
         order = result.order if top_n is None else result.order[:top_n]
