@@ -12,12 +12,16 @@ A request that fails on its own (bad input, a comparator error for its prompts, 
 by one to find the failing one (their calls are sent again, not charged twice to their budgets). A dead endpoint
 stops everything fast: a ``ComparatorAuthError`` or an open circuit breaker (shared by all queries) raises out
 of the iterator, unless ``on_failure="prior"``, with which every query degrades to its best-effort order.
+
+``arerank_stream`` is the service form (``activeprp serve``): requests from an async source join the queries in
+progress as they arrive, may carry their own budget / round cap / top-K / seed, and come out as they finish.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +34,8 @@ from .rankers import Ranker
 from .types import Accounting, Candidate, Judgment, RerankResult, to_judgments
 
 DEFAULT_MAX_ACTIVE = 64
+PER_REQUEST = ("budget", "max_rounds", "top_k", "seed")
+"""The settings one request may set for itself: ``(query, candidates, {"budget": 20, ...})``."""
 
 
 @dataclass
@@ -85,9 +91,12 @@ class _Window:
     def _start(self, index: int, request: Any) -> Reranking | RerankResult | RerankFailure:
         query = request[0] if isinstance(request, tuple) and request and isinstance(request[0], str) else None
         try:
-            if not isinstance(request, tuple) or len(request) != 2:
+            if not isinstance(request, tuple) or len(request) not in (2, 3):
                 raise TypeError(f"request {index} must be a (query, candidates) pair, got {type(request).__name__}")
-            return self._finish(index, Reranking(request[0], request[1], **self.settings))
+            own = request[2] if len(request) == 3 else {}
+            if not isinstance(own, Mapping) or set(own) - set(PER_REQUEST):
+                raise TypeError(f"request {index}: its settings must be a dict with keys among {PER_REQUEST}")
+            return self._finish(index, Reranking(request[0], request[1], **{**self.settings, **own}))
         except Exception as error:
             return RerankFailure(index, query, error)
 
@@ -103,6 +112,11 @@ class _Window:
             if self.bar is not None:
                 self.bar.update(1)
             yield item
+
+    def finished_items(self) -> Iterator[tuple[int, RerankResult | RerankFailure]]:
+        """Every finished item with its index, whatever its place in the input order (removing them)."""
+        for index in [i for i, r in self.items.items() if not isinstance(r, Reranking)]:
+            yield index, self.items.pop(index)  # type: ignore[misc]
 
     def fatal(self, error: Exception) -> bool:
         """Whether ``error`` means the endpoint is dead for every query (and ``on_failure`` is "raise")."""
@@ -192,6 +206,19 @@ def _setup(comparator, settings, max_active, max_concurrency, max_consecutive_fa
     return judge, _Window(requests, settings, max_active, guard, progress)
 
 
+async def _answer(judge: Comparator, window: _Window, step: Step) -> None:
+    """Answer one step with one ``ajudge_batch`` call (on failure: see ``_Window.failed``)."""
+    sent_before = window.guard.completed
+    try:
+        items = _items(step)
+        judgments = to_judgments(await judge.ajudge_batch(items, guard=window.guard), len(items))
+    except Exception as error:
+        for part in window.failed(step, error, sent=window.guard.completed - sent_before):
+            await _answer(judge, window, part)
+        return
+    window.send(step, judgments)
+
+
 def rerank_many(
     requests: Iterable[tuple[str, Sequence[Candidate]]],
     *,
@@ -212,7 +239,8 @@ def rerank_many(
     """Rerank many queries together (see the module docstring); one result per request, in input order.
 
     Args:
-        requests: any iterable of ``(query, candidates)`` pairs (read lazily: a generator streams).
+        requests: any iterable of ``(query, candidates)`` pairs (read lazily: a generator streams), or of
+            ``(query, candidates, settings)`` where ``settings`` sets some of ``PER_REQUEST`` for that request.
         ranker, oracle, comparator, budget, top_k, seed, cache, max_rounds, on_failure: as for ``rerank``,
             applied to every query (``budget`` and ``max_rounds`` are per query).
         max_concurrency: the most calls in flight across all queries (None = the comparator's own).
@@ -277,17 +305,6 @@ async def arerank_many(
     judge, window = _setup(comparator, settings, max_active, max_concurrency, max_consecutive_failures, requests,
                            progress)
 
-    async def answer(step: Step) -> None:
-        sent_before = window.guard.completed
-        try:
-            items = _items(step)
-            judgments = to_judgments(await judge.ajudge_batch(items, guard=window.guard), len(items))
-        except Exception as error:
-            for part in window.failed(step, error, sent=window.guard.completed - sent_before):
-                await answer(part)
-            return
-        window.send(step, judgments)
-
     try:
         while not window.finished:
             window.fill()
@@ -295,6 +312,69 @@ async def arerank_many(
                 yield item
             step = window.step()
             if step:
-                await answer(step)
+                await _answer(judge, window, step)
     finally:
+        window.close()
+
+
+async def arerank_stream(
+    requests: AsyncIterable[tuple],
+    *,
+    ranker: str | Ranker = "mohajer",
+    oracle: str | Oracle = "randomized",
+    comparator: Comparator | SupportsCompare,
+    budget: int | None,
+    top_k: int = 10,
+    seed: int = 0,
+    cache: bool = True,
+    max_rounds: int | None = None,
+    on_failure: OnFailure = "raise",
+    max_concurrency: int | None = None,
+    max_consecutive_failures: int | None = MAX_CONSECUTIVE_FAILURES,
+    max_active: int = DEFAULT_MAX_ACTIVE,
+) -> AsyncIterator[tuple[int, RerankResult | RerankFailure]]:
+    """``arerank_many`` for a service: requests come from an async iterable (e.g. fed by an ``asyncio.Queue``)
+    and join the queries in progress as they arrive, and each result comes out as soon as it is finished.
+
+    Requests are read while queries are in progress without waiting for them: a request that arrives during a
+    step joins at the next step (its calls merge with the others'); the stream waits for a request only when
+    none is in progress. Same arguments, per-query results and failures as ``arerank_many`` (every request's
+    result equals ``arerank`` of it alone); requests may carry their own settings (``PER_REQUEST``).
+
+    Yields:
+        ``(index, RerankResult | RerankFailure)`` as each request finishes (``index``: its 0-based position in
+        the input), not in input order; ends when the input ends and every request has finished.
+
+    Raises:
+        as ``arerank_many``: a dead endpoint (with ``on_failure="raise"``) raises out of the stream, which ends.
+    """
+    settings = rerank_settings(ranker, oracle, budget, top_k, seed, cache, max_rounds, on_failure)
+    judge, window = _setup(comparator, settings, max_active, max_concurrency, max_consecutive_failures, (), False)
+    source, index, reading = aiter(requests), 0, None
+    try:
+        while not window.finished:
+            while window.input_left and len(window.items) < window.max_active:
+                if reading is None:
+                    reading = asyncio.ensure_future(anext(source))
+                    await asyncio.sleep(0)  # one turn of the loop: a source with a request at hand hands it now
+                if not reading.done() and window.items:
+                    break  # queries are in progress: this request joins at a later step
+                await asyncio.wait([reading])
+                try:
+                    request = reading.result()
+                except StopAsyncIteration:
+                    window.input_left = False
+                    break
+                finally:
+                    reading = None
+                window.items[index] = window._start(index, request)
+                index += 1
+            for item in window.finished_items():
+                yield item
+            step = window.step()
+            if step:
+                await _answer(judge, window, step)
+    finally:
+        if reading is not None:
+            reading.cancel()
         window.close()

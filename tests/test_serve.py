@@ -1,0 +1,349 @@
+"""activeprp serve: the Cohere SDK and the frameworks' Cohere rerankers against a local server, results equal to
+arerank, a 200-request load, 4xx for every caller mistake, 502/503 without the key for judge failures, metrics,
+graceful shutdown and the command."""
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+pytest.importorskip("fastapi")
+pytest.importorskip("prometheus_client")
+import httpx  # noqa: E402
+from fastapi.testclient import TestClient  # noqa: E402
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from activeprp_core import Comparator, ComparatorAuthError, arerank  # noqa: E402
+from activeprp_integrations.serve import create_app  # noqa: E402
+from tests._serve_helpers import WordJudge, candidates, make_request, serving  # noqa: E402
+
+SERVER = dict(budget=30, max_rounds=6)
+LIMITS = dict(max_documents=25, max_document_bytes=200)
+
+
+def reference(query, docs, top_k=10, **own):
+    """What arerank gives for the request with the server's settings (and the request's own)."""
+    kw = {"ranker": "auto", "oracle": "auto", "seed": 0, "top_k": top_k, **SERVER, **own}
+    return asyncio.run(arerank(query, candidates(docs), comparator=WordJudge(), **kw))
+
+
+def test_cohere_sdk_v2_and_v1_work_unchanged():
+    cohere = pytest.importorskip("cohere")
+    query, docs = make_request(3)
+    expected = reference(query, docs, top_k=3)
+    with serving(create_app(WordJudge(), **SERVER)) as (url, _):
+        v2 = cohere.ClientV2(api_key="unused", base_url=url).rerank(model="activeprp", query=query, documents=docs,
+                                                                    top_n=3)
+        v1 = cohere.Client(api_key="unused", base_url=url).rerank(model="activeprp", query=query, documents=docs,
+                                                                  top_n=3, return_documents=True)
+    for response in (v2, v1):
+        assert [r.index for r in response.results] == expected.order[:3]
+        assert [r.relevance_score for r in response.results] == [expected.scores[i] for i in expected.order[:3]]
+        assert response.meta.billed_units.search_units == 1
+        assert response.meta.activeprp["calls"] == expected.calls <= SERVER["budget"]
+    assert [r.document.text for r in v1.results] == [docs[i] for i in expected.order[:3]]
+    assert (v2.meta.api_version.version, v1.meta.api_version.version) == ("2", "1")
+
+
+def test_langchain_cohere_rerank_pointed_at_the_server():
+    rerank_module = pytest.importorskip("langchain_cohere.rerank")
+    from langchain_core.documents import Document
+
+    query, docs = make_request(5)
+    expected = reference(query, docs, top_k=4)
+    with serving(create_app(WordJudge(), **SERVER)) as (url, _):
+        reranker = rerank_module.CohereRerank(base_url=url, cohere_api_key="unused", model="activeprp", top_n=4)
+        out = reranker.compress_documents([Document(page_content=d, metadata={"n": i}) for i, d in enumerate(docs)],
+                                          query)
+    assert [d.metadata["n"] for d in out] == expected.order[:4]
+    assert [d.metadata["relevance_score"] for d in out] == [expected.scores[i] for i in expected.order[:4]]
+
+
+def test_llama_index_cohere_rerank_pointed_at_the_server():
+    rerank_module = pytest.importorskip("llama_index.postprocessor.cohere_rerank")
+    from llama_index.core.schema import NodeWithScore, TextNode
+
+    query, docs = make_request(8)
+    expected = reference(query, docs, top_k=3)
+    nodes = [NodeWithScore(node=TextNode(text=d, id_=f"n{i}"), score=0.0) for i, d in enumerate(docs)]
+    with serving(create_app(WordJudge(), **SERVER)) as (url, _):
+        reranker = rerank_module.CohereRerank(api_key="unused", base_url=url, model="activeprp", top_n=3)
+        out = reranker.postprocess_nodes(nodes, query_str=query)
+    assert [n.node.id_ for n in out] == [f"n{i}" for i in expected.order[:3]]
+    assert [n.score for n in out] == [expected.scores[i] for i in expected.order[:3]]
+
+
+def test_200_concurrent_requests_are_all_answered_within_their_budgets():
+    judge = WordJudge(delay=0.01)
+    bodies = []
+    for i in range(200):
+        query, docs = make_request(i, n_docs=10 + i % 15)
+        bodies.append({"model": "m", "query": query, "documents": docs, "top_n": 1 + i % 5,
+                       "budget": 3 + i % 28, "max_rounds": 1 + i % 6, "seed": i})
+
+    async def send_all(url):
+        limits = httpx.Limits(max_connections=200, max_keepalive_connections=200)
+        async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as client:
+            return await asyncio.gather(*(client.post("/v2/rerank", json=b) for b in bodies))
+
+    with serving(create_app(judge, **SERVER, max_active=64)) as (url, _):
+        responses = asyncio.run(send_all(url))
+        metrics = httpx.get(f"{url}/metrics").text
+    assert [r.status_code for r in responses] == [200] * 200
+    spent = 0
+    for body, response in zip(bodies, responses):
+        out = response.json()
+        own = {k: body[k] for k in ("budget", "max_rounds", "seed")}
+        expected = reference(body["query"], body["documents"], top_k=body["top_n"], **own)
+        assert [r["index"] for r in out["results"]] == expected.order[: body["top_n"]]
+        assert out["meta"]["activeprp"]["calls"] == expected.calls <= body["budget"]
+        assert out["meta"]["activeprp"]["rounds"] <= body["max_rounds"]
+        spent += expected.calls
+    assert judge.calls == spent
+    rounds = sum(r.json()["meta"]["activeprp"]["rounds"] for r in responses)
+    assert len(judge.steps) < rounds / 5  # requests shared the judge's steps
+    assert max(queries for queries, _ in judge.steps) > 10
+    assert f"activeprp_judge_calls_total {float(spent)}" in metrics
+    assert 'activeprp_requests_total{route="/v2/rerank",status="200"} 200.0' in metrics
+    assert 'activeprp_request_seconds_count{route="/v2/rerank"} 200.0' in metrics
+
+
+GOOD = {"model": "m", "query": "alpha beta", "documents": ["alpha x", "beta y", "gamma z"]}
+BAD_BODIES = [
+    b'{"query": ', b"not json", b"", b"[]", b'"query"', b"null", b"3", b"\xff\xfe{", b"[" * 10**5 + b"]" * 10**5,
+    b'{"query": "q", "documents": ["a"], "top_n": ' + b"9" * 5000 + b"}",
+    {"documents": ["a"]}, {**GOOD, "query": 5}, {**GOOD, "query": "   "}, {**GOOD, "query": None},
+    {"model": "m", "query": "q"}, {**GOOD, "documents": "a b"}, {**GOOD, "documents": []},
+    {**GOOD, "documents": [1, 2]}, {**GOOD, "documents": [{"title": "no text"}]}, {**GOOD, "documents": [{"text": 5}]},
+    {**GOOD, "documents": [None]}, {**GOOD, "documents": ["x"] * 26}, {**GOOD, "documents": ["x" * 201]},
+    {**GOOD, "documents": ["\u00e9" * 101]}, {**GOOD, "top_n": 0}, {**GOOD, "top_n": -1}, {**GOOD, "top_n": "2"},
+    {**GOOD, "top_n": 2.5}, {**GOOD, "top_n": True}, {**GOOD, "return_documents": "yes"},
+    {**GOOD, "max_tokens_per_doc": 0}, {**GOOD, "budget": 31}, {**GOOD, "budget": -1}, {**GOOD, "budget": "5"},
+    {**GOOD, "max_rounds": 7}, {**GOOD, "max_rounds": 1.5}, {**GOOD, "seed": "x"}, {**GOOD, "model": 3},
+]
+
+
+@pytest.fixture(scope="module")
+def client():
+    with TestClient(create_app(WordJudge(), **SERVER, **LIMITS)) as c:
+        yield c
+
+
+def _post(client, route, body):
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return client.post(route, content=data, headers={"content-type": "application/json"})
+
+
+@pytest.mark.parametrize("route", ["/v2/rerank", "/v1/rerank", "/rerank"])
+@pytest.mark.parametrize("body", BAD_BODIES)
+def test_every_caller_mistake_is_a_4xx_with_a_json_message(client, route, body):
+    response = _post(client, route, body)
+    assert 400 <= response.status_code < 500
+    assert response.json()["message"]
+
+
+def test_caps_say_what_to_change(client):
+    over = _post(client, "/v2/rerank", {**GOOD, "budget": 31})
+    assert over.status_code == 400 and "at most 30" in over.json()["message"]
+    many = _post(client, "/v2/rerank", {**GOOD, "documents": ["x"] * 26})
+    assert many.status_code == 413 and "cap of 25" in many.json()["message"]
+    huge = _post(client, "/v2/rerank", b"{" + b" " * (6 * 25 * 200 + 65537) + b"}")
+    assert huge.status_code == 413
+    tei = _post(client, "/rerank", {"query": "q", "texts": "not a list"})
+    assert tei.status_code == 400 and "texts" in tei.json()["message"]
+    assert client.get("/v2/rerank").status_code == 405 and client.get("/v2/rerank").json()["message"]
+
+
+@pytest.mark.parametrize("bad", [{"budget": -1}, {"max_rounds": "3"}, {"ranker": "nope"}, {"max_active": 0},
+                                 {"max_documents": 0}, {"max_document_bytes": 1.5}, {"max_concurrency": 0}])
+def test_bad_server_settings_fail_when_the_app_is_made(bad):
+    with pytest.raises((TypeError, ValueError)):
+        create_app(WordJudge(), **bad)
+
+
+def test_jina_and_tei_shapes(client):
+    query, docs = make_request(2, n_docs=12)
+    expected = reference(query, docs, top_k=2)
+    jina = _post(client, "/rerank", {"model": "m", "query": query, "documents": docs, "top_n": 2}).json()
+    assert [(r["index"], r["document"]["text"]) for r in jina["results"]] == [(i, docs[i]) for i in
+                                                                               expected.order[:2]]
+    tei = _post(client, "/rerank", {"query": query, "texts": docs, "return_text": True}).json()
+    full = reference(query, docs)
+    assert [(r["index"], r["score"], r["text"]) for r in tei] == [(i, full.scores[i], docs[i]) for i in full.order]
+
+
+def test_lone_surrogates_and_word_cuts_are_answered(client):
+    body = b'{"query": "alpha \\ud800", "documents": ["alpha \\udc00 x", "beta"], "return_documents": true}'
+    response = _post(client, "/v1/rerank", body)
+    assert response.status_code == 200
+    assert {r["document"]["text"] for r in response.json()["results"]} == {"alpha \ufffd x", "beta"}
+    cut = _post(client, "/v1/rerank", {**GOOD, "max_tokens_per_doc": 1, "return_documents": True}).json()
+    assert sorted(r["document"]["text"] for r in cut["results"]) == ["alpha", "beta", "gamma"]
+
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers(-5, 40) | st.floats(allow_nan=False) | st.text(max_size=8),
+                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner,
+                                                                                max_size=4), max_leaves=12)
+FIELDS = st.sampled_from(["model", "query", "documents", "top_n", "return_documents", "max_tokens_per_doc", "budget",
+                          "max_rounds", "seed", "texts", "return_text"])
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(route=st.sampled_from(["/v2/rerank", "/v1/rerank", "/rerank"]),
+       body=JSON | st.dictionaries(FIELDS, JSON, max_size=6) | st.fixed_dictionaries(
+           {"query": st.text(max_size=20), "documents": st.lists(st.text(max_size=30) | JSON, max_size=30)},
+           optional={"top_n": JSON, "budget": JSON, "max_rounds": JSON, "return_documents": JSON}))
+def test_no_body_gets_a_5xx(client, route, body):
+    response = _post(client, route, body)
+    assert response.status_code < 500
+    if response.status_code == 200:
+        results = response.json()
+        rows = results if isinstance(results, list) else results["results"]
+        assert sorted(r["index"] for r in rows) == sorted({r["index"] for r in rows})
+    else:
+        assert response.json()["message"]
+
+
+class Failing(Comparator):
+    """A judge whose endpoint refuses the key (the message leaks it), or answers nothing, until ``fixed``."""
+
+    def __init__(self, kind):
+        self.kind, self.fixed, self.inner = kind, False, WordJudge()
+
+    def compare(self, query, pairs):
+        if self.fixed:
+            return self.inner.compare(query, pairs)
+        if self.kind == "auth":
+            raise ComparatorAuthError("invalid api key sk-test-SECRET", status_code=401)
+        return [None] * len(pairs)
+
+
+class Buggy(Comparator):
+    def compare(self, query, pairs):
+        raise ValueError("a bug in the judge")
+
+
+def test_a_bug_in_the_judge_is_a_500_not_the_callers_mistake():
+    with TestClient(create_app(Buggy(), **SERVER), raise_server_exceptions=False) as client:
+        response = _post(client, "/v2/rerank", GOOD)
+    assert response.status_code == 500
+
+
+@pytest.mark.parametrize(("kind", "status", "error"), [("auth", 502, "ComparatorAuthError"),
+                                                       ("none", 503, "ComparatorUnavailable")])
+def test_a_judge_failure_is_502_or_503_without_the_key_and_the_server_recovers(kind, status, error):
+    judge = Failing(kind)
+    with TestClient(create_app(judge, **SERVER, secrets=["sk-test-SECRET"])) as client:
+        failed = _post(client, "/v2/rerank", GOOD)
+        judge.fixed = True
+        ok = _post(client, "/v2/rerank", GOOD)
+        metrics = client.get("/metrics").text
+    assert failed.status_code == status and failed.json()["type"] == "judge_failure"
+    assert failed.json()["message"].startswith(error) and "SECRET" not in failed.text
+    assert ok.status_code == 200
+    assert f'activeprp_requests_total{{route="/v2/rerank",status="{status}"}} 1.0' in metrics
+
+
+def test_graceful_shutdown_finishes_the_requests_in_flight():
+    judge = WordJudge(delay=0.1)
+    query, docs = make_request(1)
+    expected = reference(query, docs)
+    answers = []
+    with serving(create_app(judge, **SERVER)) as (url, server):
+        thread = threading.Thread(target=lambda: answers.append(
+            httpx.post(f"{url}/v2/rerank", json={"query": query, "documents": docs}, timeout=30)))
+        thread.start()
+        deadline = time.monotonic() + 10
+        while not judge.steps and time.monotonic() < deadline:
+            time.sleep(0.005)
+        server.should_exit = True  # shutdown starts while the request is in its first round
+        thread.join(30)
+    assert judge.steps and expected.rounds > 1
+    assert answers[0].status_code == 200
+    assert [r["index"] for r in answers[0].json()["results"]] == expected.order
+
+
+def test_without_the_serve_extra_the_errors_name_it(monkeypatch, capsys):
+    from activeprp_core.cli import main
+
+    monkeypatch.setitem(sys.modules, "uvicorn", None)  # as if not installed
+    assert main(["serve", "--comparator", "simulated"]) == 2
+    assert 'pip install "activeprp[serve]"' in capsys.readouterr().err
+    monkeypatch.setitem(sys.modules, "activeprp_integrations.serve.app", None)
+    with pytest.raises(ImportError, match=r"activeprp\[serve\]"):
+        create_app(WordJudge())
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_the_command_serves_and_stops_on_sigint():
+    port = _free_port()
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    proc = subprocess.Popen([sys.executable, "-m", "activeprp_core", "serve", "--comparator", "simulated",
+                             "--port", str(port), "--budget", "10"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT)
+    try:
+        deadline, health = time.monotonic() + 60, None
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                health = httpx.get(f"http://127.0.0.1:{port}/health", timeout=1)
+                break
+            except httpx.TransportError:
+                time.sleep(0.2)
+        assert health is not None and health.json() == {"status": "ok"}
+        over = httpx.post(f"http://127.0.0.1:{port}/v2/rerank", json={**GOOD, "budget": 11})
+        ok = httpx.post(f"http://127.0.0.1:{port}/v2/rerank", json={**GOOD, "budget": 10})
+        assert over.status_code == 400 and ok.status_code == 200
+        assert sorted(r["index"] for r in ok.json()["results"]) == [0, 1, 2]
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(30) == 0, proc.stdout.read().decode()
+        assert b"Finished server process" in proc.stdout.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _refusing_endpoint():
+    """An OpenAI-style endpoint that refuses every key with a 401 whose message repeats the key (as some do)."""
+    from fastapi import FastAPI, Request
+    from fastapi.responses import JSONResponse
+
+    app = FastAPI()
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request):
+        key = request.headers.get("authorization", "").removeprefix("Bearer ")
+        return JSONResponse({"error": {"message": f"Incorrect API key provided: {key}"}}, status_code=401)
+
+    return app
+
+
+@pytest.mark.parametrize("endpoint", ["refusing", "closed port"])
+def test_an_openai_judge_failure_reaches_the_caller_as_502_or_503_without_the_key(endpoint):
+    pytest.importorskip("openai")
+    from activeprp_core.comparators import OpenAIChatComparator
+
+    key = "sk-test-0123456789SECRET"
+    query, docs = make_request(4, n_docs=6)
+    with serving(_refusing_endpoint()) as (judge_url, _):
+        base_url = f"{judge_url}/v1" if endpoint == "refusing" else f"http://127.0.0.1:{_free_port()}/v1"
+        with OpenAIChatComparator("m", base_url=base_url, api_key=key, max_attempts=1, timeout=5) as judge, \
+                TestClient(create_app(judge, **SERVER, secrets=[key])) as client:
+            response = _post(client, "/v2/rerank", {"query": query, "documents": docs})
+    assert response.status_code == (502 if endpoint == "refusing" else 503)
+    assert response.json()["type"] == "judge_failure" and "SECRET" not in response.text
+    assert response.json()["message"].startswith("ComparatorAuthError" if endpoint == "refusing" else
+                                                 "ComparatorUnavailable")
