@@ -1,0 +1,360 @@
+"""Calibrate and measure the bench's judge family (``activeprp_bench.judges``) on TREC DL19 + DL20.
+
+For each judge: its answer statistics on random candidate pairs asked in both slot orders (flip rate, first-slot
+rate, soft rate, mean confidence |p - 0.5|, and against the qrels: log loss and expected calibration error of
+P(first has the higher grade) over pairs of distinct grades), and nDCG@10 (ir-measures, through
+``activeprp_core.metrics``) of the calibration settings: the paper's nine converged ranker x oracle rows at
+N=100, K=10 (Table 2 for Flan-T5-XL, the appendix for Qwen3-4B; bidirectional heapsort is also Setwise's
+pairwise heapsort), and converged Mohajer at N=20 (the depth of the bundled model's cache).
+
+    python -m activeprp_bench.judge_calibration --data ../shared/data --out benchmarks/results/judges
+    python -m activeprp_bench.judge_calibration --data ../shared/data --fit   # re-fit the knobs of judges.py
+
+``--fit`` prints the knobs fitted by bisection (position biases to flip-rate targets, document noise to the
+published nDCG@10 targets, temperatures by log loss or to the bundled model's confidence); they are copied into
+``judges.py`` as constants (the fit is not re-run at import time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from activeprp_core import Candidate, Comparator, rerank
+from activeprp_core.metrics import ndcg_at_k, ranking_to_run
+
+from . import judges as J
+
+#: Paper Table 2, Flan-T5-XL converged nDCG@10 (DL19, DL20) of its nine ranker x oracle rows.
+XL_ROWS: dict[tuple[str, str], tuple[float, float]] = {
+    ("bubblesort", "bidirectional"): (68.4, 67.0), ("heapsort", "bidirectional"): (70.6, 68.9),
+    ("quicksort", "bidirectional"): (70.4, 67.2), ("pac_bubble", "bidirectional"): (62.6, 58.6),
+    ("pac_bubble", "randomized"): (61.1, 58.5), ("mohajer_bubble", "bidirectional"): (66.6, 67.5),
+    ("mohajer_bubble", "randomized"): (69.5, 66.3), ("mohajer", "bidirectional"): (66.6, 67.3),
+    ("mohajer", "randomized"): (68.7, 67.6),
+}
+#: Paper appendix, Qwen3-4B-Instruct end-to-end table (DL19, DL20), the same nine rows.
+QWEN_ROWS: dict[tuple[str, str], tuple[float, float]] = {
+    ("bubblesort", "bidirectional"): (67.44, 70.45), ("heapsort", "bidirectional"): (70.26, 69.46),
+    ("quicksort", "bidirectional"): (70.70, 68.83), ("pac_bubble", "bidirectional"): (64.25, 67.09),
+    ("pac_bubble", "randomized"): (63.02, 66.05), ("mohajer_bubble", "bidirectional"): (70.49, 66.92),
+    ("mohajer_bubble", "randomized"): (70.26, 67.58), ("mohajer", "bidirectional"): (70.43, 66.92),
+    ("mohajer", "randomized"): (70.98, 65.43),
+}
+#: Setwise (Zhuang et al., SIGIR 2024), Flan-T5-XL pairwise heapsort nDCG@10 on DL19 / DL20 (BM25 top-100).
+SETWISE_HEAPSORT = (70.5, 69.2)
+PAPER_FLIP = 0.206
+
+
+def _mean(xs: Sequence[float]) -> float:
+    return sum(xs) / len(xs)
+
+
+def _pair_mean(rows: dict[tuple[str, str], tuple[float, float]]) -> float:
+    return _mean([v for pair in rows.values() for v in pair])
+
+
+def _rand_minus_bi(rows: dict[tuple[str, str], tuple[float, float]]) -> float:
+    """Mean over rankers with both oracles of (randomized - bidirectional), DL19 and DL20 averaged."""
+    rankers = sorted({r for r, o in rows if o == "randomized"})
+    return _mean([_mean(rows[r, "randomized"]) - _mean(rows[r, "bidirectional"]) for r in rankers])
+
+
+XL_MEAN, QWEN_MEAN, QWEN_GAP = _pair_mean(XL_ROWS), _pair_mean(QWEN_ROWS), _rand_minus_bi(QWEN_ROWS)
+
+
+@dataclass
+class Coll:
+    """One collection: judged queries, their BM25 top-100 (best first) and graded qrels."""
+
+    name: str
+    queries: dict[str, str]
+    candidates: dict[str, list[Candidate]]
+    qrels: dict[str, dict[str, int]]
+
+
+def load(data: Path) -> list[Coll]:
+    """TREC DL19 and DL20 (RankGPT-layout BM25 top-100 and qrels; negative grades read as 0), judged queries."""
+    import ir_measures
+
+    out = []
+    for year, tag in ((2019, "dl19"), (2020, "dl20")):
+        d = data / f"trec-dl-{year}"
+        qrels: dict[str, dict[str, int]] = {}
+        for q in ir_measures.read_trec_qrels(str(d / f"qrels.{tag}-passage.txt")):
+            qrels.setdefault(q.query_id, {})[q.doc_id] = max(0, q.relevance)
+        queries, cands = {}, {}
+        for line in (d / f"bm25_{tag}_top100.jsonl").read_text().splitlines():
+            rec = json.loads(line)
+            hits = sorted(rec["hits"], key=lambda h: int(h["rank"]))
+            qid = str(hits[0]["qid"])
+            if qrels.get(qid):
+                queries[qid] = rec["query"]
+                cands[qid] = [Candidate(str(h["docid"]), h["content"]) for h in hits]
+        out.append(Coll(tag, queries, cands, qrels))
+    return out
+
+
+JudgeOf = Callable[[Coll, str], Comparator]
+
+
+def named(name: str, seed: int = 0) -> JudgeOf:
+    """``(collection, qid) -> judge`` for a registry name."""
+    return lambda c, qid: J.build_judge(name, c.qrels[qid], seed)
+
+
+def with_knobs(knobs: J.Knobs, seed: int = 0) -> JudgeOf:
+    return lambda c, qid: J.GradedJudge(c.qrels[qid], knobs, seed=seed)
+
+
+def answer_stats(judge_of: JudgeOf, colls: Sequence[Coll], depth: int = 100, pairs_per_query: int = 200,
+                 seed: int = 0) -> dict[str, float]:
+    """Both slot orders of ``pairs_per_query`` random pairs of each query's top ``depth``: flip rate (same slot
+    preferred in both orders, p > 0.5 read as "first"), first-slot rate, soft rate, mean |p - 0.5|, and over the
+    prompts whose two passages have distinct grades, the log loss and 10-bin expected calibration error of
+    p as P(first has the higher grade)."""
+    rng = random.Random(seed)
+    flips = pairs = firsts = soft = 0
+    conf: list[float] = []
+    graded: list[tuple[float, int]] = []
+    for c in colls:
+        for qid in c.queries:
+            judge, cands, grades = judge_of(c, qid), c.candidates[qid][:depth], c.qrels[qid]
+            for a, b in (rng.sample(cands, 2) for _ in range(pairs_per_query)):
+                p1, p2 = judge.compare(c.queries[qid], [(a, b), (b, a)])
+                flips += (p1 > 0.5) == (p2 > 0.5)
+                pairs += 1
+                for p, (x, y) in ((p1, (a, b)), (p2, (b, a))):
+                    firsts += p > 0.5
+                    soft += 0.0 < p < 1.0
+                    conf.append(abs(p - 0.5))
+                    gx, gy = grades.get(x.id, 0), grades.get(y.id, 0)
+                    if gx != gy:
+                        graded.append((p, int(gx > gy)))
+    eps = 1e-6
+    loss = _mean([-math.log(max(eps, p if y else 1 - p)) for p, y in graded])
+    bins: dict[int, list[tuple[float, int]]] = {}
+    for p, y in graded:
+        bins.setdefault(min(int(p * 10), 9), []).append((p, y))
+    ece = sum(len(v) * abs(_mean([p for p, _ in v]) - _mean([y for _, y in v])) for v in bins.values()) / len(graded)
+    return {"flip_rate": flips / pairs, "first_slot_rate": firsts / (2 * pairs), "soft_rate": soft / (2 * pairs),
+            "mean_confidence": _mean(conf), "log_loss": loss, "ece": ece, "pairs": pairs}
+
+
+def quality(judge_of: JudgeOf, colls: Sequence[Coll], rows: Sequence[tuple[str, str]], depth: int = 100,
+            seeds: int = 2, top_k: int = 10, budget: int | None = None) -> dict[tuple[str, str, str], float]:
+    """Mean nDCG@``top_k`` (x100) per (ranker, oracle, collection) over the judged queries, reranking each
+    query's top ``depth`` with ``budget`` (None = run to convergence); randomized rows average ``seeds`` oracle
+    seeds. One judge per query, shared by the rows (its answers do not depend on who asks)."""
+    out = {}
+    judges = {(c.name, q): judge_of(c, q) for c in colls for q in c.queries}
+    for ranker, oracle in rows:
+        for c in colls:
+            per_seed = []
+            for s in range(seeds if oracle == "randomized" else 1):
+                run = {}
+                for qid, query in c.queries.items():
+                    cands = c.candidates[qid][:depth]
+                    res = rerank(query, cands, ranker=ranker, oracle=oracle, comparator=judges[c.name, qid],
+                                 budget=budget, top_k=top_k, seed=s)
+                    run[qid] = ranking_to_run([cands[i].id for i in res.order])
+                per_seed.append(_mean(list(ndcg_at_k(c.qrels, run, top_k).values())))
+            out[ranker, oracle, c.name] = 100 * _mean(per_seed)
+    return out
+
+
+def _rows_of(q: dict[tuple[str, str, str], float]) -> dict[tuple[str, str], tuple[float, float]]:
+    return {(r, o): (q[r, o, "dl19"], q[r, o, "dl20"]) for r, o, c in q if c == "dl19"}
+
+
+def bundled_sort_ndcg(colls: Sequence[Coll], judge_of: JudgeOf, depth: int = 20) -> float:
+    """Mean over DL19 and DL20 of nDCG@10 when each query's top ``depth`` is sorted by the judge's own score."""
+    vals = []
+    for c in colls:
+        run = {}
+        for qid, query in c.queries.items():
+            judge = judge_of(c, qid)
+            run[qid] = {d.id: judge.score(query, d.id) for d in c.candidates[qid][:depth]}  # type: ignore[attr-defined]
+        vals.append(_mean(list(ndcg_at_k(c.qrels, run, 10).values())))
+    return 100 * _mean(vals)
+
+
+# ---- fitting --------------------------------------------------------------------------------------------------
+def bisect(f: Callable[[float], float], lo: float, hi: float, target: float, increasing: bool, iters: int) -> float:
+    for _ in range(iters):
+        mid = (lo + hi) / 2
+        if (f(mid) < target) == increasing:
+            lo = mid
+        else:
+            hi = mid
+    return round((lo + hi) / 2, 3)
+
+
+def fit(colls: Sequence[Coll], iters: int = 7) -> dict[str, object]:
+    """Fit the knobs of ``judges.py`` (see the module docstring); returns them with the check values."""
+    def flip(knobs: J.Knobs, depth: int = 100) -> float:
+        return answer_stats(with_knobs(knobs), colls, depth, 100)["flip_rate"]
+
+    out: dict[str, object] = {}
+    base = J.CALIBRATED
+    for key, target, knobs in (("mild_bias", 0.10, base), ("strong_bias", 0.40, base),
+                               ("low_noise_bias", PAPER_FLIP, replace(base, pair_noise=0.15))):
+        out[key] = bisect(lambda b, k=knobs: flip(replace(k, position_bias=b)), 0.0, 3.0, target, True, iters)
+        print(key, out[key], flush=True)
+    # soft temperature: log loss of sigmoid(z / T) against "first has the higher grade" (golden search on log T)
+    out["soft_temperature"] = _fit_temperature(lambda t: answer_stats(
+        with_knobs(replace(base, hard=False, temperature=t)), colls, 100, 100)["log_loss"])
+    print("soft_temperature", out["soft_temperature"], flush=True)
+    # Setwise: doc_noise to heapsort-bi converged mean, then bias to the flip rate
+    sw = J.SETWISE_KNOBS
+    for _ in range(2):
+        sw = replace(sw, doc_noise=bisect(lambda s, k=sw: _mean(list(quality(
+            with_knobs(replace(k, doc_noise=s)), colls, [("heapsort", "bidirectional")]).values())),
+            0.0, 3.0, _mean(SETWISE_HEAPSORT), False, iters))
+        sw = replace(sw, position_bias=bisect(lambda b, k=sw: flip(replace(k, position_bias=b)), 0.0, 3.0,
+                                              PAPER_FLIP, True, iters))
+        print("setwise", sw, flush=True)
+    out["setwise"] = sw
+    # Qwen3-4B: bias to the randomized - bidirectional gap (Mohajer), doc_noise to the nine rows' mean
+    qw = J.QWEN_KNOBS
+    mohajer = [("mohajer", "randomized"), ("mohajer", "bidirectional")]
+    qw = replace(qw, position_bias=bisect(lambda b: _rand_minus_bi(_rows_of(quality(
+        with_knobs(replace(qw, position_bias=b)), colls, mohajer))), 0.0, 1.5, QWEN_GAP, False, iters - 2))
+    qw = replace(qw, doc_noise=bisect(lambda s: _pair_mean(_rows_of(quality(
+        with_knobs(replace(qw, doc_noise=s)), colls, list(QWEN_ROWS), seeds=1))), 0.0, 3.0, QWEN_MEAN, False,
+        iters - 2))
+    out["qwen"], out["qwen_flip"] = qw, flip(qw)
+    print("qwen", qw, out["qwen_flip"], flush=True)
+    # ql-like: doc_noise to the bundled model's sort-by-score nDCG@10 on the top 20, T to its mean confidence
+    if J.BUNDLED_QL_CACHE.exists():
+        real = bundled_sort_ndcg(colls, named("bundled-ql"))
+        real_conf = answer_stats(named("bundled-ql"), colls, 20, 100)["mean_confidence"]
+        ql = J.QL_LIKE_KNOBS
+
+        def sort_ndcg(s: float) -> float:
+            return _mean([bundled_sort_ndcg(colls, with_knobs(replace(ql, doc_noise=s), seed)) for seed in range(3)])
+
+        ql = replace(ql, doc_noise=bisect(sort_ndcg, 0.0, 6.0, real, False, iters))
+        ql = replace(ql, temperature=bisect(lambda t: answer_stats(with_knobs(replace(ql, temperature=t)), colls, 20,
+                                                                   100)["mean_confidence"], 0.05, 20.0, real_conf,
+                                            False, iters + 3))
+        out["ql_like"], out["bundled_sort_ndcg"], out["bundled_mean_confidence"] = ql, real, real_conf
+        print("ql_like", ql, real, real_conf, flush=True)
+    return out
+
+
+def _fit_temperature(loss: Callable[[float], float], lo: float = 0.1, hi: float = 10.0, iters: int = 14) -> float:
+    """Golden-section search of the temperature minimising ``loss``, on a log scale."""
+    g = (math.sqrt(5) - 1) / 2
+    a, b = math.log(lo), math.log(hi)
+    for _ in range(iters):
+        c, d = b - g * (b - a), a + g * (b - a)
+        if loss(math.exp(c)) < loss(math.exp(d)):
+            b = d
+        else:
+            a = c
+    return round(math.exp((a + b) / 2), 3)
+
+
+# ---- report ---------------------------------------------------------------------------------------------------
+def measure(name: str, colls: Sequence[Coll], seeds: int) -> dict[str, object]:
+    """Answer statistics and nDCG@10 of the calibration settings for one registered judge."""
+    info = J.INFO[name]
+    deep = info.max_depth is None or info.max_depth >= 100
+    depth = 100 if deep else info.max_depth
+    rec: dict[str, object] = {"judge": name, "kind": info.kind, "flip_target": info.flip_target,
+                              "calibrated_against": info.calibrated_against,
+                              "stats": answer_stats(named(name), colls, depth, 200)}
+    n20 = quality(named(name), colls, [("mohajer", "randomized"), ("mohajer", "bidirectional")], depth=20,
+                  seeds=seeds)
+    rec["n20"] = {"/".join(k): round(v, 2) for k, v in n20.items()}
+    if deep:
+        q = _rows_of(quality(named(name), colls, list(XL_ROWS), seeds=seeds))
+        rec["rows"] = {f"{r}/{o}": [round(x, 2) for x in v] for (r, o), v in q.items()}
+        rec["converged_mean"] = round(_pair_mean(q), 2)
+        rec["rand_minus_bi"] = round(_rand_minus_bi(q), 2)
+        rec["heapsort_bi"] = [round(x, 2) for x in q["heapsort", "bidirectional"]]
+    return rec
+
+
+def _fmt(x: object, pct: bool = False) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float):
+        return f"{100 * x:.1f}%" if pct else f"{x:.2f}"
+    return str(x)
+
+
+def report(recs: Sequence[dict], command: str, seconds: float) -> str:
+    lines = [
+        "# The bench's judge family: calibration figures", "",
+        f"Command: `{command}` ({seconds:.0f} s on the shared 2-core machine). Definitions: "
+        "`activeprp_bench/judges.py`; per-judge JSON: `judges.json`.", "",
+        "Answer statistics: both slot orders of 200 random pairs of each judged query's BM25 top-100 (top-20 for "
+        "`bundled-ql`), DL19 + DL20 (97 queries). flip = share of pairs whose two answers prefer the same slot; "
+        "first = share of answers with p > 0.5; soft = share with 0 < p < 1; conf = mean |p - 0.5|; log loss and "
+        "ECE (10 bins) of p as P(first has the higher grade), over prompts of distinct grades.", "",
+        "nDCG@10 (x100), judge seed 0, randomized rows averaged over the oracle seeds: `conv` = mean over the "
+        "paper's nine converged ranker x oracle rows at N=100, K=10 on DL19 and DL20 (targets: Flan-T5-XL "
+        f"Table 2 {XL_MEAN:.1f}, Qwen3-4B appendix {QWEN_MEAN:.1f}); `rand-bi` = randomized minus bidirectional "
+        f"(mohajer, mohajer_bubble, pac_bubble; Qwen3-4B {QWEN_GAP:+.2f}); `heap-bi` = bidirectional heapsort "
+        f"run to completion, DL19 / DL20 (Setwise Flan-T5-XL pairwise heapsort {SETWISE_HEAPSORT[0]} / "
+        f"{SETWISE_HEAPSORT[1]}); `N=20` = converged Mohajer randomized / bidirectional at N=20, K=10 "
+        "(mean of DL19 and DL20).", "",
+        "| judge | kind | flip (target) | first | soft | conf | log loss | ECE | conv | rand-bi | heap-bi | N=20 r / b "
+        "| calibrated against |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in recs:
+        s = r["stats"]
+        n20 = r["n20"]
+        r20 = _mean([n20["mohajer/randomized/dl19"], n20["mohajer/randomized/dl20"]])
+        b20 = _mean([n20["mohajer/bidirectional/dl19"], n20["mohajer/bidirectional/dl20"]])
+        heap = "-" if "heapsort_bi" not in r else " / ".join(f"{x:.1f}" for x in r["heapsort_bi"])
+        lines.append(
+            f"| `{r['judge']}` | {r['kind']} | {_fmt(s['flip_rate'], True)} ({_fmt(r['flip_target'], True)}) | "
+            f"{_fmt(s['first_slot_rate'], True)} | {_fmt(s['soft_rate'], True)} | {s['mean_confidence']:.3f} | "
+            f"{s['log_loss']:.2f} | {s['ece']:.3f} | {_fmt(r.get('converged_mean'))} | "
+            f"{_fmt(r.get('rand_minus_bi'))} | {heap} | {r20:.1f} / {b20:.1f} | "
+            f"{r['calibrated_against'] or 'not calibrated'} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description="Calibrate / measure the bench's judge family on TREC DL19 + DL20.")
+    ap.add_argument("--data", type=Path, required=True, help="the shared/data directory")
+    ap.add_argument("--out", type=Path, help="write judges.json and README.md here")
+    ap.add_argument("--judges", nargs="+", default=list(J.FAMILY), choices=list(J.JUDGES))
+    ap.add_argument("--seeds", type=int, default=2, help="oracle seeds of the randomized rows")
+    ap.add_argument("--fit", action="store_true", help="re-fit the knobs and print them (writes fit.json)")
+    args = ap.parse_args(argv)
+    colls = load(args.data)
+    start = time.perf_counter()
+    if args.fit:
+        fitted = fit(colls)
+        print(json.dumps(fitted, default=lambda o: o.__dict__, indent=1))
+        if args.out:
+            args.out.mkdir(parents=True, exist_ok=True)
+            (args.out / "fit.json").write_text(json.dumps(fitted, default=lambda o: o.__dict__, indent=1) + "\n")
+        return
+    recs = []
+    for name in args.judges:
+        recs.append(measure(name, colls, args.seeds))
+        print(name, json.dumps({k: v for k, v in recs[-1].items() if k != "rows"}), flush=True)
+    command = "python -m activeprp_bench.judge_calibration --data ../shared/data --out benchmarks/results/judges"
+    text = report(recs, command, time.perf_counter() - start)
+    print(text)
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "judges.json").write_text(json.dumps(recs, indent=1) + "\n")
+        (args.out / "README.md").write_text(text)
+
+
+if __name__ == "__main__":
+    main()
