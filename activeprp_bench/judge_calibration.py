@@ -18,6 +18,7 @@ published nDCG@10 targets, temperatures by log loss or to the bundled model's co
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import math
 import random
@@ -196,24 +197,30 @@ def bisect(f: Callable[[float], float], lo: float, hi: float, target: float, inc
     return round((lo + hi) / 2, 3)
 
 
-def fit(colls: Sequence[Coll], iters: int = 7) -> dict[str, object]:
-    """Fit the knobs of ``judges.py`` (see the module docstring); returns them with the check values."""
+FIT_PARTS = ("bias", "soft", "setwise", "qwen", "ql")
+
+
+def fit(colls: Sequence[Coll], parts: Sequence[str] = FIT_PARTS, iters: int = 7) -> dict[str, object]:
+    """Fit the knobs of ``judges.py`` (see the module docstring) for ``parts`` of ``FIT_PARTS``; returns them
+    with the check values."""
     def flip(knobs: J.Knobs, depth: int = 100) -> float:
         return answer_stats(with_knobs(knobs), colls, depth, 100)["flip_rate"]
 
     out: dict[str, object] = {}
     base = J.CALIBRATED
-    for key, target, knobs in (("mild_bias", 0.10, replace(base, pair_noise=J.MILD_NOISE)), ("strong_bias", 0.40, base),
-                               ("low_noise_bias", PAPER_FLIP, replace(base, pair_noise=0.15))):
+    targets = (("mild_bias", 0.10, replace(base, pair_noise=J.MILD_NOISE)), ("strong_bias", 0.40, base),
+               ("low_noise_bias", PAPER_FLIP, replace(base, pair_noise=0.15)))
+    for key, target, knobs in targets if "bias" in parts else ():
         out[key] = bisect(lambda b, k=knobs: flip(replace(k, position_bias=b)), 0.0, 3.0, target, True, iters)
         print(key, out[key], flush=True)
     # soft temperature: log loss of sigmoid(z / T) against "first has the higher grade" (golden search on log T)
-    out["soft_temperature"] = _fit_temperature(lambda t: answer_stats(
-        with_knobs(replace(base, hard=False, temperature=t)), colls, 100, 100)["log_loss"])
-    print("soft_temperature", out["soft_temperature"], flush=True)
+    if "soft" in parts:
+        out["soft_temperature"] = _fit_temperature(lambda t: answer_stats(
+            with_knobs(replace(base, hard=False, temperature=t)), colls, 100, 100)["log_loss"])
+        print("soft_temperature", out["soft_temperature"], flush=True)
     # Setwise: doc_noise to heapsort-bi converged mean, then bias to the flip rate
     sw = J.SETWISE_KNOBS
-    for _ in range(2):
+    for _ in range(2 if "setwise" in parts else 0):
         sw = replace(sw, doc_noise=bisect(lambda s, k=sw: _mean(list(quality(
             with_knobs(replace(k, doc_noise=s)), colls, [("heapsort", "bidirectional")]).values())),
             0.0, 3.0, _mean(SETWISE_HEAPSORT), False, iters))
@@ -221,7 +228,17 @@ def fit(colls: Sequence[Coll], iters: int = 7) -> dict[str, object]:
                                               PAPER_FLIP, True, iters))
         print("setwise", sw, flush=True)
     out["setwise"] = sw
-    # Qwen3-4B: bias to the randomized - bidirectional gap (Mohajer), doc_noise to the nine rows' mean
+    if "qwen" in parts:
+        out.update(_fit_qwen(colls, iters))
+    if "ql" in parts and J.BUNDLED_QL_CACHE.exists():
+        out.update(_fit_ql_like(colls, iters))
+    return out
+
+
+def _fit_qwen(colls: Sequence[Coll], iters: int) -> dict[str, object]:
+    """Qwen3-4B: position bias to the randomized - bidirectional gap of converged Mohajer, then doc_noise to the
+    mean of the nine converged rows (DL19 + DL20), one oracle seed (coarser: 2 bisection steps fewer)."""
+    out: dict[str, object] = {}
     qw = J.QWEN_KNOBS
     mohajer = [("mohajer", "randomized"), ("mohajer", "bidirectional")]
     qw = replace(qw, position_bias=bisect(lambda b: _rand_minus_bi(_rows_of(quality(
@@ -229,24 +246,28 @@ def fit(colls: Sequence[Coll], iters: int = 7) -> dict[str, object]:
     qw = replace(qw, doc_noise=bisect(lambda s: _pair_mean(_rows_of(quality(
         with_knobs(replace(qw, doc_noise=s)), colls, list(QWEN_ROWS), seeds=1))), 0.0, 3.0, QWEN_MEAN, False,
         iters - 2))
-    out["qwen"], out["qwen_flip"] = qw, flip(qw)
+    out["qwen"], out["qwen_flip"] = qw, answer_stats(with_knobs(qw), colls, 100, 100)["flip_rate"]
     print("qwen", qw, out["qwen_flip"], flush=True)
-    # ql-like: doc_noise to the bundled model's sort-by-score nDCG@10 on the top 20, T to its mean confidence
-    if J.BUNDLED_QL_CACHE.exists():
-        real = bundled_sort_ndcg(colls, named("bundled-ql"))
-        real_conf = answer_stats(named("bundled-ql"), colls, 20, 100)["mean_confidence"]
-        ql = J.QL_LIKE_KNOBS
-
-        def sort_ndcg(s: float) -> float:
-            return _mean([bundled_sort_ndcg(colls, with_knobs(replace(ql, doc_noise=s), seed)) for seed in range(3)])
-
-        ql = replace(ql, doc_noise=bisect(sort_ndcg, 0.0, 6.0, real, False, iters))
-        ql = replace(ql, temperature=bisect(lambda t: answer_stats(with_knobs(replace(ql, temperature=t)), colls, 20,
-                                                                   100)["mean_confidence"], 0.05, 20.0, real_conf,
-                                            False, iters + 3))
-        out["ql_like"], out["bundled_sort_ndcg"], out["bundled_mean_confidence"] = ql, real, real_conf
-        print("ql_like", ql, real, real_conf, flush=True)
     return out
+
+
+def _fit_ql_like(colls: Sequence[Coll], iters: int) -> dict[str, object]:
+    """``ql-like``: doc_noise to the bundled model's sort-by-score nDCG@10 on the top 20 (mean of 3 judge seeds),
+    then the temperature to its mean confidence |p - 0.5|."""
+    real = bundled_sort_ndcg(colls, named("bundled-ql"))
+    real_conf = answer_stats(named("bundled-ql"), colls, 20, 100)["mean_confidence"]
+    ql = J.QL_LIKE_KNOBS
+
+    def sort_ndcg(s: float) -> float:
+        return _mean([bundled_sort_ndcg(colls, with_knobs(replace(ql, doc_noise=s), seed)) for seed in range(3)])
+
+    def confidence(t: float) -> float:
+        return answer_stats(with_knobs(replace(ql, temperature=t)), colls, 20, 100)["mean_confidence"]
+
+    ql = replace(ql, doc_noise=bisect(sort_ndcg, 0.0, 6.0, real, False, iters))
+    ql = replace(ql, temperature=bisect(confidence, 0.05, 20.0, real_conf, False, iters + 3))
+    print("ql_like", ql, real, real_conf, flush=True)
+    return {"ql_like": ql, "bundled_sort_ndcg": real, "bundled_mean_confidence": real_conf}
 
 
 def _fit_temperature(loss: Callable[[float], float], lo: float = 0.1, hi: float = 10.0, iters: int = 14) -> float:
@@ -263,19 +284,28 @@ def _fit_temperature(loss: Callable[[float], float], lo: float = 0.1, hi: float 
 
 
 # ---- report ---------------------------------------------------------------------------------------------------
-def measure(name: str, colls: Sequence[Coll], seeds: int) -> dict[str, object]:
-    """Answer statistics and nDCG@10 of the calibration settings for one registered judge."""
+def _over_judge_seeds(fn: Callable[[JudgeOf], dict], name: str, judge_seeds: int) -> dict:
+    """``fn`` averaged key by key over the judge's noise realisations 0..judge_seeds-1 (one for bundled-ql)."""
+    n = 1 if name == "bundled-ql" else judge_seeds
+    parts = [fn(named(name, s)) for s in range(n)]
+    return {k: _mean([p[k] for p in parts]) for k in parts[0]}
+
+
+def measure(name: str, colls: Sequence[Coll], seeds: int, judge_seeds: int = 2) -> dict[str, object]:
+    """Answer statistics and nDCG@10 of the calibration settings for one registered judge, each averaged over
+    ``judge_seeds`` noise realisations."""
     info = J.INFO[name]
     deep = info.max_depth is None or info.max_depth >= 100
     depth = 100 if deep else info.max_depth
     rec: dict[str, object] = {"judge": name, "kind": info.kind, "flip_target": info.flip_target,
-                              "calibrated_against": info.calibrated_against,
-                              "stats": answer_stats(named(name), colls, depth, 200)}
-    n20 = quality(named(name), colls, [("mohajer", "randomized"), ("mohajer", "bidirectional")], depth=20,
-                  seeds=seeds)
+                              "calibrated_against": info.calibrated_against, "judge_seeds": judge_seeds,
+                              "stats": _over_judge_seeds(lambda j: answer_stats(j, colls, depth, 200), name,
+                                                         judge_seeds)}
+    n20 = _over_judge_seeds(lambda j: quality(j, colls, [("mohajer", "randomized"), ("mohajer", "bidirectional")],
+                                              depth=20, seeds=seeds), name, judge_seeds)
     rec["n20"] = {"/".join(k): round(v, 2) for k, v in n20.items()}
     if deep:
-        q = _rows_of(quality(named(name), colls, list(XL_ROWS), seeds=seeds))
+        q = _rows_of(_over_judge_seeds(lambda j: quality(j, colls, list(XL_ROWS), seeds=seeds), name, judge_seeds))
         rec["rows"] = {f"{r}/{o}": [round(x, 2) for x in v] for (r, o), v in q.items()}
         rec["converged_mean"] = round(_pair_mean(q), 2)
         rec["rand_minus_bi"] = round(_rand_minus_bi(q), 2)
@@ -292,38 +322,68 @@ def _fmt(x: object, pct: bool = False) -> str:
 
 
 def report(recs: Sequence[dict], command: str, seconds: float) -> str:
+    """The README table: one row per judge (see the text it starts with)."""
     lines = [
         "# The bench's judge family: calibration figures", "",
         f"Command: `{command}` ({seconds:.0f} s on the shared 2-core machine). Definitions: "
         "`activeprp_bench/judges.py`; per-judge JSON: `judges.json`.", "",
         "Answer statistics: both slot orders of 200 random pairs of each judged query's BM25 top-100 (top-20 for "
         "`bundled-ql`), DL19 + DL20 (97 queries). flip = share of pairs whose two answers prefer the same slot; "
-        "first = share of answers with p > 0.5; soft = share with 0 < p < 1; conf = mean |p - 0.5|; log loss and "
-        "ECE (10 bins) of p as P(first has the higher grade), over prompts of distinct grades.", "",
-        "nDCG@10 (x100), judge seed 0, randomized rows averaged over the oracle seeds: `conv` = mean over the "
-        "paper's nine converged ranker x oracle rows at N=100, K=10 on DL19 and DL20 (targets: Flan-T5-XL "
-        f"Table 2 {XL_MEAN:.1f}, Qwen3-4B appendix {QWEN_MEAN:.1f}); `rand-bi` = randomized minus bidirectional "
-        f"(mohajer, mohajer_bubble, pac_bubble; Qwen3-4B {QWEN_GAP:+.2f}); `heap-bi` = bidirectional heapsort "
-        f"run to completion, DL19 / DL20 (Setwise Flan-T5-XL pairwise heapsort {SETWISE_HEAPSORT[0]} / "
-        f"{SETWISE_HEAPSORT[1]}); `N=20` = converged Mohajer randomized / bidirectional at N=20, K=10 "
-        "(mean of DL19 and DL20).", "",
+        "first = share of answers with p > 0.5; soft = share with 0 < p < 1; conf = mean |p - 0.5|; log loss "
+        "(soft answers only) and ECE (10 bins) of p as P(first has the higher grade), over prompts of distinct "
+        "grades.", "",
+        f"nDCG@10 (x100) and answer statistics are averaged over {recs[0]['judge_seeds']} noise realisations of "
+        "each simulated judge (judge seeds 0, 1, ...; `bundled-ql` has one set of real answers), randomized rows "
+        "also over 2 oracle seeds. `conv` = mean over the paper's nine converged ranker x oracle rows at N=100, "
+        f"K=10 on DL19 and DL20 (targets: Flan-T5-XL Table 2 {XL_MEAN:.1f}, Qwen3-4B appendix {QWEN_MEAN:.1f}); "
+        "`rand-bi` = randomized minus bidirectional (mohajer, mohajer_bubble, pac_bubble; Qwen3-4B "
+        f"{QWEN_GAP:+.2f}); `heap-bi` = bidirectional heapsort run to completion, DL19 / DL20 (Setwise Flan-T5-XL "
+        f"pairwise heapsort {SETWISE_HEAPSORT[0]} / {SETWISE_HEAPSORT[1]}); `N=20` = converged Mohajer "
+        "randomized / bidirectional at N=20, K=10 (mean of DL19 and DL20).", "",
         "| judge | kind | flip (target) | first | soft | conf | log loss | ECE | conv | rand-bi | heap-bi | N=20 r / b "
         "| calibrated against |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in recs:
-        s = r["stats"]
-        n20 = r["n20"]
+        s, n20 = r["stats"], r["n20"]
         r20 = _mean([n20["mohajer/randomized/dl19"], n20["mohajer/randomized/dl20"]])
         b20 = _mean([n20["mohajer/bidirectional/dl19"], n20["mohajer/bidirectional/dl20"]])
         heap = "-" if "heapsort_bi" not in r else " / ".join(f"{x:.1f}" for x in r["heapsort_bi"])
+        loss = "-" if r["kind"] == "hard" else f"{s['log_loss']:.2f}"
         lines.append(
             f"| `{r['judge']}` | {r['kind']} | {_fmt(s['flip_rate'], True)} ({_fmt(r['flip_target'], True)}) | "
             f"{_fmt(s['first_slot_rate'], True)} | {_fmt(s['soft_rate'], True)} | {s['mean_confidence']:.3f} | "
-            f"{s['log_loss']:.2f} | {s['ece']:.3f} | {_fmt(r.get('converged_mean'))} | "
-            f"{_fmt(r.get('rand_minus_bi'))} | {heap} | {r20:.1f} / {b20:.1f} | "
-            f"{r['calibrated_against'] or 'not calibrated'} |")
+            f"{loss} | {s['ece']:.3f} | {_fmt(r.get('converged_mean'))} | {_fmt(r.get('rand_minus_bi'))} | {heap} | "
+            f"{r20:.1f} / {b20:.1f} | {r['calibrated_against'] or 'not calibrated'} |")
+    lines += ["", _ab_line()]
     return "\n".join(lines) + "\n"
+
+
+def _ab_line() -> str:
+    """The bundled model's A/B-prompt sample stored with its QL cache (the evidence that it answers "A")."""
+    if not J.BUNDLED_QL_CACHE.exists():
+        return ""
+    with gzip.open(J.BUNDLED_QL_CACHE, "rt") as f:
+        sample = json.load(f).get("ab_sample", [])
+    if not sample:
+        return ""
+    answers = [p for s in sample for p in (s["p_first"], s["p_first_swapped"])]
+    flips = sum((s["p_first"] > 0.5) == (s["p_first_swapped"] > 0.5) for s in sample)
+    return (f"The bundled model under the A/B prompt (sample cached with the QL scores, {len(sample)} DL19 pairs x "
+            f"2 slot orders): first-slot rate {sum(p > 0.5 for p in answers) / len(answers):.0%}, flip rate "
+            f"{flips / len(sample):.0%}, P(first) {min(answers):.3f}-{max(answers):.3f}: no signal, so only its "
+            "query-likelihood answers make a judge (`bundled-ql`).")
+
+
+NOTES_MARK = "<!-- notes: kept when the table is re-made -->"
+
+
+def write_readme(path: Path, text: str) -> None:
+    """Write the generated ``text``, keeping whatever follows ``NOTES_MARK`` in an existing file."""
+    notes = ""
+    if path.exists() and NOTES_MARK in path.read_text():
+        notes = path.read_text().split(NOTES_MARK, 1)[1]
+    path.write_text(text + "\n" + NOTES_MARK + notes)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -332,12 +392,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, help="write judges.json and README.md here")
     ap.add_argument("--judges", nargs="+", default=list(J.FAMILY), choices=list(J.JUDGES))
     ap.add_argument("--seeds", type=int, default=2, help="oracle seeds of the randomized rows")
-    ap.add_argument("--fit", action="store_true", help="re-fit the knobs and print them (writes fit.json)")
+    ap.add_argument("--judge-seeds", type=int, default=2, help="noise realisations of each simulated judge")
+    ap.add_argument("--fit", nargs="*", choices=FIT_PARTS, help="re-fit the knobs (all, or the parts named) and "
+                    "print them (writes fit.json)")
     args = ap.parse_args(argv)
     colls = load(args.data)
     start = time.perf_counter()
-    if args.fit:
-        fitted = fit(colls)
+    if args.fit is not None:
+        fitted = fit(colls, args.fit or FIT_PARTS)
         print(json.dumps(fitted, default=lambda o: o.__dict__, indent=1))
         if args.out:
             args.out.mkdir(parents=True, exist_ok=True)
@@ -345,7 +407,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         return
     recs = []
     for name in args.judges:
-        recs.append(measure(name, colls, args.seeds))
+        recs.append(measure(name, colls, args.seeds, args.judge_seeds))
         print(name, json.dumps({k: v for k, v in recs[-1].items() if k != "rows"}), flush=True)
     command = "python -m activeprp_bench.judge_calibration --data ../shared/data --out benchmarks/results/judges"
     text = report(recs, command, time.perf_counter() - start)
@@ -353,7 +415,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "judges.json").write_text(json.dumps(recs, indent=1) + "\n")
-        (args.out / "README.md").write_text(text)
+        write_readme(args.out / "README.md", text)
 
 
 if __name__ == "__main__":

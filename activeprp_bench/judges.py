@@ -33,6 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from statistics import NormalDist
+from typing import Any
 
 from activeprp_core import Comparator
 from activeprp_core.types import Pair
@@ -44,6 +45,8 @@ Qrels = Mapping[str, Grades] | Grades
 
 DATA_DIR = Path(__file__).with_name("data")
 BUNDLED_QL_CACHE = DATA_DIR / "bundled_ql_dl1920_top20.json.gz"
+#: The same scores extended to the BM25 top-100 of DL19 (a superset of ``BUNDLED_QL_CACHE``), when present.
+BUNDLED_QL_DEEP = DATA_DIR / "bundled_ql_dl1920_top100.json.gz"
 _STD_NORMAL = NormalDist()
 
 
@@ -233,7 +236,7 @@ QWEN_KNOBS = Knobs(strength=1.0, doc_noise=0.984, position_bias=0.023, pair_nois
 #: Flan-T5-XL knobs fitted to Setwise's pairwise heapsort (70.5 / 69.2 nDCG@10) at the paper's flip rate.
 SETWISE_KNOBS = Knobs(strength=1.0, doc_noise=1.09, position_bias=0.457, pair_noise=0.5)
 #: ``ql-like``: per-document noise and temperature fitted to the bundled model's cached QL answers.
-QL_LIKE_KNOBS = Knobs(strength=1.0, doc_noise=1.5, hard=False, temperature=2.0)
+QL_LIKE_KNOBS = Knobs(strength=1.0, doc_noise=2.086, hard=False, temperature=3.683)
 #: ``bundled-ql`` answers with TransformersComparator's own temperature (sigmoid of the score difference).
 BUNDLED_TEMPERATURE = 1.0
 
@@ -245,12 +248,13 @@ class JudgeInfo:
     """What the registry declares about a judge: ``kind`` ("hard": answers in {0, 1}; "soft": in (0, 1)),
     ``flip_target`` (the flip rate it is built for, share of pairs; None = not set), ``calibrated_against``
     (the published or measured figure, or None: not calibrated), ``max_depth`` (candidates per query its
-    answers cover; None = any)."""
+    answers cover; None = any), ``collections`` (the collections it can judge; None = any with qrels)."""
 
     kind: str
     flip_target: float | None
     calibrated_against: str | None
     max_depth: int | None = None
+    collections: tuple[str, ...] | None = None
 
 
 JUDGES: dict[str, Factory] = {}
@@ -350,10 +354,10 @@ def consistent(qrels: Qrels, seed: int = 0, *, queries: Mapping[str, str] | None
 
 @_register("doc-error", JudgeInfo("hard", None, None))
 def doc_error(qrels: Qrels, seed: int = 0, *, queries: Mapping[str, str] | None = None) -> Comparator:
-    """Systematically mis-judged documents: 8% of (query, document)s are read with the grade reversed
+    """Systematically mis-judged documents: 3% of (query, document)s are read with the grade reversed
     (3 - grade: a keyword-stuffed non-answer judged perfect, an answer judged off-topic), over smaller
     Gaussian document noise (0.6) and ``calibrated``'s bias and per-prompt noise. Not calibrated."""
-    return _graded("doc-error", replace(CALIBRATED, doc_noise=0.6, doc_error_rate=0.08))(
+    return _graded("doc-error", replace(CALIBRATED, doc_noise=0.6, doc_error_rate=0.03))(
         qrels, seed, queries=queries)
 
 
@@ -383,24 +387,34 @@ def ql_like(qrels: Qrels, seed: int = 0, *, queries: Mapping[str, str] | None = 
     return _graded("ql-like", QL_LIKE_KNOBS)(qrels, seed, queries=queries)
 
 
-@_register("bundled-ql", JudgeInfo("soft", 0.0, "real answers of the bundled SmolLM2-135M (query likelihood)",
-                                   max_depth=20))
+_REAL = "real answers of the bundled SmolLM2-135M (query likelihood)"
+
+
+def _bundled_cache() -> Path:
+    return BUNDLED_QL_DEEP if BUNDLED_QL_DEEP.exists() else BUNDLED_QL_CACHE
+
+
+@_register("bundled-ql", JudgeInfo("soft", 0.0, _REAL, max_depth=20, collections=("dl19", "dl20")))
 def bundled_ql(qrels: Qrels | None = None, seed: int = 0, *, queries: Mapping[str, str] | None = None
                ) -> Comparator:
     """The bundled SmolLM2-135M-Instruct's real answers under query likelihood, from the cache
     ``BUNDLED_QL_CACHE`` (DL19 + DL20, BM25 top-20 per query; built by ``benchmarks/bundled_ql_cache.py``);
     temperature 1 (``BUNDLED_TEMPERATURE``), as ``TransformersComparator`` answers. ``qrels`` and ``seed`` are
     ignored (a real model's answers); a passage outside the cache raises ValueError. Not a simulation."""
-    return CachedScoreJudge(BUNDLED_QL_CACHE, temperature=BUNDLED_TEMPERATURE, name="bundled-ql")
+    return CachedScoreJudge(_bundled_cache(), temperature=BUNDLED_TEMPERATURE, name="bundled-ql")
 
 
 FAMILY: tuple[str, ...] = tuple(JUDGES)
 """The judges the bench sweeps with ``--judges family`` (every registered judge)."""
 
 
-def family_for_depth(depth: int) -> tuple[str, ...]:
-    """The ``FAMILY`` judges whose answers cover ``depth`` candidates per query (``bundled-ql``: 20)."""
-    return tuple(n for n in FAMILY if INFO[n].max_depth is None or depth <= INFO[n].max_depth)
+def family_for_depth(depth: int, collection: str | None = None) -> tuple[str, ...]:
+    """The ``FAMILY`` judges whose answers cover ``depth`` candidates per query of ``collection`` (``dl19``,
+    ``dl20``; None = any collection): ``bundled-ql`` covers 20 (DL19 + DL20), ``bundled-ql-dl19`` 100 (DL19)."""
+    def covers(info: JudgeInfo) -> bool:
+        in_coll = info.collections is None or (collection is not None and collection in info.collections)
+        return in_coll and (info.max_depth is None or depth <= info.max_depth)
+    return tuple(n for n in FAMILY if covers(INFO[n]))
 
 
 def build_judge(name: str, qrels: Qrels | None, seed: int = 0, *, queries: Mapping[str, str] | None = None
@@ -414,10 +428,22 @@ def build_judge(name: str, qrels: Qrels | None, seed: int = 0, *, queries: Mappi
     factory = JUDGES.get(name)
     if factory is None:
         raise ValueError(f"unknown judge {name!r}; choose one of {', '.join(JUDGES)}")
-    if qrels is None and name != "bundled-ql":
+    if qrels is None and not name.startswith("bundled-"):
         raise ValueError(f"judge {name!r} is simulated from qrels: pass the graded qrels")
     return factory(qrels, seed, queries=queries)
 
 
+def comparator_for(name: str, seed: int = 0) -> Callable[[Any], Callable[[str], Comparator]]:
+    """The bench grid's judge factory for ``name``: ``collection -> (qid -> judge)``, one judge per query built
+    from ``collection.qrels[qid]`` (any object with a ``qrels`` mapping ``{qid: {docid: grade}}``).
+
+    Raises:
+        ValueError: an unknown name.
+    """
+    if name not in JUDGES:
+        raise ValueError(f"unknown judge {name!r}; choose one of {', '.join(JUDGES)}")
+    return lambda collection: lambda qid: build_judge(name, collection.qrels.get(qid, {}), seed)
+
+
 __all__ = ["BUNDLED_QL_CACHE", "FAMILY", "INFO", "JUDGES", "CachedScoreJudge", "GradedJudge", "JudgeInfo", "Knobs",
-           "build_judge", "family_for_depth"]
+           "build_judge", "comparator_for", "family_for_depth"]

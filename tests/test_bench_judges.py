@@ -52,7 +52,8 @@ def test_registry_names_and_errors():
     assert set(J.FAMILY) <= set(J.JUDGES) and set(J.JUDGES) == set(J.INFO)
     assert {"calibrated", "soft-calibrated", "strong-bias", "no-bias-noisy", "doc-error", "overconfident",
             "underconfident", "ql-like", "bundled-ql"} <= set(J.FAMILY)
-    assert "bundled-ql" not in J.family_for_depth(100) and "bundled-ql" in J.family_for_depth(20)
+    assert "bundled-ql" not in J.family_for_depth(100, "dl19") and "bundled-ql" in J.family_for_depth(20, "dl20")
+    assert "bundled-ql" not in J.family_for_depth(20, "scifact") and "calibrated" in J.family_for_depth(100)
     for name in J.FAMILY:  # each docstring says whether the judge is calibrated, as INFO declares
         assert ("Not calibrated" in J.JUDGES[name].__doc__) == (J.INFO[name].calibrated_against is None), name
     with pytest.raises(ValueError, match="unknown judge"):
@@ -169,3 +170,14 @@ def test_bundled_ql_answers_from_the_real_cache():
                  top_k=5)
     best = max(ids, key=scores.get)
     assert res.order[0] == ids.index(best)  # an order-consistent judge's top passage wins every match
+
+
+def test_comparator_for_builds_one_judge_per_query():
+    class Coll:
+        qrels = {"1": {"a": 3}, "2": {"b": 3}}
+
+    judge_of = J.comparator_for("consistent", seed=2)(Coll())
+    a, b = Candidate("a", ""), Candidate("b", "")
+    assert judge_of("1").compare("any", [(a, b)]) == [1.0] and judge_of("2").compare("any", [(a, b)]) == [0.0]
+    with pytest.raises(ValueError, match="unknown judge"):
+        J.comparator_for("nope")
