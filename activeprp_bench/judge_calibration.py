@@ -209,7 +209,8 @@ def fit(colls: Sequence[Coll], parts: Sequence[str] = FIT_PARTS, iters: int = 7)
     out: dict[str, object] = {}
     base = J.CALIBRATED
     targets = (("mild_bias", 0.10, replace(base, pair_noise=J.MILD_NOISE)), ("strong_bias", 0.40, base),
-               ("low_noise_bias", PAPER_FLIP, replace(base, pair_noise=0.15)))
+               ("low_noise_bias", PAPER_FLIP, replace(base, pair_noise=0.15)),
+               ("doc_error_bias", PAPER_FLIP, replace(base, doc_noise=0.6, doc_error_rate=0.03)))
     for key, target, knobs in targets if "bias" in parts else ():
         out[key] = bisect(lambda b, k=knobs: flip(replace(k, position_bias=b)), 0.0, 3.0, target, True, iters)
         print(key, out[key], flush=True)
@@ -237,15 +238,15 @@ def fit(colls: Sequence[Coll], parts: Sequence[str] = FIT_PARTS, iters: int = 7)
 
 def _fit_qwen(colls: Sequence[Coll], iters: int) -> dict[str, object]:
     """Qwen3-4B: position bias to the randomized - bidirectional gap of converged Mohajer, then doc_noise to the
-    mean of the nine converged rows (DL19 + DL20), one oracle seed (coarser: 2 bisection steps fewer)."""
+    mean of the nine converged rows (DL19 + DL20) over judge seeds 0 and 1 (2 bisection steps fewer)."""
     out: dict[str, object] = {}
     qw = J.QWEN_KNOBS
     mohajer = [("mohajer", "randomized"), ("mohajer", "bidirectional")]
     qw = replace(qw, position_bias=bisect(lambda b: _rand_minus_bi(_rows_of(quality(
         with_knobs(replace(qw, position_bias=b)), colls, mohajer))), 0.0, 1.5, QWEN_GAP, False, iters - 2))
-    qw = replace(qw, doc_noise=bisect(lambda s: _pair_mean(_rows_of(quality(
-        with_knobs(replace(qw, doc_noise=s)), colls, list(QWEN_ROWS), seeds=1))), 0.0, 3.0, QWEN_MEAN, False,
-        iters - 2))
+    qw = replace(qw, doc_noise=bisect(lambda s: _mean([_pair_mean(_rows_of(quality(
+        with_knobs(replace(qw, doc_noise=s), judge_seed), colls, list(QWEN_ROWS)))) for judge_seed in (0, 1)]),
+        0.0, 3.0, QWEN_MEAN, False, iters - 2))
     out["qwen"], out["qwen_flip"] = qw, answer_stats(with_knobs(qw), colls, 100, 100)["flip_rate"]
     print("qwen", qw, out["qwen_flip"], flush=True)
     return out
