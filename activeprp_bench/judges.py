@@ -432,6 +432,30 @@ def build_judge(name: str, qrels: Qrels | None, seed: int = 0, *, queries: Mappi
     return factory(qrels, seed, queries=queries)
 
 
+def resolve_judges(names: Sequence[str], depth: int | None = None, collection: str | None = None
+                   ) -> list[str]:
+    """Judge names from a command line (``--judge NAME`` repeated, ``--judges family``): ``"family"`` expands to
+    ``FAMILY`` (only the judges covering ``depth`` candidates of ``collection`` when ``depth`` is given);
+    duplicates are dropped, order kept.
+
+    Raises:
+        ValueError: an unknown name, or an explicitly named judge that does not cover ``depth``/``collection``.
+    """
+    out: list[str] = []
+    fits = family_for_depth(depth, collection) if depth is not None else FAMILY
+    for name in names:
+        if name == "family":
+            out.extend(fits)
+        elif name not in JUDGES:
+            raise ValueError(f"unknown judge {name!r}; choose one of {', '.join(JUDGES)} or 'family'")
+        elif name not in fits:
+            raise ValueError(f"judge {name!r} has no answers for {depth} candidates of {collection or 'any'} "
+                             f"collection (it covers {INFO[name].max_depth} of {INFO[name].collections})")
+        else:
+            out.append(name)
+    return list(dict.fromkeys(out))
+
+
 def comparator_for(name: str, seed: int = 0) -> Callable[[Any], Callable[[str], Comparator]]:
     """The bench grid's judge factory for ``name``: ``collection -> (qid -> judge)``, one judge per query built
     from ``collection.qrels[qid]`` (any object with a ``qrels`` mapping ``{qid: {docid: grade}}``).
@@ -445,4 +469,5 @@ def comparator_for(name: str, seed: int = 0) -> Callable[[Any], Callable[[str], 
 
 
 __all__ = ["BUNDLED_QL_CACHE", "FAMILY", "INFO", "JUDGES", "CachedScoreJudge", "GradedJudge", "JudgeInfo", "Knobs",
-           "build_judge", "comparator_for", "family_for_depth"]
+           "build_judge", "comparator_for", "family_for_depth",
+           "resolve_judges"]

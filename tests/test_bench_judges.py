@@ -181,3 +181,14 @@ def test_comparator_for_builds_one_judge_per_query():
     assert judge_of("1").compare("any", [(a, b)]) == [1.0] and judge_of("2").compare("any", [(a, b)]) == [0.0]
     with pytest.raises(ValueError, match="unknown judge"):
         J.comparator_for("nope")
+
+
+def test_resolve_judges_expands_family_and_checks_coverage():
+    assert J.resolve_judges(["family"]) == list(J.FAMILY)
+    deep = J.resolve_judges(["strong-bias", "family"], depth=100, collection="dl19")
+    assert deep[0] == "strong-bias" and deep.count("strong-bias") == 1 and "bundled-ql" not in deep
+    assert "bundled-ql" in J.resolve_judges(["family"], depth=20, collection="dl20")
+    with pytest.raises(ValueError, match="no answers for 100"):
+        J.resolve_judges(["bundled-ql"], depth=100, collection="dl19")
+    with pytest.raises(ValueError, match="unknown judge"):
+        J.resolve_judges(["calibratd"])
