@@ -387,6 +387,39 @@ def write_readme(path: Path, text: str) -> None:
     path.write_text(text + "\n" + NOTES_MARK + notes)
 
 
+SPREAD_RANKERS = ("mohajer", "mohajer_bubble", "parallel_mohajer", "heapsort", "bubblesort", "quicksort", "allpairs")
+
+
+def spread(colls: Sequence[Coll], budget: int, seeds: int = 2) -> tuple[list[dict], str]:
+    """Every ``SPREAD_RANKERS`` x (randomized, bidirectional) row at ``budget`` calls, N=100, K=10, for each
+    family judge that covers N=100 (judge seed 0): mean nDCG@10 of DL19 and DL20, the best row per judge, and
+    each row's worst gap to the per-judge best over the family. Returns (records, Markdown)."""
+    rows = [(r, o) for r in SPREAD_RANKERS for o in ("randomized", "bidirectional")]
+    names = J.family_for_depth(100)
+    recs = []
+    for name in names:
+        q = quality(named(name), colls, rows, seeds=seeds, budget=budget)
+        recs.append({"judge": name, "ndcg10": {f"{r}/{o}": round(_mean([q[r, o, "dl19"], q[r, o, "dl20"]]), 2)
+                                               for r, o in rows}})
+        print(name, max(recs[-1]["ndcg10"].items(), key=lambda kv: kv[1]), flush=True)
+    keys = list(recs[0]["ndcg10"])
+    best = {r["judge"]: max(r["ndcg10"].values()) for r in recs}
+    worst_gap = {k: max(best[r["judge"]] - r["ndcg10"][k] for r in recs) for k in keys}
+    lines = [f"# Which row wins depends on the judge: N=100, K=10, B={budget}", "",
+             f"Command: `python -m activeprp_bench.judge_calibration --data ../shared/data --spread {budget} --out "
+             "benchmarks/results/judges`. nDCG@10 (x100, mean of the DL19 and DL20 means; judge seed 0, randomized "
+             f"rows over {seeds} oracle seeds), no round cap. Last row: each ranker x oracle's worst gap to the best "
+             "row of the same judge, over the family (the worst-case regret of always using it).", "",
+             "| judge | " + " | ".join(k.replace("/randomized", " r").replace("/bidirectional", " b") for k in keys)
+             + " | best |", "|---|" + "---|" * (len(keys) + 1)]
+    for r in recs:
+        top = max(r["ndcg10"], key=r["ndcg10"].get)
+        lines.append(f"| `{r['judge']}` | " + " | ".join(
+            f"**{v:.1f}**" if k == top else f"{v:.1f}" for k, v in r["ndcg10"].items()) + f" | {top} |")
+    lines.append("| worst gap | " + " | ".join(f"{worst_gap[k]:.1f}" for k in keys) + " | |")
+    return recs, "\n".join(lines) + "\n"
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description="Calibrate / measure the bench's judge family on TREC DL19 + DL20.")
     ap.add_argument("--data", type=Path, required=True, help="the shared/data directory")
@@ -396,9 +429,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--judge-seeds", type=int, default=2, help="noise realisations of each simulated judge")
     ap.add_argument("--fit", nargs="*", choices=FIT_PARTS, help="re-fit the knobs (all, or the parts named) and "
                     "print them (writes fit.json)")
+    ap.add_argument("--spread", type=int, metavar="B", help="instead: every ranker x oracle at budget B for each "
+                    "judge (writes spread_bB.json and spread_bB.md)")
     args = ap.parse_args(argv)
     colls = load(args.data)
     start = time.perf_counter()
+    if args.spread is not None:
+        recs, text = spread(colls, args.spread, args.seeds)
+        print(text)
+        if args.out:
+            args.out.mkdir(parents=True, exist_ok=True)
+            (args.out / f"spread_b{args.spread}.json").write_text(json.dumps(recs, indent=1) + "\n")
+            (args.out / f"spread_b{args.spread}.md").write_text(text)
+        return
     if args.fit is not None:
         fitted = fit(colls, args.fit or FIT_PARTS)
         print(json.dumps(fitted, default=lambda o: o.__dict__, indent=1))
