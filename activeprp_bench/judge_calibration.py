@@ -149,21 +149,23 @@ def answer_stats(judge_of: JudgeOf, colls: Sequence[Coll], depth: int = 100, pai
 
 
 def quality(judge_of: JudgeOf, colls: Sequence[Coll], rows: Sequence[tuple[str, str]], depth: int = 100,
-            seeds: int = 2, top_k: int = 10, budget: int | None = None) -> dict[tuple[str, str, str], float]:
+            seeds: int = 2, top_k: int = 10, budget: int | None = None, max_rounds: int | None = None
+            ) -> dict[tuple[str, str, str], float]:
     """Mean nDCG@``top_k`` (x100) per (ranker, oracle, collection) over the judged queries, reranking each
-    query's top ``depth`` with ``budget`` (None = run to convergence); randomized rows average ``seeds`` oracle
-    seeds. One judge per query, shared by the rows (its answers do not depend on who asks)."""
+    query's top ``depth`` with ``budget`` and ``max_rounds`` (None = no cap); rows whose oracle is not
+    bidirectional average ``seeds`` oracle seeds. One judge per query, shared by the rows (its answers do not
+    depend on who asks)."""
     out = {}
     judges = {(c.name, q): judge_of(c, q) for c in colls for q in c.queries}
     for ranker, oracle in rows:
         for c in colls:
             per_seed = []
-            for s in range(seeds if oracle == "randomized" else 1):
+            for s in range(1 if oracle == "bidirectional" else seeds):
                 run = {}
                 for qid, query in c.queries.items():
                     cands = c.candidates[qid][:depth]
                     res = rerank(query, cands, ranker=ranker, oracle=oracle, comparator=judges[c.name, qid],
-                                 budget=budget, top_k=top_k, seed=s)
+                                 budget=budget, top_k=top_k, seed=s, max_rounds=max_rounds)
                     run[qid] = ranking_to_run([cands[i].id for i in res.order])
                 per_seed.append(_mean(list(ndcg_at_k(c.qrels, run, top_k).values())))
             out[ranker, oracle, c.name] = 100 * _mean(per_seed)
@@ -390,32 +392,37 @@ def write_readme(path: Path, text: str) -> None:
 SPREAD_RANKERS = ("mohajer", "mohajer_bubble", "parallel_mohajer", "heapsort", "bubblesort", "quicksort", "allpairs")
 
 
-def spread(colls: Sequence[Coll], budget: int, seeds: int = 2) -> tuple[list[dict], str]:
-    """Every ``SPREAD_RANKERS`` x (randomized, bidirectional) row at ``budget`` calls, N=100, K=10, for each
-    family judge that covers N=100 (judge seed 0): mean nDCG@10 of DL19 and DL20, the best row per judge, and
-    each row's worst gap to the per-judge best over the family. Returns (records, Markdown)."""
-    rows = [(r, o) for r in SPREAD_RANKERS for o in ("randomized", "bidirectional")]
-    names = J.family_for_depth(100)
+def spread(colls: Sequence[Coll], budget: int, seeds: int = 2, depth: int = 100, top_k: int = 10,
+           max_rounds: int | None = None) -> tuple[list[dict], str]:
+    """Every ``SPREAD_RANKERS`` x (randomized, bidirectional) row, and the current default auto/auto, at
+    ``budget`` calls and ``max_rounds`` (N = ``depth``, K = ``top_k``) for each family judge that covers N
+    (judge seed 0): mean nDCG@K of DL19 and DL20, the best row per judge, and each row's worst gap to the
+    per-judge best over the family. Returns (records, Markdown)."""
+    rows = [(r, o) for r in SPREAD_RANKERS for o in ("randomized", "bidirectional")] + [("auto", "auto")]
     recs = []
-    for name in names:
-        q = quality(named(name), colls, rows, seeds=seeds, budget=budget)
-        recs.append({"judge": name, "ndcg10": {f"{r}/{o}": round(_mean([q[r, o, "dl19"], q[r, o, "dl20"]]), 2)
-                                               for r, o in rows}})
-        print(name, max(recs[-1]["ndcg10"].items(), key=lambda kv: kv[1]), flush=True)
-    keys = list(recs[0]["ndcg10"])
-    best = {r["judge"]: max(r["ndcg10"].values()) for r in recs}
-    worst_gap = {k: max(best[r["judge"]] - r["ndcg10"][k] for r in recs) for k in keys}
-    lines = [f"# Which row wins depends on the judge: N=100, K=10, B={budget}", "",
-             f"Command: `python -m activeprp_bench.judge_calibration --data ../shared/data --spread {budget} --out "
-             "benchmarks/results/judges`. nDCG@10 (x100, mean of the DL19 and DL20 means; judge seed 0, randomized "
-             f"rows over {seeds} oracle seeds), no round cap. Last row: each ranker x oracle's worst gap to the best "
-             "row of the same judge, over the family (the worst-case regret of always using it).", "",
-             "| judge | " + " | ".join(k.replace("/randomized", " r").replace("/bidirectional", " b") for k in keys)
+    for name in J.family_for_depth(depth, "dl19"):
+        q = quality(named(name), colls, rows, depth, seeds, top_k, budget, max_rounds)
+        recs.append({"judge": name, "ndcg": {f"{r}/{o}": round(_mean([q[r, o, "dl19"], q[r, o, "dl20"]]), 2)
+                                             for r, o in rows}})
+        print(name, max(recs[-1]["ndcg"].items(), key=lambda kv: kv[1]), flush=True)
+    keys = list(recs[0]["ndcg"])
+    best = {r["judge"]: max(r["ndcg"].values()) for r in recs}
+    worst_gap = {k: max(best[r["judge"]] - r["ndcg"][k] for r in recs) for k in keys}
+    flags = f" --depth {depth} --top-k {top_k}" * (depth != 100 or top_k != 10)
+    flags += f" --max-rounds {max_rounds}" * (max_rounds is not None)
+    lines = [f"# Which row wins depends on the judge: N={depth}, K={top_k}, B={budget}, max_rounds {max_rounds}", "",
+             f"Command: `python -m activeprp_bench.judge_calibration --data ../shared/data --spread {budget}{flags} "
+             f"--out benchmarks/results/judges`. nDCG@{top_k} (x100, mean of the DL19 and DL20 means; judge seed 0, "
+             f"randomized and auto rows over {seeds} oracle seeds). `auto` = auto/auto, the current default. Last "
+             "row: each ranker x oracle's worst gap to the best row of the same judge, over the family (the "
+             "worst-case regret of always using it).", "",
+             "| judge | " + " | ".join(k.replace("/randomized", " r").replace("/bidirectional", " b")
+                                       .replace("auto/auto", "auto") for k in keys)
              + " | best |", "|---|" + "---|" * (len(keys) + 1)]
     for r in recs:
-        top = max(r["ndcg10"], key=r["ndcg10"].get)
+        top = max(r["ndcg"], key=r["ndcg"].get)
         lines.append(f"| `{r['judge']}` | " + " | ".join(
-            f"**{v:.1f}**" if k == top else f"{v:.1f}" for k, v in r["ndcg10"].items()) + f" | {top} |")
+            f"**{v:.1f}**" if k == top else f"{v:.1f}" for k, v in r["ndcg"].items()) + f" | {top} |")
     lines.append("| worst gap | " + " | ".join(f"{worst_gap[k]:.1f}" for k in keys) + " | |")
     return recs, "\n".join(lines) + "\n"
 
@@ -430,17 +437,21 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--fit", nargs="*", choices=FIT_PARTS, help="re-fit the knobs (all, or the parts named) and "
                     "print them (writes fit.json)")
     ap.add_argument("--spread", type=int, metavar="B", help="instead: every ranker x oracle at budget B for each "
-                    "judge (writes spread_bB.json and spread_bB.md)")
+                    "judge (writes spread_nN_kK_bB[_rR].json and .md)")
+    ap.add_argument("--depth", type=int, default=100, help="N for --spread")
+    ap.add_argument("--top-k", type=int, default=10, help="K for --spread")
+    ap.add_argument("--max-rounds", type=int, help="round cap for --spread")
     args = ap.parse_args(argv)
     colls = load(args.data)
     start = time.perf_counter()
     if args.spread is not None:
-        recs, text = spread(colls, args.spread, args.seeds)
+        recs, text = spread(colls, args.spread, args.seeds, args.depth, args.top_k, args.max_rounds)
         print(text)
         if args.out:
             args.out.mkdir(parents=True, exist_ok=True)
-            (args.out / f"spread_b{args.spread}.json").write_text(json.dumps(recs, indent=1) + "\n")
-            (args.out / f"spread_b{args.spread}.md").write_text(text)
+            stem = f"spread_n{args.depth}_k{args.top_k}_b{args.spread}" + f"_r{args.max_rounds}" * bool(args.max_rounds)
+            (args.out / f"{stem}.json").write_text(json.dumps(recs, indent=1) + "\n")
+            (args.out / f"{stem}.md").write_text(text)
         return
     if args.fit is not None:
         fitted = fit(colls, args.fit or FIT_PARTS)
