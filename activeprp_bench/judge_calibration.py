@@ -28,18 +28,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from activeprp_core import Candidate, Comparator, rerank
+from activeprp_core.evaluation.calibration import PAPER_FLIP_RATE, PAPER_XL_CONVERGED
 from activeprp_core.metrics import ndcg_at_k, ranking_to_run
 
 from . import judges as J
 
 #: Paper Table 2, Flan-T5-XL converged nDCG@10 (DL19, DL20) of its nine ranker x oracle rows.
-XL_ROWS: dict[tuple[str, str], tuple[float, float]] = {
-    ("bubblesort", "bidirectional"): (68.4, 67.0), ("heapsort", "bidirectional"): (70.6, 68.9),
-    ("quicksort", "bidirectional"): (70.4, 67.2), ("pac_bubble", "bidirectional"): (62.6, 58.6),
-    ("pac_bubble", "randomized"): (61.1, 58.5), ("mohajer_bubble", "bidirectional"): (66.6, 67.5),
-    ("mohajer_bubble", "randomized"): (69.5, 66.3), ("mohajer", "bidirectional"): (66.6, 67.3),
-    ("mohajer", "randomized"): (68.7, 67.6),
-}
+XL_ROWS: dict[tuple[str, str], tuple[float, float]] = PAPER_XL_CONVERGED
 #: Paper appendix, Qwen3-4B-Instruct end-to-end table (DL19, DL20), the same nine rows.
 QWEN_ROWS: dict[tuple[str, str], tuple[float, float]] = {
     ("bubblesort", "bidirectional"): (67.44, 70.45), ("heapsort", "bidirectional"): (70.26, 69.46),
@@ -50,7 +45,7 @@ QWEN_ROWS: dict[tuple[str, str], tuple[float, float]] = {
 }
 #: Setwise (Zhuang et al., SIGIR 2024), Flan-T5-XL pairwise heapsort nDCG@10 on DL19 / DL20 (BM25 top-100).
 SETWISE_HEAPSORT = (70.5, 69.2)
-PAPER_FLIP = 0.206
+PAPER_FLIP = PAPER_FLIP_RATE
 
 
 def _mean(xs: Sequence[float]) -> float:
@@ -116,8 +111,9 @@ def with_knobs(knobs: J.Knobs, seed: int = 0) -> JudgeOf:
 
 def answer_stats(judge_of: JudgeOf, colls: Sequence[Coll], depth: int = 100, pairs_per_query: int = 200,
                  seed: int = 0) -> dict[str, float]:
-    """Both slot orders of ``pairs_per_query`` random pairs of each query's top ``depth``: flip rate (same slot
-    preferred in both orders, p > 0.5 read as "first"), first-slot rate, soft rate, mean |p - 0.5|, and over the
+    """Both slot orders of ``pairs_per_query`` random pairs of each query's top ``depth``: flip rate (the same
+    slot preferred in both orders: p > 0.5 twice, or p < 0.5 twice; p = 0.5 prefers neither), first-slot rate
+    (p > 0.5), soft rate (0 < p < 1), mean |p - 0.5|, and over the
     prompts whose two passages have distinct grades, the log loss and 10-bin expected calibration error of
     p as P(first has the higher grade)."""
     rng = random.Random(seed)
@@ -129,7 +125,7 @@ def answer_stats(judge_of: JudgeOf, colls: Sequence[Coll], depth: int = 100, pai
             judge, cands, grades = judge_of(c, qid), c.candidates[qid][:depth], c.qrels[qid]
             for a, b in (rng.sample(cands, 2) for _ in range(pairs_per_query)):
                 p1, p2 = judge.compare(c.queries[qid], [(a, b), (b, a)])
-                flips += (p1 > 0.5) == (p2 > 0.5)
+                flips += (p1 > 0.5 and p2 > 0.5) or (p1 < 0.5 and p2 < 0.5)
                 pairs += 1
                 for p, (x, y) in ((p1, (a, b)), (p2, (b, a))):
                     firsts += p > 0.5

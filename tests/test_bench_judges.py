@@ -192,3 +192,19 @@ def test_resolve_judges_expands_family_and_checks_coverage():
         J.resolve_judges(["bundled-ql"], depth=100, collection="dl19")
     with pytest.raises(ValueError, match="unknown judge"):
         J.resolve_judges(["calibratd"])
+
+
+def test_calibration_answer_stats_count_the_answers():
+    from activeprp_bench.judge_calibration import Coll, answer_stats
+
+    (query, grades, docs), = synthetic(1, 30)
+    coll = Coll("syn", {"q": query}, {"q": docs}, {"q": grades})
+    always_first = answer_stats(lambda c, q: J.GradedJudge(grades, J.Knobs(position_bias=100.0)), [coll], 30, 50)
+    assert always_first["flip_rate"] == 1.0 and always_first["first_slot_rate"] == 1.0
+    assert always_first["soft_rate"] == 0.0 and always_first["mean_confidence"] == 0.5
+    perfect = answer_stats(lambda c, q: J.GradedJudge(grades, J.Knobs(hard=False)), [coll], 30, 50)
+    assert perfect["flip_rate"] == 0.0 and perfect["soft_rate"] == 1.0  # equal grades answer 0.5: not a flip
+    assert perfect["first_slot_rate"] < 0.5  # pairs of equal grades answer exactly 0.5: not "first"
+    # a judge that answers from the grades alone is right on every prompt of distinct grades
+    oracle = answer_stats(lambda c, q: J.GradedJudge(grades, J.Knobs(strength=100.0)), [coll], 30, 50)
+    assert oracle["ece"] < 1e-6
