@@ -23,10 +23,9 @@ from typing import Any
 
 from .budget import check_count
 from .comparators.base import CallGuard, Comparator, SupportsCompare, as_comparator
-from .engine import MAX_CONSECUTIVE_FAILURES, Batch, OnFailure, Reranking, guard_for, rerank_settings
+from .engine import Batch, Estimator, Reranking, guard_for
 from .errors import ComparatorAuthError
-from .oracles import Oracle
-from .rankers import Ranker
+from .settings import RerankSettings
 from .types import Accounting, Candidate, Judgment, RerankResult, to_judgments
 
 DEFAULT_MAX_ACTIVE = 64
@@ -60,10 +59,10 @@ class _Window:
     """The queries in progress, in input order: started from the request stream up to ``max_active``, asked
     for their pending batches, answered, and handed out in order once finished."""
 
-    def __init__(self, requests: Iterable[tuple[str, Sequence[Candidate]]], settings: dict[str, Any],
-                 max_active: int, guard: CallGuard, progress: bool) -> None:
+    def __init__(self, requests: Iterable[tuple[str, Sequence[Candidate]]], settings: RerankSettings,
+                 estimator: Estimator, max_active: int, guard: CallGuard, progress: bool) -> None:
         self.source = enumerate(requests)
-        self.settings, self.max_active, self.guard = settings, max_active, guard
+        self.settings, self.estimator, self.max_active, self.guard = settings, estimator, max_active, guard
         self.items: dict[int, Reranking | RerankResult | RerankFailure] = {}
         self.next_out = 0
         self.input_left = True
@@ -87,7 +86,7 @@ class _Window:
         try:
             if not isinstance(request, tuple) or len(request) != 2:
                 raise TypeError(f"request {index} must be a (query, candidates) pair, got {type(request).__name__}")
-            return self._finish(index, Reranking(request[0], request[1], **self.settings))
+            return self._finish(index, Reranking(request[0], request[1], self.settings, estimator=self.estimator))
         except Exception as error:
             return RerankFailure(index, query, error)
 
@@ -107,7 +106,7 @@ class _Window:
     def fatal(self, error: Exception) -> bool:
         """Whether ``error`` means the endpoint is dead for every query (and ``on_failure`` is "raise")."""
         dead = isinstance(error, ComparatorAuthError) or self.guard.error is not None
-        return dead and self.settings["on_failure"] == "raise"
+        return dead and self.settings.on_failure == "raise"
 
     def send(self, step: Step, judgments: Sequence[Judgment]) -> None:
         start = 0
@@ -184,39 +183,66 @@ def _items(step: Step) -> list[tuple[str, Candidate, Candidate]]:
     return [(batch.query, a, b) for _, _, batch in step for a, b in batch.pairs]
 
 
-def _setup(comparator, settings, max_active, max_concurrency, max_consecutive_failures, requests, progress):
+@dataclass(frozen=True)
+class _Ask:
+    """A merged call the I/O-free session needs answered: ``items`` for ``judge_batch`` under ``guard``."""
+
+    items: list[tuple[str, Candidate, Candidate]]
+    guard: CallGuard
+
+
+def _answer(window: _Window, step: Step):
+    """Ask one merged call for ``step``; when it fails (not fatally), ask its queries one by one."""
+    sent_before, items = window.guard.completed, _items(step)
+    try:
+        judgments = to_judgments((yield _Ask(items, window.guard)), len(items))
+    except Exception as error:
+        for part in window.failed(step, error, sent=window.guard.completed - sent_before):
+            yield from _answer(window, part)
+        return
+    window.send(step, judgments)
+
+
+def _session(window: _Window):
+    """The I/O-free body of ``rerank_many`` and ``arerank_many``: yields each finished item (answer: None) and
+    each ``_Ask`` (answer: its judgments, or the exception raised getting them, thrown in)."""
+    try:
+        while not window.finished:
+            window.fill()
+            yield from window.ready()
+            step = window.step()
+            if step:
+                yield from _answer(window, step)
+    finally:
+        window.close()
+
+
+def _setup(requests, settings, options, comparator, max_active, progress) -> tuple[Comparator, Any]:
+    """The comparator and the session; every shared setting is checked here, before any request is read."""
+    settings = RerankSettings.of(settings, **options)
     judge = as_comparator(comparator)
     max_active = check_count(max_active, "max_active", minimum=1)
-    Reranking("", [], **settings)  # validates the shared arguments before the first request is read
-    guard = guard_for(judge, max_concurrency, max_consecutive_failures)
-    return judge, _Window(requests, settings, max_active, guard, progress)
+    guard = guard_for(judge, settings)
+    return judge, _session(_Window(requests, settings, judge.estimate_tokens, max_active, guard, progress))
 
 
 def rerank_many(
     requests: Iterable[tuple[str, Sequence[Candidate]]],
+    settings: RerankSettings | None = None,
     *,
-    ranker: str | Ranker = "mohajer",
-    oracle: str | Oracle = "randomized",
     comparator: Comparator | SupportsCompare,
-    budget: int | None,
-    top_k: int = 10,
-    seed: int = 0,
-    cache: bool = True,
-    max_rounds: int | None = None,
-    on_failure: OnFailure = "raise",
-    max_concurrency: int | None = None,
-    max_consecutive_failures: int | None = MAX_CONSECUTIVE_FAILURES,
     max_active: int = DEFAULT_MAX_ACTIVE,
     progress: bool = False,
+    **options: Any,
 ) -> Iterator[RerankResult | RerankFailure]:
     """Rerank many queries together (see the module docstring); one result per request, in input order.
 
     Args:
         requests: any iterable of ``(query, candidates)`` pairs (read lazily: a generator streams).
-        ranker, oracle, comparator, budget, top_k, seed, cache, max_rounds, on_failure: as for ``rerank``,
-            applied to every query (``budget`` and ``max_rounds`` are per query).
-        max_concurrency: the most calls in flight across all queries (None = the comparator's own).
-        max_consecutive_failures: the circuit breaker, shared by all queries.
+        settings, **options: the ``RerankSettings`` applied to every query, as for ``rerank`` (``budget``,
+            ``max_rounds`` and ``token_budget`` are per query); ``max_concurrency`` caps the calls in flight
+            across all queries and the circuit breaker (``max_consecutive_failures``) is shared by them.
+        comparator: as for ``rerank``.
         max_active: the most queries in progress (bounds memory; default 64).
         progress: show a tqdm bar over queries on stderr (needs tqdm).
 
@@ -228,73 +254,58 @@ def rerank_many(
         ``ComparatorUnavailable``: the endpoint is dead (with ``on_failure="raise"``); ``accounting`` sums the
         queries in progress.
     """
-    settings = rerank_settings(ranker, oracle, budget, top_k, seed, cache, max_rounds, on_failure)
-    judge, window = _setup(comparator, settings, max_active, max_concurrency, max_consecutive_failures, requests,
-                           progress)
-
-    def answer(step: Step) -> None:
-        sent_before = window.guard.completed
-        try:
-            items = _items(step)
-            judgments = to_judgments(judge.judge_batch(items, guard=window.guard), len(items))
-        except Exception as error:
-            for part in window.failed(step, error, sent=window.guard.completed - sent_before):
-                answer(part)
-            return
-        window.send(step, judgments)
-
-    try:
-        while not window.finished:
-            window.fill()
-            yield from window.ready()
-            step = window.step()
-            if step:
-                answer(step)
-    finally:
-        window.close()
+    judge, session = _setup(requests, settings, options, comparator, max_active, progress)
+    with contextlib.closing(session):
+        item = next(session, None)
+        while item is not None:
+            if not isinstance(item, _Ask):
+                yield item
+                item = next(session, None)
+                continue
+            try:
+                answer = judge.judge_batch(item.items, guard=item.guard)
+            except Exception as error:
+                item = _throw(session, error)
+            else:
+                item = _send(session, answer)
 
 
 async def arerank_many(
     requests: Iterable[tuple[str, Sequence[Candidate]]],
+    settings: RerankSettings | None = None,
     *,
-    ranker: str | Ranker = "mohajer",
-    oracle: str | Oracle = "randomized",
     comparator: Comparator | SupportsCompare,
-    budget: int | None,
-    top_k: int = 10,
-    seed: int = 0,
-    cache: bool = True,
-    max_rounds: int | None = None,
-    on_failure: OnFailure = "raise",
-    max_concurrency: int | None = None,
-    max_consecutive_failures: int | None = MAX_CONSECUTIVE_FAILURES,
     max_active: int = DEFAULT_MAX_ACTIVE,
     progress: bool = False,
+    **options: Any,
 ) -> AsyncIterator[RerankResult | RerankFailure]:
     """Async ``rerank_many`` (same arguments and results): each step awaits the comparator's ``ajudge_batch``,
     so the calls of all queries in progress run concurrently (at most ``max_concurrency`` in flight)."""
-    settings = rerank_settings(ranker, oracle, budget, top_k, seed, cache, max_rounds, on_failure)
-    judge, window = _setup(comparator, settings, max_active, max_concurrency, max_consecutive_failures, requests,
-                           progress)
-
-    async def answer(step: Step) -> None:
-        sent_before = window.guard.completed
-        try:
-            items = _items(step)
-            judgments = to_judgments(await judge.ajudge_batch(items, guard=window.guard), len(items))
-        except Exception as error:
-            for part in window.failed(step, error, sent=window.guard.completed - sent_before):
-                await answer(part)
-            return
-        window.send(step, judgments)
-
-    try:
-        while not window.finished:
-            window.fill()
-            for item in window.ready():
+    judge, session = _setup(requests, settings, options, comparator, max_active, progress)
+    with contextlib.closing(session):
+        item = next(session, None)
+        while item is not None:
+            if not isinstance(item, _Ask):
                 yield item
-            step = window.step()
-            if step:
-                await answer(step)
-    finally:
-        window.close()
+                item = next(session, None)
+                continue
+            try:
+                answer = await judge.ajudge_batch(item.items, guard=item.guard)
+            except Exception as error:
+                item = _throw(session, error)
+            else:
+                item = _send(session, answer)
+
+
+def _send(session, answer):
+    try:
+        return session.send(answer)
+    except StopIteration:
+        return None
+
+
+def _throw(session, error: Exception):
+    try:
+        return session.throw(error)
+    except StopIteration:
+        return None

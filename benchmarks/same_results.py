@@ -18,9 +18,11 @@ import json
 import sys
 from pathlib import Path
 
-from activeprp_core import Candidate, SimulatedComparator, rerank
-
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # this checkout's packages, not an installed copy
+
+from activeprp_core import Candidate, SimulatedComparator, rerank  # noqa: E402
+
 FIXTURE = ROOT / "tests" / "data" / "same_results.json.gz"
 DATA = [ROOT.parent / "shared" / "data", Path("/work/shared/data")]
 RANKERS = ("mohajer", "mohajer_bubble", "parallel_mohajer", "pac_bubble", "bubblesort", "heapsort", "quicksort",
@@ -81,6 +83,7 @@ def read_fixture() -> dict:
 
 
 def differences(expected: dict, got: dict) -> list[str]:
+    """One line per (cell, query) whose ``[order hash, calls, rounds]`` differs from ``expected``."""
     return [f"{cell} {q}: expected {expected[cell][q]}, got {v}" for cell, row in got.items() for q, v in row.items()
             if expected[cell][q] != v]
 
@@ -97,7 +100,8 @@ def main() -> int:
             json.dump({"queries": queries, "results": results}, f, sort_keys=True)
         print(f"wrote {FIXTURE} ({len(results)} cells x {len(queries)} queries)")
         return 0
-    diff = differences(read_fixture()["results"], results)
+    expected = read_fixture()["results"]
+    diff = differences(expected, results)
     print(f"{len(results)} cells x {len(queries)} queries = {len(results) * len(queries)} reranks: "
           f"{len(diff)} differences")
     print("\n".join(diff[:20]))

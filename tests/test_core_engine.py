@@ -18,7 +18,7 @@ from activeprp_core import (
     arerank,
     rerank,
 )
-from activeprp_core.rankers import Limits, Outcomes, RankContext, Ranker
+from activeprp_core.rankers import RankContext, Ranker
 from tests.conftest import make_case
 
 
@@ -31,8 +31,10 @@ class Script(Ranker):
         self.rounds, self.seen = rounds, []
 
     def schedule(self, ctx: RankContext):
+        self.states = []
         for pairs in self.rounds:
             self.seen.append((yield pairs))
+            self.states.append((ctx.caps.calls_left, ctx.caps.rounds_left, ctx.caps.exhausted))
         return list(range(ctx.n))
 
 
@@ -309,34 +311,34 @@ def test_seeded_streams_do_not_depend_on_other_queries():
     assert c.order == a.order
 
 
-def test_ranker_is_told_the_budgets_through_the_outcomes_it_receives():
+def test_ranker_reads_the_caps_through_its_live_view():
     script = Script([[(0, 1)], [(2, 3), (0, 1)], [(4, 5)], [(1, 0)]])
-    rerank("q", cands(6), ranker=script, oracle="single", comparator=FixedAnswers({}), budget=2, max_rounds=5)
-    state = [(o.calls_left, o.rounds_left, o.exhausted) for o in script.seen]
-    assert state == [(1, 4, False), (0, 3, False), (0, 3, True), (0, 3, True)]
+    res = rerank("q", cands(6), ranker=script, oracle="single", comparator=FixedAnswers({}), budget=2, max_rounds=5)
+    assert script.states == [(1, 4, False), (0, 3, False), (0, 3, True), (0, 3, True)]
     assert script.seen[3] == [0.0]  # the cached answer still arrives after exhaustion
-    assert isinstance(script.seen[0], Outcomes) and list(script.seen[1]) == [1.0, 1.0]
+    assert script.seen[1] == [1.0, 1.0] and res.exhausted_by == ["budget"]
 
 
-def test_limits_watch_keeps_a_ranker_view_current():
+def test_view_counts_rounds_and_is_unlimited_without_an_engine():
     seen = []
 
     class Watch(Ranker):
         name = "watch"
 
         def schedule(self, ctx):
-            limits = Limits(ctx)
-            return (yield from limits.watch(self.body(ctx, limits)))
-
-        def body(self, ctx, limits):
-            seen.append((limits.calls_left, limits.rounds_left, limits.exhausted))
+            seen.append((ctx.caps.calls_left, ctx.caps.rounds_left, ctx.caps.exhausted))
             for pair in [(0, 1), (2, 3), (4, 5)]:
                 yield [pair]
-                seen.append((limits.calls_left, limits.rounds_left, limits.exhausted))
+                seen.append((ctx.caps.calls_left, ctx.caps.rounds_left, ctx.caps.exhausted))
             return list(range(ctx.n))
 
-    rerank("q", cands(6), ranker=Watch(), oracle="single", comparator=FixedAnswers({}), budget=None, max_rounds=2)
+    res = rerank("q", cands(6), ranker=Watch(), oracle="single", comparator=FixedAnswers({}), budget=None,
+                 max_rounds=2)
     assert seen == [(None, 2, False), (None, 1, False), (None, 0, False), (None, 0, True)]
+    assert res.exhausted_by == ["max_rounds"]
+    view = RankContext(4, 2).caps
+    assert (view.calls_left, view.rounds_left, view.tokens_left, view.exhausted) == (None, None, None, False)
+    assert view.affordable([(0, 1), (1, 2)]) == 2
 
 
 @pytest.mark.parametrize("max_rounds", [0, 1, 3])

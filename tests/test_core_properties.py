@@ -7,6 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from activeprp_core import ORACLES, RANKERS, Candidate, Ranker, SimulatedComparator, get_ranker, rerank
+from activeprp_core.rankers import relay
 from tests.conftest import make_case, true_top
 
 K = 10
@@ -116,24 +117,22 @@ def test_every_ranker_under_every_round_cap_and_budget(ranker):
 
 
 class CountingRanker(Ranker):
-    """Passes another ranker's schedule through, counting the pairs it asks in all and after exhaustion."""
+    """Passes another ranker's schedule through, counting the pairs the engine read (all of a list round, a lazy
+    round up to its first refused pair) in all and after exhaustion."""
 
     def __init__(self, inner):
         self.inner, self.name = inner, inner.name
         self.pairs = self.pairs_after_exhaustion = 0
 
     def schedule(self, ctx):
-        schedule, exhausted = self.inner.schedule(ctx), False
-        try:
-            pairs = next(schedule)
-            while True:
-                self.pairs += len(pairs)
-                self.pairs_after_exhaustion += len(pairs) if exhausted else 0
-                outcomes = yield pairs
-                exhausted = outcomes.exhausted
-                pairs = schedule.send(outcomes)
-        except StopIteration as stop:
-            return stop.value
+        def step(pairs):
+            exhausted = ctx.caps.exhausted
+            outcomes = yield pairs
+            self.pairs += len(outcomes)
+            self.pairs_after_exhaustion += len(outcomes) if exhausted else 0
+            return outcomes
+
+        return (yield from relay(self.inner.schedule(ctx), step))
 
 
 @pytest.mark.parametrize("ranker", sorted(RANKERS))
