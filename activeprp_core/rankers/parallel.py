@@ -128,7 +128,6 @@ class _Run:
 
     def __init__(self, ctx: RankContext, ev: Evidence, new_pairs_both: bool = False) -> None:
         self.n, self.k, self.cost, self.caps, self.ev = ctx.n, ctx.top, ctx.calls_per_pair, ctx.caps, ev
-        self.left = ctx.max_rounds  # rounds this pass plans with (a re-run plans as the first pass did)
         self.new_pairs_both = new_pairs_both
         self.eliminated: dict[int, tuple[int, int]] = {}
         self.planned = 0  # pairs the plan still expects to ask (an estimate)
@@ -137,8 +136,6 @@ class _Run:
     def questions(self, pairs: list[tuple[int, int]]) -> list[tuple[int, int]]:
         """A round's pairs as asked: the first ones as ``BothOrders`` while spare calls last (see step 4 of
         ``ParallelMohajer``); on a re-run, every pair never asked before."""
-        if self.left is not None:
-            self.left -= 1
         ev, caps = self.ev, self.caps
         fresh = [not ev.known(a, b) for a, b in pairs]
         self.planned -= sum(fresh)
@@ -158,7 +155,8 @@ class _Run:
 
     def rounds_after(self, reserved: int) -> int | None:
         """Rounds a step may use when ``reserved`` rounds must follow it (None = unlimited)."""
-        return None if self.left is None else self.left - reserved
+        left = self.caps.rounds_left
+        return None if left is None else left - reserved
 
     def ask(self, pairs: list[tuple[int, int]]) -> Schedule:
         """One round of the ``pairs`` (best first) not known yet (the engine refuses those past the caps);
@@ -258,12 +256,14 @@ class _Run:
                                    key=lambda p: (p[1], p[0])))
 
     def last_round_robin(self, contenders: list[int]) -> Schedule:
-        """The last round: a round-robin over the longest prefix of ``contenders`` (best first) whose pairs the
-        calls left pay for in full; returns that prefix by Copeland, then the other contenders as given."""
-        m, affordable, need = 0, self.caps.calls_left, 0
-        for i, b in enumerate(contenders):
-            need += sum(not self.ev.known(a, b) for a in contenders[:i])
-            if affordable is not None and i >= 2 and need > affordable // self.cost:
+        """The last round: a round-robin over the longest prefix of ``contenders`` (best first, at least two) whose
+        pairs the caps pay for in full; returns that prefix by Copeland, then the other contenders as given."""
+        new = [[(a, b) for a in contenders[:i] if not self.ev.known(a, b)] for i, b in enumerate(contenders)]
+        affordable = self.caps.affordable([p for pairs in new for p in pairs])
+        m, need = 0, 0
+        for i, pairs in enumerate(new):
+            need += len(pairs)
+            if i >= 2 and need > affordable:
                 break
             m = i + 1
         yield from self.round_robin(sorted(contenders[:m]))
@@ -279,7 +279,7 @@ class _Run:
         windows = {x: ranked[after[x]:k] for x in sorted(new.values(), key=after.get)}
         yield from self.ask([(x, y) for x, window in windows.items() for y in window])
         slot = {x: after[x] + sum(ev.wins(y, x) for y in window) for x, window in windows.items()}
-        if self.left is None or self.left >= 1:
+        if self.caps.rounds_left is None or self.caps.rounds_left >= 1:
             yield from self.ask([(a, b) for a in slot for b in slot if a < b and slot[a] == slot[b] < k])
         key = {x: (2 * r + 1, 0) for r, x in enumerate(ranked)}
         for x, s in slot.items():
