@@ -28,6 +28,14 @@ COUNTS: dict[str, dict[str, Any]] = {
 }
 
 
+#: The caps, as the command line offers them (``--budget``, ``--max-rounds``, ``--token-budget``): field -> help.
+CAP_HELP: dict[str, str] = {
+    "budget": "most LLM calls per query",
+    "max_rounds": "most sequential rounds of LLM calls per query",
+    "token_budget": "most prompt + completion tokens per query (estimates reserved, reported usage kept)",
+}
+
+
 @dataclass(frozen=True, kw_only=True)
 class RerankSettings:
     """The settings of one query's rerank (the same for every query of a ``rerank_many``).

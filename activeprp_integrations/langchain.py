@@ -24,13 +24,13 @@ from ._common import (
     SCORE_KEY,
     ComparatorFactories,
     arun_rerank,
-    check_choices,
     check_comparator,
     check_count_field,
     make_candidates,
     missing_extra,
     picked,
     run_rerank,
+    settings_of,
 )
 
 try:
@@ -69,6 +69,7 @@ class ActivePRPRerank(ComparatorFactories, BaseDocumentCompressor):
             default); handed to each rerank, so rerankers sharing one comparator keep their own caps.
         max_rounds: the most sequential rounds of LLM calls per query (None = no cap): latency ~ rounds x call
             latency.
+        token_budget: the most prompt + completion tokens per query (None = no cap; ``RerankSettings``).
         on_failure: ``"raise"`` (default: a comparator failure propagates, so ``with_fallbacks`` works) or
             ``"prior"`` (return the best-effort order; ``stats`` in the run's outputs say why, and a WARNING is
             logged on the ``activeprp`` logger).
@@ -90,6 +91,7 @@ class ActivePRPRerank(ComparatorFactories, BaseDocumentCompressor):
     seed: int = 0
     max_concurrency: int | None = None
     max_rounds: int | None = DEFAULT_MAX_ROUNDS
+    token_budget: int | None = None
     on_failure: OnFailure = "raise"
 
     @field_validator("comparator", mode="before")
@@ -104,7 +106,7 @@ class ActivePRPRerank(ComparatorFactories, BaseDocumentCompressor):
 
     @model_validator(mode="after")
     def _check(self) -> ActivePRPRerank:
-        check_choices(self.ranker, self.oracle)
+        settings_of(self)
         return self
 
     def _inputs(self, documents: Sequence[Document], query: str) -> dict[str, Any]:

@@ -20,13 +20,13 @@ from ._common import (
     DEFAULT_RANKER,
     ComparatorFactories,
     arun_rerank,
-    check_choices,
     check_comparator,
     check_count_field,
     make_candidates,
     missing_extra,
     picked,
     run_rerank,
+    settings_of,
 )
 
 try:
@@ -70,6 +70,7 @@ class ActivePRPRerank(ComparatorFactories, BaseNodePostprocessor):
         max_concurrency: the most LLM calls in flight at once for this postprocessor (None = the comparator's
             own default); handed to each rerank, so postprocessors sharing one comparator keep their own caps.
         max_rounds: the most sequential rounds of LLM calls per query (None = no cap).
+        token_budget: the most prompt + completion tokens per query (None = no cap; ``RerankSettings``).
         on_failure: ``"raise"`` (default: a comparator failure propagates; catch it to fall back) or ``"prior"``
             (return the best-effort order; the end payload's ``stats`` say why; a WARNING is logged).
 
@@ -93,6 +94,7 @@ class ActivePRPRerank(ComparatorFactories, BaseNodePostprocessor):
     seed: int = Field(default=0, description="Seed of the oracle and ranker draws.")
     max_concurrency: int | None = Field(default=None, description="Most LLM calls in flight (None = comparator's).")
     max_rounds: int | None = Field(default=DEFAULT_MAX_ROUNDS, description="Most sequential rounds (None = no cap).")
+    token_budget: int | None = Field(default=None, description="Prompt + completion tokens per query (None = no cap).")
     on_failure: OnFailure = Field(default="raise", description='"raise", or "prior" to degrade to the prior order.')
 
     _comparator: Comparator | SupportsCompare = PrivateAttr()
@@ -108,7 +110,7 @@ class ActivePRPRerank(ComparatorFactories, BaseNodePostprocessor):
 
     @model_validator(mode="after")
     def _check(self) -> ActivePRPRerank:
-        check_choices(self.ranker, self.oracle)
+        settings_of(self)
         return self
 
     @property
