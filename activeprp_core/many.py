@@ -23,7 +23,7 @@ from typing import Any
 
 from .budget import check_count
 from .comparators.base import CallGuard, Comparator, SupportsCompare, as_comparator
-from .engine import Batch, Estimator, Reranking, guard_for
+from .engine import Batch, Estimator, Reranking, blocking, guard_for, iterate_blocking
 from .errors import ComparatorAuthError
 from .settings import RerankSettings
 from .types import Accounting, Candidate, Judgment, RerankResult, to_judgments
@@ -255,19 +255,9 @@ def rerank_many(
         queries in progress.
     """
     judge, session = _setup(requests, settings, options, comparator, max_active, progress)
+    ask = blocking(lambda item: judge.judge_batch(item.items, guard=item.guard))
     with contextlib.closing(session):
-        item = next(session, None)
-        while item is not None:
-            if not isinstance(item, _Ask):
-                yield item
-                item = next(session, None)
-                continue
-            try:
-                answer = judge.judge_batch(item.items, guard=item.guard)
-            except Exception as error:
-                item = _throw(session, error)
-            else:
-                item = _send(session, answer)
+        yield from iterate_blocking(_pump(session, ask))
 
 
 async def arerank_many(
@@ -283,29 +273,30 @@ async def arerank_many(
     so the calls of all queries in progress run concurrently (at most ``max_concurrency`` in flight)."""
     judge, session = _setup(requests, settings, options, comparator, max_active, progress)
     with contextlib.closing(session):
-        item = next(session, None)
-        while item is not None:
-            if not isinstance(item, _Ask):
-                yield item
-                item = next(session, None)
-                continue
-            try:
-                answer = await judge.ajudge_batch(item.items, guard=item.guard)
-            except Exception as error:
-                item = _throw(session, error)
-            else:
-                item = _send(session, answer)
+        async for item in _pump(session, lambda item: judge.ajudge_batch(item.items, guard=item.guard)):
+            yield item
 
 
-def _send(session, answer):
+async def _pump(session, ask) -> AsyncIterator[RerankResult | RerankFailure]:
+    """Run the I/O-free ``session``: yield its finished items, answer its ``_Ask`` with ``await ask(item)``
+    (the shared body of ``rerank_many``, where ``ask`` never suspends, and ``arerank_many``)."""
+    item = next(session, None)
+    while item is not None:
+        if not isinstance(item, _Ask):
+            yield item
+            item = next(session, None)
+            continue
+        try:
+            answer = await ask(item)
+        except Exception as error:
+            item = _resume(session.throw, error)
+        else:
+            item = _resume(session.send, answer)
+
+
+def _resume(method, value):
+    """``session.send(value)`` / ``session.throw(value)``; None once the session has finished."""
     try:
-        return session.send(answer)
-    except StopIteration:
-        return None
-
-
-def _throw(session, error: Exception):
-    try:
-        return session.throw(error)
+        return method(value)
     except StopIteration:
         return None
