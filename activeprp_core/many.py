@@ -226,15 +226,9 @@ def _setup(requests, settings, options, comparator, max_active, progress) -> tup
     return judge, _session(_Window(requests, settings, judge.estimate_tokens, max_active, guard, progress))
 
 
-def rerank_many(
-    requests: Iterable[tuple[str, Sequence[Candidate]]],
-    settings: RerankSettings | None = None,
-    *,
-    comparator: Comparator | SupportsCompare,
-    max_active: int = DEFAULT_MAX_ACTIVE,
-    progress: bool = False,
-    **options: Any,
-) -> Iterator[RerankResult | RerankFailure]:
+def rerank_many(requests: Iterable[tuple[str, Sequence[Candidate]]], settings: RerankSettings | None = None, *,
+                comparator: Comparator | SupportsCompare, max_active: int = DEFAULT_MAX_ACTIVE, progress: bool = False,
+                **options: Any) -> Iterator[RerankResult | RerankFailure]:
     """Rerank many queries together (see the module docstring); one result per request, in input order.
 
     Args:
@@ -260,15 +254,9 @@ def rerank_many(
         yield from iterate_blocking(_pump(session, ask))
 
 
-async def arerank_many(
-    requests: Iterable[tuple[str, Sequence[Candidate]]],
-    settings: RerankSettings | None = None,
-    *,
-    comparator: Comparator | SupportsCompare,
-    max_active: int = DEFAULT_MAX_ACTIVE,
-    progress: bool = False,
-    **options: Any,
-) -> AsyncIterator[RerankResult | RerankFailure]:
+async def arerank_many(requests: Iterable[tuple[str, Sequence[Candidate]]], settings: RerankSettings | None = None,
+                       *, comparator: Comparator | SupportsCompare, max_active: int = DEFAULT_MAX_ACTIVE,
+                       progress: bool = False, **options: Any) -> AsyncIterator[RerankResult | RerankFailure]:
     """Async ``rerank_many`` (same arguments and results): each step awaits the comparator's ``ajudge_batch``,
     so the calls of all queries in progress run concurrently (at most ``max_concurrency`` in flight)."""
     judge, session = _setup(requests, settings, options, comparator, max_active, progress)

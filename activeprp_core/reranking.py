@@ -116,7 +116,6 @@ class Reranking:
         """Whether a cap has refused a question."""
         return bool(self.exhausted_by)
 
-    # ---- the protocol ------------------------------------------------------------------------------
     def next_batch(self) -> Batch | _Done:
         """The batch to answer now, or ``DONE``."""
         return DONE if self._pending is None else self._pending
@@ -166,7 +165,6 @@ class Reranking:
             raise RuntimeError("result() before the reranking is done: answer next_batch() until it is DONE")
         return _finish(self, self._order)
 
-    # ---- internals ---------------------------------------------------------------------------------
     def _require_pending(self, what: str) -> Batch:
         if self._pending is None:
             raise RuntimeError(f"{what}() with no batch pending: call next_batch() first (or result() when DONE)")
@@ -285,11 +283,8 @@ def _whole_questions_from(sizes: Sequence[int], sent: int) -> int:
 
 
 def _scores(order: list[int]) -> list[float]:
-    n = len(order)
-    scores = [0.0] * n
-    for rank, i in enumerate(order):
-        scores[i] = (n - rank) / n
-    return scores
+    rank = {i: r for r, i in enumerate(order)}
+    return [(len(order) - rank[i]) / len(order) for i in range(len(order))]
 
 
 def _affordable(r: Reranking, pairs: Sequence[tuple[int, int]]) -> int:

@@ -173,9 +173,7 @@ def rerank_dataset(
             ``cache``, ``on_failure``, ``max_concurrency``, ``max_consecutive_failures``), as for ``rerank_many``.
         max_active: ``rerank_many``'s cap on queries in progress per actor.
 
-    Returns:
-        A lazy ``ray.data.Dataset`` (nothing runs until it is consumed) with the input columns plus ``order``,
-        the stats columns and ``error``.
+    Returns: a lazy ``ray.data.Dataset`` (nothing runs until consumed): the input columns, ``order``, stats, ``error``.
 
     Raises:
         ImportError: Ray Data is missing (names ``activeprp[ray]``).
@@ -184,6 +182,20 @@ def rerank_dataset(
         by Ray) when a dead endpoint stops a batch.
     """
     ray = _ray()
+    settings = _check(comparator_factory, num_actors, batch_size, max_active, num_cpus, num_gpus, settings, rerank_kwargs)
+    resources = {"num_cpus": num_cpus} | ({"num_gpus": num_gpus} if num_gpus is not None else {})
+    out = ds.map_batches(
+        _Reranker, fn_constructor_kwargs={"comparator_factory": comparator_factory, "settings": settings,
+                                          "max_active": max_active, "use_async": use_async},
+        compute=ray.data.ActorPoolStrategy(size=num_actors), batch_size=batch_size, batch_format="pyarrow",
+        **resources)
+    out.context.raise_original_map_exception = True  # a dead endpoint's error, not "UDF failed" (see unwrap)
+    return out
+
+
+def _check(comparator_factory, num_actors, batch_size, max_active, num_cpus, num_gpus, settings,
+           rerank_kwargs) -> RerankSettings:
+    """``rerank_dataset``'s arguments checked (before anything runs); returns the settings of every row."""
     if not callable(comparator_factory):
         raise TypeError(f"comparator_factory must be a callable returning a comparator, got "
                         f"{type(comparator_factory).__name__}")
@@ -195,15 +207,7 @@ def rerank_dataset(
     reserved = sorted(set(rerank_kwargs) & set(_RESERVED))
     if reserved:
         raise TypeError(f"rerank_dataset sets {reserved} itself: pass comparator_factory, and no {reserved}")
-    settings = RerankSettings.of(settings, **rerank_kwargs)  # checks names and values, as rerank_many does
-    resources = {"num_cpus": num_cpus} | ({"num_gpus": num_gpus} if num_gpus is not None else {})
-    out = ds.map_batches(
-        _Reranker, fn_constructor_kwargs={"comparator_factory": comparator_factory, "settings": settings,
-                                          "max_active": max_active, "use_async": use_async},
-        compute=ray.data.ActorPoolStrategy(size=num_actors), batch_size=batch_size, batch_format="pyarrow",
-        **resources)
-    out.context.raise_original_map_exception = True  # a dead endpoint's error, not "UDF failed" (see unwrap)
-    return out
+    return RerankSettings.of(settings, **rerank_kwargs)  # checks names and values, as rerank_many does
 
 
 def connect(address: str | None = None, *, num_cpus: int | None = None) -> bool:
