@@ -182,8 +182,9 @@ def rerank_dataset(
         by Ray) when a dead endpoint stops a batch.
     """
     ray = _ray()
-    settings = _check(comparator_factory, num_actors, batch_size, max_active, num_cpus, num_gpus, settings, rerank_kwargs)
-    resources = {"num_cpus": num_cpus} | ({"num_gpus": num_gpus} if num_gpus is not None else {})
+    settings = _check(comparator_factory, num_actors, batch_size, max_active, num_cpus, num_gpus, settings,
+                      rerank_kwargs)
+    resources = {"num_cpus": num_cpus} | ({"num_gpus": num_gpus} if num_gpus else {})
     out = ds.map_batches(
         _Reranker, fn_constructor_kwargs={"comparator_factory": comparator_factory, "settings": settings,
                                           "max_active": max_active, "use_async": use_async},
