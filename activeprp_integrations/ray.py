@@ -164,8 +164,7 @@ def rerank_dataset(
         num_actors: actors in the pool (``ray.data.ActorPoolStrategy(size=num_actors)``).
         num_cpus, num_gpus: resources reserved per actor (passed to ``map_batches``). The default ``num_cpus``
             is fractional (0.5) so that read tasks still get a CPU on a small cluster.
-        batch_size: rows per ``map_batches`` batch: the queries one ``rerank_many`` call merges (its
-            ``max_active`` caps those in progress).
+        batch_size: rows per ``map_batches`` batch: the queries one ``rerank_many`` call merges.
         use_async: run ``arerank_many`` on each actor's event loop (for endpoint comparators: the calls of the
             batch's queries run concurrently, at most ``max_concurrency`` in flight per actor).
         settings, rerank_kwargs: the ``RerankSettings`` of every row, and/or its fields as keyword arguments
@@ -184,7 +183,7 @@ def rerank_dataset(
     ray = _ray()
     settings = _check(comparator_factory, num_actors, batch_size, max_active, num_cpus, num_gpus, settings,
                       rerank_kwargs)
-    resources = {"num_cpus": num_cpus} | ({"num_gpus": num_gpus} if num_gpus else {})
+    resources = {"num_cpus": num_cpus} | ({"num_gpus": num_gpus} if num_gpus is not None else {})
     out = ds.map_batches(
         _Reranker, fn_constructor_kwargs={"comparator_factory": comparator_factory, "settings": settings,
                                           "max_active": max_active, "use_async": use_async},
