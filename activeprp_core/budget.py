@@ -115,6 +115,10 @@ class Caps:
     def __getitem__(self, name: str) -> Cap:
         return self.caps[name]
 
+    def reconciled(self, name: str) -> bool:
+        """Whether cap ``name`` is reconciled with reported usage after the answers (its reservations shrink)."""
+        return RULES[name].usage is not None
+
     def prompt_costs(self, estimates: Sequence[int]) -> list[dict[str, int]]:
         """What each prompt reserves, from its token estimate."""
         rules = [(name, rule.cost) for name, rule in RULES.items() if rule.per == "prompt"]

@@ -4,6 +4,7 @@ protocol, the caps and the failure policy; ``rerank`` / ``rerank_many`` drive it
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import random
 import time
@@ -18,7 +19,7 @@ from .oracles import Oracle, Prompt, get_oracle
 from .rankers import RankContext, Ranker, get_ranker, relay
 from .rankers.auto import choose
 from .settings import RerankSettings
-from .types import Accounting, Candidate, Judgment, Pair, RerankResult, to_judgments
+from .types import Accounting, Candidate, Judgment, Pair, RerankResult, check_candidates, to_judgments
 
 log = logging.getLogger("activeprp.engine")
 Estimator = Callable[[str, Sequence[Pair]], list[int]]
@@ -47,22 +48,6 @@ class Batch:
     query: str
     prompts: list[Prompt]
     pairs: list[tuple[Candidate, Candidate]]
-
-
-def check_candidates(query: Any, candidates: Any) -> list[Candidate]:
-    """``candidates`` as a list after checking the types of ``query`` and of every candidate.
-
-    Raises:
-        TypeError: a non-str query, candidates that are not a sequence of ``Candidate``.
-    """
-    if not isinstance(query, str):
-        raise TypeError(f"query must be str, got {type(query).__name__}")
-    if isinstance(candidates, (str, bytes)) or not isinstance(candidates, Sequence):
-        raise TypeError("candidates must be a list of Candidate")
-    for c in candidates:
-        if not isinstance(c, Candidate):
-            raise TypeError(f"candidates must be Candidate objects, got {type(c).__name__}")
-    return list(candidates)
 
 
 class Reranking:
@@ -185,68 +170,61 @@ class Reranking:
         """One round of the ranker: plan it, yield the prompts to send, record the answers; returns the round's
         outcomes (P(i beats j) per pair read, None when unknown). A round given as a list is read whole; one
         given as an iterator is read up to and including the first question a cap refuses (so a ranker may
-        offer every pair it wants, e.g. ``allpairs``, and the work stays bounded by the caps)."""
+        offer every pair it wants, e.g. ``allpairs``, and the work stays bounded by the caps). Questions that a
+        reconciled cap (tokens) cannot pay for only because of this batch's reservations wait for its answers
+        and go out in a further batch (a further round of calls) once the usage is known."""
         asked: list[tuple[int, int]] = []
-        prompts = self._plan(pairs, asked, stop_at_refusal=not isinstance(pairs, Sequence))
-        judgments = yield prompts
-        self._record(prompts, judgments)
-        pairs = asked
-        outs = [self.oracle.outcome(i, j, self.answers) for i, j in pairs]
-        fresh = set(prompts)
-        self.counts.ties += sum(o == 0.5 for (i, j), o in zip(pairs, outs) if (i, j) in fresh or (j, i) in fresh)
+        fresh: set[Prompt] = set()
+        source = _questions_of(self, _tee(iter(pairs), asked), self._oracle_rng, fresh)
+        waiting: list[list[Prompt]] = []
+        while True:
+            prompts, waiting = self._plan(waiting, source, fresh, lazy=not isinstance(pairs, Sequence))
+            self._record(prompts, (yield prompts))
+            if not waiting:
+                break
+        outs = [self.oracle.outcome(i, j, self.answers) for i, j in asked]
+        self.counts.ties += sum(o == 0.5 for (i, j), o in zip(asked, outs) if (i, j) in fresh or (j, i) in fresh)
         if not self.cache:
             self.answers.clear()
         return outs
 
-    def _questions_of(self, pairs: Iterable[tuple[int, int]], rng: random.Random):
-        """Per question of a round: ``(need, costs, planned)``, the ordered prompts still to ask, what each would
-        reserve (None for an answer from the pair cache), and the set of prompts planned so far (the caller adds
-        the prompts it takes, so that a pair asked twice in a round is asked once)."""
-        planned: set[Prompt] = set()
-
-        def known(p: Prompt) -> bool:
-            return p in self.answers or p in planned
-
-        for pair in pairs:
-            if pair[0] == pair[1]:
-                raise RankerError(f"ranker {self.ranker.name} asked to compare candidate {pair[0]} with itself")
-            need = self.oracle.question(pair, known, rng)
-            yield need, (self._costs(need) if need else None), planned
-
-    def _costs(self, need: list[Prompt]) -> list[dict[str, int]]:
-        estimates = [0] * len(need)
-        if self.caps.needs_estimates:
-            estimates = self.estimator(self.query, [(self.candidates[a], self.candidates[b]) for a, b in need])
-        return self.caps.prompt_costs(estimates)
-
-    def _plan(self, pairs: Iterable[tuple[int, int]], asked: list, stop_at_refusal: bool) -> list[Prompt]:
-        """The ordered prompts to send for a round: deduplicated, skipping what the cache answers, each question
-        reserving its cost in every cap (a question that does not fit is refused whole); nothing once the calls
-        were stopped by a failure. The pairs read are appended to ``asked``."""
+    def _plan(self, waiting: list[list[Prompt]], source: Iterator, planned: set[Prompt], lazy: bool):
+        """The ordered prompts of the next batch and the questions left waiting: first the ``waiting`` ones, then
+        the round's further questions from ``source`` (``_questions_of`` over ``planned``), deduplicated, skipping
+        what the cache answers, each reserving its cost in every cap. A question that does not fit is refused
+        whole, unless a reconciled cap refused it while this batch holds reservations of that cap: then it waits.
+        Nothing is sent once a failure stopped the calls; a lazy source is read no further after a refusal or a
+        wait."""
         prompts: list[Prompt] = []
+        later: list[list[Prompt]] = []
         self._held, self._questions = [], []
-        pairs = iter(pairs)
-        for need, costs, planned in self._questions_of(_tee(pairs, asked), self._oracle_rng):
-            if costs is None:
+        again = ([p for p in need if p not in self.answers] for need in waiting)  # answered meanwhile: cached
+        for need, costs in itertools.chain(((need, need and _costs(self, need)) for need in again), source):
+            if not need:
                 self.counts.cache_hits += 1
-            elif self.failure is None:
-                refused = self.caps.refusal(costs)
-                if refused is not None:
-                    self.exhausted_by += [] if refused in self.exhausted_by else [refused]
-                    if stop_at_refusal:
-                        break
-                    continue
+                continue
+            if self.failure is not None:
+                continue
+            refused = self.caps.refusal(costs)
+            if refused is None:
                 self.caps.take(costs)
                 prompts.extend(need)
                 planned.update(need)
                 self._questions.append(len(need))
                 self._held.extend(costs)
                 self.counts.comparisons += 1
+                continue
+            if self.caps.reconciled(refused) and any(h.get(refused) for h in self._held):
+                later.append(need)
+            elif refused not in self.exhausted_by:
+                self.exhausted_by.append(refused)
+            if lazy:
+                break
         if prompts:
             self.caps.take_round()
             log.debug("round %d: %d calls (%s calls left)", self.caps["max_rounds"].spent, len(prompts),
                       self.caps["budget"].remaining)
-        return prompts
+        return prompts, later
 
     def _record(self, prompts: Sequence[Prompt], judgments: Sequence[Judgment]) -> None:
         for prompt, j, held in zip(prompts, judgments, self._held):
@@ -265,11 +243,30 @@ class Reranking:
             self.errors.append(message)
 
 
+def _questions_of(r: Reranking, pairs: Iterable[tuple[int, int]], rng: random.Random, planned: set[Prompt]):
+    """Per question of a round: ``(need, costs)``, the ordered prompts still to ask and what each would
+    reserve (None for an answer from the pair cache); ``planned``: the prompts taken so far in the round (the
+    caller adds those it takes, so that a pair asked twice in a round is asked once)."""
+    def known(p: Prompt) -> bool:
+        return p in r.answers or p in planned
+
+    for pair in pairs:
+        if pair[0] == pair[1]:
+            raise RankerError(f"ranker {r.ranker.name} asked to compare candidate {pair[0]} with itself")
+        need = r.oracle.question(pair, known, rng)
+        yield need, (_costs(r, need) if need else None)
+
+
+def _costs(r: Reranking, need: list[Prompt]) -> list[dict[str, int]]:
+    estimates = [0] * len(need)
+    if r.caps.needs_estimates:
+        estimates = r.estimator(r.query, [(r.candidates[a], r.candidates[b]) for a, b in need])
+    return r.caps.prompt_costs(estimates)
+
+
 def _tee(pairs: Iterable[tuple[int, int]], read: list) -> Iterator[tuple[int, int]]:
     """``pairs``, appending each to ``read`` as it is taken."""
-    for pair in pairs:
-        read.append(pair)
-        yield pair
+    return (read.append(pair) or pair for pair in pairs)
 
 
 def _whole_questions_from(sizes: Sequence[int], sent: int) -> int:
@@ -291,7 +288,8 @@ def _affordable(r: Reranking, pairs: Sequence[tuple[int, int]]) -> int:
     """How many of ``pairs``, in order, the caps pay for now (``BudgetView.affordable``): nothing is
     reserved, and no oracle draw is consumed (a scratch stream chooses the slot orders)."""
     extra: dict[str, int] = {}
-    for count, (need, costs, planned) in enumerate(r._questions_of(pairs, random.Random(0))):
+    planned: set[Prompt] = set()
+    for count, (need, costs) in enumerate(_questions_of(r, pairs, random.Random(0), planned)):
         if costs is not None:
             if r.failure is not None or r.caps.refusal(costs, extra) is not None:
                 return count

@@ -58,6 +58,22 @@ class Judgment:
     error: str | None = None
 
 
+def check_candidates(query: Any, candidates: Any) -> list[Candidate]:
+    """``candidates`` as a list after checking the types of ``query`` and of every candidate.
+
+    Raises:
+        TypeError: a non-str query, candidates that are not a sequence of ``Candidate``.
+    """
+    if not isinstance(query, str):
+        raise TypeError(f"query must be str, got {type(query).__name__}")
+    if isinstance(candidates, (str, bytes)) or not isinstance(candidates, Sequence):
+        raise TypeError("candidates must be a list of Candidate")
+    for c in candidates:
+        if not isinstance(c, Candidate):
+            raise TypeError(f"candidates must be Candidate objects, got {type(c).__name__}")
+    return list(candidates)
+
+
 def to_judgments(answers: Sequence[Any], expected: int) -> list[Judgment]:
     """Normalise a comparator's answers (floats, None, or Judgment objects) to ``Judgment`` objects.
 

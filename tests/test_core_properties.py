@@ -149,3 +149,23 @@ def test_scheduling_work_is_bounded_by_the_budget(ranker, oracle):
     assert res.exhausted and sorted(res.order) == list(range(n))
     assert counting.pairs <= 2 * n + 100
     assert counting.pairs_after_exhaustion <= n
+
+
+@pytest.mark.parametrize(("ranker", "oracle"), PAIRS)
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.sampled_from([2, K, 37]), token_budget=st.integers(0, 40_000), share=st.sampled_from([0.0, 0.25, 1.0]),
+       budget=st.sampled_from([None, 60]), max_rounds=st.sampled_from([None, 4]), seed=st.integers(0, 2**16))
+def test_reported_tokens_never_exceed_the_token_budget(ranker, oracle, n, token_budget, share, budget, max_rounds,
+                                                       seed):
+    from tests.conftest import UsageJudge
+
+    cands, labels = make_case(n, seed=seed % 97)
+    judge = UsageJudge(labels, share=share)
+    res = rerank("q", cands, ranker=ranker, oracle=oracle, comparator=judge.comparator, budget=budget, top_k=K,
+                 seed=seed, max_rounds=max_rounds, token_budget=token_budget)
+    assert sorted(res.order) == list(range(n))
+    assert res.prompt_tokens + res.completion_tokens == judge.reported <= token_budget
+    assert res.calls == judge.calls and set(res.exhausted_by) <= {"budget", "max_rounds", "token_budget"}
+    assert res.exhausted == bool(res.exhausted_by)
+    if token_budget < 32:  # below any prompt's bound: nothing can be sent
+        assert res.calls == 0 and (n < 2 or res.exhausted_by)
