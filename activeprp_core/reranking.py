@@ -51,7 +51,7 @@ class Batch:
 
 
 class Reranking:
-    """One query's reranking as a sans-I/O state machine (see the module docstring).
+    """One query's reranking as a sans-I/O state machine (see ``activeprp_core.engine``).
 
     Args:
         query, candidates: as for ``rerank``. settings: a ``RerankSettings``; ``**options`` set or replace its
@@ -74,7 +74,7 @@ class Reranking:
         self.query, self.candidates = query, check_candidates(query, candidates)
         self.top_k, self.on_failure, self.cache = s.top_k, s.on_failure, s.cache
         self.caps = Caps({name: getattr(s, name) for name in RULES})
-        self.estimator = estimator or (lambda q, pairs: Comparator.estimate_tokens(Comparator, q, pairs))
+        self.estimator = estimator or (lambda q, pairs: Comparator.estimate_tokens(Comparator, q, pairs))  # default
         ranker, oracle = choose(len(self.candidates), self.top_k, s.budget, s.max_rounds, s.ranker, s.oracle)
         self.ranker: Ranker = get_ranker(ranker)
         self.oracle: Oracle = get_oracle(oracle)

@@ -47,7 +47,8 @@ def fail(message: str, code: int) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="activeprp", description=__doc__.splitlines()[0])
     subparsers = parser.add_subparsers(dest="command", required=True)
-    plugins = {ep.value for ep in entry_points(group=COMMAND_GROUP)}
+    # a plugin whose command the core already has (e.g. bench while it moves out of the core) is left out
+    plugins = {ep.value for ep in entry_points(group=COMMAND_GROUP) if ep.name not in SUBCOMMANDS}
     for name in dict.fromkeys([f"{__name__}.{n}" for n in SUBCOMMANDS] + sorted(plugins)):
         try:
             module = importlib.import_module(name)
