@@ -105,62 +105,64 @@ RULES: dict[str, Rule] = {
 
 class Caps:
     """One query's caps (one ``Cap`` per ``RULES`` entry, from ``limits``): reserve before sending, reconcile
-    after the answer. A cost is a dict ``{cap name: units}`` over the capped entries only."""
+    after the answer. A prompt's cost is a dict ``{cap name: units}`` over the per-prompt rules (uncapped ones
+    too: they count what was spent)."""
 
     def __init__(self, limits: Mapping[str, int | None]) -> None:
         self.caps = {name: Cap(limits[name], name) for name in RULES}
-        self.capped = [name for name, cap in self.caps.items() if cap.limit is not None]
-        self.needs_estimates = any(RULES[name].estimated for name in self.capped)
+        capped = [name for name, cap in self.caps.items() if cap.limit is not None]
+        self.needs_estimates = any(RULES[name].estimated for name in capped)
+        self._per_prompt = [(name, rule.cost) for name, rule in RULES.items() if rule.per == "prompt"]
+        self._rounds = [self.caps[name] for name, rule in RULES.items() if rule.per == "round"]
+        self._capped_rounds = [cap for cap in self._rounds if cap.limit is not None]
+        self._capped_prompt = [self.caps[name] for name, _ in self._per_prompt if name in capped]
+        self._usage = {name: rule.usage for name, rule in RULES.items() if rule.usage is not None}
 
     def __getitem__(self, name: str) -> Cap:
         return self.caps[name]
 
     def reconciled(self, name: str) -> bool:
         """Whether cap ``name`` is reconciled with reported usage after the answers (its reservations shrink)."""
-        return RULES[name].usage is not None
+        return name in self._usage
 
     def prompt_costs(self, estimates: Sequence[int]) -> list[dict[str, int]]:
         """What each prompt reserves, from its token estimate."""
-        rules = [(name, rule.cost) for name, rule in RULES.items() if rule.per == "prompt"]
-        return [{name: cost(e) for name, cost in rules} for e in estimates]
+        return [{name: cost(e) for name, cost in self._per_prompt} for e in estimates]
 
     def refusal(self, costs: Sequence[dict[str, int]], extra: Mapping[str, int] | None = None) -> str | None:
-        """The first cap that a question of prompts ``costs`` (in a round, on top of ``extra``) does not fit."""
-        for name in self.capped:
-            if RULES[name].per == "round":
-                if not self.caps[name].fits(1):
-                    return name
-            elif not self.caps[name].fits((extra or {}).get(name, 0) + sum(c.get(name, 0) for c in costs)):
-                return name
+        """The first cap that a question of prompts ``costs`` (in a round, on top of ``extra``) does not fit: the
+        round caps first, then the per-prompt caps in ``RULES`` order."""
+        for cap in self._capped_rounds:
+            if not cap.fits(1):
+                return cap.name
+        for cap in self._capped_prompt:
+            if not cap.fits((extra or {}).get(cap.name, 0) + sum(c[cap.name] for c in costs)):
+                return cap.name
         return None
 
     def take(self, costs: Sequence[dict[str, int]]) -> None:
         for cost in costs:
             for name, n in cost.items():
-                self.caps[name].take(n)
+                self.caps[name].spent += n  # refusal() said it fits
 
     def take_round(self) -> None:
-        for name, rule in RULES.items():
-            if rule.per == "round":
-                self.caps[name].take(1)
+        for cap in self._rounds:
+            cap.spent += 1
 
     def refund(self, costs: Sequence[dict[str, int]], round_too: bool = False) -> None:
         """Give back what prompts never sent reserved (and their round)."""
         for cost in costs:
             for name, n in cost.items():
                 self.caps[name].refund(n)
-        if round_too:
-            for name, rule in RULES.items():
-                if rule.per == "round":
-                    self.caps[name].refund(1)
+        for cap in self._rounds if round_too else ():
+            cap.refund(1)
 
     def reconcile(self, cost: Mapping[str, int], judgment: Any) -> None:
         """Replace one prompt's reservations by the usage its answer reports."""
-        for name, n in cost.items():
-            usage = RULES[name].usage
-            used = None if usage is None else usage(judgment)
+        for name, usage in self._usage.items():
+            used = usage(judgment) if name in cost else None
             if used is not None:
-                self.caps[name].settle(n, used)
+                self.caps[name].settle(cost[name], used)
 
 
 Budget = Cap  # the names under which the call cap was first exported
