@@ -35,10 +35,10 @@ TOP_K, SEED = 10, 0
 JUDGE = {"strength": 1.0, "doc_noise": 1.172, "position_bias": 0.484, "pair_noise": 0.5}
 
 
-def load_queries() -> dict[str, dict]:
-    """``{collection/qid: {"ids": [...], "qrels": {docid: grade}}}`` for the judged DL19 + DL20 queries."""
+def judged_queries():
+    """``(collection, qid, query, hits, qrels)`` per judged DL19 + DL20 query, hits in rank order (RankGPT layout:
+    ``{"docid", "content", "rank", ...}``), qrels ``{docid: grade}`` (negative grades as 0)."""
     data = next(d for d in DATA if d.is_dir())
-    out = {}
     for year, tag in ((2019, "dl19"), (2020, "dl20")):
         d = data / f"trec-dl-{year}"
         qrels: dict[str, dict[str, int]] = {}
@@ -46,11 +46,17 @@ def load_queries() -> dict[str, dict]:
             qid, _, doc, grade = line.split()
             qrels.setdefault(qid, {})[doc] = max(0, int(grade))
         for line in (d / f"bm25_{tag}_top100.jsonl").read_text().splitlines():
-            hits = sorted(json.loads(line)["hits"], key=lambda h: int(h["rank"]))
+            rec = json.loads(line)
+            hits = sorted(rec["hits"], key=lambda h: int(h["rank"]))
             qid = str(hits[0]["qid"])
             if qrels.get(qid):
-                out[f"{tag}/{qid}"] = {"ids": [str(h["docid"]) for h in hits], "qrels": qrels[qid]}
-    return out
+                yield tag, qid, rec["query"], hits, qrels[qid]
+
+
+def load_queries() -> dict[str, dict]:
+    """``{collection/qid: {"ids": [...], "qrels": {docid: grade}}}`` for the judged DL19 + DL20 queries."""
+    return {f"{tag}/{qid}": {"ids": [str(h["docid"]) for h in hits], "qrels": qrels}
+            for tag, qid, _, hits, qrels in judged_queries()}
 
 
 def cells():

@@ -21,10 +21,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # this checkout's packages, not an installed copy
 
+from same_results import JUDGE, judged_queries  # noqa: E402 (benchmarks/, on sys.path when run as a script)
+
 from activeprp_core import RANKERS, Candidate, Comparator, Judgment, SimulatedComparator, rerank  # noqa: E402
 
-DATA = [ROOT.parent / "shared" / "data", Path("/work/shared/data")]
-JUDGE = {"strength": 1.0, "doc_noise": 1.172, "position_bias": 0.484, "pair_noise": 0.5}
 CAPS = (20_000, 50_000, 100_000)
 OUT = ROOT / "benchmarks" / "results" / "token_budget"
 
@@ -43,21 +43,8 @@ class ReportingJudge(Comparator):
 
 
 def load(n_queries: int | None) -> list[tuple[str, list[Candidate], dict[str, int]]]:
-    data = next(d for d in DATA if d.is_dir())
-    out = []
-    for year, tag in ((2019, "dl19"), (2020, "dl20")):
-        d = data / f"trec-dl-{year}"
-        qrels: dict[str, dict[str, int]] = {}
-        for line in (d / f"qrels.{tag}-passage.txt").read_text().splitlines():
-            qid, _, doc, grade = line.split()
-            qrels.setdefault(qid, {})[doc] = max(0, int(grade))
-        for line in (d / f"bm25_{tag}_top100.jsonl").read_text().splitlines():
-            rec = json.loads(line)
-            hits = sorted(rec["hits"], key=lambda h: int(h["rank"]))
-            if qrels.get(str(hits[0]["qid"])):
-                out.append((rec["query"], [Candidate(str(h["docid"]), h["content"]) for h in hits],
-                            qrels[str(hits[0]["qid"])]))
-    return out[:n_queries]
+    return [(query, [Candidate(str(h["docid"]), h["content"]) for h in hits], qrels)
+            for _, _, query, hits, qrels in judged_queries()][:n_queries]
 
 
 def main() -> int:
