@@ -28,14 +28,16 @@ from .oracles import (
     SingleDirectionOracle,
     get_oracle,
 )
-from .rankers import RANKERS, Limits, Outcomes, RankContext, Ranker, get_ranker
+from .rankers import RANKERS, RankContext, Ranker, get_ranker
+from .settings import RerankSettings
 from .types import Accounting, Candidate, Judgment, RerankResult
 
 __all__ = [
     "DONE", "ORACLES", "RANKERS", "Accounting", "ActivePRPError", "Batch", "BidirectionalOracle", "BothOrders",
     "Budget", "CallBudget", "CallGuard", "Candidate", "Comparator", "ComparatorAuthError", "ComparatorError",
-    "ComparatorRequestError", "ComparatorUnavailable", "InvalidAnswer", "Judgment", "Limits", "Oracle", "Outcomes",
+    "ComparatorRequestError", "ComparatorUnavailable", "InvalidAnswer", "Judgment", "Oracle",
     "RandomizedDirectionOracle", "RankContext", "Ranker", "RankerError", "RerankFailure", "RerankResult",
+    "RerankSettings",
     "Reranking", "SimulatedComparator", "SingleDirectionOracle", "SupportsCompare", "arerank", "arerank_many",
     "as_comparator", "get_oracle", "get_ranker", "rerank", "rerank_many"
 ]

@@ -1,8 +1,19 @@
-"""Hard caps the engine enforces per query: LLM calls (``budget``) and sequential rounds (``max_rounds``)."""
+"""The per-query hard caps and the one integer checker.
+
+- ``check_count``: the one checker of every integer setting (numpy integers accepted, bools refused).
+- ``Cap``: one named hard cap (``budget`` calls, ``max_rounds`` rounds, ``token_budget`` tokens): units are
+  reserved *before* they are used (``take``), so batched or concurrent execution never overshoots, and what a
+  reservation did not use is given back afterwards (``refund``, e.g. the reported tokens of a call against the
+  upper bound reserved for it).
+- ``BudgetView``: the live, read-only view of a query's caps a ranker gets as ``RankContext.caps``.
+"""
 
 from __future__ import annotations
 
 import numbers
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
 
 
 def check_count(value: object, name: str, *, minimum: int | None = 0, allow_none: bool = False) -> int | None:
@@ -23,24 +34,21 @@ def check_count(value: object, name: str, *, minimum: int | None = 0, allow_none
     return int(value)
 
 
-class Budget:
-    """A hard cap ``limit`` on a count of units for one query (``None`` = unlimited): LLM calls, or rounds.
-
-    Units are reserved *before* they are used (``take``), so batched or concurrent execution can never
-    overshoot: a reservation that does not fit is refused whole and nothing is charged.
+class Cap:
+    """A hard cap ``limit`` on a count of units for one query (``None`` = unlimited), named like its setting.
 
     Raises:
-        TypeError: ``limit`` is not an integer (bools are rejected) or None.
-        ValueError: ``limit`` is negative.
+        TypeError: ``limit`` is not an integer (bools are rejected) or None. ValueError: ``limit`` is negative.
     """
 
     def __init__(self, limit: int | None, name: str = "budget") -> None:
+        self.name = name
         self.limit = check_count(limit, name, allow_none=True)
         self.spent = 0
 
     @property
     def remaining(self) -> int | None:
-        """Units still allowed (None when unlimited)."""
+        """Units still available (None = unlimited)."""
         return None if self.limit is None else self.limit - self.spent
 
     def fits(self, n: int) -> bool:
@@ -55,8 +63,155 @@ class Budget:
         return True
 
     def refund(self, n: int) -> None:
-        """Give back ``n`` reserved units that were never used (e.g. calls of a failed batch never sent)."""
+        """Give back ``n`` reserved units that were never used (calls never sent, tokens not reported)."""
         self.spent -= min(n, self.spent)
 
+    def settle(self, reserved: int, used: int) -> None:
+        """Replace a reservation of ``reserved`` units by the ``used`` units reported afterwards."""
+        self.spent = max(0, self.spent + used - reserved)
 
-CallBudget = Budget  # the name under which the call cap was first exported
+    def __repr__(self) -> str:
+        return f"Cap({self.name}: {self.spent}/{self.limit})"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """How the engine charges one cap.
+
+    Attributes:
+        per: ``"prompt"`` (each ordered prompt reserves ``cost(estimate)`` before it is sent, ``estimate`` =
+            its upper-bound token count) or ``"round"`` (each round that sends calls reserves 1).
+        cost: the reservation of one prompt from its token estimate.
+        usage: what an answered call (a ``Judgment``) reports it used, or None when it reports nothing (then
+            the reservation stands); None = never reconciled.
+        estimated: ``cost`` reads the token estimate (the engine asks the comparator for estimates only when
+            such a cap is set).
+    """
+
+    per: Literal["prompt", "round"]
+    cost: Callable[[int], int] = lambda estimate: 1
+    usage: Callable[[Any], int | None] | None = None
+    estimated: bool = False
+
+
+#: The caps the engine enforces, by ``RerankSettings`` field. A new cap is one entry here (and its field).
+RULES: dict[str, Rule] = {
+    "budget": Rule("prompt"),
+    "max_rounds": Rule("round"),
+    "token_budget": Rule("prompt", cost=lambda estimate: estimate,
+                         usage=lambda j: (j.prompt_tokens + j.completion_tokens) or None, estimated=True),
+}
+
+
+class Caps:
+    """One query's caps (one ``Cap`` per ``RULES`` entry, from ``limits``): reserve before sending, reconcile
+    after the answer. A prompt's cost is a dict ``{cap name: units}`` over the per-prompt rules (uncapped ones
+    too: they count what was spent)."""
+
+    def __init__(self, limits: Mapping[str, int | None]) -> None:
+        self.caps = {name: Cap(limits[name], name) for name in RULES}
+        capped = [name for name, cap in self.caps.items() if cap.limit is not None]
+        self.needs_estimates = any(RULES[name].estimated for name in capped)
+        self._per_prompt = [(name, rule.cost) for name, rule in RULES.items() if rule.per == "prompt"]
+        self._rounds = [self.caps[name] for name, rule in RULES.items() if rule.per == "round"]
+        self._capped_rounds = [cap for cap in self._rounds if cap.limit is not None]
+        self._capped_prompt = [self.caps[name] for name, _ in self._per_prompt if name in capped]
+        self._usage = {name: rule.usage for name, rule in RULES.items() if rule.usage is not None}
+
+    def __getitem__(self, name: str) -> Cap:
+        return self.caps[name]
+
+    def reconciled(self, name: str) -> bool:
+        """Whether cap ``name`` is reconciled with reported usage after the answers (its reservations shrink)."""
+        return name in self._usage
+
+    def prompt_costs(self, estimates: Sequence[int]) -> list[dict[str, int]]:
+        """What each prompt reserves, from its token estimate."""
+        return [{name: cost(e) for name, cost in self._per_prompt} for e in estimates]
+
+    def refusal(self, costs: Sequence[dict[str, int]], extra: Mapping[str, int] | None = None) -> str | None:
+        """The first cap that a question of prompts ``costs`` (in a round, on top of ``extra``) does not fit: the
+        round caps first, then the per-prompt caps in ``RULES`` order."""
+        for cap in self._capped_rounds:
+            if not cap.fits(1):
+                return cap.name
+        for cap in self._capped_prompt:
+            if not cap.fits((extra or {}).get(cap.name, 0) + sum(c[cap.name] for c in costs)):
+                return cap.name
+        return None
+
+    def take(self, costs: Sequence[dict[str, int]]) -> None:
+        for cost in costs:
+            for name, n in cost.items():
+                self.caps[name].spent += n  # refusal() said it fits
+
+    def take_round(self) -> None:
+        for cap in self._rounds:
+            cap.spent += 1
+
+    def refund(self, costs: Sequence[dict[str, int]], round_too: bool = False) -> None:
+        """Give back what prompts never sent reserved (and their round)."""
+        for cost in costs:
+            for name, n in cost.items():
+                self.caps[name].refund(n)
+        for cap in self._rounds if round_too else ():
+            cap.refund(1)
+
+    def reconcile(self, cost: Mapping[str, int], judgment: Any) -> None:
+        """Replace one prompt's reservations by the usage its answer reports."""
+        for name, usage in self._usage.items():
+            used = usage(judgment) if name in cost else None
+            if used is not None:
+                self.caps[name].settle(cost[name], used)
+
+
+Budget = Cap  # the names under which the call cap was first exported
+CallBudget = Cap
+
+
+class BudgetView:
+    """A ranker's live, read-only view of its query's caps (``RankContext.caps``), kept by the engine.
+
+    Attributes (read at any time; they change as the rerank spends):
+        calls_left, rounds_left, tokens_left: what the ``budget``, ``max_rounds`` and ``token_budget`` caps still
+            allow (None = no cap). A round answered wholly from the pair cache costs no round.
+        exhausted: a cap has refused a question (or a failure stopped the calls): from now on only cached
+            answers arrive, and every ranker here stops scheduling and returns its best-effort order.
+
+    ``affordable(pairs)`` says how many of ``pairs``, in order, the caps pay for now (cached answers are free):
+    a ranker plans with it instead of asking more than fits. A view made without an engine (a ranker run by
+    hand, e.g. in tests) is unlimited.
+    """
+
+    def __init__(self, caps: Mapping[str, Cap] | None = None, exhausted: Callable[[], bool] = lambda: False,
+                 affordable: Callable[[Sequence[tuple[int, int]]], int] | None = None) -> None:
+        self._caps = dict(caps or {})
+        self._exhausted, self._affordable = exhausted, affordable
+
+    def _left(self, name: str) -> int | None:
+        cap = self._caps.get(name)
+        return None if cap is None else cap.remaining
+
+    @property
+    def calls_left(self) -> int | None:
+        return self._left("budget")
+
+    @property
+    def rounds_left(self) -> int | None:
+        return self._left("max_rounds")
+
+    @property
+    def tokens_left(self) -> int | None:
+        return self._left("token_budget")
+
+    @property
+    def exhausted(self) -> bool:
+        return self._exhausted()
+
+    def affordable(self, pairs: Sequence[tuple[int, int]]) -> int:
+        """How many of ``pairs`` (questions, in order; ``BothOrders`` allowed) the caps pay for now."""
+        return len(pairs) if self._affordable is None else self._affordable(pairs)
+
+    def __repr__(self) -> str:
+        return (f"BudgetView(calls_left={self.calls_left}, rounds_left={self.rounds_left}, "
+                f"tokens_left={self.tokens_left}, exhausted={self.exhausted})")

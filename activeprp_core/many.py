@@ -27,10 +27,9 @@ from typing import Any
 
 from .budget import check_count
 from .comparators.base import CallGuard, Comparator, SupportsCompare, as_comparator
-from .engine import MAX_CONSECUTIVE_FAILURES, Batch, OnFailure, Reranking, guard_for, rerank_settings
+from .engine import Batch, Estimator, Reranking, blocking, guard_for, iterate_blocking
 from .errors import ComparatorAuthError
-from .oracles import Oracle
-from .rankers import Ranker
+from .settings import RerankSettings
 from .types import Accounting, Candidate, Judgment, RerankResult, to_judgments
 
 DEFAULT_MAX_ACTIVE = 64
@@ -66,10 +65,10 @@ class _Window:
     """The queries in progress, in input order: started from the request stream up to ``max_active``, asked
     for their pending batches, answered, and handed out in order once finished."""
 
-    def __init__(self, requests: Iterable[tuple[str, Sequence[Candidate]]], settings: dict[str, Any],
-                 max_active: int, guard: CallGuard, progress: bool) -> None:
+    def __init__(self, requests: Iterable[tuple[str, Sequence[Candidate]]], settings: RerankSettings,
+                 estimator: Estimator, max_active: int, guard: CallGuard, progress: bool) -> None:
         self.source = enumerate(requests)
-        self.settings, self.max_active, self.guard = settings, max_active, guard
+        self.settings, self.estimator, self.max_active, self.guard = settings, estimator, max_active, guard
         self.items: dict[int, Reranking | RerankResult | RerankFailure] = {}
         self.next_out = 0
         self.input_left = True
@@ -96,7 +95,8 @@ class _Window:
             own = request[2] if len(request) == 3 else {}
             if not isinstance(own, Mapping) or set(own) - set(PER_REQUEST):
                 raise TypeError(f"request {index}: its settings must be a dict with keys among {PER_REQUEST}")
-            return self._finish(index, Reranking(request[0], request[1], **{**self.settings, **own}))
+            settings = RerankSettings.of(self.settings, **own) if own else self.settings
+            return self._finish(index, Reranking(request[0], request[1], settings, estimator=self.estimator))
         except Exception as error:
             return RerankFailure(index, query, error)
 
@@ -121,7 +121,7 @@ class _Window:
     def fatal(self, error: Exception) -> bool:
         """Whether ``error`` means the endpoint is dead for every query (and ``on_failure`` is "raise")."""
         dead = isinstance(error, ComparatorAuthError) or self.guard.error is not None
-        return dead and self.settings["on_failure"] == "raise"
+        return dead and self.settings.on_failure == "raise"
 
     def send(self, step: Step, judgments: Sequence[Judgment]) -> None:
         start = 0
@@ -198,53 +198,66 @@ def _items(step: Step) -> list[tuple[str, Candidate, Candidate]]:
     return [(batch.query, a, b) for _, _, batch in step for a, b in batch.pairs]
 
 
-def _setup(comparator, settings, max_active, max_concurrency, max_consecutive_failures, requests, progress):
-    judge = as_comparator(comparator)
-    max_active = check_count(max_active, "max_active", minimum=1)
-    Reranking("", [], **settings)  # validates the shared arguments before the first request is read
-    guard = guard_for(judge, max_concurrency, max_consecutive_failures)
-    return judge, _Window(requests, settings, max_active, guard, progress)
+@dataclass(frozen=True)
+class _Ask:
+    """A merged call the I/O-free session needs answered: ``items`` for ``judge_batch`` under ``guard``."""
+
+    items: list[tuple[str, Candidate, Candidate]]
+    guard: CallGuard
 
 
-async def _answer(judge: Comparator, window: _Window, step: Step) -> None:
-    """Answer one step with one ``ajudge_batch`` call (on failure: see ``_Window.failed``)."""
-    sent_before = window.guard.completed
+def _answer(window: _Window, step: Step):
+    """Ask one merged call for ``step``; when it fails (not fatally), ask its queries one by one."""
+    sent_before, items = window.guard.completed, _items(step)
     try:
-        items = _items(step)
-        judgments = to_judgments(await judge.ajudge_batch(items, guard=window.guard), len(items))
+        judgments = to_judgments((yield _Ask(items, window.guard)), len(items))
     except Exception as error:
         for part in window.failed(step, error, sent=window.guard.completed - sent_before):
-            await _answer(judge, window, part)
+            yield from _answer(window, part)
         return
     window.send(step, judgments)
 
 
-def rerank_many(
-    requests: Iterable[tuple[str, Sequence[Candidate]]],
-    *,
-    ranker: str | Ranker = "mohajer",
-    oracle: str | Oracle = "randomized",
-    comparator: Comparator | SupportsCompare,
-    budget: int | None,
-    top_k: int = 10,
-    seed: int = 0,
-    cache: bool = True,
-    max_rounds: int | None = None,
-    on_failure: OnFailure = "raise",
-    max_concurrency: int | None = None,
-    max_consecutive_failures: int | None = MAX_CONSECUTIVE_FAILURES,
-    max_active: int = DEFAULT_MAX_ACTIVE,
-    progress: bool = False,
-) -> Iterator[RerankResult | RerankFailure]:
+def _session(window: _Window):
+    """The I/O-free body of ``rerank_many`` and ``arerank_many``: yields each finished item (answer: None) and
+    each ``_Ask`` (answer: its judgments, or the exception raised getting them, thrown in)."""
+    try:
+        while not window.finished:
+            window.fill()
+            yield from window.ready()
+            step = window.step()
+            if step:
+                yield from _answer(window, step)
+    finally:
+        window.close()
+
+
+def _window(requests, settings, options, comparator, max_active, progress) -> tuple[Comparator, _Window]:
+    """The comparator and the window; every shared setting is checked here, before any request is read."""
+    settings = RerankSettings.of(settings, **options)
+    judge = as_comparator(comparator)
+    max_active = check_count(max_active, "max_active", minimum=1)
+    guard = guard_for(judge, settings)
+    return judge, _Window(requests, settings, judge.estimate_tokens, max_active, guard, progress)
+
+
+def _setup(requests, settings, options, comparator, max_active, progress) -> tuple[Comparator, Any]:
+    """The comparator and the I/O-free session (see ``_window``)."""
+    judge, window = _window(requests, settings, options, comparator, max_active, progress)
+    return judge, _session(window)
+
+
+def rerank_many(requests: Iterable[tuple[str, Sequence[Candidate]]], settings: RerankSettings | None = None, *,
+                comparator: Comparator | SupportsCompare, max_active: int = DEFAULT_MAX_ACTIVE, progress: bool = False,
+                **options: Any) -> Iterator[RerankResult | RerankFailure]:
     """Rerank many queries together (see the module docstring); one result per request, in input order.
 
     Args:
-        requests: any iterable of ``(query, candidates)`` pairs (read lazily: a generator streams), or of
-            ``(query, candidates, settings)`` where ``settings`` sets some of ``PER_REQUEST`` for that request.
-        ranker, oracle, comparator, budget, top_k, seed, cache, max_rounds, on_failure: as for ``rerank``,
-            applied to every query (``budget`` and ``max_rounds`` are per query).
-        max_concurrency: the most calls in flight across all queries (None = the comparator's own).
-        max_consecutive_failures: the circuit breaker, shared by all queries.
+        requests: any iterable of ``(query, candidates)`` pairs (read lazily: a generator streams).
+        settings, **options: the ``RerankSettings`` applied to every query, as for ``rerank`` (``budget``,
+            ``max_rounds`` and ``token_budget`` are per query); ``max_concurrency`` caps the calls in flight
+            across all queries and the circuit breaker (``max_consecutive_failures``) is shared by them.
+        comparator: as for ``rerank``.
         max_active: the most queries in progress (bounds memory; default 64).
         progress: show a tqdm bar over queries on stderr (needs tqdm).
 
@@ -256,83 +269,51 @@ def rerank_many(
         ``ComparatorUnavailable``: the endpoint is dead (with ``on_failure="raise"``); ``accounting`` sums the
         queries in progress.
     """
-    settings = rerank_settings(ranker, oracle, budget, top_k, seed, cache, max_rounds, on_failure)
-    judge, window = _setup(comparator, settings, max_active, max_concurrency, max_consecutive_failures, requests,
-                           progress)
-
-    def answer(step: Step) -> None:
-        sent_before = window.guard.completed
-        try:
-            items = _items(step)
-            judgments = to_judgments(judge.judge_batch(items, guard=window.guard), len(items))
-        except Exception as error:
-            for part in window.failed(step, error, sent=window.guard.completed - sent_before):
-                answer(part)
-            return
-        window.send(step, judgments)
-
-    try:
-        while not window.finished:
-            window.fill()
-            yield from window.ready()
-            step = window.step()
-            if step:
-                answer(step)
-    finally:
-        window.close()
+    judge, session = _setup(requests, settings, options, comparator, max_active, progress)
+    ask = blocking(lambda item: judge.judge_batch(item.items, guard=item.guard))
+    with contextlib.closing(session):
+        yield from iterate_blocking(_pump(session, ask))
 
 
-async def arerank_many(
-    requests: Iterable[tuple[str, Sequence[Candidate]]],
-    *,
-    ranker: str | Ranker = "mohajer",
-    oracle: str | Oracle = "randomized",
-    comparator: Comparator | SupportsCompare,
-    budget: int | None,
-    top_k: int = 10,
-    seed: int = 0,
-    cache: bool = True,
-    max_rounds: int | None = None,
-    on_failure: OnFailure = "raise",
-    max_concurrency: int | None = None,
-    max_consecutive_failures: int | None = MAX_CONSECUTIVE_FAILURES,
-    max_active: int = DEFAULT_MAX_ACTIVE,
-    progress: bool = False,
-) -> AsyncIterator[RerankResult | RerankFailure]:
+async def arerank_many(requests: Iterable[tuple[str, Sequence[Candidate]]], settings: RerankSettings | None = None,
+                       *, comparator: Comparator | SupportsCompare, max_active: int = DEFAULT_MAX_ACTIVE,
+                       progress: bool = False, **options: Any) -> AsyncIterator[RerankResult | RerankFailure]:
     """Async ``rerank_many`` (same arguments and results): each step awaits the comparator's ``ajudge_batch``,
     so the calls of all queries in progress run concurrently (at most ``max_concurrency`` in flight)."""
-    settings = rerank_settings(ranker, oracle, budget, top_k, seed, cache, max_rounds, on_failure)
-    judge, window = _setup(comparator, settings, max_active, max_concurrency, max_consecutive_failures, requests,
-                           progress)
+    judge, session = _setup(requests, settings, options, comparator, max_active, progress)
+    with contextlib.closing(session):
+        async for item in _pump(session, lambda item: judge.ajudge_batch(item.items, guard=item.guard)):
+            yield item
 
+
+async def _pump(session, ask) -> AsyncIterator[RerankResult | RerankFailure]:
+    """Run the I/O-free ``session``: yield its finished items, answer its ``_Ask`` with ``await ask(item)``
+    (the shared body of ``rerank_many``, where ``ask`` never suspends, and ``arerank_many``)."""
+    item = next(session, None)
+    while item is not None:
+        if not isinstance(item, _Ask):
+            yield item
+            item = next(session, None)
+            continue
+        try:
+            answer = await ask(item)
+        except Exception as error:
+            item = _resume(session.throw, error)
+        else:
+            item = _resume(session.send, answer)
+
+
+def _resume(method, value):
+    """``session.send(value)`` / ``session.throw(value)``; None once the session has finished."""
     try:
-        while not window.finished:
-            window.fill()
-            for item in window.ready():
-                yield item
-            step = window.step()
-            if step:
-                await _answer(judge, window, step)
-    finally:
-        window.close()
+        return method(value)
+    except StopIteration:
+        return None
 
 
-async def arerank_stream(
-    requests: AsyncIterable[tuple],
-    *,
-    ranker: str | Ranker = "mohajer",
-    oracle: str | Oracle = "randomized",
-    comparator: Comparator | SupportsCompare,
-    budget: int | None,
-    top_k: int = 10,
-    seed: int = 0,
-    cache: bool = True,
-    max_rounds: int | None = None,
-    on_failure: OnFailure = "raise",
-    max_concurrency: int | None = None,
-    max_consecutive_failures: int | None = MAX_CONSECUTIVE_FAILURES,
-    max_active: int = DEFAULT_MAX_ACTIVE,
-) -> AsyncIterator[tuple[int, RerankResult | RerankFailure]]:
+async def arerank_stream(requests: AsyncIterable[tuple], settings: RerankSettings | None = None, *,
+                         comparator: Comparator | SupportsCompare, max_active: int = DEFAULT_MAX_ACTIVE,
+                         **options: Any) -> AsyncIterator[tuple[int, RerankResult | RerankFailure]]:
     """``arerank_many`` for a service: requests come from an async iterable (e.g. fed by an ``asyncio.Queue``)
     and join the queries in progress as they arrive, and each result comes out as soon as it is finished.
 
@@ -348,8 +329,12 @@ async def arerank_stream(
     Raises:
         as ``arerank_many``: a dead endpoint (with ``on_failure="raise"``) raises out of the stream, which ends.
     """
-    settings = rerank_settings(ranker, oracle, budget, top_k, seed, cache, max_rounds, on_failure)
-    judge, window = _setup(comparator, settings, max_active, max_concurrency, max_consecutive_failures, (), False)
+    judge, window = _window((), settings, options, comparator, max_active, False)
+    window.input_left = True
+
+    def ask(item: _Ask):
+        return judge.ajudge_batch(item.items, guard=item.guard)
+
     source, index, reading = aiter(requests), 0, None
     try:
         while not window.finished:
@@ -373,7 +358,8 @@ async def arerank_stream(
                 yield item
             step = window.step()
             if step:
-                await _answer(judge, window, step)
+                async for _ in _pump(_answer(window, step), ask):
+                    pass  # _answer yields only the calls to make
     finally:
         if reading is not None:
             reading.cancel()

@@ -58,6 +58,22 @@ class Judgment:
     error: str | None = None
 
 
+def check_candidates(query: Any, candidates: Any) -> list[Candidate]:
+    """``candidates`` as a list after checking the types of ``query`` and of every candidate.
+
+    Raises:
+        TypeError: a non-str query, candidates that are not a sequence of ``Candidate``.
+    """
+    if not isinstance(query, str):
+        raise TypeError(f"query must be str, got {type(query).__name__}")
+    if isinstance(candidates, (str, bytes)) or not isinstance(candidates, Sequence):
+        raise TypeError("candidates must be a list of Candidate")
+    for c in candidates:
+        if not isinstance(c, Candidate):
+            raise TypeError(f"candidates must be Candidate objects, got {type(c).__name__}")
+    return list(candidates)
+
+
 def to_judgments(answers: Sequence[Any], expected: int) -> list[Judgment]:
     """Normalise a comparator's answers (floats, None, or Judgment objects) to ``Judgment`` objects.
 
@@ -119,8 +135,10 @@ class RerankResult(Accounting):
             best first (the first ``top_k`` are the reranked top-K, the rest best-effort).
         scores: one float per input candidate (aligned with ``candidates``, not with ``order``); higher is
             better and strictly decreasing along ``order``: ``(n - rank) / n``, so in (0, 1].
-        ranker, oracle, budget, max_rounds, top_k: the settings used (names of the resolved ranker/oracle).
-        exhausted: a cap (``budget`` calls or ``max_rounds`` rounds) refused at least one call.
+        ranker, oracle, budget, max_rounds, token_budget, top_k: the settings used (names of the resolved
+            ranker/oracle).
+        exhausted: a cap (``budget`` calls, ``max_rounds`` rounds or ``token_budget`` tokens) refused at least
+            one question; ``exhausted_by`` names the caps that did (``RerankSettings`` field names, in order).
         converged: the ranker ran its whole schedule with every comparison answered.
         failure: with ``on_failure="prior"``, the comparator error that stopped the calls (the rest of the order
             is best-effort), else None.
@@ -135,7 +153,9 @@ class RerankResult(Accounting):
     budget: int | None
     top_k: int
     max_rounds: int | None = None
+    token_budget: int | None = None
     exhausted: bool = False
+    exhausted_by: list[str] = field(default_factory=list)
     converged: bool = False
     failure: str | None = None
     errors: list[str] = field(default_factory=list)
@@ -152,6 +172,6 @@ class RerankResult(Accounting):
 
     def stats(self) -> dict[str, Any]:
         """The settings, the accounting fields and the status as a plain dict (for logs, tracing, CLI)."""
-        settings = {k: getattr(self, k) for k in ("ranker", "oracle", "budget", "max_rounds", "top_k")}
-        status = {k: getattr(self, k) for k in ("exhausted", "converged", "failure", "errors")}
+        settings = {k: getattr(self, k) for k in ("ranker", "oracle", "budget", "max_rounds", "token_budget", "top_k")}
+        status = {k: getattr(self, k) for k in ("exhausted", "exhausted_by", "converged", "failure", "errors")}
         return {**settings, **self.counts(), **status}

@@ -1,8 +1,9 @@
 """The parts the LangChain and LlamaIndex rerankers share (imports no framework).
 
 Both wrappers hold the same public fields (``comparator``, ``ranker``, ``oracle``, ``budget``, ``top_n``,
-``seed``, ``max_concurrency``, ``max_rounds``, ``on_failure``); the functions here validate them and turn them
-plus one query's documents into an ``activeprp_core.rerank``/``arerank`` call, so the two wrappers order
+``seed``, ``max_concurrency``, ``max_rounds``, ``token_budget``, ``on_failure``); the functions here validate
+them (by building the ``RerankSettings`` they stand for) and turn them plus one query's documents into an
+``activeprp_core.rerank``/``arerank`` call, so the two wrappers order
 documents identically to the core API for the same inputs, seed and comparator. The comparator object the user
 passes in is never changed: per-call settings (the cap on calls in flight) go to the rerank as arguments.
 """
@@ -12,9 +13,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from activeprp_core import Candidate, RerankResult, arerank, as_comparator, get_oracle, get_ranker, rerank
+from activeprp_core import Candidate, RerankResult, RerankSettings, arerank, as_comparator, rerank
 from activeprp_core.budget import check_count
-from activeprp_core.rankers.auto import AUTO, ONLINE_MAX_ROUNDS
+from activeprp_core.rankers.auto import ONLINE_MAX_ROUNDS
+from activeprp_core.settings import COUNTS
 
 SCORE_KEY = "relevance_score"
 """Metadata key of the score: ``RerankResult.scores``, ``(n - rank) / n`` for ``n`` input documents (rank
@@ -29,9 +31,10 @@ DEFAULT_BUDGET = 50
 DEFAULT_MAX_ROUNDS: int | None = ONLINE_MAX_ROUNDS
 """The wrappers' ``max_rounds`` default: sequential rounds of LLM calls per query (None = no cap)."""
 
+SETTINGS = ("ranker", "oracle", "budget", "seed", "max_concurrency", "max_rounds", "token_budget", "on_failure")
+"""The wrapper fields that are ``RerankSettings`` fields (``top_n`` becomes ``top_k``)."""
 COUNT_FIELDS: dict[str, dict[str, Any]] = {
-    "budget": {"allow_none": True}, "max_rounds": {"allow_none": True}, "seed": {"minimum": None},
-    "top_n": {"minimum": 1, "allow_none": True}, "max_concurrency": {"minimum": 1, "allow_none": True},
+    **{name: COUNTS[name] for name in SETTINGS if name in COUNTS}, "top_n": {"minimum": 1, "allow_none": True},
 }
 """The integer fields of both wrappers and their bounds (``check_count``: numpy integers pass, bools do not)."""
 
@@ -56,12 +59,12 @@ def missing_extra(package: str, extra: str) -> str:
     return f"{package} is not installed; install it with: pip install 'activeprp[{extra}]'"
 
 
-def check_choices(ranker: Any, oracle: Any) -> None:
-    """Fail early on an unknown ranker or oracle name (ValueError) or a wrong type (TypeError); ``"auto"`` is
-    resolved per query (``activeprp_core.rankers.auto.choose``)."""
-    get_ranker(ranker)
-    if oracle != AUTO:
-        get_oracle(oracle)
+def settings_of(fields: Any, n: int = 1) -> RerankSettings:
+    """The ``RerankSettings`` a wrapper's fields stand for, for ``n`` documents (``top_n`` None = all); built at
+    construction too, so that a bad field fails there (ValueError / TypeError), never at first use."""
+    top_n = getattr(fields, "top_n", None)
+    return RerankSettings(**{name: getattr(fields, name) for name in SETTINGS},
+                          top_k=max(1, n if top_n is None else top_n))
 
 
 def make_candidates(items: Iterable[tuple[str | None, str, dict]]) -> list[Candidate]:
@@ -71,23 +74,15 @@ def make_candidates(items: Iterable[tuple[str | None, str, dict]]) -> list[Candi
             for i, (doc_id, text, meta) in enumerate(items)]
 
 
-def _core_args(settings: Any, n: int) -> dict[str, Any]:
-    top_n = getattr(settings, "top_n", None)
-    return dict(ranker=settings.ranker, oracle=settings.oracle, budget=settings.budget, seed=settings.seed,
-                comparator=settings.comparator, max_concurrency=settings.max_concurrency,
-                max_rounds=settings.max_rounds, on_failure=settings.on_failure,
-                top_k=max(1, n if top_n is None else top_n))
-
-
-def run_rerank(settings: Any, query: str, candidates: list[Candidate]) -> RerankResult:
+def run_rerank(fields: Any, query: str, candidates: list[Candidate]) -> RerankResult:
     """``activeprp_core.rerank`` with a wrapper's fields (``top_n`` becomes ``top_k``; None = all)."""
-    return rerank(query, candidates, **_core_args(settings, len(candidates)))
+    return rerank(query, candidates, settings_of(fields, len(candidates)), comparator=fields.comparator)
 
 
-async def arun_rerank(settings: Any, query: str, candidates: list[Candidate]) -> RerankResult:
+async def arun_rerank(fields: Any, query: str, candidates: list[Candidate]) -> RerankResult:
     """``activeprp_core.arerank`` (each round's calls go to the comparator concurrently) with a wrapper's
     fields."""
-    return await arerank(query, candidates, **_core_args(settings, len(candidates)))
+    return await arerank(query, candidates, settings_of(fields, len(candidates)), comparator=fields.comparator)
 
 
 def picked(result: RerankResult, top_n: int | None) -> list[tuple[int, float, int]]:

@@ -14,24 +14,7 @@ from activeprp_core import Comparator, Oracle, Ranker, SupportsCompare
 from activeprp_core.comparators.base import comparator_name
 from activeprp_core.engine import OnFailure
 
-from ._common import (
-    COUNT_FIELDS,
-    DEFAULT_BUDGET,
-    DEFAULT_MAX_ROUNDS,
-    DEFAULT_ORACLE,
-    DEFAULT_RANKER,
-    RANK_KEY,
-    SCORE_KEY,
-    ComparatorFactories,
-    arun_rerank,
-    check_choices,
-    check_comparator,
-    check_count_field,
-    make_candidates,
-    missing_extra,
-    picked,
-    run_rerank,
-)
+from . import _common as common
 
 try:
     from langchain_core.callbacks import AsyncCallbackManager, CallbackManager, Callbacks
@@ -40,9 +23,10 @@ try:
     from langchain_core.runnables import RunnableLambda, ensure_config
     from pydantic import ConfigDict, field_validator, model_validator
 except ImportError as exc:  # pragma: no cover - exercised by simulating the missing module
-    raise ImportError(missing_extra("langchain-core", "langchain")) from exc
+    raise ImportError(common.missing_extra("langchain-core", "langchain")) from exc
 
 __all__ = ["RANK_KEY", "SCORE_KEY", "ActivePRPRerank"]
+SCORE_KEY, RANK_KEY = common.SCORE_KEY, common.RANK_KEY
 
 _RUN_NAME = "ActivePRPRerank"
 
@@ -53,7 +37,7 @@ def _configure(manager_cls: Any, callbacks: Callbacks | None) -> Any:
     return manager_cls.configure(callbacks if callbacks is not None else ensure_config().get("callbacks"))
 
 
-class ActivePRPRerank(ComparatorFactories, BaseDocumentCompressor):
+class ActivePRPRerank(common.ComparatorFactories, BaseDocumentCompressor):
     """Rerank retrieved ``Document`` objects with a pairwise LLM judge under a per-query call budget.
 
     Fields (the same names as the LlamaIndex postprocessor):
@@ -69,6 +53,7 @@ class ActivePRPRerank(ComparatorFactories, BaseDocumentCompressor):
             default); handed to each rerank, so rerankers sharing one comparator keep their own caps.
         max_rounds: the most sequential rounds of LLM calls per query (None = no cap): latency ~ rounds x call
             latency.
+        token_budget: the most prompt + completion tokens per query (None = no cap; ``RerankSettings``).
         on_failure: ``"raise"`` (default: a comparator failure propagates, so ``with_fallbacks`` works) or
             ``"prior"`` (return the best-effort order; ``stats`` in the run's outputs say why, and a WARNING is
             logged on the ``activeprp`` logger).
@@ -83,41 +68,42 @@ class ActivePRPRerank(ComparatorFactories, BaseDocumentCompressor):
     model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
 
     comparator: Comparator | SupportsCompare
-    ranker: str | Ranker = DEFAULT_RANKER
-    oracle: str | Oracle = DEFAULT_ORACLE
-    budget: int | None = DEFAULT_BUDGET
+    ranker: str | Ranker = common.DEFAULT_RANKER
+    oracle: str | Oracle = common.DEFAULT_ORACLE
+    budget: int | None = common.DEFAULT_BUDGET
     top_n: int | None = 3
     seed: int = 0
     max_concurrency: int | None = None
-    max_rounds: int | None = DEFAULT_MAX_ROUNDS
+    max_rounds: int | None = common.DEFAULT_MAX_ROUNDS
+    token_budget: int | None = None
     on_failure: OnFailure = "raise"
 
     @field_validator("comparator", mode="before")
     @classmethod
     def _check_comparator(cls, value: Any) -> Any:
-        return check_comparator(value)
+        return common.check_comparator(value)
 
-    @field_validator(*COUNT_FIELDS, mode="before")
+    @field_validator(*common.COUNT_FIELDS, mode="before")
     @classmethod
     def _check_count(cls, value: Any, info: Any) -> int | None:
-        return check_count_field(value, info.field_name)
+        return common.check_count_field(value, info.field_name)
 
     @model_validator(mode="after")
     def _check(self) -> ActivePRPRerank:
-        check_choices(self.ranker, self.oracle)
+        common.settings_of(self)
         return self
 
     def _inputs(self, documents: Sequence[Document], query: str) -> dict[str, Any]:
         return {"query": query, "documents": list(documents), "model": comparator_name(self.comparator)}
 
     def _outputs(self, documents: Sequence[Document], result: Any) -> list[Document]:
-        return [documents[i].model_copy(update={"metadata": {**documents[i].metadata, SCORE_KEY: score,
-                                                             RANK_KEY: rank}})
-                for i, score, rank in picked(result, self.top_n)]
+        return [documents[i].model_copy(update={"metadata": {**documents[i].metadata, common.SCORE_KEY: score,
+                                                             common.RANK_KEY: rank}})
+                for i, score, rank in common.picked(result, self.top_n)]
 
     @staticmethod
     def _candidates(documents: Sequence[Document]) -> list:
-        return make_candidates((d.id, d.page_content, d.metadata) for d in documents)
+        return common.make_candidates((d.id, d.page_content, d.metadata) for d in documents)
 
     def compress_documents(
         self, documents: Sequence[Document], query: str, callbacks: Callbacks | None = None
@@ -133,7 +119,7 @@ class ActivePRPRerank(ComparatorFactories, BaseDocumentCompressor):
         manager = _configure(CallbackManager, callbacks)
         run = manager.on_chain_start(None, self._inputs(documents, query), name=_RUN_NAME)
         try:
-            result = run_rerank(self, query, self._candidates(documents))
+            result = common.run_rerank(self, query, self._candidates(documents))
             out = self._outputs(documents, result)
         except BaseException as e:
             run.on_chain_error(e)
@@ -151,7 +137,7 @@ class ActivePRPRerank(ComparatorFactories, BaseDocumentCompressor):
         manager = _configure(AsyncCallbackManager, callbacks)
         run = await manager.on_chain_start(None, self._inputs(documents, query), name=_RUN_NAME)
         try:
-            result = await arun_rerank(self, query, self._candidates(documents))
+            result = await common.arun_rerank(self, query, self._candidates(documents))
             out = self._outputs(documents, result)
         except BaseException as e:
             await run.on_chain_error(e)

@@ -12,22 +12,7 @@ from activeprp_core import Comparator, Oracle, Ranker, SupportsCompare
 from activeprp_core.comparators.base import comparator_name
 from activeprp_core.engine import OnFailure
 
-from ._common import (
-    COUNT_FIELDS,
-    DEFAULT_BUDGET,
-    DEFAULT_MAX_ROUNDS,
-    DEFAULT_ORACLE,
-    DEFAULT_RANKER,
-    ComparatorFactories,
-    arun_rerank,
-    check_choices,
-    check_comparator,
-    check_count_field,
-    make_candidates,
-    missing_extra,
-    picked,
-    run_rerank,
-)
+from . import _common as common
 
 try:
     from llama_index.core.bridge.pydantic import ConfigDict, Field, PrivateAttr, field_validator, model_validator
@@ -39,7 +24,7 @@ try:
     from llama_index.core.prompts.mixin import PromptDictType
     from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
 except ImportError as exc:  # pragma: no cover - exercised by simulating the missing module
-    raise ImportError(missing_extra("llama-index-core", "llama-index")) from exc
+    raise ImportError(common.missing_extra("llama-index-core", "llama-index")) from exc
 
 __all__ = ["PROMPT_ATTRS", "ActivePRPRerank"]
 
@@ -55,7 +40,7 @@ def _has_work(nodes: list, query_bundle: Any) -> bool:
     return bool(nodes)
 
 
-class ActivePRPRerank(ComparatorFactories, BaseNodePostprocessor):
+class ActivePRPRerank(common.ComparatorFactories, BaseNodePostprocessor):
     """Rerank retrieved nodes with a pairwise LLM judge under a per-query call budget.
 
     Args / fields (the same names as the LangChain compressor):
@@ -70,6 +55,7 @@ class ActivePRPRerank(ComparatorFactories, BaseNodePostprocessor):
         max_concurrency: the most LLM calls in flight at once for this postprocessor (None = the comparator's
             own default); handed to each rerank, so postprocessors sharing one comparator keep their own caps.
         max_rounds: the most sequential rounds of LLM calls per query (None = no cap).
+        token_budget: the most prompt + completion tokens per query (None = no cap; ``RerankSettings``).
         on_failure: ``"raise"`` (default: a comparator failure propagates; catch it to fall back) or ``"prior"``
             (return the best-effort order; the end payload's ``stats`` say why; a WARNING is logged).
 
@@ -86,29 +72,31 @@ class ActivePRPRerank(ComparatorFactories, BaseNodePostprocessor):
 
     model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
 
-    ranker: str | Ranker = Field(default=DEFAULT_RANKER, description="Ranker name or instance.")
-    oracle: str | Oracle = Field(default=DEFAULT_ORACLE, description="Oracle name or instance.")
-    budget: int | None = Field(default=DEFAULT_BUDGET, description="LLM calls per query (None = no cap).")
+    ranker: str | Ranker = Field(default=common.DEFAULT_RANKER, description="Ranker name or instance.")
+    oracle: str | Oracle = Field(default=common.DEFAULT_ORACLE, description="Oracle name or instance.")
+    budget: int | None = Field(default=common.DEFAULT_BUDGET, description="LLM calls per query (None = no cap).")
     top_n: int = Field(default=5, description="Number of nodes to return.")
     seed: int = Field(default=0, description="Seed of the oracle and ranker draws.")
     max_concurrency: int | None = Field(default=None, description="Most LLM calls in flight (None = comparator's).")
-    max_rounds: int | None = Field(default=DEFAULT_MAX_ROUNDS, description="Most sequential rounds (None = no cap).")
+    max_rounds: int | None = Field(default=common.DEFAULT_MAX_ROUNDS,
+                                   description="Most sequential rounds (None = no cap).")
+    token_budget: int | None = Field(default=None, description="Prompt + completion tokens per query (None = no cap).")
     on_failure: OnFailure = Field(default="raise", description='"raise", or "prior" to degrade to the prior order.')
 
     _comparator: Comparator | SupportsCompare = PrivateAttr()
 
     def __init__(self, comparator: Comparator | SupportsCompare, **fields: Any) -> None:
         super().__init__(**fields)
-        self._comparator = check_comparator(comparator)
+        self._comparator = common.check_comparator(comparator)
 
-    @field_validator(*COUNT_FIELDS, mode="before")
+    @field_validator(*common.COUNT_FIELDS, mode="before")
     @classmethod
     def _check_count(cls, value: Any, info: Any) -> int | None:
-        return check_count_field(value, info.field_name)  # top_n=None is then refused by its type (int)
+        return common.check_count_field(value, info.field_name)  # top_n=None is then refused by its type (int)
 
     @model_validator(mode="after")
     def _check(self) -> ActivePRPRerank:
-        check_choices(self.ranker, self.oracle)
+        common.settings_of(self)
         return self
 
     @property
@@ -164,11 +152,12 @@ class ActivePRPRerank(ComparatorFactories, BaseNodePostprocessor):
 
     @staticmethod
     def _candidates(nodes: list[NodeWithScore]) -> list:
-        return make_candidates((n.node.node_id, n.node.get_content(metadata_mode=MetadataMode.NONE),
+        return common.make_candidates((n.node.node_id, n.node.get_content(metadata_mode=MetadataMode.NONE),
                                 n.node.metadata) for n in nodes)
 
     def _finish(self, nodes: list[NodeWithScore], result: Any, event: Any) -> list[NodeWithScore]:
-        new_nodes = [NodeWithScore(node=nodes[i].node, score=score) for i, score, _ in picked(result, self.top_n)]
+        picked = common.picked(result, self.top_n)
+        new_nodes = [NodeWithScore(node=nodes[i].node, score=score) for i, score, _ in picked]
         event.on_end(payload={EventPayload.NODES: new_nodes, "stats": result.stats()})
         dispatcher.event(ReRankEndEvent(nodes=new_nodes))
         return new_nodes
@@ -181,7 +170,7 @@ class ActivePRPRerank(ComparatorFactories, BaseNodePostprocessor):
         if not _has_work(nodes, query_bundle):
             return []
         with self.callback_manager.event(CBEventType.RERANKING, payload=self._start(nodes, query_bundle)) as ev:
-            result = run_rerank(self, query_bundle.query_str, self._candidates(nodes))
+            result = common.run_rerank(self, query_bundle.query_str, self._candidates(nodes))
             return self._finish(nodes, result, ev)
 
     @dispatcher.span
@@ -193,5 +182,5 @@ class ActivePRPRerank(ComparatorFactories, BaseNodePostprocessor):
         if not _has_work(nodes, query_bundle):
             return []
         with self.callback_manager.event(CBEventType.RERANKING, payload=self._start(nodes, query_bundle)) as ev:
-            result = await arun_rerank(self, query_bundle.query_str, self._candidates(nodes))
+            result = await common.arun_rerank(self, query_bundle.query_str, self._candidates(nodes))
             return self._finish(nodes, result, ev)

@@ -4,17 +4,17 @@
 ``Dataset.map_batches`` on a pool of actors, each holding one comparator built once from ``comparator_factory``:
 the rounds of all queries of a batch are merged, as in a single process, and the actors work in parallel.
 
-Input rows: ``query`` (str) and ``candidates`` (a list of ``{"id": str, "text": str, ...}`` records in prior
-order, best first; other keys become ``Candidate.metadata``). Every input column is kept. Output columns added
-(replacing input columns of the same name): ``order`` (list of int: indices into ``candidates``, best first),
-one column per ``RerankResult.stats()`` field (``ranker``, ``oracle``, ``budget``, ``max_rounds``, ``top_k``,
-``calls``, ``comparisons``, ``rounds``, ``cache_hits``, ``ties``, ``failed_calls``, ``retries``,
-``prompt_tokens``, ``completion_tokens``, ``wall_time_s``, ``exhausted``, ``converged``, ``failure``,
-``errors``) and ``error``. A row that failed on its own (a ``RerankFailure``: bad candidates, a comparator error
-for its prompts, a ranker error) has ``order`` null, ``error`` = ``"<ErrorType>: <message>"``, the accounting
-columns (``calls`` ...) filled where the error carried them and the other stats null; a row that succeeded has
-``error`` null. A dead endpoint (authentication error, open circuit breaker; with ``on_failure="raise"``) fails
-the whole dataset, as it stops ``rerank_many``.
+Input rows: ``query`` (str) and ``candidates`` (a list of ``{"id": str, "text": str, ...}`` records in prior order,
+best first; other keys become ``Candidate.metadata``). Every input column is kept. Output columns added (replacing
+input columns of the same name): ``order`` (list of int: indices into ``candidates``, best first), one column per
+``RerankResult.stats()`` field (``ranker``, ``oracle``, ``budget``, ``max_rounds``, ``token_budget``, ``top_k``,
+``calls``, ``comparisons``, ``rounds``, ``cache_hits``, ``ties``, ``failed_calls``, ``retries``, ``prompt_tokens``,
+``completion_tokens``, ``wall_time_s``, ``exhausted``, ``exhausted_by``, ``converged``, ``failure``, ``errors``)
+and ``error``. A row that failed on its own (a ``RerankFailure``: bad candidates, a comparator error for its
+prompts, a ranker error) has ``order`` null, ``error`` = ``"<ErrorType>: <message>"``, the accounting columns
+(``calls`` ...) filled where the error carried them and the other stats null; a row that succeeded has ``error``
+null. A dead endpoint (authentication error, open circuit breaker; with ``on_failure="raise"``) fails the whole
+dataset, as it stops ``rerank_many``.
 
 Results per row are identical to ``rerank_many`` (hence to ``rerank``) with the same arguments and seed, however
 rows are split into batches and actors. Output rows follow Ray's block order, which is not the input order unless
@@ -33,7 +33,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import fields
 from typing import Any
 
-from activeprp_core import Candidate, Comparator, RerankFailure, RerankResult, arerank_many, rerank_many
+from activeprp_core import Candidate, RerankFailure, RerankResult, RerankSettings, arerank_many, rerank_many
+from activeprp_core.budget import check_count
+from activeprp_core.many import DEFAULT_MAX_ACTIVE
 
 RAY_EXTRA = 'pip install "activeprp[ray]"'
 DEFAULT_NUM_CPUS = 0.5
@@ -43,6 +45,7 @@ LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 """Ray's switch for a single-machine instance (its default on macOS/Windows): "0" makes a local Ray use
 127.0.0.1 as its node address, so its servers listen on loopback only (checked with ``ss -ltnp`` on ray 2.60)."""
 ORDER, ERROR = "order", "error"
+
 _RESERVED = ("requests", "comparator", "progress")
 
 
@@ -90,21 +93,22 @@ class _Reranker:
     """The ``map_batches`` callable of one actor: builds the comparator once, reranks each batch with
     ``rerank_many`` (``arerank_many`` on the actor's own event loop with ``use_async``)."""
 
-    def __init__(self, comparator_factory: Callable[[], Any], rerank_kwargs: dict[str, Any], use_async: bool) -> None:
+    def __init__(self, comparator_factory: Callable[[], Any], settings: RerankSettings, max_active: int,
+                 use_async: bool) -> None:
         self.comparator = comparator_factory()
         if self.comparator is None:
             raise ValueError("comparator_factory returned None instead of a comparator")
-        self.kwargs = rerank_kwargs
+        self.settings, self.max_active = settings, max_active
         self.loop = asyncio.new_event_loop() if use_async else None
         self.types = _stat_types()
 
     def _rerank(self, requests: list) -> list:
-        kw = {**self.kwargs, "comparator": self.comparator}
+        kw = {"comparator": self.comparator, "max_active": self.max_active}
         if self.loop is None:
-            return list(rerank_many(requests, **kw))
+            return list(rerank_many(requests, self.settings, **kw))
 
         async def collect() -> list:
-            return [item async for item in arerank_many(requests, **kw)]
+            return [item async for item in arerank_many(requests, self.settings, **kw)]
 
         return self.loop.run_until_complete(collect())
 
@@ -137,13 +141,6 @@ class _Reranker:
         return table
 
 
-class _NoCalls(Comparator):
-    """Stands in for the comparator while the arguments are checked (it is never called)."""
-
-    def compare(self, query: str, pairs: Any) -> list[float | None]:
-        raise AssertionError("never called")
-
-
 def rerank_dataset(
     ds: Any,
     comparator_factory: Callable[[], Any],
@@ -153,6 +150,8 @@ def rerank_dataset(
     num_gpus: float | None = None,
     batch_size: int = 64,
     use_async: bool = False,
+    settings: RerankSettings | None = None,
+    max_active: int = DEFAULT_MAX_ACTIVE,
     **rerank_kwargs: Any,
 ) -> Any:
     """Rerank every row of a Ray dataset (see the module docstring for the row layout).
@@ -165,17 +164,15 @@ def rerank_dataset(
         num_actors: actors in the pool (``ray.data.ActorPoolStrategy(size=num_actors)``).
         num_cpus, num_gpus: resources reserved per actor (passed to ``map_batches``). The default ``num_cpus``
             is fractional (0.5) so that read tasks still get a CPU on a small cluster.
-        batch_size: rows per ``map_batches`` batch: the queries one ``rerank_many`` call merges (its
-            ``max_active`` caps those in progress).
+        batch_size: rows per ``map_batches`` batch: the queries one ``rerank_many`` call merges.
         use_async: run ``arerank_many`` on each actor's event loop (for endpoint comparators: the calls of the
             batch's queries run concurrently, at most ``max_concurrency`` in flight per actor).
-        rerank_kwargs: ``rerank_many`` arguments (``ranker``, ``oracle``, ``budget`` (required), ``top_k``,
-            ``seed``, ``cache``, ``max_rounds``, ``on_failure``, ``max_concurrency``, ``max_consecutive_failures``,
-            ``max_active``), the same for every row.
+        settings, rerank_kwargs: the ``RerankSettings`` of every row, and/or its fields as keyword arguments
+            (``ranker``, ``oracle``, ``budget`` (required), ``max_rounds``, ``token_budget``, ``top_k``, ``seed``,
+            ``cache``, ``on_failure``, ``max_concurrency``, ``max_consecutive_failures``), as for ``rerank_many``.
+        max_active: ``rerank_many``'s cap on queries in progress per actor.
 
-    Returns:
-        A lazy ``ray.data.Dataset`` (nothing runs until it is consumed) with the input columns plus ``order``,
-        the stats columns and ``error``.
+    Returns: a lazy ``ray.data.Dataset`` (nothing runs until consumed): the input columns, ``order``, stats, ``error``.
 
     Raises:
         ImportError: Ray Data is missing (names ``activeprp[ray]``).
@@ -184,27 +181,33 @@ def rerank_dataset(
         by Ray) when a dead endpoint stops a batch.
     """
     ray = _ray()
+    settings = _check(comparator_factory, num_actors, batch_size, max_active, num_cpus, num_gpus, settings,
+                      rerank_kwargs)
+    resources = {"num_cpus": num_cpus} | ({"num_gpus": num_gpus} if num_gpus is not None else {})
+    out = ds.map_batches(
+        _Reranker, fn_constructor_kwargs={"comparator_factory": comparator_factory, "settings": settings,
+                                          "max_active": max_active, "use_async": use_async},
+        compute=ray.data.ActorPoolStrategy(size=num_actors), batch_size=batch_size, batch_format="pyarrow",
+        **resources)
+    out.context.raise_original_map_exception = True  # a dead endpoint's error, not "UDF failed" (see unwrap)
+    return out
+
+
+def _check(comparator_factory, num_actors, batch_size, max_active, num_cpus, num_gpus, settings,
+           rerank_kwargs) -> RerankSettings:
+    """``rerank_dataset``'s arguments checked (before anything runs); returns the settings of every row."""
     if not callable(comparator_factory):
         raise TypeError(f"comparator_factory must be a callable returning a comparator, got "
                         f"{type(comparator_factory).__name__}")
-    for name, value in (("num_actors", num_actors), ("batch_size", batch_size)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    for name, value in (("num_actors", num_actors), ("batch_size", batch_size), ("max_active", max_active)):
+        check_count(value, name, minimum=1)
     for name, value in (("num_cpus", num_cpus), ("num_gpus", num_gpus)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
             raise ValueError(f"{name} must be a number >= 0, got {value!r}")
     reserved = sorted(set(rerank_kwargs) & set(_RESERVED))
     if reserved:
         raise TypeError(f"rerank_dataset sets {reserved} itself: pass comparator_factory, and no {reserved}")
-    list(rerank_many([], comparator=_NoCalls(), **rerank_kwargs))  # checks names and values like rerank_many
-    resources = {"num_cpus": num_cpus} | ({"num_gpus": num_gpus} if num_gpus is not None else {})
-    out = ds.map_batches(
-        _Reranker, fn_constructor_kwargs={"comparator_factory": comparator_factory, "rerank_kwargs": rerank_kwargs,
-                                          "use_async": use_async},
-        compute=ray.data.ActorPoolStrategy(size=num_actors), batch_size=batch_size, batch_format="pyarrow",
-        **resources)
-    out.context.raise_original_map_exception = True  # a dead endpoint's error, not "UDF failed" (see unwrap)
-    return out
+    return RerankSettings.of(settings, **rerank_kwargs)  # checks names and values, as rerank_many does
 
 
 def connect(address: str | None = None, *, num_cpus: int | None = None) -> bool:

@@ -31,3 +31,31 @@ def true_top(cands, labels, k):
 def case100():
     cands, labels = make_case(100, seed=1)
     return cands, labels, SimulatedComparator(labels)
+
+
+class UsageJudge:
+    """A judge that reports token usage like an endpoint: by ``labels`` (higher wins), ``estimate`` tokens
+    reserved per prompt (None = the Comparator default) and ``share`` of it reported (``share=0``: reports
+    nothing). Records the usage it reported."""
+
+    def __init__(self, labels, estimate=None, share=0.25):
+        from activeprp_core import Comparator, Judgment
+
+        judge = self
+
+        class _Judge(Comparator):
+            def estimate_tokens(self, query, pairs):
+                return super().estimate_tokens(query, pairs) if estimate is None else [estimate] * len(pairs)
+
+            def judge(self, query, pairs, *, guard=None):
+                out = []
+                for (a, b), bound in zip(pairs, self.estimate_tokens(query, pairs)):
+                    used = int(bound * share)
+                    judge.reported += used
+                    judge.calls += 1
+                    prob = 1.0 if labels.get(a.id, 0) >= labels.get(b.id, 0) else 0.0
+                    out.append(Judgment(prob, prompt_tokens=max(used - 1, 0), completion_tokens=min(used, 1)))
+                return out
+
+        self.reported = self.calls = 0
+        self.comparator = _Judge()

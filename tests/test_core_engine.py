@@ -18,7 +18,7 @@ from activeprp_core import (
     arerank,
     rerank,
 )
-from activeprp_core.rankers import Limits, Outcomes, RankContext, Ranker
+from activeprp_core.rankers import RankContext, Ranker
 from tests.conftest import make_case
 
 
@@ -31,8 +31,10 @@ class Script(Ranker):
         self.rounds, self.seen = rounds, []
 
     def schedule(self, ctx: RankContext):
+        self.states = []
         for pairs in self.rounds:
             self.seen.append((yield pairs))
+            self.states.append((ctx.caps.calls_left, ctx.caps.rounds_left, ctx.caps.exhausted))
         return list(range(ctx.n))
 
 
@@ -309,34 +311,34 @@ def test_seeded_streams_do_not_depend_on_other_queries():
     assert c.order == a.order
 
 
-def test_ranker_is_told_the_budgets_through_the_outcomes_it_receives():
+def test_ranker_reads_the_caps_through_its_live_view():
     script = Script([[(0, 1)], [(2, 3), (0, 1)], [(4, 5)], [(1, 0)]])
-    rerank("q", cands(6), ranker=script, oracle="single", comparator=FixedAnswers({}), budget=2, max_rounds=5)
-    state = [(o.calls_left, o.rounds_left, o.exhausted) for o in script.seen]
-    assert state == [(1, 4, False), (0, 3, False), (0, 3, True), (0, 3, True)]
+    res = rerank("q", cands(6), ranker=script, oracle="single", comparator=FixedAnswers({}), budget=2, max_rounds=5)
+    assert script.states == [(1, 4, False), (0, 3, False), (0, 3, True), (0, 3, True)]
     assert script.seen[3] == [0.0]  # the cached answer still arrives after exhaustion
-    assert isinstance(script.seen[0], Outcomes) and list(script.seen[1]) == [1.0, 1.0]
+    assert script.seen[1] == [1.0, 1.0] and res.exhausted_by == ["budget"]
 
 
-def test_limits_watch_keeps_a_ranker_view_current():
+def test_view_counts_rounds_and_is_unlimited_without_an_engine():
     seen = []
 
     class Watch(Ranker):
         name = "watch"
 
         def schedule(self, ctx):
-            limits = Limits(ctx)
-            return (yield from limits.watch(self.body(ctx, limits)))
-
-        def body(self, ctx, limits):
-            seen.append((limits.calls_left, limits.rounds_left, limits.exhausted))
+            seen.append((ctx.caps.calls_left, ctx.caps.rounds_left, ctx.caps.exhausted))
             for pair in [(0, 1), (2, 3), (4, 5)]:
                 yield [pair]
-                seen.append((limits.calls_left, limits.rounds_left, limits.exhausted))
+                seen.append((ctx.caps.calls_left, ctx.caps.rounds_left, ctx.caps.exhausted))
             return list(range(ctx.n))
 
-    rerank("q", cands(6), ranker=Watch(), oracle="single", comparator=FixedAnswers({}), budget=None, max_rounds=2)
+    res = rerank("q", cands(6), ranker=Watch(), oracle="single", comparator=FixedAnswers({}), budget=None,
+                 max_rounds=2)
     assert seen == [(None, 2, False), (None, 1, False), (None, 0, False), (None, 0, True)]
+    assert res.exhausted_by == ["max_rounds"]
+    view = RankContext(4, 2).caps
+    assert (view.calls_left, view.rounds_left, view.tokens_left, view.exhausted) == (None, None, None, False)
+    assert view.affordable([(0, 1), (1, 2)]) == 2
 
 
 @pytest.mark.parametrize("max_rounds", [0, 1, 3])
@@ -383,3 +385,56 @@ def test_exhausted_mohajer_ranks_tournament_champions_before_the_rest():
     champions = {max(range(g, 100, 10), key=lambda i: labels[cs[i].id]) for g in range(10)}
     assert res.exhausted and set(res.order[:10]) == champions != set(range(10))
     assert res.order[10:] == sorted(res.order[10:])  # then the prior order
+
+
+def test_token_budget_reserves_the_estimate_and_refunds_to_the_reported_usage():
+    from tests.conftest import UsageJudge
+
+    judge = UsageJudge({}, estimate=100, share=0.1)  # reserves 100 per prompt, reports 10
+    script = Script([[(0, 1), (2, 3), (4, 5)], [(6, 7)]])
+    res = rerank("q", cands(8), ranker=script, oracle="single", comparator=judge.comparator, budget=None,
+                 token_budget=250)
+    # round 1: two prompts fit (200 reserved); the third waits for their usage (20) and goes out in a second batch
+    assert judge.calls == 4 and res.calls == 4 and res.rounds == 3 and not res.exhausted
+    assert res.prompt_tokens + res.completion_tokens == judge.reported == 40 and res.token_budget == 250
+    assert script.seen[0] == [1.0, 1.0, 1.0]
+
+
+def test_token_budget_without_reported_usage_keeps_the_estimate_and_says_which_cap_cut():
+    from tests.conftest import UsageJudge
+
+    judge = UsageJudge({}, estimate=100, share=0.0)
+    script = Script([[(0, 1), (2, 3), (4, 5)], [(6, 7)]])
+    res = rerank("q", cands(8), ranker=script, oracle="single", comparator=judge.comparator, budget=10,
+                 token_budget=250)
+    assert res.calls == 2 and res.exhausted and res.exhausted_by == ["token_budget"] and not res.converged
+    assert script.seen[0] == [1.0, 1.0, None] and res.stats()["exhausted_by"] == ["token_budget"]
+    assert res.prompt_tokens + res.completion_tokens == 0
+
+
+def test_token_budget_cut_rerank_is_a_permutation_and_rerank_many_agrees():
+    from activeprp_core import rerank_many
+    from tests.conftest import UsageJudge
+
+    cs, labels = make_case(40, seed=5)
+    results = []
+    for _ in range(2):
+        judge = UsageJudge(labels)
+        results.append(rerank("q", cs, comparator=judge.comparator, budget=None, token_budget=3000))
+        assert results[-1].prompt_tokens + results[-1].completion_tokens == judge.reported <= 3000
+    many = list(rerank_many([("q", cs)], comparator=UsageJudge(labels).comparator, budget=None, token_budget=3000))
+    assert sorted(results[0].order) == list(range(40)) and "token_budget" in results[0].exhausted_by
+    assert (many[0].order, many[0].calls, many[0].rounds) == (results[1].order, results[1].calls, results[1].rounds)
+
+
+def test_failed_batch_refunds_whole_questions_not_calls_per_pair():
+    from activeprp_core import BothOrders, ComparatorUnavailable
+
+    class Down:
+        def compare(self, query, pairs):
+            raise ComparatorUnavailable("down")
+
+    # one BothOrders question = 2 prompts under a 1-call oracle; nothing was sent: one comparison uncounted
+    script = Script([[BothOrders(0, 1)]])
+    res = rerank("q", cands(2), ranker=script, oracle="single", comparator=Down(), budget=10, on_failure="prior")
+    assert (res.comparisons, res.calls, res.rounds, res.failed_calls) == (0, 0, 0, 0) and res.failure

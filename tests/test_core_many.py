@@ -181,3 +181,34 @@ def test_bad_shared_arguments_fail_before_any_request_is_read():
 def test_a_failure_says_why_in_one_line():
     failure = RerankFailure(2, "q", ComparatorRequestError("prompt too long", status_code=400))
     assert failure.reason.startswith("ComparatorRequestError: prompt too long")
+
+
+def test_one_settings_object_serves_every_entry_point_and_options_replace_its_fields():
+    from activeprp_core import RerankSettings, arerank
+
+    cs, labels = make_case(30, seed=2)
+    settings = RerankSettings(ranker="quicksort", oracle="bidirectional", budget=40, top_k=5, seed=3)
+    alone = rerank("q", cs, settings, comparator=SimulatedComparator(labels))
+    assert (alone.ranker, alone.oracle, alone.budget, alone.top_k) == ("quicksort", "bidirectional", 40, 5)
+    (many,) = list(rerank_many([("q", cs)], settings, comparator=SimulatedComparator(labels)))
+    (amany,) = asyncio.run(_collect(arerank_many([("q", cs)], settings, comparator=SimulatedComparator(labels))))
+    async_one = asyncio.run(arerank("q", cs, settings, comparator=SimulatedComparator(labels)))
+    for other in (many, amany, async_one):
+        assert (other.order, other.calls, other.rounds) == (alone.order, alone.calls, alone.rounds)
+    cut = rerank("q", cs, settings, comparator=SimulatedComparator(labels), budget=5)  # a field replaced
+    assert cut.budget == 5 and cut.calls <= 5 and settings.budget == 40
+
+
+def test_bad_settings_object_fails_before_any_request_is_read():
+    def never():
+        raise AssertionError("read")
+        yield
+
+    with pytest.raises(TypeError, match="RerankSettings"):
+        next(rerank_many(never(), {"budget": 3}, comparator=SimulatedComparator({})))
+    with pytest.raises(TypeError, match="token_budget"):
+        next(rerank_many(never(), comparator=SimulatedComparator({}), budget=3, token_budget=2.5))
+
+
+async def _collect(agen):
+    return [item async for item in agen]

@@ -7,6 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from activeprp_core import ORACLES, RANKERS, Candidate, Ranker, SimulatedComparator, get_ranker, rerank
+from activeprp_core.rankers import relay
 from tests.conftest import make_case, true_top
 
 K = 10
@@ -116,24 +117,22 @@ def test_every_ranker_under_every_round_cap_and_budget(ranker):
 
 
 class CountingRanker(Ranker):
-    """Passes another ranker's schedule through, counting the pairs it asks in all and after exhaustion."""
+    """Passes another ranker's schedule through, counting the pairs the engine read (all of a list round, a lazy
+    round up to its first refused pair) in all and after exhaustion."""
 
     def __init__(self, inner):
         self.inner, self.name = inner, inner.name
         self.pairs = self.pairs_after_exhaustion = 0
 
     def schedule(self, ctx):
-        schedule, exhausted = self.inner.schedule(ctx), False
-        try:
-            pairs = next(schedule)
-            while True:
-                self.pairs += len(pairs)
-                self.pairs_after_exhaustion += len(pairs) if exhausted else 0
-                outcomes = yield pairs
-                exhausted = outcomes.exhausted
-                pairs = schedule.send(outcomes)
-        except StopIteration as stop:
-            return stop.value
+        def step(pairs):
+            exhausted = ctx.caps.exhausted
+            outcomes = yield pairs
+            self.pairs += len(outcomes)
+            self.pairs_after_exhaustion += len(outcomes) if exhausted else 0
+            return outcomes
+
+        return (yield from relay(self.inner.schedule(ctx), step))
 
 
 @pytest.mark.parametrize("ranker", sorted(RANKERS))
@@ -150,3 +149,23 @@ def test_scheduling_work_is_bounded_by_the_budget(ranker, oracle):
     assert res.exhausted and sorted(res.order) == list(range(n))
     assert counting.pairs <= 2 * n + 100
     assert counting.pairs_after_exhaustion <= n
+
+
+@pytest.mark.parametrize(("ranker", "oracle"), PAIRS)
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.sampled_from([2, K, 37]), token_budget=st.integers(0, 40_000), share=st.sampled_from([0.0, 0.25, 1.0]),
+       budget=st.sampled_from([None, 60]), max_rounds=st.sampled_from([None, 4]), seed=st.integers(0, 2**16))
+def test_reported_tokens_never_exceed_the_token_budget(ranker, oracle, n, token_budget, share, budget, max_rounds,
+                                                       seed):
+    from tests.conftest import UsageJudge
+
+    cands, labels = make_case(n, seed=seed % 97)
+    judge = UsageJudge(labels, share=share)
+    res = rerank("q", cands, ranker=ranker, oracle=oracle, comparator=judge.comparator, budget=budget, top_k=K,
+                 seed=seed, max_rounds=max_rounds, token_budget=token_budget)
+    assert sorted(res.order) == list(range(n))
+    assert res.prompt_tokens + res.completion_tokens == judge.reported <= token_budget
+    assert res.calls == judge.calls and set(res.exhausted_by) <= {"budget", "max_rounds", "token_budget"}
+    assert res.exhausted == bool(res.exhausted_by)
+    if token_budget < 32:  # below any prompt's bound: nothing can be sent
+        assert res.calls == 0 and (n < 2 or res.exhausted_by)

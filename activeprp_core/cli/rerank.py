@@ -7,10 +7,12 @@ import asyncio
 import json
 from typing import Any
 
+from ..budget import check_count
 from ..engine import arerank, rerank
 from ..oracles import ORACLES
 from ..rankers import RANKERS
 from ..rankers.auto import AUTO, ONLINE_MAX_ROUNDS
+from ..settings import CAP_HELP, RerankSettings
 from ..trecfiles import field, iter_json_objects, model_text
 from ..types import Candidate, RerankResult
 from . import InputError, printable
@@ -90,19 +92,19 @@ def _make_comparator(args: argparse.Namespace, candidates: list[Candidate] | Non
     return TransformersComparator(args.model, mode=args.mode or "ab", **kw)
 
 
-def ranking_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """The ``rerank`` keyword arguments set by ``add_ranking_args`` options."""
-    return {"ranker": args.ranker, "oracle": args.oracle, "budget": args.budget, "top_k": args.top_k,
-            "seed": args.seed, "max_rounds": args.max_rounds, "on_failure": args.on_failure}
+def ranking_settings(args: argparse.Namespace) -> RerankSettings:
+    """The ``RerankSettings`` set by ``add_ranking_args`` options."""
+    return RerankSettings(ranker=args.ranker, oracle=args.oracle, top_k=args.top_k, seed=args.seed,
+                          on_failure=args.on_failure, **{cap: getattr(args, cap) for cap in CAP_HELP})
 
 
 def run_rerank(query: str, candidates: list[Candidate], comparator: Any, args: argparse.Namespace) -> RerankResult:
     """Run ``rerank`` (``arerank`` for API comparators, whose round's calls then run concurrently) of
     ``model_text(query)``."""
-    kw = {**ranking_kwargs(args), "comparator": comparator}
+    settings = ranking_settings(args)
     if hasattr(comparator, "ajudge") and args.comparator == "openai":
-        return asyncio.run(arerank(model_text(query), candidates, **kw))
-    return rerank(model_text(query), candidates, **kw)
+        return asyncio.run(arerank(model_text(query), candidates, settings, comparator=comparator))
+    return rerank(model_text(query), candidates, settings, comparator=comparator)
 
 
 def stats_line(result: RerankResult) -> str:
@@ -113,8 +115,8 @@ def stats_line(result: RerankResult) -> str:
 
 
 def count(minimum: int | None = 0, allow_none: bool = False):
-    """An argparse ``type`` for an integer >= ``minimum`` (``none`` accepted when ``allow_none``): argparse turns
-    its ValueError into a one-line usage error (exit 2)."""
+    """An argparse ``type`` for an integer >= ``minimum`` (``none`` accepted when ``allow_none``), checked by
+    ``check_count``: argparse turns its error into a one-line usage error (exit 2)."""
 
     def parse(text: str) -> int | None:
         if allow_none and text.lower() == "none":
@@ -122,26 +124,28 @@ def count(minimum: int | None = 0, allow_none: bool = False):
         try:
             value = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-        if minimum is not None and value < minimum:
-            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
-        return value
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        try:
+            return check_count(value, "value", minimum=minimum)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {value}") from None
 
     return parse
 
 
 def add_ranking_args(p: argparse.ArgumentParser, budget: int | None, top_k: int,
                      max_rounds: int | None = None, ranker: str = AUTO, oracle: str = AUTO) -> None:
-    """--ranker, --oracle, --budget, --top-k, --seed, --max-rounds and --on-failure (shared by the commands);
-    ``auto`` chooses from measured data (``activeprp_core.rankers.auto``)."""
+    """--ranker, --oracle, --top-k, --seed, --on-failure and one option per cap (``settings.CAP_HELP``:
+    --budget, --max-rounds, --token-budget) (shared by the commands); ``auto`` chooses from measured data
+    (``activeprp_core.rankers.auto``)."""
     p.add_argument("--ranker", choices=sorted(RANKERS), default=ranker)
     p.add_argument("--oracle", choices=sorted([*ORACLES, AUTO]), default=oracle)
-    p.add_argument("--budget", type=count(allow_none=True), default=budget,
-                   help="most LLM calls per query (none = no cap; default %(default)s)")
+    defaults = {"budget": budget, "max_rounds": max_rounds}
+    for cap, text in CAP_HELP.items():
+        p.add_argument(f"--{cap.replace('_', '-')}", type=count(allow_none=True), default=defaults.get(cap),
+                       help=f"{text} (none = no cap; default %(default)s)")
     p.add_argument("--top-k", type=count(minimum=1), default=top_k)
     p.add_argument("--seed", type=count(minimum=None), default=0)
-    p.add_argument("--max-rounds", type=count(allow_none=True), default=max_rounds,
-                   help="most sequential rounds of LLM calls per query (none = no cap; default %(default)s)")
     p.add_argument("--on-failure", choices=("raise", "prior"), default="raise",
                    help="raise: a failing comparator ends the command with exit 1; prior: print the best-effort "
                         "order (the stats line says why)")

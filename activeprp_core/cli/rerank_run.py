@@ -36,7 +36,7 @@ from ..many import DEFAULT_MAX_ACTIVE, RerankFailure, arerank_many, rerank_many
 from ..trecfiles import read_qrels, read_run_candidates, write_run
 from ..types import Candidate, RerankResult
 from . import InputError, fail, printable
-from .rerank import add_comparator_args, add_ranking_args, make_comparator, ranking_kwargs
+from .rerank import add_comparator_args, add_ranking_args, count, make_comparator, ranking_settings
 
 Request = tuple[str, str, list[Candidate]]  # (qid, query text, candidates in input rank order)
 RUNNERS = "activeprp.runners"  # entry-point group: name -> a function running many queries elsewhere (ray)
@@ -71,13 +71,14 @@ def rerank_requests(requests: Sequence[Request], comparator: Any, args: argparse
         ComparatorAuthError / ComparatorUnavailable: a dead endpoint (with ``--on-failure raise``).
     """
     pairs = [(query, candidates) for _, query, candidates in requests]
-    kw = {**ranking_kwargs(args), "comparator": comparator, "max_active": args.max_active, "progress": progress}
+    settings = ranking_settings(args)
+    kw = {"comparator": comparator, "max_active": args.max_active, "progress": progress}
     if args.comparator != "openai":
-        yield from map(Outcome.of, rerank_many(pairs, **kw))
+        yield from map(Outcome.of, rerank_many(pairs, settings, **kw))
         return
 
     async def collect() -> list[RerankResult | RerankFailure]:
-        return [item async for item in arerank_many(pairs, max_concurrency=args.max_concurrency, **kw)]
+        return [item async for item in arerank_many(pairs, settings, max_concurrency=args.max_concurrency, **kw)]
 
     yield from map(Outcome.of, asyncio.run(collect()))
 
@@ -108,22 +109,11 @@ def ray_outcomes(requests: Sequence[Request], factory: Callable[[], Any], args: 
         rows = rerank_records(records, factory, address=None if args.ray == "local" else args.ray,
                               columns=["qid", *Outcome._fields], progress=not args.no_progress,
                               num_actors=args.ray_actors, num_gpus=args.ray_gpus, max_active=args.max_active,
-                              use_async=args.comparator == "openai", **ranking_kwargs(args))
+                              use_async=args.comparator == "openai", settings=ranking_settings(args))
     except ImportError as err:
         raise InputError(str(err)) from None
     done = {row["qid"]: Outcome(row["order"], row["calls"] or 0, row["error"], row["failure"]) for row in rows}
     return (done[qid] for qid, _, _ in requests)
-
-
-def positive_int(text: str) -> int:
-    """argparse type: an int >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
-    return value
 
 
 def check_out(path: str) -> None:
@@ -150,19 +140,19 @@ def add_parser(subparsers: Any) -> None:
     files.add_argument("--out", required=True, help="the reranked TREC run to write")
     files.add_argument("--qrels", help="TREC qrels: print nDCG@10 of the input and the output (ir-measures); the "
                                        "graded labels of --comparator simulated")
-    p.add_argument("--depth", type=positive_int, default=None, metavar="N",
+    p.add_argument("--depth", type=count(minimum=1), default=None, metavar="N",
                    help="rerank (and write) each query's top N rows by rank (default: all)")
     p.add_argument("--tag", default="activeprp", help="the run tag of OUT (6th column)")
     p.add_argument("--no-progress", action="store_true",
                    help="hide the progress bar over queries (stderr; shown only when tqdm is installed)")
-    p.add_argument("--max-active", type=positive_int, default=DEFAULT_MAX_ACTIVE, metavar="Q",
+    p.add_argument("--max-active", type=count(minimum=1), default=DEFAULT_MAX_ACTIVE, metavar="Q",
                    help="queries in progress at once: their rounds are merged into shared batches (default "
                         "%(default)s); bounds memory")
     ray = p.add_argument_group("Ray Data (pip install \"activeprp[ray]\")")
     ray.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
                      help="rerank on a Ray cluster: ADDRESS of an existing one (HOST:PORT or ray://HOST:10001; its "
                           "token in RAY_AUTH_TOKEN or ~/.ray/auth_token), none = a local Ray for this command")
-    ray.add_argument("--ray-actors", type=positive_int, default=2, metavar="N",
+    ray.add_argument("--ray-actors", type=count(minimum=1), default=2, metavar="N",
                      help="actors in the pool, each with its own comparator (default %(default)s)")
     ray.add_argument("--ray-gpus", type=float, default=None, metavar="G", help="GPUs per actor (local models)")
     add_ranking_args(p, budget=100, top_k=10, ranker="mohajer", oracle="randomized")

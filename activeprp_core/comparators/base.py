@@ -195,6 +195,24 @@ class Comparator:
             raise TypeError(f"{cls.__name__} must implement compare(query, pairs) or judge(query, pairs)")
         return super().__new__(cls)
 
+    #: The default ``estimate_tokens`` adds this to the prompt's UTF-8 bytes: chat-template framing and the
+    #: one-label completion (a comparator with another template or longer answers overrides the method).
+    ESTIMATE_OVERHEAD_TOKENS = 32
+
+    def estimate_tokens(self, query: str, pairs: Sequence[Pair]) -> list[int]:
+        """An upper bound of the prompt + completion tokens each call on ``pairs`` will report (one int >= 0 per
+        pair, in order), reserved by the engine against ``token_budget`` before the calls are sent.
+
+        Default (local, no tokenizer): the UTF-8 bytes of the PRP prompt (``prompts.PRP_PROMPT``) filled with the
+        query and both texts, plus ``ESTIMATE_OVERHEAD_TOKENS``; a byte-level BPE token spans at least one byte,
+        so this bounds any such tokenizer's count for that prompt. Comparators with a tokenizer or another prompt
+        override it (exact counts for local models).
+        """
+        from .prompts import PRP_PROMPT, render
+
+        return [len(render(PRP_PROMPT, query=query, first=a.text, second=b.text).encode("utf-8"))
+                + self.ESTIMATE_OVERHEAD_TOKENS for a, b in pairs]
+
     # ---- what subclasses implement (one of the two) -------------------------------------------------
     def compare(self, query: str, pairs: Sequence[Pair]) -> list[float | None]:
         """P(first preferred) per ordered pair (None or NaN = the call failed)."""

@@ -7,8 +7,6 @@ from .auto import Auto
 from .base import (
     Bracket,
     Heap,
-    Limits,
-    Outcomes,
     RankContext,
     Ranker,
     Schedule,
@@ -16,6 +14,7 @@ from .base import (
     bubble_passes,
     match,
     parallel,
+    relay,
 )
 from .mohajer import Mohajer, MohajerBubble
 from .pac import PACBubble
@@ -39,7 +38,7 @@ def get_ranker(ranker: str | Ranker) -> Ranker:
 
 
 __all__ = [
-    "RANKERS", "AllPairs", "Auto", "Bracket", "BubbleSort", "Heap", "HeapSort", "Limits", "Mohajer",
-    "MohajerBubble", "Outcomes", "PACBubble", "ParallelMohajer", "QuickSort", "RankContext", "Ranker", "Schedule",
-    "SlidingWindow", "beats", "bubble_passes", "get_ranker", "match", "parallel"
+    "RANKERS", "AllPairs", "Auto", "Bracket", "BubbleSort", "Heap", "HeapSort", "Mohajer",
+    "MohajerBubble", "PACBubble", "ParallelMohajer", "QuickSort", "RankContext", "Ranker", "Schedule",
+    "SlidingWindow", "beats", "bubble_passes", "get_ranker", "match", "parallel", "relay"
 ]

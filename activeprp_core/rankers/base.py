@@ -6,10 +6,11 @@ pairs ``(i, j)`` whose comparisons are independent of each other), receives one 
 indices. Indices are prior ranks: candidate 0 is the first-stage (e.g. BM25) best. The engine decides how a
 round is executed (one batch, concurrent requests) and what it costs; the ranker never calls an LLM.
 
-What is sent back into the generator is an ``Outcomes`` list: the round's outcomes plus what is left of the
-two budgets (``calls_left``, ``rounds_left``) and whether a cap has refused a question (``exhausted``). A
-ranker that wants to plan or stop early reads them through ``Limits.watch``; once ``exhausted`` is set only
-cached answers arrive, and every ranker here stops scheduling and returns its best-effort order.
+The engine sends back one outcome per pair of the round, in order. A ranker that wants to plan or stop early
+reads its query's caps through ``ctx.caps``, a live read-only ``BudgetView`` (calls, rounds and tokens left,
+``exhausted``, ``affordable(pairs)``); once ``exhausted`` is set only cached answers arrive, and every ranker
+here stops scheduling and returns its best-effort order. A ranker never asks more than it wants answered: the
+engine refuses a question that does not fit and reports the cut.
 
 Unknown outcomes (a cap refused the question, a failed call) and ties are resolved by prior rank (``beats``),
 so every ranker's output is "what is known, then the prior order" without special cases.
@@ -19,9 +20,11 @@ from __future__ import annotations
 
 import random
 from abc import ABC, abstractmethod
-from collections.abc import Generator, Iterable
+from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass, field
 from typing import Any
+
+from ..budget import BudgetView
 
 Outcome = float | None
 Round = list[tuple[int, int]]
@@ -37,6 +40,7 @@ class RankContext:
         rng: the ranker's own seeded stream (e.g. quicksort pivots).
         budget: the call cap (None = unlimited); calls_per_pair: the oracle's cost of one comparison.
         max_rounds: the cap on sequential rounds that send calls (None = unlimited).
+        caps: the live, read-only view of the query's caps (``BudgetView``; unlimited when made by hand).
     """
 
     n: int
@@ -45,58 +49,12 @@ class RankContext:
     budget: int | None = None
     calls_per_pair: int = 1
     max_rounds: int | None = None
+    caps: BudgetView = field(default_factory=BudgetView)
 
     @property
     def top(self) -> int:
         """The effective K: ``min(k, n)``."""
         return min(self.k, self.n)
-
-
-class Outcomes(list):
-    """What the engine sends back into a schedule after a round: one outcome per pair of the round (P(i beats
-    j), or None when unknown), in the round's order, plus the state of the query's two budgets.
-
-    Attributes:
-        calls_left: LLM calls still allowed (None = unlimited).
-        rounds_left: rounds that may still send calls (None = unlimited); a round answered wholly from the
-            pair cache costs no round.
-        exhausted: a cap (calls or rounds) has refused a question; from now on only cached answers arrive.
-    """
-
-    def __init__(self, values: Iterable[Outcome] = (), *, calls_left: int | None = None,
-                 rounds_left: int | None = None, exhausted: bool = False) -> None:
-        super().__init__(values)
-        self.calls_left, self.rounds_left, self.exhausted = calls_left, rounds_left, exhausted
-
-    def part(self, start: int, stop: int) -> Outcomes:
-        """The outcomes ``[start:stop]`` with the same budget state (for sub-schedules run in ``parallel``)."""
-        return Outcomes(self[start:stop], calls_left=self.calls_left, rounds_left=self.rounds_left,
-                        exhausted=self.exhausted)
-
-
-class Limits:
-    """A ranker's view of its budgets, kept up to date by ``watch`` from the ``Outcomes`` the engine sends.
-
-    Starts from ``ctx`` (nothing refused yet). Rankers read ``exhausted`` to stop scheduling, and
-    ``calls_left`` / ``rounds_left`` to plan what still fits.
-    """
-
-    def __init__(self, ctx: RankContext) -> None:
-        self.calls_left, self.rounds_left, self.exhausted = ctx.budget, ctx.max_rounds, False
-
-    def watch(self, schedule: Generator) -> Generator:
-        """Run ``schedule``, noting the budget state sent with each round before passing the outcomes on;
-        returns the schedule's value. (Outcomes sent as a plain list leave the view unchanged.)"""
-        try:
-            pairs = next(schedule)
-            while True:
-                outcomes = yield pairs
-                if isinstance(outcomes, Outcomes):
-                    self.calls_left, self.rounds_left = outcomes.calls_left, outcomes.rounds_left
-                    self.exhausted = outcomes.exhausted
-                pairs = schedule.send(outcomes)
-        except StopIteration as stop:
-            return stop.value
 
 
 class Ranker(ABC):
@@ -118,6 +76,18 @@ def beats(i: int, j: int, outcome: Outcome) -> bool:
     if outcome is None or outcome == 0.5:
         return i < j
     return outcome > 0.5
+
+
+def relay(schedule: Generator, step: Callable[[Any], Generator]) -> Generator:
+    """Run ``schedule`` through ``step``: each round it yields is handed to the sub-generator ``step(round)``,
+    whose yields go out and whose return value is sent back into ``schedule``; returns the schedule's value.
+    The one generator proxy of the code base (the engine's rounds, ``Evidence.record``)."""
+    try:
+        pairs = next(schedule)
+        while True:
+            pairs = schedule.send((yield from step(pairs)))
+    except StopIteration as stop:
+        return stop.value
 
 
 def match(i: int, j: int) -> Generator[Round, list[Outcome], bool]:
@@ -148,9 +118,8 @@ def parallel(schedules: Iterable[Generator]) -> Generator[Round, list[Outcome], 
         outcomes = yield merged
         for idx, start, size in spans:
             stop = start + size
-            part = outcomes.part(start, stop) if isinstance(outcomes, Outcomes) else outcomes[start:stop]
             try:
-                pending[idx] = gens[idx].send(part)
+                pending[idx] = gens[idx].send(outcomes[start:stop])
             except StopIteration as stop:
                 results[idx] = stop.value
                 del pending[idx]
@@ -165,20 +134,20 @@ def complete(head: Iterable[int], n: int) -> list[int]:
     return order
 
 
-def bubble_passes(arr: list[int], passes: int, limits: Limits, skip_settled: bool = True) -> Schedule:
+def bubble_passes(arr: list[int], passes: int, caps: BudgetView, skip_settled: bool = True) -> Schedule:
     """BubbleSort@k on ``arr`` in place: ``passes`` bottom-up passes of adjacent comparisons (window 2);
     pass p stops at position p, so after ``passes`` passes the top ``passes`` positions are settled.
 
     With ``skip_settled`` (the llm-rankers / Setwise BubbleSort): the next pass starts just below the lowest
     swap of the previous one (pairs further down were compared and are unchanged), and a pass without swaps
     ends the sort. Without it: plain PRP-Sliding-k passes (Qin et al. 2024) from the bottom every time.
-    Stops as soon as ``limits`` (watched by the caller) says a budget is exhausted: ``arr`` stays as it is.
+    Stops as soon as ``caps`` says a cap is exhausted: ``arr`` stays as it is.
     """
     start = len(arr) - 2
     for p in range(passes):
         lowest_swap = None
         for j in range(start, p - 1, -1):
-            if limits.exhausted:
+            if caps.exhausted:
                 return
             if not (yield from match(arr[j], arr[j + 1])):
                 arr[j], arr[j + 1] = arr[j + 1], arr[j]

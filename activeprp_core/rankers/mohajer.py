@@ -3,7 +3,7 @@ top-K rank aggregation from noisy comparisons"; as used in Active Learners as Ef
 
 from __future__ import annotations
 
-from .base import Bracket, Heap, Limits, RankContext, Ranker, Schedule, bubble_passes, complete, parallel
+from .base import Bracket, Heap, RankContext, Ranker, Schedule, bubble_passes, complete, parallel
 
 
 class Mohajer(Ranker):
@@ -38,10 +38,6 @@ class Mohajer(Ranker):
         self.skip_last_refill = skip_last_refill
 
     def schedule(self, ctx: RankContext) -> Schedule:
-        limits = Limits(ctx)
-        return (yield from limits.watch(self._select(ctx, limits)))
-
-    def _select(self, ctx: RankContext, limits: Limits) -> Schedule:
         n, k = ctx.n, ctx.top
         if n == 0:
             return []
@@ -53,7 +49,7 @@ class Mohajer(Ranker):
         yield from heap.heapify()
         popped: list[int] = []
         for t in range(k):
-            if limits.exhausted:  # further pops would rank by prior alone: the champions' evidence ranks higher
+            if ctx.caps.exhausted:  # further pops would rank by prior alone: the champions' evidence ranks higher
                 return complete(popped + heap.items, n)
             top = heap.items[0]
             popped.append(top)
@@ -85,8 +81,7 @@ class MohajerBubble(Ranker):
         self.mohajer = Mohajer(**mohajer_options)
 
     def schedule(self, ctx: RankContext) -> Schedule:
-        limits = Limits(ctx)
-        order = yield from limits.watch(self.mohajer.schedule(ctx))
+        order = yield from self.mohajer.schedule(ctx)
         prefix = order[: 2 * ctx.top]
-        yield from limits.watch(bubble_passes(prefix, ctx.top, limits))
+        yield from bubble_passes(prefix, ctx.top, ctx.caps)
         return prefix + order[len(prefix):]

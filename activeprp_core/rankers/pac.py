@@ -4,7 +4,7 @@ and a candidate pool from the zero-cost prior, then BubbleSort of the selected K
 
 from __future__ import annotations
 
-from .base import Limits, RankContext, Ranker, Schedule, beats, bubble_passes, complete
+from .base import RankContext, Ranker, Schedule, beats, bubble_passes, complete
 
 
 class PACBubble(Ranker):
@@ -29,10 +29,6 @@ class PACBubble(Ranker):
         self.pool_multiplier = pool_multiplier
 
     def schedule(self, ctx: RankContext) -> Schedule:
-        limits = Limits(ctx)
-        return (yield from limits.watch(self._select(ctx, limits)))
-
-    def _select(self, ctx: RankContext, limits: Limits) -> Schedule:
         n, k = ctx.n, ctx.top
         if n == 0:
             return []
@@ -51,5 +47,5 @@ class PACBubble(Ranker):
         chosen = sorted(selected)[:k]
         chosen += [x for x in pool if x not in selected][: k - len(chosen)]
         chosen.sort()
-        yield from bubble_passes(chosen, k, limits)
+        yield from bubble_passes(chosen, k, ctx.caps)
         return complete(chosen, n)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Generator, Iterable
 
 from ..oracles import BothOrders
-from .base import Bracket, Limits, Outcome, RankContext, Ranker, Schedule, beats, complete, parallel
+from .base import Bracket, Outcome, RankContext, Ranker, Schedule, beats, complete, parallel, relay
 
 
 class Evidence:
@@ -38,16 +38,14 @@ class Evidence:
     def record(self, schedule: Generator, questions=list) -> Schedule:
         """Run ``schedule``, asking each of its rounds as ``questions(pairs)`` (the same pairs, some possibly as
         ``BothOrders``) and noting every outcome; returns the schedule's value."""
-        try:
-            pairs = next(schedule)
-            while True:
-                asked = questions(pairs)
-                outcomes = yield asked
-                for pair, o in zip(asked, outcomes):
-                    self.note(pair, o)
-                pairs = schedule.send(outcomes)
-        except StopIteration as stop:
-            return stop.value
+        def step(pairs: list[tuple[int, int]]) -> Schedule:
+            asked = questions(pairs)
+            outcomes = yield asked
+            for pair, o in zip(asked, outcomes):
+                self.note(pair, o)
+            return outcomes
+
+        return (yield from relay(schedule, step))
 
 
 def copeland(items: Iterable[int], evidence: Evidence) -> list[int]:
@@ -84,8 +82,8 @@ class ParallelMohajer(Ranker):
        a re-decision that a cap cuts short is not adopted. So quality grows with the budget towards the
        bidirectional oracle's (Qin et al. 2024) where that is better, as in the calibrated simulator.
 
-    Planning with ``Outcomes.rounds_left``/``calls_left``: when fewer rounds are left than a step needs, a group's
-    candidates are cut to the 2^r most promising (eliminated latest) so that the step still ends with a
+    Planning with ``ctx.caps`` (rounds and calls left, ``affordable``): when fewer rounds are left than a step
+    needs, a group's candidates are cut to the 2^r most promising (eliminated latest) so that the step still ends with a
     placement; with one round left after the brackets the round-robin takes each group's bracket finalist too;
     when even the brackets cannot finish, the survivors of the levels played (with none played: all candidates)
     are ranked by one round-robin, pairs of the best prior ranks first, cut to the budget. Every round lists its
@@ -99,25 +97,21 @@ class ParallelMohajer(Ranker):
     name = "parallel_mohajer"
 
     def schedule(self, ctx: RankContext) -> Schedule:
-        limits = Limits(ctx)
-        return (yield from limits.watch(self._rank(ctx, limits)))
-
-    def _rank(self, ctx: RankContext, limits: Limits) -> Schedule:
-        ev = Evidence()
-        run = _Run(ctx, limits, ev)
+        ev, caps = Evidence(), ctx.caps
+        run = _Run(ctx, ev)
         order = yield from run.select()
         if ctx.calls_per_pair > 1:  # every answer already has both slot orders
             return order
-        while not limits.exhausted and limits.rounds_left != 0:
+        while not caps.exhausted and caps.rounds_left != 0:
             todo = run.decisive(order)
             if not todo:
                 break
-            if limits.calls_left is not None:  # two calls per confirmed pair stay for the re-decision
-                todo = todo[: max(1, limits.calls_left // 3)]
+            if caps.calls_left is not None:  # two calls per confirmed pair stay for the re-decision
+                todo = todo[: max(1, caps.calls_left // 3)]
             yield from ev.record(_one_round([BothOrders(a, b) for a, b in todo]))
-            rerun = _Run(ctx, limits, ev, new_pairs_both=True)
+            rerun = _Run(ctx, ev, new_pairs_both=True)
             again = yield from rerun.select()
-            if limits.exhausted:  # a re-decision the caps cut short is not adopted
+            if caps.exhausted:  # a re-decision the caps cut short is not adopted
                 break
             order, run = again, rerun
         return order
@@ -132,9 +126,8 @@ class _Run:
     through ``questions``, which chooses the slot orders, counts the pass's rounds and (via ``Evidence.record``)
     notes the outcomes."""
 
-    def __init__(self, ctx: RankContext, limits: Limits, ev: Evidence, new_pairs_both: bool = False) -> None:
-        self.n, self.k, self.cost, self.limits, self.ev = ctx.n, ctx.top, ctx.calls_per_pair, limits, ev
-        self.left = ctx.max_rounds  # rounds this pass plans with (a re-run plans as the first pass did)
+    def __init__(self, ctx: RankContext, ev: Evidence, new_pairs_both: bool = False) -> None:
+        self.n, self.k, self.cost, self.caps, self.ev = ctx.n, ctx.top, ctx.calls_per_pair, ctx.caps, ev
         self.new_pairs_both = new_pairs_both
         self.eliminated: dict[int, tuple[int, int]] = {}
         self.planned = 0  # pairs the plan still expects to ask (an estimate)
@@ -143,16 +136,14 @@ class _Run:
     def questions(self, pairs: list[tuple[int, int]]) -> list[tuple[int, int]]:
         """A round's pairs as asked: the first ones as ``BothOrders`` while spare calls last (see step 4 of
         ``ParallelMohajer``); on a re-run, every pair never asked before."""
-        if self.left is not None:
-            self.left -= 1
-        ev, limits = self.ev, self.limits
+        ev, caps = self.ev, self.caps
         fresh = [not ev.known(a, b) for a, b in pairs]
         self.planned -= sum(fresh)
         reserved = self.reserved.pop(0) if self.reserved else 0
         if self.cost > 1:
             return list(pairs)
-        future = 0 if limits.rounds_left == 1 else max(0, self.planned)
-        spare = None if limits.calls_left is None else limits.calls_left - sum(fresh) - future - min(future, reserved)
+        future = 0 if caps.rounds_left == 1 else max(0, self.planned)
+        spare = None if caps.calls_left is None else caps.calls_left - sum(fresh) - future - min(future, reserved)
         out = []
         for (a, b), new in zip(pairs, fresh):
             upgrade = (min(a, b), max(a, b)) not in ev.both and (
@@ -164,15 +155,14 @@ class _Run:
 
     def rounds_after(self, reserved: int) -> int | None:
         """Rounds a step may use when ``reserved`` rounds must follow it (None = unlimited)."""
-        return None if self.left is None else self.left - reserved
+        left = self.caps.rounds_left
+        return None if left is None else left - reserved
 
     def ask(self, pairs: list[tuple[int, int]]) -> Schedule:
-        """One round of the ``pairs`` (best first) not known yet, cut to what the calls left pay for plus one
-        more (so that the engine refuses it and the result reports the cut); nothing once a cap has refused."""
+        """One round of the ``pairs`` (best first) not known yet (the engine refuses those past the caps);
+        nothing once a cap has refused."""
         pairs = [p for p in pairs if not self.ev.known(*p)]
-        if self.limits.calls_left is not None:
-            pairs = pairs[: self.limits.calls_left // self.cost + 1]
-        if pairs and not self.limits.exhausted:
+        if pairs and not self.caps.exhausted:
             yield pairs
 
     def select(self) -> Schedule:
@@ -187,7 +177,7 @@ class _Run:
         return sorted(pairs, key=lambda p: sorted((rank[p[0]], rank[p[1]])))
 
     def _select(self) -> Schedule:
-        n, k, ev, limits = self.n, self.k, self.ev, self.limits
+        n, k, ev, caps = self.n, self.k, self.ev, self.caps
         if n == 0:
             return []
         brackets = [Bracket(list(range(g, n, k))) for g in range(k)]
@@ -204,7 +194,7 @@ class _Run:
         for b in brackets:
             self.eliminated.update(b.eliminated())
         survivors = sorted(x for b in brackets for x in b.levels[min(levels, b.depth)] if x is not None)
-        if limits.exhausted:  # a cap cut the brackets short: rank by the matches answered
+        if caps.exhausted:  # a cap cut the brackets short: rank by the matches answered
             return self.by_wins(n)
         if levels < depth:  # the brackets cannot finish: one round-robin over what survives
             return complete((yield from self.last_round_robin(survivors)), n)
@@ -225,7 +215,7 @@ class _Run:
                 selected[g].append(x)
             refill = [g for g in new if ranked.index(new[g]) < k]
             left = self.rounds_after(1)
-            if not refill or limits.exhausted or (left is not None and left < 0):
+            if not refill or caps.exhausted or (left is not None and left < 0):
                 break
             picks = yield from parallel(self.next_member(selected[g], left) for g in refill)
             new = {g: x for g, x in zip(refill, picks) if x is not None}
@@ -266,12 +256,14 @@ class _Run:
                                    key=lambda p: (p[1], p[0])))
 
     def last_round_robin(self, contenders: list[int]) -> Schedule:
-        """The last round: a round-robin over the longest prefix of ``contenders`` (best first) whose pairs the
-        calls left pay for in full; returns that prefix by Copeland, then the other contenders as given."""
-        m, affordable, need = 0, self.limits.calls_left, 0
-        for i, b in enumerate(contenders):
-            need += sum(not self.ev.known(a, b) for a in contenders[:i])
-            if affordable is not None and i >= 2 and need > affordable // self.cost:
+        """The last round: a round-robin over the longest prefix of ``contenders`` (best first, at least two) whose
+        pairs the caps pay for in full; returns that prefix by Copeland, then the other contenders as given."""
+        new = [[(a, b) for a in contenders[:i] if not self.ev.known(a, b)] for i, b in enumerate(contenders)]
+        affordable = self.caps.affordable([p for pairs in new for p in pairs])
+        m, need = 0, 0
+        for i, pairs in enumerate(new):
+            need += len(pairs)
+            if i >= 2 and need > affordable:
                 break
             m = i + 1
         yield from self.round_robin(sorted(contenders[:m]))
@@ -287,7 +279,7 @@ class _Run:
         windows = {x: ranked[after[x]:k] for x in sorted(new.values(), key=after.get)}
         yield from self.ask([(x, y) for x, window in windows.items() for y in window])
         slot = {x: after[x] + sum(ev.wins(y, x) for y in window) for x, window in windows.items()}
-        if self.left is None or self.left >= 1:
+        if self.caps.rounds_left is None or self.caps.rounds_left >= 1:
             yield from self.ask([(a, b) for a in slot for b in slot if a < b and slot[a] == slot[b] < k])
         key = {x: (2 * r + 1, 0) for r, x in enumerate(ranked)}
         for x, s in slot.items():

@@ -1,14 +1,12 @@
 """Sorting baselines for PRP: BubbleSort@k, sliding window, HeapSort, QuickSort (top-k) and all-pairs.
 
-Each stops scheduling once the engine reports a budget exhausted (``Limits``) and returns its best-effort order,
+Each stops scheduling once its caps are exhausted (``ctx.caps``) and returns its best-effort order,
 so its work is bounded by what the budget can buy.
 """
 
 from __future__ import annotations
 
-from itertools import islice
-
-from .base import Heap, Limits, RankContext, Ranker, Schedule, beats, bubble_passes, complete, parallel
+from .base import Heap, RankContext, Ranker, Schedule, beats, bubble_passes, complete, parallel
 
 
 class BubbleSort(Ranker):
@@ -20,8 +18,8 @@ class BubbleSort(Ranker):
     name = "bubblesort"
 
     def schedule(self, ctx: RankContext) -> Schedule:
-        arr, limits = list(range(ctx.n)), Limits(ctx)
-        yield from limits.watch(bubble_passes(arr, ctx.top, limits))
+        arr = list(range(ctx.n))
+        yield from bubble_passes(arr, ctx.top, ctx.caps)
         return arr
 
 
@@ -34,8 +32,8 @@ class SlidingWindow(Ranker):
     name = "sliding_window"
 
     def schedule(self, ctx: RankContext) -> Schedule:
-        arr, limits = list(range(ctx.n)), Limits(ctx)
-        yield from limits.watch(bubble_passes(arr, ctx.top, limits, skip_settled=False))
+        arr = list(range(ctx.n))
+        yield from bubble_passes(arr, ctx.top, ctx.caps, skip_settled=False)
         return arr
 
 
@@ -48,15 +46,11 @@ class HeapSort(Ranker):
     name = "heapsort"
 
     def schedule(self, ctx: RankContext) -> Schedule:
-        limits = Limits(ctx)
-        return (yield from limits.watch(self._extract(ctx, limits)))
-
-    def _extract(self, ctx: RankContext, limits: Limits) -> Schedule:
         heap = Heap(list(range(ctx.n)))
         yield from heap.heapify()
         extracted = []
         for t in range(ctx.top):
-            if limits.exhausted:
+            if ctx.caps.exhausted:
                 break
             extracted.append(heap.pop_top())
             if t < ctx.top - 1:
@@ -74,11 +68,10 @@ class QuickSort(Ranker):
     name = "quicksort"
 
     def schedule(self, ctx: RankContext) -> Schedule:
-        limits = Limits(ctx)
-        return (yield from limits.watch(self._top(list(range(ctx.n)), ctx.top, ctx, limits)))
+        return (yield from self._top(list(range(ctx.n)), ctx.top, ctx))
 
-    def _top(self, items: list[int], k: int, ctx: RankContext, limits: Limits) -> Schedule:
-        if len(items) <= 1 or k <= 0 or limits.exhausted:
+    def _top(self, items: list[int], k: int, ctx: RankContext) -> Schedule:
+        if len(items) <= 1 or k <= 0 or ctx.caps.exhausted:
             return items
         pivot = items[ctx.rng.randrange(len(items))]
         others = [x for x in items if x != pivot]
@@ -86,33 +79,30 @@ class QuickSort(Ranker):
         better = [x for x, o in zip(others, outcomes) if beats(x, pivot, o)]
         worse = [x for x, o in zip(others, outcomes) if not beats(x, pivot, o)]
         if len(better) >= k:
-            better = yield from self._top(better, k, ctx, limits)
+            better = yield from self._top(better, k, ctx)
         else:
             better, worse = yield from parallel(
-                [self._top(better, len(better), ctx, limits), self._top(worse, k - len(better) - 1, ctx, limits)]
+                [self._top(better, len(better), ctx), self._top(worse, k - len(better) - 1, ctx)]
             )
         return better + [pivot] + worse
 
 
 class AllPairs(Ranker):
     """PRP-Allpair (Qin et al. 2024): every unordered pair once, in one round (bidirectional oracle: both
-    orders, N(N-1) calls); score = sum of P(i beats j) over opponents, 0.5 for ties and unknowns; order by
-    score, ties by prior rank. Pairs are listed best-prior first and the round holds only as many as the budget
-    can pay for (none with ``max_rounds=0``), so the work is O(N + B) and a cut round covers the top first."""
+    orders, N(N-1) calls); score = sum of P(i beats j) over the pairs read, 0.5 for ties and unknowns; order
+    by score, ties by prior rank. The pairs are offered lazily, best-prior first: the engine reads them up to the
+    first one a cap refuses, so the work is O(N + B) and a cut round covers the top first."""
 
     name = "allpairs"
 
     def schedule(self, ctx: RankContext) -> Schedule:
         n = ctx.n
-        every = ((i, j) for j in range(1, n) for i in range(j))
-        affordable = None if ctx.budget is None else ctx.budget // ctx.calls_per_pair
-        if ctx.max_rounds == 0:
-            affordable = 0
-        # one pair past what fits, so that the engine refuses it and the result reports the cut (exhausted)
-        pairs = list(islice(every, None if affordable is None else affordable + 1))
-        outcomes = yield pairs
+        def every():
+            return ((i, j) for j in range(1, n) for i in range(j))
+
+        outcomes = yield every()  # the engine reads them up to the first one a cap refuses
         wins = [0.0] * n
-        for (i, j), o in zip(pairs, outcomes):
+        for (i, j), o in zip(every(), outcomes):
             p = 0.5 if o is None else o
             wins[i] += p
             wins[j] += 1.0 - p

@@ -248,10 +248,10 @@ def create_app(
     Raises:
         TypeError / ValueError: bad settings (checked here, before any request).
     """
-    from activeprp_core import Reranking
+    from activeprp_core import RerankSettings
 
-    Reranking("", [], ranker=ranker, oracle=oracle, budget=budget, top_k=top_k, seed=seed, max_rounds=max_rounds,
-              on_failure=on_failure)  # validates the settings now
+    RerankSettings(ranker=ranker, oracle=oracle, budget=budget, top_k=top_k, seed=seed, max_rounds=max_rounds,
+                   on_failure=on_failure, max_concurrency=max_concurrency)  # validates the settings now
     for name, value in [("max_active", max_active), ("max_documents", max_documents),
                         ("max_document_bytes", max_document_bytes), ("max_concurrency", max_concurrency)]:
         check_count(value, name, minimum=1, allow_none=name == "max_concurrency")

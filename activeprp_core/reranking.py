@@ -1,0 +1,348 @@
+"""``Reranking``: one query's reranking as a sans-I/O state machine (see ``activeprp_core.engine`` for the
+protocol, the caps and the failure policy; ``rerank`` / ``rerank_many`` drive it)."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import random
+import time
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .budget import RULES, BudgetView, Caps
+from .comparators.base import Comparator
+from .errors import ComparatorError, ComparatorUnavailable, RankerError
+from .oracles import Oracle, Prompt, get_oracle
+from .rankers import RankContext, Ranker, get_ranker, relay
+from .rankers.auto import choose
+from .settings import RerankSettings
+from .types import Accounting, Candidate, Judgment, Pair, RerankResult, check_candidates, to_judgments
+
+log = logging.getLogger("activeprp.engine")
+Estimator = Callable[[str, Sequence[Pair]], list[int]]
+MAX_ERRORS_KEPT = 5
+
+
+class _Done:
+    def __repr__(self) -> str:
+        return "DONE"
+
+
+DONE = _Done()
+"""What ``Reranking.next_batch()`` returns once the ranker has finished: call ``result()``."""
+
+
+@dataclass(frozen=True)
+class Batch:
+    """The ordered prompts one round of a reranking needs answered, in the order answers must come back.
+
+    Attributes:
+        query: the query text.
+        prompts: ``(first, second)`` candidate indices per prompt (first = slot A).
+        pairs: the same prompts as ``(Candidate, Candidate)`` tuples, ready for ``Comparator.judge``.
+    """
+
+    query: str
+    prompts: list[Prompt]
+    pairs: list[tuple[Candidate, Candidate]]
+
+
+class Reranking:
+    """One query's reranking as a sans-I/O state machine (see ``activeprp_core.engine``).
+
+    Args:
+        query, candidates: as for ``rerank``. settings: a ``RerankSettings``; ``**options`` set or replace its
+            fields (``Reranking(q, c, budget=50)``). estimator: ``Comparator.estimate_tokens`` of the comparator
+            that will answer (read only with a ``token_budget``; default: the base class's bound).
+
+    Protocol: ``next_batch()`` returns the pending ``Batch`` (the same one until it is answered) or ``DONE``;
+    ``send(judgments)`` answers it (``Judgment`` objects, or floats / None, one per prompt, in order);
+    ``fail(error)`` reports that it could not be answered; ``result()`` once ``DONE``.
+
+    Raises:
+        TypeError / ValueError: bad arguments (as ``RerankSettings`` and ``rerank``). ``RuntimeError``:
+        ``send``/``fail`` with no batch pending, ``result`` before ``DONE``.
+    """
+
+    def __init__(self, query: str, candidates: Sequence[Candidate], settings: RerankSettings | None = None, *,
+                 estimator: Estimator | None = None, **options: Any) -> None:
+        self.started = time.perf_counter()
+        self.settings = s = RerankSettings.of(settings, **options)
+        self.query, self.candidates = query, check_candidates(query, candidates)
+        self.top_k, self.on_failure, self.cache = s.top_k, s.on_failure, s.cache
+        self.caps = Caps({name: getattr(s, name) for name in RULES})
+        self.estimator = estimator or (lambda q, pairs: Comparator.estimate_tokens(Comparator, q, pairs))  # default
+        ranker, oracle = choose(len(self.candidates), self.top_k, s.budget, s.max_rounds, s.ranker, s.oracle)
+        self.ranker: Ranker = get_ranker(ranker)
+        self.oracle: Oracle = get_oracle(oracle)
+        streams = random.Random(s.seed)
+        self._oracle_rng, ranker_rng = random.Random(streams.getrandbits(64)), random.Random(streams.getrandbits(64))
+        view = BudgetView(self.caps.caps, lambda: self.exhausted or self.failure is not None,
+                          lambda pairs: _affordable(self, pairs))
+        ctx = RankContext(len(self.candidates), self.top_k, ranker_rng, s.budget, self.oracle.calls_per_pair,
+                          s.max_rounds, view)
+        self.answers: dict[Prompt, float | None] = {}
+        self.counts = Accounting()
+        self.exhausted_by: list[str] = []  # the caps that refused a question
+        self.failure: str | None = None  # the error that stopped the calls (on_failure="prior")
+        self.errors: list[str] = []
+        self._pending: Batch | None = None
+        self._held: list[dict[str, int]] = []  # per prompt of the pending batch: what it reserved in each cap
+        self._questions: list[int] = []  # per question of the pending batch: its number of prompts
+        self._order: list[int] | None = None
+        self._steps = relay(self.ranker.schedule(ctx), self._round)
+        self._advance(None)
+
+    @property
+    def exhausted(self) -> bool:
+        """Whether a cap has refused a question."""
+        return bool(self.exhausted_by)
+
+    def next_batch(self) -> Batch | _Done:
+        """The batch to answer now, or ``DONE``."""
+        return DONE if self._pending is None else self._pending
+
+    def send(self, judgments: Sequence[Judgment | float | None]) -> None:
+        """Answer the pending batch: one answer per prompt, in order.
+
+        Raises:
+            InvalidAnswer: the wrong number of answers, or a probability outside [0, 1].
+        """
+        batch = self._require_pending("send")
+        self._advance(to_judgments(judgments, len(batch.prompts)))
+
+    def fail(self, error: BaseException, sent: int | None = None) -> None:
+        """Report that the pending batch could not be answered because of ``error``; ``sent`` = how many of its
+        calls reached the backend (None = unknown: all of them; taken as its first ``sent`` prompts). What the
+        prompts never sent reserved is refunded (the round too, when none went out); the sent ones are failed
+        calls.
+
+        With ``on_failure="prior"`` and a ``ComparatorError``, no further call is asked for and the ranker
+        finishes on what it knows. Otherwise ``error`` is raised again, with this reranking's partial
+        accounting attached as ``error.accounting``.
+        """
+        _fail(self, error, sent)
+
+    @property
+    def done(self) -> bool:
+        """Whether the ranker has finished (``next_batch()`` is ``DONE``)."""
+        return self._pending is None
+
+    @property
+    def accounting(self) -> Accounting:
+        """What this reranking has spent so far (calls of a batch in flight included)."""
+        counts = Accounting(**self.counts.counts())
+        counts.calls, counts.rounds = self.caps["budget"].spent, self.caps["max_rounds"].spent
+        counts.wall_time_s = time.perf_counter() - self.started
+        return counts
+
+    def result(self) -> RerankResult:
+        """The finished reranking.
+
+        Raises:
+            ComparatorUnavailable: every call failed (with ``on_failure="raise"``; the accounting attached).
+            RankerError: the ranker returned something that is not a permutation.
+        """
+        if self._order is None:
+            raise RuntimeError("result() before the reranking is done: answer next_batch() until it is DONE")
+        return _finish(self, self._order)
+
+    def _require_pending(self, what: str) -> Batch:
+        if self._pending is None:
+            raise RuntimeError(f"{what}() with no batch pending: call next_batch() first (or result() when DONE)")
+        return self._pending
+
+    def _advance(self, judgments: list[Judgment] | None) -> None:
+        try:
+            prompts = self._steps.send(judgments)
+            while not prompts:  # a round the cache (or the caps) answered wholly: nothing to send
+                prompts = self._steps.send([])
+        except StopIteration as stop:
+            self._pending, self._order = None, stop.value
+            return
+        pairs = [(self.candidates[a], self.candidates[b]) for a, b in prompts]
+        self._pending = Batch(self.query, prompts, pairs)
+
+    def _round(self, pairs: Iterable[tuple[int, int]]) -> Generator[list[Prompt], list[Judgment], list]:
+        """One round of the ranker: plan it, yield the prompts to send, record the answers; returns the round's
+        outcomes (P(i beats j) per pair read, None when unknown). A round given as a list is read whole; one
+        given as an iterator is read up to and including the first question a cap refuses (so a ranker may
+        offer every pair it wants, e.g. ``allpairs``, and the work stays bounded by the caps). Questions that a
+        reconciled cap (tokens) cannot pay for only because of this batch's reservations wait for its answers
+        and go out in a further batch (a further round of calls) once the usage is known."""
+        asked: list[tuple[int, int]] = []
+        fresh: set[Prompt] = set()
+        source = _questions_of(self, _tee(iter(pairs), asked), self._oracle_rng, fresh)
+        waiting: list[list[Prompt]] = []
+        while True:
+            prompts, waiting = self._plan(waiting, source, fresh, lazy=not isinstance(pairs, Sequence))
+            self._record(prompts, (yield prompts))
+            if not waiting:
+                break
+        outs = [self.oracle.outcome(i, j, self.answers) for i, j in asked]
+        self.counts.ties += sum(o == 0.5 for (i, j), o in zip(asked, outs) if (i, j) in fresh or (j, i) in fresh)
+        if not self.cache:
+            self.answers.clear()
+        return outs
+
+    def _plan(self, waiting: list[list[Prompt]], source: Iterator, planned: set[Prompt], lazy: bool):
+        """The ordered prompts of the next batch and the questions left waiting: first the ``waiting`` ones, then
+        the round's further questions from ``source`` (``_questions_of`` over ``planned``), deduplicated, skipping
+        what the cache answers, each reserving its cost in every cap. A question that does not fit is refused
+        whole, unless a reconciled cap refused it while this batch holds reservations of that cap: then it waits.
+        Nothing is sent once a failure stopped the calls; a lazy source is read no further after a refusal or a
+        wait."""
+        prompts: list[Prompt] = []
+        later: list[list[Prompt]] = []
+        self._held, self._questions = [], []
+        again = ([p for p in need if p not in self.answers] for need in waiting)  # answered meanwhile: cached
+        for need, costs in itertools.chain(((need, need and _costs(self, need)) for need in again), source):
+            if not need:
+                self.counts.cache_hits += 1
+                continue
+            if self.failure is not None:
+                continue
+            refused = self.caps.refusal(costs)
+            if refused is None:
+                self.caps.take(costs)
+                prompts.extend(need)
+                planned.update(need)
+                self._questions.append(len(need))
+                self._held.extend(costs)
+                self.counts.comparisons += 1
+                continue
+            if self.caps.reconciled(refused) and any(h.get(refused) for h in self._held):
+                later.append(need)
+            elif refused not in self.exhausted_by:
+                self.exhausted_by.append(refused)
+            if lazy:
+                break
+        if prompts:
+            self.caps.take_round()
+            log.debug("round %d: %d calls (%s calls left)", self.caps["max_rounds"].spent, len(prompts),
+                      self.caps["budget"].remaining)
+        return prompts, later
+
+    def _record(self, prompts: Sequence[Prompt], judgments: Sequence[Judgment]) -> None:
+        for prompt, j, held in zip(prompts, judgments, self._held):
+            self.answers[prompt] = j.prob
+            self.counts.failed_calls += j.prob is None
+            self.counts.retries += j.retries
+            self.counts.prompt_tokens += j.prompt_tokens
+            self.counts.completion_tokens += j.completion_tokens
+            self.caps.reconcile(held, j)
+            if j.prob is None and j.error:
+                self.note_error(j.error)
+        self._held = []
+
+    def note_error(self, message: str) -> None:
+        if message not in self.errors and len(self.errors) < MAX_ERRORS_KEPT:
+            self.errors.append(message)
+
+
+def _questions_of(r: Reranking, pairs: Iterable[tuple[int, int]], rng: random.Random, planned: set[Prompt]):
+    """Per question of a round: ``(need, costs)``, the ordered prompts still to ask and what each would
+    reserve (None for an answer from the pair cache); ``planned``: the prompts taken so far in the round (the
+    caller adds those it takes, so that a pair asked twice in a round is asked once)."""
+    def known(p: Prompt) -> bool:
+        return p in r.answers or p in planned
+
+    for pair in pairs:
+        if pair[0] == pair[1]:
+            raise RankerError(f"ranker {r.ranker.name} asked to compare candidate {pair[0]} with itself")
+        need = r.oracle.question(pair, known, rng)
+        yield need, (_costs(r, need) if need else None)
+
+
+def _costs(r: Reranking, need: list[Prompt]) -> list[dict[str, int]]:
+    estimates = [0] * len(need)
+    if r.caps.needs_estimates:
+        estimates = r.estimator(r.query, [(r.candidates[a], r.candidates[b]) for a, b in need])
+    return r.caps.prompt_costs(estimates)
+
+
+def _tee(pairs: Iterable[tuple[int, int]], read: list) -> Iterator[tuple[int, int]]:
+    """``pairs``, appending each to ``read`` as it is taken."""
+    return (read.append(pair) or pair for pair in pairs)
+
+
+def _whole_questions_from(sizes: Sequence[int], sent: int) -> int:
+    """How many of a batch's questions (``sizes`` = prompts per question, in order) lie wholly after its first
+    ``sent`` prompts (none of their calls went out)."""
+    start, count = 0, 0
+    for size in sizes:
+        count += start >= sent
+        start += size
+    return count
+
+
+def _scores(order: list[int]) -> list[float]:
+    rank = {i: r for r, i in enumerate(order)}
+    return [(len(order) - rank[i]) / len(order) for i in range(len(order))]
+
+
+def _affordable(r: Reranking, pairs: Sequence[tuple[int, int]]) -> int:
+    """How many of ``pairs``, in order, the caps pay for now (``BudgetView.affordable``): nothing is
+    reserved, and no oracle draw is consumed (a scratch stream chooses the slot orders)."""
+    extra: dict[str, int] = {}
+    planned: set[Prompt] = set()
+    for count, (need, costs) in enumerate(_questions_of(r, pairs, random.Random(0), planned)):
+        if costs is not None:
+            if r.failure is not None or r.caps.refusal(costs, extra) is not None:
+                return count
+            for cost in costs:
+                for name, n in cost.items():
+                    extra[name] = extra.get(name, 0) + n
+            planned.update(need)
+    return len(pairs)
+
+
+def _finish(r: Reranking, order: list[int]) -> RerankResult:
+    """The ``RerankResult`` of a finished reranking (see ``Reranking.result``)."""
+    order, n = r._order, len(r.candidates)
+    if sorted(order) != list(range(n)):
+        raise RankerError(f"ranker {r.ranker.name} returned a non-permutation of {n} candidates: {order[:20]}")
+    counts = r.accounting
+    if r.on_failure == "raise" and counts.calls and counts.failed_calls == counts.calls:
+        error = ComparatorUnavailable(f"every one of the {counts.calls} calls failed: {'; '.join(r.errors)}")
+        error.accounting = counts
+        log.warning("rerank of %d candidates failed: %s", n, error)
+        raise error
+    if counts.failed_calls or r.failure:
+        log.warning("rerank of %d candidates %s: %d of %d calls failed%s", n,
+                    "degraded to the prior order for what was unknown" if r.failure else "finished",
+                    counts.failed_calls, counts.calls, f" ({'; '.join(r.errors)})" if r.errors else "")
+    s = r.settings
+    return RerankResult(
+        candidates=r.candidates, order=order, scores=_scores(order),
+        ranker=r.ranker.name, oracle=r.oracle.name, budget=s.budget, max_rounds=s.max_rounds,
+        token_budget=s.token_budget, top_k=r.top_k, exhausted=r.exhausted,
+        exhausted_by=list(r.exhausted_by), failure=r.failure, errors=list(r.errors),
+        converged=not r.exhausted and counts.failed_calls == 0 and r.failure is None, **counts.counts())
+
+
+def _fail(r: Reranking, error: BaseException, sent: int | None) -> None:
+    """``Reranking.fail``."""
+    batch = r._pending
+    n = 0 if batch is None else len(batch.prompts)
+    sent = n if sent is None else min(sent, n)
+    if batch is not None:  # the prompts never sent: their reservations back, their questions uncounted
+        r.caps.refund(r._held[sent:], round_too=sent == 0)
+        r.counts.comparisons -= _whole_questions_from(r._questions, sent)
+    message = f"{type(error).__name__}: {error}"
+    if r.on_failure != "prior" or not isinstance(error, ComparatorError) or batch is None:
+        r.counts.failed_calls += sent
+        with contextlib.suppress(AttributeError):  # also on foreign exceptions, where they take attributes
+            error.accounting = r.accounting  # type: ignore[attr-defined]
+        if isinstance(error, ComparatorError):
+            log.warning("rerank of %d candidates failed after %d calls: %s", len(r.candidates),
+                        r.caps["budget"].spent, message)
+        raise error
+    r.failure = message
+    r.note_error(message)
+    r._held = r._held[:sent] + [{}] * (n - sent)  # refunded above: nothing to reconcile
+    r._advance([Judgment(None, error=message)] * n)
+    r.counts.failed_calls -= n - sent  # the ones never sent are unknown, not failed

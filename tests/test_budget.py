@@ -1,0 +1,102 @@
+"""activeprp_core.budget: the one integer checker, a cap, the caps of a query (reserve, refund, reconcile) and
+the rankers' read-only view; and RerankSettings, validated once by that checker."""
+
+import dataclasses
+
+import pytest
+
+from activeprp_core import Judgment, RerankSettings
+from activeprp_core.budget import RULES, BudgetView, Cap, Caps, check_count
+
+np = pytest.importorskip("numpy")
+
+
+@pytest.mark.parametrize("value", [0, 7, np.int64(7), np.int8(3), np.uint16(5)])
+def test_check_count_accepts_python_and_numpy_integers(value):
+    assert check_count(value, "x") == int(value) and type(check_count(value, "x")) is int
+
+
+@pytest.mark.parametrize("value", [True, False, np.bool_(True), 2.0, "3", None])
+def test_check_count_refuses_bools_floats_strings_and_none(value):
+    with pytest.raises(TypeError, match="x must be an int"):
+        check_count(value, "x")
+
+
+def test_check_count_bounds_and_none():
+    assert check_count(None, "x", allow_none=True) is None
+    assert check_count(-5, "seed", minimum=None) == -5
+    with pytest.raises(ValueError, match="top_k must be >= 1, got 0"):
+        check_count(0, "top_k", minimum=1)
+
+
+def test_cap_reserves_refunds_and_settles():
+    cap = Cap(10, "token_budget")
+    assert cap.take(6) and not cap.take(5) and cap.spent == 6 and cap.remaining == 4
+    cap.settle(6, 2)  # reserved 6, the answer reported 2: 4 come back
+    assert cap.spent == 2 and cap.fits(8) and not cap.fits(9)
+    cap.refund(5)
+    assert cap.spent == 0
+    assert Cap(None).fits(10**9) and Cap(None).remaining is None
+
+
+def test_caps_name_the_cap_that_refuses_and_reconcile_reported_tokens():
+    caps = Caps({"budget": 3, "max_rounds": 1, "token_budget": 100})
+    costs = caps.prompt_costs([40, 50])
+    assert costs == [{"budget": 1, "token_budget": 40}, {"budget": 1, "token_budget": 50}]
+    assert caps.refusal(costs) is None
+    caps.take(costs)
+    caps.take_round()
+    assert caps.refusal(caps.prompt_costs([5])) == "max_rounds"  # the round cap is checked first
+    caps.reconcile(costs[0], Judgment(1.0, prompt_tokens=9, completion_tokens=1))
+    caps.reconcile(costs[1], Judgment(1.0))  # no usage reported: the reservation stands
+    assert caps["token_budget"].spent == 60 and caps["budget"].spent == 2
+    caps.refund([{"budget": 1, "token_budget": 50}], round_too=True)
+    assert (caps["budget"].spent, caps["token_budget"].spent, caps["max_rounds"].spent) == (1, 10, 0)
+    assert caps.reconciled("token_budget") and not caps.reconciled("budget")
+    assert set(RULES) == {"budget", "max_rounds", "token_budget"}
+
+
+def test_view_reads_the_caps_live():
+    caps = Caps({"budget": 5, "max_rounds": None, "token_budget": 50})
+    state = {"exhausted": False}
+    view = BudgetView(caps.caps, lambda: state["exhausted"])
+    assert (view.calls_left, view.rounds_left, view.tokens_left, view.exhausted) == (5, None, 50, False)
+    caps.take(caps.prompt_costs([20]))
+    state["exhausted"] = True
+    assert (view.calls_left, view.tokens_left, view.exhausted) == (4, 30, True)
+    assert not hasattr(view, "take")  # read-only: nothing to spend through it
+
+
+def test_settings_validate_every_integer_with_the_one_checker():
+    s = RerankSettings(budget=np.int64(5), max_rounds=np.int8(2), token_budget=np.int32(900), top_k=np.int16(3),
+                       seed=np.int64(-1), max_concurrency=np.int64(2), max_consecutive_failures=np.int64(4))
+    assert (s.budget, s.max_rounds, s.token_budget, s.top_k, s.seed) == (5, 2, 900, 3, -1)
+    assert all(type(getattr(s, f)) is int for f in ("budget", "max_rounds", "token_budget", "top_k", "seed"))
+    for name in ("budget", "max_rounds", "token_budget", "top_k", "seed", "max_concurrency",
+                 "max_consecutive_failures"):
+        with pytest.raises(TypeError, match=name):
+            RerankSettings(**{"budget": 1, name: True})
+    with pytest.raises(ValueError, match="token_budget must be >= 0"):
+        RerankSettings(budget=1, token_budget=-1)
+
+
+@pytest.mark.parametrize("bad, error", [({"ranker": "nope"}, ValueError), ({"oracle": "nope"}, ValueError),
+                                        ({"on_failure": "ignore"}, ValueError), ({"cache": 1}, TypeError),
+                                        ({"ranker": 3}, TypeError), ({"budgt": 3}, TypeError)])
+def test_settings_refuse_bad_values_at_construction(bad, error):
+    with pytest.raises(error):
+        RerankSettings(budget=1, **bad)
+
+
+def test_settings_are_frozen_need_a_budget_and_merge_options():
+    with pytest.raises(TypeError, match="budget"):
+        RerankSettings()
+    s = RerankSettings(budget=10, oracle="auto", ranker="auto")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.budget = 3
+    t = RerankSettings.of(s, token_budget=500)
+    assert (t.budget, t.token_budget, s.token_budget) == (10, 500, None)
+    assert RerankSettings.of(s) is s and RerankSettings.of(None, budget=4).budget == 4
+    with pytest.raises(TypeError, match="RerankSettings"):
+        RerankSettings.of({"budget": 3})
+    assert t.as_dict()["token_budget"] == 500
