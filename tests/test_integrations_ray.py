@@ -31,13 +31,6 @@ KW = {"ranker": "mohajer", "oracle": "randomized", "budget": 40, "top_k": 5, "se
 LIMIT_S = 90
 
 
-def test_importing_the_module_imports_no_ray():
-    code = "import sys, activeprp_integrations, activeprp_integrations.ray; print('ray' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=Path(__file__).resolve().parents[1]).stdout
-    assert out.strip() == "False"
-
-
 def test_a_missing_ray_names_the_extra(monkeypatch):
     from activeprp_integrations import ray as adapter
 

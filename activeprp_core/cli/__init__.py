@@ -4,7 +4,8 @@ Each sub-command module exposes ``add_parser(subparsers)``, which registers its 
 ``func(args) -> int`` as the handler. The core's own commands are the modules named in ``SUBCOMMANDS``; other
 packages add theirs through the ``activeprp.commands`` entry-point group (name = the command, value = the module),
 so the core never imports them (``activeprp serve`` from ``activeprp_integrations``, ``activeprp bench`` from
-``activeprp_bench``). A plugin whose module or dependencies are not installed is left out of the parser. Errors end in one line on stderr, never a traceback:
+``activeprp_bench``). A plugin whose module or dependencies are not installed is left out of the parser.
+Errors end in one line on stderr, never a traceback:
 ``activeprp: error: <reason>`` with exit code 2 for bad input (argparse's own convention, ``InputError``) and
 1 for a failure while running (an ``ActivePRPError``, e.g. a dead endpoint).
 """
