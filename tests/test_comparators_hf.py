@@ -10,6 +10,7 @@ from activeprp_core.cli.demo import load_demo_queries
 from activeprp_core.comparators import TransformersComparator, bundled_model_dir
 
 pytest.importorskip("torch", reason='the [hf] extra is not installed (pip install "activeprp[hf]")')
+pytestmark = pytest.mark.slow  # the real bundled model
 
 
 @pytest.fixture(scope="session")

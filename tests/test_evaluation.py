@@ -9,8 +9,10 @@ import json
 import random
 from pathlib import Path
 
-import numpy as np
 import pytest
+
+np = pytest.importorskip("numpy", reason='pip install "activeprp[bench]"')
+pytest.importorskip("ir_measures", reason='pip install "activeprp[bench]"')
 
 from activeprp_core import rerank
 from activeprp_core.cli import main

@@ -7,6 +7,9 @@ import importlib
 import sys
 
 import pytest
+
+pytest.importorskip("langchain_core", reason='pip install "activeprp[langchain]"')
+pytest.importorskip("llama_index.core", reason='pip install "activeprp[llama-index]"')
 from integration_data import noveleval
 from langchain_core.documents import Document
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
@@ -184,6 +187,7 @@ def test_from_openai_builds_the_comparator_and_keeps_the_fields(cls):
     assert reranker.max_concurrency == 3 and comparator.max_concurrency == 8  # the cap is the reranker's, per call
 
 
+@pytest.mark.slow
 def test_from_local_model_reranks_with_the_bundled_model():
     pytest.importorskip("torch")
     reranker = LIRerank.from_local_model(budget=3, top_n=2, oracle="randomized")

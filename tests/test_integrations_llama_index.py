@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+pytest.importorskip("llama_index.core", reason='pip install "activeprp[llama-index]"')
 from integration_data import noveleval
 from llama_index.core import VectorStoreIndex
 from llama_index.core.callbacks import CallbackManager, CBEventType, LlamaDebugHandler

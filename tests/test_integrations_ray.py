@@ -29,6 +29,7 @@ from activeprp_core.trecfiles import read_qrels
 DL19 = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "trec-dl-2019"
 KW = {"ranker": "mohajer", "oracle": "randomized", "budget": 40, "top_k": 5, "seed": 3}
 LIMIT_S = 90
+pytestmark = pytest.mark.slow  # a local Ray (about 10 s to start and stop)
 
 
 def test_a_missing_ray_names_the_extra(monkeypatch):

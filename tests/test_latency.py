@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import statistics
 
-import numpy as np
 import pytest
+
+np = pytest.importorskip("numpy", reason='pip install "activeprp[bench]"')
 
 from activeprp_core import BothOrders, SimulatedComparator, rerank
 from activeprp_core.comparators.instrumented import SleepingComparator
