@@ -1,22 +1,29 @@
 #!/usr/bin/env bash
 # README's test command. Installs what only the tests need when it is missing, then runs pytest in the current
 # Python environment with the arguments given (default: the whole suite; `bash scripts/test.sh -m "not slow"`
-# leaves out the tests that load the bundled model or start a real server).
-#   - README's set-up (scripts/install.sh), when some package of the `all` extra is missing;
+# leaves out the tests that load the bundled model or start a real server):
+#   - README's set-up (scripts/install.sh), when a package of the `all` extra is missing;
 #   - the `test` extra;
-#   - llama-cpp-python's OpenAI-compatible server, the real endpoint of tests/test_comparators_openai.py: built
-#     from source on first install (3-9 min on 2 cores), later served from pip's wheel cache. It is built for a
-#     generic x86-64 CPU with AVX2 (GGML_NATIVE=OFF): the native build of 0.3.36 crashed (SIGSEGV) on its first
-#     completion on this machine's CPU (AVX-512/AMX). Set CMAKE_ARGS to build it otherwise.
+#   - llama-cpp-python's OpenAI-compatible server, the real endpoint of tests/test_comparators_openai.py. It builds
+#     llama.cpp from source (3-9 min on 2 cores) into a wheel kept in $ACTIVEPRP_WHEELS (default
+#     ~/.cache/activeprp/wheels), so later venvs install it in seconds. The build targets a generic x86-64 CPU with
+#     AVX2 (GGML_NATIVE=OFF): the native build of 0.3.36 crashed (SIGSEGV) on its first completion on this
+#     machine's AVX-512/AMX CPU. Set CMAKE_ARGS to build it otherwise.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-LLAMA_SERVER="llama-cpp-python[server]==0.3.36"
+LLAMA_VERSION=0.3.36
+WHEELS="${ACTIVEPRP_WHEELS:-${XDG_CACHE_HOME:-$HOME/.cache}/activeprp/wheels}"
 if [ -n "$(python scripts/missing_requirements.py ".[all]")" ]; then
   bash scripts/install.sh
 fi
-mapfile -t missing < <(python scripts/missing_requirements.py ".[test]" "$LLAMA_SERVER")
+mapfile -t missing < <(python scripts/missing_requirements.py ".[test]" "llama-cpp-python[server]==$LLAMA_VERSION")
 if [ "${#missing[@]}" -gt 0 ]; then
+  if [[ "${missing[*]}" == *llama-cpp-python* ]] && ! compgen -G "$WHEELS/llama_cpp_python-$LLAMA_VERSION-*.whl" >/dev/null; then
+    echo "scripts/test.sh: building llama-cpp-python $LLAMA_VERSION (llama.cpp from source, 3-9 min) into $WHEELS"
+    CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF}" python -m pip wheel --no-deps --no-cache-dir -w "$WHEELS" \
+      "llama-cpp-python==$LLAMA_VERSION"
+  fi
   echo "scripts/test.sh: installing ${missing[*]}"
-  CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF}" python -m pip install "${missing[@]}"
+  python -m pip install --find-links "$WHEELS" "${missing[@]}"
 fi
 exec python -m pytest "$@"

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 np = pytest.importorskip("numpy", reason='pip install "activeprp[bench]"')
-pytest.importorskip("ir_measures", reason='pip install "activeprp[bench]"')
+for _module in ("ir_measures", "bm25s", "matplotlib"):
+    pytest.importorskip(_module, reason='pip install "activeprp[bench]"')
 
 from activeprp_core import rerank
 from activeprp_core.cli import main
