@@ -7,7 +7,8 @@ SmolLM2-135M GGUF on a free loopback port, reranks, and stops the server. The bu
 the A/B prompt (it answers "A" whatever the order), so offline this shows the plumbing (requests, logprobs,
 budget, concurrency, stats), not ranking quality; use a capable model for that.
 
-Run: ``python examples/openai_endpoint.py [--base-url URL --model NAME]`` (needs ``activeprp[openai,langchain]``).
+Run: ``python examples/openai_endpoint.py [--base-url URL --model NAME]`` (needs ``activeprp[openai,langchain]``;
+offline also ``llama-cpp-python[server]``, which ``scripts/test.sh`` installs).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib.util
 import os
 import socket
 import subprocess
@@ -109,6 +111,10 @@ def main(argv: list[str] | None = None) -> dict:
         if not args.model:
             p.error("--model (or ACTIVEPRP_MODEL) is required with --base-url")
         return run(args.base_url, args.model, args.api_key)
+    if importlib.util.find_spec("llama_cpp") is None:  # installed by scripts/test.sh, not by README's set-up
+        p.error('without --base-url this example starts llama.cpp on the bundled model: pip install '
+                '"llama-cpp-python[server]==0.3.36" (builds llama.cpp from source, 3-9 min on 2 cores; '
+                'bash scripts/test.sh installs it too), or give --base-url and --model')
     with local_server() as url:
         return run(url, "smollm2-135m", args.api_key or "local")
 

@@ -9,8 +9,11 @@ import json
 import random
 from pathlib import Path
 
-import numpy as np
 import pytest
+
+np = pytest.importorskip("numpy", reason='pip install "activeprp[bench]"')
+for _module in ("ir_measures", "bm25s", "matplotlib"):
+    pytest.importorskip(_module, reason='pip install "activeprp[bench]"')
 
 from activeprp_bench.cached import CachedComparator, identity
 from activeprp_bench.calibration import flip_rate, measured_flip_rate

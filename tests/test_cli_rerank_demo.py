@@ -11,6 +11,8 @@ from activeprp_core.cli import main
 from activeprp_core.cli.demo import load_demo_queries
 from activeprp_core.cli.rerank import read_candidates
 
+HF = 'pip install "activeprp[hf]"'  # the bundled model runs on transformers + torch
+
 
 @pytest.fixture
 def candidates_file(tmp_path):
@@ -45,7 +47,9 @@ def test_rerank_simulated_prints_top_k_by_label(candidates_file, capsys):
     assert stats.startswith("stats: ") and "calls=15" in stats and "budget=100" in stats
 
 
+@pytest.mark.slow
 def test_rerank_bundled_json_output(candidates_file, capsys):
+    pytest.importorskip("torch", reason=HF)
     row, path = candidates_file
     assert main(["rerank", "--query", row["query"], "--candidates", str(path), "--budget", "5", "--top-k", "2",
                  "--passage-tokens", "32", "--json"]) == 0
@@ -55,7 +59,9 @@ def test_rerank_bundled_json_output(candidates_file, capsys):
     assert out["stats"]["calls"] <= 5 and out["stats"]["failed_calls"] == 0 and out["stats"]["prompt_tokens"] > 0
 
 
+@pytest.mark.slow
 def test_demo_prints_settings_and_ndcg(capsys):
+    pytest.importorskip("torch", reason=HF)
     assert main(["demo", "--queries", "1", "--candidates", "4", "--budget", "4", "--passage-tokens", "32",
                  "--no-progress"]) == 0
     out = capsys.readouterr().out

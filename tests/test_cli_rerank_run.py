@@ -81,8 +81,10 @@ def test_depth_cuts_each_query_to_its_top_n_and_progress_shows(corpus, tmp_path,
     assert "43/43" in captured.err  # the tqdm bar over queries
 
 
+@pytest.mark.slow
 @needs_data
 def test_bundled_model_on_two_queries(corpus, tmp_path, capsys):
+    pytest.importorskip("torch", reason='pip install "activeprp[hf]"')
     run = tmp_path / "two.run"
     qids = list(dict.fromkeys(q for q, _, _, _ in run_pairs(RUN)))[:2]
     run.write_text("".join(line + "\n" for line in RUN.read_text().splitlines() if line.split()[0] in qids))

@@ -20,6 +20,8 @@ if importlib.util.find_spec("llama_cpp") is None:
     pytest.skip('llama-cpp-python is not installed (pip install "llama-cpp-python[server]"): no real '
                 "OpenAI-compatible server to test against", allow_module_level=True)
 
+pytestmark = pytest.mark.slow  # a real llama.cpp server on the bundled model
+
 WORDS = 20  # passages cut to 20 words keep each real call around a second on 2 CPU cores
 
 

@@ -388,6 +388,7 @@ def body_server():
         yield server, current
 
 
+@pytest.mark.slow
 @settings(max_examples=max(EXAMPLES // 10, 1), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(BODY)
@@ -466,6 +467,7 @@ comp.close()
 """
 
 
+@pytest.mark.slow
 def test_one_client_per_live_loop_closed_with_its_loop_and_no_event_loop_is_closed_noise():
     """The report: 24 queries, each ``asyncio.run(arerank(...))``, in 4 threads (in a fresh interpreter, so what
     is printed at exit is seen too)."""

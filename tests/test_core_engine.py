@@ -3,6 +3,7 @@
 import asyncio
 import copy
 import random
+import threading
 
 import pytest
 
@@ -219,8 +220,19 @@ def test_arerank_equals_rerank_and_sends_whole_rounds(ranker):
 
 def test_arerank_runs_sync_comparator_in_a_thread():
     cs, labels = make_case(20, seed=2)
-    res = asyncio.run(arerank("q", cs, comparator=FixedAnswers({}), budget=30))
+    threads = []
+
+    class Recording(FixedAnswers):
+        def compare(self, query, pairs):
+            threads.append(threading.get_ident())
+            return super().compare(query, pairs)
+
+    async def on_the_loop():
+        return threading.get_ident(), await arerank("q", cs, comparator=Recording({}), budget=30)
+
+    loop_thread, res = asyncio.run(on_the_loop())
     assert res.calls == 30 and sorted(res.order) == list(range(20))
+    assert threads and loop_thread not in threads  # compare() ran off the event loop's thread
 
 
 @pytest.mark.parametrize(

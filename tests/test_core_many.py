@@ -144,6 +144,9 @@ class Dead(Comparator):
         return [None] * len(pairs)
 
 
+@pytest.mark.xfail(strict=True, reason="the stopping error's accounting also counts the calls reserved for batches "
+                   "never sent (307 calls, 0 failed, with 3-8 sent); the engine's reserve/reconcile caps of issue 18 "
+                   "item 2 are to fix it; strict: drop this mark when they do")
 @pytest.mark.parametrize("use_async", [False, True])
 @pytest.mark.parametrize("error", [ComparatorAuthError("invalid key", status_code=401), None])
 def test_a_dead_endpoint_stops_everything(use_async, error):
@@ -156,7 +159,9 @@ def test_a_dead_endpoint_stops_everything(use_async, error):
             asyncio.run(_collect(arerank_many(reqs, **kw)))
         else:
             list(rerank_many(reqs, **kw))
-    assert dead.calls <= 8 and info.value.accounting is not None
+    assert dead.calls <= 8
+    spent = info.value.accounting  # what had been spent when it stopped: no more than was sent, none answered
+    assert spent.failed_calls == spent.calls <= dead.calls
 
 
 def test_a_dead_endpoint_with_on_failure_prior_degrades_every_query():

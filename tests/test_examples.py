@@ -10,6 +10,10 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # each example loads the bundled model (or starts llama.cpp on it)
+for _module, _extra in (("torch", "hf"), ("langchain_core", "langchain"), ("llama_index.core", "llama-index")):
+    pytest.importorskip(_module, reason=f'pip install "activeprp[{_extra}]"')
+
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 sys.path.insert(0, str(EXAMPLES))
 

@@ -6,6 +6,9 @@ import asyncio
 import copy
 
 import pytest
+
+pytest.importorskip("langchain_core", reason='pip install "activeprp[langchain]"')
+pytest.importorskip("langchain_classic", reason='pip install "activeprp[langchain]"')
 from integration_data import noveleval
 from langchain_classic.retrievers import ContextualCompressionRetriever
 from langchain_core.callbacks import BaseCallbackHandler

@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+pytest.importorskip("llama_index.core", reason='pip install "activeprp[llama-index]"')
 from integration_data import noveleval
 from llama_index.core import VectorStoreIndex
 from llama_index.core.callbacks import CallbackManager, CBEventType, LlamaDebugHandler
@@ -60,6 +62,7 @@ def index_case():
     return query, index, grades
 
 
+@pytest.mark.slow  # index_case embeds with the examples' MiniLM model
 def test_query_engine_reranks_retrieved_nodes_and_emits_events(index_case, events):
     query, index, grades = index_case
     comparator = SimulatedComparator(grades, doc_noise=0.3, seed=2)

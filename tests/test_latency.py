@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import statistics
 
-import numpy as np
 import pytest
+
+np = pytest.importorskip("numpy", reason='pip install "activeprp[bench]"')
 
 from activeprp_bench.autotable import build_auto_table
 from activeprp_bench.grid import Row

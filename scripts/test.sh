@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# README's test command. Installs what only the tests need when it is missing, then runs pytest in the current
+# Python environment with the arguments given (default: the whole suite; `bash scripts/test.sh -m "not slow"`
+# leaves out the tests that load the bundled model or start a real server):
+#   - README's set-up (scripts/install.sh), when a package of the `all` extra is missing;
+#   - the `test` extra;
+#   - llama-cpp-python's OpenAI-compatible server, the real endpoint of tests/test_comparators_openai.py. It builds
+#     llama.cpp from source (3-9 min on 2 cores) into a wheel kept in $ACTIVEPRP_WHEELS (default
+#     ~/.cache/activeprp/wheels), so later venvs install it in seconds. The build targets a generic x86-64 CPU with
+#     AVX2 (GGML_NATIVE=OFF): the native build of 0.3.36 crashed (SIGSEGV) on its first completion on this
+#     machine's AVX-512/AMX CPU. Set CMAKE_ARGS to build it otherwise.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+LLAMA_VERSION=0.3.36
+BUILD_TAG=portable1  # a wheel dir per build flavour: a wheel built with other flags is never reused
+# Generic x86-64 with AVX2; AVX-512 and AMX off explicitly (this VM advertises them, and the native build crashed).
+PORTABLE="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF"
+PORTABLE+=" -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"
+WHEELS="${ACTIVEPRP_WHEELS:-${XDG_CACHE_HOME:-$HOME/.cache}/activeprp/wheels}/$BUILD_TAG"
+if [ -n "$(python scripts/missing_requirements.py ".[all]")" ]; then
+  bash scripts/install.sh
+fi
+mapfile -t missing < <(python scripts/missing_requirements.py ".[test]" "llama-cpp-python[server]==$LLAMA_VERSION")
+if [ "${#missing[@]}" -gt 0 ]; then
+  if [[ "${missing[*]}" == *llama-cpp-python* ]] && ! compgen -G "$WHEELS/llama_cpp_python-$LLAMA_VERSION-*.whl" >/dev/null; then
+    echo "scripts/test.sh: building llama-cpp-python $LLAMA_VERSION (llama.cpp from source, 3-9 min) into $WHEELS"
+    CMAKE_ARGS="${CMAKE_ARGS:-$PORTABLE}" python -m pip wheel --no-deps --no-cache-dir -w "$WHEELS" \
+      "llama-cpp-python==$LLAMA_VERSION"
+  fi
+  echo "scripts/test.sh: installing ${missing[*]}"
+  python -m pip install --find-links "$WHEELS" --only-binary llama-cpp-python "${missing[@]}"
+fi
+exec python -m pytest "$@"

@@ -1,0 +1,80 @@
+"""Import hygiene: the core imports no framework and nothing from the packages above it.
+
+One fresh interpreter imports every module of ``activeprp_core`` (a module whose optional dependency is not
+installed here is passed over), builds the CLI parser, and imports the framework-free parts of
+``activeprp_integrations``; then it lists which frameworks got loaded. The package boundary is read from the
+source: no ``import`` statement anywhere in ``activeprp_core`` (lazy ones inside functions included) names
+``activeprp_integrations`` or ``activeprp_bench``.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+FRAMEWORKS = ("langchain", "langchain_core", "langchain_classic", "langchain_openai", "llama_index", "ray", "torch",
+              "transformers", "accelerate", "gguf", "openai", "tenacity", "cohere", "fastapi", "starlette", "uvicorn",
+              "prometheus_client", "matplotlib", "pandas", "pyarrow", "bm25s")
+# What `pip install activeprp` (no extra) must run without: the core API and the CLI parser load none of these.
+OPTIONAL = ("numpy", "tqdm", "ir_measures", "pytrec_eval")
+ABOVE_CORE = ("activeprp_integrations", "activeprp_bench")
+
+SCRIPT = """
+import importlib, json, pkgutil, sys
+def loaded():
+    return sorted({m.split(".")[0] for m in sys.modules} & set(WATCHED))
+import activeprp_core, activeprp_core.comparators, activeprp_core.cli as cli
+cli.build_parser()
+api = loaded()
+passed_over = []
+for info in pkgutil.walk_packages(activeprp_core.__path__, "activeprp_core."):
+    if not info.name.endswith("__main__"):
+        try:
+            importlib.import_module(info.name)
+        except ModuleNotFoundError as err:
+            passed_over.append([info.name, err.name])
+core = loaded()
+import activeprp_integrations, activeprp_integrations._common, activeprp_integrations.ray
+print(json.dumps({"api": api, "core": core, "integrations": loaded(), "passed_over": passed_over}))
+"""
+
+
+def test_importing_the_core_loads_no_framework():
+    watched = FRAMEWORKS + OPTIONAL
+    out = subprocess.run([sys.executable, "-c", f"WATCHED = {watched!r}\n{SCRIPT}"], capture_output=True, text=True,
+                         check=True, cwd=ROOT, timeout=120).stdout
+    got = json.loads(out)
+    assert got["api"] == [], "activeprp_core, its comparators package and the CLI parser import optional packages"
+    assert [m for m in got["core"] if m in FRAMEWORKS] == [], "a module of activeprp_core imports a framework"
+    assert [m for m in got["integrations"] if m in FRAMEWORKS] == [], \
+        "activeprp_integrations, ._common or .ray imports its framework at import time (import it lazily)"
+    assert not [name for name, missing in got["passed_over"] if missing.startswith("activeprp")], got["passed_over"]
+
+
+def _imports_above_core(root: Path = ROOT) -> list[str]:
+    """``"path:line imports name"`` for every import statement under ``root/activeprp_core`` that names a package
+    above the core."""
+    found = []
+    for path in sorted((root / "activeprp_core").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else []
+            found += [f"{path.relative_to(root)}:{node.lineno} imports {n}" for n in names
+                      if n.split(".")[0] in ABOVE_CORE]
+    return found
+
+
+def test_the_scan_finds_an_import_above_the_core(tmp_path):
+    """The source scan below is not vacuous: it reports a lazy import inside a function."""
+    pkg = tmp_path / "activeprp_core" / "cli"
+    pkg.mkdir(parents=True)
+    (pkg / "x.py").write_text("def f():\n    import os\n    from activeprp_bench.cli import main\n")
+    assert _imports_above_core(tmp_path) == [f"{Path('activeprp_core/cli/x.py')}:3 imports activeprp_bench.cli"]
+
+
+def test_the_core_imports_nothing_from_integrations_or_bench():
+    assert _imports_above_core() == []
