@@ -165,11 +165,12 @@ class _Window:
             return RerankFailure(index, reranking.query, error)
 
     def spent(self) -> Accounting:
-        """The accounting summed over the queries in progress (for an error that stops everything)."""
+        """The accounting summed over the queries in progress, batches never answered left out (for an error that
+        stops everything)."""
         total = Accounting()
         for r in self.items.values():
             if isinstance(r, Reranking):
-                for k, v in r.accounting.counts().items():
+                for k, v in r.settled.counts().items():
                     setattr(total, k, getattr(total, k) + v)
         return total
 

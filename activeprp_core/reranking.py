@@ -139,6 +139,16 @@ class Reranking:
         counts.wall_time_s = time.perf_counter() - self.started
         return counts
 
+    @property
+    def settled(self) -> Accounting:
+        """What this reranking has spent on answered (or failed) calls: ``accounting`` less the pending batch's
+        reservation (its calls, and its round)."""
+        counts = self.accounting
+        if self._pending is not None:
+            counts.calls -= len(self._pending.prompts)
+            counts.rounds -= 1
+        return counts
+
     def result(self) -> RerankResult:
         """The finished reranking.
 

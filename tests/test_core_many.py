@@ -144,9 +144,6 @@ class Dead(Comparator):
         return [None] * len(pairs)
 
 
-@pytest.mark.xfail(strict=True, reason="the stopping error's accounting also counts the calls reserved for batches "
-                   "never sent (307 calls, 0 failed, with 3-8 sent); the engine's reserve/reconcile caps of issue 18 "
-                   "item 2 are to fix it; strict: drop this mark when they do")
 @pytest.mark.parametrize("use_async", [False, True])
 @pytest.mark.parametrize("error", [ComparatorAuthError("invalid key", status_code=401), None])
 def test_a_dead_endpoint_stops_everything(use_async, error):
