@@ -139,20 +139,39 @@ class FrameworkJudge(SwappablePrompts, RemoteComparator):
             raise ValueError(f"settings {unknown} are not fields of {type(llm).__name__}; its fields are "
                              f"{sorted(fields)[:40]}")
         wanted = dict(JUDGE_SETTINGS, **({"logprobs": True, "top_logprobs": top_logprobs} if logprobs else {}))
-        merged = {k: v for k, v in wanted.items() if k in fields} | dict(settings or {})
+        merged = {k: v for k, v in wanted.items() if k in fields} | self.provider_settings(llm) | dict(settings or {})
         self.settings = {k: v for k, v in merged.items() if v is not None}
         self.judge_llm = self.judge_copy(llm, self.settings) if self.settings else llm
 
     # ---- what a framework provider adds ---------------------------------------------------------------
+    def provider_settings(self, llm: Any) -> dict[str, Any]:
+        """Settings of the judge's copy specific to a model class (over ``JUDGE_SETTINGS``). Default: none."""
+        return {}
+
     def judge_copy(self, llm: Any, settings: dict[str, Any]) -> Any:
         """The model the judge calls: a copy of ``llm`` with ``settings`` (``llm`` is not changed)."""
         return llm.model_copy(update=settings)
+
+    def loop_copy(self, judge: Any) -> Any:
+        """The judge model for one event loop (None = ``judge`` itself serves every loop). A model whose async SDK
+        client pools connections bound to the loop that opened them returns a copy with a fresh async client, which
+        ``aclose_loop_copy`` closes inside that loop when it shuts down. Default: None."""
+        return None
+
+    async def aclose_loop_copy(self, judge: Any) -> None:
+        """Close what ``loop_copy`` opened."""
 
     def framework_messages(self, messages: list[dict[str, str]]) -> Any:
         """The chat messages (``{"role", "content"}`` dicts) in the framework's own type."""
         return messages
 
     # ---- provider: requests, failures, tokens ----------------------------------------------------------
+    def open_async_client(self) -> Any:
+        return self.loop_copy(self.judge_llm)
+
+    async def aclose_client(self, client: Any) -> None:
+        await self.aclose_loop_copy(client)
+
     def request(self, query: str, first: str, second: str) -> Any:
         """The PRP prompt of one ordered pair as the framework's chat messages (the same messages as
         ``OpenAIChatComparator``)."""

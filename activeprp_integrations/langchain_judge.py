@@ -60,6 +60,14 @@ class ChatModelComparator(FrameworkJudge):
                             f"{type(llm).__name__}")
         super().__init__(llm, **kwargs)
 
+    def provider_settings(self, llm: BaseChatModel) -> dict[str, Any]:
+        """ChatOpenAI sends its ``max_tokens`` as ``max_completion_tokens``, which some OpenAI-compatible servers
+        ignore (llama-cpp-python's generates a whole sentence, whose text then may not parse): with a ``base_url``
+        (not OpenAI itself) the copy also sends ``max_tokens=1`` in ``extra_body``."""
+        if "extra_body" in type(llm).model_fields and getattr(llm, "openai_api_base", None):
+            return {"extra_body": {**(getattr(llm, "extra_body", None) or {}), "max_tokens": 1}}
+        return {}
+
     def judge_copy(self, llm: BaseChatModel, settings: dict[str, Any]) -> BaseChatModel:
         update = dict(settings)
         if settings.get("max_retries") == 0:
@@ -73,8 +81,24 @@ class ChatModelComparator(FrameworkJudge):
     def framework_messages(self, messages: list[dict[str, str]]) -> list[BaseMessage]:
         return [_MESSAGE[m["role"]](content=m["content"]) for m in messages]
 
+    def loop_copy(self, judge: BaseChatModel) -> BaseChatModel | None:
+        """ChatOpenAI's async client pools connections in the loop that opened them (LangChain caches one pool per
+        base URL), so a second ``asyncio.run`` would reuse dead connections ("Event loop is closed"): each loop gets
+        a copy with its own pool (unless you gave ``http_async_client``, which is then yours to manage)."""
+        root = getattr(judge, "root_async_client", None)
+        if root is None or not callable(getattr(root, "with_options", None)) or getattr(
+                judge, "http_async_client", None) is not None:
+            return None
+        import openai  # the client is an openai client
+
+        fresh = root.with_options(http_client=openai.DefaultAsyncHttpxClient())
+        return judge.model_copy(update={"root_async_client": fresh, "async_client": fresh.chat.completions})
+
+    async def aclose_loop_copy(self, judge: BaseChatModel) -> None:
+        await judge.root_async_client.close()
+
     async def asend(self, client: Any, request: list[BaseMessage]) -> Any:
-        return await self.judge_llm.ainvoke(request)
+        return await (client or self.judge_llm).ainvoke(request)
 
     def send(self, client: Any, request: list[BaseMessage]) -> Any:
         return self.judge_llm.invoke(request)

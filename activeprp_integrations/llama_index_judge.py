@@ -77,8 +77,24 @@ class LLMComparator(FrameworkJudge):
     def framework_messages(self, messages: list[dict[str, str]]) -> list[ChatMessage]:
         return [ChatMessage(role=m["role"], content=m["content"]) for m in messages]
 
+    def loop_copy(self, judge: LLM) -> LLM | None:
+        """LlamaIndex OpenAI caches one ``AsyncOpenAI`` whose pool belongs to the loop that opened it, so a second
+        ``asyncio.run`` would reuse dead connections: each loop gets a copy that opens its own (unless you gave
+        ``async_http_client``, which is then yours to manage)."""
+        if "_aclient" not in (type(judge).__private_attributes__ or {}) or getattr(
+                judge, "_async_http_client", None) is not None:
+            return None
+        copy = judge.model_copy()
+        copy._aclient = None  # the copy's own private state: it opens a client on its first call
+        return copy
+
+    async def aclose_loop_copy(self, judge: LLM) -> None:
+        client = getattr(judge, "_aclient", None)
+        if client is not None:
+            await client.close()
+
     async def asend(self, client: Any, request: list[ChatMessage]) -> Any:
-        return await self.judge_llm.achat(request)
+        return await (client or self.judge_llm).achat(request)
 
     def send(self, client: Any, request: list[ChatMessage]) -> Any:
         return self.judge_llm.chat(request)

@@ -357,3 +357,20 @@ def test_async_reranks_equal_sync_with_a_framework_judge():
     kw = {"budget": 25, "seed": 1}
     assert rerank("q", CANDS, comparator=judge, **kw).order == asyncio.run(
         arerank("q", CANDS, comparator=judge, **kw)).order
+
+
+def test_chat_openai_and_openai_like_judges_work_across_event_loops_and_close_their_clients():
+    """The SDK clients pool connections per event loop: each ``asyncio.run`` gets its own, closed at its end (a
+    second ``asyncio.run`` on one shared pool fails with "Event loop is closed")."""
+    langchain_openai = pytest.importorskip("langchain_openai")
+    openai_like = pytest.importorskip("llama_index.llms.openai_like")
+    with FaultServer(lambda r: Reply(body=completion(label(r.text), tops(label(r.text)))), max_requests=50) as server:
+        judges = [ChatModelComparator(langchain_openai.ChatOpenAI(model="m", base_url=server.url, api_key="k")),
+                  LLMComparator(openai_like.OpenAILike(model="m", api_base=server.url, api_key="k",
+                                                       is_chat_model=True))]
+        for judge in judges:
+            for _ in range(3):
+                judgments = asyncio.run(judge.ajudge("q", [pair(), pair("x")]))
+                assert [j.prob for j in judgments] == [pytest.approx(P_A)] * 2
+                assert judge._clients.live_async_clients() == 0  # closed when its loop shut down
+        assert server.requests == 12
