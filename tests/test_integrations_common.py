@@ -197,7 +197,9 @@ def test_from_openai_builds_the_comparator_and_keeps_the_fields(cls):
 def test_from_local_model_reranks_with_the_bundled_model():
     pytest.importorskip("torch")
     reranker = LIRerank.from_local_model(budget=3, top_n=2, oracle="randomized")
-    assert type(reranker.comparator).__name__ == "TransformersComparator"
+    from activeprp_core.comparators import TransformersComparator
+
+    assert isinstance(reranker.comparator, TransformersComparator) and reranker.comparator.mode == "query_likelihood"
     assert "prp_prompt" in reranker._get_prompts() and "ql_prompt" in reranker._get_prompts()
     passages = ["Bananas are yellow fruit rich in potassium.",
                 "The Eiffel Tower in Paris was completed in 1889 for the World's Fair.",
