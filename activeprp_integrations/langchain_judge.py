@@ -38,10 +38,11 @@ class ChatModelComparator(FrameworkJudge):
     The model object is never changed: the judge calls ``model_copy(update=...)`` of it with
     ``_chat_judge.JUDGE_SETTINGS`` (greedy, one answer token, ``max_retries=0``) where the model declares those
     fields; ChatOpenAI's prebuilt openai clients are swapped, in the copy, for ``with_options(max_retries=0)``
-    copies sharing their connection pool. The judge retries itself (``max_attempts``), so every attempt is
-    counted in ``Judgment.retries``; a model with retries of its own that the judge cannot see (a
-    ``with_retry`` wrapper, a client passed in) makes one judge call cost several requests. Its callbacks
-    still see every call.
+    copies sharing their connection pool, and with a ``base_url`` it also sends ``max_tokens=1`` in
+    ``extra_body`` (``provider_settings``). Each event loop gets its own connection pool (``loop_copy``). The
+    judge retries itself (``max_attempts``), so every attempt is counted in ``Judgment.retries``; a model with
+    retries of its own that the judge cannot see (a ``with_retry`` wrapper, a client passed in) makes one judge
+    call cost several requests. Its callbacks still see every call.
 
     Failures follow ``OpenAIChatComparator``'s contract (``FrameworkJudge.classify``): 401/403 raise
     ``ComparatorAuthError`` at once and stop the rerank, timeouts/429/5xx are retried then fail the call, the
