@@ -107,6 +107,7 @@ class ScriptedLLM(CustomLLM):
     script: Any
     max_retries: int = 3
     temperature: float = 0.5
+    max_tokens: int | None = None
     calls: int = 0
 
     @property
@@ -313,10 +314,13 @@ def test_wrappers_with_llm_rank_like_the_openai_comparator_on_the_same_endpoint(
     langchain_openai = pytest.importorskip("langchain_openai")
     openai_like = pytest.importorskip("llama_index.llms.openai_like")
     seen: dict[str, list] = {}
+    caps: dict[str, set] = {}
     tag = {"now": ""}
 
     def plan(r):
         seen.setdefault(tag["now"], []).append(r.body["messages"])
+        caps[tag["now"]] = caps.get(tag["now"], set()) | {(r.body.get("max_tokens"), r.body.get("temperature"),
+                                                           r.body.get("logprobs"), r.body.get("top_logprobs"))}
         return Reply(body=completion(label(r.text), tops(label(r.text))))
 
     kw = {"budget": 20, "seed": 3, "top_n": 8, "max_rounds": None}
@@ -336,6 +340,19 @@ def test_wrappers_with_llm_rank_like_the_openai_comparator_on_the_same_endpoint(
     assert [d.id for d in got_lc] == expected and [n.node.node_id for n in got_li] == expected
     as_sets = {k: sorted(json.dumps(m, sort_keys=True) for m in v) for k, v in seen.items()}
     assert as_sets["langchain"] == as_sets["openai"] == as_sets["llama_index"]  # the same messages, byte for byte
+    assert caps["langchain"] == caps["openai"] == caps["llama_index"] == {(1, 0, True, 5)}
+    assert chat.extra_body is None and chat.temperature is None and chat.logprobs is None  # the user's, unchanged
+    assert like.max_tokens is None and like.logprobs is None
+
+
+def test_token_estimates_bound_the_same_messages_as_the_openai_comparator():
+    api = OpenAIChatComparator("m", base_url="http://127.0.0.1:9/v1", api_key="k")
+    pairs = [pair("x" * 50), tuple(reversed(pair("y")))]
+    for judge in (ChatModelComparator(ScriptedChat(script=lambda t: ai("A"), seen=[])), LLMComparator(
+            ScriptedLLM(script=label))):
+        assert judge.estimate_tokens("q", pairs) == api.estimate_tokens("q", pairs)
+    uncapped = ChatModelComparator(FakeListChatModel(responses=["A"]))  # no max_tokens field: 16 assumed
+    assert uncapped.estimate_tokens("q", pairs[:1]) == [api.estimate_tokens("q", pairs[:1])[0] - 1 + 16]
 
 
 def test_llama_index_prompt_update_keeps_the_llm_judge():
