@@ -267,11 +267,12 @@ def test_openai_errors_through_chat_openai_and_openai_like_are_typed_retried_and
             with pytest.raises(ComparatorAuthError) as info:
                 judge.judge("q", [pair("401")])
             assert SECRET not in str(info.value) and "Incorrect API key provided: ***" in str(info.value)
-            before = server.requests
-            (j,) = asyncio.run(judge.ajudge("q", [pair("503")]))
-            # the judge's 3 attempts, each one request: the model's own max_retries=4 is off in the judge's copy
-            assert j.prob is None and j.retries == 2 and server.requests - before == 3
-            assert "overloaded" in j.error
+            for run in (judge.judge, lambda *a: asyncio.run(judge.ajudge(*a))):
+                before = server.requests
+                (j,) = run("q", [pair("503")])
+                # the judge's 3 attempts, each one request: the model's own max_retries=4 is off in the judge's copy
+                assert j.prob is None and j.retries == 2 and server.requests - before == 3
+                assert "overloaded" in j.error
         assert models[0].llm.max_retries == 4 and models[0].llm.root_client.max_retries == 4
         assert models[1].llm.max_retries == 4
 
@@ -391,3 +392,16 @@ def test_chat_openai_and_openai_like_judges_work_across_event_loops_and_close_th
                 assert [j.prob for j in judgments] == [pytest.approx(P_A)] * 2
                 assert judge._clients.live_async_clients() == 0  # closed when its loop shut down
         assert server.requests == 12
+
+
+def test_llama_index_mock_llm_echo_is_unparseable_and_prior_order_is_the_opt_in_fallback():
+    from llama_index.core.llms import MockLLM
+
+    nodes = [NodeWithScore(node=TextNode(text=c.text, id_=c.id)) for c in CANDS]
+    (j,) = LLMComparator(MockLLM()).judge("q", [pair()])  # MockLLM echoes the prompt: neither A nor B
+    assert j.prob is None and "unparseable answer" in j.error
+    out = li.ActivePRPRerank(llm=MockLLM(), on_failure="prior", top_n=8, budget=20).postprocess_nodes(
+        nodes, QueryBundle("q"))
+    assert [n.node.node_id for n in out] == [c.id for c in CANDS]
+    with pytest.raises(ComparatorUnavailable):
+        li.ActivePRPRerank(llm=MockLLM(), top_n=3, budget=20).postprocess_nodes(nodes, QueryBundle("q"))
