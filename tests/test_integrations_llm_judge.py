@@ -267,7 +267,7 @@ def test_openai_errors_through_chat_openai_and_openai_like_are_typed_retried_and
             with pytest.raises(ComparatorAuthError) as info:
                 judge.judge("q", [pair("401")])
             assert SECRET not in str(info.value) and "Incorrect API key provided: ***" in str(info.value)
-            for run in (judge.judge, lambda *a: asyncio.run(judge.ajudge(*a))):
+            for run in (judge.judge, lambda *a, j=judge: asyncio.run(j.ajudge(*a))):
                 before = server.requests
                 (j,) = run("q", [pair("503")])
                 # the judge's 3 attempts, each one request: the model's own max_retries=4 is off in the judge's copy
