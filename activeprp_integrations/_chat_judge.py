@@ -101,7 +101,8 @@ class FrameworkJudge(SwappablePrompts, RemoteComparator):
     the one-letter answer (``answers.answer_from``, the OpenAI provider's parser).
 
     Subclasses implement ``framework_messages`` (chat messages in the framework's type), ``asend``/``send`` and
-    ``parse``, and may extend ``judge_copy``.
+    ``parse``, and may override ``provider_settings``, ``judge_copy`` and ``loop_copy`` / ``aclose_loop_copy``
+    (a copy of the model per event loop, for SDK clients bound to one loop).
 
     Args:
         llm: the framework's model; never changed (the judge calls ``judge_copy(llm)``).
