@@ -135,7 +135,7 @@ class _Window:
         everything (raises ``error``); a lone query fails on its own; else returns the queries' batches to ask
         one by one, to find the failing query."""
         if self.fatal(error):
-            self.stop(error)
+            self.stop(error, step, sent)
             raise error
         if len(step) == 1:
             self.fail(step, error, sent)
@@ -164,19 +164,24 @@ class _Window:
                 raise self.stop(error) from None
             return RerankFailure(index, reranking.query, error)
 
-    def spent(self) -> Accounting:
-        """The accounting summed over the queries in progress, batches never answered left out (for an error that
-        stops everything)."""
+    def spent(self, step: Step = (), sent: int = 0) -> Accounting:
+        """The accounting summed over the queries in progress, batches never answered left out, plus the first
+        ``sent`` calls of ``step`` as failed ones (for an error that stops everything)."""
         total = Accounting()
         for r in self.items.values():
             if isinstance(r, Reranking):
                 for k, v in r.settled.counts().items():
                     setattr(total, k, getattr(total, k) + v)
+        for _, _, batch in step:
+            calls = min(sent, len(batch.prompts))
+            total.calls, total.failed_calls, total.rounds = \
+                total.calls + calls, total.failed_calls + calls, total.rounds + (calls > 0)
+            sent -= calls
         return total
 
-    def stop(self, error: Exception) -> Exception:
+    def stop(self, error: Exception, step: Step = (), sent: int = 0) -> Exception:
         with contextlib.suppress(AttributeError):
-            error.accounting = self.spent()  # type: ignore[attr-defined]
+            error.accounting = self.spent(step, sent)  # type: ignore[attr-defined]
         self.close()
         return error
 

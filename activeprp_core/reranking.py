@@ -142,10 +142,11 @@ class Reranking:
     @property
     def settled(self) -> Accounting:
         """What this reranking has spent on answered (or failed) calls: ``accounting`` less the pending batch's
-        reservation (its calls, and its round)."""
+        reservation (its calls, questions and round)."""
         counts = self.accounting
         if self._pending is not None:
             counts.calls -= len(self._pending.prompts)
+            counts.comparisons -= len(self._questions)
             counts.rounds -= 1
         return counts
 

@@ -20,12 +20,16 @@ try:
     from langchain_core.callbacks import AsyncCallbackManager, CallbackManager, Callbacks
     from langchain_core.documents import Document
     from langchain_core.documents.compressor import BaseDocumentCompressor
+    from langchain_core.language_models import BaseChatModel
     from langchain_core.runnables import RunnableLambda, ensure_config
     from pydantic import ConfigDict, field_validator, model_validator
 except ImportError as exc:  # pragma: no cover - exercised by simulating the missing module
     raise ImportError(common.missing_extra("langchain-core", "langchain")) from exc
 
-__all__ = ["RANK_KEY", "SCORE_KEY", "ActivePRPRerank"]
+from ._chat_judge import exactly_one_judge  # noqa: E402 - after the framework check
+from .langchain_judge import ChatModelComparator  # noqa: E402
+
+__all__ = ["RANK_KEY", "SCORE_KEY", "ActivePRPRerank", "ChatModelComparator"]
 SCORE_KEY, RANK_KEY = common.SCORE_KEY, common.RANK_KEY
 
 _RUN_NAME = "ActivePRPRerank"
@@ -43,6 +47,11 @@ class ActivePRPRerank(common.ComparatorFactories, BaseDocumentCompressor):
     Fields (the same names as the LlamaIndex postprocessor):
         comparator: a ``activeprp_core.Comparator`` or any object with ``compare(query, pairs) ->
             list[float | None]``; its ``ajudge``/``acompare`` is used by ``acompress_documents``. Never changed.
+        llm: instead of ``comparator``, your LangChain chat model (any ``BaseChatModel``: ChatOpenAI,
+            ChatAnthropic, ChatOllama ...) as the judge: ``comparator`` becomes ``ChatModelComparator(llm)``
+            (the PRP prompt, P(A) from logprobs when the model gives them; see docs/frameworks-llm.md). The model
+            object is never changed. Exactly one of ``comparator`` and ``llm``: both is a ValueError, neither a
+            TypeError.
         ranker: ranker name or ``Ranker`` (default ``"auto"``: the paper's budget-based choice).
         oracle: ``"randomized"`` (default, 1 call per pair), ``"bidirectional"`` (2) or ``"single"``.
         budget: the most LLM calls per query (int >= 0; None = unlimited; default 50). This is the one knob
@@ -67,7 +76,8 @@ class ActivePRPRerank(common.ComparatorFactories, BaseDocumentCompressor):
 
     model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
 
-    comparator: Comparator | SupportsCompare
+    comparator: Comparator | SupportsCompare | None = None
+    llm: BaseChatModel | None = None
     ranker: str | Ranker = common.DEFAULT_RANKER
     oracle: str | Oracle = common.DEFAULT_ORACLE
     budget: int | None = common.DEFAULT_BUDGET
@@ -81,7 +91,15 @@ class ActivePRPRerank(common.ComparatorFactories, BaseDocumentCompressor):
     @field_validator("comparator", mode="before")
     @classmethod
     def _check_comparator(cls, value: Any) -> Any:
-        return common.check_comparator(value)
+        return value if value is None else common.check_comparator(value)
+
+    @field_validator("llm", mode="before")
+    @classmethod
+    def _check_llm(cls, value: Any) -> Any:
+        if value is not None and not isinstance(value, BaseChatModel):
+            raise TypeError(f"llm must be a LangChain BaseChatModel (ChatOpenAI, ChatAnthropic ...), got "
+                            f"{type(value).__name__}; for another judge pass comparator=")
+        return value
 
     @field_validator(*common.COUNT_FIELDS, mode="before")
     @classmethod
@@ -90,6 +108,9 @@ class ActivePRPRerank(common.ComparatorFactories, BaseDocumentCompressor):
 
     @model_validator(mode="after")
     def _check(self) -> ActivePRPRerank:
+        exactly_one_judge(self.comparator, self.llm)
+        if self.llm is not None:
+            self.comparator = ChatModelComparator(self.llm)
         common.settings_of(self)
         return self
 

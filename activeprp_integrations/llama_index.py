@@ -19,6 +19,7 @@ try:
     from llama_index.core.callbacks import CBEventType, EventPayload
     from llama_index.core.instrumentation import get_dispatcher
     from llama_index.core.instrumentation.events.rerank import ReRankEndEvent, ReRankStartEvent
+    from llama_index.core.llms import LLM
     from llama_index.core.postprocessor.types import BaseNodePostprocessor
     from llama_index.core.prompts import BasePromptTemplate, PromptTemplate
     from llama_index.core.prompts.mixin import PromptDictType
@@ -26,7 +27,10 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised by simulating the missing module
     raise ImportError(common.missing_extra("llama-index-core", "llama-index")) from exc
 
-__all__ = ["PROMPT_ATTRS", "ActivePRPRerank"]
+from ._chat_judge import exactly_one_judge  # noqa: E402 - after the framework check
+from .llama_index_judge import LLMComparator  # noqa: E402
+
+__all__ = ["PROMPT_ATTRS", "ActivePRPRerank", "LLMComparator"]
 
 dispatcher = get_dispatcher(__name__)
 
@@ -47,6 +51,10 @@ class ActivePRPRerank(common.ComparatorFactories, BaseNodePostprocessor):
         comparator: a ``activeprp_core.Comparator`` or any object with ``compare(query, pairs) ->
             list[float | None]``; kept in a private attribute (not serialised), readable as ``.comparator``.
             Never changed by the postprocessor (``_update_prompts`` switches to a copy with the new prompts).
+        llm: instead of ``comparator``, your LlamaIndex LLM (any ``llama_index.core.llms.LLM``: OpenAI,
+            OpenAILike, Ollama ...) as the judge: the comparator becomes ``LLMComparator(llm)`` (the PRP prompt,
+            P(A) from logprobs when the model gives them; see docs/frameworks-llm.md). The LLM object is never
+            changed. Exactly one of ``comparator`` and ``llm``: both is a ValueError, neither a TypeError.
         ranker: ranker name or ``Ranker`` (default ``"auto"``: the paper's budget-based choice).
         oracle: ``"randomized"`` (default, 1 call per pair), ``"bidirectional"`` (2) or ``"single"``.
         budget: the most LLM calls per query (int >= 0; None = unlimited; default 50).
@@ -67,7 +75,8 @@ class ActivePRPRerank(common.ComparatorFactories, BaseNodePostprocessor):
     (``RerankResult.stats()``: calls, rounds, exhausted, ...).
 
     Raises:
-        ValueError: ``query_bundle`` missing; an unknown ranker/oracle (at construction).
+        ValueError: ``query_bundle`` missing; an unknown ranker/oracle, or both ``comparator`` and ``llm`` (at
+            construction). TypeError: neither of them, or ``llm`` is not a LlamaIndex ``LLM``.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
@@ -85,9 +94,11 @@ class ActivePRPRerank(common.ComparatorFactories, BaseNodePostprocessor):
 
     _comparator: Comparator | SupportsCompare = PrivateAttr()
 
-    def __init__(self, comparator: Comparator | SupportsCompare, **fields: Any) -> None:
+    def __init__(self, comparator: Comparator | SupportsCompare | None = None, *, llm: LLM | None = None,
+                 **fields: Any) -> None:
+        exactly_one_judge(comparator, llm)
         super().__init__(**fields)
-        self._comparator = common.check_comparator(comparator)
+        self._comparator = common.check_comparator(comparator) if llm is None else LLMComparator(llm)
 
     @field_validator(*common.COUNT_FIELDS, mode="before")
     @classmethod

@@ -152,15 +152,21 @@ def test_a_dead_endpoint_fails_the_dataset_with_its_own_error(local_ray, dl19):
     from activeprp_core import Comparator
     from activeprp_integrations.ray import rerank_dataset, unwrap
 
-    class Dead(Comparator):  # defined here: Ray pickles it by value
+    class Dead(Comparator):  # defined here: Ray pickles it by value; answers its first call, then dies
+        answered = 0
+
         def compare(self, query, pairs):
-            raise ComparatorAuthError("invalid key", status_code=401)
+            if self.answered:
+                raise ComparatorAuthError("invalid key", status_code=401)
+            self.answered = len(pairs)
+            return [1.0] * len(pairs)
 
     rows, _ = dl19
     ds = rerank_dataset(ray.data.from_items(rows[:2]), Dead, **KW)
     with pytest.raises(ComparatorAuthError, match="invalid key") as info, unwrap():
         bounded(ds.take_all)
-    assert info.value.accounting.calls > 0
+    spent = info.value.accounting  # the calls that reached it before the 401 travel back from the Ray worker
+    assert 0 < spent.calls <= KW["budget"] * 2 and spent.failed_calls <= spent.calls
 
 
 def test_bad_arguments_fail_before_anything_runs(local_ray):

@@ -1,0 +1,209 @@
+"""What the framework-LLM judges share (imports no framework): ``FrameworkJudge``, a ``RemoteComparator`` provider
+whose transport is a LangChain ``BaseChatModel`` or a LlamaIndex ``LLM`` instead of an HTTP client. The
+framework providers (``ChatModelComparator``, ``LLMComparator``) add only how messages go in and how a reply
+comes out; the prompt, the judge settings, the failure classes and the token bound are here, once.
+
+The user's model object is never changed: the judge calls a copy (``model_copy(update=...)``; both frameworks'
+models are pydantic models) with the judge settings of ``JUDGE_SETTINGS`` that the model's class declares.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from activeprp_core.budget import check_count
+from activeprp_core.comparators.answers import field
+from activeprp_core.comparators.failures import Failure, Fault, error_message, retry_after_s, status_failure
+from activeprp_core.comparators.prompts import (
+    PRP_PROMPT,
+    SwappablePrompts,
+    chat_token_bound,
+    check_prompt,
+    cut_words,
+    prp_messages,
+)
+from activeprp_core.comparators.remote import RemoteComparator
+from activeprp_core.types import Candidate
+
+JUDGE_SETTINGS: dict[str, Any] = {"temperature": 0, "max_tokens": 1, "num_predict": 1, "max_output_tokens": 1,
+                                  "streaming": False, "max_retries": 0}
+"""The settings of the judge's copy of the model, each applied only when the model's class declares that field:
+greedy (``temperature``), a one-token answer (``max_tokens``; Ollama's ``num_predict``, Google's
+``max_output_tokens``), no streaming, and the framework's own retries off (``max_retries=0``: the judge
+retries, counts and bills each attempt itself). With ``logprobs=True`` also ``logprobs`` / ``top_logprobs``."""
+
+TOKEN_CAPS = ("max_tokens", "num_predict", "max_output_tokens")
+UNCAPPED_COMPLETION_TOKENS = 16
+"""Completion tokens assumed by ``estimate_tokens`` for a model whose answer length the judge cannot cap."""
+
+_RETRIED = ("APIConnectionError", "APITimeoutError", "TransportError", "TimeoutException")
+"""Exception class names (anywhere in the MRO) of transient transport failures in the SDKs behind the
+frameworks (openai, anthropic, httpx): retried like a timeout."""
+_CLIENT_ERRORS = ("OpenAIError", "AnthropicError", "APIError")
+"""SDK error base classes that are failed calls when nothing more specific applies."""
+
+
+def _named(error: BaseException, names: tuple[str, ...]) -> bool:
+    return any(cls.__name__ in names for cls in type(error).__mro__)
+
+
+def exactly_one_judge(comparator: Any, llm: Any) -> None:
+    """Check that a reranker got exactly one judge.
+
+    Raises:
+        TypeError: neither ``comparator=`` nor ``llm=`` (as for a missing argument). ValueError: both.
+    """
+    if comparator is None and llm is None:
+        raise TypeError("ActivePRPRerank needs a judge: pass llm= (your framework's chat model) or comparator= (an "
+                        "activeprp comparator)")
+    if comparator is not None and llm is not None:
+        raise ValueError("ActivePRPRerank got both comparator= and llm=: pass exactly one (llm= your framework's "
+                         "chat model as the judge, or comparator= an activeprp comparator)")
+
+
+def model_secrets(llm: Any) -> list[str]:
+    """The secrets a framework model holds (pydantic ``SecretStr`` fields, and str fields whose name says key,
+    token or secret), so that no message shows them."""
+    out = []
+    for name in getattr(type(llm), "model_fields", {}):
+        value = getattr(llm, name, None)
+        secret = getattr(value, "get_secret_value", None)
+        if callable(secret):
+            value = secret()
+        elif not any(word in name.lower() for word in ("key", "token", "secret", "password")):
+            continue
+        if isinstance(value, str) and len(value) >= 4:
+            out.append(value)
+    return out
+
+
+def model_label(llm: Any) -> str:
+    """The model's name (``model_name`` or ``model``), else its class name."""
+    for name in ("model_name", "model", "model_id"):
+        value = getattr(llm, name, None)
+        if isinstance(value, str) and value:
+            return value
+    return type(llm).__name__
+
+
+def no_sdk_retries(client: Any) -> Any:
+    """An SDK client (openai, anthropic: ``with_options``) without its own retries, sharing its connection pool;
+    anything else unchanged."""
+    with_options = getattr(client, "with_options", None)
+    return with_options(max_retries=0) if callable(with_options) and hasattr(client, "max_retries") else client
+
+
+class FrameworkJudge(SwappablePrompts, RemoteComparator):
+    """A ``RemoteComparator`` provider over a framework's model object: the PRP prompt of
+    ``OpenAIChatComparator`` (the same messages: ``prompts.prp_messages``), one call per ordered pair through
+    the framework's native async call, P(A) from the answer token's logprobs when the reply carries them, else
+    the one-letter answer (``answers.answer_from``, the OpenAI provider's parser).
+
+    Subclasses implement ``framework_messages`` (chat messages in the framework's type), ``asend``/``send`` and
+    ``parse``, and may override ``provider_settings``, ``judge_copy`` and ``loop_copy`` / ``aclose_loop_copy``
+    (a copy of the model per event loop, for SDK clients bound to one loop).
+
+    Args:
+        llm: the framework's model; never changed (the judge calls ``judge_copy(llm)``).
+        prompt, system_prompt: the PRP template (``{query}``, ``{first}``, ``{second}``) and an optional system
+            message; ``with_prompts(...)`` gives a copy with others.
+        logprobs, top_logprobs: ask for the top ``top_logprobs`` alternatives of the answer token, on models that
+            declare a ``logprobs`` field (ChatOpenAI, LlamaIndex's OpenAI / OpenAILike).
+        settings: fields of the judge's copy over ``JUDGE_SETTINGS``; a value None keeps the model's own (e.g.
+            ``{"temperature": None}``). Every key must be a field of the model.
+        max_passage_words: passages are cut to this many whitespace-separated words.
+        max_concurrency, max_attempts, backoff_initial, backoff_max, max_retry_after: the transport's
+            (``RemoteComparator``): calls in flight, and the judge's own retry policy.
+
+    Raises:
+        ValueError: a ``settings`` key that is not a field of the model, a prompt without its placeholders, a count
+            below its minimum. TypeError: a prompt that is not a str, a count that is not an int.
+    """
+
+    prompt_names = ("prompt", "system_prompt")
+
+    def __init__(self, llm: Any, *, prompt: str = PRP_PROMPT, system_prompt: str | None = None,
+                 logprobs: bool = True, top_logprobs: int = 5, settings: Mapping[str, Any] | None = None,
+                 max_passage_words: int = 200, max_concurrency: int = 8, max_attempts: int = 3,
+                 backoff_initial: float = 0.5, backoff_max: float = 8.0, max_retry_after: float = 60.0) -> None:
+        super().__init__(max_concurrency=max_concurrency, max_attempts=max_attempts, backoff_initial=backoff_initial,
+                         backoff_max=backoff_max, max_retry_after=max_retry_after, secrets=model_secrets(llm))
+        self.llm = llm
+        self.model, self.endpoint = model_label(llm), type(llm).__name__
+        self.prompt, self.system_prompt = check_prompt("prompt", prompt), check_prompt("system_prompt", system_prompt)
+        self.max_passage_words = check_count(max_passage_words, "max_passage_words", minimum=1)
+        top_logprobs = check_count(top_logprobs, "top_logprobs", minimum=0)
+        fields = getattr(type(llm), "model_fields", {})
+        unknown = sorted(set(settings or {}) - set(fields))
+        if unknown:
+            raise ValueError(f"settings {unknown} are not fields of {type(llm).__name__}; its fields are "
+                             f"{sorted(fields)[:40]}")
+        wanted = dict(JUDGE_SETTINGS, **({"logprobs": True, "top_logprobs": top_logprobs} if logprobs else {}))
+        merged = {k: v for k, v in wanted.items() if k in fields} | self.provider_settings(llm) | dict(settings or {})
+        self.settings = {k: v for k, v in merged.items() if v is not None}
+        self.judge_llm = self.judge_copy(llm, self.settings) if self.settings else llm
+
+    # ---- what a framework provider adds ---------------------------------------------------------------
+    def provider_settings(self, llm: Any) -> dict[str, Any]:
+        """Settings of the judge's copy specific to a model class (over ``JUDGE_SETTINGS``). Default: none."""
+        return {}
+
+    def judge_copy(self, llm: Any, settings: dict[str, Any]) -> Any:
+        """The model the judge calls: a copy of ``llm`` with ``settings`` (``llm`` is not changed)."""
+        return llm.model_copy(update=settings)
+
+    def loop_copy(self, judge: Any) -> Any:
+        """The judge model for one event loop (None = ``judge`` itself serves every loop). A model whose async SDK
+        client pools connections bound to the loop that opened them returns a copy with a fresh async client, which
+        ``aclose_loop_copy`` closes inside that loop when it shuts down. Default: None."""
+        return None
+
+    async def aclose_loop_copy(self, judge: Any) -> None:
+        """Close what ``loop_copy`` opened."""
+
+    def framework_messages(self, messages: list[dict[str, str]]) -> Any:
+        """The chat messages (``{"role", "content"}`` dicts) in the framework's own type."""
+        return messages
+
+    # ---- provider: requests, failures, tokens ----------------------------------------------------------
+    def open_async_client(self) -> Any:
+        return self.loop_copy(self.judge_llm)
+
+    async def aclose_client(self, client: Any) -> None:
+        await self.aclose_loop_copy(client)
+
+    def request(self, query: str, first: str, second: str) -> Any:
+        """The PRP prompt of one ordered pair as the framework's chat messages (the same messages as
+        ``OpenAIChatComparator``)."""
+        return self.framework_messages(self.messages(query, first, second))
+
+    def messages(self, query: str, first: str, second: str) -> list[dict[str, str]]:
+        n = self.max_passage_words
+        return prp_messages(self.prompt, self.system_prompt, query, cut_words(first, n), cut_words(second, n))
+
+    def classify(self, error: Exception) -> Failure | None:
+        """An error carrying an HTTP ``status_code`` (the openai / anthropic SDKs' ``APIStatusError``, an httpx
+        status error's response) by ``failures.status_failure``; connection errors and timeouts retry; another
+        SDK error or a ``ValueError`` (an unreadable reply) is a failed call; anything else propagates as is."""
+        message = error_message(error)
+        status = field(error, "status_code")
+        if status is None:
+            status = field(field(error, "response"), "status_code")
+        if isinstance(status, int) and not isinstance(status, bool):
+            return status_failure(status, message, retry_after_s(error))
+        if isinstance(error, (TimeoutError, ConnectionError)) or _named(error, _RETRIED):
+            return Failure(Fault.RETRY, message)
+        if isinstance(error, ValueError) or _named(error, _CLIENT_ERRORS):
+            return Failure(Fault.FAIL, message)
+        return None
+
+    def estimate_tokens(self, query: str, pairs: Sequence[tuple[Candidate, Candidate]]) -> list[int]:
+        """An upper bound on prompt + completion tokens per ordered pair (``prompts.chat_token_bound``), with the
+        judge's answer cap as completion (``UNCAPPED_COMPLETION_TOKENS`` when the model has none)."""
+        cap = next((self.settings[k] for k in TOKEN_CAPS if isinstance(self.settings.get(k), int)),
+                   UNCAPPED_COMPLETION_TOKENS)
+        return [chat_token_bound(self.messages(query, a.text, b.text), cap) for a, b in pairs]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({type(self.llm).__name__}(model={self.model!r}))"

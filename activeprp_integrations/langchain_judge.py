@@ -1,0 +1,114 @@
+"""``ChatModelComparator``: any LangChain chat model (``BaseChatModel``: ChatOpenAI, ChatAnthropic, ChatOllama,
+AzureChatOpenAI ...) as the pairwise judge, a ``RemoteComparator`` provider (see ``_chat_judge.FrameworkJudge``).
+Re-exported by ``activeprp_integrations.langchain``. Needs ``pip install 'activeprp[langchain]'``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from activeprp_core.comparators.answers import Answer, answer_from, field, snippet
+
+from ._chat_judge import FrameworkJudge, no_sdk_retries
+from ._common import missing_extra
+
+try:
+    from langchain_core.language_models import BaseChatModel
+    from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
+except ImportError as exc:  # pragma: no cover - exercised by simulating the missing module
+    raise ImportError(missing_extra("langchain-core", "langchain")) from exc
+
+__all__ = ["ChatModelComparator"]
+
+_MESSAGE = {"system": SystemMessage, "user": HumanMessage}
+_SDK_CLIENTS = (("root_client", "client"), ("root_async_client", "async_client"))
+"""ChatOpenAI's (and AzureChatOpenAI's) openai clients, built at construction with its ``max_retries``: the
+root client and its ``chat.completions`` resource that the model calls."""
+
+
+class ChatModelComparator(FrameworkJudge):
+    """P(first preferred) from a LangChain chat model answering the PRP prompt of ``OpenAIChatComparator`` (the
+    same messages), one ``ainvoke`` (async) or ``invoke`` (sync) per ordered pair.
+
+    P(A) comes from the answer token's top logprobs in ``AIMessage.response_metadata["logprobs"]`` (ChatOpenAI
+    puts them there when it asks for them: the judge's copy sets ``logprobs=True, top_logprobs=5`` on a model
+    that has these fields), else from the one-letter answer (1.0 / 0.0); tokens come from
+    ``AIMessage.usage_metadata`` (``input_tokens``, ``output_tokens``; 0 when the model reports none).
+
+    The model object is never changed: the judge calls ``model_copy(update=...)`` of it with
+    ``_chat_judge.JUDGE_SETTINGS`` (greedy, one answer token, ``max_retries=0``) where the model declares those
+    fields; ChatOpenAI's prebuilt openai clients are swapped, in the copy, for ``with_options(max_retries=0)``
+    copies sharing their connection pool, and with a ``base_url`` it also sends ``max_tokens=1`` in
+    ``extra_body`` (``provider_settings``). Each event loop gets its own connection pool (``loop_copy``). The
+    judge retries itself (``max_attempts``), so every attempt is counted in ``Judgment.retries``; a model with
+    retries of its own that the judge cannot see (a ``with_retry`` wrapper, a client passed in) makes one judge
+    call cost several requests. Its callbacks still see every call.
+
+    Failures follow ``OpenAIChatComparator``'s contract (``FrameworkJudge.classify``): 401/403 raise
+    ``ComparatorAuthError`` at once and stop the rerank, timeouts/429/5xx are retried then fail the call, the
+    circuit breaker counts failed calls, and no message holds the model's API key.
+
+    Args:
+        llm: a ``langchain_core.language_models.BaseChatModel``. The other arguments: see ``FrameworkJudge``.
+
+    Raises:
+        TypeError: ``llm`` is not a ``BaseChatModel``. ValueError: see ``FrameworkJudge``.
+    """
+
+    def __init__(self, llm: BaseChatModel, **kwargs: Any) -> None:
+        if not isinstance(llm, BaseChatModel):
+            raise TypeError(f"llm must be a LangChain BaseChatModel (ChatOpenAI, ChatAnthropic ...), got "
+                            f"{type(llm).__name__}")
+        super().__init__(llm, **kwargs)
+
+    def provider_settings(self, llm: BaseChatModel) -> dict[str, Any]:
+        """ChatOpenAI sends its ``max_tokens`` as ``max_completion_tokens``, which some OpenAI-compatible servers
+        ignore (llama-cpp-python's generates a whole sentence, whose text then may not parse): with a ``base_url``
+        (not OpenAI itself) the copy also sends ``max_tokens=1`` in ``extra_body``."""
+        if "extra_body" in type(llm).model_fields and getattr(llm, "openai_api_base", None):
+            return {"extra_body": {**(getattr(llm, "extra_body", None) or {}), "max_tokens": 1}}
+        return {}
+
+    def judge_copy(self, llm: BaseChatModel, settings: dict[str, Any]) -> BaseChatModel:
+        update = dict(settings)
+        if settings.get("max_retries") == 0:
+            for root, leaf in _SDK_CLIENTS:
+                client = getattr(llm, root, None)
+                if client is not None and leaf in type(llm).model_fields:
+                    update[root] = no_sdk_retries(client)
+                    update[leaf] = update[root].chat.completions
+        return llm.model_copy(update=update)
+
+    def framework_messages(self, messages: list[dict[str, str]]) -> list[BaseMessage]:
+        return [_MESSAGE[m["role"]](content=m["content"]) for m in messages]
+
+    def loop_copy(self, judge: BaseChatModel) -> BaseChatModel | None:
+        """ChatOpenAI's async client pools connections in the loop that opened them (LangChain caches one pool per
+        base URL), so a second ``asyncio.run`` would reuse dead connections ("Event loop is closed"): each loop gets
+        a copy with its own pool (unless you gave ``http_async_client``, which is then yours to manage)."""
+        root = getattr(judge, "root_async_client", None)
+        if root is None or not callable(getattr(root, "with_options", None)) or getattr(
+                judge, "http_async_client", None) is not None:
+            return None
+        import openai  # the client is an openai client
+
+        fresh = root.with_options(http_client=openai.DefaultAsyncHttpxClient())
+        return judge.model_copy(update={"root_async_client": fresh, "async_client": fresh.chat.completions})
+
+    async def aclose_loop_copy(self, judge: BaseChatModel) -> None:
+        await judge.root_async_client.close()
+
+    async def asend(self, client: Any, request: list[BaseMessage]) -> Any:
+        return await (client or self.judge_llm).ainvoke(request)
+
+    def send(self, client: Any, request: list[BaseMessage]) -> Any:
+        return self.judge_llm.invoke(request)
+
+    def parse(self, response: Any) -> Answer:
+        """(P(A), prompt tokens, completion tokens) of an ``AIMessage``. Raises ValueError (only): not usable."""
+        if not isinstance(response, BaseMessage):
+            raise ValueError(f"the model returned {snippet(response)}, not a message")
+        content = response.content if isinstance(response.content, str) else str(response.text)
+        usage = field(response, "usage_metadata")
+        return answer_from(field(response.response_metadata, "logprobs"), content, field(usage, "input_tokens"),
+                           field(usage, "output_tokens"))

@@ -1,0 +1,407 @@
+"""The framework's own LLM as the judge: ``ChatModelComparator`` (LangChain ``BaseChatModel``) and
+``LLMComparator`` (LlamaIndex ``LLM``), with the frameworks' fake models and, for the real client code paths
+(ChatOpenAI, OpenAILike), a canned OpenAI-compatible endpoint on loopback (``FaultServer``: no model)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import re
+import time
+from typing import Any
+
+import pytest
+from _llm_server import FaultServer, Reply, completion, error_body
+
+from activeprp_core import Candidate, ComparatorAuthError, ComparatorUnavailable, arerank, rerank
+from activeprp_core.comparators import OpenAIChatComparator
+from activeprp_core.comparators.prompts import PRP_PROMPT
+
+lc = pytest.importorskip("activeprp_integrations.langchain")
+li = pytest.importorskip("activeprp_integrations.llama_index")
+
+from langchain_core.documents import Document  # noqa: E402
+from langchain_core.language_models import BaseChatModel, FakeListChatModel  # noqa: E402
+from langchain_core.messages import AIMessage  # noqa: E402
+from langchain_core.outputs import ChatGeneration, ChatResult  # noqa: E402
+from llama_index.core.base.llms.types import LogProb  # noqa: E402
+from llama_index.core.llms import (  # noqa: E402
+    ChatMessage,
+    ChatResponse,
+    CompletionResponse,
+    CustomLLM,
+    LLMMetadata,
+)
+from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback  # noqa: E402
+from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode  # noqa: E402
+from pydantic import SecretStr  # noqa: E402
+
+ChatModelComparator, LLMComparator = lc.ChatModelComparator, li.LLMComparator
+SECRET = "sk-test-SECRET-4242"
+P_A = math.exp(-0.1) / (math.exp(-0.1) + math.exp(-2.4))
+
+
+def label(text: str) -> str:
+    """The judge of these tests prefers the passage with the lower number."""
+    first, second = (int(n) for n in re.findall(r"Passage [AB]: \"passage (\d+)", text))
+    return "A" if first < second else "B"
+
+
+def tops(answer: str) -> list[tuple[str, float]]:
+    other = "B" if answer == "A" else "A"
+    return [(answer, -0.1), (other, -2.4)]
+
+
+def pair(tag: str = "") -> tuple[Candidate, Candidate]:
+    return Candidate("a", f"passage 1 {tag}"), Candidate("b", f"passage 2 {tag}")
+
+
+CANDS = [Candidate(f"d{i}", f"passage {i} " + "word " * 30) for i in (5, 2, 7, 0, 3, 6, 1, 4)]
+
+
+# ---- fake framework models ----------------------------------------------------------------------------
+class ScriptedChat(BaseChatModel):
+    """A LangChain chat model answering ``script(user text)``: an AIMessage, or an exception to raise. It declares
+    the fields the judge sets on its copy (as ChatOpenAI does) and records the settings each call ran with."""
+
+    script: Any
+    temperature: float = 0.7
+    max_tokens: int | None = None
+    max_retries: int = 2
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
+    api_key: SecretStr | None = None
+    seen: list = []
+
+    @property
+    def _llm_type(self) -> str:
+        return "scripted"
+
+    def _generate(self, messages, stop=None, run_manager=None, **kwargs) -> ChatResult:
+        self.seen.append((messages[-1].content, self.temperature, self.max_tokens, self.logprobs, self.max_retries))
+        out = self.script(messages[-1].content)
+        if isinstance(out, Exception):
+            raise out
+        return ChatResult(generations=[ChatGeneration(message=out)])
+
+
+def ai(answer: str, with_logprobs: bool = True) -> AIMessage:
+    meta = {"logprobs": {"content": [{"token": answer, "logprob": -0.1, "top_logprobs": [
+        {"token": t, "logprob": lp} for t, lp in tops(answer)]}]}} if with_logprobs else {}
+    return AIMessage(content=answer, response_metadata=meta,
+                     usage_metadata={"input_tokens": 40, "output_tokens": 1, "total_tokens": 41})
+
+
+class StatusError(Exception):
+    """A framework error carrying an HTTP status (as the openai / anthropic SDK errors do)."""
+
+    def __init__(self, status_code: int, message: str) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+
+
+class ScriptedLLM(CustomLLM):
+    """A LlamaIndex LLM answering ``script(user text)`` with logprobs and raw usage (as OpenAILike does)."""
+
+    script: Any
+    max_retries: int = 3
+    temperature: float = 0.5
+    max_tokens: int | None = None
+    calls: int = 0
+
+    @property
+    def metadata(self) -> LLMMetadata:
+        return LLMMetadata(is_chat_model=True, model_name="scripted-llm")
+
+    @llm_chat_callback()
+    def chat(self, messages, **kwargs) -> ChatResponse:
+        self.calls += 1
+        out = self.script(messages[-1].content)
+        if isinstance(out, Exception):
+            raise out
+        logprobs = [[LogProb(token=t, logprob=lp, bytes=[]) for t, lp in tops(out)]]
+        return ChatResponse(message=ChatMessage(role="assistant", content=out), logprobs=logprobs,
+                            raw={"usage": {"prompt_tokens": 40, "completion_tokens": 1}})
+
+    @llm_chat_callback()
+    async def achat(self, messages, **kwargs) -> ChatResponse:
+        await asyncio.sleep(0)
+        return self.chat(messages, **kwargs)
+
+    @llm_completion_callback()
+    def complete(self, prompt: str, formatted: bool = False, **kwargs) -> CompletionResponse:
+        raise NotImplementedError
+
+    @llm_completion_callback()
+    def stream_complete(self, prompt: str, formatted: bool = False, **kwargs):
+        raise NotImplementedError
+
+
+class LetterLLM(CustomLLM):
+    """A LlamaIndex ``CustomLLM`` that only completes text (chat goes through LlamaIndex's completion-to-chat):
+    a one-letter answer, no logprobs, no usage."""
+
+    answers: list = []
+
+    @property
+    def metadata(self) -> LLMMetadata:
+        return LLMMetadata(model_name="letters")
+
+    @llm_completion_callback()
+    def complete(self, prompt: str, formatted: bool = False, **kwargs) -> CompletionResponse:
+        return CompletionResponse(text=self.answers[label(prompt) == "B"])
+
+    @llm_completion_callback()
+    def stream_complete(self, prompt: str, formatted: bool = False, **kwargs):
+        raise NotImplementedError
+
+
+# ---- answers ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("use_async", [False, True])
+def test_langchain_judge_reads_logprobs_and_usage_and_never_changes_the_users_model(use_async):
+    llm = ScriptedChat(script=lambda text: ai(label(text)), seen=[])
+    before = llm.model_dump(exclude={"seen"})
+    judge = ChatModelComparator(llm)
+    (a, b) = pair()
+    run = (lambda p: asyncio.run(judge.ajudge("q", p))) if use_async else (lambda p: judge.judge("q", p))
+    judgments = run([(a, b), (b, a)])
+    assert [j.prob for j in judgments] == [pytest.approx(P_A), pytest.approx(1 - P_A)]
+    assert [(j.prompt_tokens, j.completion_tokens, j.retries, j.error) for j in judgments] == [(40, 1, 0, None)] * 2
+    # the judge ran on a copy: greedy, one token, logprobs on, the framework's retries off; the user's unchanged
+    assert {s[1:] for s in llm.seen} == {(0, 1, True, 0)}
+    assert llm.model_dump(exclude={"seen"}) == before and llm.temperature == 0.7 and llm.max_retries == 2
+    assert judge.llm is llm and judge.judge_llm is not llm
+
+
+def test_langchain_judge_parses_letters_and_fails_unparseable_answers():
+    fake = FakeListChatModel(responses=["A", " Passage B.", "I cannot decide"])
+    judge = ChatModelComparator(fake, max_concurrency=1)
+    judgments = judge.judge("q", [pair("1"), pair("2"), pair("3")])
+    assert [j.prob for j in judgments] == [1.0, 0.0, None]
+    assert "unparseable answer 'I cannot decide'" in judgments[2].error
+    assert judgments[0].prompt_tokens == 0  # the fake reports no usage: counted as 0, never guessed
+    assert fake.i == 0  # the user's fake model never advanced: the judge calls its own copy
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_llama_index_judge_reads_logprobs_and_usage(use_async):
+    llm = ScriptedLLM(script=label)
+    judge = LLMComparator(llm)
+    (a, b) = pair()
+    run = (lambda p: asyncio.run(judge.ajudge("q", p))) if use_async else (lambda p: judge.judge("q", p))
+    judgments = run([(a, b), (b, a)])
+    assert [j.prob for j in judgments] == [pytest.approx(P_A), pytest.approx(1 - P_A)]
+    assert [(j.prompt_tokens, j.completion_tokens) for j in judgments] == [(40, 1)] * 2
+    assert judge.judge_llm.temperature == 0 and judge.judge_llm.max_retries == 0
+    assert llm.temperature == 0.5 and llm.max_retries == 3 and llm.calls == 0  # the copy was called, not it
+
+
+def test_llama_index_judge_parses_letters_through_completion_to_chat():
+    judge = LLMComparator(LetterLLM(answers=["A", "Passage B"]))
+    (a, b) = pair()
+    assert [j.prob for j in judge.judge("q", [(a, b), (b, a)])] == [1.0, 0.0]
+    bad = LLMComparator(LetterLLM(answers=["maybe", "maybe"]))
+    (j,) = bad.judge("q", [(a, b)])
+    assert j.prob is None and "unparseable answer 'maybe'" in j.error
+
+
+def test_settings_are_checked_against_the_models_fields():
+    llm = ScriptedChat(script=lambda t: ai("A"), seen=[])
+    assert ChatModelComparator(llm, settings={"temperature": None}).settings.get("temperature") is None
+    assert ChatModelComparator(llm, logprobs=False).settings == {"temperature": 0, "max_tokens": 1, "max_retries": 0}
+    with pytest.raises(ValueError, match="not fields of ScriptedChat"):
+        ChatModelComparator(llm, settings={"num_ctx": 4})
+    with pytest.raises(TypeError, match="BaseChatModel"):
+        ChatModelComparator(ScriptedLLM(script=label))
+    with pytest.raises(TypeError, match="LlamaIndex LLM"):
+        LLMComparator(llm)
+
+
+# ---- errors -------------------------------------------------------------------------------------------
+def test_transient_errors_are_retried_by_the_judge_and_counted():
+    calls = {"n": 0}
+
+    def flaky(text: str):
+        calls["n"] += 1
+        return StatusError(503, "overloaded") if calls["n"] <= 2 else ai("A")
+
+    llm = ScriptedChat(script=flaky, seen=[])
+    (j,) = ChatModelComparator(llm, max_attempts=3, backoff_initial=0.001).judge("q", [pair()])
+    assert j.prob == pytest.approx(P_A) and j.retries == 2 and calls["n"] == 3
+    timeouts = ScriptedLLM(script=lambda t: TimeoutError("read timed out"))
+    (failed,) = LLMComparator(timeouts, max_attempts=2, backoff_initial=0.001).judge("q", [pair()])
+    assert failed.prob is None and failed.retries == 1 and "read timed out" in failed.error
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_an_auth_error_raises_typed_at_once_without_the_key(use_async):
+    llm = ScriptedChat(script=lambda t: StatusError(401, f"Incorrect API key provided: {SECRET}"), seen=[],
+                       api_key=SECRET)
+    judge = ChatModelComparator(llm, max_concurrency=1, max_attempts=5, backoff_initial=1.0)
+    start = time.monotonic()
+    with pytest.raises(ComparatorAuthError) as info:
+        if use_async:
+            asyncio.run(judge.ajudge("q", [pair()] * 3))
+        else:
+            judge.judge("q", [pair()] * 3)
+    assert time.monotonic() - start < 0.5 and len(llm.seen) == 1  # no retry, no later call
+    assert info.value.status_code == 401 and SECRET not in str(info.value) and "***" in str(info.value)
+
+
+def test_openai_errors_through_chat_openai_and_openai_like_are_typed_retried_and_keyless():
+    langchain_openai = pytest.importorskip("langchain_openai")
+    openai_like = pytest.importorskip("llama_index.llms.openai_like")
+
+    def plan(r):
+        if "401" in r.text:
+            return Reply(401, error_body(f"Incorrect API key provided: {r.api_key}"))
+        return Reply(503, error_body("overloaded")) if "503" in r.text else Reply(body=completion("A"))
+
+    with FaultServer(plan, max_requests=100) as server:
+        models = [ChatModelComparator(langchain_openai.ChatOpenAI(model="m", base_url=server.url, api_key=SECRET,
+                                                                  max_retries=4), backoff_initial=0.001),
+                  LLMComparator(openai_like.OpenAILike(model="m", api_base=server.url, api_key=SECRET,
+                                                       is_chat_model=True, max_retries=4), backoff_initial=0.001)]
+        for judge in models:
+            with pytest.raises(ComparatorAuthError) as info:
+                judge.judge("q", [pair("401")])
+            assert SECRET not in str(info.value) and "Incorrect API key provided: ***" in str(info.value)
+            for run in (judge.judge, lambda *a, j=judge: asyncio.run(j.ajudge(*a))):
+                before = server.requests
+                (j,) = run("q", [pair("503")])
+                # the judge's 3 attempts, each one request: the model's own max_retries=4 is off in the judge's copy
+                assert j.prob is None and j.retries == 2 and server.requests - before == 3
+                assert "overloaded" in j.error
+        assert models[0].llm.max_retries == 4 and models[0].llm.root_client.max_retries == 4
+        assert models[1].llm.max_retries == 4
+
+
+def test_a_dead_model_opens_the_circuit_breaker():
+    dead = ScriptedChat(script=lambda t: StatusError(502, "bad gateway"), seen=[])
+    with pytest.raises(ComparatorUnavailable, match="circuit breaker"):
+        rerank("q", CANDS, comparator=ChatModelComparator(dead, max_attempts=1), budget=30,
+               max_consecutive_failures=3)
+    assert len(dead.seen) <= 3 + 8  # stopped after the breaker opened (at most one round more in flight)
+
+
+def test_a_bug_in_the_model_is_not_hidden():
+    broken = ScriptedChat(script=lambda t: KeyError("a bug"), seen=[])
+    with pytest.raises(KeyError):
+        ChatModelComparator(broken).judge("q", [pair()])
+
+
+# ---- the rerankers' llm= -------------------------------------------------------------------------------
+def test_exactly_one_of_comparator_and_llm():
+    chat, llm, api = ScriptedChat(script=lambda t: ai("A"), seen=[]), ScriptedLLM(script=label), OpenAIChatComparator(
+        "m", base_url="http://127.0.0.1:9/v1", api_key="k")
+    for cls, model in ((lc.ActivePRPRerank, chat), (li.ActivePRPRerank, llm)):
+        with pytest.raises(ValueError, match="both comparator= and llm="):
+            cls(comparator=api, llm=model)
+        with pytest.raises(TypeError, match="needs a judge: pass llm="):
+            cls()
+    with pytest.raises(TypeError, match="BaseChatModel"):
+        lc.ActivePRPRerank(llm=llm)
+    with pytest.raises(TypeError, match="LlamaIndex LLM"):
+        li.ActivePRPRerank(llm=chat)
+    reranker = lc.ActivePRPRerank(llm=chat)
+    assert reranker.llm is chat and isinstance(reranker.comparator, ChatModelComparator)
+    assert li.ActivePRPRerank(llm=llm).comparator.llm is llm
+
+
+def test_wrappers_with_llm_rank_like_the_openai_comparator_on_the_same_endpoint():
+    """Same answers, same ranking: ChatOpenAI(logprobs) and OpenAILike through ``llm=`` send the same messages
+    as OpenAIChatComparator to the same endpoint and return the same order for the same budget and seed."""
+    langchain_openai = pytest.importorskip("langchain_openai")
+    openai_like = pytest.importorskip("llama_index.llms.openai_like")
+    seen: dict[str, list] = {}
+    caps: dict[str, set] = {}
+    tag = {"now": ""}
+
+    def plan(r):
+        seen.setdefault(tag["now"], []).append(r.body["messages"])
+        caps[tag["now"]] = caps.get(tag["now"], set()) | {(r.body.get("max_tokens"), r.body.get("temperature"),
+                                                           r.body.get("logprobs"), r.body.get("top_logprobs"))}
+        return Reply(body=completion(label(r.text), tops(label(r.text))))
+
+    kw = {"budget": 20, "seed": 3, "top_n": 8, "max_rounds": None}
+    docs = [Document(page_content=c.text, id=c.id) for c in CANDS]
+    nodes = [NodeWithScore(node=TextNode(text=c.text, id_=c.id)) for c in CANDS]
+    with FaultServer(plan, max_requests=200) as server:
+        tag["now"] = "openai"
+        api = OpenAIChatComparator("m", base_url=server.url, api_key="k")
+        expected = [d.id for d in lc.ActivePRPRerank(comparator=api, **kw).compress_documents(docs, "q")]
+        tag["now"] = "langchain"
+        chat = langchain_openai.ChatOpenAI(model="m", base_url=server.url, api_key="k")
+        got_lc = asyncio.run(lc.ActivePRPRerank(llm=chat, **kw).acompress_documents(docs, "q"))
+        tag["now"] = "llama_index"
+        like = openai_like.OpenAILike(model="m", api_base=server.url, api_key="k", is_chat_model=True)
+        got_li = li.ActivePRPRerank(llm=like, **kw).postprocess_nodes(nodes, QueryBundle("q"))
+    assert expected[0] == "d0" and sorted(expected) == sorted(c.id for c in CANDS)
+    assert [d.id for d in got_lc] == expected and [n.node.node_id for n in got_li] == expected
+    as_sets = {k: sorted(json.dumps(m, sort_keys=True) for m in v) for k, v in seen.items()}
+    assert as_sets["langchain"] == as_sets["openai"] == as_sets["llama_index"]  # the same messages, byte for byte
+    assert caps["langchain"] == caps["openai"] == caps["llama_index"] == {(1, 0, True, 5)}
+    assert chat.extra_body is None and chat.temperature is None and chat.logprobs is None  # the user's, unchanged
+    assert like.max_tokens is None and like.logprobs is None
+
+
+def test_token_estimates_bound_the_same_messages_as_the_openai_comparator():
+    api = OpenAIChatComparator("m", base_url="http://127.0.0.1:9/v1", api_key="k")
+    pairs = [pair("x" * 50), tuple(reversed(pair("y")))]
+    for judge in (ChatModelComparator(ScriptedChat(script=lambda t: ai("A"), seen=[])), LLMComparator(
+            ScriptedLLM(script=label))):
+        assert judge.estimate_tokens("q", pairs) == api.estimate_tokens("q", pairs)
+    uncapped = ChatModelComparator(FakeListChatModel(responses=["A"]))  # no max_tokens field: 16 assumed
+    assert uncapped.estimate_tokens("q", pairs[:1]) == [api.estimate_tokens("q", pairs[:1])[0] - 1 + 16]
+
+
+def test_llama_index_prompt_update_keeps_the_llm_judge():
+    texts: list[str] = []
+    llm = ScriptedLLM(script=lambda text: texts.append(text) or label(text))
+    reranker = li.ActivePRPRerank(llm=llm, top_n=3, budget=20)
+    first = reranker.comparator
+    reranker._update_prompts({"prp_prompt": 'Query {query}\nPassage A: "{first}"\nPassage B: "{second}"\nA or B?'})
+    assert isinstance(reranker.comparator, LLMComparator) and reranker.comparator is not first
+    assert first.prompt == PRP_PROMPT and reranker.comparator.llm is llm
+    out = reranker.postprocess_nodes([NodeWithScore(node=TextNode(text=c.text, id_=c.id)) for c in CANDS],
+                                     QueryBundle("q"))
+    assert [n.node.node_id for n in out][0] == "d0" and texts and all(t.startswith("Query q\n") for t in texts)
+
+
+def test_async_reranks_equal_sync_with_a_framework_judge():
+    llm = ScriptedChat(script=lambda text: ai(label(text)), seen=[])
+    judge = ChatModelComparator(llm)
+    kw = {"budget": 25, "seed": 1}
+    assert rerank("q", CANDS, comparator=judge, **kw).order == asyncio.run(
+        arerank("q", CANDS, comparator=judge, **kw)).order
+
+
+def test_chat_openai_and_openai_like_judges_work_across_event_loops_and_close_their_clients():
+    """The SDK clients pool connections per event loop: each ``asyncio.run`` gets its own, closed at its end (a
+    second ``asyncio.run`` on one shared pool fails with "Event loop is closed")."""
+    langchain_openai = pytest.importorskip("langchain_openai")
+    openai_like = pytest.importorskip("llama_index.llms.openai_like")
+    with FaultServer(lambda r: Reply(body=completion(label(r.text), tops(label(r.text)))), max_requests=50) as server:
+        judges = [ChatModelComparator(langchain_openai.ChatOpenAI(model="m", base_url=server.url, api_key="k")),
+                  LLMComparator(openai_like.OpenAILike(model="m", api_base=server.url, api_key="k",
+                                                       is_chat_model=True))]
+        for judge in judges:
+            for _ in range(3):
+                judgments = asyncio.run(judge.ajudge("q", [pair(), pair("x")]))
+                assert [j.prob for j in judgments] == [pytest.approx(P_A)] * 2
+                assert judge._clients.live_async_clients() == 0  # closed when its loop shut down
+        assert server.requests == 12
+
+
+def test_llama_index_mock_llm_echo_is_unparseable_and_prior_order_is_the_opt_in_fallback():
+    from llama_index.core.llms import MockLLM
+
+    nodes = [NodeWithScore(node=TextNode(text=c.text, id_=c.id)) for c in CANDS]
+    (j,) = LLMComparator(MockLLM()).judge("q", [pair()])  # MockLLM echoes the prompt: neither A nor B
+    assert j.prob is None and "unparseable answer" in j.error
+    out = li.ActivePRPRerank(llm=MockLLM(), on_failure="prior", top_n=8, budget=20).postprocess_nodes(
+        nodes, QueryBundle("q"))
+    assert [n.node.node_id for n in out] == [c.id for c in CANDS]
+    with pytest.raises(ComparatorUnavailable):
+        li.ActivePRPRerank(llm=MockLLM(), top_n=3, budget=20).postprocess_nodes(nodes, QueryBundle("q"))
