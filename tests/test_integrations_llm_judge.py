@@ -18,6 +18,8 @@ from activeprp_core import Candidate, ComparatorAuthError, ComparatorUnavailable
 from activeprp_core.comparators import OpenAIChatComparator
 from activeprp_core.comparators.prompts import PRP_PROMPT
 
+pytest.importorskip("langchain_core", reason='pip install "activeprp[langchain]"')
+pytest.importorskip("llama_index.core", reason='pip install "activeprp[llama-index]"')
 lc = pytest.importorskip("activeprp_integrations.langchain")
 li = pytest.importorskip("activeprp_integrations.llama_index")
 
