@@ -13,8 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from activeprp_core import Candidate, RerankResult, RerankSettings, arerank, as_comparator, rerank
+from activeprp_core import Candidate, RerankResult, RerankSettings, arerank, rerank
 from activeprp_core.budget import check_count
+from activeprp_core.comparators import as_comparator
 from activeprp_core.rankers.auto import ONLINE_MAX_ROUNDS
 from activeprp_core.settings import COUNTS
 

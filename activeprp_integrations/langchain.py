@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from activeprp_core import Comparator, Oracle, Ranker, SupportsCompare
+from activeprp_core import Comparator, Oracle, Ranker
+from activeprp_core.comparators import SupportsCompare
 from activeprp_core.comparators.base import comparator_name
 from activeprp_core.engine import OnFailure
 
