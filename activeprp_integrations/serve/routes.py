@@ -78,7 +78,7 @@ class Routes:
     def mount(self, app: FastAPI) -> None:
         for version in API_VERSIONS:
             app.post(f"/{version}/rerank", summary=f"Cohere rerank API {version}")(self.cohere(version))
-        app.post("/rerank", summary="Jina (documents) or TEI (texts) rerank API")(self.jina_or_tei)
+        app.post("/rerank", summary="Jina (documents) or TEI (texts) rerank API")(self.rerank_jina_tei)
         app.get("/health")(self.health)
         app.get("/metrics")(self.prometheus)
 
@@ -126,7 +126,7 @@ class Routes:
         rerank.__name__ = f"rerank_{version}"
         return rerank
 
-    async def jina_or_tei(self, request: Request) -> Response:
+    async def rerank_jina_tei(self, request: Request) -> Response:
         try:
             raw = await request.json()
         except Exception:
