@@ -5,7 +5,8 @@ They are not part of the library's rankers on purpose: they exist to measure wha
 
 from __future__ import annotations
 
-from activeprp_core.rankers import Heap, Mohajer, RankContext, Ranker, Schedule
+from activeprp_core.rankers import Mohajer, RankContext, Ranker, Schedule
+from activeprp_core.rankers.base import Heap
 
 
 def _watch(schedule: Schedule, log: list[tuple[int, int, float | None]]) -> Schedule:

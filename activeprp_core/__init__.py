@@ -5,8 +5,7 @@ and sorting baselines (section 4) as round-based schedulers, and a hard per-quer
 RAG framework; the benchmark harness is the separate ``activeprp_bench`` package.
 """
 
-from .budget import Budget, CallBudget
-from .comparators.base import CallGuard, Comparator, SupportsCompare, as_comparator
+from .comparators.base import Comparator
 from .comparators.simulated import SimulatedComparator
 from .engine import DONE, Batch, Reranking, arerank, rerank
 from .errors import (
@@ -19,25 +18,15 @@ from .errors import (
     RankerError,
 )
 from .many import RerankFailure, arerank_many, rerank_many
-from .oracles import (
-    ORACLES,
-    BidirectionalOracle,
-    BothOrders,
-    Oracle,
-    RandomizedDirectionOracle,
-    SingleDirectionOracle,
-    get_oracle,
-)
-from .rankers import RANKERS, RankContext, Ranker, get_ranker
+from .oracles import Oracle
+from .rankers import Ranker
 from .settings import RerankSettings
-from .types import Accounting, Candidate, Judgment, RerankResult
+from .types import Accounting, Candidate, RerankResult
 
+# The public contract (docs/contract.md); everything else is imported from its submodule.
 __all__ = [
-    "DONE", "ORACLES", "RANKERS", "Accounting", "ActivePRPError", "Batch", "BidirectionalOracle", "BothOrders",
-    "Budget", "CallBudget", "CallGuard", "Candidate", "Comparator", "ComparatorAuthError", "ComparatorError",
-    "ComparatorRequestError", "ComparatorUnavailable", "InvalidAnswer", "Judgment", "Oracle",
-    "RandomizedDirectionOracle", "RankContext", "Ranker", "RankerError", "RerankFailure", "RerankResult",
-    "RerankSettings",
-    "Reranking", "SimulatedComparator", "SingleDirectionOracle", "SupportsCompare", "arerank", "arerank_many",
-    "as_comparator", "get_oracle", "get_ranker", "rerank", "rerank_many"
+    "DONE", "Accounting", "ActivePRPError", "Batch", "Candidate", "Comparator", "ComparatorAuthError",
+    "ComparatorError", "ComparatorRequestError", "ComparatorUnavailable", "InvalidAnswer", "Oracle", "Ranker",
+    "RankerError", "RerankFailure", "RerankResult", "RerankSettings", "Reranking", "SimulatedComparator",
+    "arerank", "arerank_many", "rerank", "rerank_many",
 ]

@@ -13,15 +13,13 @@ by one to find the failing one (their calls are sent again, not charged twice to
 stops everything fast: a ``ComparatorAuthError`` or an open circuit breaker (shared by all queries) raises out
 of the iterator, unless ``on_failure="prior"``, with which every query degrades to its best-effort order.
 
-``arerank_stream`` is the service form (``activeprp serve``): requests from an async source join the queries in
-progress as they arrive, may carry their own budget / round cap / top-K / seed, and come out as they finish.
+``activeprp_core.stream.arerank_stream`` is the service form (``activeprp serve``) of the same machinery.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -315,58 +313,3 @@ def _resume(method, value):
         return method(value)
     except StopIteration:
         return None
-
-
-async def arerank_stream(requests: AsyncIterable[tuple], settings: RerankSettings | None = None, *,
-                         comparator: Comparator | SupportsCompare, max_active: int = DEFAULT_MAX_ACTIVE,
-                         **options: Any) -> AsyncIterator[tuple[int, RerankResult | RerankFailure]]:
-    """``arerank_many`` for a service: requests come from an async iterable (e.g. fed by an ``asyncio.Queue``)
-    and join the queries in progress as they arrive, and each result comes out as soon as it is finished.
-
-    Requests are read while queries are in progress without waiting for them: a request that arrives during a
-    step joins at the next step (its calls merge with the others'); the stream waits for a request only when
-    none is in progress. Same arguments, per-query results and failures as ``arerank_many`` (every request's
-    result equals ``arerank`` of it alone); requests may carry their own settings (``PER_REQUEST``).
-
-    Yields:
-        ``(index, RerankResult | RerankFailure)`` as each request finishes (``index``: its 0-based position in
-        the input), not in input order; ends when the input ends and every request has finished.
-
-    Raises:
-        as ``arerank_many``: a dead endpoint (with ``on_failure="raise"``) raises out of the stream, which ends.
-    """
-    judge, window = _window((), settings, options, comparator, max_active, False)
-    window.input_left = True
-
-    def ask(item: _Ask):
-        return judge.ajudge_batch(item.items, guard=item.guard)
-
-    source, index, reading = aiter(requests), 0, None
-    try:
-        while not window.finished:
-            while window.input_left and len(window.items) < window.max_active:
-                if reading is None:
-                    reading = asyncio.ensure_future(anext(source))
-                    await asyncio.sleep(0)  # one turn of the loop: a source with a request at hand hands it now
-                if not reading.done() and window.items:
-                    break  # queries are in progress: this request joins at a later step
-                await asyncio.wait([reading])
-                try:
-                    request = reading.result()
-                except StopAsyncIteration:
-                    window.input_left = False
-                    break
-                finally:
-                    reading = None
-                window.items[index] = window._start(index, request)
-                index += 1
-            for item in window.finished_items():
-                yield item
-            step = window.step()
-            if step:
-                async for _ in _pump(_answer(window, step), ask):
-                    pass  # _answer yields only the calls to make
-    finally:
-        if reading is not None:
-            reading.cancel()
-        window.close()

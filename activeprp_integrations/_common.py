@@ -13,8 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from activeprp_core import Candidate, RerankResult, RerankSettings, arerank, as_comparator, rerank
+from activeprp_core import Candidate, RerankResult, RerankSettings, arerank, rerank
 from activeprp_core.budget import check_count
+from activeprp_core.comparators import as_comparator
 from activeprp_core.rankers.auto import ONLINE_MAX_ROUNDS
 from activeprp_core.settings import COUNTS
 
@@ -28,6 +29,9 @@ RANK_KEY = "rerank_rank"
 DEFAULT_RANKER = "auto"
 DEFAULT_ORACLE = "auto"
 DEFAULT_BUDGET = 50
+DEFAULT_TOP_N = 3
+"""Both wrappers' ``top_n`` default: documents returned per query (the ONLINE_MAX_ROUNDS setting was measured
+at top_n 3)."""
 DEFAULT_MAX_ROUNDS: int | None = ONLINE_MAX_ROUNDS
 """The wrappers' ``max_rounds`` default: sequential rounds of LLM calls per query (None = no cap)."""
 
@@ -62,7 +66,7 @@ def missing_extra(package: str, extra: str) -> str:
 def settings_of(fields: Any, n: int = 1) -> RerankSettings:
     """The ``RerankSettings`` a wrapper's fields stand for, for ``n`` documents (``top_n`` None = all); built at
     construction too, so that a bad field fails there (ValueError / TypeError), never at first use."""
-    top_n = getattr(fields, "top_n", None)
+    top_n = fields.top_n
     return RerankSettings(**{name: getattr(fields, name) for name in SETTINGS},
                           top_k=max(1, n if top_n is None else top_n))
 
@@ -74,12 +78,12 @@ def make_candidates(items: Iterable[tuple[str | None, str, dict]]) -> list[Candi
             for i, (doc_id, text, meta) in enumerate(items)]
 
 
-def run_rerank(fields: Any, query: str, candidates: list[Candidate]) -> RerankResult:
+def rerank_fields(fields: Any, query: str, candidates: list[Candidate]) -> RerankResult:
     """``activeprp_core.rerank`` with a wrapper's fields (``top_n`` becomes ``top_k``; None = all)."""
     return rerank(query, candidates, settings_of(fields, len(candidates)), comparator=fields.comparator)
 
 
-async def arun_rerank(fields: Any, query: str, candidates: list[Candidate]) -> RerankResult:
+async def arerank_fields(fields: Any, query: str, candidates: list[Candidate]) -> RerankResult:
     """``activeprp_core.arerank`` (each round's calls go to the comparator concurrently) with a wrapper's
     fields."""
     return await arerank(query, candidates, settings_of(fields, len(candidates)), comparator=fields.comparator)

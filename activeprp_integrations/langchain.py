@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from activeprp_core import Comparator, Oracle, Ranker, SupportsCompare
+from activeprp_core import Comparator, Oracle, Ranker
+from activeprp_core.comparators import SupportsCompare
 from activeprp_core.comparators.base import comparator_name
 from activeprp_core.engine import OnFailure
 
@@ -81,7 +82,7 @@ class ActivePRPRerank(common.ComparatorFactories, BaseDocumentCompressor):
     ranker: str | Ranker = common.DEFAULT_RANKER
     oracle: str | Oracle = common.DEFAULT_ORACLE
     budget: int | None = common.DEFAULT_BUDGET
-    top_n: int | None = 3
+    top_n: int | None = common.DEFAULT_TOP_N
     seed: int = 0
     max_concurrency: int | None = None
     max_rounds: int | None = common.DEFAULT_MAX_ROUNDS
@@ -140,7 +141,7 @@ class ActivePRPRerank(common.ComparatorFactories, BaseDocumentCompressor):
         manager = _configure(CallbackManager, callbacks)
         run = manager.on_chain_start(None, self._inputs(documents, query), name=_RUN_NAME)
         try:
-            result = common.run_rerank(self, query, self._candidates(documents))
+            result = common.rerank_fields(self, query, self._candidates(documents))
             out = self._outputs(documents, result)
         except BaseException as e:
             run.on_chain_error(e)
@@ -158,7 +159,7 @@ class ActivePRPRerank(common.ComparatorFactories, BaseDocumentCompressor):
         manager = _configure(AsyncCallbackManager, callbacks)
         run = await manager.on_chain_start(None, self._inputs(documents, query), name=_RUN_NAME)
         try:
-            result = await common.arun_rerank(self, query, self._candidates(documents))
+            result = await common.arerank_fields(self, query, self._candidates(documents))
             out = self._outputs(documents, result)
         except BaseException as e:
             await run.on_chain_error(e)

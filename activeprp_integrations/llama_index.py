@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from activeprp_core import Comparator, Oracle, Ranker, SupportsCompare
+from activeprp_core import Comparator, Oracle, Ranker
+from activeprp_core.comparators import SupportsCompare
 from activeprp_core.comparators.base import comparator_name
+from activeprp_core.comparators.prompts import SwappablePrompts
 from activeprp_core.engine import OnFailure
 
 from . import _common as common
@@ -58,7 +60,7 @@ class ActivePRPRerank(common.ComparatorFactories, BaseNodePostprocessor):
         ranker: ranker name or ``Ranker`` (default ``"auto"``: the paper's budget-based choice).
         oracle: ``"randomized"`` (default, 1 call per pair), ``"bidirectional"`` (2) or ``"single"``.
         budget: the most LLM calls per query (int >= 0; None = unlimited; default 50).
-        top_n: how many nodes to return (int >= 1, default 5); also the core's top-K.
+        top_n: how many nodes to return (int >= 1, default 3, as in the LangChain wrapper); also the core's top-K.
         seed: seeds the oracle's slot order and the ranker's random choices.
         max_concurrency: the most LLM calls in flight at once for this postprocessor (None = the comparator's
             own default); handed to each rerank, so postprocessors sharing one comparator keep their own caps.
@@ -84,7 +86,7 @@ class ActivePRPRerank(common.ComparatorFactories, BaseNodePostprocessor):
     ranker: str | Ranker = Field(default=common.DEFAULT_RANKER, description="Ranker name or instance.")
     oracle: str | Oracle = Field(default=common.DEFAULT_ORACLE, description="Oracle name or instance.")
     budget: int | None = Field(default=common.DEFAULT_BUDGET, description="LLM calls per query (None = no cap).")
-    top_n: int = Field(default=5, description="Number of nodes to return.")
+    top_n: int = Field(default=common.DEFAULT_TOP_N, description="Number of nodes to return.")
     seed: int = Field(default=0, description="Seed of the oracle and ranker draws.")
     max_concurrency: int | None = Field(default=None, description="Most LLM calls in flight (None = comparator's).")
     max_rounds: int | None = Field(default=common.DEFAULT_MAX_ROUNDS,
@@ -119,15 +121,17 @@ class ActivePRPRerank(common.ComparatorFactories, BaseNodePostprocessor):
     def class_name(cls) -> str:
         return "ActivePRPRerank"
 
+    def _prompt_names(self) -> tuple[str, ...]:
+        """The comparator's swappable template attributes (``SwappablePrompts.prompt_names``; none otherwise)."""
+        return self._comparator.prompt_names if isinstance(self._comparator, SwappablePrompts) else ()
+
     def _get_prompts(self) -> PromptDictType:
         """The comparator's prompts as templates: ``prp_prompt`` (its ``prompt`` attribute, the PRP A/B prompt)
-        and ``ql_prompt`` (its ``ql_prompt``, used in query-likelihood mode), each only when present."""
-        prompts = {}
-        for key, attr in PROMPT_ATTRS.items():
-            value = getattr(self._comparator, attr, None)
-            if value is not None:
-                prompts[key] = value if isinstance(value, BasePromptTemplate) else PromptTemplate(str(value))
-        return prompts
+        and ``ql_prompt`` (its ``ql_prompt``, used in query-likelihood mode), each only when the comparator is a
+        ``SwappablePrompts`` listing it."""
+        names = self._prompt_names()
+        return {key: PromptTemplate(getattr(self._comparator, attr))
+                for key, attr in PROMPT_ATTRS.items() if attr in names}
 
     def _update_prompts(self, prompts: PromptDictType) -> None:
         """Rerank with other prompts from now on, without changing the comparator object the user passed in:
@@ -136,24 +140,18 @@ class ActivePRPRerank(common.ComparatorFactories, BaseNodePostprocessor):
         object is stored as its template string.
 
         Raises:
-            ValueError: the comparator has no attribute for a given key (e.g. a comparator without ``prompt``),
-                has no ``with_prompts`` to make such a copy, or refuses the template (a missing placeholder).
+            ValueError: the comparator is not a ``SwappablePrompts`` (it has no ``with_prompts`` to make such a
+                copy), has no template for a given key (e.g. no ``ql_prompt``), or refuses the template (a
+                missing placeholder).
         """
-        changes = {}
-        for key, attr in PROMPT_ATTRS.items():
-            if key not in prompts:
-                continue
-            if not hasattr(self._comparator, attr):
-                raise ValueError(f"{type(self._comparator).__name__} has no {attr!r} to update")
-            new = prompts[key]
-            changes[attr] = new.get_template() if isinstance(new, BasePromptTemplate) else new
+        changes = {attr: prompts[key].get_template() if isinstance(prompts[key], BasePromptTemplate) else prompts[key]
+                   for key, attr in PROMPT_ATTRS.items() if key in prompts}
         if not changes:
             return
-        with_prompts = getattr(self._comparator, "with_prompts", None)
-        if not callable(with_prompts):
-            raise ValueError(f"{type(self._comparator).__name__} has no with_prompts(**prompts): its prompts cannot be "
-                             "changed without changing the comparator object itself")
-        self._comparator = with_prompts(**changes)
+        if not isinstance(self._comparator, SwappablePrompts):
+            raise ValueError(f"{type(self._comparator).__name__} has no with_prompts(**prompts): its prompts cannot "
+                             "be changed without changing the comparator object itself")
+        self._comparator = self._comparator.with_prompts(**changes)
 
     def _start(self, nodes: list[NodeWithScore], query_bundle: QueryBundle) -> dict[str, Any]:
         name = comparator_name(self._comparator)
@@ -181,7 +179,7 @@ class ActivePRPRerank(common.ComparatorFactories, BaseNodePostprocessor):
         if not _has_work(nodes, query_bundle):
             return []
         with self.callback_manager.event(CBEventType.RERANKING, payload=self._start(nodes, query_bundle)) as ev:
-            result = common.run_rerank(self, query_bundle.query_str, self._candidates(nodes))
+            result = common.rerank_fields(self, query_bundle.query_str, self._candidates(nodes))
             return self._finish(nodes, result, ev)
 
     @dispatcher.span
@@ -193,5 +191,5 @@ class ActivePRPRerank(common.ComparatorFactories, BaseNodePostprocessor):
         if not _has_work(nodes, query_bundle):
             return []
         with self.callback_manager.event(CBEventType.RERANKING, payload=self._start(nodes, query_bundle)) as ev:
-            result = await common.arun_rerank(self, query_bundle.query_str, self._candidates(nodes))
+            result = await common.arerank_fields(self, query_bundle.query_str, self._candidates(nodes))
             return self._finish(nodes, result, ev)

@@ -11,7 +11,8 @@ import time
 import tracemalloc
 
 from activeprp_bench.zero_cost import ZeroCostComparator
-from activeprp_core import RANKERS, Candidate, rerank
+from activeprp_core import Candidate, rerank
+from activeprp_core.rankers import RANKERS
 
 N, B, K = 5000, 500, 10
 

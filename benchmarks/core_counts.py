@@ -9,8 +9,10 @@ from __future__ import annotations
 import random
 import statistics
 
-from activeprp_core import ORACLES, RANKERS, Candidate, SimulatedComparator, rerank
+from activeprp_core import Candidate, SimulatedComparator, rerank
 from activeprp_core.metrics import mean_ndcg_at_k, ranking_to_run
+from activeprp_core.oracles import ORACLES
+from activeprp_core.rankers import RANKERS
 
 N, K = 100, 10
 

@@ -40,7 +40,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from activeprp_bench.datasets import load_trec_dl
-from activeprp_core import Comparator, RerankResult, SimulatedComparator, as_comparator, rerank, rerank_many
+from activeprp_core import Comparator, RerankResult, SimulatedComparator, rerank, rerank_many
+from activeprp_core.comparators import as_comparator
 from activeprp_core.comparators.base import CallGuard, Item
 from activeprp_core.comparators.simulated import CALIBRATED_PARAMS
 from activeprp_core.types import Judgment, Pair, to_judgments

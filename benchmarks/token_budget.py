@@ -23,7 +23,9 @@ sys.path.insert(0, str(ROOT))  # this checkout's packages, not an installed copy
 
 from same_results import JUDGE, judged_queries  # noqa: E402 (benchmarks/, on sys.path when run as a script)
 
-from activeprp_core import RANKERS, Candidate, Comparator, Judgment, SimulatedComparator, rerank  # noqa: E402
+from activeprp_core import Candidate, Comparator, SimulatedComparator, rerank  # noqa: E402
+from activeprp_core.rankers import RANKERS  # noqa: E402
+from activeprp_core.types import Judgment  # noqa: E402
 
 CAPS = (20_000, 50_000, 100_000)
 OUT = ROOT / "benchmarks" / "results" / "token_budget"

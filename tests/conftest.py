@@ -39,7 +39,8 @@ class UsageJudge:
     nothing). Records the usage it reported."""
 
     def __init__(self, labels, estimate=None, share=0.25):
-        from activeprp_core import Comparator, Judgment
+        from activeprp_core import Comparator
+        from activeprp_core.types import Judgment
 
         judge = self
 

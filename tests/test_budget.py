@@ -5,8 +5,9 @@ import dataclasses
 
 import pytest
 
-from activeprp_core import Judgment, RerankSettings
+from activeprp_core import RerankSettings
 from activeprp_core.budget import RULES, BudgetView, Cap, Caps, check_count
+from activeprp_core.types import Judgment
 
 np = pytest.importorskip("numpy")
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from activeprp_core import Candidate, Judgment, rerank
+from activeprp_core import Candidate, rerank
 from activeprp_core.cli.demo import load_demo_queries
 from activeprp_core.comparators import TransformersComparator, bundled_model_dir
+from activeprp_core.types import Judgment
 
 pytest.importorskip("torch", reason='the [hf] extra is not installed (pip install "activeprp[hf]")')
 pytestmark = pytest.mark.slow  # the real bundled model
@@ -209,7 +210,7 @@ def test_rerank_many_with_the_bundled_model_equals_rerank_per_query(model_dir, d
 
 @pytest.mark.parametrize("mode", ["ab", "query_likelihood"])
 async def test_seq2seq_judge_batch_with_queries_of_different_lengths(tiny_t5, mode):
-    from activeprp_core import CallGuard
+    from activeprp_core.comparators import CallGuard
 
     a, b, c = (Candidate("a", "one two three four five"), Candidate("b", "six"), Candidate("c", "seven eight"))
     rows = [("q", [a, b, c]), ("a much longer query about fleas and dogs", [b, c, a]), ("mid query", [c, a, b])]
@@ -225,7 +226,8 @@ async def test_seq2seq_judge_batch_with_queries_of_different_lengths(tiny_t5, mo
 
 
 def test_judge_batch_checks_the_guard_before_each_pass(tiny_t5):
-    from activeprp_core import CallGuard, ComparatorUnavailable
+    from activeprp_core import ComparatorUnavailable
+    from activeprp_core.comparators import CallGuard
 
     a, b = Candidate("a", "one two"), Candidate("b", "three")
     comp = TransformersComparator(tiny_t5, mode="ab", batch_size=1)

@@ -11,15 +11,8 @@ import re
 import pytest
 from _llm_server import FaultServer, Reply, completion
 
-from activeprp_core import (
-    CallGuard,
-    Candidate,
-    ComparatorAuthError,
-    ComparatorRequestError,
-    arerank,
-    rerank,
-)
-from activeprp_core.comparators import OpenAIChatComparator, RemoteComparator
+from activeprp_core import Candidate, ComparatorAuthError, ComparatorRequestError, arerank, rerank
+from activeprp_core.comparators import CallGuard, OpenAIChatComparator, RemoteComparator
 from activeprp_core.comparators.answers import Answer, answer_from
 from activeprp_core.comparators.base import comparator_name
 from activeprp_core.comparators.failures import Failure, status_failure

@@ -2,8 +2,8 @@
 
 import pytest
 
-from activeprp_core import RANKERS, Candidate, SimulatedComparator, rerank
-from activeprp_core.rankers import Mohajer
+from activeprp_core import Candidate, SimulatedComparator, rerank
+from activeprp_core.rankers import RANKERS, Mohajer
 from tests.conftest import make_case, true_top
 
 N, K = 100, 10

@@ -7,19 +7,19 @@ import pytest
 
 from activeprp_core import (
     DONE,
-    CallGuard,
     Candidate,
     Comparator,
     ComparatorAuthError,
     ComparatorError,
     ComparatorUnavailable,
     InvalidAnswer,
-    Judgment,
     Reranking,
     SimulatedComparator,
     arerank,
     rerank,
 )
+from activeprp_core.comparators import CallGuard
+from activeprp_core.types import Judgment
 from tests.conftest import make_case
 
 

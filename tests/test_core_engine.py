@@ -7,19 +7,10 @@ import threading
 
 import pytest
 
-from activeprp_core import (
-    BidirectionalOracle,
-    BothOrders,
-    Candidate,
-    ComparatorUnavailable,
-    Judgment,
-    RandomizedDirectionOracle,
-    SimulatedComparator,
-    SingleDirectionOracle,
-    arerank,
-    rerank,
-)
+from activeprp_core import Candidate, ComparatorUnavailable, SimulatedComparator, arerank, rerank
+from activeprp_core.oracles import BidirectionalOracle, BothOrders, RandomizedDirectionOracle, SingleDirectionOracle
 from activeprp_core.rankers import RankContext, Ranker
+from activeprp_core.types import Judgment
 from tests.conftest import make_case
 
 
@@ -440,7 +431,8 @@ def test_token_budget_cut_rerank_is_a_permutation_and_rerank_many_agrees():
 
 
 def test_failed_batch_refunds_whole_questions_not_calls_per_pair():
-    from activeprp_core import BothOrders, ComparatorUnavailable
+    from activeprp_core import ComparatorUnavailable
+    from activeprp_core.oracles import BothOrders
 
     class Down:
         def compare(self, query, pairs):

@@ -5,8 +5,6 @@ import asyncio
 import pytest
 
 from activeprp_core import (
-    ORACLES,
-    RANKERS,
     Candidate,
     Comparator,
     ComparatorAuthError,
@@ -19,6 +17,8 @@ from activeprp_core import (
     rerank,
     rerank_many,
 )
+from activeprp_core.oracles import ORACLES
+from activeprp_core.rankers import RANKERS
 from tests.conftest import make_case
 
 KNOBS = {"doc_noise": 0.4, "pair_noise": 0.6, "position_bias": 0.3, "seed": 2}

@@ -6,8 +6,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from activeprp_core import ORACLES, RANKERS, Candidate, Ranker, SimulatedComparator, get_ranker, rerank
-from activeprp_core.rankers import relay
+from activeprp_core import Candidate, Ranker, SimulatedComparator, rerank
+from activeprp_core.oracles import ORACLES
+from activeprp_core.rankers import RANKERS, get_ranker
+from activeprp_core.rankers.base import relay
 from tests.conftest import make_case, true_top
 
 K = 10

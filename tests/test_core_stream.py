@@ -6,7 +6,7 @@ import asyncio
 import pytest
 
 from activeprp_core import Candidate, RerankFailure, RerankResult, SimulatedComparator, rerank
-from activeprp_core.many import arerank_stream
+from activeprp_core.stream import arerank_stream
 from tests.test_core_many import KNOBS, Merging, requests
 
 SHARED = dict(ranker="mohajer", oracle="randomized", budget=40, top_k=5, seed=3, max_rounds=8)

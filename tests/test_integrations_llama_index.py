@@ -106,7 +106,7 @@ def test_new_node_objects_inputs_untouched():
     before = [(n.node.node_id, n.score, dict(n.node.metadata)) for n in nodes]
     out = ActivePRPRerank(comparator=SimulatedComparator(grades), budget=40).postprocess_nodes(nodes, query_str=query)
     assert [(n.node.node_id, n.score, dict(n.node.metadata)) for n in nodes] == before
-    assert len(out) == 5 and all(o is not n for o in out for n in nodes)
+    assert len(out) == 3 and all(o is not n for o in out for n in nodes)
     assert [o.score for o in out] == sorted((o.score for o in out), reverse=True)
     assert all(0 < o.score <= 1 for o in out)
     assert all(grades.get(o.node.node_id, 0) == 2 for o in out[:2])  # a perfect judge puts grade-2 passages first
@@ -147,8 +147,16 @@ def test_prompts_live_on_the_comparator_and_updates_use_a_copy():
 
     bare = ActivePRPRerank(comparator=SimulatedComparator({}))
     assert bare._get_prompts() == {}
-    with pytest.raises(ValueError, match="no 'prompt'"):
+    with pytest.raises(ValueError, match="no with_prompts"):
         bare._update_prompts({"prp_prompt": PromptTemplate("{query}")})
+
+    class PRPOnly(SwappablePrompts, SimulatedComparator):
+        prompt = "{query} {first} {second}"
+
+    prp_only = ActivePRPRerank(comparator=PRPOnly({}))
+    assert set(prp_only._get_prompts()) == {"prp_prompt"}
+    with pytest.raises(ValueError, match="no prompt 'ql_prompt'"):
+        prp_only._update_prompts({"ql_prompt": PromptTemplate("{passage}")})
 
     class Fixed(SimulatedComparator):  # has a prompt but no way to copy itself: refused, not changed in place
         prompt = "{query} {first} {second}"
@@ -185,6 +193,6 @@ def test_class_name_fields_and_serialisation():
     comparator = SimulatedComparator({})
     reranker = ActivePRPRerank(comparator=comparator, budget=12, seed=3)
     assert ActivePRPRerank.class_name() == "ActivePRPRerank" and reranker.comparator is comparator
-    assert reranker.top_n == 5
+    assert reranker.top_n == 3
     d = reranker.to_dict()
     assert d["class_name"] == "ActivePRPRerank" and d["budget"] == 12 and d["seed"] == 3 and "comparator" not in d

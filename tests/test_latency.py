@@ -14,7 +14,8 @@ from activeprp_bench.grid import Row
 from activeprp_bench.instrumented import SleepingComparator
 from activeprp_bench.overhead import measured_wall_time
 from activeprp_bench.report import Summary, cell, compare_table, modelled_wall_s
-from activeprp_core import BothOrders, SimulatedComparator, rerank
+from activeprp_core import SimulatedComparator, rerank
+from activeprp_core.oracles import BothOrders
 from activeprp_core.rankers import auto
 from activeprp_core.rankers.auto import choose, load_table
 from tests.conftest import make_case, true_top

@@ -4,8 +4,13 @@ import random
 
 import pytest
 
-from activeprp_core import BothOrders, get_oracle
-from activeprp_core.oracles import BidirectionalOracle, RandomizedDirectionOracle, SingleDirectionOracle
+from activeprp_core.oracles import (
+    BidirectionalOracle,
+    BothOrders,
+    RandomizedDirectionOracle,
+    SingleDirectionOracle,
+    get_oracle,
+)
 
 
 def nothing_known(prompt):

@@ -5,8 +5,8 @@ import random
 
 import pytest
 
-from activeprp_core import RANKERS, RankContext, get_ranker
 from activeprp_core.budget import BudgetView
+from activeprp_core.rankers import RANKERS, RankContext, get_ranker
 from activeprp_core.rankers.base import Bracket, bubble_passes, match, parallel, relay
 
 N, K = 30, 5

@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 from ..budget import check_count
+from ..comparators.remote import RemoteComparator
 from ..engine import arerank, rerank
 from ..oracles import ORACLES
 from ..rankers import RANKERS
@@ -99,10 +100,10 @@ def ranking_settings(args: argparse.Namespace) -> RerankSettings:
 
 
 def run_rerank(query: str, candidates: list[Candidate], comparator: Any, args: argparse.Namespace) -> RerankResult:
-    """Run ``rerank`` (``arerank`` for API comparators, whose round's calls then run concurrently) of
+    """Run ``rerank`` (``arerank`` for remote comparators, whose round's calls then run concurrently) of
     ``model_text(query)``."""
     settings = ranking_settings(args)
-    if hasattr(comparator, "ajudge") and args.comparator == "openai":
+    if isinstance(comparator, RemoteComparator):
         return asyncio.run(arerank(model_text(query), candidates, settings, comparator=comparator))
     return rerank(model_text(query), candidates, settings, comparator=comparator)
 

@@ -31,6 +31,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from ..comparators.base import Comparator, as_comparator
 from ..comparators.simulated import CALIBRATED_PARAMS, SimulatedComparator
 from ..many import DEFAULT_MAX_ACTIVE, RerankFailure, arerank_many, rerank_many
 from ..trecfiles import read_qrels, read_run_candidates, write_run
@@ -211,63 +212,76 @@ def ndcg_line(qrels: Mapping[str, Mapping[str, int]], before: Mapping[str, Itera
             f"reranked {means[1]:.4f}")
 
 
-def main(args: argparse.Namespace) -> int:
-    """Handler of ``activeprp rerank-run``: check every input, rerank all queries (``rerank_many`` or Ray), write
-    OUT, print counts (and nDCG@10 with ``--qrels``); report failed queries (see the module docstring)."""
+def read_inputs(args: argparse.Namespace) -> tuple[list[Request], dict[str, dict[str, int]] | None]:
+    """Every input read and checked before any comparator is built (prints what was read).
+
+    Raises:
+        InputError: a bad file, path or option (``FILE:LINE: reason``).
+    """
     if args.comparator == "simulated" and not args.qrels:
         raise InputError("--comparator simulated needs --qrels QRELS (its graded labels)")
     run, requests = read_run_candidates(args.run, args.queries, args.corpus, args.depth)
     qrels = read_qrels(args.qrels) if args.qrels else None
-    if qrels is not None:
-        try:
-            import ir_measures  # noqa: F401
-        except ImportError:
-            raise InputError("--qrels needs the ir-measures package (pip install ir-measures)") from None
+    if qrels is not None and importlib.util.find_spec("ir_measures") is None:
+        raise InputError("--qrels needs the ir-measures package (pip install ir-measures)")
     check_out(args.out)
     read, kept = sum(map(len, run.values())), sum(len(c) for _, _, c in requests)
     print(f"read {read} lines ({len(run)} queries) from {args.run}; reranking {kept} "
           f"(depth {args.depth or 'all'}) with ranker={args.ranker} oracle={args.oracle} budget={args.budget} "
           f"top_k={args.top_k} comparator={args.comparator}")
+    return requests, qrels
 
-    reranked, calls, failed, degraded = {}, [], [], 0
+
+def start(args: argparse.Namespace, requests: Sequence[Request], qrels: Mapping[str, Mapping[str, int]] | None
+          ) -> tuple[Comparator | None, float, Iterator[Outcome]]:
+    """The comparator to close at the end (None with ``--ray``: each actor builds its own), the start time and
+    the lazy outcomes (``rerank_requests`` or ``ray_outcomes``)."""
     if args.ray is None:
-        comparator = build_comparator(args, requests, qrels)
-        started = time.perf_counter()
+        comparator = as_comparator(build_comparator(args, requests, qrels))
         progress = not args.no_progress and importlib.util.find_spec("tqdm") is not None
-        outcomes = rerank_requests(requests, comparator, args, progress)
-    else:
-        comparator, factory = None, comparator_factory(args, requests, qrels)
-        if args.comparator in ("simulated", "openai"):  # cheap to build: its errors show here, before Ray starts
-            factory().close()
-        started = time.perf_counter()
-        outcomes = ray_outcomes(requests, factory, args)
+        return comparator, time.perf_counter(), rerank_requests(requests, comparator, args, progress)
+    factory = comparator_factory(args, requests, qrels)
+    if args.comparator in ("simulated", "openai"):  # cheap to build: its errors show here, before Ray starts
+        factory().close()
+    return None, time.perf_counter(), ray_outcomes(requests, factory, args)
 
-    def ranked_lists() -> Iterator[tuple[str, list[str]]]:
-        nonlocal degraded
+
+class Written:
+    """What went to OUT: the reranked queries (qid -> docids), every query's calls, the failed qids, and how many
+    queries degraded."""
+
+    def __init__(self) -> None:
+        self.reranked: dict[str, list[str]] = {}
+        self.calls: list[int] = []
+        self.failed: list[str] = []
+        self.degraded = 0
+
+    def ranked_lists(self, requests: Sequence[Request], outcomes: Iterable[Outcome], on_failure: str
+                     ) -> Iterator[tuple[str, list[str]]]:
+        """``(qid, docids best first)`` per query to write; a failed query is reported on stderr and skipped
+        (written in its input order with ``on_failure="prior"``)."""
         for (qid, _, candidates), outcome in zip(requests, outcomes):
-            calls.append(outcome.calls)
+            self.calls.append(outcome.calls)
             order = outcome.order
             if order is None:
-                failed.append(qid)
+                self.failed.append(qid)
                 print(printable(f"activeprp: query {qid} failed: {outcome.error}"), file=sys.stderr)
-                if args.on_failure != "prior":
+                if on_failure != "prior":
                     continue
                 order = list(range(len(candidates)))  # its input order
-            degraded += outcome.failure is not None
-            reranked[qid] = [candidates[i].id for i in order]
-            yield qid, reranked[qid]
+            self.degraded += outcome.failure is not None
+            self.reranked[qid] = [candidates[i].id for i in order]
+            yield qid, self.reranked[qid]
 
-    try:
-        written = write_run(args.out, ranked_lists(), tag=args.tag)
-    finally:
-        close = getattr(comparator, "close", None)  # comparators holding a client or a file (issue 11)
-        if callable(close):
-            close()
-    print(f"wrote {written} lines ({len(reranked)} queries) to {args.out} in {time.perf_counter() - started:.1f} s; "
-          f"LLM calls: {sum(calls)} total, at most {max(calls, default=0)} per query")
-    if degraded or (failed and args.on_failure == "prior"):
-        print(f"note: {degraded} queries degraded to the prior order for what was unknown; {len(failed)} failed "
-              "queries were written in their input order (--on-failure prior)")
+
+def report(args: argparse.Namespace, requests: Sequence[Request], qrels: Mapping[str, Mapping[str, int]] | None,
+           written: Written) -> int:
+    """Print the notes and nDCG@10 (with ``--qrels``); the exit status (1 when queries failed without
+    ``--on-failure prior``)."""
+    failed, reranked = written.failed, written.reranked
+    if written.degraded or (failed and args.on_failure == "prior"):
+        print(f"note: {written.degraded} queries degraded to the prior order for what was unknown; {len(failed)} "
+              "failed queries were written in their input order (--on-failure prior)")
     if qrels is not None and reranked:
         before = {q: [c.id for c in cands] for q, _, cands in requests}
         print(ndcg_line(qrels, before, reranked, "input" if args.depth is None else f"input top {args.depth}"))
@@ -276,3 +290,21 @@ def main(args: argparse.Namespace) -> int:
         return fail(f"{len(failed)} of {len(requests)} queries failed ({shown}); {args.out} holds the other "
                     f"{len(reranked)}", 1)
     return 0
+
+
+def main(args: argparse.Namespace) -> int:
+    """Handler of ``activeprp rerank-run``: check every input, rerank all queries (``rerank_many`` or Ray), write
+    OUT, print counts (and nDCG@10 with ``--qrels``); report failed queries (see the module docstring)."""
+    requests, qrels = read_inputs(args)
+    comparator, started, outcomes = start(args, requests, qrels)
+    written = Written()
+    try:
+        lines = write_run(args.out, written.ranked_lists(requests, outcomes, args.on_failure), tag=args.tag)
+    finally:
+        if comparator is not None:  # comparators holding a client or a file (issue 11)
+            comparator.close()
+    calls = written.calls
+    print(f"wrote {lines} lines ({len(written.reranked)} queries) to {args.out} in "
+          f"{time.perf_counter() - started:.1f} s; LLM calls: {sum(calls)} total, at most {max(calls, default=0)} "
+          "per query")
+    return report(args, requests, qrels, written)

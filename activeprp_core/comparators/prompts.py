@@ -66,15 +66,6 @@ def check_prompt(name: str, template: Any) -> Any:
     return template
 
 
-def check_prp_prompt(prompt: str) -> str:
-    """Return ``prompt`` after checking it has the ``{query}``, ``{first}`` and ``{second}`` placeholders.
-
-    Raises:
-        TypeError: not a str. ValueError: a placeholder is missing.
-    """
-    return check_prompt("prompt", prompt)
-
-
 C = TypeVar("C", bound="SwappablePrompts")
 
 

@@ -5,16 +5,10 @@ from __future__ import annotations
 from ..registry import resolve
 from .auto import Auto
 from .base import (
-    Bracket,
-    Heap,
     RankContext,
     Ranker,
     Schedule,
-    beats,
-    bubble_passes,
-    match,
-    parallel,
-    relay,
+    relay,  # noqa: F401 (the engine's generator relay; building blocks live in .base)
 )
 from .mohajer import Mohajer, MohajerBubble
 from .pac import PACBubble
@@ -38,7 +32,6 @@ def get_ranker(ranker: str | Ranker) -> Ranker:
 
 
 __all__ = [
-    "RANKERS", "AllPairs", "Auto", "Bracket", "BubbleSort", "Heap", "HeapSort", "Mohajer",
-    "MohajerBubble", "PACBubble", "ParallelMohajer", "QuickSort", "RankContext", "Ranker", "Schedule",
-    "SlidingWindow", "beats", "bubble_passes", "get_ranker", "match", "parallel", "relay"
+    "RANKERS", "AllPairs", "Auto", "BubbleSort", "HeapSort", "Mohajer", "MohajerBubble", "PACBubble",
+    "ParallelMohajer", "QuickSort", "RankContext", "Ranker", "Schedule", "SlidingWindow", "get_ranker",
 ]

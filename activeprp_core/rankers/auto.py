@@ -23,6 +23,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+from ..oracles import get_oracle
 from .base import RankContext, Ranker, Schedule
 
 AUTO = "auto"
@@ -91,7 +92,7 @@ def choose(n: int, k: int, budget: int | None, max_rounds: int | None, ranker: A
     if oracle != AUTO:
         name = _name(oracle)
         if not any(o == name for (_, o), _ in entries):
-            name = "bidirectional" if getattr(oracle, "calls_per_pair", 1) > 1 else "randomized"
+            name = "bidirectional" if get_oracle(oracle).calls_per_pair > 1 else "randomized"
         entries = [e for e in entries if e[0][1] == name]
     (best_ranker, best_oracle), _ = max(entries, key=lambda e: (e[1][0], -e[1][1], -e[1][2]))
     return (best_ranker if ranker == AUTO else ranker), (best_oracle if oracle == AUTO else oracle)

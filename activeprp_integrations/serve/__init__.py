@@ -2,7 +2,7 @@
 
 Routes: ``POST /v2/rerank`` and ``/v1/rerank`` (Cohere), ``POST /rerank`` (Jina's ``documents`` or TEI's
 ``texts`` shape), ``GET /health``, ``GET /metrics`` (Prometheus). Concurrent requests share one comparator
-through ``activeprp_core.many.arerank_stream`` (``service.RerankService``). ``create_app`` builds the FastAPI
+through ``activeprp_core.stream.arerank_stream`` (``service.RerankService``). ``create_app`` builds the FastAPI
 app for mounting or tests; the command runs it under uvicorn (graceful shutdown finishes the requests in flight).
 Needs the ``serve`` extra: ``pip install "activeprp[serve]"`` (fastapi, uvicorn, prometheus-client); importing
 this package does not import them, ``create_app`` and the command do.

@@ -1,6 +1,6 @@
 """``RerankService``: one long-lived ``arerank_stream`` that every HTTP request of the server feeds (no framework).
 
-Requests go into an ``asyncio.Queue``; one driver task reads them into ``activeprp_core.many.arerank_stream``, so
+Requests go into an ``asyncio.Queue``; one driver task reads them into ``activeprp_core.stream.arerank_stream``, so
 the prompts of all requests in progress share the comparator's batched calls (a local model fills its batches
 across users) and one ``CallGuard`` (one cap on calls in flight to a remote endpoint, one circuit breaker). Each
 request gets its own ``RerankResult``, equal to ``arerank`` of it alone with the same settings and seed.
@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from activeprp_core import Candidate, RerankFailure, RerankResult
-from activeprp_core.many import arerank_stream
+from activeprp_core.stream import arerank_stream
 
 _END = None  # what ``stop`` puts in the queue
 

@@ -1,0 +1,102 @@
+"""The request bodies of ``activeprp serve`` (Cohere v1/v2, TEI) and the server's caps on them (``Limits``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from activeprp_core.trecfiles import model_text
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(strict=True, extra="ignore")
+
+
+class TextDocument(_Body):
+    text: str
+
+
+class RerankRequest(_Body):
+    """A Cohere rerank request (v1 and v2), plus ActivePRP's extensions ``budget``, ``max_rounds``, ``seed``.
+
+    ``max_tokens_per_doc`` cuts each document to that many whitespace-separated words before judging.
+    """
+
+    model: str | None = None
+    query: str
+    documents: list[str | TextDocument]
+    top_n: int | None = Field(None, ge=1)
+    return_documents: bool = False
+    max_tokens_per_doc: int | None = Field(None, ge=1)
+    budget: int | None = Field(None, ge=0)
+    max_rounds: int | None = Field(None, ge=0)
+    seed: int | None = None
+
+
+class TEIRequest(_Body):
+    """A Hugging Face text-embeddings-inference ``/rerank`` request (``truncate``/``raw_scores`` are accepted)."""
+
+    query: str
+    texts: list[str]
+    return_text: bool = False
+    truncate: bool = False
+    raw_scores: bool = False
+
+
+class CallerError(ValueError):
+    """A request the server refuses (HTTP ``status``, default 400); the message says what to change."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class Limits:
+    """The server's caps on a request: documents, bytes per document, and the most ``budget``/``max_rounds`` a
+    request may ask for (None = no cap); the defaults are the caps."""
+
+    def __init__(self, max_documents: int, max_document_bytes: int, budget: int | None,
+                 max_rounds: int | None) -> None:
+        self.max_documents, self.max_document_bytes = max_documents, max_document_bytes
+        self.caps = {"budget": budget, "max_rounds": max_rounds}
+
+    @property
+    def max_body_bytes(self) -> int:
+        """Bytes of a request body beyond which it is refused unread (413): the documents at their cap, JSON
+        escaping included (up to 6 bytes per byte), plus room for the rest."""
+        return 6 * self.max_documents * self.max_document_bytes + 65536
+
+    def own_settings(self, request: RerankRequest) -> dict[str, Any]:
+        """The request's own settings for ``RerankService.rerank``, checked against the server's caps."""
+        own: dict[str, Any] = {}
+        for name, value in (("budget", request.budget), ("max_rounds", request.max_rounds)):
+            if value is None:
+                continue
+            cap = self.caps[name]
+            if cap is not None and value > cap:
+                raise CallerError(f"{name} {value} is over this server's cap of {cap}: ask for at most {cap}")
+            own[name] = value
+        if request.seed is not None:
+            own["seed"] = request.seed
+        return own
+
+    def texts(self, query: str, documents: list[Any], max_words: int | None) -> tuple[str, list[str]]:
+        """The query and document texts to judge (lone surrogates replaced, cut to ``max_words`` words)."""
+        if not query.strip():
+            raise CallerError("query is empty: send the question the documents are ranked for")
+        if not documents:
+            raise CallerError("documents is empty: send at least one document")
+        if len(documents) > self.max_documents:
+            raise CallerError(f"{len(documents)} documents is over this server's cap of {self.max_documents} "
+                              "per request: send fewer", 413)
+        texts = []
+        for i, doc in enumerate(documents):
+            text = doc if isinstance(doc, str) else doc.text
+            size = len(text.encode("utf-8", "surrogatepass"))
+            if size > self.max_document_bytes:
+                raise CallerError(f"documents[{i}] has {size} bytes, over this server's cap of "
+                                  f"{self.max_document_bytes} bytes per document: shorten it", 413)
+            text = model_text(text)
+            texts.append(text if max_words is None else " ".join(text.split()[:max_words]))
+        return model_text(query), texts

@@ -1,0 +1,159 @@
+"""The route and error handlers of ``activeprp serve`` (see ``app`` for the error contract)."""
+
+from __future__ import annotations
+
+import math
+import random
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from activeprp_core import Candidate, ComparatorError, ComparatorUnavailable, RerankResult
+from activeprp_core.errors import scrub
+
+from .bodies import CallerError, Limits, RerankRequest, TEIRequest
+from .service import RerankService
+
+API_VERSIONS = {"v1": "1", "v2": "2"}
+SEARCH_UNIT_DOCUMENTS = 100  # Cohere bills one search unit per query and 100 documents
+
+JudgeBlock = Callable[[RerankResult], Mapping[str, Any] | None]
+Respond = Callable[[RerankResult, list[int], list[str]], Any]
+"""Builds a route's response body from the result, the returned indices (best first) and the judged texts."""
+
+_IDS = random.Random()  # seeded from os.urandom once: response ids need to be unique, not secret
+
+
+def response_id() -> str:
+    """A random UUID4 string for a response's ``id`` (without a system call per response)."""
+    return str(uuid.UUID(int=_IDS.getrandbits(128), version=4))
+
+
+def error_response(status: int, message: str, kind: str) -> JSONResponse:
+    return JSONResponse({"message": message, "type": kind}, status_code=status)
+
+
+def _validation_message(exc: RequestValidationError | ValidationError) -> str:
+    parts = []
+    for err in exc.errors()[:10]:
+        loc = ".".join(str(p) for p in err.get("loc", ()) if p != "body") or "body"
+        parts.append(f"{loc}: {err.get('msg', 'invalid')}")
+    return "invalid request: " + "; ".join(parts)
+
+
+def add_error_handlers(app: FastAPI) -> None:
+    """Every caller mistake as a 4xx ``{"message", "type": "invalid_request"}`` (400 for a body that does not
+    validate, the ``CallerError``'s own status otherwise)."""
+
+    async def invalid(request: Request, exc: RequestValidationError | ValidationError) -> JSONResponse:
+        return error_response(400, _validation_message(exc), "invalid_request")
+
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return error_response(exc.status_code, str(exc.detail), "invalid_request")
+
+    async def refused(request: Request, exc: CallerError) -> JSONResponse:
+        return error_response(exc.status, str(exc), "invalid_request")
+
+    for kind, handler in ((RequestValidationError, invalid), (ValidationError, invalid),
+                          (StarletteHTTPException, http_error), (CallerError, refused)):
+        app.add_exception_handler(kind, handler)
+
+
+class Routes:
+    """The handlers of ``/v1/rerank``, ``/v2/rerank`` (Cohere), ``/rerank`` (Jina or TEI), ``/health`` and
+    ``/metrics`` over one ``RerankService``; ``mount`` registers them on an app."""
+
+    def __init__(self, service: RerankService, limits: Limits, metrics: Any, secrets: list[str],
+                 judge_block: JudgeBlock | None) -> None:
+        self.service, self.limits, self.metrics = service, limits, metrics
+        self.secrets, self.judge_block = secrets, judge_block
+
+    def mount(self, app: FastAPI) -> None:
+        for version in API_VERSIONS:
+            app.post(f"/{version}/rerank", summary=f"Cohere rerank API {version}")(self.cohere(version))
+        app.post("/rerank", summary="Jina (documents) or TEI (texts) rerank API")(self.rerank_jina_tei)
+        app.get("/health")(self.health)
+        app.get("/metrics")(self.prometheus)
+
+    async def answer(self, query: str, documents: list, top_n: int | None, max_words: int | None,
+                     own: dict[str, Any], respond: Respond) -> Response:
+        """Rerank ``documents`` with the request's ``own`` settings; a judge failure is a 502/503."""
+        query, texts = self.limits.texts(query, documents, max_words)
+        if top_n is not None:
+            own["top_k"] = top_n
+        candidates = [Candidate(str(i), t) for i, t in enumerate(texts)]
+        try:
+            result = await self.service.rerank(query, candidates, **own)
+        except ComparatorError as err:
+            status = 503 if isinstance(err, ComparatorUnavailable) else 502
+            return error_response(status, scrub(f"{type(err).__name__}: {err}", self.secrets), "judge_failure")
+        except (TypeError, ValueError) as err:
+            if getattr(err, "accounting", None) is not None:  # raised while judging: a comparator bug, not the caller's
+                raise
+            raise CallerError(str(err)) from None
+        self.metrics.spent(result)
+        order = result.order if top_n is None else result.order[:top_n]
+        return JSONResponse(respond(result, order, texts))
+
+    def meta(self, version: str, result: RerankResult, n: int) -> dict[str, Any]:
+        stats = result.stats()
+        stats["judge"] = self.judge_block(result) if self.judge_block is not None else None
+        return {
+            "api_version": {"version": version},
+            "billed_units": {"search_units": max(1, math.ceil(n / SEARCH_UNIT_DOCUMENTS))},
+            "tokens": {"input_tokens": result.prompt_tokens, "output_tokens": result.completion_tokens},
+            "activeprp": stats,
+        }
+
+    def cohere(self, version: str) -> Callable[[RerankRequest], Any]:
+        async def rerank(body: RerankRequest) -> Response:
+            def respond(result: RerankResult, order: list[int], texts: list[str]) -> dict[str, Any]:
+                rows = [{"index": i, "relevance_score": result.scores[i],
+                         **({"document": {"text": texts[i]}} if body.return_documents else {})} for i in order]
+                return {"id": response_id(), "results": rows,
+                        "meta": self.meta(API_VERSIONS[version], result, len(texts))}
+
+            return await self.answer(body.query, body.documents, body.top_n, body.max_tokens_per_doc,
+                                     self.limits.own_settings(body), respond)
+
+        rerank.__name__ = f"rerank_{version}"
+        return rerank
+
+    async def rerank_jina_tei(self, request: Request) -> Response:
+        try:
+            raw = await request.json()
+        except Exception:
+            return error_response(400, "invalid request: the body is not JSON", "invalid_request")
+        if isinstance(raw, dict) and "texts" in raw:
+            return await self.tei(TEIRequest.model_validate(raw))
+        body = RerankRequest.model_validate({"return_documents": True, **raw} if isinstance(raw, dict) else raw)
+
+        def jina(result: RerankResult, order: list[int], texts: list[str]) -> dict[str, Any]:
+            rows = [{"index": i, "relevance_score": result.scores[i],
+                     **({"document": {"text": texts[i]}} if body.return_documents else {})} for i in order]
+            tokens = result.prompt_tokens + result.completion_tokens
+            return {"model": body.model, "results": rows, "usage": {"total_tokens": tokens},
+                    "meta": self.meta("jina", result, len(texts))}
+
+        return await self.answer(body.query, body.documents, body.top_n, body.max_tokens_per_doc,
+                                 self.limits.own_settings(body), jina)
+
+    async def tei(self, body: TEIRequest) -> Response:
+        def respond(result: RerankResult, order: list[int], texts: list[str]) -> list[dict[str, Any]]:
+            return [{"index": i, "score": result.scores[i], **({"text": texts[i]} if body.return_text else {})}
+                    for i in order]
+
+        return await self.answer(body.query, body.texts, None, None, {}, respond)
+
+    async def health(self) -> dict[str, str]:
+        return {"status": "ok"}
+
+    async def prometheus(self) -> Response:
+        return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,40 @@
+"""The public surface is the contract: ``activeprp_core.__all__`` is small and every name in it is documented on
+the contract page (docs/contract.md); names left out stay importable from their submodules."""
+
+import importlib
+import re
+from pathlib import Path
+
+import activeprp_core
+import activeprp_core.rankers
+
+CONTRACT = (Path(__file__).parent.parent / "docs" / "contract.md").read_text(encoding="utf-8")
+
+
+def test_all_is_at_most_25_names_each_on_the_contract_page():
+    names = activeprp_core.__all__
+    assert len(names) <= 25
+    undocumented = [n for n in names if not re.search(rf"`[^`]*\b{re.escape(n)}\b[^`]*`", CONTRACT)]
+    assert undocumented == []
+    assert all(hasattr(activeprp_core, n) for n in names)
+
+
+def test_contract_page_shows_settings_and_token_budget():
+    assert "RerankSettings(" in CONTRACT and "`token_budget`" in CONTRACT
+
+
+def test_names_left_out_of_all_are_importable_from_their_submodules():
+    where = {"activeprp_core.oracles": ["ORACLES", "BothOrders", "get_oracle", "BidirectionalOracle"],
+             "activeprp_core.rankers": ["RANKERS", "RankContext", "get_ranker"],
+             "activeprp_core.comparators": ["CallGuard", "SupportsCompare", "as_comparator"],
+             "activeprp_core.types": ["Judgment"], "activeprp_core.budget": ["Budget", "CallBudget"]}
+    for module, names in where.items():
+        mod = importlib.import_module(module)
+        assert [n for n in names if not hasattr(mod, n)] == []
+        assert not set(names) & set(activeprp_core.__all__)
+
+
+def test_rankers_all_lists_the_registry_and_the_rankers():
+    public = set(activeprp_core.rankers.__all__)
+    assert {"RANKERS", "get_ranker", "Ranker", "RankContext", "Schedule"} <= public
+    assert {cls.__name__ for cls in activeprp_core.rankers.RANKERS.values()} <= public
