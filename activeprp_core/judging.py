@@ -1,0 +1,142 @@
+"""What the judge's own answers say about it: ``JudgeStats`` (diagnostics on every ``RerankResult``), the running
+``JudgeTally`` behind them, and the confidence gate that turns low-confidence answers into ties.
+
+The confidence gate (issue 17). A comparator answers P(first slot preferred) = p; its confidence is |p - 0.5|.
+Hard answers (0 or 1) have confidence 0.5 and always count as clear. A soft answer (0 < p < 1) whose
+confidence is below the *margin* is read as a tie (outcome 0.5), which rankers resolve by the prior
+(first-stage) rank, as every tie; a bidirectional combination of two consistent answers is gated on the mean of
+their confidences. The margin is not a constant: it is the ``GATE_QUANTILE`` quantile of the confidences of the
+soft answers this judge gave so far (in this rerank, or across the queries of one ``rerank_many``), so about
+that share of a soft judge's answers become ties whatever its temperature; with no soft answer seen the margin
+is 0 and nothing is gated (hard answers give exactly the results they gave before the gate).
+
+Evidence for ``GATE_QUANTILE`` (``benchmarks/confidence_gate.py``, results in
+``benchmarks/results/confidence_gate/``): see that README for the table over soft judges
+(soft-calibrated, overconfident, underconfident, ql-like, bundled-ql).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+Prompt = tuple[int, int]
+
+GATE_QUANTILE = 0.25
+"""The share of a soft judge's answers (the least confident ones) read as ties (see the module docstring)."""
+MIN_ANSWERS = 20
+"""Answers needed before a measured position bias counts (``JudgeTally.weak_slots``)."""
+FLIP_LIMIT = 0.25
+"""A flip rate at or above this (over at least ``MIN_PAIRS`` pairs) makes every single hard answer weak."""
+MIN_PAIRS = 10
+
+
+@dataclass(frozen=True)
+class JudgeStats:
+    """Diagnostics of the judge from its own answers (``RerankResult.judge``; counts only new answers, never
+    cache hits or failed calls).
+
+    Attributes:
+        answers: prompts answered (calls that returned a probability).
+        first_slot_rate: share of answers with p > 0.5 (preferring slot A); 0.5 = no position bias visible;
+            None when ``answers == 0``.
+        flip_rate: share of the pairs answered in both slot orders whose two answers preferred the same slot (the
+            winner flipped with the order); None when no pair was asked both ways.
+        soft_rate: share of answers strictly between 0 and 1; None when ``answers == 0``.
+        mean_confidence: mean |p - 0.5| over answers (0.5 for hard answers); None when ``answers == 0``.
+    """
+
+    answers: int = 0
+    first_slot_rate: float | None = None
+    flip_rate: float | None = None
+    soft_rate: float | None = None
+    mean_confidence: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields as a plain dict (for ``RerankResult.stats()``, logs and JSON)."""
+        return asdict(self)
+
+
+def _share(part: int | float, whole: int) -> float | None:
+    return part / whole if whole else None
+
+
+class JudgeTally:
+    """Running counts of one judge's answers: what ``JudgeStats`` reports and what the gate and the adaptive
+    oracle read. One per query (``RerankResult.judge``); ``rerank_many`` also keeps one across its queries."""
+
+    def __init__(self) -> None:
+        self.answers = self.first = self.soft = self.pairs = self.flips = 0
+        self.confidence = 0.0
+        self.soft_confidences: list[float] = []  # sorted
+
+    def record(self, p: float | None, other: float | None = None) -> None:
+        """Count the answer ``p`` of one prompt (None = a failed call: not an answer); ``other`` = this query's
+        answer to the same pair in the other slot order, when there is one (then the pair counts for the flip
+        rate: flipped when both answers preferred the same slot)."""
+        if p is None:
+            return
+        self.answers += 1
+        self.first += p > 0.5
+        confidence = abs(p - 0.5)
+        self.confidence += confidence
+        if 0.0 < p < 1.0:
+            self.soft += 1
+            bisect.insort(self.soft_confidences, confidence)
+        if other is not None:
+            self.pairs += 1
+            self.flips += (p > 0.5 and other > 0.5) or (p < 0.5 and other < 0.5)
+
+    def stats(self) -> JudgeStats:
+        return JudgeStats(self.answers, _share(self.first, self.answers), _share(self.flips, self.pairs),
+                          _share(self.soft, self.answers), _share(self.confidence, self.answers))
+
+    def margin(self, quantile: float = GATE_QUANTILE) -> float:
+        """The gate margin: the ``quantile`` quantile (lower) of the soft answers' confidences, 0 when there is no
+        soft answer; always < 0.5, so hard answers are never gated."""
+        confs = self.soft_confidences
+        return confs[min(len(confs) - 1, int(quantile * len(confs)))] if confs else 0.0
+
+    def weak_slots(self) -> tuple[bool, bool]:
+        """Whether a single hard answer preferring slot A (resp. B) is weak evidence: the judge prefers that slot
+        far from half the time (|first_slot_rate - 0.5| >= max(0.1, two binomial standard errors), over at
+        least ``MIN_ANSWERS`` answers), or its flip rate is high (>= ``FLIP_LIMIT`` over ``MIN_PAIRS`` pairs)."""
+        if self.pairs >= MIN_PAIRS and self.flips >= FLIP_LIMIT * self.pairs:
+            return True, True
+        if self.answers < MIN_ANSWERS:
+            return False, False
+        bias = self.first / self.answers - 0.5
+        strong = abs(bias) >= max(0.1, 2 * math.sqrt(0.25 / self.answers))
+        return strong and bias > 0, strong and bias < 0
+
+
+def gate(p: float | None, margin: float) -> float | None:
+    """``p``, or 0.5 (a tie) when its confidence |p - 0.5| is below ``margin``."""
+    return 0.5 if p is not None and abs(p - 0.5) < margin else p
+
+
+class Answers(dict):
+    """One query's pair cache ``{(first, second): P(first slot preferred) or None}`` with the judge's running
+    record: ``own`` (this query's answers: ``RerankResult.judge``) and ``pool`` (what the gate and the adaptive
+    oracle read: a ``JudgeTally`` shared across the queries of one ``rerank_many``, else ``own``)."""
+
+    def __init__(self, pool: JudgeTally | None = None) -> None:
+        super().__init__()
+        self.own = JudgeTally()
+        self.pool = self.own if pool is None else pool
+        self.margin = self.pool.margin()
+
+    def record(self, prompt: Prompt, p: float | None) -> None:
+        """Store a new answer (a call's, never a cache hit) and count it."""
+        other = None if p is None else self.get((prompt[1], prompt[0]))
+        for tally in {id(self.own): self.own, id(self.pool): self.pool}.values():
+            tally.record(p, other)
+        self[prompt] = p
+        self.margin = self.pool.margin()
+
+
+def margin_of(answers: object) -> float:
+    """The gate margin of a pair cache (0 for a plain mapping: no gate)."""
+    return answers.margin if isinstance(answers, Answers) else 0.0
