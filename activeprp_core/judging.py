@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -57,6 +58,27 @@ class JudgeStats:
     def as_dict(self) -> dict[str, Any]:
         """The fields as a plain dict (for ``RerankResult.stats()``, logs and JSON)."""
         return asdict(self)
+
+    def summary(self) -> str:
+        """One printable line: ``answers=.. first_slot_rate=.. flip_rate=.. soft_rate=.. mean_confidence=..``
+        (rates to 3 decimals; ``-`` where None)."""
+        return " ".join(f"{k}={'-' if v is None else round(v, 3)}" for k, v in self.as_dict().items())
+
+
+def pooled(stats: Iterable[JudgeStats | None]) -> JudgeStats:
+    """The ``JudgeStats`` of several queries' answers together (None entries skipped): answers summed, rates
+    weighted by answers; ``flip_rate`` is the answer-weighted mean over the queries that measured one (the pair
+    counts behind it are not in ``JudgeStats``)."""
+    stats = [s for s in stats if s is not None and s.answers]
+    total = sum(s.answers for s in stats)
+
+    def mean(name: str) -> float | None:
+        known = [(getattr(s, name), s.answers) for s in stats if getattr(s, name) is not None]
+        weight = sum(w for _, w in known)
+        return sum(v * w for v, w in known) / weight if weight else None
+
+    return JudgeStats(total, *(mean(name) for name in ("first_slot_rate", "flip_rate", "soft_rate",
+                                                       "mean_confidence")))
 
 
 def _share(part: int | float, whole: int) -> float | None:

@@ -108,10 +108,12 @@ def run_rerank(query: str, candidates: list[Candidate], comparator: Any, args: a
 
 
 def stats_line(result: RerankResult) -> str:
-    """One line of accounting, printable: ``stats: calls=.. budget=.. ... wall_time_s=..``."""
+    """Accounting, printable: ``stats: calls=.. budget=.. ... wall_time_s=..``, then a line ``judge: answers=..
+    first_slot_rate=..`` (``JudgeStats.summary``)."""
     stats = result.stats()
     stats["wall_time_s"] = round(stats["wall_time_s"], 3)
-    return printable("stats: " + " ".join(f"{k}={v}" for k, v in stats.items()))
+    del stats["judge"]
+    return printable("stats: " + " ".join(f"{k}={v}" for k, v in stats.items()) + "\njudge: " + result.judge.summary())
 
 
 def count(minimum: int | None = 0, allow_none: bool = False):
