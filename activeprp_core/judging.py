@@ -115,9 +115,10 @@ class JudgeTally:
         return JudgeStats(self.answers, _share(self.first, self.answers), _share(self.flips, self.pairs),
                           _share(self.soft, self.answers), _share(self.confidence, self.answers))
 
-    def margin(self, quantile: float = GATE_QUANTILE) -> float:
-        """The gate margin: the ``quantile`` quantile (lower) of the soft answers' confidences, 0 when there is no
-        soft answer; always < 0.5, so hard answers are never gated."""
+    def margin(self, quantile: float | None = None) -> float:
+        """The gate margin: the ``quantile`` (default ``GATE_QUANTILE``) quantile (lower) of the soft answers'
+        confidences, 0 when there is no soft answer; always < 0.5, so hard answers are never gated."""
+        quantile = GATE_QUANTILE if quantile is None else quantile
         confs = self.soft_confidences
         return confs[min(len(confs) - 1, int(quantile * len(confs)))] if confs else 0.0
 

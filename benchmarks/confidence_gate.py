@@ -1,0 +1,93 @@
+"""The confidence gate's quantile and the ``adaptive`` oracle, on judges of the bench family (issue 17).
+
+For each judge, ranker x oracle and gate quantile q (``activeprp_core.judging.GATE_QUANTILE``; q = 0: no gate),
+``rerank_many`` over TREC DL19 + DL20 BM25 top-N (one comparator per collection, so the gate's estimate is carried
+across the queries of a collection), seed 0; prints one CSV row per cell: mean nDCG@10 (over the queries of both
+collections), calls / comparisons, rounds. Commands (from the repository root; results committed in
+``benchmarks/results/confidence_gate/``):
+
+    nice python benchmarks/confidence_gate.py --out benchmarks/results/confidence_gate/gate.csv
+    nice python benchmarks/confidence_gate.py --judges calibrated strong-bias qwen3-4b soft-calibrated ql-like \\
+        --runs mohajer/randomized mohajer/bidirectional mohajer/adaptive parallel_mohajer/randomized \\
+        parallel_mohajer/bidirectional parallel_mohajer/adaptive --quantiles 0.25 \\
+        --out benchmarks/results/confidence_gate/adaptive.csv
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # this checkout's packages, not an installed copy
+
+from activeprp_bench.datasets import load_trec_dl  # noqa: E402
+from activeprp_bench.judges import build_judge  # noqa: E402
+from activeprp_core import judging, rerank_many  # noqa: E402
+from activeprp_core.metrics import ndcg_at_k, ranking_to_run  # noqa: E402
+
+DATA = Path("/work/shared/data")
+SOFT = ("soft-calibrated", "overconfident", "underconfident", "ql-like")
+RUNS = ("mohajer/randomized", "mohajer/bidirectional", "parallel_mohajer/randomized", "allpairs/randomized")
+
+
+def collections(depth: int, n_queries: int | None):
+    return [load_trec_dl(DATA / f"trec-dl-{year}", year).subset(n_queries, depth) for year in (2019, 2020)]
+
+
+def cell(colls, judge: str, ranker: str, oracle: str, budget: int | None, quantile: float, seed: int) -> dict:
+    """One row: the mean nDCG@10 over every query of ``colls`` and the spending."""
+    judging.GATE_QUANTILE = quantile
+    scores, calls, comparisons, rounds = [], 0, 0, []
+    for coll in colls:
+        comparator = build_judge(judge, coll.qrels, seed, queries=coll.queries)
+        requests = [(coll.queries[q], coll.candidates[q]) for q in coll.qids]
+        results = list(rerank_many(requests, comparator=comparator, ranker=ranker, oracle=oracle,
+                                   budget=budget, top_k=10, seed=seed))
+        for q, r in zip(coll.qids, results):
+            run = {q: ranking_to_run([coll.candidates[q][i].id for i in r.order])}
+            scores.append(ndcg_at_k({q: coll.qrels[q]}, run, 10)[q])
+            calls, comparisons = calls + r.calls, comparisons + r.comparisons
+            rounds.append(r.rounds)
+    return {"judge": judge, "ranker": ranker, "oracle": oracle, "budget": budget, "quantile": quantile,
+            "seed": seed, "queries": len(scores), "ndcg10": round(100 * sum(scores) / len(scores), 2),
+            "calls_per_comparison": round(calls / max(comparisons, 1), 3),
+            "mean_rounds": round(sum(rounds) / len(rounds), 1)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--judges", nargs="+", default=list(SOFT))
+    p.add_argument("--runs", nargs="+", default=list(RUNS), help="ranker/oracle pairs")
+    p.add_argument("--quantiles", nargs="+", type=float, default=[0.0, 0.1, 0.25, 0.4, 0.5])
+    p.add_argument("--budget", type=int, default=300)
+    p.add_argument("--depth", type=int, default=100)
+    p.add_argument("--queries", type=int, default=None, help="judged queries per collection (default: all)")
+    p.add_argument("--seeds", nargs="+", type=int, default=[0])
+    p.add_argument("--out", required=True)
+    args = p.parse_args(argv)
+    colls = collections(args.depth, args.queries)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    with open(args.out, "w", newline="") as f:
+        writer = None
+        for judge in args.judges:
+            for run in args.runs:
+                ranker, oracle = run.split("/")
+                for quantile in args.quantiles:
+                    for seed in args.seeds:
+                        started = time.perf_counter()
+                        row = cell(colls, judge, ranker, oracle, args.budget, quantile, seed)
+                        if writer is None:
+                            writer = csv.DictWriter(f, fieldnames=list(row))
+                            writer.writeheader()
+                        writer.writerow(row)
+                        f.flush()
+                        print(row, f"{time.perf_counter() - started:.1f}s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
