@@ -2,9 +2,9 @@
 
 For each judge, ranker x oracle and gate quantile q (``activeprp_core.judging.GATE_QUANTILE``; q = 0: no gate),
 ``rerank_many`` over TREC DL19 + DL20 BM25 top-N (one comparator per collection, so the gate's estimate is carried
-across the queries of a collection), seed 0; prints one CSV row per cell: mean nDCG@10 (over the queries of both
-collections), calls / comparisons, rounds. Commands (from the repository root; results committed in
-``benchmarks/results/confidence_gate/``):
+across the queries of a collection), per seed; writes one CSV row per cell: mean nDCG@10 (over the queries of
+both collections), calls / comparisons, rounds; ``--summarize CSV...`` prints the Markdown tables. Commands (from
+the repository root; results committed in ``benchmarks/results/confidence_gate/`` with its README):
 
     nice python benchmarks/confidence_gate.py --out benchmarks/results/confidence_gate/gate.csv
     nice python benchmarks/confidence_gate.py --judges calibrated strong-bias qwen3-4b soft-calibrated ql-like \\
@@ -58,7 +58,30 @@ def cell(colls, judge: str, ranker: str, oracle: str, budget: int | None, quanti
             "mean_rounds": round(sum(rounds) / len(rounds), 1)}
 
 
+def summarize(paths: list[str]) -> str:
+    """A Markdown table per CSV: mean nDCG@10 over seeds per judge x run (rows) and quantile (columns)."""
+    out = []
+    for path in paths:
+        cells: dict[tuple, list[float]] = {}
+        with open(path) as f:
+            for r in csv.DictReader(f):
+                cells.setdefault((r["judge"], f"{r['ranker']}/{r['oracle']}", float(r["quantile"])), []).append(
+                    float(r["ndcg10"]))
+        qs = sorted({q for _, _, q in cells})
+        out += [f"{path}:", "", "| judge | ranker/oracle | " + " | ".join(f"q={q:g}" for q in qs) + " |",
+                "|---|---|" + "---|" * len(qs)]
+        for judge, run in dict.fromkeys((j, r) for j, r, _ in cells):
+            means = [cells.get((judge, run, q)) for q in qs]
+            out.append(f"| {judge} | {run} | " + " | ".join("-" if m is None else f"{sum(m) / len(m):.2f}"
+                                                          for m in means) + " |")
+        out.append("")
+    return "\n".join(out)
+
+
 def main(argv: list[str] | None = None) -> int:
+    if argv is None and sys.argv[1:2] == ["--summarize"]:
+        print(summarize(sys.argv[2:]))
+        return 0
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--judges", nargs="+", default=list(SOFT))
     p.add_argument("--runs", nargs="+", default=list(RUNS), help="ranker/oracle pairs")

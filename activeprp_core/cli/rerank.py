@@ -113,7 +113,7 @@ def stats_line(result: RerankResult) -> str:
     stats = result.stats()
     stats["wall_time_s"] = round(stats["wall_time_s"], 3)
     del stats["judge"]
-    return printable("stats: " + " ".join(f"{k}={v}" for k, v in stats.items()) + "\njudge: " + result.judge.summary())
+    return printable("stats: " + " ".join(f"{k}={v}" for k, v in stats.items())) + "\njudge: " + result.judge.summary()
 
 
 def count(minimum: int | None = 0, allow_none: bool = False):
