@@ -26,12 +26,29 @@ sys.path.insert(0, str(ROOT))  # this checkout's packages, not an installed copy
 
 from activeprp_bench.datasets import load_trec_dl  # noqa: E402
 from activeprp_bench.judges import build_judge  # noqa: E402
-from activeprp_core import judging, rerank_many  # noqa: E402
+from activeprp_core import judging, oracles, rerank_many  # noqa: E402
 from activeprp_core.metrics import ndcg_at_k, ranking_to_run  # noqa: E402
 
 DATA = Path("/work/shared/data")
 SOFT = ("soft-calibrated", "overconfident", "underconfident", "ql-like")
 RUNS = ("mohajer/randomized", "mohajer/bidirectional", "parallel_mohajer/randomized", "allpairs/randomized")
+
+
+def _both_min(p1: float, p2: float, margin: float = 0.0) -> float:
+    """The alternative bidirectional gate tried: consistent answers count only when *each* is above the margin."""
+    if ((p1 > 0.5 and p2 < 0.5) or (p1 < 0.5 and p2 > 0.5)) and min(abs(p1 - 0.5), abs(p2 - 0.5)) >= margin:
+        return (p1 + 1.0 - p2) / 2
+    return 0.5
+
+
+def _both_max(p1: float, p2: float, margin: float = 0.0) -> float:
+    """The other alternative: consistent answers count when *either* is above the margin."""
+    if ((p1 > 0.5 and p2 < 0.5) or (p1 < 0.5 and p2 > 0.5)) and max(abs(p1 - 0.5), abs(p2 - 0.5)) >= margin:
+        return (p1 + 1.0 - p2) / 2
+    return 0.5
+
+
+BOTH = {"mean": oracles._both_orders, "min": _both_min, "max": _both_max}
 
 
 def collections(depth: int, n_queries: int | None):
@@ -52,8 +69,9 @@ def cell(colls, judge: str, ranker: str, oracle: str, budget: int | None, quanti
             scores.append(ndcg_at_k({q: coll.qrels[q]}, run, 10)[q])
             calls, comparisons = calls + r.calls, comparisons + r.comparisons
             rounds.append(r.rounds)
-    return {"judge": judge, "ranker": ranker, "oracle": oracle, "budget": budget, "quantile": quantile,
-            "seed": seed, "queries": len(scores), "ndcg10": round(100 * sum(scores) / len(scores), 2),
+    return {"judge": judge, "ranker": ranker, "oracle": oracle, "both": oracles._both_orders.__name__,
+            "budget": budget, "quantile": quantile, "seed": seed, "queries": len(scores),
+            "ndcg10": round(100 * sum(scores) / len(scores), 2),
             "calls_per_comparison": round(calls / max(comparisons, 1), 3),
             "mean_rounds": round(sum(rounds) / len(rounds), 1)}
 
@@ -90,8 +108,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--depth", type=int, default=100)
     p.add_argument("--queries", type=int, default=None, help="judged queries per collection (default: all)")
     p.add_argument("--seeds", nargs="+", type=int, default=[0])
+    p.add_argument("--both", choices=sorted(BOTH), default="mean",
+                   help="how a consistent bidirectional pair is gated (default: the library's, mean confidence)")
     p.add_argument("--out", required=True)
     args = p.parse_args(argv)
+    oracles._both_orders = BOTH[args.both]
     colls = collections(args.depth, args.queries)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     with open(args.out, "w", newline="") as f:
