@@ -37,9 +37,8 @@ GATE_QUANTILE = 0.3
 """The share of a soft judge's answers (the least confident ones) read as ties (see the module docstring)."""
 MIN_ANSWERS = 20
 """Answers needed before a measured position bias counts (``JudgeTally.weak_slots``)."""
-FLIP_LIMIT = 0.25
-"""A flip rate at or above this (over at least ``MIN_PAIRS`` pairs) makes every single hard answer weak."""
-MIN_PAIRS = 10
+MIN_BIAS = 0.05
+"""The smallest |first_slot_rate - 0.5| taken as position bias (``JudgeTally.weak_slots``)."""
 
 
 @dataclass(frozen=True)
@@ -132,14 +131,13 @@ class JudgeTally:
 
     def weak_slots(self) -> tuple[bool, bool]:
         """Whether a single hard answer preferring slot A (resp. B) is weak evidence: the judge prefers that slot
-        far from half the time (|first_slot_rate - 0.5| >= max(0.1, two binomial standard errors), over at
-        least ``MIN_ANSWERS`` answers), or its flip rate is high (>= ``FLIP_LIMIT`` over ``MIN_PAIRS`` pairs)."""
-        if self.pairs >= MIN_PAIRS and self.flips >= FLIP_LIMIT * self.pairs:
-            return True, True
+        measurably more than half the time (|first_slot_rate - 0.5| >= max(``MIN_BIAS``, two binomial standard
+        errors), over at least ``MIN_ANSWERS`` answers). The flip rate is not used here: the pairs the adaptive
+        oracle asks again are the suspicious ones, so their flip rate overstates the judge's."""
         if self.answers < MIN_ANSWERS:
             return False, False
         bias = self.first / self.answers - 0.5
-        strong = abs(bias) >= max(0.1, 2 * math.sqrt(0.25 / self.answers))
+        strong = abs(bias) >= max(MIN_BIAS, 2 * math.sqrt(0.25 / self.answers))
         return strong and bias > 0, strong and bias < 0
 
 

@@ -149,8 +149,8 @@ class AdaptiveOracle(RandomizedDirectionOracle):
 
     - a soft answer below the gate margin (``judging``: the least confident ``GATE_QUANTILE`` share), or an
       exact 0.5;
-    - a hard answer preferring a slot the judge's measured position bias makes weak evidence
-      (``JudgeTally.weak_slots``: first-slot rate far from 0.5, or a high flip rate).
+    - a hard answer preferring the slot the judge measurably favours (``JudgeTally.weak_slots``: first-slot rate
+      at least max(0.05, two standard errors) from 0.5 over the answers so far, carried across ``rerank_many``).
 
     A pair costs 1 or 2 calls; a re-ask is charged to every cap like any call and is dropped, never waited for,
     when a cap refuses it (and never takes the last round of a ``max_rounds`` cap). The pair is then read by the
