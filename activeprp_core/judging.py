@@ -37,6 +37,8 @@ GATE_QUANTILE = 0.3
 """The share of a soft judge's answers (the least confident ones) read as ties (see the module docstring)."""
 MIN_ANSWERS = 20
 """Answers needed before a measured position bias counts (``JudgeTally.weak_slots``)."""
+CONSISTENT_PAIRS = 20
+"""Pairs asked both ways after which a judge that flipped on under 5% of them counts as order-consistent."""
 MIN_BIAS = 0.05
 """The smallest |first_slot_rate - 0.5| taken as position bias (``JudgeTally.weak_slots``)."""
 
@@ -99,21 +101,27 @@ class JudgeTally:
     def __init__(self) -> None:
         self.answers = self.first = self.soft = self.pairs = self.flips = 0
         self.confidence = 0.0
-        self.soft_confidences: list[float] = []  # sorted
+        self.sampled = self.sampled_first = 0  # the answers to first asks (no re-asks): what the estimates read
+        self.soft_confidences: list[float] = []  # sorted, of the sampled soft answers
 
-    def record(self, p: float | None, other: float | None = None) -> None:
+    def record(self, p: float | None, other: float | None = None, sample: bool = True) -> None:
         """Count the answer ``p`` of one prompt (None = a failed call: not an answer); ``other`` = this query's
         answer to the same pair in the other slot order, when there is one (then the pair counts for the flip
-        rate: flipped when both answers preferred the same slot)."""
+        rate: flipped when both answers preferred the same slot). ``sample=False`` for a re-ask (an oracle's
+        ``reask``): counted in the stats, left out of the margin and the bias estimate, which a selected sample
+        of low-confidence or favoured-slot answers would skew."""
         if p is None:
             return
         self.answers += 1
         self.first += p > 0.5
         confidence = abs(p - 0.5)
         self.confidence += confidence
-        if 0.0 < p < 1.0:
-            self.soft += 1
-            bisect.insort(self.soft_confidences, confidence)
+        self.soft += 0.0 < p < 1.0
+        if sample:
+            self.sampled += 1
+            self.sampled_first += p > 0.5
+            if 0.0 < p < 1.0:
+                bisect.insort(self.soft_confidences, confidence)
         if other is not None:
             self.pairs += 1
             self.flips += (p > 0.5 and other > 0.5) or (p < 0.5 and other < 0.5)
@@ -129,15 +137,21 @@ class JudgeTally:
         confs = self.soft_confidences
         return confs[min(len(confs) - 1, int(quantile * len(confs)))] if confs else 0.0
 
+    @property
+    def consistent(self) -> bool:
+        """Whether the judge looks order-consistent: under 5% flips over at least ``CONSISTENT_PAIRS`` pairs asked
+        both ways (re-asked pairs are the doubtful ones, so a low rate there is strong evidence)."""
+        return self.pairs >= CONSISTENT_PAIRS and self.flips < 0.05 * self.pairs
+
     def weak_slots(self) -> tuple[bool, bool]:
         """Whether a single hard answer preferring slot A (resp. B) is weak evidence: the judge prefers that slot
         measurably more than half the time (|first_slot_rate - 0.5| >= max(``MIN_BIAS``, two binomial standard
         errors), over at least ``MIN_ANSWERS`` answers). The flip rate is not used here: the pairs the adaptive
         oracle asks again are the suspicious ones, so their flip rate overstates the judge's."""
-        if self.answers < MIN_ANSWERS:
+        if self.sampled < MIN_ANSWERS:
             return False, False
-        bias = self.first / self.answers - 0.5
-        strong = abs(bias) >= max(MIN_BIAS, 2 * math.sqrt(0.25 / self.answers))
+        bias = self.sampled_first / self.sampled - 0.5
+        strong = abs(bias) >= max(MIN_BIAS, 2 * math.sqrt(0.25 / self.sampled))
         return strong and bias > 0, strong and bias < 0
 
 
@@ -157,11 +171,11 @@ class Answers(dict):
         self.pool = self.own if pool is None else pool
         self.margin = self.pool.margin()
 
-    def record(self, prompt: Prompt, p: float | None) -> None:
-        """Store a new answer (a call's, never a cache hit) and count it."""
+    def record(self, prompt: Prompt, p: float | None, sample: bool = True) -> None:
+        """Store a new answer (a call's, never a cache hit) and count it (``JudgeTally.record``)."""
         other = None if p is None else self.get((prompt[1], prompt[0]))
         for tally in {id(self.own): self.own, id(self.pool): self.pool}.values():
-            tally.record(p, other)
+            tally.record(p, other, sample)
         self[prompt] = p
         self.margin = self.pool.margin()
 

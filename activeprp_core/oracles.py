@@ -152,9 +152,11 @@ class AdaptiveOracle(RandomizedDirectionOracle):
     - a hard answer preferring the slot the judge measurably favours (``JudgeTally.weak_slots``: first-slot rate
       at least max(0.05, two standard errors) from 0.5 over the answers so far, carried across ``rerank_many``).
 
-    A pair costs 1 or 2 calls; a re-ask is charged to every cap like any call and is dropped, never waited for,
-    when a cap refuses it (and never takes the last round of a ``max_rounds`` cap). The pair is then read by the
-    bidirectional rule, gated. Plans as a one-call oracle (``calls_per_pair = 1``)."""
+    No answer is asked again once the judge looks order-consistent (``JudgeTally.consistent``: under 5% flips
+    over 20 pairs asked both ways). A pair costs 1 or 2 calls; a re-ask is charged to every cap like any call and
+    is dropped, never waited for, when a cap refuses it (and never takes the last round of a ``max_rounds`` cap).
+    The pair is then read by the bidirectional rule, gated. Plans as a one-call oracle (``calls_per_pair = 1``).
+    Measured: ``benchmarks/results/confidence_gate/README.md``."""
 
     name = "adaptive"
 
@@ -168,6 +170,8 @@ class AdaptiveOracle(RandomizedDirectionOracle):
 
 def _unreliable(p: float, answers: Mapping[Prompt, float | None]) -> bool:
     """Whether one answer ``p`` (P(first slot)) is weak evidence on its own (see ``AdaptiveOracle``)."""
+    if isinstance(answers, Answers) and answers.pool.consistent:  # the other order would say the same
+        return False
     if p == 0.5 or abs(p - 0.5) < margin_of(answers):
         return True
     if 0.0 < p < 1.0 or not isinstance(answers, Answers):

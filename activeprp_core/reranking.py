@@ -194,64 +194,22 @@ class Reranking:
         source = _questions_of(self, _tee(iter(pairs), asked), self._oracle_rng, fresh)
         waiting: list[list[Prompt]] = []
         while True:
-            prompts, waiting = self._plan(waiting, source, fresh, lazy=not isinstance(pairs, Sequence))
+            prompts, waiting = _plan(self, waiting, source, fresh, lazy=not isinstance(pairs, Sequence))
             self._record(prompts, (yield prompts))
             if not waiting:
                 break
-        prompts, _ = self._plan([], _reasks(self, asked, fresh), fresh, lazy=False, optional=True)
+        prompts, _ = _plan(self, [], _reasks(self, asked, fresh), fresh, lazy=False, optional=True)
         if prompts:
-            self._record(prompts, (yield prompts))
+            self._record(prompts, (yield prompts), sample=False)
         outs = [self.oracle.outcome(i, j, self.answers) for i, j in asked]
         self.counts.ties += sum(o == 0.5 for (i, j), o in zip(asked, outs) if (i, j) in fresh or (j, i) in fresh)
         if not self.cache:
             self.answers.clear()
         return outs
 
-    def _plan(self, waiting: list[list[Prompt]], source: Iterator, planned: set[Prompt], lazy: bool,
-              optional: bool = False):
-        """The ordered prompts of the next batch and the questions left waiting: first the ``waiting`` ones, then
-        the round's further questions from ``source`` (``_questions_of`` over ``planned``), deduplicated, skipping
-        what the cache answers, each reserving its cost in every cap. A question that does not fit is refused
-        whole, unless a reconciled cap refused it while this batch holds reservations of that cap: then it waits.
-        Nothing is sent once a failure stopped the calls; a lazy source is read no further after a refusal or a
-        wait. ``optional`` questions (an oracle's re-asks) are no comparisons; one that does not fit is dropped."""
-        prompts: list[Prompt] = []
-        later: list[list[Prompt]] = []
-        self._held, self._questions = [], []
-        again = ([p for p in need if p not in self.answers] for need in waiting)  # answered meanwhile: cached
-        for need, costs in itertools.chain(((need, need and _costs(self, need)) for need in again), source):
-            if not need:
-                self.counts.cache_hits += 1
-                continue
-            if self.failure is not None:
-                continue
-            refused = self.caps.refusal(costs)
-            if refused is None:
-                self.caps.take(costs)
-                prompts.extend(need)
-                planned.update(need)
-                self._held.extend(costs)
-                if not optional:
-                    self._questions.append(len(need))
-                    self.counts.comparisons += 1
-                continue
-            if optional:
-                continue
-            if self.caps.reconciled(refused) and any(h.get(refused) for h in self._held):
-                later.append(need)
-            elif refused not in self.exhausted_by:
-                self.exhausted_by.append(refused)
-            if lazy:
-                break
-        if prompts:
-            self.caps.take_round()
-            log.debug("round %d: %d calls (%s calls left)", self.caps["max_rounds"].spent, len(prompts),
-                      self.caps["budget"].remaining)
-        return prompts, later
-
-    def _record(self, prompts: Sequence[Prompt], judgments: Sequence[Judgment]) -> None:
+    def _record(self, prompts: Sequence[Prompt], judgments: Sequence[Judgment], sample: bool = True) -> None:
         for prompt, j, held in zip(prompts, judgments, self._held):
-            self.answers.record(prompt, j.prob)
+            self.answers.record(prompt, j.prob, sample)
             self.counts.failed_calls += j.prob is None
             self.counts.retries += j.retries
             self.counts.prompt_tokens += j.prompt_tokens
@@ -278,6 +236,49 @@ def _questions_of(r: Reranking, pairs: Iterable[tuple[int, int]], rng: random.Ra
             raise RankerError(f"ranker {r.ranker.name} asked to compare candidate {pair[0]} with itself")
         need = r.oracle.question(pair, known, rng)
         yield need, (_costs(r, need) if need else None)
+
+
+def _plan(r: Reranking, waiting: list[list[Prompt]], source: Iterator, planned: set[Prompt], lazy: bool,
+          optional: bool = False):
+    """The ordered prompts of the next batch and the questions left waiting: first the ``waiting`` ones, then
+    the round's further questions from ``source`` (``_questions_of`` over ``planned``), deduplicated, skipping
+    what the cache answers, each reserving its cost in every cap. A question that does not fit is refused
+    whole, unless a reconciled cap refused it while this batch holds reservations of that cap: then it waits.
+    Nothing is sent once a failure stopped the calls; a lazy source is read no further after a refusal or a
+    wait. ``optional`` questions (an oracle's re-asks) are no comparisons; one that does not fit is dropped."""
+    prompts: list[Prompt] = []
+    later: list[list[Prompt]] = []
+    r._held, r._questions = [], []
+    again = ([p for p in need if p not in r.answers] for need in waiting)  # answered meanwhile: cached
+    for need, costs in itertools.chain(((need, need and _costs(r, need)) for need in again), source):
+        if not need:
+            r.counts.cache_hits += 1
+            continue
+        if r.failure is not None:
+            continue
+        refused = r.caps.refusal(costs)
+        if refused is None:
+            r.caps.take(costs)
+            prompts.extend(need)
+            planned.update(need)
+            r._held.extend(costs)
+            if not optional:
+                r._questions.append(len(need))
+                r.counts.comparisons += 1
+            continue
+        if optional:
+            continue
+        if r.caps.reconciled(refused) and any(h.get(refused) for h in r._held):
+            later.append(need)
+        elif refused not in r.exhausted_by:
+            r.exhausted_by.append(refused)
+        if lazy:
+            break
+    if prompts:
+        r.caps.take_round()
+        log.debug("round %d: %d calls (%s calls left)", r.caps["max_rounds"].spent, len(prompts),
+                  r.caps["budget"].remaining)
+    return prompts, later
 
 
 def _reasks(r: Reranking, asked: Sequence[tuple[int, int]], planned: set[Prompt]):

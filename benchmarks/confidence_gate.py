@@ -3,14 +3,8 @@
 For each judge, ranker x oracle and gate quantile q (``activeprp_core.judging.GATE_QUANTILE``; q = 0: no gate),
 ``rerank_many`` over TREC DL19 + DL20 BM25 top-N (one comparator per collection, so the gate's estimate is carried
 across the queries of a collection), per seed; writes one CSV row per cell: mean nDCG@10 (over the queries of
-both collections), calls / comparisons, rounds; ``--summarize CSV...`` prints the Markdown tables. Commands (from
-the repository root; results committed in ``benchmarks/results/confidence_gate/`` with its README):
-
-    nice python benchmarks/confidence_gate.py --out benchmarks/results/confidence_gate/gate.csv
-    nice python benchmarks/confidence_gate.py --judges calibrated strong-bias qwen3-4b soft-calibrated ql-like \\
-        --runs mohajer/randomized mohajer/bidirectional mohajer/adaptive parallel_mohajer/randomized \\
-        parallel_mohajer/bidirectional parallel_mohajer/adaptive --quantiles 0.25 \\
-        --out benchmarks/results/confidence_gate/adaptive.csv
+both collections), calls / comparisons, rounds. ``--summarize CSV...`` and ``--adaptive CSV...`` print Markdown
+tables. The commands that made the committed results are in ``benchmarks/results/confidence_gate/README.md``.
 """
 
 from __future__ import annotations
@@ -96,9 +90,31 @@ def summarize(paths: list[str]) -> str:
     return "\n".join(out)
 
 
+def adaptive_table(path: str) -> str:
+    """A Markdown table per judge x ranker: randomized, bidirectional, adaptive (means over seeds), adaptive minus
+    the better of the two, and adaptive's calls per comparison."""
+    ndcg: dict[tuple, list[float]] = {}
+    cost: dict[tuple, list[float]] = {}
+    with open(path) as f:
+        for r in csv.DictReader(f):
+            key = (r["judge"], r["ranker"], r["oracle"])
+            ndcg.setdefault(key, []).append(float(r["ndcg10"]))
+            cost.setdefault(key, []).append(float(r["calls_per_comparison"]))
+    mean = {k: sum(v) / len(v) for k, v in ndcg.items()}
+    out = [f"{path}:", "", "| judge | ranker | randomized | bidirectional | adaptive | adaptive - best | "
+           "adaptive calls/comparison |", "|---|---|---|---|---|---|---|"]
+    for judge, ranker in dict.fromkeys((j, r) for j, r, _ in ndcg):
+        r, b, a = (mean[(judge, ranker, o)] for o in ("randomized", "bidirectional", "adaptive"))
+        calls = cost[(judge, ranker, "adaptive")]
+        out.append(f"| {judge} | {ranker} | {r:.2f} | {b:.2f} | {a:.2f} | {a - max(r, b):+.2f} | "
+                   f"{sum(calls) / len(calls):.2f} |")
+    return "\n".join(out + [""])
+
+
 def main(argv: list[str] | None = None) -> int:
-    if argv is None and sys.argv[1:2] == ["--summarize"]:
-        print(summarize(sys.argv[2:]))
+    if argv is None and sys.argv[1:2] in (["--summarize"], ["--adaptive"]):
+        tables = summarize(sys.argv[2:]) if sys.argv[1] == "--summarize" else map(adaptive_table, sys.argv[2:])
+        print(tables if isinstance(tables, str) else "\n".join(tables))
         return 0
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--judges", nargs="+", default=list(SOFT))
