@@ -7,8 +7,8 @@ confidence is below the *margin* is read as a tie (outcome 0.5), which rankers r
 (first-stage) rank, as every tie; a bidirectional combination of two consistent answers is gated on the mean of
 their confidences. The margin is not a constant: it is the ``GATE_QUANTILE`` quantile of the confidences of the
 soft answers this judge gave so far (in this rerank, or across the queries of one ``rerank_many``), so about
-that share of a soft judge's answers become ties whatever its temperature; with no soft answer seen the margin
-is 0 and nothing is gated (hard answers give exactly the results they gave before the gate).
+that share of a soft judge's answers become ties whatever its temperature; before ``MIN_ANSWERS`` soft answers
+the margin is 0 and nothing is gated (hard answers give exactly the results they gave before the gate).
 
 Evidence for ``GATE_QUANTILE`` = 0.3 (``benchmarks/confidence_gate.py``, results and commands in
 ``benchmarks/results/confidence_gate/``; DL19 + DL20 BM25 top-100, K=10, B=300, 3 seeds, 7 ranker x oracle rows;
@@ -36,7 +36,7 @@ Prompt = tuple[int, int]
 GATE_QUANTILE = 0.3
 """The share of a soft judge's answers (the least confident ones) read as ties (see the module docstring)."""
 MIN_ANSWERS = 20
-"""Answers needed before a measured position bias counts (``JudgeTally.weak_slots``)."""
+"""Answers needed before an estimate counts: soft ones for the gate margin, any for the position bias."""
 CONSISTENT_PAIRS = 20
 """Pairs asked both ways after which a judge that flipped on under 5% of them counts as order-consistent."""
 MIN_BIAS = 0.05
@@ -132,10 +132,11 @@ class JudgeTally:
 
     def margin(self, quantile: float | None = None) -> float:
         """The gate margin: the ``quantile`` (default ``GATE_QUANTILE``) quantile (lower) of the soft answers'
-        confidences, 0 when there is no soft answer; always < 0.5, so hard answers are never gated."""
+        confidences; 0 (no gate) before ``MIN_ANSWERS`` soft answers, whose quantile would be mostly noise. Always
+        < 0.5, so hard answers are never gated."""
         quantile = GATE_QUANTILE if quantile is None else quantile
         confs = self.soft_confidences
-        return confs[min(len(confs) - 1, int(quantile * len(confs)))] if confs else 0.0
+        return confs[min(len(confs) - 1, int(quantile * len(confs)))] if len(confs) >= MIN_ANSWERS else 0.0
 
     @property
     def consistent(self) -> bool:

@@ -19,7 +19,7 @@ from activeprp_core import (
     rerank,
     rerank_many,
 )
-from activeprp_core.judging import GATE_QUANTILE, Answers, JudgeTally, gate, pooled
+from activeprp_core.judging import GATE_QUANTILE, MIN_ANSWERS, Answers, JudgeTally, gate, pooled
 from activeprp_core.oracles import AdaptiveOracle, get_oracle
 from tests.conftest import make_case
 
@@ -112,11 +112,17 @@ def test_margin_rule_on_soft_hard_and_mixed_answers():
         mixed.record(1.0)  # hard answers do not move the margin: it is a quantile of the soft ones
     assert mixed.margin() == soft.margin() and gate(0.0, mixed.margin()) == 0.0
     assert soft.margin(0.0) == 0.0 and soft.margin(1.0) == pytest.approx(max(confs))
+    few = JudgeTally()
+    for c in confs[:MIN_ANSWERS - 1]:
+        few.record(0.5 + c)
+    assert few.margin() == 0.0  # too few soft answers for a quantile: no gate yet
+    few.record(0.5 + confs[MIN_ANSWERS])
+    assert few.margin() > 0.0
 
 
 def test_gated_outcomes_single_and_bidirectional():
     answers = Answers()
-    for p in [0.52, 0.9, 0.1, 0.8]:
+    for p in [0.52, 0.9, 0.1, 0.8] * 5:
         answers.record((5, 6), p)
     m = answers.margin
     assert 0 < m < 0.5
