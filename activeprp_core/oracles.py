@@ -143,6 +143,11 @@ class BidirectionalOracle(Oracle):
         return None if p1 is None or p2 is None else _both_orders(p1, p2, margin_of(answers))
 
 
+SOFT_BIAS_QUANTILE = 0.5
+"""Under a measured position bias, ``adaptive`` re-asks a soft answer in the favoured slot when its confidence is
+below this quantile of the judge's soft answers (every hard answer in the favoured slot)."""
+
+
 class AdaptiveOracle(RandomizedDirectionOracle):
     """One call per pair in a random slot order (as ``randomized``); the other order is asked, in a further
     batch of the same ranker round, only where the first answer is unreliable:
@@ -174,10 +179,11 @@ def _unreliable(p: float, answers: Mapping[Prompt, float | None]) -> bool:
         return False
     if p == 0.5 or abs(p - 0.5) < margin_of(answers):
         return True
-    if 0.0 < p < 1.0 or not isinstance(answers, Answers):
+    if not isinstance(answers, Answers):
         return False
     first_weak, second_weak = answers.pool.weak_slots()
-    return first_weak if p > 0.5 else second_weak
+    favoured = first_weak if p > 0.5 else second_weak
+    return favoured and (p in (0.0, 1.0) or abs(p - 0.5) < answers.pool.margin(SOFT_BIAS_QUANTILE))
 
 
 ORACLES: dict[str, type[Oracle]] = {
