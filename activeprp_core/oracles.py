@@ -154,8 +154,9 @@ class AdaptiveOracle(RandomizedDirectionOracle):
 
     - a soft answer below the gate margin (``judging``: the least confident ``GATE_QUANTILE`` share), or an
       exact 0.5;
-    - a hard answer preferring the slot the judge measurably favours (``JudgeTally.weak_slots``: first-slot rate
-      at least max(0.05, two standard errors) from 0.5 over the answers so far, carried across ``rerank_many``).
+    - an answer preferring the slot the judge measurably favours (``JudgeTally.weak_slots``: first-slot rate at
+      least max(0.05, two standard errors) from 0.5 over the answers so far, carried across ``rerank_many``):
+      every hard one, and a soft one below the ``SOFT_BIAS_QUANTILE`` quantile of the soft answers' confidences.
 
     No answer is asked again once the judge looks order-consistent (``JudgeTally.consistent``: under 5% flips
     over 20 pairs asked both ways). A pair costs 1 or 2 calls; a re-ask is charged to every cap like any call and
