@@ -228,3 +228,20 @@ def test_adaptive_is_registered_and_plans_as_one_call():
     assert o.prompts(1, 2, lambda p: False, random.Random(0)) in ([(1, 2)], [(2, 1)])
     assert o.reask(1, 2, {(1, 2): 1.0}) == [] and o.reask(1, 2, {(1, 2): 0.5}) == [(2, 1)]
     assert o.reask(1, 2, {(1, 2): 1.0, (2, 1): 0.0}) == []
+
+
+def test_adaptive_reasks_favoured_slot_answers_under_measured_bias():
+    pool = JudgeTally()
+    confs = [i / 250 for i in range(100)]  # 0 .. 0.396, all preferring slot A: a strong first-slot bias
+    for c in confs:
+        pool.record(0.5 + c)
+    assert pool.weak_slots() == (True, False)
+    answers, o = Answers(pool), AdaptiveOracle()
+    margin, median = pool.margin(), pool.margin(0.5)
+    assert 0 < margin < median
+    mid, high = (margin + median) / 2, median + 0.05
+    answers.update({(0, 1): 0.5 + mid, (2, 3): 0.5 + high, (4, 5): 0.5 - mid, (6, 7): 1.0, (8, 9): 0.0})
+    assert o.reask(0, 1, answers) == [(1, 0)]  # favoured slot, below the median: weak
+    assert o.reask(2, 3, answers) == []  # favoured slot but confident
+    assert o.reask(4, 5, answers) == []  # against the bias, above the margin: strong evidence
+    assert o.reask(6, 7, answers) == [(7, 6)] and o.reask(8, 9, answers) == []  # hard: favoured slot only
