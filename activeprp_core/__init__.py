@@ -17,6 +17,7 @@ from .errors import (
     InvalidAnswer,
     RankerError,
 )
+from .judging import JudgeStats
 from .many import RerankFailure, arerank_many, rerank_many
 from .oracles import Oracle
 from .rankers import Ranker
@@ -26,7 +27,7 @@ from .types import Accounting, Candidate, RerankResult
 # The public contract (docs/contract.md); everything else is imported from its submodule.
 __all__ = [
     "DONE", "Accounting", "ActivePRPError", "Batch", "Candidate", "Comparator", "ComparatorAuthError",
-    "ComparatorError", "ComparatorRequestError", "ComparatorUnavailable", "InvalidAnswer", "Oracle", "Ranker",
-    "RankerError", "RerankFailure", "RerankResult", "RerankSettings", "Reranking", "SimulatedComparator",
+    "ComparatorError", "ComparatorRequestError", "ComparatorUnavailable", "InvalidAnswer", "JudgeStats", "Oracle",
+    "Ranker", "RankerError", "RerankFailure", "RerankResult", "RerankSettings", "Reranking", "SimulatedComparator",
     "arerank", "arerank_many", "rerank", "rerank_many",
 ]

@@ -96,6 +96,7 @@ def test_bundled_model_on_two_queries(corpus, tmp_path, capsys):
     assert {(q, d) for q, d, _, _ in run_pairs(out)} == {(q, d) for q, d, r, _ in run_pairs(run) if r <= 4}
     printed = capsys.readouterr().out
     assert "LLM calls:" in printed and "(ir-measures, 2 judged queries): input top 4" in printed  # not all 43
+    assert "judge (all queries): answers=" in printed and "soft_rate=1.0" in printed  # the bundled model: P(A)
 
 
 @pytest.fixture

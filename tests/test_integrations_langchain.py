@@ -159,6 +159,7 @@ def test_contextual_compression_retriever_traces_the_rerank_as_a_child(case):
     (run,) = _runs(cb)
     assert run.parent_run_id == cb.traced_runs[0].id  # nested under the retriever's run
     assert run.outputs["stats"]["top_k"] == 4 and run.outputs["stats"]["calls"] <= 30
+    assert run.outputs["stats"]["judge"]["answers"] == run.outputs["stats"]["calls"]
 
 
 def test_lcel_chain(case):

@@ -106,6 +106,7 @@ def test_200_concurrent_requests_are_all_answered_within_their_budgets():
         assert [r["index"] for r in out["results"]] == expected.order[: body["top_n"]]
         assert out["meta"]["activeprp"]["calls"] == expected.calls <= body["budget"]
         assert out["meta"]["activeprp"]["rounds"] <= body["max_rounds"]
+        assert out["meta"]["activeprp"]["judge"] == expected.judge.as_dict()  # this request's answers only
         spent += expected.calls
     assert judge.calls == spent
     rounds = sum(r.json()["meta"]["activeprp"]["rounds"] for r in responses)

@@ -33,6 +33,7 @@ from typing import Any, NamedTuple
 
 from ..comparators.base import Comparator, as_comparator
 from ..comparators.simulated import CALIBRATED_PARAMS, SimulatedComparator
+from ..judging import JudgeStats, pooled
 from ..many import DEFAULT_MAX_ACTIVE, RerankFailure, arerank_many, rerank_many
 from ..trecfiles import read_qrels, read_run_candidates, write_run
 from ..types import Candidate, RerankResult
@@ -45,20 +46,21 @@ RUNNERS = "activeprp.runners"  # entry-point group: name -> a function running m
 
 class Outcome(NamedTuple):
     """One query's rerank as the command uses it: ``order`` (indices into its candidates; None when it failed),
-    the LLM ``calls`` it spent, ``error`` (why it failed) and ``failure`` (why it degraded, with ``--on-failure
-    prior``)."""
+    the LLM ``calls`` it spent, ``error`` (why it failed), ``failure`` (why it degraded, with ``--on-failure
+    prior``) and ``judge`` (its ``JudgeStats``; None when it failed)."""
 
     order: list[int] | None
     calls: int
     error: str | None = None
     failure: str | None = None
+    judge: JudgeStats | None = None
 
     @classmethod
     def of(cls, item: RerankResult | RerankFailure) -> Outcome:
         if isinstance(item, RerankFailure):
             spent = getattr(item.error, "accounting", None)
             return cls(None, spent.calls if spent is not None else 0, item.reason)
-        return cls(item.order, item.calls, None, item.failure)
+        return cls(item.order, item.calls, None, item.failure, item.judge)
 
 
 def rerank_requests(requests: Sequence[Request], comparator: Any, args: argparse.Namespace,
@@ -113,7 +115,8 @@ def ray_outcomes(requests: Sequence[Request], factory: Callable[[], Any], args: 
                               use_async=args.comparator == "openai", settings=ranking_settings(args))
     except ImportError as err:
         raise InputError(str(err)) from None
-    done = {row["qid"]: Outcome(row["order"], row["calls"] or 0, row["error"], row["failure"]) for row in rows}
+    done = {row["qid"]: Outcome(row["order"], row["calls"] or 0, row["error"], row["failure"],
+                                JudgeStats(**row["judge"]) if row.get("judge") else None) for row in rows}
     return (done[qid] for qid, _, _ in requests)
 
 
@@ -255,6 +258,7 @@ class Written:
         self.calls: list[int] = []
         self.failed: list[str] = []
         self.degraded = 0
+        self.judges: list[JudgeStats | None] = []
 
     def ranked_lists(self, requests: Sequence[Request], outcomes: Iterable[Outcome], on_failure: str
                      ) -> Iterator[tuple[str, list[str]]]:
@@ -262,6 +266,7 @@ class Written:
         (written in its input order with ``on_failure="prior"``)."""
         for (qid, _, candidates), outcome in zip(requests, outcomes):
             self.calls.append(outcome.calls)
+            self.judges.append(outcome.judge)
             order = outcome.order
             if order is None:
                 self.failed.append(qid)
@@ -307,4 +312,5 @@ def main(args: argparse.Namespace) -> int:
     print(f"wrote {lines} lines ({len(written.reranked)} queries) to {args.out} in "
           f"{time.perf_counter() - started:.1f} s; LLM calls: {sum(calls)} total, at most {max(calls, default=0)} "
           "per query")
+    print(f"judge (all queries): {pooled(written.judges).summary()}")
     return report(args, requests, qrels, written)

@@ -104,7 +104,8 @@ class Routes:
 
     def meta(self, version: str, result: RerankResult, n: int) -> dict[str, Any]:
         stats = result.stats()
-        stats["judge"] = self.judge_block(result) if self.judge_block is not None else None
+        if self.judge_block is not None:  # default: the JudgeStats of result.stats()
+            stats["judge"] = self.judge_block(result)
         return {
             "api_version": {"version": version},
             "billed_units": {"search_units": max(1, math.ceil(n / SEARCH_UNIT_DOCUMENTS))},
