@@ -46,3 +46,290 @@ def build_auto_table(rows: Sequence[Row], source: str) -> dict:
              "values": cells[(budget, cap)]} for budget, cap in sorted(cells)]})
     return {"source": source, "metric": "nDCG@K (%), mean over collections of per-query means, then seeds; "
             "values: [nDCG, mean rounds, mean calls]", "rows": [f"{r}/{o}" for r, o in names], "settings": settings}
+
+
+# --- worst-case regret over a family of judges (issue 17, item 5) ------------------------------------------------
+
+Cell = tuple[int, int]  # (budget, max_rounds) as in the rows; -1 = no cap
+Scores = dict[str, dict[Cell, dict[str, float]]]  # judge -> cell -> "ranker/oracle" -> mean nDCG@K (%)
+
+#: Rows whose worst regret is within this many nDCG points of the smallest one count as equally good; along the
+#: budget axis the previous budget's choice is then kept (see ``regret_choice``). Half the issue's 0.5-point
+#: regret goal, and about the 95% CI half-width of a difference between two rows of one judge (97 queries).
+TOLERANCE = 0.25
+
+
+def _core(r: Row) -> bool:
+    return r.ranker in RANKERS and r.ranker != "auto" and r.oracle in ORACLES and r.oracle != "auto"
+
+
+def family_summaries(rows: Sequence[Row]) -> dict[tuple[int, int], dict[str, Summary]]:
+    """``(N, K) -> judge -> Summary`` of the core ranker x oracle rows of a family grid (``Row.judge``)."""
+    groups: dict[tuple[int, int], dict[str, list[Row]]] = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        if _core(r):
+            groups[(r.n, r.top_k)][r.judge].append(r)
+    return {nk: {j: Summary(rs, np.random.default_rng(0), resamples=1) for j, rs in sorted(by_j.items())}
+            for nk, by_j in sorted(groups.items())}
+
+
+def scores_of(summaries: dict[str, Summary]) -> Scores:
+    """Mean nDCG@K in % (macro over collections, then seeds) per judge, cell and ``ranker/oracle``."""
+    out: Scores = {}
+    for judge, s in summaries.items():
+        cells: dict[Cell, dict[str, float]] = defaultdict(dict)
+        for r, o, b, m in s.keys:
+            cells[(b, m)][f"{r}/{o}"] = 100 * s.ndcg[(r, o, b, m)][0]
+        out[judge] = dict(cells)
+    return out
+
+
+def regret(scores: Scores, judge: str, cell: Cell, name: str) -> float:
+    """The gap in nDCG points from ``name`` to the best row of ``judge`` at ``cell`` (>= 0)."""
+    row = scores[judge][cell]
+    return max(row.values()) - row[name]
+
+
+def worst_regret(scores: Scores, cell: Cell, name: str) -> tuple[float, str]:
+    """``(largest regret of name over the judges that measured cell, that judge)``."""
+    return max((regret(scores, j, cell, name), j) for j in scores if cell in scores[j])
+
+
+def _budget_key(b: int) -> tuple[bool, int]:
+    return (b < 0, b)  # no budget (-1) is the largest
+
+
+def _cells(scores: Scores) -> dict[int, list[Cell]]:
+    """Cap -> its cells along the budget axis, smallest budget first, no budget last."""
+    cells = {c for by_cell in scores.values() for c in by_cell}
+    return {m: sorted((c for c in cells if c[1] == m), key=lambda c: _budget_key(c[0]))
+            for m in sorted({c[1] for c in cells})}
+
+
+def _run(eligible: Sequence[set[str]], name: str, i: int) -> int:
+    """How many cells from ``i`` on in a row ``name`` stays eligible."""
+    return next((j - i for j in range(i, len(eligible)) if name not in eligible[j]), len(eligible) - i)
+
+
+def regret_choice(scores: Scores, tolerance: float = TOLERANCE) -> dict[Cell, str]:
+    """The ``ranker/oracle`` of each cell chosen by worst-case regret over the judges, with few changes along the
+    budget axis.
+
+    Rule: at each cell, the candidates are the rows measured on every judge that measured the cell; a row is
+    *eligible* when its worst regret (its largest gap to a judge's best row) is within ``tolerance`` points of
+    the smallest worst regret. Per round cap, walking up the budgets (no budget last), the previous budget's
+    choice is kept while it stays eligible; otherwise the eligible row that stays eligible over the longest run
+    of the following budgets is taken (ties: smaller worst regret here, then the name). This greedy makes the
+    fewest changes any choice of eligible rows can make.
+
+    Raises:
+        ValueError: a cell where no row was measured on every judge.
+    """
+    choice: dict[Cell, str] = {}
+    for cells in _cells(scores).values():
+        worst: list[dict[str, float]] = []
+        for cell in cells:
+            judges = [j for j in scores if cell in scores[j]]
+            common = set.intersection(*(set(scores[j][cell]) for j in judges))
+            if not common:
+                raise ValueError(f"no ranker/oracle row was measured on every judge at budget, cap {cell}")
+            worst.append({n: worst_regret(scores, cell, n)[0] for n in common})
+        eligible = [{n for n, w in ws.items() if w <= min(ws.values()) + tolerance + 1e-9} for ws in worst]
+
+        prev = None
+        for i, cell in enumerate(cells):
+            if prev not in eligible[i]:
+                prev = min(eligible[i], key=lambda n: (-_run(eligible, n, i), worst[i][n], n))
+            choice[cell] = prev
+    return choice
+
+
+def lojo_regret(scores: Scores, tolerance: float = TOLERANCE) -> dict[str, dict[Cell, float]]:
+    """Leave-one-judge-out regret: for each judge j, the choice made from the other judges (``regret_choice``),
+    evaluated on j at every cell j measured. Needs at least two judges (ValueError otherwise)."""
+    if len(scores) < 2:
+        raise ValueError("leave-one-judge-out needs at least two judges")
+    out: dict[str, dict[Cell, float]] = {}
+    for j in scores:
+        choice = regret_choice({i: s for i, s in scores.items() if i != j}, tolerance)
+        out[j] = {c: regret(scores, j, c, n) for c, n in choice.items() if c in scores[j] and n in scores[j][c]}
+    return out
+
+
+def choice_changes(choice: dict[Cell, str]) -> dict[int, int]:
+    """Per round cap, how many times the chosen row changes along the budget axis (no budget last)."""
+    out = {}
+    for m in sorted({c[1] for c in choice}):
+        seq = [choice[c] for c in sorted((c for c in choice if c[1] == m), key=lambda c: _budget_key(c[0]))]
+        out[m] = sum(a != b for a, b in zip(seq, seq[1:]))
+    return out
+
+
+def table_choice(table: dict, n: int, k: int, cells: Sequence[Cell]) -> dict[Cell, str]:
+    """What ``auto``/``auto`` resolves to under ``table`` (``activeprp_core.rankers.auto.choose``) per cell."""
+    from activeprp_core.rankers.auto import choose
+
+    def cap(v: int) -> int | None:
+        return None if v < 0 else v
+
+    return {c: "/".join(choose(n, k, cap(c[0]), cap(c[1]), table=table)) for c in cells}
+
+
+def build_regret_table(rows: Sequence[Row], source: str, tolerance: float = TOLERANCE,
+                       base: dict | None = None) -> dict:
+    """The ``auto_table.json`` content built from family grid rows (``Row.judge`` set) by ``regret_choice``.
+
+    Each cell of the family grid stores its chosen row in ``choice`` (read by ``auto.choose`` for
+    ``auto``/``auto``), its worst regret in ``worst_regret`` and, per row measured on every judge, ``values`` =
+    [mean over judges of nDCG %, of mean rounds, of mean calls] (used when the ranker or the oracle is fixed).
+    Settings and cells of ``base`` (a table in the same layout) that the family grid did not measure are kept
+    as they are, their values moved onto the union of row names.
+
+    Raises:
+        ValueError: no core row, or a cell without a row measured on every judge.
+    """
+    fams = family_summaries(rows)
+    if not fams:
+        raise ValueError("no grid rows of a core ranker and oracle to build the auto table from")
+    names = sorted({n for s in fams.values() for sc in scores_of(s).values() for c in sc.values() for n in c}
+                   | set((base or {}).get("rows", [])))
+    settings: dict[tuple[int, int], dict] = {}
+    for (n, k), summaries in fams.items():
+        scores = scores_of(summaries)
+        choice = regret_choice(scores, tolerance)
+        cells = []
+        for cell in sorted(choice, key=lambda c: (_budget_key(c[0]), _budget_key(c[1]))):
+            b, m = cell
+            judged = [(j, s) for j, s in summaries.items() if cell in scores[j]]
+            values: list = [None] * len(names)
+            for name in set.intersection(*(set(scores[j][cell]) for j, _ in judged)):
+                key = (*name.split("/"), b, m)
+                values[names.index(name)] = [round(float(np.mean([100 * s.ndcg[key][0] for _, s in judged])), 2),
+                                             round(float(np.mean([s.rounds[key] for _, s in judged])), 1),
+                                             round(float(np.mean([s.calls[key] for _, s in judged])))]
+            cells.append({"budget_per_n": None if b < 0 else round(b / n, 4), "max_rounds": None if m < 0 else m,
+                          "values": values, "choice": choice[cell],
+                          "worst_regret": round(worst_regret(scores, cell, choice[cell])[0], 2)})
+        settings[(n, k)] = {"n": n, "k": k, "cells": cells}
+    for s in (base or {}).get("settings", []):
+        old_names = base["rows"]
+        kept = settings.setdefault((s["n"], s["k"]), {"n": s["n"], "k": s["k"], "cells": []})
+        have = {(c["budget_per_n"], c["max_rounds"]) for c in kept["cells"]}
+        for c in s["cells"]:
+            if (c["budget_per_n"], c["max_rounds"]) not in have:
+                moved = dict(zip(old_names, c["values"]))
+                kept["cells"].append({**c, "values": [moved.get(name) for name in names]})
+        kept["cells"].sort(key=lambda c: (c["budget_per_n"] is None, c["budget_per_n"] or 0,
+                                          c["max_rounds"] is None, c["max_rounds"] or 0))
+    metric = ("cells with 'choice': the row chosen by worst-case regret over a family of judges (tolerance "
+              f"{tolerance} nDCG points, kept along the budget axis); values: [nDCG %, mean rounds, mean calls], "
+              "means over the judges (cells without 'choice': the base table's values)")
+    return {"source": source, "metric": metric, "rows": names,
+            "settings": [settings[nk] for nk in sorted(settings)]}
+
+
+def _b(v: int) -> str:
+    return "none" if v < 0 else str(v)
+
+
+def _ci(summaries: dict[str, Summary], judge: str, cell: Cell, best: str, name: str, rng) -> str:
+    """``regret [low, high]``: paired bootstrap over queries (within each collection, macro mean) of the judge's
+    best row minus ``name`` at ``cell``."""
+    from .stats import macro_diff_ci
+
+    s = summaries[judge]
+    a, b = s.per_query[(*best.split("/"), *cell)], s.per_query[(*name.split("/"), *cell)]
+    diffs = [[100 * (a[q] - b[q]) for q in a if q[0] == coll] for coll in sorted({q[0] for q in a})]
+    mean, low, high = macro_diff_ci(diffs, rng)
+    return f"{mean:.2f} [{low:.2f}, {high:.2f}]"
+
+
+def _regret_or_nan(scores: Scores, judge: str, cell: Cell, name: str) -> float:
+    return regret(scores, judge, cell, name) if name in scores[judge].get(cell, {}) else float("nan")
+
+
+def _worst_of(reg: dict[Cell, float], cells: Sequence[Cell]) -> tuple[float, Cell | None]:
+    vals = [(reg[c], c) for c in cells if c in reg and reg[c] == reg[c]]
+    return max(vals, default=(float("nan"), None))
+
+
+def regret_report(rows: Sequence[Row], tolerance: float = TOLERANCE, reference: dict | None = None,
+                  goal_budgets_per_n: Sequence[float] = (1.0, 1.5, 2.5, 5.0), seed: int = 0) -> str:
+    """Markdown: per (N, K) setting of a family grid, the regret-built choice per cell with its worst and
+    leave-one-judge-out (LOJO) regret, what ``reference`` (an auto table; default the shipped one) resolves to
+    and its regret, per-judge worst regrets with paired bootstrap CIs over queries (10k resamples, 95%), the
+    choice changes along the budget axis, the best single-row policies and the largest drop of the chosen row's
+    nDCG as the budget grows (per judge). ``goal_budgets_per_n``: the budgets (as B/N) of the "goal" columns."""
+    from activeprp_core.rankers.auto import load_table
+
+    reference = reference or load_table()
+    rng = np.random.default_rng(seed)
+    parts = []
+    for (n, k), summaries in family_summaries(rows).items():
+        scores = scores_of(summaries)
+        judges = list(scores)
+        choice = regret_choice(scores, tolerance)
+        lojo = lojo_regret(scores, tolerance) if len(judges) > 1 else {}
+        today = table_choice(reference, n, k, list(choice))
+        goal = [c for c in choice if c[0] > 0 and round(c[0] / n, 4) in goal_budgets_per_n]
+
+        parts.append(f"## N={n}, K={k}: {len(judges)} judges ({', '.join(judges)}), nDCG@{k} points\n\n"
+                     f"Rule: worst-case regret over the judges, tolerance {tolerance}, previous budget's choice "
+                     "kept while eligible (`activeprp_bench.autotable.regret_choice`). `today` = what the "
+                     "reference auto table resolves to. Regret = the judge's best row minus the chosen row; "
+                     "worst = max over judges [that judge]; LOJO = the choice made without judge j, evaluated on "
+                     "j, max over j.\n")
+        lines = ["| cap | B | today | today worst | regret choice | worst | LOJO worst |",
+                 "|---|---:|---|---:|---|---:|---:|"]
+        for cell in sorted(choice, key=lambda c: (_budget_key(c[1]), _budget_key(c[0]))):
+            tw = max(((_regret_or_nan(scores, j, cell, today[cell]), j) for j in judges if cell in scores[j]),
+                     default=(float("nan"), ""))
+            w, wj = worst_regret(scores, cell, choice[cell])
+            lw = max(((lojo[j][cell], j) for j in lojo if cell in lojo[j]), default=(float("nan"), ""))
+            lines.append(f"| {_b(cell[1])} | {_b(cell[0])} | {today[cell]} | {tw[0]:.2f} [{tw[1]}] | "
+                         f"{choice[cell]} | {w:.2f} [{wj}] | {lw[0]:.2f} [{lw[1]}] |")
+        parts.append("\n".join(lines))
+        ch_new, ch_today = choice_changes(choice), choice_changes(today)
+        parts.append("Choice changes along the budget axis per cap: " + ", ".join(
+            f"cap {_b(m)}: today {ch_today[m]}, regret-built {ch_new[m]}" for m in ch_new))
+        # per judge: worst over all cells and over the goal cells, with the CI at the worst cell
+        lines = [f"| judge | today worst (all cells) | today worst, goal cells B/N in {list(goal_budgets_per_n)} "
+                 "[CI] | LOJO worst (all cells) | LOJO worst, goal cells [CI] |", "|---|---:|---:|---:|---:|"]
+        for j in judges:
+            treg = {c: _regret_or_nan(scores, j, c, today[c]) for c in choice if c in scores[j]}
+            cols = []
+            for reg, names in ((treg, today), (lojo.get(j, {}), None)):
+                a, _ = _worst_of(reg, list(reg))
+                g, gc = _worst_of(reg, goal)
+                if gc is None:
+                    cols += [f"{a:.2f}", "-"]
+                    continue
+                name = names[gc] if names else regret_choice({i: s for i, s in scores.items() if i != j},
+                                                             tolerance)[gc]
+                best = max(scores[j][gc], key=scores[j][gc].get)
+                cols += [f"{a:.2f}", f"{_ci(summaries, j, gc, best, name, rng)} at B={_b(gc[0])} cap {_b(gc[1])}"]
+            lines.append(f"| {j} | " + " | ".join(cols) + " |")
+        parts.append("\n".join(lines))
+        # single rows used everywhere, against the table
+        common = set.intersection(*(set(scores[j][c]) for j in judges for c in choice if c in scores[j]))
+        fixed = sorted((max(worst_regret(scores, c, name)[0] for c in goal or choice),
+                        max(worst_regret(scores, c, name)[0] for c in choice), name) for name in common)[:5]
+        parts.append("Single rows used in every cell (worst regret over the judges; goal cells, all cells): " +
+                     "; ".join(f"{name} {g:.2f}, {a:.2f}" for g, a, name in fixed) +
+                     f". Regret-built table: {max(worst_regret(scores, c, choice[c])[0] for c in goal or choice):.2f},"
+                     f" {max(worst_regret(scores, c, choice[c])[0] for c in choice):.2f}.")
+        # monotone quality: largest drop of the default's nDCG as B grows within the goal range, per judge
+        drops = []
+        for label, pick in (("today", today), ("regret-built", choice)):
+            worst_drop = (0.0, "", -1)
+            for m, cells in _cells(scores).items():
+                span = [c for c in cells if c[0] > 0 and min(goal_budgets_per_n) <= c[0] / n <= max(
+                    goal_budgets_per_n)]
+                for j in judges:
+                    vals = [scores[j][c].get(pick[c], float("nan")) for c in span if c in scores[j]]
+                    drop = max((a - b for i, a in enumerate(vals) for b in vals[i + 1:]), default=0.0)
+                    worst_drop = max(worst_drop, (drop, j, m))
+            drops.append(f"{label} {worst_drop[0]:.2f} [{worst_drop[1]}, cap {_b(worst_drop[2])}]")
+        parts.append(f"Largest fall of the default's nDCG@{k} as B grows over B/N {min(goal_budgets_per_n)}-"
+                     f"{max(goal_budgets_per_n)} (any judge, any cap): " + ", ".join(drops) + ".")
+    return "\n\n".join(parts) + "\n"

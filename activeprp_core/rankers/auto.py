@@ -7,9 +7,12 @@ the file's ``source`` and in ``benchmarks/results/README.md``). Its layout::
     {"source": str, "metric": str, "rows": ["ranker/oracle", ...],
      "settings": [{"n": N, "k": K,
                    "cells": [{"budget_per_n": float | null, "max_rounds": int | null,
-                              "values": [[ndcg_percent, mean_rounds, mean_calls] | null, ...]}]}]}
+                              "values": [[ndcg_percent, mean_rounds, mean_calls] | null, ...],
+                              "choice": "ranker/oracle" (optional), "worst_regret": float (optional)}]}]}
 
-(``values[i]`` belongs to ``rows[i]``; null where the grid did not run that row.)
+(``values[i]`` belongs to ``rows[i]``; null where the grid did not run that row. ``choice``, where present, is
+the row chosen by worst-case regret over a family of judges (``activeprp_bench.autotable.regret_choice``); it
+wins whenever it fits the ranker/oracle asked for.)
 
 ``choose`` reads the cell nearest to the request and takes the best measured row; nothing in this module is a
 hand-set threshold.
@@ -66,7 +69,8 @@ def choose(n: int, k: int, budget: int | None, max_rounds: int | None, ranker: A
 
     Lookup: the (N, K) setting nearest in log scale; the largest measured budget/N <= budget/N and the largest
     measured round cap <= max_rounds (the smallest when below all; unlimited maps to the unlimited column);
-    then the row with the highest nDCG, ties to fewer rounds, then fewer calls. An oracle outside the table
+    then the cell's ``choice`` when it fits, else the row with the highest nDCG, ties to fewer rounds, then fewer
+    calls. An oracle outside the table
     (e.g. ``single`` or an ``Oracle`` instance) is matched by its calls per pair: one call reads the
     ``randomized`` rows, two the ``bidirectional`` ones; a ranker outside the table reads every row.
 
@@ -84,7 +88,8 @@ def choose(n: int, k: int, budget: int | None, max_rounds: int | None, ranker: A
     ratio = None if budget is None else budget / max(n, 1)
     per_n = _floor([c["budget_per_n"] for c in cells], ratio)
     cap = _floor([c["max_rounds"] for c in cells if c["budget_per_n"] == per_n], max_rounds)
-    values = next(c for c in cells if c["budget_per_n"] == per_n and c["max_rounds"] == cap)["values"]
+    cell = next(c for c in cells if c["budget_per_n"] == per_n and c["max_rounds"] == cap)
+    values = cell["values"]
     entries = [(key.split("/"), value) for key, value in zip(table["rows"], values) if value is not None]
     if ranker != AUTO and any(r == _name(ranker) for (r, _), _ in entries):
         entries = [e for e in entries if e[0][0] == _name(ranker)]
@@ -93,7 +98,8 @@ def choose(n: int, k: int, budget: int | None, max_rounds: int | None, ranker: A
         if not any(o == name for (_, o), _ in entries):
             name = "bidirectional" if getattr(oracle, "calls_per_pair", 1) > 1 else "randomized"
         entries = [e for e in entries if e[0][1] == name]
-    (best_ranker, best_oracle), _ = max(entries, key=lambda e: (e[1][0], -e[1][1], -e[1][2]))
+    chosen = [e for e in entries if "/".join(e[0]) == cell.get("choice")]
+    (best_ranker, best_oracle), _ = chosen[0] if chosen else max(entries, key=lambda e: (e[1][0], -e[1][1], -e[1][2]))
     return (best_ranker if ranker == AUTO else ranker), (best_oracle if oracle == AUTO else oracle)
 
 
