@@ -5,7 +5,7 @@ core ranker x oracle."""
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -144,14 +144,34 @@ def regret_choice(scores: Scores, tolerance: float = TOLERANCE) -> dict[Cell, st
     return choice
 
 
-def lojo_regret(scores: Scores, tolerance: float = TOLERANCE) -> dict[str, dict[Cell, float]]:
-    """Leave-one-judge-out regret: for each judge j, the choice made from the other judges (``regret_choice``),
-    evaluated on j at every cell j measured. Needs at least two judges (ValueError otherwise)."""
+def single_row_choice(scores: Scores) -> dict[Cell, str]:
+    """One ``ranker/oracle`` per round cap for every budget: the row (measured on every judge at every cell of
+    that cap) whose largest worst regret over the cap's cells is smallest (ties: the name). No change along the
+    budget axis at all. Raises ValueError where no row was measured everywhere."""
+    choice: dict[Cell, str] = {}
+    for cells in _cells(scores).values():
+        common = set.intersection(*(set(scores[j][c]) for c in cells for j in scores if c in scores[j]))
+        if not common:
+            raise ValueError(f"no ranker/oracle row was measured on every judge at every budget of cap {cells[0][1]}")
+        best = min(sorted(common), key=lambda n: max(worst_regret(scores, c, n)[0] for c in cells))
+        choice.update({c: best for c in cells})
+    return choice
+
+
+Rule = Callable[[Scores], dict[Cell, str]]
+
+
+def lojo_regret(scores: Scores, tolerance: float = TOLERANCE, rule: Rule | None = None
+                ) -> dict[str, dict[Cell, float]]:
+    """Leave-one-judge-out regret: for each judge j, the choice made from the other judges (``rule``, default
+    ``regret_choice`` at ``tolerance``), evaluated on j at every cell j measured. Needs at least two judges
+    (ValueError otherwise)."""
     if len(scores) < 2:
         raise ValueError("leave-one-judge-out needs at least two judges")
+    rule = rule or (lambda s: regret_choice(s, tolerance))
     out: dict[str, dict[Cell, float]] = {}
     for j in scores:
-        choice = regret_choice({i: s for i, s in scores.items() if i != j}, tolerance)
+        choice = rule({i: s for i, s in scores.items() if i != j})
         out[j] = {c: regret(scores, j, c, n) for c, n in choice.items() if c in scores[j] and n in scores[j][c]}
     return out
 
@@ -253,6 +273,42 @@ def _worst_of(reg: dict[Cell, float], cells: Sequence[Cell]) -> tuple[float, Cel
     return max(vals, default=(float("nan"), None))
 
 
+def largest_fall(scores: Scores, pick: dict[Cell, str], span: tuple[float, float]) -> tuple[float, str, str]:
+    """The largest fall of the picked row's nDCG as the budget grows within ``span`` (min, max budget), over
+    judges and caps: ``(points, judge, cap)``; 0 when it never falls."""
+    worst = (0.0, "", "none")
+    for m, cells in _cells(scores).items():
+        cells = [c for c in cells if c[0] > 0 and span[0] <= c[0] <= span[1]]
+        for j in scores:
+            vals = [scores[j][c].get(pick[c], float("nan")) for c in cells if c in scores[j]]
+            fall = max((a - b for i, a in enumerate(vals) for b in vals[i + 1:]), default=0.0)
+            worst = max(worst, (fall, j, _b(m)))
+    return worst
+
+
+def rules_tried(scores: Scores, goal: Sequence[Cell], span: tuple[float, float], tolerance: float = TOLERANCE,
+                tolerances: Sequence[float] = (0.0, 0.25, 0.5, 1.0)) -> str:
+    """Markdown table comparing choice rules on one (N, K) setting: ``regret_choice`` at several tolerances
+    and ``single_row_choice``; per rule its changes along the budget axis, its in-sample worst regret and its
+    leave-one-judge-out worst regret (goal cells and all cells) and its largest fall as B grows in ``span``."""
+    rules: dict[str, Rule] = {f"regret_choice, tolerance {t}{' (shipped)' if t == tolerance else ''}":
+                              (lambda s, t=t: regret_choice(s, t)) for t in dict.fromkeys([*tolerances, tolerance])}
+    rules["single_row_choice (one row per cap)"] = single_row_choice
+    lines = ["Rules tried (worst = max over judges and cells of the regret, nDCG points; LOJO = the rule applied "
+             "without judge j, evaluated on j):", "",
+             "| rule | changes per cap | worst, goal cells | LOJO worst, goal cells | LOJO worst, all cells "
+             "| largest fall, goal B range |", "|---|---|---:|---:|---:|---:|"]
+    for label, rule in rules.items():
+        choice, lojo = rule(scores), lojo_regret(scores, rule=rule)
+        changes = ", ".join(f"{_b(m)}: {c}" for m, c in choice_changes(choice).items())
+        worst_goal = max(worst_regret(scores, c, choice[c])[0] for c in goal or choice)
+        lojo_goal = max((r for reg in lojo.values() for c, r in reg.items() if c in goal), default=float("nan"))
+        lojo_all = max(r for reg in lojo.values() for r in reg.values())
+        lines.append(f"| {label} | {changes} | {worst_goal:.2f} | {lojo_goal:.2f} | {lojo_all:.2f} | "
+                     f"{largest_fall(scores, choice, span)[0]:.2f} |")
+    return "\n".join(lines)
+
+
 def regret_report(rows: Sequence[Row], tolerance: float = TOLERANCE, reference: dict | None = None,
                   goal_budgets_per_n: Sequence[float] = (1.0, 1.5, 2.5, 5.0), seed: int = 0) -> str:
     """Markdown: per (N, K) setting of a family grid, the regret-built choice per cell with its worst and
@@ -318,18 +374,11 @@ def regret_report(rows: Sequence[Row], tolerance: float = TOLERANCE, reference: 
                      "; ".join(f"{name} {g:.2f}, {a:.2f}" for g, a, name in fixed) +
                      f". Regret-built table: {max(worst_regret(scores, c, choice[c])[0] for c in goal or choice):.2f},"
                      f" {max(worst_regret(scores, c, choice[c])[0] for c in choice):.2f}.")
-        # monotone quality: largest drop of the default's nDCG as B grows within the goal range, per judge
-        drops = []
-        for label, pick in (("today", today), ("regret-built", choice)):
-            worst_drop = (0.0, "", -1)
-            for m, cells in _cells(scores).items():
-                span = [c for c in cells if c[0] > 0 and min(goal_budgets_per_n) <= c[0] / n <= max(
-                    goal_budgets_per_n)]
-                for j in judges:
-                    vals = [scores[j][c].get(pick[c], float("nan")) for c in span if c in scores[j]]
-                    drop = max((a - b for i, a in enumerate(vals) for b in vals[i + 1:]), default=0.0)
-                    worst_drop = max(worst_drop, (drop, j, m))
-            drops.append(f"{label} {worst_drop[0]:.2f} [{worst_drop[1]}, cap {_b(worst_drop[2])}]")
+        span = (min(goal_budgets_per_n) * n, max(goal_budgets_per_n) * n)
+        drops = [f"{label} " + "{:.2f} [{}, cap {}]".format(*largest_fall(scores, pick, span))
+                 for label, pick in (("today", today), ("regret-built", choice))]
         parts.append(f"Largest fall of the default's nDCG@{k} as B grows over B/N {min(goal_budgets_per_n)}-"
                      f"{max(goal_budgets_per_n)} (any judge, any cap): " + ", ".join(drops) + ".")
+        if len(judges) > 1:
+            parts.append(rules_tried(scores, goal, span, tolerance))
     return "\n\n".join(parts) + "\n"

@@ -148,9 +148,17 @@ def _grid(args) -> int:
             n = min(len(c.candidates[q]) for c in colls for q in c.qids)
             budgets = [None if b is None else max(1, round(b * n / 100)) for b in dict.fromkeys(budgets)]
         seeds = {"bidirectional": [0], "single": [0], "randomized": list(range(args.seeds))}
-        rows = [row for judge in _judges(args) or [""] for row in run_grid(
-            colls, _comparator_for(args, out, judge), args.rankers, args.oracles, budgets, seeds, args.top_k,
-            progress=not args.no_progress, max_rounds=args.max_rounds, judge=judge)]
+        judges = _judges(args)
+        if judges:  # the family grid: worker processes, rows cached per judge x ranker x oracle
+            from .family import run_family_grid
+
+            rows = run_family_grid(args.data, args.collections, judges, args.rankers, args.oracles, budgets,
+                                   args.max_rounds, seeds, top_k=args.top_k, queries=args.queries, depth=args.depth,
+                                   judge_seed=args.judge_seed, cache=args.rows_cache or out / "rows_cache",
+                                   jobs=args.jobs, refresh=args.refresh)
+        else:
+            rows = run_grid(colls, _comparator_for(args, out), args.rankers, args.oracles, budgets, seeds,
+                            args.top_k, progress=not args.no_progress, max_rounds=args.max_rounds)
         write_csv(rows, out / "rows.csv.gz")
         (out / "config.json").write_text(json.dumps({"argv": sys.argv[1:], "budgets": budgets, **{
             k: v for k, v in vars(args).items() if k != "func"}}, indent=1, default=str))
@@ -369,6 +377,12 @@ def add_parser(subparsers) -> None:
     grid.add_argument("--compare", nargs="*", default=[], metavar="A:B",
                       help="cells compared by paired bootstrap, each ranker/oracle/budget/max_rounds (-1 = no cap; "
                            "ranker 'best' = the best non-auto row at that budget and cap)")
+    grid.add_argument("--jobs", type=_count(), default=1,
+                      help="with --judge/--judges: worker processes, one judge x ranker x oracle each (default 1)")
+    grid.add_argument("--rows-cache", help="with --judge/--judges: directory of cached rows, one JSON file per judge "
+                      "x ranker x oracle; only cells not stored are computed (default OUT/rows_cache)")
+    grid.add_argument("--refresh", nargs="+", default=[], metavar="NAME",
+                      help="with --rows-cache: judge or oracle names whose cached rows are recomputed")
     grid.set_defaults(func=_grid)
     cal = modes.add_parser("calibrate", parents=[common], help="fit the simulator to the paper's judge")
     cal.add_argument("--pair-noise", type=float, default=0.5)

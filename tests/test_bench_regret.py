@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import gzip
+import json
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,7 @@ from activeprp_bench.autotable import (
     lojo_regret,
     regret_choice,
     regret_report,
+    single_row_choice,
     worst_regret,
 )
 from activeprp_bench.datasets import load_noveleval
@@ -146,3 +148,46 @@ def test_bench_judge_errors_are_usage_errors(tmp_path, capsys):
                            (["--judges", "family", "--comparator", "bundled"], "drop --comparator bundled")):
         assert main([*base, *extra]) == 2
         assert message in capsys.readouterr().err
+
+
+def test_single_row_choice_keeps_one_row_per_cap_and_lojo_takes_any_rule():
+    cells = {50: {"a": 60.0, "b": 59.0}, 100: {"a": 61.0, "b": 63.0}, -1: {"a": 65.0, "b": 64.5}}
+    scores = {"x": {(b, 6): row for b, row in cells.items()},
+              "y": {(b, 6): {n: v + (3.0 if n == "a" else 0.0) for n, v in row.items()} for b, row in cells.items()}}
+    # per-cell minimax takes a, b, a (2 changes); one row per cap: a's worst 2.0 (x, B=100) beats b's 4.0 (y, B=50)
+    assert [regret_choice(scores, 0.0)[(b, 6)] for b in (50, 100, -1)] == ["a", "b", "a"]
+    assert set(single_row_choice(scores).values()) == {"a"} and choice_changes(single_row_choice(scores)) == {6: 0}
+    lojo = lojo_regret(scores, rule=single_row_choice)
+    # without y, x alone picks b (worst 1.0 against a's 2.0), which costs y 4, 1 and 3.5; without x, y picks a
+    assert lojo["y"] == {(50, 6): 4.0, (100, 6): 1.0, (-1, 6): 3.5}
+    assert lojo["x"] == {(50, 6): 0.0, (100, 6): 2.0, (-1, 6): 0.0}
+
+
+@needs_data
+def test_family_grid_caches_rows_per_unit_and_matches_run_grid(tmp_path):
+    from activeprp_bench.family import run_family_grid
+
+    args = dict(data=str(DATA), collections=["noveleval"], judges=["strong-bias", "ql-like"], rankers=["mohajer"],
+                oracles=["randomized"], budgets=[20, None], caps=[None], seeds={"randomized": [0]}, queries=3,
+                cache=tmp_path)
+    rows = run_family_grid(**args, jobs=2)
+    coll = load_noveleval(DATA / "noveleval").subset(3, None)
+    for judge in ("strong-bias", "ql-like"):
+        direct = run_grid([coll], comparator_for(judge), ["mohajer"], ["randomized"], [20, None],
+                          {"randomized": [0]}, progress=False, judge=judge)
+        assert [(r.qid, r.budget, r.ndcg10, r.calls) for r in rows if r.judge == judge] == [
+            (r.qid, r.budget, r.ndcg10, r.calls) for r in direct]
+    # a stored cell is read back, not recomputed (the doctored value comes back); a new budget is computed
+    path = tmp_path / "ql-like" / "mohajer__randomized.json"
+    stored = json.loads(path.read_text())
+    stored["cells"]["20/-1/0"][0]["ndcg10"] = 7.0
+    path.write_text(json.dumps(stored))
+    again = run_family_grid(**{**args, "budgets": [20, 30]})
+    assert [r.ndcg10 for r in again if r.judge == "ql-like"][0] == 7.0
+    assert {r.budget for r in again} == {20, 30}
+    # refresh recomputes that judge; another setting (more queries) is not read from the old file
+    fresh = run_family_grid(**args, refresh=["ql-like"])
+    assert [r.ndcg10 for r in fresh if r.judge == "ql-like"][0] != 7.0
+    assert len(run_family_grid(**{**args, "queries": 4})) == 2 * 2 * 4
+    with pytest.raises(ValueError, match="jobs"):
+        run_family_grid(**args, jobs=0)
