@@ -135,7 +135,7 @@ def _report(rows, out: Path, seed: int, paper: bool, paired: list[str], top_k: i
 
 
 def _grid(args) -> int:
-    from .grid import read_csv, run_grid, write_csv
+    from .grid import SLIM_COLUMNS, read_csv, run_grid, write_csv
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -159,7 +159,7 @@ def _grid(args) -> int:
         else:
             rows = run_grid(colls, _comparator_for(args, out), args.rankers, args.oracles, budgets, seeds,
                             args.top_k, progress=not args.no_progress, max_rounds=args.max_rounds)
-        write_csv(rows, out / "rows.csv.gz")
+        write_csv(rows, out / "rows.csv.gz", SLIM_COLUMNS if judges else None)
         (out / "config.json").write_text(json.dumps({"argv": sys.argv[1:], "budgets": budgets, **{
             k: v for k, v in vars(args).items() if k != "func"}}, indent=1, default=str))
     baseline = _baseline(args) if not args.from_csv else ""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import csv
 import gzip
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -145,13 +145,20 @@ def _open(path: str | Path, mode: str):
     return gzip.open(path, mode + "t", newline="") if str(path).endswith(".gz") else open(path, mode, newline="")
 
 
-def write_csv(rows: Sequence[Row], path: str | Path) -> None:
-    """Write the per-query rows as CSV (header = ``Row`` fields); gzip-compressed when ``path`` ends in .gz."""
+#: The columns a family grid keeps (``write_csv(..., columns=SLIM_COLUMNS)``): enough for every table and CI.
+SLIM_COLUMNS = ("judge", "collection", "qid", "ranker", "oracle", "budget", "max_rounds", "seed", "n", "top_k",
+                "ndcg10", "calls", "comparisons", "rounds", "resolved")
+
+
+def write_csv(rows: Sequence[Row], path: str | Path, columns: Sequence[str] | None = None) -> None:
+    """Write the per-query rows as CSV (header = ``Row`` fields, or only ``columns``: ``read_csv`` gives the
+    others their defaults); gzip-compressed when ``path`` ends in .gz."""
     Path(path).parent.mkdir(parents=True, exist_ok=True)
+    names = list(columns or Row.__dataclass_fields__)
     with _open(path, "w") as f:
-        writer = csv.DictWriter(f, fieldnames=list(Row.__dataclass_fields__))
+        writer = csv.DictWriter(f, fieldnames=names)
         writer.writeheader()
-        writer.writerows(asdict(r) for r in rows)
+        writer.writerows({k: getattr(r, k) for k in names} for r in rows)
 
 
 def read_csv(path: str | Path) -> list[Row]:
