@@ -18,6 +18,7 @@ from .errors import (
     InvalidAnswer,
     RankerError,
 )
+from .judging import JudgeStats
 from .many import RerankFailure, arerank_many, rerank_many
 from .oracles import (
     ORACLES,
@@ -38,6 +39,7 @@ __all__ = [
     "ComparatorRequestError", "ComparatorUnavailable", "InvalidAnswer", "Judgment", "Oracle",
     "RandomizedDirectionOracle", "RankContext", "Ranker", "RankerError", "RerankFailure", "RerankResult",
     "RerankSettings",
+    "JudgeStats",
     "Reranking", "SimulatedComparator", "SingleDirectionOracle", "SupportsCompare", "arerank", "arerank_many",
     "as_comparator", "get_oracle", "get_ranker", "rerank", "rerank_many"
 ]

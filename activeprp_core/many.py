@@ -29,6 +29,7 @@ from .budget import check_count
 from .comparators.base import CallGuard, Comparator, SupportsCompare, as_comparator
 from .engine import Batch, Estimator, Reranking, blocking, guard_for, iterate_blocking
 from .errors import ComparatorAuthError
+from .judging import JudgeTally
 from .settings import RerankSettings
 from .types import Accounting, Candidate, Judgment, RerankResult, to_judgments
 
@@ -70,7 +71,7 @@ class _Window:
         self.source = enumerate(requests)
         self.settings, self.estimator, self.max_active, self.guard = settings, estimator, max_active, guard
         self.items: dict[int, Reranking | RerankResult | RerankFailure] = {}
-        self.next_out = 0
+        self.next_out, self.judge = 0, JudgeTally()  # judge: the comparator's answers so far, for every query
         self.input_left = True
         self.bar = _progress_bar(requests, progress)
 
@@ -96,7 +97,8 @@ class _Window:
             if not isinstance(own, Mapping) or set(own) - set(PER_REQUEST):
                 raise TypeError(f"request {index}: its settings must be a dict with keys among {PER_REQUEST}")
             settings = RerankSettings.of(self.settings, **own) if own else self.settings
-            return self._finish(index, Reranking(request[0], request[1], settings, estimator=self.estimator))
+            reranking = Reranking(request[0], request[1], settings, estimator=self.estimator, prior_answers=self.judge)
+            return self._finish(index, reranking)
         except Exception as error:
             return RerankFailure(index, query, error)
 

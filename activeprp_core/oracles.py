@@ -17,6 +17,7 @@ import random
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 
+from .judging import Answers, gate, margin_of
 from .registry import resolve
 
 Prompt = tuple[int, int]
@@ -53,6 +54,12 @@ class Oracle(ABC):
     def outcome(self, i: int, j: int, answers: Mapping[Prompt, float | None]) -> float | None:
         """P(i beats j) from the recorded answers, or None when unknown."""
 
+    def reask(self, i: int, j: int, answers: Mapping[Prompt, float | None]) -> list[Prompt]:
+        """Ordered prompts to ask after this round's answers, before its outcome is read (none by default; the
+        ``adaptive`` oracle asks the other slot order of an unreliable single answer). The engine sends them as a
+        further batch when the caps allow it, never as a new comparison."""
+        return []
+
     def question(self, pair: tuple[int, int], known: Known, rng: random.Random) -> list[Prompt]:
         """The ordered prompts still to be asked for one question of a round: ``prompts(i, j, ...)`` for a plain
         pair, the slot orders not yet ``known`` for a ``BothOrders`` pair."""
@@ -65,25 +72,27 @@ class Oracle(ABC):
         return f"{type(self).__name__}()"
 
 
-def _both_orders(p1: float, p2: float) -> float:
+def _both_orders(p1: float, p2: float, margin: float = 0.0) -> float:
     """P(i beats j) from LLM(i, j) = ``p1`` and LLM(j, i) = ``p2`` (each P(first slot preferred)): i wins iff
-    both prefer i; inconsistent answers or an exact 0.5 are a tie, 0.5 (the bidirectional rule)."""
-    if p1 > 0.5 and p2 < 0.5:
-        return 1.0
-    if p1 < 0.5 and p2 > 0.5:
-        return 0.0
+    both prefer i; inconsistent answers or an exact 0.5 are a tie, 0.5 (the bidirectional rule). Consistent
+    answers give their mean, (p1 + 1 - p2) / 2 (1.0 / 0.0 for hard answers), gated by ``margin`` (see
+    ``judging``)."""
+    if (p1 > 0.5 and p2 < 0.5) or (p1 < 0.5 and p2 > 0.5):
+        return gate((p1 + 1.0 - p2) / 2, margin)
     return 0.5
 
 
 def _either_order(i: int, j: int, answers: Mapping[Prompt, float | None]) -> float | None:
     """P(i beats j) from what is recorded: both slot orders by the bidirectional rule (after a ``BothOrders``
-    question), else the one answered order mapped back to "i beats j"; None when nothing usable is known."""
+    question), else the one answered order mapped back to "i beats j"; None when nothing usable is known. Soft
+    answers below the pair cache's gate margin are ties (``judging.gate``)."""
     p1, p2 = answers.get((i, j)), answers.get((j, i))
+    margin = margin_of(answers)
     if p1 is not None and p2 is not None:
-        return _both_orders(p1, p2)
+        return _both_orders(p1, p2, margin)
     if p1 is not None:
-        return p1
-    return None if p2 is None else 1.0 - p2
+        return gate(p1, margin)
+    return None if p2 is None else gate(1.0 - p2, margin)
 
 
 class SingleDirectionOracle(Oracle):
@@ -131,16 +140,53 @@ class BidirectionalOracle(Oracle):
 
     def outcome(self, i, j, answers):
         p1, p2 = answers.get((i, j)), answers.get((j, i))
-        return None if p1 is None or p2 is None else _both_orders(p1, p2)
+        return None if p1 is None or p2 is None else _both_orders(p1, p2, margin_of(answers))
+
+
+class AdaptiveOracle(RandomizedDirectionOracle):
+    """One call per pair in a random slot order (as ``randomized``); the other order is asked, in a further
+    batch of the same ranker round, only where the first answer is unreliable:
+
+    - a soft answer below the gate margin (``judging``: the least confident ``GATE_QUANTILE`` share), or an
+      exact 0.5;
+    - a hard answer preferring the slot the judge measurably favours (``JudgeTally.weak_slots``: first-slot rate
+      at least max(0.05, two standard errors) from 0.5 over the answers so far, carried across ``rerank_many``).
+
+    No answer is asked again once the judge looks order-consistent (``JudgeTally.consistent``: under 5% flips
+    over 20 pairs asked both ways). A pair costs 1 or 2 calls; a re-ask is charged to every cap like any call and
+    is dropped, never waited for, when a cap refuses it (and never takes the last round of a ``max_rounds`` cap).
+    The pair is then read by the bidirectional rule, gated. Plans as a one-call oracle (``calls_per_pair = 1``).
+    Measured: ``benchmarks/results/confidence_gate/README.md``."""
+
+    name = "adaptive"
+
+    def reask(self, i, j, answers):
+        p1, p2 = answers.get((i, j)), answers.get((j, i))
+        if (p1 is None) == (p2 is None):  # nothing usable, or both orders known
+            return []
+        (a, b), p = ((i, j), p1) if p1 is not None else ((j, i), p2)
+        return [(b, a)] if _unreliable(p, answers) else []
+
+
+def _unreliable(p: float, answers: Mapping[Prompt, float | None]) -> bool:
+    """Whether one answer ``p`` (P(first slot)) is weak evidence on its own (see ``AdaptiveOracle``)."""
+    if isinstance(answers, Answers) and answers.pool.consistent:  # the other order would say the same
+        return False
+    if p == 0.5 or abs(p - 0.5) < margin_of(answers):
+        return True
+    if 0.0 < p < 1.0 or not isinstance(answers, Answers):
+        return False
+    first_weak, second_weak = answers.pool.weak_slots()
+    return first_weak if p > 0.5 else second_weak
 
 
 ORACLES: dict[str, type[Oracle]] = {
-    cls.name: cls for cls in (BidirectionalOracle, RandomizedDirectionOracle, SingleDirectionOracle)
+    cls.name: cls for cls in (BidirectionalOracle, RandomizedDirectionOracle, SingleDirectionOracle, AdaptiveOracle)
 }
 
 
 def get_oracle(oracle: str | Oracle) -> Oracle:
-    """Resolve an oracle name (``bidirectional``, ``randomized``, ``single``) or pass an instance through.
+    """Resolve an oracle name (``bidirectional``, ``randomized``, ``single``, ``adaptive``) or pass an instance through.
 
     Raises:
         ValueError: unknown name. TypeError: neither a str nor an Oracle.

@@ -3,7 +3,6 @@ protocol, the caps and the failure policy; ``rerank`` / ``rerank_many`` drive it
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import logging
 import random
@@ -13,8 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from .budget import RULES, BudgetView, Caps
+from .closing import fail_batch, finish
 from .comparators.base import Comparator
-from .errors import ComparatorError, ComparatorUnavailable, RankerError
+from .errors import RankerError
+from .judging import Answers, JudgeTally
 from .oracles import Oracle, Prompt, get_oracle
 from .rankers import RankContext, Ranker, get_ranker, relay
 from .rankers.auto import choose
@@ -57,6 +58,9 @@ class Reranking:
         query, candidates: as for ``rerank``. settings: a ``RerankSettings``; ``**options`` set or replace its
             fields (``Reranking(q, c, budget=50)``). estimator: ``Comparator.estimate_tokens`` of the comparator
             that will answer (read only with a ``token_budget``; default: the base class's bound).
+        prior_answers: a running ``JudgeTally`` of the same comparator's answers to other queries (``rerank_many``
+            passes one): this query's answers are added to it, and the confidence gate and the ``adaptive``
+            oracle read it; ``RerankResult.judge`` still counts this query's answers only.
 
     Protocol: ``next_batch()`` returns the pending ``Batch`` (the same one until it is answered) or ``DONE``;
     ``send(judgments)`` answers it (``Judgment`` objects, or floats / None, one per prompt, in order);
@@ -68,7 +72,8 @@ class Reranking:
     """
 
     def __init__(self, query: str, candidates: Sequence[Candidate], settings: RerankSettings | None = None, *,
-                 estimator: Estimator | None = None, **options: Any) -> None:
+                 estimator: Estimator | None = None, prior_answers: JudgeTally | None = None,
+                 **options: Any) -> None:
         self.started = time.perf_counter()
         self.settings = s = RerankSettings.of(settings, **options)
         self.query, self.candidates = query, check_candidates(query, candidates)
@@ -84,7 +89,7 @@ class Reranking:
                           lambda pairs: _affordable(self, pairs))
         ctx = RankContext(len(self.candidates), self.top_k, ranker_rng, s.budget, self.oracle.calls_per_pair,
                           s.max_rounds, view)
-        self.answers: dict[Prompt, float | None] = {}
+        self.answers = Answers(prior_answers)  # the pair cache, with the judge's running record
         self.counts = Accounting()
         self.exhausted_by: list[str] = []  # the caps that refused a question
         self.failure: str | None = None  # the error that stopped the calls (on_failure="prior")
@@ -124,7 +129,7 @@ class Reranking:
         finishes on what it knows. Otherwise ``error`` is raised again, with this reranking's partial
         accounting attached as ``error.accounting``.
         """
-        _fail(self, error, sent)
+        fail_batch(self, error, sent)
 
     @property
     def done(self) -> bool:
@@ -159,7 +164,7 @@ class Reranking:
         """
         if self._order is None:
             raise RuntimeError("result() before the reranking is done: answer next_batch() until it is DONE")
-        return _finish(self, self._order)
+        return finish(self, self._order)
 
     def _require_pending(self, what: str) -> Batch:
         if self._pending is None:
@@ -189,57 +194,22 @@ class Reranking:
         source = _questions_of(self, _tee(iter(pairs), asked), self._oracle_rng, fresh)
         waiting: list[list[Prompt]] = []
         while True:
-            prompts, waiting = self._plan(waiting, source, fresh, lazy=not isinstance(pairs, Sequence))
+            prompts, waiting = _plan(self, waiting, source, fresh, lazy=not isinstance(pairs, Sequence))
             self._record(prompts, (yield prompts))
             if not waiting:
                 break
+        prompts, _ = _plan(self, [], _reasks(self, asked, fresh), fresh, lazy=False, optional=True)
+        if prompts:
+            self._record(prompts, (yield prompts), sample=False)
         outs = [self.oracle.outcome(i, j, self.answers) for i, j in asked]
         self.counts.ties += sum(o == 0.5 for (i, j), o in zip(asked, outs) if (i, j) in fresh or (j, i) in fresh)
         if not self.cache:
             self.answers.clear()
         return outs
 
-    def _plan(self, waiting: list[list[Prompt]], source: Iterator, planned: set[Prompt], lazy: bool):
-        """The ordered prompts of the next batch and the questions left waiting: first the ``waiting`` ones, then
-        the round's further questions from ``source`` (``_questions_of`` over ``planned``), deduplicated, skipping
-        what the cache answers, each reserving its cost in every cap. A question that does not fit is refused
-        whole, unless a reconciled cap refused it while this batch holds reservations of that cap: then it waits.
-        Nothing is sent once a failure stopped the calls; a lazy source is read no further after a refusal or a
-        wait."""
-        prompts: list[Prompt] = []
-        later: list[list[Prompt]] = []
-        self._held, self._questions = [], []
-        again = ([p for p in need if p not in self.answers] for need in waiting)  # answered meanwhile: cached
-        for need, costs in itertools.chain(((need, need and _costs(self, need)) for need in again), source):
-            if not need:
-                self.counts.cache_hits += 1
-                continue
-            if self.failure is not None:
-                continue
-            refused = self.caps.refusal(costs)
-            if refused is None:
-                self.caps.take(costs)
-                prompts.extend(need)
-                planned.update(need)
-                self._questions.append(len(need))
-                self._held.extend(costs)
-                self.counts.comparisons += 1
-                continue
-            if self.caps.reconciled(refused) and any(h.get(refused) for h in self._held):
-                later.append(need)
-            elif refused not in self.exhausted_by:
-                self.exhausted_by.append(refused)
-            if lazy:
-                break
-        if prompts:
-            self.caps.take_round()
-            log.debug("round %d: %d calls (%s calls left)", self.caps["max_rounds"].spent, len(prompts),
-                      self.caps["budget"].remaining)
-        return prompts, later
-
-    def _record(self, prompts: Sequence[Prompt], judgments: Sequence[Judgment]) -> None:
+    def _record(self, prompts: Sequence[Prompt], judgments: Sequence[Judgment], sample: bool = True) -> None:
         for prompt, j, held in zip(prompts, judgments, self._held):
-            self.answers[prompt] = j.prob
+            self.answers.record(prompt, j.prob, sample)
             self.counts.failed_calls += j.prob is None
             self.counts.retries += j.retries
             self.counts.prompt_tokens += j.prompt_tokens
@@ -268,6 +238,61 @@ def _questions_of(r: Reranking, pairs: Iterable[tuple[int, int]], rng: random.Ra
         yield need, (_costs(r, need) if need else None)
 
 
+def _plan(r: Reranking, waiting: list[list[Prompt]], source: Iterator, planned: set[Prompt], lazy: bool,
+          optional: bool = False):
+    """The ordered prompts of the next batch and the questions left waiting: first the ``waiting`` ones, then
+    the round's further questions from ``source`` (``_questions_of`` over ``planned``), deduplicated, skipping
+    what the cache answers, each reserving its cost in every cap. A question that does not fit is refused
+    whole, unless a reconciled cap refused it while this batch holds reservations of that cap: then it waits.
+    Nothing is sent once a failure stopped the calls; a lazy source is read no further after a refusal or a
+    wait. ``optional`` questions (an oracle's re-asks) are no comparisons; one that does not fit is dropped."""
+    prompts: list[Prompt] = []
+    later: list[list[Prompt]] = []
+    r._held, r._questions = [], []
+    again = ([p for p in need if p not in r.answers] for need in waiting)  # answered meanwhile: cached
+    for need, costs in itertools.chain(((need, need and _costs(r, need)) for need in again), source):
+        if not need:
+            r.counts.cache_hits += 1
+            continue
+        if r.failure is not None:
+            continue
+        refused = r.caps.refusal(costs)
+        if refused is None:
+            r.caps.take(costs)
+            prompts.extend(need)
+            planned.update(need)
+            r._held.extend(costs)
+            if not optional:
+                r._questions.append(len(need))
+                r.counts.comparisons += 1
+            continue
+        if optional:
+            continue
+        if r.caps.reconciled(refused) and any(h.get(refused) for h in r._held):
+            later.append(need)
+        elif refused not in r.exhausted_by:
+            r.exhausted_by.append(refused)
+        if lazy:
+            break
+    if prompts:
+        r.caps.take_round()
+        log.debug("round %d: %d calls (%s calls left)", r.caps["max_rounds"].spent, len(prompts),
+                  r.caps["budget"].remaining)
+    return prompts, later
+
+
+def _reasks(r: Reranking, asked: Sequence[tuple[int, int]], planned: set[Prompt]):
+    """``(need, costs)`` per question of a round whose answers the oracle wants completed (``Oracle.reask``), as
+    ``_questions_of``; none once a failure stopped the calls or when only the last round of the cap is left."""
+    rounds = r.caps["max_rounds"].remaining
+    if r.failure is not None or (rounds is not None and rounds <= 1):
+        return
+    for i, j in dict.fromkeys(asked):
+        need = [p for p in r.oracle.reask(i, j, r.answers) if p not in r.answers and p not in planned]
+        if need:
+            yield need, _costs(r, need)
+
+
 def _costs(r: Reranking, need: list[Prompt]) -> list[dict[str, int]]:
     estimates = [0] * len(need)
     if r.caps.needs_estimates:
@@ -278,21 +303,6 @@ def _costs(r: Reranking, need: list[Prompt]) -> list[dict[str, int]]:
 def _tee(pairs: Iterable[tuple[int, int]], read: list) -> Iterator[tuple[int, int]]:
     """``pairs``, appending each to ``read`` as it is taken."""
     return (read.append(pair) or pair for pair in pairs)
-
-
-def _whole_questions_from(sizes: Sequence[int], sent: int) -> int:
-    """How many of a batch's questions (``sizes`` = prompts per question, in order) lie wholly after its first
-    ``sent`` prompts (none of their calls went out)."""
-    start, count = 0, 0
-    for size in sizes:
-        count += start >= sent
-        start += size
-    return count
-
-
-def _scores(order: list[int]) -> list[float]:
-    rank = {i: r for r, i in enumerate(order)}
-    return [(len(order) - rank[i]) / len(order) for i in range(len(order))]
 
 
 def _affordable(r: Reranking, pairs: Sequence[tuple[int, int]]) -> int:
@@ -309,51 +319,3 @@ def _affordable(r: Reranking, pairs: Sequence[tuple[int, int]]) -> int:
                     extra[name] = extra.get(name, 0) + n
             planned.update(need)
     return len(pairs)
-
-
-def _finish(r: Reranking, order: list[int]) -> RerankResult:
-    """The ``RerankResult`` of a finished reranking (see ``Reranking.result``)."""
-    order, n = r._order, len(r.candidates)
-    if sorted(order) != list(range(n)):
-        raise RankerError(f"ranker {r.ranker.name} returned a non-permutation of {n} candidates: {order[:20]}")
-    counts = r.accounting
-    if r.on_failure == "raise" and counts.calls and counts.failed_calls == counts.calls:
-        error = ComparatorUnavailable(f"every one of the {counts.calls} calls failed: {'; '.join(r.errors)}")
-        error.accounting = counts
-        log.warning("rerank of %d candidates failed: %s", n, error)
-        raise error
-    if counts.failed_calls or r.failure:
-        log.warning("rerank of %d candidates %s: %d of %d calls failed%s", n,
-                    "degraded to the prior order for what was unknown" if r.failure else "finished",
-                    counts.failed_calls, counts.calls, f" ({'; '.join(r.errors)})" if r.errors else "")
-    s = r.settings
-    return RerankResult(
-        candidates=r.candidates, order=order, scores=_scores(order),
-        ranker=r.ranker.name, oracle=r.oracle.name, budget=s.budget, max_rounds=s.max_rounds,
-        token_budget=s.token_budget, top_k=r.top_k, exhausted=r.exhausted,
-        exhausted_by=list(r.exhausted_by), failure=r.failure, errors=list(r.errors),
-        converged=not r.exhausted and counts.failed_calls == 0 and r.failure is None, **counts.counts())
-
-
-def _fail(r: Reranking, error: BaseException, sent: int | None) -> None:
-    """``Reranking.fail``."""
-    batch = r._pending
-    n = 0 if batch is None else len(batch.prompts)
-    sent = n if sent is None else min(sent, n)
-    if batch is not None:  # the prompts never sent: their reservations back, their questions uncounted
-        r.caps.refund(r._held[sent:], round_too=sent == 0)
-        r.counts.comparisons -= _whole_questions_from(r._questions, sent)
-    message = f"{type(error).__name__}: {error}"
-    if r.on_failure != "prior" or not isinstance(error, ComparatorError) or batch is None:
-        r.counts.failed_calls += sent
-        with contextlib.suppress(AttributeError):  # also on foreign exceptions, where they take attributes
-            error.accounting = r.accounting  # type: ignore[attr-defined]
-        if isinstance(error, ComparatorError):
-            log.warning("rerank of %d candidates failed after %d calls: %s", len(r.candidates),
-                        r.caps["budget"].spent, message)
-        raise error
-    r.failure = message
-    r.note_error(message)
-    r._held = r._held[:sent] + [{}] * (n - sent)  # refunded above: nothing to reconcile
-    r._advance([Judgment(None, error=message)] * n)
-    r.counts.failed_calls -= n - sent  # the ones never sent are unknown, not failed

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from .errors import InvalidAnswer
+from .judging import JudgeStats
 
 
 @dataclass
@@ -143,6 +144,7 @@ class RerankResult(Accounting):
         failure: with ``on_failure="prior"``, the comparator error that stopped the calls (the rest of the order
             is best-effort), else None.
         errors: the distinct reasons of failed calls (at most 5), e.g. ``"APITimeoutError: ..."``.
+        judge: ``JudgeStats`` of this query's answers (position bias, flips, soft answers, confidence).
     """
 
     candidates: list[Candidate]
@@ -159,6 +161,7 @@ class RerankResult(Accounting):
     converged: bool = False
     failure: str | None = None
     errors: list[str] = field(default_factory=list)
+    judge: JudgeStats = field(default_factory=JudgeStats)
 
     @property
     def ranked(self) -> list[Candidate]:
@@ -171,7 +174,8 @@ class RerankResult(Accounting):
         return self.ranked[: self.top_k]
 
     def stats(self) -> dict[str, Any]:
-        """The settings, the accounting fields and the status as a plain dict (for logs, tracing, CLI)."""
+        """The settings, the accounting fields, the status and ``judge`` (``JudgeStats`` as a dict) as a plain dict
+        (for logs, tracing, CLI)."""
         settings = {k: getattr(self, k) for k in ("ranker", "oracle", "budget", "max_rounds", "token_budget", "top_k")}
         status = {k: getattr(self, k) for k in ("exhausted", "exhausted_by", "converged", "failure", "errors")}
-        return {**settings, **self.counts(), **status}
+        return {**settings, **self.counts(), **status, "judge": self.judge.as_dict()}

@@ -35,6 +35,7 @@ from typing import Any
 
 from activeprp_core import Candidate, RerankFailure, RerankResult, RerankSettings, arerank_many, rerank_many
 from activeprp_core.budget import check_count
+from activeprp_core.judging import JudgeStats
 from activeprp_core.many import DEFAULT_MAX_ACTIVE
 
 RAY_EXTRA = 'pip install "activeprp[ray]"'
@@ -65,6 +66,7 @@ def _stat_types() -> dict[str, Any]:
 
     arrow = {"int": pa.int64(), "float": pa.float64(), "bool": pa.bool_(), "str": pa.string(),
              "list[str]": pa.list_(pa.string())}
+    arrow["JudgeStats"] = pa.struct([(f.name, arrow[str(f.type).removesuffix(" | None")]) for f in fields(JudgeStats)])
     declared = {f.name: str(f.type).removesuffix(" | None") for f in fields(RerankResult)}
     sample = RerankResult(candidates=[], order=[], scores=[], ranker="", oracle="", budget=None, top_k=1)
     return {ORDER: pa.list_(pa.int64()), **{k: arrow[declared[k]] for k in sample.stats()}, ERROR: pa.string()}

@@ -30,8 +30,8 @@ def test_randomized_draws_the_slot_order_from_the_seeded_stream_and_maps_the_ans
 
 
 @pytest.mark.parametrize("p1, p2, outcome", [(1.0, 0.0, 1.0), (0.0, 1.0, 0.0), (1.0, 1.0, 0.5), (0.0, 0.0, 0.5),
-                                             (0.5, 0.0, 0.5), (0.9, 0.2, 1.0)])
-def test_bidirectional_rule(p1, p2, outcome):
+                                             (0.5, 0.0, 0.5), (0.9, 0.2, 0.85)])
+def test_bidirectional_rule(p1, p2, outcome):  # consistent answers give their mean (no gate: a plain dict)
     o = BidirectionalOracle()
     assert o.calls_per_pair == 2
     assert o.prompts(3, 4, nothing_known, random.Random(0)) == [(3, 4), (4, 3)]

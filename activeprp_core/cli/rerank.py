@@ -108,10 +108,13 @@ def run_rerank(query: str, candidates: list[Candidate], comparator: Any, args: a
 
 
 def stats_line(result: RerankResult) -> str:
-    """One line of accounting, printable: ``stats: calls=.. budget=.. ... wall_time_s=..``."""
+    """Accounting, printable: a line ``judge: answers=.. first_slot_rate=..`` (``JudgeStats.summary``), then the
+    last line ``stats: calls=.. budget=.. ... wall_time_s=..``."""
     stats = result.stats()
     stats["wall_time_s"] = round(stats["wall_time_s"], 3)
-    return printable("stats: " + " ".join(f"{k}={v}" for k, v in stats.items()))
+    del stats["judge"]
+    line = printable("stats: " + " ".join(f"{k}={v}" for k, v in stats.items()))
+    return f"judge: {result.judge.summary()}\n{line}"
 
 
 def count(minimum: int | None = 0, allow_none: bool = False):

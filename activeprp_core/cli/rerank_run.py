@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ..comparators.simulated import CALIBRATED_PARAMS, SimulatedComparator
+from ..judging import JudgeStats, pooled
 from ..many import DEFAULT_MAX_ACTIVE, RerankFailure, arerank_many, rerank_many
 from ..trecfiles import read_qrels, read_run_candidates, write_run
 from ..types import Candidate, RerankResult
@@ -44,20 +45,21 @@ RUNNERS = "activeprp.runners"  # entry-point group: name -> a function running m
 
 class Outcome(NamedTuple):
     """One query's rerank as the command uses it: ``order`` (indices into its candidates; None when it failed),
-    the LLM ``calls`` it spent, ``error`` (why it failed) and ``failure`` (why it degraded, with ``--on-failure
-    prior``)."""
+    the LLM ``calls`` it spent, ``error`` (why it failed), ``failure`` (why it degraded, with ``--on-failure
+    prior``) and ``judge`` (its ``JudgeStats``; None when it failed)."""
 
     order: list[int] | None
     calls: int
     error: str | None = None
     failure: str | None = None
+    judge: JudgeStats | None = None
 
     @classmethod
     def of(cls, item: RerankResult | RerankFailure) -> Outcome:
         if isinstance(item, RerankFailure):
             spent = getattr(item.error, "accounting", None)
             return cls(None, spent.calls if spent is not None else 0, item.reason)
-        return cls(item.order, item.calls, None, item.failure)
+        return cls(item.order, item.calls, None, item.failure, item.judge)
 
 
 def rerank_requests(requests: Sequence[Request], comparator: Any, args: argparse.Namespace,
@@ -112,7 +114,8 @@ def ray_outcomes(requests: Sequence[Request], factory: Callable[[], Any], args: 
                               use_async=args.comparator == "openai", settings=ranking_settings(args))
     except ImportError as err:
         raise InputError(str(err)) from None
-    done = {row["qid"]: Outcome(row["order"], row["calls"] or 0, row["error"], row["failure"]) for row in rows}
+    done = {row["qid"]: Outcome(row["order"], row["calls"] or 0, row["error"], row["failure"],
+                                JudgeStats(**row["judge"]) if row.get("judge") else None) for row in rows}
     return (done[qid] for qid, _, _ in requests)
 
 
@@ -229,7 +232,7 @@ def main(args: argparse.Namespace) -> int:
           f"(depth {args.depth or 'all'}) with ranker={args.ranker} oracle={args.oracle} budget={args.budget} "
           f"top_k={args.top_k} comparator={args.comparator}")
 
-    reranked, calls, failed, degraded = {}, [], [], 0
+    reranked, calls, failed, degraded, judges = {}, [], [], 0, []
     if args.ray is None:
         comparator = build_comparator(args, requests, qrels)
         started = time.perf_counter()
@@ -246,6 +249,7 @@ def main(args: argparse.Namespace) -> int:
         nonlocal degraded
         for (qid, _, candidates), outcome in zip(requests, outcomes):
             calls.append(outcome.calls)
+            judges.append(outcome.judge)
             order = outcome.order
             if order is None:
                 failed.append(qid)
@@ -265,6 +269,7 @@ def main(args: argparse.Namespace) -> int:
             close()
     print(f"wrote {written} lines ({len(reranked)} queries) to {args.out} in {time.perf_counter() - started:.1f} s; "
           f"LLM calls: {sum(calls)} total, at most {max(calls, default=0)} per query")
+    print(f"judge (all queries): {pooled(judges).summary()}")
     if degraded or (failed and args.on_failure == "prior"):
         print(f"note: {degraded} queries degraded to the prior order for what was unknown; {len(failed)} failed "
               "queries were written in their input order (--on-failure prior)")

@@ -239,7 +239,8 @@ def create_app(
         max_active: the most requests reranked at once (the others queue).
         max_documents, max_document_bytes: caps per request (413 over them).
         secrets: strings (API keys) scrubbed from every error message.
-        judge_block: hook filling ``meta.activeprp.judge`` from a result (e.g. the judge's statistics).
+        judge_block: hook filling ``meta.activeprp.judge`` from a result (default: ``result.judge``, the
+            ``JudgeStats`` of the query's answers, as a dict).
 
     Returns:
         the app; its lifespan stops the shared rerank driver after the requests in flight have finished.
@@ -309,7 +310,8 @@ def create_app(
 
     def meta(version: str, result: RerankResult, n: int) -> dict[str, Any]:
         stats = result.stats()
-        stats["judge"] = judge_block(result) if judge_block is not None else None
+        if judge_block is not None:  # default: the JudgeStats of result.stats()
+            stats["judge"] = judge_block(result)
         return {
             "api_version": {"version": version},
             "billed_units": {"search_units": max(1, math.ceil(n / SEARCH_UNIT_DOCUMENTS))},

@@ -1,0 +1,186 @@
+"""What the judge's own answers say about it: ``JudgeStats`` (diagnostics on every ``RerankResult``), the running
+``JudgeTally`` behind them, and the confidence gate that turns low-confidence answers into ties.
+
+The confidence gate (issue 17). A comparator answers P(first slot preferred) = p; its confidence is |p - 0.5|.
+Hard answers (0 or 1) have confidence 0.5 and always count as clear. A soft answer (0 < p < 1) whose
+confidence is below the *margin* is read as a tie (outcome 0.5), which rankers resolve by the prior
+(first-stage) rank, as every tie; a bidirectional combination of two consistent answers is gated on the mean of
+their confidences. The margin is not a constant: it is the ``GATE_QUANTILE`` quantile of the confidences of the
+soft answers this judge gave so far (in this rerank, or across the queries of one ``rerank_many``), so about
+that share of a soft judge's answers become ties whatever its temperature; before ``MIN_ANSWERS`` soft answers
+the margin is 0 and nothing is gated (hard answers give exactly the results they gave before the gate).
+
+Evidence for ``GATE_QUANTILE`` = 0.3 (``benchmarks/confidence_gate.py``, results and commands in
+``benchmarks/results/confidence_gate/``; DL19 + DL20 BM25 top-100, K=10, B=300, 3 seeds, 7 ranker x oracle rows;
+``bundled-ql`` at top-20, B=60). The best quantile differs between judges: 0.4 on ``soft-calibrated``, 0.6 or more
+on ``ql-like``, 0.1-0.2 on the real ``bundled-ql`` answers. Over all (judge, row) cells, 0.3 is the largest
+quantile that is never below no gate (worst -0.02 point; mean gain +2.5, e.g. randomized Mohajer 62.4 -> 66.9 on
+``soft-calibrated``, 46.2 -> 52.2 on ``ql-like``, 54.1 -> 54.2 on ``bundled-ql``); 0.4 gains more on average
+(+2.8) but loses up to 0.7 point (``overconfident`` bidirectional, ``bundled-ql``), 0.5 up to 2.1. A quantile,
+unlike a fixed margin, is invariant to the judge's temperature: ``overconfident`` and ``underconfident`` (the
+same decisions as ``soft-calibrated`` at 4x smaller/larger temperature) give the same randomized results.
+Gating a bidirectional pair on the mean of its two confidences beat requiring both (min) or either (max) above
+the margin on ``soft-calibrated`` (68.5 vs 67.6 / 67.7 nDCG@10, Mohajer bidirectional, q=0.3).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+Prompt = tuple[int, int]
+
+GATE_QUANTILE = 0.3
+"""The share of a soft judge's answers (the least confident ones) read as ties (see the module docstring)."""
+MIN_ANSWERS = 20
+"""Answers needed before an estimate counts: soft ones for the gate margin, any for the position bias."""
+CONSISTENT_PAIRS = 20
+"""Pairs asked both ways after which a judge that flipped on under 5% of them counts as order-consistent."""
+MIN_BIAS = 0.05
+"""The smallest |first_slot_rate - 0.5| taken as position bias (``JudgeTally.weak_slots``)."""
+
+
+@dataclass(frozen=True)
+class JudgeStats:
+    """Diagnostics of the judge from its own answers (``RerankResult.judge``; counts only new answers, never
+    cache hits or failed calls).
+
+    Attributes:
+        answers: prompts answered (calls that returned a probability).
+        first_slot_rate: share of answers with p > 0.5 (preferring slot A); 0.5 = no position bias visible;
+            None when ``answers == 0``.
+        flip_rate: share of the pairs answered in both slot orders whose two answers preferred the same slot (the
+            winner flipped with the order); None when no pair was asked both ways.
+        soft_rate: share of answers strictly between 0 and 1; None when ``answers == 0``.
+        mean_confidence: mean |p - 0.5| over answers (0.5 for hard answers); None when ``answers == 0``.
+    """
+
+    answers: int = 0
+    first_slot_rate: float | None = None
+    flip_rate: float | None = None
+    soft_rate: float | None = None
+    mean_confidence: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields as a plain dict (for ``RerankResult.stats()``, logs and JSON)."""
+        return asdict(self)
+
+    def summary(self) -> str:
+        """One printable line: ``answers=.. first_slot_rate=.. flip_rate=.. soft_rate=.. mean_confidence=..``
+        (rates to 3 decimals; ``-`` where None)."""
+        return " ".join(f"{k}={'-' if v is None else round(v, 3)}" for k, v in self.as_dict().items())
+
+
+def pooled(stats: Iterable[JudgeStats | None]) -> JudgeStats:
+    """The ``JudgeStats`` of several queries' answers together (None entries skipped): answers summed, rates
+    weighted by answers; ``flip_rate`` is the answer-weighted mean over the queries that measured one (the pair
+    counts behind it are not in ``JudgeStats``)."""
+    stats = [s for s in stats if s is not None and s.answers]
+    total = sum(s.answers for s in stats)
+
+    def mean(name: str) -> float | None:
+        known = [(getattr(s, name), s.answers) for s in stats if getattr(s, name) is not None]
+        weight = sum(w for _, w in known)
+        return sum(v * w for v, w in known) / weight if weight else None
+
+    return JudgeStats(total, *(mean(name) for name in ("first_slot_rate", "flip_rate", "soft_rate",
+                                                       "mean_confidence")))
+
+
+def _share(part: int | float, whole: int) -> float | None:
+    return part / whole if whole else None
+
+
+class JudgeTally:
+    """Running counts of one judge's answers: what ``JudgeStats`` reports and what the gate and the adaptive
+    oracle read. One per query (``RerankResult.judge``); ``rerank_many`` also keeps one across its queries."""
+
+    def __init__(self) -> None:
+        self.answers = self.first = self.soft = self.pairs = self.flips = 0
+        self.confidence = 0.0
+        self.sampled = self.sampled_first = 0  # the answers to first asks (no re-asks): what the estimates read
+        self.soft_confidences: list[float] = []  # sorted, of the sampled soft answers
+
+    def record(self, p: float | None, other: float | None = None, sample: bool = True) -> None:
+        """Count the answer ``p`` of one prompt (None = a failed call: not an answer); ``other`` = this query's
+        answer to the same pair in the other slot order, when there is one (then the pair counts for the flip
+        rate: flipped when both answers preferred the same slot). ``sample=False`` for a re-ask (an oracle's
+        ``reask``): counted in the stats, left out of the margin and the bias estimate, which a selected sample
+        of low-confidence or favoured-slot answers would skew."""
+        if p is None:
+            return
+        self.answers += 1
+        self.first += p > 0.5
+        confidence = abs(p - 0.5)
+        self.confidence += confidence
+        self.soft += 0.0 < p < 1.0
+        if sample:
+            self.sampled += 1
+            self.sampled_first += p > 0.5
+            if 0.0 < p < 1.0:
+                bisect.insort(self.soft_confidences, confidence)
+        if other is not None:
+            self.pairs += 1
+            self.flips += (p > 0.5 and other > 0.5) or (p < 0.5 and other < 0.5)
+
+    def stats(self) -> JudgeStats:
+        return JudgeStats(self.answers, _share(self.first, self.answers), _share(self.flips, self.pairs),
+                          _share(self.soft, self.answers), _share(self.confidence, self.answers))
+
+    def margin(self, quantile: float | None = None) -> float:
+        """The gate margin: the ``quantile`` (default ``GATE_QUANTILE``) quantile (lower) of the soft answers'
+        confidences; 0 (no gate) before ``MIN_ANSWERS`` soft answers, whose quantile would be mostly noise. Always
+        < 0.5, so hard answers are never gated."""
+        quantile = GATE_QUANTILE if quantile is None else quantile
+        confs = self.soft_confidences
+        return confs[min(len(confs) - 1, int(quantile * len(confs)))] if len(confs) >= MIN_ANSWERS else 0.0
+
+    @property
+    def consistent(self) -> bool:
+        """Whether the judge looks order-consistent: under 5% flips over at least ``CONSISTENT_PAIRS`` pairs asked
+        both ways (re-asked pairs are the doubtful ones, so a low rate there is strong evidence)."""
+        return self.pairs >= CONSISTENT_PAIRS and self.flips < 0.05 * self.pairs
+
+    def weak_slots(self) -> tuple[bool, bool]:
+        """Whether a single hard answer preferring slot A (resp. B) is weak evidence: the judge prefers that slot
+        measurably more than half the time (|first_slot_rate - 0.5| >= max(``MIN_BIAS``, two binomial standard
+        errors), over at least ``MIN_ANSWERS`` answers). The flip rate is not used here: the pairs the adaptive
+        oracle asks again are the suspicious ones, so their flip rate overstates the judge's."""
+        if self.sampled < MIN_ANSWERS:
+            return False, False
+        bias = self.sampled_first / self.sampled - 0.5
+        strong = abs(bias) >= max(MIN_BIAS, 2 * math.sqrt(0.25 / self.sampled))
+        return strong and bias > 0, strong and bias < 0
+
+
+def gate(p: float | None, margin: float) -> float | None:
+    """``p``, or 0.5 (a tie) when its confidence |p - 0.5| is below ``margin``."""
+    return 0.5 if p is not None and abs(p - 0.5) < margin else p
+
+
+class Answers(dict):
+    """One query's pair cache ``{(first, second): P(first slot preferred) or None}`` with the judge's running
+    record: ``own`` (this query's answers: ``RerankResult.judge``) and ``pool`` (what the gate and the adaptive
+    oracle read: a ``JudgeTally`` shared across the queries of one ``rerank_many``, else ``own``)."""
+
+    def __init__(self, pool: JudgeTally | None = None) -> None:
+        super().__init__()
+        self.own = JudgeTally()
+        self.pool = self.own if pool is None else pool
+        self.margin = self.pool.margin()
+
+    def record(self, prompt: Prompt, p: float | None, sample: bool = True) -> None:
+        """Store a new answer (a call's, never a cache hit) and count it (``JudgeTally.record``)."""
+        other = None if p is None else self.get((prompt[1], prompt[0]))
+        for tally in {id(self.own): self.own, id(self.pool): self.pool}.values():
+            tally.record(p, other, sample)
+        self[prompt] = p
+        self.margin = self.pool.margin()
+
+
+def margin_of(answers: object) -> float:
+    """The gate margin of a pair cache (0 for a plain mapping: no gate)."""
+    return answers.margin if isinstance(answers, Answers) else 0.0

@@ -1,0 +1,230 @@
+"""activeprp_core.judging: JudgeStats counted from the judge's own answers, the confidence gate's margin rule,
+the adaptive oracle's re-asks and their caps, and the running estimate rerank_many carries across queries."""
+
+import dataclasses
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from activeprp_core import (
+    ORACLES,
+    RANKERS,
+    Candidate,
+    JudgeStats,
+    Reranking,
+    RerankResult,
+    SimulatedComparator,
+    rerank,
+    rerank_many,
+)
+from activeprp_core.judging import GATE_QUANTILE, MIN_ANSWERS, Answers, JudgeTally, gate, pooled
+from activeprp_core.oracles import AdaptiveOracle, get_oracle
+from tests.conftest import make_case
+
+
+class Scripted:
+    """Answers prompts from a script of probabilities (cycled), logging every (first id, second id, answer)."""
+
+    def __init__(self, script):
+        self.script, self.log = list(script), []
+
+    def compare(self, query, pairs):
+        out = []
+        for a, b in pairs:
+            p = self.script[len(self.log) % len(self.script)]
+            self.log.append((a.id, b.id, p))
+            out.append(p)
+        return out
+
+
+def counted(log):
+    """JudgeStats by counting a comparator's log by hand."""
+    ps = [p for _, _, p in log if p is not None]
+    seen, pairs, flips = {}, 0, 0
+    for a, b, p in log:
+        if p is None:
+            continue
+        if (b, a) in seen:
+            pairs += 1
+            flips += (p > 0.5) == (seen[(b, a)] > 0.5) and p != 0.5 and seen[(b, a)] != 0.5
+        seen[(a, b)] = p
+    if not ps:
+        return JudgeStats(0, None, None, None, None)
+    return JudgeStats(len(ps), sum(p > 0.5 for p in ps) / len(ps), flips / pairs if pairs else None,
+                      sum(0 < p < 1 for p in ps) / len(ps), sum(abs(p - 0.5) for p in ps) / len(ps))
+
+
+def cands(n):
+    return [Candidate(f"d{i}", f"passage {i}") for i in range(n)]
+
+
+@pytest.mark.parametrize("script", [[1.0], [0.0, 1.0, 1.0], [0.9, 0.2, 0.55, 0.5, 1.0], [1.0, 1.0, 0.0, 0.3]])
+@pytest.mark.parametrize("oracle", ["bidirectional", "randomized", "single", "adaptive"])
+@pytest.mark.parametrize("ranker", ["allpairs", "mohajer", "bubblesort"])
+def test_judge_stats_equal_counting_the_comparators_own_answers(script, oracle, ranker):
+    comp = Scripted(script)
+    res = rerank("q", cands(7), comparator=comp, ranker=ranker, oracle=oracle, top_k=3, seed=3, budget=None)
+    assert _close(res.judge, counted(comp.log))
+    assert res.judge.answers == res.calls == len(comp.log)  # every call answered, cache hits not counted
+    assert res.stats()["judge"] == res.judge.as_dict()
+
+
+def _close(a: JudgeStats, b: JudgeStats) -> bool:
+    for x, y in zip(a.as_dict().values(), b.as_dict().values()):
+        assert (x is None and y is None) or x == pytest.approx(y)
+    return True
+
+
+def test_judge_stats_on_hand_built_sequences_and_failed_calls():
+    t = JudgeTally()
+    assert t.stats() == JudgeStats(0, None, None, None, None)
+    for p, other in [(1.0, None), (0.0, None), (0.8, None), (None, None), (0.5, None), (0.9, 0.7), (0.1, 0.95)]:
+        t.record(p, other)
+    s = t.stats()
+    assert s.answers == 6  # the failed call (None) is no answer
+    assert s.first_slot_rate == pytest.approx(3 / 6)  # 1.0, 0.8, 0.9
+    assert s.soft_rate == pytest.approx(4 / 6)  # 0.8, 0.5, 0.9, 0.1
+    assert s.mean_confidence == pytest.approx((0.5 + 0.5 + 0.3 + 0 + 0.4 + 0.4) / 6)
+    assert s.flip_rate == pytest.approx(1 / 2)  # (0.9, 0.7) both prefer slot A: flipped; (0.1, 0.95) consistent
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.answers = 3  # frozen
+
+
+def test_margin_rule_on_soft_hard_and_mixed_answers():
+    hard = JudgeTally()
+    for p in [1.0, 0.0] * 50:
+        hard.record(p)
+    assert hard.margin() == 0.0 and gate(1.0, hard.margin()) == 1.0  # hard answers: no margin, no effect
+    soft = JudgeTally()
+    confs = [i / 200 for i in range(100)]  # confidences 0 .. 0.495
+    for c in confs:
+        soft.record(0.5 + c)
+    expected = sorted(confs)[int(GATE_QUANTILE * len(confs))]
+    assert soft.margin() == pytest.approx(expected)
+    below = [c for c in confs if gate(0.5 + c, soft.margin()) == 0.5]
+    assert len(below) == int(GATE_QUANTILE * len(confs))  # the least confident quantile become ties
+    assert gate(0.5 - 0.4, soft.margin()) == pytest.approx(0.1)  # confident answers kept as they are
+    mixed = JudgeTally()
+    for c in confs:
+        mixed.record(0.5 + c)
+        mixed.record(1.0)  # hard answers do not move the margin: it is a quantile of the soft ones
+    assert mixed.margin() == soft.margin() and gate(0.0, mixed.margin()) == 0.0
+    assert soft.margin(0.0) == 0.0 and soft.margin(1.0) == pytest.approx(max(confs))
+    few = JudgeTally()
+    for c in confs[:MIN_ANSWERS - 1]:
+        few.record(0.5 + c)
+    assert few.margin() == 0.0  # too few soft answers for a quantile: no gate yet
+    few.record(0.5 + confs[MIN_ANSWERS])
+    assert few.margin() > 0.0
+
+
+def test_gated_outcomes_single_and_bidirectional():
+    answers = Answers()
+    for p in [0.52, 0.9, 0.1, 0.8] * 5:
+        answers.record((5, 6), p)
+    m = answers.margin
+    assert 0 < m < 0.5
+    low = Answers(answers.pool)
+    low.record((0, 1), 0.51)
+    low.record((2, 3), 0.95)
+    low.record((3, 2), 0.1)
+    for name in ("single", "randomized", "adaptive"):
+        assert get_oracle(name).outcome(0, 1, low) == 0.5  # below the margin: a tie
+        assert get_oracle(name).outcome(1, 0, low) == 0.5
+    assert get_oracle("bidirectional").outcome(2, 3, low) == pytest.approx((0.95 + 0.9) / 2)
+    assert get_oracle("bidirectional").outcome(3, 2, low) == pytest.approx(1 - (0.95 + 0.9) / 2)
+
+
+@pytest.mark.parametrize("oracle", sorted(set(ORACLES) - {"adaptive"}))  # adaptive reads the carried bias too
+@pytest.mark.parametrize("ranker", sorted(RANKERS))
+def test_hard_answers_are_never_gated(ranker, oracle):
+    """A margin carried from soft answers changes nothing on hard answers: the same order, calls and rounds."""
+    cs, labels = make_case(30, seed=4)
+    prior = JudgeTally()
+    for i in range(200):  # soft, balanced between the slots: margin > 0, no position bias
+        prior.record(0.5 + (i % 40) / 100 * (1 if i % 2 else -1))
+    assert prior.margin() > 0.05
+    kw = dict(ranker=ranker, oracle=oracle, budget=120, top_k=5, seed=9)
+    comp = SimulatedComparator(labels, seed=2, position_bias=0.3, pair_noise=0.4)
+    plain = drive(Reranking("q", cs, **kw), comp)
+    gated = drive(Reranking("q", cs, prior_answers=prior, **kw), comp)
+    assert (gated.order, gated.calls, gated.rounds, gated.ties) == (plain.order, plain.calls, plain.rounds, plain.ties)
+
+
+def drive(r: Reranking, comp) -> RerankResult:
+    while not r.done:
+        batch = r.next_batch()
+        r.send(comp.compare(batch.query, batch.pairs))
+    return r.result()
+
+
+def test_adaptive_reasks_only_low_confidence_soft_answers():
+    cs, labels = make_case(40, seed=1)
+    comp = SimulatedComparator(labels, seed=0, hard=False, temperature=1.0, pair_noise=0.5)
+    res = rerank("q", cs, comparator=comp, ranker="mohajer", oracle="adaptive", top_k=5, seed=1, budget=None)
+    ratio = res.calls / res.comparisons
+    assert 1.05 < ratio < 1 + GATE_QUANTILE + 0.15  # about the gated share of answers is asked again
+    assert res.judge.flip_rate is not None  # the re-asked pairs measure the flip rate
+
+
+def test_adaptive_on_hard_answers_asks_again_only_under_position_bias():
+    cs, labels = make_case(60, seed=2)
+    fair = SimulatedComparator(labels, seed=0)  # no bias, no noise
+    res = rerank("q", cs, comparator=fair, ranker="heapsort", oracle="adaptive", top_k=10, seed=1, budget=None)
+    assert res.calls == res.comparisons  # one call per pair
+    always_a = Scripted([1.0])  # the bundled model under the A/B prompt: answers "A" always
+    res = rerank("q", cs, comparator=always_a, ranker="heapsort", oracle="adaptive", top_k=10, seed=1, budget=None)
+    assert res.judge.first_slot_rate == 1.0 and res.calls > 1.5 * res.comparisons
+    assert res.judge.flip_rate == 1.0
+
+
+@pytest.mark.parametrize("ranker", sorted(RANKERS))
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.sampled_from([0, 2, 9, 30, 60]), budget=st.sampled_from([0, 1, 10, 45, 150, None]),
+       max_rounds=st.sampled_from([0, 1, 2, 3, 7, None]), soft=st.booleans(), bias=st.sampled_from([0.0, 1.5]),
+       seed=st.integers(0, 999))
+def test_adaptive_stays_within_budget_and_max_rounds(ranker, n, budget, max_rounds, soft, bias, seed):
+    cs, labels = make_case(n, seed=seed % 31)
+    comp = SimulatedComparator(labels, seed=seed, hard=not soft, position_bias=bias, pair_noise=0.5)
+    res = rerank("q", cs, comparator=comp, ranker=ranker, oracle="adaptive", budget=budget, max_rounds=max_rounds,
+                 top_k=5, seed=seed)
+    assert sorted(res.order) == list(range(n))
+    assert budget is None or res.calls <= budget
+    assert max_rounds is None or res.rounds <= max_rounds
+    assert res.comparisons <= res.calls <= 2 * res.comparisons
+    assert res.judge.answers == res.calls
+
+
+def test_rerank_many_carries_the_judges_answers_to_later_queries():
+    cs, labels = make_case(30, seed=3)
+    comp = SimulatedComparator(labels, seed=0, hard=False, temperature=0.5)
+    reqs = [("q", cs)] * 3
+    kw = dict(ranker="mohajer", oracle="randomized", top_k=5, budget=None)
+    many = list(rerank_many(reqs, comparator=comp, max_active=1, **kw))
+    solo = rerank("q", cs, comparator=comp, **kw)
+    assert many[0].judge == solo.judge and many[0].order == solo.order  # the first query starts from nothing
+    assert [r.judge.answers for r in many] == [r.calls for r in many]  # per query, never the running total
+    pool = JudgeTally()
+    first = Reranking("q", cs, prior_answers=pool, ranker="mohajer", top_k=5, budget=None)
+    drive(first, comp)
+    later = Reranking("q", cs, prior_answers=pool, ranker="mohajer", top_k=5, budget=None)
+    assert later.answers.margin == pool.margin() > 0  # the gate starts from the earlier query's answers
+    assert pool.answers == first.result().judge.answers
+
+
+def test_pooled_stats_weight_by_answers():
+    a, b = JudgeStats(10, 1.0, None, 0.0, 0.5), JudgeStats(30, 0.5, 0.2, 1.0, 0.1)
+    p = pooled([a, None, b, JudgeStats()])
+    assert p.answers == 40 and p.first_slot_rate == pytest.approx(0.625) and p.flip_rate == pytest.approx(0.2)
+    assert p.soft_rate == pytest.approx(0.75) and p.mean_confidence == pytest.approx(0.2)
+    assert pooled([]) == JudgeStats() and "answers=40" in p.summary()
+
+
+def test_adaptive_is_registered_and_plans_as_one_call():
+    o = get_oracle("adaptive")
+    assert isinstance(o, AdaptiveOracle) and o.calls_per_pair == 1 and "adaptive" in ORACLES
+    assert o.prompts(1, 2, lambda p: False, random.Random(0)) in ([(1, 2)], [(2, 1)])
+    assert o.reask(1, 2, {(1, 2): 1.0}) == [] and o.reask(1, 2, {(1, 2): 0.5}) == [(2, 1)]
+    assert o.reask(1, 2, {(1, 2): 1.0, (2, 1): 0.0}) == []
