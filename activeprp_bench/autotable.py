@@ -161,6 +161,16 @@ def single_row_choice(scores: Scores) -> dict[Cell, str]:
 Rule = Callable[[Scores], dict[Cell, str]]
 
 
+def make_rule(name: str, tolerance: float = TOLERANCE) -> Rule:
+    """The choice rule ``name``: ``regret`` (``regret_choice`` at ``tolerance``) or ``single``
+    (``single_row_choice``). Raises ValueError for another name."""
+    if name == "regret":
+        return lambda scores: regret_choice(scores, tolerance)
+    if name == "single":
+        return single_row_choice
+    raise ValueError(f"unknown choice rule {name!r}; choose 'regret' or 'single'")
+
+
 def lojo_regret(scores: Scores, tolerance: float = TOLERANCE, rule: Rule | None = None
                 ) -> dict[str, dict[Cell, float]]:
     """Leave-one-judge-out regret: for each judge j, the choice made from the other judges (``rule``, default
@@ -196,8 +206,9 @@ def table_choice(table: dict, n: int, k: int, cells: Sequence[Cell]) -> dict[Cel
 
 
 def build_regret_table(rows: Sequence[Row], source: str, tolerance: float = TOLERANCE,
-                       base: dict | None = None) -> dict:
-    """The ``auto_table.json`` content built from family grid rows (``Row.judge`` set) by ``regret_choice``.
+                       base: dict | None = None, rule: str = "regret") -> dict:
+    """The ``auto_table.json`` content built from family grid rows (``Row.judge`` set) by the choice rule
+    ``rule`` (``make_rule``; default ``regret_choice`` at ``tolerance``).
 
     Each cell of the family grid stores its chosen row in ``choice`` (read by ``auto.choose`` for
     ``auto``/``auto``), its worst regret in ``worst_regret`` and, per row measured on every judge, ``values`` =
@@ -216,7 +227,7 @@ def build_regret_table(rows: Sequence[Row], source: str, tolerance: float = TOLE
     settings: dict[tuple[int, int], dict] = {}
     for (n, k), summaries in fams.items():
         scores = scores_of(summaries)
-        choice = regret_choice(scores, tolerance)
+        choice = make_rule(rule, tolerance)(scores)
         cells = []
         for cell in sorted(choice, key=lambda c: (_budget_key(c[0]), _budget_key(c[1]))):
             b, m = cell
@@ -241,8 +252,9 @@ def build_regret_table(rows: Sequence[Row], source: str, tolerance: float = TOLE
                 kept["cells"].append({**c, "values": [moved.get(name) for name in names]})
         kept["cells"].sort(key=lambda c: (c["budget_per_n"] is None, c["budget_per_n"] or 0,
                                           c["max_rounds"] is None, c["max_rounds"] or 0))
-    metric = ("cells with 'choice': the row chosen by worst-case regret over a family of judges (tolerance "
-              f"{tolerance} nDCG points, kept along the budget axis); values: [nDCG %, mean rounds, mean calls], "
+    metric = (f"cells with 'choice': the row chosen by worst-case regret over a family of judges (rule {rule}, "
+              f"tolerance {tolerance} nDCG points, kept along the budget axis); "
+              "values: [nDCG %, mean rounds, mean calls], "
               "means over the judges (cells without 'choice': the base table's values)")
     return {"source": source, "metric": metric, "rows": names,
             "settings": [settings[nk] for nk in sorted(settings)]}
@@ -310,7 +322,8 @@ def rules_tried(scores: Scores, goal: Sequence[Cell], span: tuple[float, float],
 
 
 def regret_report(rows: Sequence[Row], tolerance: float = TOLERANCE, reference: dict | None = None,
-                  goal_budgets_per_n: Sequence[float] = (1.0, 1.5, 2.5, 5.0), seed: int = 0) -> str:
+                  goal_budgets_per_n: Sequence[float] = (1.0, 1.5, 2.5, 5.0), seed: int = 0,
+                  rule: str = "regret") -> str:
     """Markdown: per (N, K) setting of a family grid, the regret-built choice per cell with its worst and
     leave-one-judge-out (LOJO) regret, what ``reference`` (an auto table; default the shipped one) resolves to
     and its regret, per-judge worst regrets with paired bootstrap CIs over queries (10k resamples, 95%), the
@@ -324,14 +337,15 @@ def regret_report(rows: Sequence[Row], tolerance: float = TOLERANCE, reference: 
     for (n, k), summaries in family_summaries(rows).items():
         scores = scores_of(summaries)
         judges = list(scores)
-        choice = regret_choice(scores, tolerance)
-        lojo = lojo_regret(scores, tolerance) if len(judges) > 1 else {}
+        chooser = make_rule(rule, tolerance)
+        choice = chooser(scores)
+        lojo = lojo_regret(scores, rule=chooser) if len(judges) > 1 else {}
         today = table_choice(reference, n, k, list(choice))
         goal = [c for c in choice if c[0] > 0 and round(c[0] / n, 4) in goal_budgets_per_n]
 
         parts.append(f"## N={n}, K={k}: {len(judges)} judges ({', '.join(judges)}), nDCG@{k} points\n\n"
-                     f"Rule: worst-case regret over the judges, tolerance {tolerance}, previous budget's choice "
-                     "kept while eligible (`activeprp_bench.autotable.regret_choice`). `today` = what the "
+                     f"Rule `{rule}`: worst-case regret over the judges, tolerance {tolerance}, previous budget's "
+                     "choice kept while eligible (`activeprp_bench.autotable.make_rule`). `today` = what the "
                      "reference auto table resolves to. Regret = the judge's best row minus the chosen row; "
                      "worst = max over judges [that judge]; LOJO = the choice made without judge j, evaluated on "
                      "j, max over j.\n")
@@ -360,8 +374,7 @@ def regret_report(rows: Sequence[Row], tolerance: float = TOLERANCE, reference: 
                 if gc is None:
                     cols += [f"{a:.2f}", "-"]
                     continue
-                name = names[gc] if names else regret_choice({i: s for i, s in scores.items() if i != j},
-                                                             tolerance)[gc]
+                name = names[gc] if names else chooser({i: s for i, s in scores.items() if i != j})[gc]
                 best = max(scores[j][gc], key=scores[j][gc].get)
                 cols += [f"{a:.2f}", f"{_ci(summaries, j, gc, best, name, rng)} at B={_b(gc[0])} cap {_b(gc[1])}"]
             lines.append(f"| {j} | " + " | ".join(cols) + " |")

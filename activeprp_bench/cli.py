@@ -293,11 +293,12 @@ def _auto_table(args) -> int:
         args.tolerance = TOLERANCE if args.tolerance is None else args.tolerance
         base = json.loads(Path(args.base).read_text()) if args.base else None
         reference = json.loads(Path(args.reference).read_text()) if args.reference else None
-        source += f" --tolerance {args.tolerance}" + (f" --base {args.base}" if args.base else "") + (
+        source += f" --rule {args.rule} --tolerance {args.tolerance}" + (
+            f" --base {args.base}" if args.base else "") + (
             f" (cells not in these grids: from the base table, {base['source']})" if base else "")
         if args.report:
-            Path(args.report).write_text(regret_report(rows, args.tolerance, reference))
-        table = build_regret_table(rows, source, args.tolerance, base)
+            Path(args.report).write_text(regret_report(rows, args.tolerance, reference, rule=args.rule))
+        table = build_regret_table(rows, source, args.tolerance, base, args.rule)
     else:
         table = build_auto_table(rows, source)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
@@ -408,6 +409,9 @@ def add_parser(subparsers) -> None:
     auto.add_argument("--tolerance", type=float, default=None,
                       help="family grids (rows with a judge): nDCG points within which rows count as equally good "
                       "and the previous budget's choice is kept (default autotable.TOLERANCE)")
+    auto.add_argument("--rule", choices=["regret", "single"], default="regret",
+                      help="family grids: per-cell worst-case regret kept along the budget axis (regret), or one row "
+                      "per round cap (single); see activeprp_bench.autotable")
     auto.add_argument("--base", help="family grids: an auto table whose settings and cells the grids lack are kept")
     auto.add_argument("--reference", help="family grids: the auto table the report compares with (default: the "
                       "shipped one)")
