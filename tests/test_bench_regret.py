@@ -191,3 +191,23 @@ def test_family_grid_caches_rows_per_unit_and_matches_run_grid(tmp_path):
     assert len(run_family_grid(**{**args, "queries": 4})) == 2 * 2 * 4
     with pytest.raises(ValueError, match="jobs"):
         run_family_grid(**args, jobs=0)
+
+
+def test_shipped_auto_table_resolves_every_setting_to_registered_names_and_stays_stable():
+    from activeprp_core.oracles import ORACLES
+    from activeprp_core.rankers import RANKERS
+    from activeprp_core.rankers.auto import load_table
+
+    table = load_table()
+    for setting in table["settings"]:
+        n, k = setting["n"], setting["k"]
+        for cell in setting["cells"]:
+            budget = None if cell["budget_per_n"] is None else round(cell["budget_per_n"] * n)
+            ranker, oracle = choose(n, k, budget, cell["max_rounds"])
+            assert ranker in RANKERS and ranker != "auto" and oracle in ORACLES and oracle != "auto"
+            if "choice" in cell:  # a family-built cell: auto/auto runs exactly its stored choice
+                assert f"{ranker}/{oracle}" == cell["choice"]
+    # the stability goal: at N=100, K=10 the resolved row changes at most 3 times along the budget axis
+    for cap in (None, 6, 10):
+        seq = [choose(100, 10, b, cap) for b in [*range(50, 501, 50), None]]
+        assert sum(a != b for a, b in zip(seq, seq[1:])) <= 3, (cap, seq)
