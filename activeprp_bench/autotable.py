@@ -214,8 +214,9 @@ def build_regret_table(rows: Sequence[Row], source: str, tolerance: float = TOLE
     Each cell of the family grid stores its chosen row in ``choice`` (read by ``auto.choose`` for
     ``auto``/``auto``), its worst regret in ``worst_regret`` and, per row measured on every judge, ``values`` =
     [mean over judges of nDCG %, of mean rounds, of mean calls] (used when the ranker or the oracle is fixed).
-    Settings and cells of ``base`` (a table in the same layout) that the family grid did not measure are kept
-    as they are, their values moved onto the union of row names.
+    Settings and round caps of ``base`` (a table in the same layout) that the family grid did not measure are
+    kept as they are, their values moved onto the union of row names; at a round cap the family grid measured,
+    only its cells count (a budget between two of them reads the lower one's choice).
 
     Raises:
         ValueError: no core row, or a cell without a row measured on every judge.
@@ -246,9 +247,9 @@ def build_regret_table(rows: Sequence[Row], source: str, tolerance: float = TOLE
     for s in (base or {}).get("settings", []):
         old_names = base["rows"]
         kept = settings.setdefault((s["n"], s["k"]), {"n": s["n"], "k": s["k"], "cells": []})
-        have = {(c["budget_per_n"], c["max_rounds"]) for c in kept["cells"]}
+        caps = {c["max_rounds"] for c in kept["cells"]}  # a family-measured cap: its choices only (no mixing)
         for c in s["cells"]:
-            if (c["budget_per_n"], c["max_rounds"]) not in have:
+            if c["max_rounds"] not in caps:
                 moved = dict(zip(old_names, c["values"]))
                 kept["cells"].append({**c, "values": [moved.get(name) for name in names]})
         kept["cells"].sort(key=lambda c: (c["budget_per_n"] is None, c["budget_per_n"] or 0,

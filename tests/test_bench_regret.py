@@ -78,13 +78,15 @@ def test_regret_table_is_read_by_choose_and_keeps_the_base_cells():
             _row("x", "auto", "auto", 40, 0.99), _row("y", "auto", "auto", 40, 0.99)]
     base = {"source": "old", "rows": ["mohajer/randomized", "quicksort/randomized"], "settings": [
         {"n": 20, "k": 3, "cells": [{"budget_per_n": 2.0, "max_rounds": None, "values": [[60.0, 3, 40], None]},
-                                    {"budget_per_n": 1.0, "max_rounds": None, "values": [None, [55.0, 2, 20]]}]},
+                                    {"budget_per_n": 1.0, "max_rounds": None, "values": [None, [9.0, 2, 20]]},
+                                    {"budget_per_n": 1.0, "max_rounds": 3, "values": [None, [55.0, 2, 20]]}]},
         {"n": 100, "k": 10, "cells": [{"budget_per_n": None, "max_rounds": None, "values": [None, [50, 4, 9]]}]}]}
     table = build_regret_table(rows, "cmd", tolerance=0.0, base=base)
     assert table["rows"] == ["heapsort/bidirectional", "mohajer/randomized", "quicksort/randomized"]
     n20 = table["settings"][0]
-    assert [(c["budget_per_n"], c.get("choice")) for c in n20["cells"]] == [(1.0, None),
-                                                                           (2.0, "heapsort/bidirectional")]
+    # the base cell at the family's cap (None) is dropped; the one at cap 3 is kept
+    assert [(c["budget_per_n"], c["max_rounds"], c.get("choice")) for c in n20["cells"]] == [
+        (1.0, 3, None), (2.0, None, "heapsort/bidirectional")]
     new = n20["cells"][1]
     assert new["worst_regret"] == 1.0 and new["values"] == [[67.5, 5.0, 40], [60.0, 5.0, 40], None]
     assert n20["cells"][0]["values"] == [None, None, [55.0, 2, 20]]  # moved onto the union of row names
@@ -94,7 +96,8 @@ def test_regret_table_is_read_by_choose_and_keeps_the_base_cells():
     assert choose(20, 3, 40, None, table=table) == ("heapsort", "bidirectional")
     assert choose(20, 3, 40, None, oracle="randomized", table=table) == ("mohajer", "randomized")
     assert choose(20, 3, 40, None, ranker="heapsort", table=table) == ("heapsort", "bidirectional")
-    assert choose(20, 3, 20, None, table=table) == ("quicksort", "randomized")  # a base cell
+    assert choose(20, 3, 20, 3, table=table) == ("quicksort", "randomized")  # a base cell
+    assert choose(20, 3, 20, None, table=table) == ("heapsort", "bidirectional")  # below all: the family cell
     report = regret_report(rows, tolerance=0.0, reference=table)
     assert "| none | 40 | heapsort/bidirectional | 1.00 [x] | heapsort/bidirectional | 1.00 [x] | 16.00 [y] |" in report
 

@@ -67,10 +67,10 @@ def choose(n: int, k: int, budget: int | None, max_rounds: int | None, ranker: A
             and restricts the choice of the other one (e.g. the best ranker for ``oracle="bidirectional"``).
         table: a table in the layout above (default: the shipped one).
 
-    Lookup: the (N, K) setting nearest in log scale; the largest measured budget/N <= budget/N and the largest
-    measured round cap <= max_rounds (the smallest when below all; unlimited maps to the unlimited column);
-    then the cell's ``choice`` when it fits, else the row with the highest nDCG, ties to fewer rounds, then fewer
-    calls. An oracle outside the table
+    Lookup: the (N, K) setting nearest in log scale; the largest measured round cap <= max_rounds, then among
+    that cap's cells the largest measured budget/N <= budget/N (each the smallest when below all; unlimited maps
+    to the unlimited column); then the cell's ``choice`` when it fits, else the row with the highest nDCG, ties
+    to fewer rounds, then fewer calls. An oracle outside the table
     (e.g. ``single`` or an ``Oracle`` instance) is matched by its calls per pair: one call reads the
     ``randomized`` rows, two the ``bidirectional`` ones; a ranker outside the table reads every row.
 
@@ -86,8 +86,8 @@ def choose(n: int, k: int, budget: int | None, max_rounds: int | None, ranker: A
     setting = min(table["settings"], key=distance)
     cells = setting["cells"]
     ratio = None if budget is None else budget / max(n, 1)
-    per_n = _floor([c["budget_per_n"] for c in cells], ratio)
-    cap = _floor([c["max_rounds"] for c in cells if c["budget_per_n"] == per_n], max_rounds)
+    cap = _floor([c["max_rounds"] for c in cells], max_rounds)
+    per_n = _floor([c["budget_per_n"] for c in cells if c["max_rounds"] == cap], ratio)
     cell = next(c for c in cells if c["budget_per_n"] == per_n and c["max_rounds"] == cap)
     values = cell["values"]
     entries = [(key.split("/"), value) for key, value in zip(table["rows"], values) if value is not None]
