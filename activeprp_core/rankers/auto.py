@@ -98,8 +98,10 @@ def choose(n: int, k: int, budget: int | None, max_rounds: int | None, ranker: A
         if not any(o == name for (_, o), _ in entries):
             name = "bidirectional" if getattr(oracle, "calls_per_pair", 1) > 1 else "randomized"
         entries = [e for e in entries if e[0][1] == name]
-    chosen = [e for e in entries if "/".join(e[0]) == cell.get("choice")]
-    (best_ranker, best_oracle), _ = chosen[0] if chosen else max(entries, key=lambda e: (e[1][0], -e[1][1], -e[1][2]))
+    choice = cell.get("choice") or ""
+    chosen = ([e for e in entries if "/".join(e[0]) == choice]  # the stored choice, else its ranker's row
+              or [e for e in entries if e[0][0] == choice.split("/")[0]])
+    (best_ranker, best_oracle), _ = max(chosen or entries, key=lambda e: (e[1][0], -e[1][1], -e[1][2]))
     return (best_ranker if ranker == AUTO else ranker), (best_oracle if oracle == AUTO else oracle)
 
 
