@@ -214,3 +214,15 @@ def test_shipped_auto_table_resolves_every_setting_to_registered_names_and_stays
     for cap in (None, 6, 10):
         seq = [choose(100, 10, b, cap) for b in [*range(50, 501, 50), None]]
         assert sum(a != b for a, b in zip(seq, seq[1:])) <= 3, (cap, seq)
+
+
+def test_choose_keeps_the_choices_ranker_when_the_oracle_is_fixed():
+    cell = {"budget_per_n": None, "max_rounds": None, "values": [[60.0, 1, 1], [50.0, 1, 1], [55.0, 1, 1]],
+            "choice": "heapsort/bidirectional"}
+    table = {"rows": ["heapsort/bidirectional", "heapsort/randomized", "mohajer/randomized"],
+             "settings": [{"n": 20, "k": 3, "cells": [cell]}]}
+    assert choose(20, 3, None, None, table=table) == ("heapsort", "bidirectional")
+    assert choose(20, 3, None, None, oracle="randomized", table=table) == ("heapsort", "randomized")
+    assert choose(20, 3, None, None, ranker="mohajer", table=table) == ("mohajer", "randomized")
+    del cell["choice"]  # without a stored choice: the best mean row, as before
+    assert choose(20, 3, None, None, oracle="randomized", table=table) == ("mohajer", "randomized")
