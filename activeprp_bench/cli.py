@@ -47,10 +47,34 @@ def _collections(args):
     return [load_named(n, args.data).subset(args.queries, args.depth) for n in args.collections]
 
 
-def _comparator_for(args, out: Path):
-    """``collection -> (qid -> comparator)`` for the chosen backend (real models behind the disk cache)."""
+def _judges(args) -> list[str]:
+    """The judge names of ``--judge NAME`` (repeatable) and ``--judges family`` (``judges.resolve_judges``),
+    kept only where they cover every chosen collection at ``--depth`` (default 100); [] when neither is given
+    (the calibrated simulator of ``--sim-params``, as before). Raises InputError for an unknown judge, one that
+    does not cover the setting, or judges combined with a ``--comparator`` other than ``simulated``."""
+    from .judges import resolve_judges
+
+    names = list(getattr(args, "judge", None) or []) + ([args.judges] if getattr(args, "judges", None) else [])
+    if not names:
+        return []
+    if args.comparator != "simulated":
+        raise InputError(f"--judge/--judges choose a bench judge: drop --comparator {args.comparator}")
+    try:
+        per_coll = [resolve_judges(names, args.depth or 100, c) for c in args.collections]
+    except ValueError as err:
+        raise InputError(str(err)) from None
+    return [n for n in per_coll[0] if all(n in names_c for names_c in per_coll)]
+
+
+def _comparator_for(args, out: Path, judge: str | None = None):
+    """``collection -> (qid -> comparator)`` for the chosen backend (real models behind the disk cache), or the
+    bench judge ``judge`` (``judges.comparator_for`` at ``--judge-seed``)."""
     from .grid import simulator_factory
 
+    if judge:
+        from .judges import comparator_for
+
+        return comparator_for(judge, args.judge_seed)
     if args.comparator == "simulated":
         params = _sim_params(args.sim_params)
         return lambda c: simulator_factory(c, params, args.judge_seed)
@@ -111,7 +135,7 @@ def _report(rows, out: Path, seed: int, paper: bool, paired: list[str], top_k: i
 
 
 def _grid(args) -> int:
-    from .grid import read_csv, run_grid, write_csv
+    from .grid import SLIM_COLUMNS, read_csv, run_grid, write_csv
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -124,16 +148,37 @@ def _grid(args) -> int:
             n = min(len(c.candidates[q]) for c in colls for q in c.qids)
             budgets = [None if b is None else max(1, round(b * n / 100)) for b in dict.fromkeys(budgets)]
         seeds = {"bidirectional": [0], "single": [0], "randomized": list(range(args.seeds))}
-        rows = run_grid(colls, _comparator_for(args, out), args.rankers, args.oracles, budgets, seeds,
-                        args.top_k, progress=not args.no_progress, max_rounds=args.max_rounds)
-        write_csv(rows, out / "rows.csv.gz")
+        judges = _judges(args)
+        if judges:  # the family grid: worker processes, rows cached per judge x ranker x oracle
+            from .family import run_family_grid
+
+            rows = run_family_grid(args.data, args.collections, judges, args.rankers, args.oracles, budgets,
+                                   args.max_rounds, seeds, top_k=args.top_k, queries=args.queries, depth=args.depth,
+                                   judge_seed=args.judge_seed, cache=args.rows_cache or out / "rows_cache",
+                                   jobs=args.jobs, refresh=args.refresh)
+        else:
+            rows = run_grid(colls, _comparator_for(args, out), args.rankers, args.oracles, budgets, seeds,
+                            args.top_k, progress=not args.no_progress, max_rounds=args.max_rounds)
+        write_csv(rows, out / "rows.csv.gz", SLIM_COLUMNS if judges else None)
         (out / "config.json").write_text(json.dumps({"argv": sys.argv[1:], "budgets": budgets, **{
             k: v for k, v in vars(args).items() if k != "func"}}, indent=1, default=str))
     baseline = _baseline(args) if not args.from_csv else ""
     caps = {r.max_rounds for r in rows}
     paper = not (args.no_paper or args.scale_budgets) and caps == {-1}  # the paper's columns: N = 100, no cap
     top_k = rows[0].top_k if rows else args.top_k
-    print(baseline + _report(rows, out, args.bootstrap_seed, paper, args.paired, top_k, args.compare))
+    judges = sorted({r.judge for r in rows})
+    if len(judges) < 2:
+        print(baseline + _report(rows, out, args.bootstrap_seed, paper, args.paired, top_k, args.compare))
+        return 0
+    from .autotable import regret_report
+
+    for judge in judges:  # one report per judge in OUT/<judge>/, the family's regret table in OUT/tables.md
+        (out / judge).mkdir(exist_ok=True)
+        _report([r for r in rows if r.judge == judge], out / judge, args.bootstrap_seed, False, args.paired, top_k,
+                args.compare)
+    text = regret_report(rows)
+    (out / "tables.md").write_text(text)
+    print(baseline + text)
     return 0
 
 
@@ -168,12 +213,13 @@ def _flip(args) -> int:
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    rate, pairs = measured_flip_rate(_comparator_for(args, out), _collections(args), args.pairs_per_query,
-                                     random.Random(args.seed))
-    mode = args.mode if args.comparator == "bundled" else ""
-    text = f"{args.comparator} {mode}: flip rate {100 * rate:.1f}% of {pairs} pairs (both slot orders asked)\n"
-    (out / f"flip_{args.comparator}{mode}.md").write_text(text)
-    print(text)
+    for judge in _judges(args) or [""]:
+        rate, pairs = measured_flip_rate(_comparator_for(args, out, judge), _collections(args),
+                                         args.pairs_per_query, random.Random(args.seed))
+        name = judge or args.comparator + (args.mode if args.comparator == "bundled" else "")
+        text = f"{name}: flip rate {100 * rate:.1f}% of {pairs} pairs (both slot orders asked)\n"
+        (out / f"flip_{name}.md").write_text(text)
+        print(text)
     return 0
 
 
@@ -214,19 +260,20 @@ def _walltime(args) -> int:
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    params = _sim_params(args.sim_params)
     lines = [f"Sleeping comparator: {args.latency} s per call, {args.in_flight} calls in flight (arerank); modelled "
              "= sum over rounds of ceil(calls / in_flight) x latency.", "",
-             "| collection | qid | N | K | ranker | oracle | runs as | budget | max_rounds | rounds | calls "
-             "| measured s | modelled s |", "|---|---|---:|---:|---|---|---|---:|---:|---:|---:|---:|---:|"]
-    for coll in _collections(args):
-        judge_for = simulator_factory(coll, params, args.judge_seed)
+             "| judge | collection | qid | N | K | ranker | oracle | runs as | budget | max_rounds | rounds | calls "
+             "| measured s | modelled s |", "|---|---|---|---:|---:|---|---|---|---:|---:|---:|---:|---:|---:|"]
+    for judge_name, coll in product(_judges(args) or [""], _collections(args)):
+        judge_for = (_comparator_for(args, out, judge_name)(coll) if judge_name
+                     else simulator_factory(coll, _sim_params(args.sim_params), args.judge_seed))
         for qid, ranker, oracle, budget, cap in product(coll.qids, args.rankers, args.oracles, args.budgets,
                                                         args.max_rounds):
             judge = SleepingComparator(judge_for(qid), args.latency, args.in_flight)
             t = measured_wall_time(coll.queries[qid], coll.candidates[qid], judge, ranker=make_ranker(ranker),
                                    oracle=oracle, budget=budget, max_rounds=cap, top_k=args.top_k)
-            lines.append(f"| {coll.name} | {qid} | {len(coll.candidates[qid])} | {args.top_k} | {ranker} | {oracle} "
+            lines.append(f"| {judge_name or 'simulated'} | {coll.name} | {qid} | {len(coll.candidates[qid])} "
+                         f"| {args.top_k} | {ranker} | {oracle} "
                          f"| {t['runs_as']} | {budget} | {cap} | {t['rounds']:.0f} | {t['calls']:.0f} | "
                          f"{t['measured_s']:.2f} | {t['modelled_s']:.2f} |")
             print(lines[-1], flush=True)
@@ -240,7 +287,20 @@ def _auto_table(args) -> int:
 
     rows = [r for path in args.from_csv for r in read_csv(path)]
     source = "activeprp bench auto-table --from-csv " + " ".join(args.from_csv)
-    table = build_auto_table(rows, source)
+    if any(r.judge for r in rows):  # a family grid: the choice by worst-case regret over its judges
+        from .autotable import TOLERANCE, build_regret_table, regret_report
+
+        args.tolerance = TOLERANCE if args.tolerance is None else args.tolerance
+        base = json.loads(Path(args.base).read_text()) if args.base else None
+        reference = json.loads(Path(args.reference).read_text()) if args.reference else None
+        source += f" --rule {args.rule} --tolerance {args.tolerance}" + (
+            f" --base {args.base}" if args.base else "") + (
+            f" (cells not in these grids: from the base table, {base['source']})" if base else "")
+        if args.report:
+            Path(args.report).write_text(regret_report(rows, args.tolerance, reference, rule=args.rule))
+        table = build_regret_table(rows, source, args.tolerance, base, args.rule)
+    else:
+        table = build_auto_table(rows, source)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(table, indent=None, separators=(",", ":")) + "\n")
     print(f"{args.out}: {len(table['settings'])} settings, "
@@ -294,6 +354,11 @@ def add_parser(subparsers) -> None:
     common.add_argument("--cache", help="sqlite answer cache (default OUT/answers.sqlite)")
     common.add_argument("--judge-seed", type=_count(None), default=0,
                         help="simulated judge's noise realisation (default 0)")
+    common.add_argument("--judge", action="append", default=[], metavar="NAME",
+                        help="a judge of activeprp_bench.judges answers instead of the calibrated simulator "
+                        "(repeatable; rows gain its name in the judge column; see docs/bench-judges.md)")
+    common.add_argument("--judges", choices=["family"],
+                        help="every judge of the family that covers the collections at --depth")
     cells = argparse.ArgumentParser(add_help=False)
     cells.add_argument("--budgets", nargs="+", type=_count(0, none=True), default=list(PAPER_BUDGETS),
                        help="per-query call budgets (none = unlimited)")
@@ -313,6 +378,12 @@ def add_parser(subparsers) -> None:
     grid.add_argument("--compare", nargs="*", default=[], metavar="A:B",
                       help="cells compared by paired bootstrap, each ranker/oracle/budget/max_rounds (-1 = no cap; "
                            "ranker 'best' = the best non-auto row at that budget and cap)")
+    grid.add_argument("--jobs", type=_count(), default=1,
+                      help="with --judge/--judges: worker processes, one judge x ranker x oracle each (default 1)")
+    grid.add_argument("--rows-cache", help="with --judge/--judges: directory of cached rows, one JSON file per judge "
+                      "x ranker x oracle; only cells not stored are computed (default OUT/rows_cache)")
+    grid.add_argument("--refresh", nargs="+", default=[], metavar="NAME",
+                      help="with --rows-cache: judge or oracle names whose cached rows are recomputed")
     grid.set_defaults(func=_grid)
     cal = modes.add_parser("calibrate", parents=[common], help="fit the simulator to the paper's judge")
     cal.add_argument("--pair-noise", type=float, default=0.5)
@@ -335,4 +406,14 @@ def add_parser(subparsers) -> None:
     auto = modes.add_parser("auto-table", help="build the table behind ranker/oracle 'auto' from grid rows")
     auto.add_argument("--from-csv", nargs="+", required=True, help="rows.csv[.gz] files of bench grid runs")
     auto.add_argument("--out", default="activeprp_core/data/auto_table.json")
+    auto.add_argument("--tolerance", type=float, default=None,
+                      help="family grids (rows with a judge): nDCG points within which rows count as equally good "
+                      "and the previous budget's choice is kept (default autotable.TOLERANCE)")
+    auto.add_argument("--rule", choices=["regret", "single"], default="regret",
+                      help="family grids: per-cell worst-case regret kept along the budget axis (regret), or one row "
+                      "per round cap (single); see activeprp_bench.autotable")
+    auto.add_argument("--base", help="family grids: an auto table whose settings and cells the grids lack are kept")
+    auto.add_argument("--reference", help="family grids: the auto table the report compares with (default: the "
+                      "shipped one)")
+    auto.add_argument("--report", help="family grids: write the regret report (Markdown) here")
     auto.set_defaults(func=_auto_table)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import csv
 import gzip
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +51,8 @@ class Row(Accounting):
     """One reranked query of the grid (one CSV line): the cell, nDCG@K in ``ndcg10`` (K = the grid's ``top_k``,
     10 unless said; filled in after the batch evaluation), the status flags and every ``Accounting`` field.
     ``budget``/``max_rounds`` are -1 for no cap. ``round_calls``: the calls of each round, space-separated (for
-    the wall-time model); ``resolved``: the concrete ``ranker/oracle`` the engine ran (differs for ``auto``)."""
+    the wall-time model); ``resolved``: the concrete ``ranker/oracle`` the engine ran (differs for ``auto``);
+    ``judge``: the ``activeprp_bench.judges`` name that answered (empty for ``--comparator`` backends)."""
 
     collection: str
     qid: str
@@ -67,6 +68,7 @@ class Row(Accounting):
     converged: bool = False
     round_calls: str = ""
     resolved: str = ""
+    judge: str = ""
 
 
 def _cap(value: int | None) -> int:
@@ -90,6 +92,7 @@ def run_grid(
     top_k: int = 10,
     progress: bool = True,
     max_rounds: Iterable[int | None] = (None,),
+    judge: str = "",
 ) -> list[Row]:
     """Run every cell of the grid and return one ``Row`` per (collection, query, ranker, oracle, budget,
     max_rounds, seed).
@@ -104,6 +107,7 @@ def run_grid(
             oracles not listed, e.g. ``auto``, get the randomized seeds).
         top_k: K. progress: show a tqdm bar.
         max_rounds: per-query round caps (``None`` = no cap; stored as -1).
+        judge: the judge's name, stored in every row's ``judge`` column (a label only).
     """
     from tqdm import tqdm
 
@@ -119,15 +123,15 @@ def run_grid(
         runs, batch = {}, []
         for qid in coll.qids:
             cands = coll.candidates[qid]
-            judge = RoundRecorder(judge_of[coll.name](qid))
-            res = rerank(coll.queries[qid], cands, ranker=make_ranker(ranker), oracle=oracle, comparator=judge,
+            recorder = RoundRecorder(judge_of[coll.name](qid))
+            res = rerank(coll.queries[qid], cands, ranker=make_ranker(ranker), oracle=oracle, comparator=recorder,
                          budget=budget, top_k=top_k, seed=seed, max_rounds=cap)
             runs[qid] = ranking_to_run([cands[i].id for i in res.order])
             counts = {**res.counts(), "wall_time_s": round(res.wall_time_s, 4)}
             batch.append(Row(collection=coll.name, qid=qid, ranker=ranker, oracle=oracle, budget=_cap(budget),
                              max_rounds=_cap(cap), seed=seed, n=len(cands), top_k=top_k, exhausted=res.exhausted,
-                             converged=res.converged, round_calls=" ".join(map(str, judge.batches)),
-                             resolved=f"{res.ranker}/{res.oracle}", **counts))
+                             converged=res.converged, round_calls=" ".join(map(str, recorder.batches)),
+                             resolved=f"{res.ranker}/{res.oracle}", judge=judge, **counts))
             bar.update(1)
         scores = ndcg_at_k(coll.qrels, runs, top_k)
         for row in batch:
@@ -141,13 +145,20 @@ def _open(path: str | Path, mode: str):
     return gzip.open(path, mode + "t", newline="") if str(path).endswith(".gz") else open(path, mode, newline="")
 
 
-def write_csv(rows: Sequence[Row], path: str | Path) -> None:
-    """Write the per-query rows as CSV (header = ``Row`` fields); gzip-compressed when ``path`` ends in .gz."""
+#: The columns a family grid keeps (``write_csv(..., columns=SLIM_COLUMNS)``): enough for every table and CI.
+SLIM_COLUMNS = ("judge", "collection", "qid", "ranker", "oracle", "budget", "max_rounds", "seed", "n", "top_k",
+                "ndcg10", "calls", "comparisons", "rounds", "resolved")
+
+
+def write_csv(rows: Sequence[Row], path: str | Path, columns: Sequence[str] | None = None) -> None:
+    """Write the per-query rows as CSV (header = ``Row`` fields, or only ``columns``: ``read_csv`` gives the
+    others their defaults); gzip-compressed when ``path`` ends in .gz."""
     Path(path).parent.mkdir(parents=True, exist_ok=True)
+    names = list(columns or Row.__dataclass_fields__)
     with _open(path, "w") as f:
-        writer = csv.DictWriter(f, fieldnames=list(Row.__dataclass_fields__))
+        writer = csv.DictWriter(f, fieldnames=names)
         writer.writeheader()
-        writer.writerows(asdict(r) for r in rows)
+        writer.writerows({k: getattr(r, k) for k in names} for r in rows)
 
 
 def read_csv(path: str | Path) -> list[Row]:

@@ -42,3 +42,26 @@ def paired_bootstrap(a: Sequence[float], b: Sequence[float], rng: np.random.Gene
     means = d[rng.integers(0, d.size, size=(resamples, d.size))].mean(axis=1)
     p = 2 * min(float((means <= 0).mean()), float((means >= 0).mean()))
     return float(d.mean()), min(1.0, p)
+
+
+def macro_diff_ci(diffs: Sequence[Sequence[float]], rng: np.random.Generator, resamples: int = 10_000,
+                  level: float = 0.95) -> tuple[float, float, float]:
+    """Paired bootstrap CI of a macro-averaged difference: ``diffs[c][i]`` is method a minus method b on query i
+    of collection c. Queries are resampled within each collection; each resample's statistic is the mean over
+    collections of the per-collection mean difference (the grid's macro mean).
+
+    Returns:
+        ``(mean, low, high)``, the percentile interval at ``level``.
+    Raises:
+        ValueError: no collection, an empty collection, or ``level`` outside (0, 1).
+    """
+    if not diffs or any(len(d) == 0 for d in diffs) or not 0 < level < 1:
+        raise ValueError("need at least one non-empty collection and 0 < level < 1")
+    stats = np.zeros(resamples)
+    for d in diffs:
+        x = np.asarray(d, dtype=float)
+        stats += x[rng.integers(0, x.size, size=(resamples, x.size))].mean(axis=1)
+    stats /= len(diffs)
+    alpha = (1 - level) / 2
+    low, high = np.quantile(stats, [alpha, 1 - alpha])
+    return float(np.mean([np.mean(d) for d in diffs])), float(low), float(high)

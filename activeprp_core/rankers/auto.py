@@ -7,9 +7,12 @@ the file's ``source`` and in ``benchmarks/results/README.md``). Its layout::
     {"source": str, "metric": str, "rows": ["ranker/oracle", ...],
      "settings": [{"n": N, "k": K,
                    "cells": [{"budget_per_n": float | null, "max_rounds": int | null,
-                              "values": [[ndcg_percent, mean_rounds, mean_calls] | null, ...]}]}]}
+                              "values": [[ndcg_percent, mean_rounds, mean_calls] | null, ...],
+                              "choice": "ranker/oracle" (optional), "worst_regret": float (optional)}]}]}
 
-(``values[i]`` belongs to ``rows[i]``; null where the grid did not run that row.)
+(``values[i]`` belongs to ``rows[i]``; null where the grid did not run that row. ``choice``, where present, is
+the row chosen by worst-case regret over a family of judges (``activeprp_bench.autotable.regret_choice``); it
+wins whenever it fits the ranker/oracle asked for.)
 
 ``choose`` reads the cell nearest to the request and takes the best measured row; nothing in this module is a
 hand-set threshold.
@@ -65,9 +68,10 @@ def choose(n: int, k: int, budget: int | None, max_rounds: int | None, ranker: A
             and restricts the choice of the other one (e.g. the best ranker for ``oracle="bidirectional"``).
         table: a table in the layout above (default: the shipped one).
 
-    Lookup: the (N, K) setting nearest in log scale; the largest measured budget/N <= budget/N and the largest
-    measured round cap <= max_rounds (the smallest when below all; unlimited maps to the unlimited column);
-    then the row with the highest nDCG, ties to fewer rounds, then fewer calls. An oracle outside the table
+    Lookup: the (N, K) setting nearest in log scale; the largest measured round cap <= max_rounds, then among
+    that cap's cells the largest measured budget/N <= budget/N (each the smallest when below all; unlimited maps
+    to the unlimited column); then the cell's ``choice`` when it fits, else the row with the highest nDCG, ties
+    to fewer rounds, then fewer calls. An oracle outside the table
     (e.g. ``single`` or an ``Oracle`` instance) is matched by its calls per pair: one call reads the
     ``randomized`` rows, two the ``bidirectional`` ones; a ranker outside the table reads every row.
 
@@ -83,9 +87,10 @@ def choose(n: int, k: int, budget: int | None, max_rounds: int | None, ranker: A
     setting = min(table["settings"], key=distance)
     cells = setting["cells"]
     ratio = None if budget is None else budget / max(n, 1)
-    per_n = _floor([c["budget_per_n"] for c in cells], ratio)
-    cap = _floor([c["max_rounds"] for c in cells if c["budget_per_n"] == per_n], max_rounds)
-    values = next(c for c in cells if c["budget_per_n"] == per_n and c["max_rounds"] == cap)["values"]
+    cap = _floor([c["max_rounds"] for c in cells], max_rounds)
+    per_n = _floor([c["budget_per_n"] for c in cells if c["max_rounds"] == cap], ratio)
+    cell = next(c for c in cells if c["budget_per_n"] == per_n and c["max_rounds"] == cap)
+    values = cell["values"]
     entries = [(key.split("/"), value) for key, value in zip(table["rows"], values) if value is not None]
     if ranker != AUTO and any(r == _name(ranker) for (r, _), _ in entries):
         entries = [e for e in entries if e[0][0] == _name(ranker)]
@@ -94,7 +99,10 @@ def choose(n: int, k: int, budget: int | None, max_rounds: int | None, ranker: A
         if not any(o == name for (_, o), _ in entries):
             name = "bidirectional" if get_oracle(oracle).calls_per_pair > 1 else "randomized"
         entries = [e for e in entries if e[0][1] == name]
-    (best_ranker, best_oracle), _ = max(entries, key=lambda e: (e[1][0], -e[1][1], -e[1][2]))
+    choice = cell.get("choice") or ""
+    chosen = ([e for e in entries if "/".join(e[0]) == choice]  # the stored choice, else its ranker's row
+              or [e for e in entries if e[0][0] == choice.split("/")[0]])
+    (best_ranker, best_oracle), _ = max(chosen or entries, key=lambda e: (e[1][0], -e[1][1], -e[1][2]))
     return (best_ranker if ranker == AUTO else ranker), (best_oracle if oracle == AUTO else oracle)
 
 
