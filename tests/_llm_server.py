@@ -5,6 +5,7 @@ plan (no model; starts in milliseconds)."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import http.client
 import json
@@ -282,3 +283,28 @@ class FaultServer(LoopbackServer):
 def closed_port_url() -> str:
     """A loopback URL on which nothing listens (connection refused)."""
     return f"http://127.0.0.1:{free_port()}/v1"
+
+
+@contextlib.contextmanager
+def bundled_server(log_dir):
+    """A ``LlamaServer`` on the bundled GGUF for the ``with`` block, its log in ``log_dir``; stopped after."""
+    from activeprp_core.comparators.hf import bundled_gguf_path
+
+    srv = LlamaServer(bundled_gguf_path(), log_dir / "server.log")
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+def demo_query(words: int, n: int, cut: bool = False):
+    """The first demo query and its ``n`` best hits whose first ``words`` words differ (one request per pair), as
+    ``Candidate`` objects (their text cut to ``words`` words when ``cut``)."""
+    from activeprp_core import Candidate
+    from activeprp_core.cli.demo import load_demo_queries
+
+    row = load_demo_queries()[0]
+    distinct = {" ".join(h["content"].split()[:words]): h for h in reversed(row["hits"])}
+    hits = sorted(distinct.values(), key=lambda h: h["rank"])[:n]
+    return row["query"], [Candidate(h["docid"], " ".join(h["content"].split()[:words]) if cut else h["content"])
+                          for h in hits]

@@ -60,3 +60,13 @@ class UsageJudge:
 
         self.reported = self.calls = 0
         self.comparator = _Judge()
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory):
+    """A real OpenAI-compatible server (llama-cpp-python on the bundled GGUF, 127.0.0.1), shared by the modules
+    that test against it and stopped at the end of the session."""
+    from _llm_server import bundled_server
+
+    with bundled_server(tmp_path_factory.mktemp("llama")) as srv:
+        yield srv

@@ -7,13 +7,11 @@ import importlib.util
 import json
 
 import pytest
-from _llm_server import FaultProxy, LlamaServer, mixed_plan
+from _llm_server import FaultProxy, demo_query, mixed_plan
 
-from activeprp_core import Candidate, ComparatorAuthError, ComparatorRequestError, arerank, rerank
+from activeprp_core import ComparatorAuthError, ComparatorRequestError, arerank, rerank
 from activeprp_core.cli import main as cli_main
-from activeprp_core.cli.demo import load_demo_queries
 from activeprp_core.comparators import OpenAIChatComparator
-from activeprp_core.comparators.hf import bundled_gguf_path
 from activeprp_core.comparators.openai_chat import _parse
 
 if importlib.util.find_spec("llama_cpp") is None:
@@ -26,18 +24,8 @@ WORDS = 20  # passages cut to 20 words keep each real call around a second on 2 
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    srv = LlamaServer(bundled_gguf_path(), tmp_path_factory.mktemp("llama") / "server.log")
-    yield srv
-    srv.stop()
-
-
-@pytest.fixture(scope="module")
 def query_and_candidates():
-    row = load_demo_queries()[0]
-    distinct = {" ".join(h["content"].split()[:WORDS]): h for h in reversed(row["hits"])}  # one request per pair
-    hits = sorted(distinct.values(), key=lambda h: h["rank"])[:8]
-    return row["query"], [Candidate(h["docid"], h["content"]) for h in hits]
+    return demo_query(WORDS, 8)
 
 
 def make_proxy(server, request, plan, **kw) -> FaultProxy:

@@ -10,12 +10,9 @@ import importlib.util
 import time
 
 import pytest
-from _llm_server import FaultProxy, LlamaServer
+from _llm_server import FaultProxy, demo_query
 
-from activeprp_core import Candidate
-from activeprp_core.cli.demo import load_demo_queries
 from activeprp_core.comparators import OpenAIChatComparator
-from activeprp_core.comparators.hf import bundled_gguf_path
 
 for module in ("llama_cpp", "langchain_openai", "llama_index.llms.openai_like"):
     if importlib.util.find_spec(module.split(".")[0]) is None or importlib.util.find_spec(module) is None:
@@ -34,18 +31,8 @@ WORDS, N_DOCS, BUDGET = 20, 6, 10  # short passages and a small budget keep this
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    srv = LlamaServer(bundled_gguf_path(), tmp_path_factory.mktemp("llama") / "server.log")
-    yield srv
-    srv.stop()
-
-
-@pytest.fixture(scope="module")
 def query_and_docs():
-    row = load_demo_queries()[0]
-    distinct = {" ".join(h["content"].split()[:WORDS]): h for h in reversed(row["hits"])}
-    hits = sorted(distinct.values(), key=lambda h: h["rank"])[:N_DOCS]
-    return row["query"], [Candidate(h["docid"], " ".join(h["content"].split()[:WORDS])) for h in hits]
+    return demo_query(WORDS, N_DOCS, cut=True)
 
 
 def test_chat_openai_and_openai_like_rank_as_the_openai_comparator_on_the_same_server(server, query_and_docs):
