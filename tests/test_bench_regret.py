@@ -9,8 +9,11 @@ import gzip
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
+
+np = pytest.importorskip("numpy", reason='pip install "activeprp[bench]"')
+for _module in ("ir_measures", "bm25s", "matplotlib"):
+    pytest.importorskip(_module, reason='pip install "activeprp[bench]"')
 
 from activeprp_bench.autotable import (
     build_regret_table,
