@@ -21,7 +21,8 @@ def test_single_asks_the_order_given_and_reuses_either_order():
     o = SingleDirectionOracle()
     assert o.calls_per_pair == 1 and o.prompts(2, 5, nothing_known, random.Random(0)) == [(2, 5)]
     assert o.prompts(2, 5, lambda p: p == (5, 2), random.Random(0)) == []
-    assert o.outcome(2, 5, {(5, 2): 1.0}) == 0.0 and o.outcome(2, 5, {(2, 5): 0.8}) == 0.8
+    assert o.outcome(2, 5, {(5, 2): 1.0}) == 0.0
+    assert o.outcome(2, 5, {(2, 5): 0.8}) == 1.0  # a soft answer is a whole win
     assert o.outcome(2, 5, {}) is None and o.outcome(2, 5, {(2, 5): None}) is None
 
 
@@ -35,8 +36,8 @@ def test_randomized_draws_the_slot_order_from_the_seeded_stream_and_maps_the_ans
 
 
 @pytest.mark.parametrize("p1, p2, outcome", [(1.0, 0.0, 1.0), (0.0, 1.0, 0.0), (1.0, 1.0, 0.5), (0.0, 0.0, 0.5),
-                                             (0.5, 0.0, 0.5), (0.9, 0.2, 0.85)])
-def test_bidirectional_rule(p1, p2, outcome):  # consistent answers give their mean (no gate: a plain dict)
+                                             (0.5, 0.0, 0.5), (0.9, 0.2, 1.0)])
+def test_bidirectional_rule(p1, p2, outcome):  # consistent answers: a whole win (no margin: a plain dict)
     o = BidirectionalOracle()
     assert o.calls_per_pair == 2
     assert o.prompts(3, 4, nothing_known, random.Random(0)) == [(3, 4), (4, 3)]
