@@ -31,11 +31,7 @@ from activeprp_core import Candidate, Comparator, rerank
 from activeprp_core.metrics import ndcg_at_k, ranking_to_run
 
 from . import judges as J
-
-try:  # the paper's targets live with the simulator's calibration: in the bench once activeprp_core.evaluation moved
-    from .calibration import PAPER_FLIP_RATE, PAPER_XL_CONVERGED
-except ImportError:  # before that move
-    from activeprp_core.evaluation.calibration import PAPER_FLIP_RATE, PAPER_XL_CONVERGED
+from .calibration import PAPER_FLIP_RATE, PAPER_XL_CONVERGED
 
 #: Paper Table 2, Flan-T5-XL converged nDCG@10 (DL19, DL20) of its nine ranker x oracle rows.
 XL_ROWS: dict[tuple[str, str], tuple[float, float]] = PAPER_XL_CONVERGED
