@@ -27,7 +27,7 @@ from typing import Any
 
 from .comparators.base import CallGuard, Comparator, SupportsCompare, as_comparator
 from .reranking import DONE, Batch, Estimator, Reranking, check_candidates  # noqa: F401 (re-exported)
-from .settings import MAX_CONSECUTIVE_FAILURES, ON_FAILURE, OnFailure, RerankSettings  # noqa: F401 (re-exported)
+from .settings import MAX_CONSECUTIVE_FAILURES, ON_FAILURE, OnFailure, RerankSettings, takes_settings  # noqa: F401
 from .types import Candidate, RerankResult
 
 
@@ -108,6 +108,7 @@ def _start(query: Any, candidates: Any, settings: RerankSettings | None, compara
     return judge, guard, exchange(reranking, guard)
 
 
+@takes_settings
 def rerank(query: str, candidates: Sequence[Candidate], settings: RerankSettings | None = None, *,
            comparator: Comparator | SupportsCompare, **options: Any) -> RerankResult:
     """Rerank ``candidates`` for ``query`` with a pairwise ``comparator`` under hard per-query caps.
@@ -138,6 +139,7 @@ def rerank(query: str, candidates: Sequence[Candidate], settings: RerankSettings
     return run_blocking(drive(steps, blocking(lambda batch: judge.judge(batch.query, batch.pairs, guard=guard))))
 
 
+@takes_settings
 async def arerank(query: str, candidates: Sequence[Candidate], settings: RerankSettings | None = None, *,
                   comparator: Comparator | SupportsCompare, **options: Any) -> RerankResult:
     """Async ``rerank`` (same arguments, same result for the same seed): each round goes to the comparator's

@@ -28,7 +28,7 @@ from .comparators.base import CallGuard, Comparator, SupportsCompare, as_compara
 from .engine import Batch, Estimator, Reranking, blocking, guard_for, iterate_blocking
 from .errors import ComparatorAuthError
 from .judging import JudgeTally
-from .settings import RerankSettings
+from .settings import RerankSettings, takes_settings
 from .types import Accounting, Candidate, Judgment, RerankResult, to_judgments
 
 DEFAULT_MAX_ACTIVE = 64
@@ -253,6 +253,7 @@ def _setup(requests, settings, options, comparator, max_active, progress) -> tup
     return judge, _session(window)
 
 
+@takes_settings
 def rerank_many(requests: Iterable[tuple[str, Sequence[Candidate]]], settings: RerankSettings | None = None, *,
                 comparator: Comparator | SupportsCompare, max_active: int = DEFAULT_MAX_ACTIVE, progress: bool = False,
                 **options: Any) -> Iterator[RerankResult | RerankFailure]:
@@ -281,6 +282,7 @@ def rerank_many(requests: Iterable[tuple[str, Sequence[Candidate]]], settings: R
         yield from iterate_blocking(_pump(session, ask))
 
 
+@takes_settings
 async def arerank_many(requests: Iterable[tuple[str, Sequence[Candidate]]], settings: RerankSettings | None = None,
                        *, comparator: Comparator | SupportsCompare, max_active: int = DEFAULT_MAX_ACTIVE,
                        progress: bool = False, **options: Any) -> AsyncIterator[RerankResult | RerankFailure]:

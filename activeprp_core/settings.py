@@ -7,7 +7,8 @@ on; their keyword arguments are these fields.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+import inspect
+from dataclasses import MISSING, dataclass, fields, replace
 from typing import Any, Literal
 
 from .budget import check_count
@@ -98,3 +99,16 @@ class RerankSettings:
     def as_dict(self) -> dict[str, Any]:
         """The fields as keyword arguments (for ``rerank`` & co.)."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def takes_settings(func):
+    """Decorator: ``func`` takes the ``RerankSettings`` fields as ``**options``; its ``inspect.signature`` (what
+    IDEs, ``help()`` and ``inspect`` show) lists them as keyword-only parameters with their defaults instead, so
+    ``rerank(..., token_budget=...)`` is visible without declaring the fields again. Calls are unchanged."""
+    signature = inspect.signature(func)
+    own = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    settings = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, annotation=f.type,
+                                  default=inspect.Parameter.empty if f.default is MISSING else f.default)
+                for f in fields(RerankSettings)]
+    func.__signature__ = signature.replace(parameters=own + settings)
+    return func

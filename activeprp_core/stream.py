@@ -11,7 +11,7 @@ from typing import Any
 
 from .comparators.base import Comparator, SupportsCompare
 from .many import DEFAULT_MAX_ACTIVE, RerankFailure, _answer, _pump, _Window, _window
-from .settings import RerankSettings
+from .settings import RerankSettings, takes_settings
 from .types import RerankResult
 
 
@@ -47,6 +47,7 @@ class _Arrivals:
             self.reading.cancel()
 
 
+@takes_settings
 async def arerank_stream(requests: AsyncIterable[tuple], settings: RerankSettings | None = None, *,
                          comparator: Comparator | SupportsCompare, max_active: int = DEFAULT_MAX_ACTIVE,
                          **options: Any) -> AsyncIterator[tuple[int, RerankResult | RerankFailure]]:

@@ -38,3 +38,21 @@ def test_rankers_all_lists_the_registry_and_the_rankers():
     public = set(activeprp_core.rankers.__all__)
     assert {"RANKERS", "get_ranker", "Ranker", "RankContext", "Schedule"} <= public
     assert {cls.__name__ for cls in activeprp_core.rankers.RANKERS.values()} <= public
+
+
+def test_the_entry_points_show_every_setting_as_a_keyword():
+    """``rerank(..., token_budget=...)`` & co.: each ``RerankSettings`` field is a keyword-only parameter of the
+    entry points' signatures (they take them as ``**options``), with the field's default."""
+    import dataclasses
+    import inspect
+
+    from activeprp_core import RerankSettings, arerank, arerank_many, rerank, rerank_many
+    from activeprp_core.stream import arerank_stream
+
+    for func in (rerank, arerank, rerank_many, arerank_many, arerank_stream):
+        params = inspect.signature(func).parameters
+        assert "options" not in params, func.__name__
+        for field in dataclasses.fields(RerankSettings):
+            assert params[field.name].kind is inspect.Parameter.KEYWORD_ONLY, (func.__name__, field.name)
+            if field.default is not dataclasses.MISSING:
+                assert params[field.name].default == field.default, (func.__name__, field.name)
