@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from activeprp_core.metrics import ndcg_at_k, ranking_to_run
-from activeprp_core.trecfiles import read_corpus, read_qrels, read_queries, read_run_candidates
+from activeprp_cli.metrics import ndcg_at_k, ranking_to_run
+from activeprp_cli.trecfiles import read_corpus, read_qrels, read_queries, read_run_candidates
 from activeprp_core.types import Candidate
 
 Qrels = dict[str, dict[str, int]]

@@ -2,7 +2,7 @@
 collections.
 
 Each cell reranks one query's first-stage top-N with ``activeprp_core.rerank`` and keeps the per-query
-accounting and the calls of each round; nDCG@K is computed afterwards through ``activeprp_core.metrics``
+accounting and the calls of each round; nDCG@K is computed afterwards through ``activeprp_cli.metrics``
 (ir-measures), one batch per (collection, ranker, oracle, budget, max_rounds, seed). Runs sequentially in one
 process (the shared 2-core machine).
 """
@@ -16,9 +16,9 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from activeprp_cli.metrics import ndcg_at_k, ranking_to_run
 from activeprp_core.comparators.simulated import SimulatedComparator
 from activeprp_core.engine import rerank
-from activeprp_core.metrics import ndcg_at_k, ranking_to_run
 from activeprp_core.rankers import Mohajer, MohajerBubble, Ranker
 from activeprp_core.types import Accounting
 

@@ -3,7 +3,7 @@
 For each judge: its answer statistics on random candidate pairs asked in both slot orders (flip rate, first-slot
 rate, soft rate, mean confidence |p - 0.5|, and against the qrels: log loss and expected calibration error of
 P(first has the higher grade) over pairs of distinct grades), and nDCG@10 (ir-measures, through
-``activeprp_core.metrics``) of the calibration settings: the paper's nine converged ranker x oracle rows at
+``activeprp_cli.metrics``) of the calibration settings: the paper's nine converged ranker x oracle rows at
 N=100, K=10 (Table 2 for Flan-T5-XL, the appendix for Qwen3-4B; bidirectional heapsort is also Setwise's
 pairwise heapsort), and converged Mohajer at N=20 (the depth of the bundled model's cache).
 
@@ -27,8 +27,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from activeprp_cli.metrics import ndcg_at_k, ranking_to_run
 from activeprp_core import Candidate, Comparator, rerank
-from activeprp_core.metrics import ndcg_at_k, ranking_to_run
 
 from . import judges as J
 from .calibration import PAPER_FLIP_RATE, PAPER_XL_CONVERGED

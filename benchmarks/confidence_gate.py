@@ -20,8 +20,8 @@ sys.path.insert(0, str(ROOT))  # this checkout's packages, not an installed copy
 
 from activeprp_bench.datasets import load_trec_dl  # noqa: E402
 from activeprp_bench.judges import build_judge  # noqa: E402
+from activeprp_cli.metrics import ndcg_at_k, ranking_to_run  # noqa: E402
 from activeprp_core import judging, oracles, rerank_many  # noqa: E402
-from activeprp_core.metrics import ndcg_at_k, ranking_to_run  # noqa: E402
 
 DATA = Path("/work/shared/data")
 SOFT = ("soft-calibrated", "overconfident", "underconfident", "ql-like")

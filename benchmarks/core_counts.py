@@ -9,8 +9,8 @@ from __future__ import annotations
 import random
 import statistics
 
+from activeprp_cli.metrics import mean_ndcg_at_k, ranking_to_run
 from activeprp_core import Candidate, SimulatedComparator, rerank
-from activeprp_core.metrics import mean_ndcg_at_k, ranking_to_run
 from activeprp_core.oracles import ORACLES
 from activeprp_core.rankers import RANKERS
 

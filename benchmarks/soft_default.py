@@ -26,8 +26,8 @@ sys.path.insert(0, str(ROOT))  # this checkout's packages, not an installed copy
 
 from activeprp_bench.datasets import load_trec_dl  # noqa: E402
 from activeprp_bench.judges import build_judge  # noqa: E402
+from activeprp_cli.metrics import ndcg_at_k, ranking_to_run  # noqa: E402
 from activeprp_core import Comparator, rerank_many  # noqa: E402
-from activeprp_core.metrics import ndcg_at_k, ranking_to_run  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data"
 

@@ -28,8 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from activeprp_cli.demo import load_demo_queries
 from activeprp_core import Candidate
-from activeprp_core.cli.demo import load_demo_queries
 
 
 def pairs_of(n: int) -> tuple[str, list[tuple[Candidate, Candidate]]]:

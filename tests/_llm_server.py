@@ -300,8 +300,8 @@ def bundled_server(log_dir):
 def demo_query(words: int, n: int, cut: bool = False):
     """The first demo query and its ``n`` best hits whose first ``words`` words differ (one request per pair), as
     ``Candidate`` objects (their text cut to ``words`` words when ``cut``)."""
+    from activeprp_cli.demo import load_demo_queries
     from activeprp_core import Candidate
-    from activeprp_core.cli.demo import load_demo_queries
 
     row = load_demo_queries()[0]
     distinct = {" ".join(h["content"].split()[:words]): h for h in reversed(row["hits"])}

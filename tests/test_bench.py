@@ -22,8 +22,8 @@ from activeprp_bench.grid import run_grid, simulator_factory
 from activeprp_bench.reference import ReferenceFallbackMohajer, ReferenceHeapSort
 from activeprp_bench.stats import bootstrap_ci, paired_bootstrap
 from activeprp_bench.zero_cost import ZeroCostComparator
+from activeprp_cli import main
 from activeprp_core import SimulatedComparator, rerank
-from activeprp_core.cli import main
 from activeprp_core.types import Candidate
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -194,7 +194,7 @@ def test_cache_identity_changes_with_prompt_settings():
 
 
 def test_bench_counts_go_through_check_count_and_none_or_minus_one_mean_no_cap(capsys):
-    from activeprp_core.cli import build_parser
+    from activeprp_cli import build_parser
 
     args = build_parser("bench").parse_args(["bench", "grid", "--budgets", "none", "0", "150", "--max-rounds", "-1",
                                              "NONE", "6", "--judge-seed", "-3", "--queries", "2"])

@@ -28,7 +28,7 @@ from activeprp_bench.datasets import load_noveleval
 from activeprp_bench.grid import Row, read_csv, run_grid, simulator_factory
 from activeprp_bench.judges import comparator_for
 from activeprp_bench.stats import macro_diff_ci
-from activeprp_core.cli import main
+from activeprp_cli import main
 from activeprp_core.rankers.auto import choose
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from activeprp_core.cli import main
+from activeprp_cli import main
 
 
 def test_error_lines_escape_control_characters(tmp_path, capsys):

@@ -7,9 +7,9 @@ import re
 
 import pytest
 
-from activeprp_core.cli import main
-from activeprp_core.cli.demo import load_demo_queries
-from activeprp_core.cli.rerank import read_candidates
+from activeprp_cli import main
+from activeprp_cli.demo import load_demo_queries
+from activeprp_cli.rerank import read_candidates
 
 HF = 'pip install "activeprp[hf]"'  # the bundled model runs on transformers + torch
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from activeprp_core.cli import main
-from activeprp_core.cli import rerank_run as cli
+from activeprp_cli import main
+from activeprp_cli import rerank_run as cli
 
 DL19 = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "trec-dl-2019"
 needs_data = pytest.mark.skipif(not DL19.is_dir(), reason="../shared/data not present")
@@ -210,9 +210,9 @@ def test_ray_without_the_ray_integration_is_a_one_line_error(files, tmp_path, ca
 @needs_data
 def test_simulated_dl19_output_equals_a_loop_of_rerank(corpus, tmp_path, capsys):
     """rerank-run (rerank_many over all queries) writes the same run as reranking each query alone."""
+    from activeprp_cli.trecfiles import read_qrels, read_run_candidates, write_run
     from activeprp_core import SimulatedComparator, rerank
     from activeprp_core.comparators.simulated import CALIBRATED_PARAMS
-    from activeprp_core.trecfiles import read_qrels, read_run_candidates, write_run
 
     out, loop = tmp_path / "many.run", tmp_path / "loop.run"
     assert main(["rerank-run", "--run", str(RUN), "--queries", str(TOPICS), "--corpus", str(corpus), "--out", str(out),

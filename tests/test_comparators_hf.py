@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from activeprp_cli.demo import load_demo_queries
 from activeprp_core import Candidate, rerank
-from activeprp_core.cli.demo import load_demo_queries
 from activeprp_core.comparators import TransformersComparator, bundled_model_dir
 from activeprp_core.types import Judgment
 

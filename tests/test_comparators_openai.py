@@ -9,8 +9,8 @@ import json
 import pytest
 from _llm_server import FaultProxy, demo_query, mixed_plan
 
+from activeprp_cli import main as cli_main
 from activeprp_core import ComparatorAuthError, ComparatorRequestError, arerank, rerank
-from activeprp_core.cli import main as cli_main
 from activeprp_core.comparators import OpenAIChatComparator
 from activeprp_core.comparators.openai_chat import _parse
 

@@ -5,8 +5,8 @@ import math
 
 import pytest
 
+from activeprp_cli.metrics import mean_ndcg_at_k, ndcg_at_k, ranking_to_run
 from activeprp_core import Candidate, SimulatedComparator
-from activeprp_core.metrics import mean_ndcg_at_k, ndcg_at_k, ranking_to_run
 
 IDS = [f"d{i}" for i in range(30)]
 LABELS = {d: i % 4 for i, d in enumerate(IDS)}

@@ -2,9 +2,10 @@
 
 One fresh interpreter imports every module of ``activeprp_core`` (a module whose optional dependency is not
 installed here is passed over), builds the CLI parser, and imports the framework-free parts of
-``activeprp_integrations``; then it lists which frameworks got loaded. The package boundary is read from the
-source: no ``import`` statement anywhere in ``activeprp_core`` (lazy ones inside functions included) names
-``activeprp_integrations`` or ``activeprp_bench``.
+``activeprp_integrations``; then it lists which frameworks got loaded. The floors are read from the source: no
+``import`` statement anywhere in ``activeprp_core`` (lazy ones inside functions included) names a package above
+it (``activeprp_cli``, ``activeprp_integrations``, ``activeprp_bench``), and none in ``activeprp_cli`` names the
+plugins above the command line (``activeprp_integrations``, ``activeprp_bench``: entry points find them).
 """
 
 from __future__ import annotations
@@ -21,17 +22,20 @@ FRAMEWORKS = ("langchain", "langchain_core", "langchain_classic", "langchain_ope
               "prometheus_client", "matplotlib", "pandas", "pyarrow", "bm25s")
 # What `pip install activeprp` (no extra) must run without: the core API and the CLI parser load none of these.
 OPTIONAL = ("numpy", "tqdm", "ir_measures", "pytrec_eval")
-ABOVE_CORE = ("activeprp_integrations", "activeprp_bench")
+#: package -> the packages above it, which it must never import
+ABOVE = {"activeprp_core": ("activeprp_cli", "activeprp_integrations", "activeprp_bench"),
+         "activeprp_cli": ("activeprp_integrations", "activeprp_bench")}
 
 SCRIPT = """
 import importlib, json, pkgutil, sys
 def loaded():
     return sorted({m.split(".")[0] for m in sys.modules} & set(WATCHED))
-import activeprp_core, activeprp_core.comparators, activeprp_core.cli as cli
+import activeprp_core, activeprp_core.comparators, activeprp_cli as cli
 cli.build_parser()
 api = loaded()
 passed_over = []
-for info in pkgutil.walk_packages(activeprp_core.__path__, "activeprp_core."):
+for info in [*pkgutil.walk_packages(activeprp_core.__path__, "activeprp_core."),
+             *pkgutil.walk_packages(cli.__path__, "activeprp_cli.")]:
     if not info.name.endswith("__main__"):
         try:
             importlib.import_module(info.name)
@@ -49,32 +53,33 @@ def test_importing_the_core_loads_no_framework():
                          check=True, cwd=ROOT, timeout=120).stdout
     got = json.loads(out)
     assert got["api"] == [], "activeprp_core, its comparators package and the CLI parser import optional packages"
-    assert [m for m in got["core"] if m in FRAMEWORKS] == [], "a module of activeprp_core imports a framework"
+    assert [m for m in got["core"] if m in FRAMEWORKS] == [], "a module of activeprp_core or _cli imports a framework"
     assert [m for m in got["integrations"] if m in FRAMEWORKS] == [], \
         "activeprp_integrations, ._common or .ray imports its framework at import time (import it lazily)"
     assert not [name for name, missing in got["passed_over"] if missing.startswith("activeprp")], got["passed_over"]
 
 
-def _imports_above_core(root: Path = ROOT) -> list[str]:
-    """``"path:line imports name"`` for every import statement under ``root/activeprp_core`` that names a package
-    above the core."""
+def _imports_above(package: str, root: Path = ROOT) -> list[str]:
+    """``"path:line imports name"`` for every import statement under ``root/package`` that names a package above
+    it (``ABOVE``)."""
     found = []
-    for path in sorted((root / "activeprp_core").rglob("*.py")):
+    for path in sorted((root / package).rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
                 [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else []
             found += [f"{path.relative_to(root)}:{node.lineno} imports {n}" for n in names
-                      if n.split(".")[0] in ABOVE_CORE]
+                      if n.split(".")[0] in ABOVE[package]]
     return found
 
 
-def test_the_scan_finds_an_import_above_the_core(tmp_path):
+def test_the_scan_finds_an_import_above_the_floor(tmp_path):
     """The source scan below is not vacuous: it reports a lazy import inside a function."""
-    pkg = tmp_path / "activeprp_core" / "cli"
+    pkg = tmp_path / "activeprp_core" / "comparators"
     pkg.mkdir(parents=True)
-    (pkg / "x.py").write_text("def f():\n    import os\n    from activeprp_bench.cli import main\n")
-    assert _imports_above_core(tmp_path) == [f"{Path('activeprp_core/cli/x.py')}:3 imports activeprp_bench.cli"]
+    (pkg / "x.py").write_text("def f():\n    import os\n    from activeprp_cli.trecfiles import read_run\n")
+    assert _imports_above("activeprp_core", tmp_path) == [
+        f"{Path('activeprp_core/comparators/x.py')}:3 imports activeprp_cli.trecfiles"]
 
 
-def test_the_core_imports_nothing_from_integrations_or_bench():
-    assert _imports_above_core() == []
+def test_no_package_imports_one_above_it():
+    assert {package: _imports_above(package) for package in ABOVE} == {package: [] for package in ABOVE}

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
+from activeprp_cli import main
+from activeprp_cli.trecfiles import read_qrels
 from activeprp_core import Candidate, ComparatorAuthError, SimulatedComparator, rerank_many
-from activeprp_core.cli import main
-from activeprp_core.trecfiles import read_qrels
 
 DL19 = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "trec-dl-2019"
 KW = {"ranker": "mohajer", "oracle": "randomized", "budget": 40, "top_k": 5, "seed": 3}

@@ -273,7 +273,7 @@ def test_graceful_shutdown_finishes_the_requests_in_flight():
 
 
 def test_without_the_serve_extra_the_errors_name_it(monkeypatch, capsys):
-    from activeprp_core.cli import main
+    from activeprp_cli import main
 
     monkeypatch.setitem(sys.modules, "uvicorn", None)  # as if not installed
     assert main(["serve", "--comparator", "simulated"]) == 2
@@ -292,7 +292,7 @@ def _free_port():
 def test_the_command_serves_and_stops_on_sigint():
     port = _free_port()
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
-    proc = subprocess.Popen([sys.executable, "-m", "activeprp_core", "serve", "--comparator", "simulated",
+    proc = subprocess.Popen([sys.executable, "-m", "activeprp_cli", "serve", "--comparator", "simulated",
                              "--port", str(port), "--budget", "10"], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT)
     try:

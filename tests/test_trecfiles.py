@@ -1,4 +1,4 @@
-"""Strict readers and the writer of ``activeprp_core.trecfiles``: every bad input names FILE:LINE."""
+"""Strict readers and the writer of ``activeprp_cli.trecfiles``: every bad input names FILE:LINE."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from activeprp_core.cli import InputError
-from activeprp_core.trecfiles import (
+from activeprp_cli import InputError
+from activeprp_cli.trecfiles import (
     iter_lines,
     read_corpus,
     read_qrels,

@@ -15,8 +15,8 @@ import contextlib
 import os
 from typing import Any
 
-from activeprp_core.cli import InputError
-from activeprp_core.cli.rerank import add_comparator_args, add_ranking_args, count, make_comparator
+from activeprp_cli.rerank import add_comparator_args, add_ranking_args, count, make_comparator
+from activeprp_core.errors import InputError
 from activeprp_core.rankers.auto import ONLINE_MAX_ROUNDS
 
 __all__ = ["add_parser", "create_app", "main"]

@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from activeprp_core.trecfiles import model_text
+from activeprp_cli.trecfiles import model_text
 
 
 class _Body(BaseModel):

@@ -4,7 +4,7 @@
 # caps {none, 6, 10}, 1 randomized oracle seed, judge seed 0; 2 worker processes; rows cached per
 # judge x ranker x oracle in $CACHE (re-runs compute only missing cells; --refresh NAME recomputes a judge/oracle).
 CACHE=${CACHE:-/tmp/regret2_cache/n100}
-nice -n 10 python -m activeprp_core bench grid --data /work/shared/data --judges family --seeds 1 \
+nice -n 10 python -m activeprp_cli bench grid --data /work/shared/data --judges family --seeds 1 \
   --rankers mohajer mohajer_bubble parallel_mohajer heapsort allpairs quicksort bubblesort \
   --oracles randomized bidirectional "$@" --budgets 50 100 150 200 250 300 350 400 450 500 none \
   --max-rounds none 6 10 --no-paper --no-progress --paired --jobs 2 --rows-cache "$CACHE" \

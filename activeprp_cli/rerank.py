@@ -7,16 +7,17 @@ import asyncio
 import json
 from typing import Any
 
-from ..budget import check_count
-from ..comparators.remote import RemoteComparator
-from ..engine import arerank, rerank
-from ..oracles import ORACLES
-from ..rankers import RANKERS
-from ..rankers.auto import AUTO, ONLINE_MAX_ROUNDS
-from ..settings import CAP_HELP, RerankSettings
-from ..trecfiles import field, iter_json_objects, model_text
-from ..types import Candidate, RerankResult
+from activeprp_core.budget import check_count
+from activeprp_core.comparators.remote import RemoteComparator
+from activeprp_core.engine import arerank, rerank
+from activeprp_core.oracles import ORACLES
+from activeprp_core.rankers import RANKERS
+from activeprp_core.rankers.auto import AUTO, ONLINE_MAX_ROUNDS
+from activeprp_core.settings import CAP_HELP, RerankSettings
+from activeprp_core.types import Candidate, RerankResult
+
 from . import InputError, printable
+from .trecfiles import field, iter_json_objects, model_text
 
 COMPARATORS = ("bundled", "hf", "openai", "simulated")
 _ID_KEYS, _TEXT_KEYS = ("id", "docid", "_id", "doc_id"), ("text", "content", "contents", "passage")
@@ -77,15 +78,15 @@ def make_comparator(args: argparse.Namespace, candidates: list[Candidate] | None
 def _make_comparator(args: argparse.Namespace, candidates: list[Candidate] | None) -> Any:
     kind = args.comparator
     if kind == "simulated":
-        from ..comparators.simulated import SimulatedComparator
+        from activeprp_core.comparators.simulated import SimulatedComparator
 
         return SimulatedComparator({c.id: float(c.metadata.get("label", 0)) for c in candidates or []})
     if kind == "openai":
-        from ..comparators import OpenAIChatComparator
+        from activeprp_core.comparators import OpenAIChatComparator
 
         return OpenAIChatComparator(args.model, base_url=args.base_url, api_key=args.api_key,
                                     max_passage_words=args.passage_tokens, max_concurrency=args.max_concurrency)
-    from ..comparators import TransformersComparator
+    from activeprp_core.comparators import TransformersComparator
 
     kw = {"batch_size": args.batch_size, "max_passage_tokens": args.passage_tokens}
     if kind == "bundled":

@@ -18,7 +18,7 @@ import re
 import sys
 from importlib.metadata import entry_points
 
-from ..errors import InputError
+from activeprp_core.errors import InputError
 
 __all__ = ["InputError", "build_parser", "fail", "main", "printable"]
 
@@ -63,7 +63,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run one ``activeprp`` command; returns the exit status (0 ok, 1 runtime failure, 2 bad input)."""
-    from ..errors import ActivePRPError
+    from activeprp_core.errors import ActivePRPError
 
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser(argv[0] if argv else None).parse_args(argv)

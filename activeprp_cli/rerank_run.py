@@ -31,14 +31,15 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ..comparators.base import Comparator, as_comparator
-from ..comparators.simulated import CALIBRATED_PARAMS, SimulatedComparator
-from ..judging import JudgeStats, pooled
-from ..many import DEFAULT_MAX_ACTIVE, RerankFailure, arerank_many, rerank_many
-from ..trecfiles import read_qrels, read_run_candidates, write_run
-from ..types import Candidate, RerankResult
+from activeprp_core.comparators.base import Comparator, as_comparator
+from activeprp_core.comparators.simulated import CALIBRATED_PARAMS, SimulatedComparator
+from activeprp_core.judging import JudgeStats, pooled
+from activeprp_core.many import DEFAULT_MAX_ACTIVE, RerankFailure, arerank_many, rerank_many
+from activeprp_core.types import Candidate, RerankResult
+
 from . import InputError, fail, printable
 from .rerank import add_comparator_args, add_ranking_args, count, make_comparator, ranking_settings
+from .trecfiles import read_qrels, read_run_candidates, write_run
 
 Request = tuple[str, str, list[Candidate]]  # (qid, query text, candidates in input rank order)
 RUNNERS = "activeprp.runners"  # entry-point group: name -> a function running many queries elsewhere (ray)
@@ -205,7 +206,7 @@ def ndcg_line(qrels: Mapping[str, Mapping[str, int]], before: Mapping[str, Itera
               after: Mapping[str, Iterable[str]], input_label: str = "input") -> str:
     """``nDCG@10 (ir-measures, N judged queries): input X -> reranked Y``: means over the queries of ``after``
     that have judgments; ``before``/``after`` are ``{qid: docids best first}``."""
-    from ..metrics import ndcg_at_k, ranking_to_run
+    from .metrics import ndcg_at_k, ranking_to_run
 
     means = []
     for ranked in (before, after):

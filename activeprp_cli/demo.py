@@ -9,16 +9,17 @@ import time
 from importlib import resources
 from typing import Any
 
-from ..metrics import ndcg_at_k, ranking_to_run
-from ..types import Candidate
+from activeprp_core.types import Candidate
+
+from .metrics import ndcg_at_k, ranking_to_run
 from .rerank import add_comparator_args, add_ranking_args, make_comparator, run_rerank
 
-DATA = "dl19_demo.jsonl"  # 10 queries x 30 BM25 hits + qrels; see activeprp_core/data/SOURCE.md
+DATA = "dl19_demo.jsonl"  # 10 queries x 30 BM25 hits + qrels; see activeprp_cli/data/SOURCE.md
 
 
 def load_demo_queries() -> list[dict[str, Any]]:
     """The bundled queries: ``[{"qid", "query", "hits": [{"docid", "rank", "score", "content"}], "qrels"}]``."""
-    text = resources.files("activeprp_core").joinpath("data").joinpath(DATA).read_text(encoding="utf-8")
+    text = resources.files("activeprp_cli").joinpath("data").joinpath(DATA).read_text(encoding="utf-8")
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 

@@ -11,7 +11,7 @@ is not UTF-8 is an error):
 
 A file whose name ends in ``.jsonl`` or ``.json`` is read as JSONL, any other as TSV. Every bad input raises
 ``activeprp_core.errors.InputError`` (a ``ValueError``) whose message starts with ``FILE:LINE: `` (or ``FILE: ``
-for a file-level problem). Nothing here needs the evaluation extra: metrics live in ``activeprp_core.metrics``.
+for a file-level problem). Nothing here needs the evaluation extra: metrics live in ``activeprp_cli.metrics``.
 
 Why not ``ir_measures.read_trec_run``/``read_trec_qrels``: they raise a bare unpacking error without the line,
 keep a BOM inside the first qid, and decode whole chunks, so they cannot say which line is wrong; the library
@@ -31,8 +31,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from .errors import InputError
-from .types import Candidate
+from activeprp_core.errors import InputError
+from activeprp_core.types import Candidate
 
 QUERY_ID_KEYS, DOC_ID_KEYS, DOC_TEXT_KEYS = ("_id", "qid"), ("_id", "docid", "id"), ("text", "contents")
 
