@@ -8,6 +8,7 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from .budget import RULES
 from .errors import ComparatorError, ComparatorUnavailable, RankerError
 from .types import Judgment, RerankResult
 
@@ -50,9 +51,8 @@ def finish(r: Reranking, order: list[int]) -> RerankResult:
     s = r.settings
     return RerankResult(
         candidates=r.candidates, order=order, scores=_scores(order),
-        ranker=r.ranker.name, oracle=r.oracle.name, budget=s.budget, max_rounds=s.max_rounds,
-        token_budget=s.token_budget, top_k=r.top_k, exhausted=r.exhausted,
-        exhausted_by=list(r.exhausted_by), failure=r.failure, errors=list(r.errors),
+        ranker=r.ranker.name, oracle=r.oracle.name, **{cap: getattr(s, cap) for cap in RULES}, top_k=r.top_k,
+        exhausted=r.exhausted, exhausted_by=list(r.exhausted_by), failure=r.failure, errors=list(r.errors),
         converged=not r.exhausted and counts.failed_calls == 0 and r.failure is None, judge=r.answers.own.stats(),
         **counts.counts())
 
