@@ -1,10 +1,5 @@
-"""Local Hugging Face comparators, batched on CPU or GPU: ``TransformersComparator(model, mode=...)`` is the
-public entry point and gives a ``TransformersABComparator`` (PRP A/B label logits, this module) or a
-``TransformersQLComparator`` (query likelihood, ``hf_likelihood``); both are ``TransformersComparator``
-instances and share model loading (``hf_model.LocalModel``, one model per process and path).
-
-torch and transformers are imported lazily, so importing this module costs nothing; a missing package raises
-``ImportError`` naming the ``activeprp[hf]`` extra.
+"""Local Hugging Face comparators: ``TransformersComparator`` and its ``"ab"`` mode (the query-likelihood mode is
+in ``hf_likelihood``, model loading in ``hf_model``); torch and transformers are imported lazily.
 """
 
 from __future__ import annotations
@@ -26,31 +21,15 @@ __all__ = ["MODES", "TransformersABComparator", "TransformersComparator", "bundl
 MODES = ("ab", "query_likelihood")
 
 
-def _mode_class(mode: Any) -> type[TransformersComparator]:
-    if mode == "ab":
-        return TransformersABComparator
-    if mode == "query_likelihood":
-        from .hf_likelihood import TransformersQLComparator
-
-        return TransformersQLComparator
-    raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-
-
 class TransformersComparator(SwappablePrompts, Comparator):
     """A pairwise judge running a local Hugging Face model (causal chat model or seq2seq such as Flan-T5).
     ``TransformersComparator(model, mode=...)`` builds the class of the mode; both are instances of this class.
 
-    Modes:
-        ``"ab"`` (``TransformersABComparator``): the PRP prompt (``prompt``, placeholders ``{query}``,
-            ``{first}``, ``{second}``) asks which passage is more relevant; P(first preferred) = softmax over the
-            logits of the two answer-label tokens at the first answer position. Never parses text.
-        ``"query_likelihood"`` (``TransformersQLComparator``): UPR (Sachan et al. 2022): each passage is scored
-            by the mean per-token log P(query | ``ql_prompt`` with the passage); P(first preferred) =
-            sigmoid(score1 - score2), scores cached per (query, passage).
-
     Args:
         model: a local model directory (or a model id already in the local HF cache; nothing is downloaded).
-        mode: ``"ab"`` or ``"query_likelihood"``.
+        mode: ``"ab"`` (``TransformersABComparator``: the PRP ``prompt``, placeholders ``{query}``, ``{first}``,
+            ``{second}``; label logits, never parses text) or ``"query_likelihood"`` (``TransformersQLComparator``:
+            UPR, Sachan et al. 2022, with ``ql_prompt``, placeholder ``{passage}``).
         batch_size: prompts per forward pass (padded on the left for causal models, position ids from the mask).
         max_passage_tokens: each passage is cut to this many tokens, and further so that every prompt fits the
             model's context; ``max_query_tokens`` likewise for the query.
@@ -61,11 +40,10 @@ class TransformersComparator(SwappablePrompts, Comparator):
 
     ``judge`` returns ``Judgment`` objects with ``prompt_tokens`` = tokens this pair actually ran through the
     model; ``estimate_tokens`` gives the same counts beforehand. ``scored_prompts`` counts prompts run and
-    ``forward_passes`` the model's forward passes. ``judge_batch`` takes the prompts of *different* queries
-    (the entry ``rerank_many`` uses): they share forward passes of up to ``batch_size`` prompts
-    (``max_batch_size``). Async calls run the model in a worker thread; calls on one comparator run one at a
-    time. ``with_prompts(prompt=..., ql_prompt=...)`` gives a copy with other templates that shares the loaded
-    model (and its lock). Templates substitute only their placeholders (other braces stay literal).
+    ``forward_passes`` the model's forward passes (``judge_batch`` mixes queries in passes of up to
+    ``max_batch_size`` = ``batch_size``). Calls on one comparator run one at a time. ``with_prompts(prompt=...,
+    ql_prompt=...)`` gives a copy with other templates that shares the loaded model (and its lock). Templates
+    substitute only their placeholders (other braces stay literal).
 
     Raises:
         ImportError: torch/transformers missing (names the ``activeprp[hf]`` extra).
@@ -78,8 +56,13 @@ class TransformersComparator(SwappablePrompts, Comparator):
     prompt_names = ("prompt", "ql_prompt")
 
     def __new__(cls, *args: Any, mode: str | None = None, **kwargs: Any) -> Any:
-        target = _mode_class("ab" if mode is None else mode) if cls is TransformersComparator else cls
-        return Comparator.__new__(target)
+        if cls is TransformersComparator:
+            from .hf_likelihood import TransformersQLComparator
+
+            if mode not in (None, *MODES):
+                raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+            cls = TransformersQLComparator if mode == "query_likelihood" else TransformersABComparator
+        return Comparator.__new__(cls)
 
     def __init__(self, model: str | os.PathLike, *, mode: str | None = None, prompt: str = PRP_PROMPT,
                  ql_prompt: str = QL_PROMPT, labels: tuple[str, str] = LABELS, answer_prefix: str = "",
@@ -95,16 +78,15 @@ class TransformersComparator(SwappablePrompts, Comparator):
         max_context = check_count(max_context, "max_context", minimum=1, allow_none=True)
         self.prompt, self.ql_prompt = check_prompt("prompt", prompt), check_prompt("ql_prompt", ql_prompt)
         self.answer_prefix = answer_prefix
-        self.lm = LocalModel(model, device, dtype, max_context)
-        self.model, self.tokenizer, self.seq2seq = self.lm.model, self.lm.tokenizer, self.lm.seq2seq
-        self.device, self.dtype, self.context = self.lm.device, self.lm.dtype, self.lm.context
-        self.pad_id = self.lm.pad_id
+        self.lm = lm = LocalModel(model, device, dtype, max_context)
+        self.model, self.tokenizer, self.seq2seq, self.pad_id = lm.model, lm.tokenizer, lm.seq2seq, lm.pad_id
+        self.device, self.dtype, self.context = lm.device, lm.dtype, lm.context
         self.label_ids = [self._label_token(label) for label in labels]
         if self.label_ids[0] == self.label_ids[1]:
             raise ValueError(f"labels {labels} map to the same token")
-        self.scored_prompts = 0
-        self.forward_passes = 0
+        self.scored_prompts = self.forward_passes = 0
         self._lock = threading.Lock()
+        self.reset_prompt_state()
 
     @classmethod
     def from_bundled(cls, mode: str | None = None, *, cache_dir: str | os.PathLike | None = None,
@@ -113,37 +95,30 @@ class TransformersComparator(SwappablePrompts, Comparator):
         ``bundled_model_dir`` for the one-time conversion and ``cache_dir``). The default mode is
         ``query_likelihood`` (a subclass: its own): with the A/B prompt this 135M model answers "A" whatever the
         order (no signal). Other keyword arguments go to ``TransformersComparator``."""
-        mode = mode or cls.mode or "query_likelihood"
-        return cls(bundled_model_dir(cache_dir), mode=mode, **kw)
+        return cls(bundled_model_dir(cache_dir), mode=mode or cls.mode or "query_likelihood", **kw)
 
     # ---- prompts --------------------------------------------------------------------------------------
-    def _generation_prefix(self, user_text: str) -> str:
-        return ("" if self.seq2seq else self.lm.chat(user_text)) + self.answer_prefix
-
     def _label_token(self, label: str) -> int:
-        start = self._generation_prefix("")
+        start = ("" if self.seq2seq else self.lm.chat("")) + self.answer_prefix
         base, full = self.lm.ids(start), self.lm.ids(start + label)
         if full[: len(base)] != base or len(full) != len(base) + 1:
             raise ValueError(f"answer label {label!r} is not a single token after the answer prefix")
         return full[-1]
 
-    def _query(self, query: str) -> str:
-        return self.lm.truncate(query, self.max_query_tokens)
-
     def ab_prompt_ids(self, query: str, first: str, second: str) -> list[int]:
         """Token ids of the A/B prompt for one ordered pair (the causal model's whole input; for seq2seq the
         encoder input), passages truncated to fit ``self.context``."""
-        q, cut = self._query(query), self.lm.truncate
+        q, cut = self.lm.truncate(query, self.max_query_tokens), self.lm.truncate
 
         def build(budget: int) -> str:
             text = render(self.prompt, query=q, first=cut(first, budget), second=cut(second, budget))
-            return self._generation_prefix(text) if not self.seq2seq else text
+            return text if self.seq2seq else self.lm.chat(text) + self.answer_prefix
 
         return self.lm.fit(build, 2, 0, self.max_passage_tokens)
 
     def ql_prompt_ids(self, query: str, passage: str) -> tuple[list[int], list[int]]:
         """(prompt ids, query ids) for query-likelihood scoring of one passage; prompt + query fit the context."""
-        q_ids = self.lm.ids(self._query(query))
+        q_ids = self.lm.ids(self.lm.truncate(query, self.max_query_tokens))
 
         def build(budget: int) -> str:
             return self.lm.chat(render(self.ql_prompt, passage=self.lm.truncate(passage, budget)))
@@ -152,21 +127,20 @@ class TransformersComparator(SwappablePrompts, Comparator):
         return self.lm.fit(build, 1, fixed, self.max_passage_tokens), q_ids
 
     # ---- model calls ----------------------------------------------------------------------------------
-    def _passes(self, units: list, fn, size: int, guard: CallGuard):
-        """Yield ``(unit indices, fn outputs)`` per forward pass: ``units`` (tuples of token-id lists) sorted by
-        length, at most ``size`` per pass; ``guard.check()`` before each pass."""
+    def _passes(self, units: list, size: int, guard: CallGuard):
+        """Yield ``(unit indices, self._run outputs)`` per forward pass: ``units`` (tuples of token-id lists) sorted
+        by length, at most ``size`` per pass; ``guard.check()`` before each pass."""
         order = sorted(range(len(units)), key=lambda i: sum(map(len, units[i])))
         for start in range(0, len(order), size):
             idx = order[start : start + size]
             guard.check()
-            outputs = fn([units[i] for i in idx])
+            outputs = self._run([units[i] for i in idx])
             self.scored_prompts += len(idx)
             self.forward_passes += 1
             yield idx, outputs
 
     def _judge_items(self, items: Sequence[Item], guard: CallGuard, size: int) -> list[Judgment]:
-        """One ``Judgment`` per item in forward passes of at most ``size`` prompts; ``guard.check()`` before each
-        pass and ``guard.record_all`` of the items each pass completed. Called under the model lock."""
+        """One ``Judgment`` per item via ``_passes``, ``guard.record_all`` after each pass (under the model lock)."""
         raise NotImplementedError
 
     def judge_batch(self, items: Sequence[Item], *, guard: CallGuard | None = None) -> list[Judgment]:
@@ -206,20 +180,17 @@ class TransformersABComparator(TransformersComparator):
     def _run(self, batch: list[tuple[list[int]]]) -> list[float]:
         import torch
 
-        decoder = None
-        if self.seq2seq:
-            decoder = [self.lm.decoder_start() + self.lm.ids(self.answer_prefix)] * len(batch)
+        decoder = [self.lm.decoder_start() + self.lm.ids(self.answer_prefix)] * len(batch) if self.seq2seq else None
         logits = self.lm.forward([b[0] for b in batch], decoder, 1)[:, -1, self.label_ids]
         return torch.softmax(logits, dim=-1)[:, 0].tolist()
 
     def _judge_items(self, items: Sequence[Item], guard: CallGuard, size: int) -> list[Judgment]:
         units = [(self.ab_prompt_ids(q, a.text, b.text),) for q, a, b in items]
         out: list[Judgment] = [None] * len(items)  # type: ignore[list-item]
-        for idx, probs in self._passes(units, self._run, size, guard):
-            done = [Judgment(prob=p, prompt_tokens=len(units[i][0])) for i, p in zip(idx, probs)]
-            for i, j in zip(idx, done):
-                out[i] = j
-            guard.record_all(done)
+        for idx, probs in self._passes(units, size, guard):
+            for i, p in zip(idx, probs):
+                out[i] = Judgment(prob=p, prompt_tokens=len(units[i][0]))
+            guard.record_all([out[i] for i in idx])
         return out
 
     def estimate_tokens(self, query: str, pairs: Sequence[tuple[Candidate, Candidate]]) -> list[int]:

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Iterator, Sequence
 
 from ..types import Candidate, Judgment
 from .base import CallGuard, Item
@@ -30,12 +29,9 @@ class TransformersQLComparator(TransformersComparator):
 
     mode = "query_likelihood"
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._scores: OrderedDict[Key, float] = OrderedDict()
-
     def reset_prompt_state(self) -> None:
-        self._scores = OrderedDict()  # query-likelihood scores depend on ql_prompt: never shared across templates
+        """Start an empty score cache (run by ``__init__`` and ``with_prompts``: scores depend on ``ql_prompt``)."""
+        self._scores: OrderedDict[Key, float] = OrderedDict()
 
     def _run(self, batch: list[tuple[list[int], list[int]]]) -> list[float]:
         """Mean log P(query | prompt) per (prompt ids, query ids) item; items may hold different queries."""
@@ -48,29 +44,27 @@ class TransformersQLComparator(TransformersComparator):
             logits = self.lm.forward([p for p, _ in batch], decoder, n)
         else:  # each row ends with its query: the logits that predict it are the last len(query) of the n kept
             logits = self.lm.forward([p + q for p, q in batch], None, n + 1)[:, :n]
-        target, mask = pad(queries, 0, left=not self.seq2seq)
-        target_t = torch.tensor(target, device=logits.device)
-        mask_t = torch.tensor(mask, device=logits.device, dtype=torch.bool)
-        logp = torch.log_softmax(logits, dim=-1).gather(-1, target_t.unsqueeze(-1)).squeeze(-1)
-        return (logp.masked_fill(~mask_t, 0.0).sum(-1) / mask_t.sum(-1)).tolist()
+        target, mask = (torch.tensor(x, device=logits.device) for x in pad(queries, 0, left=not self.seq2seq))
+        logp = torch.log_softmax(logits, dim=-1).gather(-1, target.unsqueeze(-1)).squeeze(-1)
+        return (logp.masked_fill(mask == 0, 0.0).sum(-1) / mask.sum(-1)).tolist()
 
-    def _fresh(self, keys: Sequence[Key]) -> tuple[list[Key], list[tuple[list[int], list[int]]]]:
-        """The distinct keys not yet scored, in order, and their (prompt ids, query ids)."""
-        todo = list(dict.fromkeys(k for k in keys if k not in self._scores))
-        return todo, [self.ql_prompt_ids(q, p) for q, p in todo]
+    def _fresh(self, keys: Sequence[Key]) -> tuple[dict[Key, tuple[list[int], list[int]]], list[int]]:
+        """(prompt ids, query ids) of each distinct key not yet scored, in order of first use; and per entry of
+        ``keys``, the prompt + query tokens of a key not yet scored at its first use (0 elsewhere)."""
+        fresh = {k: self.ql_prompt_ids(*k) for k in dict.fromkeys(keys) if k not in self._scores}
+        tokens = {k: len(p) + len(q) for k, (p, q) in fresh.items()}
+        return fresh, [tokens.pop(k, 0) for k in keys]
 
-    def _scores_of(self, keys: Sequence[Key], size: int, guard: CallGuard,
-                   on_pass: Callable[[dict[Key, float], dict[Key, int]], None]) -> None:
-        """Score the ``keys`` not yet cached in passes of at most ``size`` (queries mixed), then cache them.
-        ``on_pass(scores so far, tokens run per freshly scored key)`` runs before the first pass and after each."""
+    def _score(self, keys: Sequence[Key], fresh: dict, size: int, guard: CallGuard) -> Iterator[dict[Key, float]]:
+        """Yield the scores of ``keys`` known so far, before the first pass and after each pass of at most ``size``
+        ``fresh`` keys (queries mixed); the new scores are cached."""
         known = {k: self._scores[k] for k in keys if k in self._scores}
-        todo, units = self._fresh(keys)
-        tokens = {k: len(u[0]) + len(u[1]) for k, u in zip(todo, units)}
-        on_pass(known, tokens)
-        for idx, scores in self._passes(units, self._run, size, guard):
+        todo, units = list(fresh), list(fresh.values())
+        yield known
+        for idx, scores in self._passes(units, size, guard):
             for u, score in zip(idx, scores):
                 known[todo[u]] = self._scores[todo[u]] = score
-            on_pass(known, tokens)
+            yield known
         while len(self._scores) > self.score_cache_size:
             self._scores.popitem(last=False)
 
@@ -79,36 +73,25 @@ class TransformersQLComparator(TransformersComparator):
         import torch
 
         keys = [(query, p) for p in passages]
-        known: dict[Key, float] = {}
         with self._lock, torch.inference_mode():
-            self._scores_of(keys, self.batch_size, CallGuard(), lambda scores, _: known.update(scores))
+            *_, known = self._score(keys, self._fresh(keys)[0], self.batch_size, CallGuard())
         return [known[k] for k in keys]
 
     def _judge_items(self, items: Sequence[Item], guard: CallGuard, size: int) -> list[Judgment]:
         keys = [(q, c.text) for q, a, b in items for c in (a, b)]
-        first: dict[Key, int] = {}
-        for n, key in enumerate(keys):
-            first.setdefault(key, n // 2)
+        fresh, used = self._fresh(keys)
         out: list[Judgment | None] = [None] * len(items)
-
-        def on_pass(known: dict[Key, float], tokens: dict[Key, int]) -> None:
+        for known in self._score(keys, fresh, size, guard):
             ready = [i for i, j in enumerate(out) if j is None and keys[2 * i] in known and keys[2 * i + 1] in known]
             for i in ready:
-                a, b = keys[2 * i], keys[2 * i + 1]
-                used = sum(tokens.get(k, 0) for k in {a, b} if first[k] == i)
-                out[i] = Judgment(prob=1.0 / (1.0 + math.exp(known[b] - known[a])), prompt_tokens=used)
+                a, b = known[keys[2 * i]], known[keys[2 * i + 1]]
+                out[i] = Judgment(prob=1.0 / (1.0 + math.exp(b - a)), prompt_tokens=used[2 * i] + used[2 * i + 1])
             guard.record_all([out[i] for i in ready])
-
-        self._scores_of(keys, size, guard, on_pass)
         return out  # type: ignore[return-value]
 
     def estimate_tokens(self, query: str, pairs: Sequence[tuple[Candidate, Candidate]]) -> list[int]:
         """Exact prompt tokens per ordered pair, as ``judge`` would report them now: the tokens of the passages
         not yet scored, each counted for the first pair that needs it (0 for a pair whose passages are cached)."""
         keys = [(query, c.text) for a, b in pairs for c in (a, b)]
-        todo, units = self._fresh(keys)
-        tokens = {k: len(u[0]) + len(u[1]) for k, u in zip(todo, units)}
-        out = [0] * len(pairs)
-        for n, key in enumerate(keys):
-            out[n // 2] += tokens.pop(key, 0)
-        return out
+        used = self._fresh(keys)[1]
+        return [a + b for a, b in zip(used[::2], used[1::2])]

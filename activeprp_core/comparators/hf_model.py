@@ -1,9 +1,6 @@
 """Loading a local Hugging Face model for the ``TransformersComparator`` classes, once per process, and the
-token-level helpers they share (``LocalModel``): tokenising, chat templating, fitting passages into the
-context, padded forward passes. The bundled SmolLM2-135M-Instruct is converted from its GGUF here too.
-
-torch and transformers are imported lazily (inside the functions that need them), so importing this module
-costs nothing; a missing package raises ``ImportError`` naming the ``activeprp[hf]`` extra.
+token-level helpers they share (``LocalModel``), plus the conversion of the bundled SmolLM2-135M-Instruct GGUF.
+torch and transformers are imported lazily; a missing one raises ``ImportError`` naming ``activeprp[hf]``.
 """
 
 from __future__ import annotations
@@ -27,24 +24,6 @@ _SAFETY_TOKENS = 8  # slack for re-tokenisation of truncated passages
 
 _MODELS: dict[tuple, tuple[Any, Any]] = {}
 _MODELS_LOCK = threading.Lock()
-
-
-def _resolve_device(device: str) -> str:
-    import torch
-
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return device
-
-
-def _resolve_dtype(dtype: Any, device: str) -> Any:
-    import torch
-
-    if dtype != "auto":
-        return getattr(torch, dtype) if isinstance(dtype, str) else dtype
-    if device.startswith("cuda"):
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    return torch.float32
 
 
 def _load(path: str, device: str, dtype: Any) -> tuple[Any, Any]:
@@ -142,8 +121,13 @@ class LocalModel:
     def __init__(self, path: str | os.PathLike, device: str = "auto", dtype: Any = "auto",
                  max_context: int | None = None) -> None:
         require("TransformersComparator", HF_EXTRA, "torch", "transformers")
-        self.device = _resolve_device(device)
-        self.dtype = _resolve_dtype(dtype, self.device)
+        import torch
+
+        self.device = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
+        if dtype == "auto":  # bf16 (fp16 without bf16 support) on GPU, fp32 on CPU
+            gpu = self.device.startswith("cuda")
+            dtype = (torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16) if gpu else torch.float32
+        self.dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
         self.model, self.tokenizer = _load(str(path), self.device, self.dtype)
         config = self.model.config
         self.seq2seq = bool(config.is_encoder_decoder)
@@ -153,13 +137,9 @@ class LocalModel:
         self.context = min([v for v in [*limits, max_context] if v] or [512])
         self.pad_id = next(v for v in (self.tokenizer.pad_token_id, self.tokenizer.eos_token_id, 0) if v is not None)
 
-    def ids(self, text: str) -> list[int]:
-        """Token ids of ``text`` without special tokens."""
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
-
-    def encoder_ids(self, text: str) -> list[int]:
-        """Token ids of a whole model input (seq2seq: with the model's own special tokens, T5's ``</s>``)."""
-        return self.tokenizer(text)["input_ids"] if self.seq2seq else self.ids(text)
+    def ids(self, text: str, special: bool = False) -> list[int]:
+        """Token ids of ``text``, with the model's own special tokens (e.g. T5's ``</s>``) only when ``special``."""
+        return self.tokenizer(text, add_special_tokens=special)["input_ids"]
 
     def chat(self, user_text: str) -> str:
         """The encoder text (seq2seq) or the whole prompt up to the answer (causal, via the chat template)."""
@@ -175,16 +155,16 @@ class LocalModel:
 
     def fit(self, build: Callable[[int], str], n_passages: int, fixed_tokens: int,
             max_passage_tokens: int) -> list[int]:
-        """Token ids of ``build(passage_budget)`` with passages cut so that the whole input (plus ``fixed_tokens``)
-        fits the context.
+        """Token ids of ``build(passage_budget)`` (seq2seq: with special tokens) with passages cut so that the whole
+        input (plus ``fixed_tokens``) fits the context.
 
         Raises:
             ValueError: the template and query leave no room for passages.
         """
-        empty = len(self.encoder_ids(build(0)))
+        empty = len(self.ids(build(0), self.seq2seq))
         budget = min(max_passage_tokens, (self.context - empty - fixed_tokens - _SAFETY_TOKENS) // n_passages)
         while budget >= 1:
-            ids = self.encoder_ids(build(budget))
+            ids = self.ids(build(budget), self.seq2seq)
             excess = len(ids) + fixed_tokens - self.context
             if excess <= 0:
                 return ids
@@ -199,14 +179,9 @@ class LocalModel:
         causal inputs are padded on the left with position ids from the mask."""
         import torch
 
-        ids, mask = pad(seqs, self.pad_id, left=not self.seq2seq)
-        ids_t = torch.tensor(ids, device=self.device)
-        mask_t = torch.tensor(mask, device=self.device)
+        ids, mask = (torch.tensor(x, device=self.device) for x in pad(seqs, self.pad_id, left=not self.seq2seq))
         if self.seq2seq:
-            dec = torch.tensor(decoder, device=self.device)
-            logits = self.model(input_ids=ids_t, attention_mask=mask_t, decoder_input_ids=dec).logits
+            extra = {"decoder_input_ids": torch.tensor(decoder, device=self.device)}
         else:
-            positions = (mask_t.cumsum(-1) - 1).clamp(min=0)
-            logits = self.model(input_ids=ids_t, attention_mask=mask_t, position_ids=positions,
-                                logits_to_keep=keep).logits
-        return logits[:, -keep:, :].float()
+            extra = {"position_ids": (mask.cumsum(-1) - 1).clamp(min=0), "logits_to_keep": keep}
+        return self.model(input_ids=ids, attention_mask=mask, **extra).logits[:, -keep:, :].float()
