@@ -1,7 +1,6 @@
-"""Reading a chat model's answer to the PRP prompt, shared by every remote provider: P(A) from the answer
-token's top logprobs (OpenAI's shape, also what LangChain's ``response_metadata["logprobs"]`` holds), else from
-the one-letter answer; token counts. Bodies are untrusted JSON: any field may hold any value, so every reader
-here returns a value or raises ``ValueError``, never another exception."""
+"""Reading a chat model's answer to the PRP prompt, shared by every remote provider (see ``answer_from``).
+Bodies are untrusted JSON: any field may hold any value, so every reader here returns a value or raises
+``ValueError``, never another exception."""
 
 from __future__ import annotations
 
@@ -21,8 +20,7 @@ class Answer(NamedTuple):
 
 
 def field(obj: Any, name: str) -> Any:
-    """``obj.name`` for a client's model objects, ``obj[name]`` for a dict, else None (strings, numbers and
-    lists have no fields)."""
+    """``obj.name`` for a client's model objects, ``obj[name]`` for a dict, else None (str, number, list ...)."""
     if isinstance(obj, dict):
         return obj.get(name)
     if obj is None or isinstance(obj, (str, bytes, int, float, list)):
@@ -35,17 +33,6 @@ def token_count(value: Any) -> int:
     return int(value) if isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 0 else 0
 
 
-def _logprob(value: Any) -> float:
-    """A logprob as a float <= 0 (-inf allowed).
-
-    Raises:
-        ValueError: not a real number, NaN, or above 0 by more than rounding (exp would not be a probability).
-    """
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or math.isnan(value) or value > 1e-6:
-        raise ValueError(f"invalid logprob {str(value)[:20]!r}")
-    return min(float(value), 0.0)
-
-
 def snippet(value: Any) -> str:
     """A short, safe description of ``value`` for error messages (a str's start, else its type)."""
     return repr(value if isinstance(value, str) else type(value).__name__)[:60]
@@ -53,11 +40,11 @@ def snippet(value: Any) -> str:
 
 def prob_from_logprobs(logprobs: Any) -> float | None:
     """P(A) = mass(A) / (mass(A) + mass(B)) over the top alternatives of the first answer token, from OpenAI's
-    ``logprobs`` object (``{"content": [{"top_logprobs": [{"token", "logprob"}, ...]}, ...]}``); "A", " a",
-    "Passage A" ... count as A. None when no alternative is A or B (or there are no logprobs).
+    ``logprobs`` object (``{"content": [{"top_logprobs": [{"token", "logprob"}, ...]}, ...]}``, also LangChain's
+    ``response_metadata["logprobs"]``); "A", " a", "Passage A" ... count as A. None when no alternative is A/B.
 
     Raises:
-        ValueError: an A/B alternative whose logprob is not a number <= 0.
+        ValueError: an A/B alternative whose logprob is not a real number <= 0 (-inf allowed, +1e-6 of rounding).
     """
     entries = field(logprobs, "content")
     tops = field(entries[0], "top_logprobs") if isinstance(entries, list) and entries else None
@@ -66,17 +53,16 @@ def prob_from_logprobs(logprobs: Any) -> float | None:
         token = field(top, "token")
         label = parse_label(token) if isinstance(token, str) else None
         if label is not None:
-            mass[label] += math.exp(_logprob(field(top, "logprob")))
+            value = field(top, "logprob")
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or math.isnan(value) or value > 1e-6:
+                raise ValueError(f"invalid logprob {str(value)[:20]!r}")
+            mass[label] += math.exp(min(float(value), 0.0))
     total = mass["A"] + mass["B"]
     return mass["A"] / total if total > 0 else None
 
 
 def prob_from_text(content: Any) -> float:
-    """1.0 for an answer "A" (or " a", "Passage A." ...), 0.0 for "B".
-
-    Raises:
-        ValueError: not a str, or neither A nor B.
-    """
+    """1.0 for an answer "A" (or " a", "Passage A." ...), 0.0 for "B"; ``ValueError`` for a non-str or neither."""
     if not isinstance(content, str):
         raise ValueError(f"no answer: content is {snippet(content)} and no A/B logprobs")
     label = parse_label(content)

@@ -1,7 +1,4 @@
-"""The client lifetime of remote comparators: one sync client made on first use, and one async client per live
-event loop, closed inside its own loop when that loop shuts down (``asyncio.run``, ``asyncio.Runner``) or when
-the comparator is closed. ``RemoteComparator`` owns one ``LoopClients``; providers only say how a client is
-opened and closed (``open_client`` / ``open_async_client`` / ``close_client`` / ``aclose_client``)."""
+"""The client lifetime of remote comparators: ``LoopClients``, one per ``RemoteComparator`` (see its docstring)."""
 
 from __future__ import annotations
 
@@ -23,8 +20,7 @@ class _LoopClient:
 
 
 def _finish_dead(entry: _LoopClient) -> None:
-    """Close the generator of a loop that closed without finalising it, without touching that loop (its
-    sockets are released by the garbage collector; nothing is scheduled on a closed loop)."""
+    """Close the generator of a loop that closed without finalising it, scheduling nothing on that loop."""
     entry.dead = True
     closing = entry.closer.aclose()
     with contextlib.suppress(StopIteration):
@@ -32,9 +28,10 @@ def _finish_dead(entry: _LoopClient) -> None:
 
 
 class LoopClients:
-    """The clients of one remote comparator and its ``with_prompts`` copies (shared). Clients are made again
-    after ``close``, so a closed comparator can still be used. A factory returning None means "no client"
-    (e.g. a framework model object that manages its own connections): nothing is registered or closed.
+    """The clients of one remote comparator and its ``with_prompts`` copies: one sync client made on first use,
+    one async client per live event loop, closed inside that loop when it shuts down (``asyncio.run``,
+    ``asyncio.Runner``) or by ``close``; made again after ``close``. A factory returning None means "no client"
+    (e.g. a framework model that manages its own connections): nothing is registered or closed.
 
     Args:
         open_sync / open_async: make the sync client / the async client of the running loop.
@@ -75,8 +72,7 @@ class LoopClients:
         return entry.client
 
     async def _close_at_loop_end(self, entry: _LoopClient):
-        """An async generator the loop finalises at shutdown (``asyncio.run`` calls ``loop.shutdown_asyncgens``):
-        its ``finally`` closes the client inside its own loop, before the loop closes."""
+        """Finalised by its loop at shutdown (``loop.shutdown_asyncgens``): closes the client inside that loop."""
         try:
             yield
         finally:

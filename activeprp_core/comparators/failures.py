@@ -1,20 +1,15 @@
 """How remote comparators read failures: a provider's ``classify`` turns one failed attempt into a ``Failure``
-whose ``Fault`` says what ``RemoteComparator`` does with it.
+whose ``Fault`` says what ``RemoteComparator`` does with it (``status_failure`` maps HTTP statuses)::
 
-What each failure becomes (the provider's ``classify`` picks the ``Fault``; ``status_failure`` maps HTTP
-statuses for every HTTP provider)::
-
-    Fault     typical cause                               retried?  outcome
-    REFUSE    401 / 403 (key), 404 (model or route)       no        the typed error raised; the guard is tripped,
-                                                                    so no later call of the rerank is sent
-    REJECT    another 4xx (400, 413, 422 ...)             no        ComparatorRequestError raised for this call
-                                                                    only; the circuit breaker counts the endpoint
-                                                                    as up (in rerank_many it fails one query)
-    RETRY     timeout, connection, 408/409/429, 5xx       yes       after ``max_attempts``: a failed call
-                                                                    (``Judgment(prob=None, error=...)``), counted
-                                                                    by the circuit breaker
-    FAIL      e.g. an undecodable body                    no        a failed call, counted by the breaker
-    (parse)   a reply that is not a usable answer         no        a failed call with the reason
+    Fault    typical cause                          outcome
+    REFUSE   401 / 403 (key), 404 (model or route)  not retried; the typed error is raised and the guard tripped,
+                                                    so no later call of the rerank is sent
+    REJECT   another 4xx (400, 413, 422 ...)        not retried; ComparatorRequestError for this call only, the
+                                                    breaker counts the endpoint as up (rerank_many: one query fails)
+    RETRY    timeout, connection, 408/409/429, 5xx  retried; after ``max_attempts`` a failed call
+                                                    (``Judgment(prob=None, error=...)``), counted by the breaker
+    FAIL     e.g. an undecodable body               not retried; a failed call, counted by the breaker
+    (parse)  a reply that is not a usable answer    a failed call with the reason
 
 Every message carries the endpoint's own words with the secrets (API keys) replaced by ``***``, cut to
 ``MAX_MESSAGE`` characters (so it never holds a whole passage).
@@ -83,10 +78,8 @@ def retry_after_s(exc: BaseException) -> float | None:
         if headers.get("retry-after-ms") is not None:
             return float(headers["retry-after-ms"]) / 1000.0
         value = headers.get("retry-after")
-        if value is None:
-            return None
         try:
-            return float(value)
+            return None if value is None else float(value)
         except ValueError:
             return email.utils.parsedate_to_datetime(value).timestamp() - time.time()
     except (TypeError, ValueError, OverflowError):

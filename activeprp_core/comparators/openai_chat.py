@@ -1,10 +1,5 @@
 """A pairwise judge on any OpenAI-compatible chat-completions endpoint (OpenAI, vLLM, llama.cpp server ...): the
-provider half of ``RemoteComparator`` (requests, replies, status classification); retries, concurrency, the
-circuit breaker and client lifetime are the base's (see ``remote`` for what each failure becomes).
-
-``openai`` and ``tenacity`` are imported when a comparator is built; a missing one raises ``ImportError``
-naming the ``activeprp[openai]`` extra.
-"""
+provider half of ``RemoteComparator``; ``openai`` and ``tenacity`` are imported when a comparator is built."""
 
 from __future__ import annotations
 
@@ -26,12 +21,8 @@ OPENAI_EXTRA = 'pip install "activeprp[openai]"'
 
 
 def _parse(response: Any) -> Answer:
-    """(P(A), prompt tokens, completion tokens) of a chat completion (see ``answers.answer_from``: the first
-    answer token's top logprobs, else the answer text).
-
-    Raises:
-        ValueError (only): the body is not a usable answer.
-    """
+    """The ``Answer`` of a chat completion (``answers.answer_from`` on its first choice and usage); raises
+    ``ValueError`` (only) when the body is not a usable answer."""
     choices = field(response, "choices")
     if not isinstance(choices, list) or not choices:
         raise ValueError(f"no choices in the response ({snippet(response)})")
@@ -54,23 +45,15 @@ def _public_url(base_url: str | None) -> str:
 class OpenAIChatComparator(SwappablePrompts, RemoteComparator):
     """P(first preferred) from an OpenAI-compatible chat model answering the PRP prompt with one token.
 
-    Each ordered pair is one request: ``max_tokens=1``, ``temperature=0`` and, with ``logprobs=True``,
-    ``top_logprobs=top_logprobs``: P(first) = P(A) / (P(A) + P(B)) over the top alternatives of the answer token
-    ("A", " A", "a" ... all count as A). Without usable logprobs the one-token answer is parsed (1.0 / 0.0).
-    An answer that is neither A nor B, a 200 body that is not a usable answer (any shape or type), or a request
-    that still fails after its retries is a failed call: ``Judgment(prob=None, error=...)``.
+    Each ordered pair is one request (``max_tokens=1``, ``temperature=0``, ``top_logprobs`` with ``logprobs``):
+    P(first) = P(A) / (P(A) + P(B)) over the answer token's top alternatives ("A", " A", "a" ... count as A),
+    else 1.0 / 0.0 from the one-token answer. An answer that is neither A nor B, a 200 body that is not a usable
+    answer, or a request that still fails after its retries is a failed call: ``Judgment(prob=None, error=...)``.
 
-    Errors that retrying cannot fix raise at once (see ``activeprp_core.comparators.remote``): 401/403
-    ``ComparatorAuthError`` and 404 ``ComparatorRequestError`` stop every later call of the rerank; another 4xx
-    raises ``ComparatorRequestError`` for its call. Each carries ``status_code`` and the endpoint's message
-    without the API key. Timeouts, connection errors, 408/409, 429 (Retry-After honoured) and 5xx are retried.
-
-    Transport (``RemoteComparator``): the official ``openai`` client (``max_retries=0``) wrapped in ``tenacity``;
-    the defaults (3 attempts, 0.5 s initial backoff, i.e. at most 2.5 s of waiting per call) make a dead
-    endpoint raise ``ComparatorUnavailable`` within seconds. ``ajudge`` sends a round's requests concurrently,
-    ``judge`` through a thread pool, at most ``guard.max_concurrency`` in flight. One sync client, and one
-    ``AsyncOpenAI`` per live event loop, closed inside that loop when it shuts down (``asyncio.run`` does this)
-    and by ``close()``/``aclose()``; with a loop you close yourself, ``await comparator.aclose()`` first.
+    Failures (``failures``): 401/403 ``ComparatorAuthError`` and 404 ``ComparatorRequestError`` stop the rerank,
+    another 4xx raises ``ComparatorRequestError`` for its call; timeouts, connection errors, 408/409/429
+    (Retry-After honoured) and 5xx are retried by ``RemoteComparator`` (the clients have ``max_retries=0``; the
+    defaults wait at most 2.5 s per call). With an event loop you close yourself, ``await aclose()`` first.
 
     Args:
         model: the model name sent to the endpoint.
@@ -80,9 +63,8 @@ class OpenAIChatComparator(SwappablePrompts, RemoteComparator):
             braces stay literal); ``system_prompt`` optional. ``with_prompts(...)`` gives a copy with others.
         logprobs, top_logprobs: ask for the top ``top_logprobs`` (0..20) alternatives of the answer token.
         max_passage_words: passages are cut to this many whitespace-separated words.
-        max_concurrency: the default cap on requests in flight when the rerank sets none.
         timeout: seconds per request attempt (> 0).
-        max_attempts, backoff_initial, backoff_max, max_retry_after: the retry policy (``RemoteComparator``).
+        max_concurrency, max_attempts, backoff_initial, backoff_max, max_retry_after: see ``RemoteComparator``.
 
     Raises:
         ImportError: ``openai`` or ``tenacity`` missing (names the ``activeprp[openai]`` extra).
@@ -154,13 +136,9 @@ class OpenAIChatComparator(SwappablePrompts, RemoteComparator):
         return Failure(Fault.FAIL, message) if isinstance(error, (openai.OpenAIError, ValueError)) else None
 
     def estimate_tokens(self, query: str, pairs: Sequence[tuple[Candidate, Candidate]]) -> list[int]:
-        """An upper bound on prompt + completion tokens per ordered pair (``prompts.chat_token_bound``: the
-        UTF-8 bytes of the rendered messages, the chat template's overhead, and ``max_tokens``)."""
-        out = []
-        for first, second in pairs:
-            kw = self.request(query, first.text, second.text)
-            out.append(chat_token_bound(kw["messages"], kw["max_tokens"]))
-        return out
+        """An upper bound on prompt + completion tokens per ordered pair (``prompts.chat_token_bound``)."""
+        requests = (self.request(query, first.text, second.text) for first, second in pairs)
+        return [chat_token_bound(kw["messages"], kw["max_tokens"]) for kw in requests]
 
     # ---- clients --------------------------------------------------------------------------------------
     def open_client(self) -> Any:

@@ -1,10 +1,8 @@
 """Prompt texts shared by the comparators, the one function that fills them in (``render``), copies of a
-comparator with other prompts (``SwappablePrompts``), and the answer-label parsing used by API comparators.
+comparator with other prompts (``SwappablePrompts``), chat messages and their token bound, and answer labels.
 
-Templates are plain text with named placeholders: ``{query}``, ``{first}``, ``{second}`` in the PRP prompt and
-``{passage}`` in the query-likelihood prompt. Only those names are substituted, so any other brace in a template
-(a JSON example such as ``{"answer": "A"}``) is kept as written; ``{{`` is not an escape (it stays ``{{``).
-"""
+Templates are plain text with named placeholders (``PLACEHOLDERS``). Only those names are substituted, so any
+other brace (a JSON example such as ``{"answer": "A"}``) is kept as written; ``{{`` is not an escape."""
 
 from __future__ import annotations
 
@@ -14,7 +12,6 @@ from typing import Any, TypeVar
 
 #: The pairwise ranking prompt (PRP, Qin et al. 2024, "Large Language Models are Effective Text Rankers with
 #: Pairwise Ranking Prompting"), with a one-letter answer so that the first generated token is the label.
-#: Placeholders: ``{query}``, ``{first}`` (shown as Passage A), ``{second}`` (shown as Passage B).
 PRP_PROMPT = (
     'Given a query "{query}", which of the following two passages is more relevant to the query?\n\n'
     'Passage A: "{first}"\n\n'
@@ -23,27 +20,21 @@ PRP_PROMPT = (
 )
 
 #: The query-likelihood prompt (UPR, Sachan et al. 2022, "Improving Passage Retrieval with Zero-Shot Question
-#: Generation"): the passage is scored by the log-likelihood of the query as the model's answer.
-#: Placeholder: ``{passage}``.
+#: Generation"): ``{passage}`` is scored by the log-likelihood of the query as the model's answer.
 QL_PROMPT = "Passage: {passage}\n\nPlease write a question based on this passage."
 
 LABELS = ("A", "B")
 
 PLACEHOLDERS: dict[str, tuple[str, ...]] = {"prompt": ("query", "first", "second"), "ql_prompt": ("passage",),
                                             "system_prompt": ()}
-"""Prompt attribute of a comparator -> the placeholders its template must contain (``system_prompt``: none;
-it may also be None)."""
+"""Prompt attribute of a comparator -> the placeholders its template must contain (``system_prompt`` may be None)."""
 
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_]\w*)\}")
 
 
 def render(template: str, **values: str) -> str:
     """``template`` with each ``{name}`` placeholder whose name is a keyword of ``values`` replaced by that value,
-    in one pass (a value containing ``{second}`` is not substituted again); every other brace is kept as is.
-
-    >>> render('Answer as {"label": "A"} for {query}', query="cats")
-    'Answer as {"label": "A"} for cats'
-    """
+    in one pass (a value containing ``{second}`` is not substituted again); every other brace is kept as is."""
     return _PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), template)
 
 
@@ -70,22 +61,16 @@ C = TypeVar("C", bound="SwappablePrompts")
 
 
 class SwappablePrompts:
-    """Mixin for comparators that hold prompt templates as attributes (``prompt_names``): ``with_prompts`` gives
-    a copy that asks with other templates, so a caller (e.g. LlamaIndex's ``_update_prompts``) never changes a
-    comparator object someone else may share.
-
-    A subclass lists its template attributes in ``prompt_names`` and overrides ``reset_prompt_state`` to drop
-    state that depends on the templates (e.g. cached scores).
-    """
+    """Mixin for comparators that hold prompt templates as attributes, listed in ``prompt_names``: ``with_prompts``
+    gives a copy that asks with other templates, so a caller (e.g. LlamaIndex's ``_update_prompts``) never changes
+    a comparator someone else may share. Override ``reset_prompt_state`` to drop template-dependent state."""
 
     prompt_names: tuple[str, ...] = ("prompt",)
 
     def with_prompts(self: C, **prompts: Any) -> C:
-        """A copy of this comparator using the given templates (keywords from ``prompt_names``, e.g.
-        ``prompt=`` for the PRP prompt, ``ql_prompt=`` for query likelihood); the original is unchanged.
-
-        The copy shares what is expensive and stateless with the original (the loaded model, the HTTP clients:
-        closing either closes them), and starts with empty prompt-dependent state (no cached scores).
+        """A copy of this comparator using the given templates (keywords from ``prompt_names``, e.g. ``prompt=``,
+        ``ql_prompt=``); the original is unchanged. The copy shares what is expensive and stateless (the loaded
+        model, the HTTP clients: closing either closes them) and starts with empty prompt-dependent state.
 
         Raises:
             ValueError: an unknown template name, or a template without its placeholders. TypeError: not a str.
@@ -107,8 +92,7 @@ class SwappablePrompts:
 CHAT_TOKENS_PER_MESSAGE = 8
 """Tokens a chat template adds around one message at most (role markers, the role name, separators)."""
 CHAT_TOKENS_PER_PROMPT = 64
-"""Tokens a chat template adds once per prompt at most: BOS, the generation prompt, and the default system
-message some templates insert when none is given (SmolLM2's, Qwen2.5's: under 25 tokens)."""
+"""Tokens a chat template adds once per prompt at most: BOS, the generation prompt, a default system message."""
 
 
 def cut_words(text: str, max_words: int) -> str:
@@ -125,11 +109,9 @@ def prp_messages(prompt: str, system_prompt: str | None, query: str, first: str,
 
 
 def chat_token_bound(messages: list[dict[str, str]], completion_tokens: int) -> int:
-    """An upper bound on the tokens of one chat request, for any tokenizer whose every token covers at least
-    one byte (byte-level BPE, SentencePiece with byte fallback): the UTF-8 bytes of each message's role and
-    content, plus ``CHAT_TOKENS_PER_MESSAGE`` per message and ``CHAT_TOKENS_PER_PROMPT`` for the template, plus
-    the ``completion_tokens`` requested (max_tokens). English text runs about 4 bytes a token, so the bound is
-    about 4 times the real count."""
+    """An upper bound on the tokens of one chat request for any tokenizer whose every token covers at least one
+    byte (byte-level BPE, byte fallback): the UTF-8 bytes of each message's role and content, plus the template's
+    ``CHAT_TOKENS_PER_*`` and the ``completion_tokens`` requested (max_tokens); about 4x the real count."""
     size = sum(len(m["role"].encode()) + len(m["content"].encode()) + CHAT_TOKENS_PER_MESSAGE for m in messages)
     return size + CHAT_TOKENS_PER_PROMPT + completion_tokens
 

@@ -1,10 +1,6 @@
 """The transport half of remote comparators: ``RemoteComparator`` owns retries (tenacity), the ``CallGuard``
-bookkeeping, the sync thread pool, the async fan-out and the client lifetime; a provider subclass says only
-how one ordered pair becomes a request, how a reply becomes an ``Answer`` and what a failed attempt means.
-See docs/comparators-extending.md.
-
-What each failure becomes: see ``failures``.
-"""
+bookkeeping, the sync thread pool, the async fan-out and the client lifetime (``clients``); a provider subclass
+says what a pair's request, a reply and a failure (``failures``) mean. See docs/comparators-extending.md."""
 
 from __future__ import annotations
 
@@ -27,11 +23,8 @@ from .failures import MAX_MESSAGE, Failure, Fault
 
 
 def check_seconds(value: Any, name: str, positive: bool = False) -> float:
-    """``value`` as seconds: a finite real number >= 0 (> 0 when ``positive``).
-
-    Raises:
-        TypeError: not a real number (bools included). ValueError: NaN, infinite or out of range.
-    """
+    """``value`` as float seconds: a finite real number >= 0 (> 0 when ``positive``). Raises ``TypeError`` for
+    a non-number (bools included), ``ValueError`` for NaN, infinite or out of range."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__}")
     if not math.isfinite(value) or value < 0 or (positive and value == 0):
@@ -52,12 +45,9 @@ class _Abandoned(Exception):
 
 class RemoteComparator(Comparator):
     """Base class of comparators that send one request per ordered pair to a remote model (an HTTP endpoint,
-    or any Python callable such as a framework's chat model); see docs/comparators-extending.md.
-
-    A provider sets ``model`` and ``endpoint`` and implements ``request``, ``asend`` (``send`` for a sync
-    path), ``parse`` and ``classify``; and ``open_client`` / ``open_async_client`` / ``close_client`` /
-    ``aclose_client`` when it holds clients (one sync client; one async client per live event loop, closed in
-    that loop when it shuts down and by ``close()``/``aclose()``).
+    or any Python callable such as a framework's chat model). A provider sets ``model`` and ``endpoint`` and
+    implements ``request``, ``asend`` (``send`` for a sync path), ``parse`` and ``classify``, and the four
+    client methods when it holds clients.
 
     Args (keyword, passed on by the provider's ``__init__``):
         max_concurrency: the default cap on requests in flight when the rerank sets none.
@@ -129,16 +119,13 @@ class RemoteComparator(Comparator):
         return scrub(text, self._secrets)[:MAX_MESSAGE]
 
     def _fault(self, error: BaseException) -> Failure | None:
-        if isinstance(error, ComparatorError) or not isinstance(error, Exception):
-            return None
-        return self.classify(error)
+        return None if isinstance(error, ComparatorError) or not isinstance(error, Exception) else self.classify(error)
 
     def _handled(self, error: Exception) -> bool:
         return isinstance(error, ComparatorError) or self._fault(error) is not None
 
     def _call(self, guard: CallGuard, item: Item, stop: threading.Event, abandoned: threading.Event) -> Judgment:
-        """One call in a worker thread: no attempt starts once ``stop`` is set; nothing is recorded once the batch
-        has ``abandoned`` this call (it raised without waiting for it)."""
+        """One call in a worker thread: no attempt once ``stop`` is set, no record once ``abandoned`` (raised)."""
         from tenacity import Retrying
 
         if stop.is_set():
@@ -204,7 +191,7 @@ class RemoteComparator(Comparator):
         stopped (a 401, an open breaker), else once the calls in flight have answered.
 
         Raises:
-            ComparatorError: a call raised (see the module docstring).
+            ComparatorError: a call raised (see ``failures``).
         """
         guard = guard or CallGuard(self.max_concurrency, None)
         return _in_threads(self._call, guard, items)
@@ -235,8 +222,7 @@ class RemoteComparator(Comparator):
 
 
 def _in_threads(call: Any, guard: CallGuard, items: Sequence[Item]) -> list[Judgment]:
-    """``call(guard, item, stop, abandoned)`` per item in a pool of ``guard.max_concurrency`` threads; when one
-    raises, queued calls are dropped, then it is raised at once (guard stopped) or after the calls in flight."""
+    """``call(guard, item, stop, abandoned)`` per item in ``guard.max_concurrency`` threads (see ``judge_batch``)."""
     stop, abandoned = threading.Event(), threading.Event()
     workers = min(guard.max_concurrency or len(items), len(items))
     if workers <= 1:
@@ -285,27 +271,25 @@ def _settle(comp: RemoteComparator, guard: CallGuard, retrying: Any, response: A
     """The outcome of one call that reached the endpoint: a ``Judgment`` (answered or failed), or the
     ``ComparatorError`` to raise (recorded, and tripped when the endpoint refuses every call)."""
     retries = retrying.statistics.get("attempt_number", 1) - 1
+    failure = None if error is None else comp._fault(error)
     if error is None:
         try:
             prob, prompt_tokens, completion_tokens = comp.parse(response)
-            judgment = Judgment(prob, retries, prompt_tokens, completion_tokens)
+            outcome = Judgment(prob, retries, prompt_tokens, completion_tokens)
         except ValueError as err:
-            judgment = Judgment(prob=None, retries=retries, error=comp._message(f"unusable answer: {err}"))
-        if record:
-            guard.record(judgment.prob is not None, judgment.error)
-        return judgment
-    failure = comp._fault(error)
-    name = type(error).__name__
-    if failure is None or failure.fault in (Fault.RETRY, Fault.FAIL):
-        fatal = error if isinstance(error, ComparatorError) else None  # the guard stopped the retries
-        reason = comp._message(f"{name}: {failure.message if failure else error}")
-        if record:
-            guard.record(False, fatal.message if fatal is not None else reason)
-        return fatal if fatal is not None else Judgment(prob=None, retries=retries, error=reason)
-    fatal = failure.error(comp._message(f"{name} from {comp.endpoint} (model {comp.model!r}): {failure.message}"),
-                          status_code=failure.status_code)
-    if failure.fault is Fault.REFUSE:
-        guard.trip(fatal)
-    if record:  # a REJECT is about this request (e.g. too long): the endpoint is up, for the breaker
-        guard.record(failure.fault is Fault.REJECT, fatal.message)
-    return fatal
+            outcome = Judgment(prob=None, retries=retries, error=comp._message(f"unusable answer: {err}"))
+        ok, reason = outcome.prob is not None, outcome.error
+    elif isinstance(error, ComparatorError):  # the guard stopped the retries
+        outcome, ok, reason = error, False, error.message
+    elif failure is None or failure.fault in (Fault.RETRY, Fault.FAIL):
+        ok, reason = False, comp._message(f"{type(error).__name__}: {failure.message if failure else error}")
+        outcome = Judgment(prob=None, retries=retries, error=reason)
+    else:
+        outcome = failure.error(comp._message(f"{type(error).__name__} from {comp.endpoint} (model {comp.model!r}): "
+                                              f"{failure.message}"), status_code=failure.status_code)
+        if failure.fault is Fault.REFUSE:
+            guard.trip(outcome)
+        ok, reason = failure.fault is Fault.REJECT, outcome.message  # a REJECT (e.g. too long): the endpoint is up
+    if record:
+        guard.record(ok, reason)
+    return outcome
