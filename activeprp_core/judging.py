@@ -2,34 +2,28 @@
 ``JudgeTally`` behind them, and the confidence gate that turns low-confidence answers into ties.
 
 The confidence gate (issue 17). A comparator answers P(first slot preferred) = p; its confidence is |p - 0.5|.
-Hard answers (0 or 1) have confidence 0.5 and always count as clear. A soft answer (0 < p < 1) whose
-confidence is below the *margin* is read as a tie (outcome 0.5), which rankers resolve by the prior
-(first-stage) rank, as every tie, and one above it as a whole win (see ``gate``); a bidirectional combination
-of two consistent answers is gated on the mean of
-their confidences. The margin is not a constant: it is the ``GATE_QUANTILE`` quantile of the confidences of the
-soft answers this judge gave so far (in this rerank, or across the queries of one ``rerank_many``), so about
-that share of a soft judge's answers become ties whatever its temperature; before ``MIN_ANSWERS`` soft answers
-the margin is 0 and nothing is gated (hard answers give exactly the results they gave before the gate).
+Hard answers (0 or 1) have confidence 0.5 and always count as clear. A soft answer (0 < p < 1) whose confidence
+is below the *margin* is read as a tie (outcome 0.5, resolved by prior rank as every tie), one above it as a
+whole win (see ``gate``); two consistent answers of a bidirectional pair are gated on their mean confidence. The
+margin is the ``GATE_QUANTILE`` quantile of the confidences of the soft answers this judge gave so far (in this
+rerank, or across the queries of one ``rerank_many``), so about that share of a soft judge's answers become ties
+whatever its temperature; before ``MIN_ANSWERS`` soft answers it is 0 and nothing is gated.
 
-Evidence for ``GATE_QUANTILE`` = 0.3 (``benchmarks/confidence_gate.py``, results and commands in
-``benchmarks/results/confidence_gate/``; DL19 + DL20 BM25 top-100, K=10, B=300, 3 seeds, 7 ranker x oracle rows;
-``bundled-ql`` at top-20, B=60). The best quantile differs between judges: 0.4 on ``soft-calibrated``, 0.6 or more
-on ``ql-like``, 0.1-0.2 on the real ``bundled-ql`` answers. Over all (judge, row) cells, 0.3 is the largest
-quantile that is never below no gate (worst -0.02 point; mean gain +2.5, e.g. randomized Mohajer 62.4 -> 66.9 on
-``soft-calibrated``, 46.2 -> 52.2 on ``ql-like``, 54.1 -> 54.2 on ``bundled-ql``); 0.4 gains more on average
-(+2.8) but loses up to 0.7 point (``overconfident`` bidirectional, ``bundled-ql``), 0.5 up to 2.1. A quantile,
-unlike a fixed margin, is invariant to the judge's temperature: ``overconfident`` and ``underconfident`` (the
-same decisions as ``soft-calibrated`` at 4x smaller/larger temperature) give the same randomized results.
-Gating a bidirectional pair on the mean of its two confidences beat requiring both (min) or either (max) above
-the margin on ``soft-calibrated`` (68.5 vs 67.6 / 67.7 nDCG@10, Mohajer bidirectional, q=0.3).
-"""
+Evidence for ``GATE_QUANTILE`` = 0.3 (``benchmarks/confidence_gate.py``; results, commands and the per-judge
+tables in ``benchmarks/results/confidence_gate/README.md``; DL19 + DL20 BM25 top-100, K=10, B=300, 3 seeds, 7
+ranker x oracle rows; ``bundled-ql`` at top-20, B=60). The best quantile differs between judges (0.4 on
+``soft-calibrated``, 0.6 or more on ``ql-like``, 0.1-0.2 on ``bundled-ql``); over all (judge, row) cells, 0.3 is
+the largest quantile never below no gate (worst -0.02 point, mean gain +2.5); 0.4 gains +2.8 on average but loses
+up to 0.7 point, 0.5 up to 2.1. A quantile, unlike a fixed margin, is invariant to the judge's temperature.
+Gating a bidirectional pair on the mean of its two confidences beat min or max (68.5 vs 67.6 / 67.7 nDCG@10,
+Mohajer bidirectional, ``soft-calibrated``, q=0.3)."""
 
 from __future__ import annotations
 
 import bisect
 import math
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 Prompt = tuple[int, int]
@@ -87,8 +81,7 @@ def pooled(stats: Iterable[JudgeStats | None]) -> JudgeStats:
         weight = sum(w for _, w in known)
         return sum(v * w for v, w in known) / weight if weight else None
 
-    return JudgeStats(total, *(mean(name) for name in ("first_slot_rate", "flip_rate", "soft_rate",
-                                                       "mean_confidence")))
+    return JudgeStats(total, *(mean(f.name) for f in fields(JudgeStats)[1:]))  # every field after ``answers``
 
 
 def _share(part: int | float, whole: int) -> float | None:
@@ -106,11 +99,10 @@ class JudgeTally:
         self.soft_confidences: list[float] = []  # sorted, of the sampled soft answers
 
     def record(self, p: float | None, other: float | None = None, sample: bool = True) -> None:
-        """Count the answer ``p`` of one prompt (None = a failed call: not an answer); ``other`` = this query's
-        answer to the same pair in the other slot order, when there is one (then the pair counts for the flip
-        rate: flipped when both answers preferred the same slot). ``sample=False`` for a re-ask (an oracle's
-        ``reask``): counted in the stats, left out of the margin and the bias estimate, which a selected sample
-        of low-confidence or favoured-slot answers would skew."""
+        """Count the answer ``p`` of one prompt (None = a failed call: not an answer); ``other``: this query's
+        answer in the other slot order, if any (the pair then counts for the flip rate: flipped when both answers
+        preferred the same slot). ``sample=False`` for a re-ask (``Oracle.reask``): counted in the stats, left out
+        of the margin and the bias estimate, which such a selected sample would skew."""
         if p is None:
             return
         self.answers += 1
@@ -161,11 +153,10 @@ def gate(p: float | None, margin: float) -> float | None:
     """The outcome of answer ``p``: 0.5 (a tie) when its confidence |p - 0.5| is below ``margin`` (or p = 0.5),
     else a win for the preferred slot, 1.0 or 0.0. Hard answers and None are returned as they are.
 
-    A confident soft answer counts as a whole win, not as p, so what the rankers that add outcomes up (allpairs,
-    PAC, bubble passes) compute does not depend on the judge's calibration: its probabilities matter only through
-    their rank among its own confidences (the margin is a quantile of them). Summing the probabilities themselves
-    was below the same answers binarized on an underconfident judge (-0.56 nDCG@10 point, allpairs at B=50,
-    ``benchmarks/results/soft_default/``); whole wins are at or above binarized in every measured cell."""
+    A confident soft answer counts as a whole win, not as p, so the rankers that add outcomes up (allpairs, PAC,
+    bubble passes) read the judge's probabilities only through their rank among its own confidences, whatever its
+    calibration. Summing probabilities lost to binarized answers on an underconfident judge (-0.56 nDCG@10 point,
+    allpairs at B=50, ``benchmarks/results/soft_default/``); whole wins are at or above binarized in every cell."""
     if p is None or p in (0.0, 1.0):
         return p
     return 0.5 if p == 0.5 or abs(p - 0.5) < margin else float(p > 0.5)

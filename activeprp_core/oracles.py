@@ -1,15 +1,10 @@
 """Pairwise oracles: how one question "does i beat j?" becomes LLM calls on ordered prompts.
 
-Source: Active Learners as Efficient PRP Rerankers, section 3 ("Oracles"). An oracle is a stateless strategy;
-the answers it reads live in the per-query session (the pair cache), keyed by ordered prompt ``(first, second)``
-of candidate indices. An outcome is P(i beats j): 1.0 / 0.0 for a clear answer, 0.5 for an explicit tie,
-a soft value when the comparator returns probabilities, ``None`` when unknown (refused by the budget, or the
-call failed). Rankers resolve 0.5 and ``None`` by prior rank (see ``rankers.base.beats``).
-
-A ranker may also ask a ``BothOrders`` question: the same pair in both slot orders whatever the oracle, e.g. to
-re-check, with the randomized oracle, a match that decides the top-K (only the order not yet answered costs a
-call). Every oracle reads a pair whose two orders are both answered by the bidirectional rule.
-"""
+Source: Active Learners as Efficient PRP Rerankers, section 3 ("Oracles"). An oracle is a stateless strategy; the
+answers it reads live in the per-query session (the pair cache), keyed by ordered prompt ``(first, second)`` of
+candidate indices. An outcome is P(i beats j): 1.0 / 0.0 for a clear answer (soft answers are gated, see
+``judging.gate``), 0.5 for a tie, ``None`` when unknown (refused by a cap, or the call failed); rankers resolve
+0.5 and ``None`` by prior rank (``rankers.base.beats``). A ranker may also ask a ``BothOrders`` question."""
 
 from __future__ import annotations
 
@@ -27,11 +22,11 @@ Known = Callable[[Prompt], bool]
 class BothOrders(tuple):
     """A pair question ``(i, j)`` to be asked in both slot orders, LLM(i, j) and LLM(j, i), whatever the oracle.
 
-    It is the tuple ``(i, j)`` (rankers yield it in a round like a plain pair, and the outcome sent back is
-    P(i beats j) as usual); the engine asks only the orders the pair cache lacks, one call each, so with the
-    bidirectional oracle it costs nothing more, and with the randomized or single oracle it costs the other
-    slot order of a pair asked before. The answers are read by the bidirectional rule (see ``Oracle.outcome``).
-    Source: the bidirectional PRP oracle (Qin et al. 2024), asked only where a ranker chooses to.
+    It is the tuple ``(i, j)`` (rankers yield it in a round like a plain pair; the outcome sent back is P(i beats
+    j) as usual), e.g. to re-check a match that decides the top-K. The engine asks only the orders the pair cache
+    lacks, one call each: nothing more with the bidirectional oracle, the other slot order of a pair asked before
+    with a one-call oracle. Every oracle reads a pair answered in both orders by the bidirectional rule. Source:
+    the bidirectional PRP oracle (Qin et al. 2024), asked only where a ranker chooses to.
     """
 
     __slots__ = ()
@@ -152,17 +147,15 @@ class AdaptiveOracle(RandomizedDirectionOracle):
     """One call per pair in a random slot order (as ``randomized``); the other order is asked, in a further
     batch of the same ranker round, only where the first answer is unreliable:
 
-    - a soft answer below the gate margin (``judging``: the least confident ``GATE_QUANTILE`` share), or an
-      exact 0.5;
-    - an answer preferring the slot the judge measurably favours (``JudgeTally.weak_slots``: first-slot rate at
-      least max(0.05, two standard errors) from 0.5 over the answers so far, carried across ``rerank_many``):
-      every hard one, and a soft one below the ``SOFT_BIAS_QUANTILE`` quantile of the soft answers' confidences.
+    - a soft answer below the gate margin (``judging``: the least confident ``GATE_QUANTILE`` share), or 0.5;
+    - an answer preferring the slot the judge measurably favours (``JudgeTally.weak_slots``, carried across
+      ``rerank_many``): every hard one, and a soft one below the ``SOFT_BIAS_QUANTILE`` quantile of the soft
+      answers' confidences.
 
-    No answer is asked again once the judge looks order-consistent (``JudgeTally.consistent``: under 5% flips
-    over 20 pairs asked both ways). A pair costs 1 or 2 calls; a re-ask is charged to every cap like any call and
-    is dropped, never waited for, when a cap refuses it (and never takes the last round of a ``max_rounds`` cap).
-    The pair is then read by the bidirectional rule, gated. Plans as a one-call oracle (``calls_per_pair = 1``).
-    Measured: ``benchmarks/results/confidence_gate/README.md``."""
+    No answer is asked again once the judge looks order-consistent (``JudgeTally.consistent``). A pair costs 1 or
+    2 calls; a re-ask is charged to every cap like any call and is dropped, never waited for, when a cap refuses
+    it (and never takes the last round of a ``max_rounds`` cap). The pair is then read by the bidirectional rule,
+    gated. Plans as a one-call oracle (``calls_per_pair = 1``). Measured: ``benchmarks/results/confidence_gate``."""
 
     name = "adaptive"
 
@@ -176,14 +169,13 @@ class AdaptiveOracle(RandomizedDirectionOracle):
 
 def _unreliable(p: float, answers: Mapping[Prompt, float | None]) -> bool:
     """Whether one answer ``p`` (P(first slot)) is weak evidence on its own (see ``AdaptiveOracle``)."""
-    if isinstance(answers, Answers) and answers.pool.consistent:  # the other order would say the same
+    if not isinstance(answers, Answers):  # a plain mapping: no gate, no tally
+        return p == 0.5
+    if answers.pool.consistent:  # the other order would say the same
         return False
-    if p == 0.5 or abs(p - 0.5) < margin_of(answers):
+    if p == 0.5 or abs(p - 0.5) < answers.margin:
         return True
-    if not isinstance(answers, Answers):
-        return False
-    first_weak, second_weak = answers.pool.weak_slots()
-    favoured = first_weak if p > 0.5 else second_weak
+    favoured = answers.pool.weak_slots()[0 if p > 0.5 else 1]
     return favoured and (p in (0.0, 1.0) or abs(p - 0.5) < answers.pool.margin(SOFT_BIAS_QUANTILE))
 
 

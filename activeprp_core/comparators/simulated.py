@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from statistics import NormalDist
@@ -37,8 +38,8 @@ class SimulatedComparator(Comparator):
     - ``strength``: weight of the graded label (e.g. TREC 0-3) - the relevance signal.
     - ``doc_noise``: persistent per-document error: the judge consistently over/under-rates a passage, so
       repeated questions do not average it out (a systematic, transitive error).
-    - ``position_bias``: a push toward the first slot. Together with ``pair_noise`` it makes
-      LLM(a, b) and LLM(b, a) disagree on some pairs (order effects, measured by ``flip_rate``).
+    - ``position_bias``: a push toward the first slot. Together with ``pair_noise`` it makes LLM(a, b) and
+      LLM(b, a) disagree on some pairs (order effects, measured by ``flip_rate``).
     - ``pair_noise``: independent noise per ordered prompt: intransitive cycles (a > b > c > a) appear.
     With ``doc_noise = pair_noise = position_bias = 0`` and distinct labels it is a perfect judge.
 
@@ -52,18 +53,9 @@ class SimulatedComparator(Comparator):
     ``calls`` counts the ordered pairs judged so far (one per LLM call).
     """
 
-    def __init__(
-        self,
-        labels: Mapping[str, float],
-        *,
-        strength: float = 1.0,
-        doc_noise: float = 0.0,
-        position_bias: float = 0.0,
-        pair_noise: float = 0.0,
-        hard: bool = True,
-        temperature: float = 1.0,
-        seed: int = 0,
-    ) -> None:
+    def __init__(self, labels: Mapping[str, float], *, strength: float = 1.0, doc_noise: float = 0.0,
+                 position_bias: float = 0.0, pair_noise: float = 0.0, hard: bool = True, temperature: float = 1.0,
+                 seed: int = 0) -> None:
         if min(doc_noise, pair_noise) < 0 or temperature <= 0:
             raise ValueError("doc_noise and pair_noise must be >= 0 and temperature > 0")
         self.labels = dict(labels)
@@ -77,8 +69,7 @@ class SimulatedComparator(Comparator):
     def from_qrels(cls, qrels: Mapping[str, Mapping[str, float]], queries: Mapping[str, str] | None = None, *,
                    seed: int = 0, **knobs: float) -> SimulatedComparator:
         """The simulated judge of many queries: ``compare(query, pairs)`` takes its graded labels from the qrels of
-        the query with that text (negative grades and unjudged ids count as 0). The one builder of simulated
-        judges from relevance judgments (``activeprp rerank-run --comparator simulated``, ``activeprp bench``).
+        the query with that text (negative grades and unjudged ids count as 0).
 
         Args:
             qrels: ``{qid: {docid: grade}}``.
@@ -113,10 +104,9 @@ class SimulatedComparator(Comparator):
         """u(d): the judge's persistent view of a document's relevance (for ``query``, see ``labels_of``)."""
         u = self.strength * float(self.labels_of(query).get(doc_id, 0.0))
         if self.doc_noise:
-            error = self._doc_error.get(doc_id)
-            if error is None:
-                error = self._doc_error[doc_id] = _gauss(self.seed, "doc", doc_id)
-            u += self.doc_noise * error
+            if doc_id not in self._doc_error:
+                self._doc_error[doc_id] = _gauss(self.seed, "doc", doc_id)
+            u += self.doc_noise * self._doc_error[doc_id]
         return u
 
     def margin(self, first: str, second: str, query: str | None = None) -> float:
@@ -129,11 +119,8 @@ class SimulatedComparator(Comparator):
     def compare(self, query: str, pairs: Sequence[Pair]) -> list[float]:
         self.labels_of(query)  # an unknown query fails before anything is counted
         self.calls += len(pairs)
-        out = []
-        for first, second in pairs:
-            z = self.margin(first.id, second.id, query)
-            out.append(float(z > 0) if self.hard else 1.0 / (1.0 + math.exp(-z / self.temperature)))
-        return out
+        zs = [self.margin(first.id, second.id, query) for first, second in pairs]
+        return [float(z > 0) if self.hard else 1.0 / (1.0 + math.exp(-z / self.temperature)) for z in zs]
 
     async def acompare(self, query: str, pairs: Sequence[Pair]) -> list[float]:
         return self.compare(query, pairs)
@@ -141,10 +128,6 @@ class SimulatedComparator(Comparator):
     def flip_rate(self, doc_ids: Sequence[str], query: str | None = None) -> float:
         """Share of unordered pairs of ``doc_ids`` whose preferred document changes with the slot order
         (the paper's "order effect": 20.6% for Flan-T5-XL on DL19/20). Costs no calls."""
-        flips = total = 0
-        for b in range(1, len(doc_ids)):
-            for a in range(b):
-                x, y = doc_ids[a], doc_ids[b]
-                flips += (self.margin(x, y, query) > 0) == (self.margin(y, x, query) > 0)
-                total += 1
-        return flips / total if total else 0.0
+        pairs = list(itertools.combinations(doc_ids, 2))
+        flips = sum((self.margin(x, y, query) > 0) == (self.margin(y, x, query) > 0) for x, y in pairs)
+        return flips / len(pairs) if pairs else 0.0

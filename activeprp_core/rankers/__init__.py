@@ -4,12 +4,7 @@ from __future__ import annotations
 
 from ..registry import resolve
 from .auto import Auto
-from .base import (
-    RankContext,
-    Ranker,
-    Schedule,
-    relay,  # noqa: F401 (the engine's generator relay; building blocks live in .base)
-)
+from .base import RankContext, Ranker, Schedule, relay  # noqa: F401 (relay: for the engine; the rest lives in .base)
 from .mohajer import Mohajer, MohajerBubble
 from .pac import PACBubble
 from .parallel import ParallelMohajer

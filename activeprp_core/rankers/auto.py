@@ -12,10 +12,7 @@ the file's ``source`` and in ``benchmarks/results/README.md``). Its layout::
 
 (``values[i]`` belongs to ``rows[i]``; null where the grid did not run that row. ``choice``, where present, is
 the row chosen by worst-case regret over a family of judges (``activeprp_bench.autotable.regret_choice``); it
-wins whenever it fits the ranker/oracle asked for.)
-
-``choose`` reads the cell nearest to the request and takes the best measured row; nothing in this module is a
-hand-set threshold.
+wins whenever it fits the ranker/oracle asked for.) Nothing in this module is a hand-set threshold.
 """
 
 from __future__ import annotations
@@ -71,9 +68,9 @@ def choose(n: int, k: int, budget: int | None, max_rounds: int | None, ranker: A
     Lookup: the (N, K) setting nearest in log scale; the largest measured round cap <= max_rounds, then among
     that cap's cells the largest measured budget/N <= budget/N (each the smallest when below all; unlimited maps
     to the unlimited column); then the cell's ``choice`` when it fits, else the row with the highest nDCG, ties
-    to fewer rounds, then fewer calls. An oracle outside the table
-    (e.g. ``single`` or an ``Oracle`` instance) is matched by its calls per pair: one call reads the
-    ``randomized`` rows, two the ``bidirectional`` ones; a ranker outside the table reads every row.
+    to fewer rounds, then fewer calls. An oracle outside the table (e.g. ``single`` or an ``Oracle`` instance) is
+    matched by its calls per pair: one call reads the ``randomized`` rows, two the ``bidirectional`` ones; a
+    ranker outside the table reads every row.
 
     Returns:
         ``(ranker, oracle)``: names (or the instances passed in), never ``"auto"``.
@@ -81,11 +78,8 @@ def choose(n: int, k: int, budget: int | None, max_rounds: int | None, ranker: A
     if ranker != AUTO and oracle != AUTO:
         return ranker, oracle
     table = table or load_table()
-    def distance(s: dict) -> float:
-        return abs(math.log(max(n, 1) / s["n"])) + abs(math.log(max(k, 1) / s["k"]))
-
-    setting = min(table["settings"], key=distance)
-    cells = setting["cells"]
+    near = min(table["settings"], key=lambda s: abs(math.log(max(n, 1) / s["n"])) + abs(math.log(max(k, 1) / s["k"])))
+    cells = near["cells"]
     ratio = None if budget is None else budget / max(n, 1)
     cap = _floor([c["max_rounds"] for c in cells], max_rounds)
     per_n = _floor([c["budget_per_n"] for c in cells if c["max_rounds"] == cap], ratio)

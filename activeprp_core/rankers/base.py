@@ -1,16 +1,13 @@
 """The ranker protocol and the building blocks every ranker shares.
 
 A ranker is a *sans-I/O scheduler*: ``schedule(ctx)`` returns a generator that yields rounds (lists of index
-pairs ``(i, j)`` whose comparisons are independent of each other), receives one outcome per pair
-(P(i beats j), see ``activeprp_core.oracles``), and finally returns the ordering of all candidates as a list of
-indices. Indices are prior ranks: candidate 0 is the first-stage (e.g. BM25) best. The engine decides how a
-round is executed (one batch, concurrent requests) and what it costs; the ranker never calls an LLM.
-
-The engine sends back one outcome per pair of the round, in order. A ranker that wants to plan or stop early
-reads its query's caps through ``ctx.caps``, a live read-only ``BudgetView`` (calls, rounds and tokens left,
-``exhausted``, ``affordable(pairs)``); once ``exhausted`` is set only cached answers arrive, and every ranker
-here stops scheduling and returns its best-effort order. A ranker never asks more than it wants answered: the
-engine refuses a question that does not fit and reports the cut.
+pairs ``(i, j)`` whose comparisons are independent of each other), receives one outcome per pair, in order
+(P(i beats j), see ``activeprp_core.oracles``), and returns the ordering of all candidates as a list of indices.
+Indices are prior ranks: candidate 0 is the first-stage (e.g. BM25) best. The engine executes and prices the
+rounds; the ranker never calls an LLM. It reads its query's caps through ``ctx.caps``, a live read-only
+``BudgetView`` (calls, rounds and tokens left, ``exhausted``, ``affordable(pairs)``); once ``exhausted`` is set
+only cached answers arrive, and every ranker here stops scheduling and returns its best-effort order (the engine
+refuses a question that does not fit and reports the cut).
 
 Unknown outcomes (a cap refused the question, a failed call) and ties are resolved by prior rank (``beats``),
 so every ranker's output is "what is known, then the prior order" without special cases.
@@ -97,32 +94,28 @@ def match(i: int, j: int) -> Generator[Round, list[Outcome], bool]:
 
 
 def parallel(schedules: Iterable[Generator]) -> Generator[Round, list[Outcome], list]:
-    """Run independent sub-schedules in lock-step: each step merges their pending rounds into one round.
-
-    Returns the list of the sub-schedules' return values, in input order.
-    """
+    """Run independent sub-schedules in lock-step, each step merging their pending rounds into one round;
+    returns the list of their return values, in input order."""
     gens = list(schedules)
     results: list = [None] * len(gens)
     pending: dict[int, Round] = {}
-    for idx, gen in enumerate(gens):
+
+    def advance(idx: int, outcomes: list[Outcome] | None) -> None:
         try:
-            pending[idx] = next(gen)
+            pending[idx] = gens[idx].send(outcomes)  # send(None) starts a generator, as next() does
         except StopIteration as stop:
             results[idx] = stop.value
+            pending.pop(idx, None)
+
+    for idx in range(len(gens)):
+        advance(idx, None)
     while pending:
-        merged: Round = []
-        spans = []
-        for idx, pairs in pending.items():
-            spans.append((idx, len(merged), len(pairs)))
-            merged.extend(pairs)
-        outcomes = yield merged
-        for idx, start, size in spans:
-            stop = start + size
-            try:
-                pending[idx] = gens[idx].send(outcomes[start:stop])
-            except StopIteration as stop:
-                results[idx] = stop.value
-                del pending[idx]
+        spans = list(pending.items())
+        outcomes = yield [pair for _, pairs in spans for pair in pairs]
+        start = 0
+        for idx, pairs in spans:
+            advance(idx, outcomes[start:start + len(pairs)])
+            start += len(pairs)
     return results
 
 
@@ -130,8 +123,7 @@ def complete(head: Iterable[int], n: int) -> list[int]:
     """``head`` followed by every other index of ``range(n)`` in prior order (never loses a candidate)."""
     order = list(dict.fromkeys(head))
     seen = set(order)
-    order.extend(i for i in range(n) if i not in seen)
-    return order
+    return order + [i for i in range(n) if i not in seen]
 
 
 def bubble_passes(arr: list[int], passes: int, caps: BudgetView, skip_settled: bool = True) -> Schedule:
@@ -176,9 +168,7 @@ class Bracket:
 
     def _slot(self, level: int, t: int) -> tuple[int | None, int | None]:
         below = self.levels[level - 1]
-        a = below[2 * t]
-        b = below[2 * t + 1] if 2 * t + 1 < len(below) else None
-        return a, b
+        return below[2 * t], (below[2 * t + 1] if 2 * t + 1 < len(below) else None)
 
     @property
     def depth(self) -> int:
@@ -187,23 +177,21 @@ class Bracket:
 
     def matches(self, levels: int | None = None) -> int:
         """Matches a ``play`` of ``levels`` levels (all when None) will ask, byes excluded."""
-        sizes = [len(level) for level in self.levels[:(self.depth if levels is None else levels)]]
-        return sum(size // 2 for size in sizes)
+        return sum(len(level) // 2 for level in self.levels[:(self.depth if levels is None else levels)])
+
+    def _decide(self, level: int, t: int) -> Schedule:
+        """Fill ``levels[level][t]``: a bye passes its player up at once, a match is one round."""
+        a, b = self._slot(level, t)
+        if a is None or b is None:
+            self.levels[level][t] = a if b is None else b
+        else:
+            self.levels[level][t] = a if (yield from match(a, b)) else b
 
     def play(self, levels: int | None = None) -> Schedule:
         """Play every match, one round per level (all matches of a level are independent); with ``levels``,
         only the first ``levels`` levels (``self.levels[levels]`` then holds the survivors)."""
         for level in range(1, 1 + (self.depth if levels is None else min(levels, self.depth))):
-            games, here = [], self.levels[level]
-            for t in range(len(here)):
-                a, b = self._slot(level, t)
-                if a is None or b is None:
-                    here[t] = a if b is None else b
-                else:
-                    games.append((t, a, b))
-            outcomes = yield [(a, b) for _, a, b in games]
-            for (t, a, b), outcome in zip(games, outcomes):
-                here[t] = a if beats(a, b, outcome) else b
+            yield from parallel(self._decide(level, t) for t in range(len(self.levels[level])))
         return self.champion
 
     def eliminated(self) -> dict[int, tuple[int, int]]:
@@ -223,11 +211,7 @@ class Bracket:
         self.levels[0][t] = None
         for level in range(1, len(self.levels)):
             t //= 2
-            a, b = self._slot(level, t)
-            if a is None or b is None:
-                self.levels[level][t] = a if b is None else b
-            else:
-                self.levels[level][t] = a if (yield from match(a, b)) else b
+            yield from self._decide(level, t)
         return self.champion
 
 
@@ -263,9 +247,7 @@ class Heap:
         """Bottom-up heap construction; the sift-downs of one tree level touch disjoint subtrees, so each
         level runs as parallel sub-schedules (depth O(log^2 n) rounds instead of O(n))."""
         last_parent = len(self.items) // 2 - 1
-        if last_parent < 0:
-            return
-        depth = (last_parent + 1).bit_length() - 1
+        depth = (last_parent + 1).bit_length() - 1  # -1 (nothing to do) below two items
         for d in range(depth, -1, -1):
             lo, hi = 2**d - 1, min(2 ** (d + 1) - 2, last_parent)
             yield from parallel(self.sift_down(p) for p in range(lo, hi + 1))

@@ -1,6 +1,4 @@
-"""Parallel Mohajer: Mohajer's group tournaments with every group's next member selected in the same rounds and
-merged by round-robin and placement rounds instead of a sequential heap, planned to the rounds and calls left
-(sources in the class docstring)."""
+"""Parallel Mohajer: Mohajer's group tournaments in few rounds, planned to the caps (see ``ParallelMohajer``)."""
 
 from __future__ import annotations
 
@@ -223,8 +221,7 @@ class _Run:
 
     def by_wins(self, n: int) -> list[int]:
         """All candidates by the bracket matches they won with an answer (a refused match proves nothing), ties
-        by prior rank: with every group's first level answered, each group's winners lead (as Mohajer's
-        champions would, resolving the refused matches by prior rank)."""
+        by prior rank: with every group's first level answered, each group's winners lead."""
         wins = [0] * n
         for loser, (winner, _) in self.eliminated.items():
             wins[winner] += self.ev.known(winner, loser)
@@ -243,10 +240,8 @@ class _Run:
         cands = self.candidates(members)
         if rounds is not None:
             cands = cands[: 2 ** max(rounds, 0)]
-        if not cands:
-            return None
         bracket = Bracket(cands)
-        winner = yield from bracket.play()
+        winner = yield from bracket.play()  # None, asking nothing, for no candidates
         played = bracket.eliminated().items()
         return winner if not played or any(self.ev.known(w, x) for x, (w, _) in played) else None
 
@@ -270,9 +265,7 @@ class _Run:
         return copeland(contenders[:m], self.ev) + contenders[m:]
 
     def place(self, ranked: list[int], new: dict[int, int], selected: list[list[int]]) -> Schedule:
-        """Place each group's ``new`` member into ``ranked``: one round against the ranked items between its
-        group's previous member and position K, then (rounds permitting) one round among new members that land
-        in the same gap. Returns the merged ranking."""
+        """Place each group's ``new`` member into ``ranked`` (step 3 of ``ParallelMohajer``); returns the ranking."""
         ev, k = self.ev, self.k
         where = {x: r for r, x in enumerate(ranked)}
         after = {x: where[selected[g][-1]] + 1 for g, x in new.items()}

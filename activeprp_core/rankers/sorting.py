@@ -1,8 +1,4 @@
-"""Sorting baselines for PRP: BubbleSort@k, sliding window, HeapSort, QuickSort (top-k) and all-pairs.
-
-Each stops scheduling once its caps are exhausted (``ctx.caps``) and returns its best-effort order,
-so its work is bounded by what the budget can buy.
-"""
+"""Sorting baselines for PRP: BubbleSort@k, sliding window, HeapSort, QuickSort (top-k) and all-pairs."""
 
 from __future__ import annotations
 
@@ -100,10 +96,10 @@ class AllPairs(Ranker):
         def every():
             return ((i, j) for j in range(1, n) for i in range(j))
 
-        outcomes = yield every()  # the engine reads them up to the first one a cap refuses
+        outcomes = yield every()
         wins = [0.0] * n
         for (i, j), o in zip(every(), outcomes):
             p = 0.5 if o is None else o
             wins[i] += p
             wins[j] += 1.0 - p
-        return complete(sorted(range(n), key=lambda i: (-wins[i], i)), n)
+        return sorted(range(n), key=lambda i: (-wins[i], i))
