@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -21,11 +22,8 @@ log = logging.getLogger("activeprp.engine")
 def _whole_questions_from(sizes: Sequence[int], sent: int) -> int:
     """How many of a batch's questions (``sizes`` = prompts per question, in order) lie wholly after its first
     ``sent`` prompts (none of their calls went out)."""
-    start, count = 0, 0
-    for size in sizes:
-        count += start >= sent
-        start += size
-    return count
+    starts = list(itertools.accumulate(sizes, initial=0))[:-1]
+    return sum(start >= sent for start in starts)
 
 
 def _scores(order: list[int]) -> list[float]:
@@ -35,7 +33,7 @@ def _scores(order: list[int]) -> list[float]:
 
 def finish(r: Reranking, order: list[int]) -> RerankResult:
     """The ``RerankResult`` of a finished reranking (see ``Reranking.result``)."""
-    order, n = r._order, len(r.candidates)
+    n = len(r.candidates)
     if sorted(order) != list(range(n)):
         raise RankerError(f"ranker {r.ranker.name} returned a non-permutation of {n} candidates: {order[:20]}")
     counts = r.accounting

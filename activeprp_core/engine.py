@@ -8,10 +8,8 @@
 ``arerank`` are short loops over one ``Reranking``; ``rerank_many`` / ``arerank_many`` (``activeprp_core.many``)
 drive many of them together.
 
-Caps (``activeprp_core.budget.RULES``): every question reserves its cost in each cap *before* its prompts are
-sent (a question that does not fit is refused whole, and the result says which cap refused: ``exhausted_by``);
-after the answer each prompt's reservation is reconciled with the usage its call reported, the difference
-refunded. A new cap is one ``RULES`` entry plus its ``RerankSettings`` field.
+Caps (``activeprp_core.budget``): every question reserves its cost in each cap *before* its prompts are sent; a
+question that does not fit is refused whole, and ``exhausted_by`` says which cap refused.
 
 Failures (see ``activeprp_core.errors``): a comparator error stops the rerank and propagates with the partial
 accounting attached, unless ``on_failure="prior"``: then no further call is sent, the ranker finishes on what it

@@ -200,10 +200,6 @@ def _progress_bar(requests: Any, enabled: bool) -> Any:
     return tqdm(total=len(requests) if hasattr(requests, "__len__") else None, desc="queries", unit="q")
 
 
-def _items(step: Step) -> list[tuple[str, Candidate, Candidate]]:
-    return [(batch.query, a, b) for _, _, batch in step for a, b in batch.pairs]
-
-
 @dataclass(frozen=True)
 class _Ask:
     """A merged call the I/O-free session needs answered: ``items`` for ``judge_batch`` under ``guard``."""
@@ -214,7 +210,8 @@ class _Ask:
 
 def _answer(window: _Window, step: Step):
     """Ask one merged call for ``step``; when it fails (not fatally), ask its queries one by one."""
-    sent_before, items = window.guard.completed, _items(step)
+    sent_before = window.guard.completed
+    items = [(batch.query, a, b) for _, _, batch in step for a, b in batch.pairs]
     try:
         judgments = to_judgments((yield _Ask(items, window.guard)), len(items))
     except Exception as error:
@@ -247,12 +244,6 @@ def _window(requests, settings, options, comparator, max_active, progress) -> tu
     return judge, _Window(requests, settings, judge.estimate_tokens, max_active, guard, progress)
 
 
-def _setup(requests, settings, options, comparator, max_active, progress) -> tuple[Comparator, Any]:
-    """The comparator and the I/O-free session (see ``_window``)."""
-    judge, window = _window(requests, settings, options, comparator, max_active, progress)
-    return judge, _session(window)
-
-
 @takes_settings
 def rerank_many(requests: Iterable[tuple[str, Sequence[Candidate]]], settings: RerankSettings | None = None, *,
                 comparator: Comparator | SupportsCompare, max_active: int = DEFAULT_MAX_ACTIVE, progress: bool = False,
@@ -276,9 +267,9 @@ def rerank_many(requests: Iterable[tuple[str, Sequence[Candidate]]], settings: R
         ``ComparatorUnavailable``: the endpoint is dead (with ``on_failure="raise"``); ``accounting`` sums the
         queries in progress.
     """
-    judge, session = _setup(requests, settings, options, comparator, max_active, progress)
+    judge, window = _window(requests, settings, options, comparator, max_active, progress)
     ask = blocking(lambda item: judge.judge_batch(item.items, guard=item.guard))
-    with contextlib.closing(session):
+    with contextlib.closing(_session(window)) as session:
         yield from iterate_blocking(_pump(session, ask))
 
 
@@ -288,8 +279,8 @@ async def arerank_many(requests: Iterable[tuple[str, Sequence[Candidate]]], sett
                        progress: bool = False, **options: Any) -> AsyncIterator[RerankResult | RerankFailure]:
     """Async ``rerank_many`` (same arguments and results): each step awaits the comparator's ``ajudge_batch``,
     so the calls of all queries in progress run concurrently (at most ``max_concurrency`` in flight)."""
-    judge, session = _setup(requests, settings, options, comparator, max_active, progress)
-    with contextlib.closing(session):
+    judge, window = _window(requests, settings, options, comparator, max_active, progress)
+    with contextlib.closing(_session(window)) as session:
         async for item in _pump(session, lambda item: judge.ajudge_batch(item.items, guard=item.guard)):
             yield item
 

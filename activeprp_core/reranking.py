@@ -116,8 +116,9 @@ class Reranking:
         Raises:
             InvalidAnswer: the wrong number of answers, or a probability outside [0, 1].
         """
-        batch = self._require_pending("send")
-        self._advance(to_judgments(judgments, len(batch.prompts)))
+        if self._pending is None:
+            raise RuntimeError("send() with no batch pending: call next_batch() first (or result() when DONE)")
+        self._advance(to_judgments(judgments, len(self._pending.prompts)))
 
     def fail(self, error: BaseException, sent: int | None = None) -> None:
         """Report that the pending batch could not be answered because of ``error``; ``sent`` = how many of its
@@ -165,11 +166,6 @@ class Reranking:
         if self._order is None:
             raise RuntimeError("result() before the reranking is done: answer next_batch() until it is DONE")
         return finish(self, self._order)
-
-    def _require_pending(self, what: str) -> Batch:
-        if self._pending is None:
-            raise RuntimeError(f"{what}() with no batch pending: call next_batch() first (or result() when DONE)")
-        return self._pending
 
     def _advance(self, judgments: list[Judgment] | None) -> None:
         try:

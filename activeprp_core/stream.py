@@ -69,10 +69,6 @@ async def arerank_stream(requests: AsyncIterable[tuple], settings: RerankSetting
     judge, window = _window((), settings, options, comparator, max_active, False)
     window.input_left = True
     arrivals = _Arrivals(requests, window)
-
-    def ask(item: Any):
-        return judge.ajudge_batch(item.items, guard=item.guard)
-
     try:
         while not window.finished:
             await arrivals.admit()
@@ -80,7 +76,7 @@ async def arerank_stream(requests: AsyncIterable[tuple], settings: RerankSetting
                 yield item
             step = window.step()
             if step:
-                async for _ in _pump(_answer(window, step), ask):
+                async for _ in _pump(_answer(window, step), lambda it: judge.ajudge_batch(it.items, guard=it.guard)):
                     pass  # _answer yields only the calls to make
     finally:
         arrivals.cancel()

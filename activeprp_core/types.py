@@ -29,12 +29,9 @@ class Candidate:
     metadata: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.id, str):
-            raise TypeError(f"Candidate.id must be str, got {type(self.id).__name__}")
-        if not isinstance(self.text, str):
-            raise TypeError(f"Candidate.text must be str, got {type(self.text).__name__}")
-        if not isinstance(self.metadata, dict):
-            raise TypeError(f"Candidate.metadata must be dict, got {type(self.metadata).__name__}")
+        for name, kind in (("id", str), ("text", str), ("metadata", dict)):
+            if not isinstance(getattr(self, name), kind):
+                raise TypeError(f"Candidate.{name} must be {kind.__name__}, got {type(getattr(self, name)).__name__}")
 
 
 Pair = tuple[Candidate, Candidate]

@@ -2,16 +2,9 @@
 
 A comparator judges ordered pairs ``(first, second)`` of candidates for a query: P(first is more relevant), one
 LLM call per pair. Subclass ``Comparator`` and implement ``compare`` (plain probabilities) or ``judge``
-(``Judgment`` objects with retries and token usage); everything else has a default:
-
-- ``judge`` / ``ajudge``: one query's pairs, sent in chunks of at most ``guard.max_concurrency`` pairs with
-  the circuit breaker checked before each chunk; ``ajudge`` awaits ``acompare`` when the subclass has one,
-  else runs each chunk in a worker thread (a task cancelled mid-chunk stops before the next chunk; the thread
-  finishes the chunk it is in).
-- ``judge_batch`` / ``ajudge_batch``: items ``(query, first, second)`` of *different* queries in one call (the
-  cross-query entry of ``rerank_many``); by default one ``judge`` per query, concurrently in ``ajudge_batch``.
-  A comparator that batches across queries (a local model) overrides them and sets ``max_batch_size``.
-- ``close`` / ``aclose`` and ``with`` / ``async with``: release what the comparator holds (clients, files).
+(``Judgment`` objects with retries and token usage); ``ajudge``, ``judge_batch`` / ``ajudge_batch`` (the
+cross-query entry of ``rerank_many``; a local model that batches across queries overrides them and sets
+``max_batch_size``), ``estimate_tokens`` and ``close`` / ``aclose`` have defaults (their docstrings say how).
 
 Objects that are not ``Comparator`` instances but have ``compare`` (and optionally ``acompare``, ``judge``,
 ``ajudge``) are accepted everywhere and wrapped by ``as_comparator``.
@@ -235,7 +228,8 @@ class Comparator:
 
     # ---- what the engine calls ----------------------------------------------------------------------
     def judge(self, query: str, pairs: Sequence[Pair], *, guard: CallGuard | None = None) -> list[Judgment]:
-        """One ``Judgment`` per ordered pair of ``query``, in order.
+        """One ``Judgment`` per ordered pair of ``query``, in order, sent in chunks of at most
+        ``guard.max_concurrency`` pairs with the circuit breaker checked before each chunk.
 
         Raises:
             ComparatorUnavailable / another ComparatorError: the guard stopped calls before a chunk.
@@ -251,7 +245,9 @@ class Comparator:
         return out
 
     async def ajudge(self, query: str, pairs: Sequence[Pair], *, guard: CallGuard | None = None) -> list[Judgment]:
-        """Async ``judge``: chunks hold ``guard.slots`` (a cap shared by every query using the guard)."""
+        """Async ``judge``: chunks hold ``guard.slots`` (a cap shared by every query using the guard), and await
+        ``acompare`` when the subclass has one, else run in a worker thread (a task cancelled mid-chunk stops
+        before the next chunk; the thread finishes the chunk it is in)."""
         guard = guard or CallGuard(self.max_concurrency, None)
         out: list[Judgment] = []
         for chunk in guard.chunks(pairs):
