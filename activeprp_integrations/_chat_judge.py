@@ -100,8 +100,9 @@ class FrameworkJudge(SwappablePrompts, RemoteComparator):
     the framework's native async call, P(A) from the answer token's logprobs when the reply carries them, else
     the one-letter answer (``answers.answer_from``, the OpenAI provider's parser).
 
-    Subclasses implement ``framework_messages`` (chat messages in the framework's type), ``asend``/``send`` and
-    ``parse``, and may override ``provider_settings``, ``judge_copy`` and ``loop_copy`` / ``aclose_loop_copy``
+    Subclasses name the model's class and its calls (``model_type``, ``call``/``acall``), implement
+    ``framework_messages`` (chat messages in the framework's type) and ``parse``, and may override
+    ``provider_settings``, ``judge_copy`` and ``loop_copy`` / ``aclose_loop_copy``
     (a copy of the model per event loop, for SDK clients bound to one loop).
 
     Args:
@@ -122,11 +123,19 @@ class FrameworkJudge(SwappablePrompts, RemoteComparator):
     """
 
     prompt_names = ("prompt", "system_prompt")
+    model_type: type
+    model_kind: str
+    """``llm`` must be a ``model_type``; ``model_kind`` names it in the ``TypeError`` otherwise."""
+    call: str
+    acall: str
+    """The model's sync and async chat methods, called with the framework's messages (e.g. ``invoke``/``ainvoke``)."""
 
     def __init__(self, llm: Any, *, prompt: str = PRP_PROMPT, system_prompt: str | None = None,
                  logprobs: bool = True, top_logprobs: int = 5, settings: Mapping[str, Any] | None = None,
                  max_passage_words: int = 200, max_concurrency: int = 8, max_attempts: int = 3,
                  backoff_initial: float = 0.5, backoff_max: float = 8.0, max_retry_after: float = 60.0) -> None:
+        if not isinstance(llm, self.model_type):
+            raise TypeError(f"llm must be {self.model_kind}, got {type(llm).__name__}")
         super().__init__(max_concurrency=max_concurrency, max_attempts=max_attempts, backoff_initial=backoff_initial,
                          backoff_max=backoff_max, max_retry_after=max_retry_after, secrets=model_secrets(llm))
         self.llm = llm
@@ -172,6 +181,12 @@ class FrameworkJudge(SwappablePrompts, RemoteComparator):
 
     async def aclose_client(self, client: Any) -> None:
         await self.aclose_loop_copy(client)
+
+    async def asend(self, client: Any, request: Any) -> Any:
+        return await getattr(client or self.judge_llm, self.acall)(request)
+
+    def send(self, client: Any, request: Any) -> Any:
+        return getattr(self.judge_llm, self.call)(request)
 
     def request(self, query: str, first: str, second: str) -> Any:
         """The PRP prompt of one ordered pair as the framework's chat messages (the same messages as

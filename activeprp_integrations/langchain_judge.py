@@ -55,11 +55,8 @@ class ChatModelComparator(FrameworkJudge):
         TypeError: ``llm`` is not a ``BaseChatModel``. ValueError: see ``FrameworkJudge``.
     """
 
-    def __init__(self, llm: BaseChatModel, **kwargs: Any) -> None:
-        if not isinstance(llm, BaseChatModel):
-            raise TypeError(f"llm must be a LangChain BaseChatModel (ChatOpenAI, ChatAnthropic ...), got "
-                            f"{type(llm).__name__}")
-        super().__init__(llm, **kwargs)
+    model_type, model_kind = BaseChatModel, "a LangChain BaseChatModel (ChatOpenAI, ChatAnthropic ...)"
+    call, acall = "invoke", "ainvoke"
 
     def provider_settings(self, llm: BaseChatModel) -> dict[str, Any]:
         """ChatOpenAI sends its ``max_tokens`` as ``max_completion_tokens``, which some OpenAI-compatible servers
@@ -97,12 +94,6 @@ class ChatModelComparator(FrameworkJudge):
 
     async def aclose_loop_copy(self, judge: BaseChatModel) -> None:
         await judge.root_async_client.close()
-
-    async def asend(self, client: Any, request: list[BaseMessage]) -> Any:
-        return await (client or self.judge_llm).ainvoke(request)
-
-    def send(self, client: Any, request: list[BaseMessage]) -> Any:
-        return self.judge_llm.invoke(request)
 
     def parse(self, response: Any) -> Answer:
         """(P(A), prompt tokens, completion tokens) of an ``AIMessage``. Raises ValueError (only): not usable."""

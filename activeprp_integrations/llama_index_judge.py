@@ -59,11 +59,8 @@ class LLMComparator(FrameworkJudge):
         TypeError: ``llm`` is not a LlamaIndex ``LLM``. ValueError: see ``FrameworkJudge``.
     """
 
-    def __init__(self, llm: LLM, **kwargs: Any) -> None:
-        if not isinstance(llm, LLM):
-            raise TypeError(f"llm must be a LlamaIndex LLM (llama_index.core.llms.LLM: OpenAI, OpenAILike ...), "
-                            f"got {type(llm).__name__}")
-        super().__init__(llm, **kwargs)
+    model_type, model_kind = LLM, "a LlamaIndex LLM (llama_index.core.llms.LLM: OpenAI, OpenAILike ...)"
+    call, acall = "chat", "achat"
 
     def judge_copy(self, llm: LLM, settings: dict[str, Any]) -> LLM:
         judge = llm.model_copy(update=settings)
@@ -92,12 +89,6 @@ class LLMComparator(FrameworkJudge):
         client = getattr(judge, "_aclient", None)
         if client is not None:
             await client.close()
-
-    async def asend(self, client: Any, request: list[ChatMessage]) -> Any:
-        return await (client or self.judge_llm).achat(request)
-
-    def send(self, client: Any, request: list[ChatMessage]) -> Any:
-        return self.judge_llm.chat(request)
 
     def parse(self, response: Any) -> Answer:
         """(P(A), prompt tokens, completion tokens) of a ``ChatResponse``. Raises ValueError (only): not usable."""
