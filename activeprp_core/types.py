@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from .budget import RULES
 from .errors import InvalidAnswer
 from .judging import JudgeStats
 
@@ -171,8 +172,7 @@ class RerankResult(Accounting):
         return self.ranked[: self.top_k]
 
     def stats(self) -> dict[str, Any]:
-        """The settings, the accounting fields, the status and ``judge`` (``JudgeStats`` as a dict) as a plain dict
-        (for logs, tracing, CLI)."""
-        settings = {k: getattr(self, k) for k in ("ranker", "oracle", "budget", "max_rounds", "token_budget", "top_k")}
+        """The settings, accounting fields, status and ``judge`` (``JudgeStats.as_dict``) as one plain dict."""
+        settings = {k: getattr(self, k) for k in ("ranker", "oracle", *RULES, "top_k")}
         status = {k: getattr(self, k) for k in ("exhausted", "exhausted_by", "converged", "failure", "errors")}
         return {**settings, **self.counts(), **status, "judge": self.judge.as_dict()}
