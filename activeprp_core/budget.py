@@ -79,27 +79,25 @@ class Rule:
     """How the engine charges one cap.
 
     Attributes:
-        per: ``"prompt"`` (each ordered prompt reserves ``cost(estimate)`` before it is sent, ``estimate`` =
-            its upper-bound token count) or ``"round"`` (each round that sends calls reserves 1).
-        cost: the reservation of one prompt from its token estimate.
+        per: ``"prompt"`` (each ordered prompt reserves its price before it is sent) or ``"round"`` (each round
+            that sends calls reserves 1).
+        price: ``price(comparator, query, pairs) -> list[int]``, the units each prompt reserves, read from the
+            comparator that will answer (never called to judge), only while the cap is set. None: 1 per prompt.
         usage: what an answered call (a ``Judgment``) reports it used, or None when it reports nothing (then
             the reservation stands); None = never reconciled.
-        estimated: ``cost`` reads the token estimate (the engine asks the comparator for estimates only when
-            such a cap is set).
     """
 
     per: Literal["prompt", "round"]
-    cost: Callable[[int], int] = lambda estimate: 1
+    price: Callable[[Any, str, Sequence[Any]], list[int]] | None = None
     usage: Callable[[Any], int | None] | None = None
-    estimated: bool = False
 
 
 #: The caps the engine enforces, by ``RerankSettings`` field. A new cap is one entry here (and its field).
 RULES: dict[str, Rule] = {
     "budget": Rule("prompt"),
     "max_rounds": Rule("round"),
-    "token_budget": Rule("prompt", cost=lambda estimate: estimate,
-                         usage=lambda j: (j.prompt_tokens + j.completion_tokens) or None, estimated=True),
+    "token_budget": Rule("prompt", price=lambda comparator, query, pairs: comparator.estimate_tokens(query, pairs),
+                         usage=lambda j: (j.prompt_tokens + j.completion_tokens) or None),
 }
 
 
@@ -110,12 +108,10 @@ class Caps:
 
     def __init__(self, limits: Mapping[str, int | None]) -> None:
         self.caps = {name: Cap(limits[name], name) for name in RULES}
-        capped = [name for name, cap in self.caps.items() if cap.limit is not None]
-        self.needs_estimates = any(RULES[name].estimated for name in capped)
-        self._per_prompt = [(name, rule.cost) for name, rule in RULES.items() if rule.per == "prompt"]
+        self._per_prompt = {name: rule.price for name, rule in RULES.items() if rule.per == "prompt"}
         self._rounds = [self.caps[name] for name, rule in RULES.items() if rule.per == "round"]
         self._capped_rounds = [cap for cap in self._rounds if cap.limit is not None]
-        self._capped_prompt = [self.caps[name] for name, _ in self._per_prompt if name in capped]
+        self._capped_prompt = [self.caps[name] for name in self._per_prompt if self.caps[name].limit is not None]
         self._usage = {name: rule.usage for name, rule in RULES.items() if rule.usage is not None}
 
     def __getitem__(self, name: str) -> Cap:
@@ -125,9 +121,15 @@ class Caps:
         """Whether cap ``name`` is reconciled with reported usage after the answers (its reservations shrink)."""
         return name in self._usage
 
-    def prompt_costs(self, estimates: Sequence[int]) -> list[dict[str, int]]:
-        """What each prompt reserves, from its token estimate."""
-        return [{name: cost(e) for name, cost in self._per_prompt} for e in estimates]
+    def prompt_costs(self, comparator: Any, query: str, pairs: Sequence[Any]) -> list[dict[str, int]]:
+        """What each prompt of ``pairs`` (``(Candidate, Candidate)``, in order) reserves in each per-prompt cap,
+        priced by ``comparator`` (see ``Rule.price``)."""
+        def units(name: str, price: Callable | None) -> list[int]:  # unpriced: 1 each; priced, uncapped: 0 each
+            capped = self.caps[name].limit is not None
+            return price(comparator, query, pairs) if price and capped else [int(price is None)] * len(pairs)
+
+        columns = {name: units(name, price) for name, price in self._per_prompt.items()}
+        return [{name: column[i] for name, column in columns.items()} for i in range(len(pairs))]
 
     def refusal(self, costs: Sequence[dict[str, int]], extra: Mapping[str, int] | None = None) -> str | None:
         """The first cap that a question of prompts ``costs`` (in a round, on top of ``extra``) does not fit: the

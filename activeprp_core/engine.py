@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Gener
 from typing import Any
 
 from .comparators.base import CallGuard, Comparator, SupportsCompare, as_comparator
-from .reranking import DONE, Batch, Estimator, Reranking, check_candidates  # noqa: F401 (re-exported)
+from .reranking import DONE, Batch, Reranking, check_candidates  # noqa: F401 (re-exported)
 from .settings import MAX_CONSECUTIVE_FAILURES, ON_FAILURE, OnFailure, RerankSettings, takes_settings  # noqa: F401
 from .types import Candidate, RerankResult
 
@@ -101,7 +101,7 @@ def iterate_blocking(agen: AsyncIterator) -> Iterator[Any]:
 
 def _start(query: Any, candidates: Any, settings: RerankSettings | None, comparator: Any, options: dict):
     judge = as_comparator(comparator)
-    reranking = Reranking(query, candidates, settings, estimator=judge.estimate_tokens, **options)
+    reranking = Reranking(query, candidates, settings, comparator=judge, **options)
     guard = guard_for(judge, reranking.settings)
     return judge, guard, exchange(reranking, guard)
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from .budget import check_count
 from .comparators.base import CallGuard, Comparator, SupportsCompare, as_comparator
-from .engine import Batch, Estimator, Reranking, blocking, guard_for, iterate_blocking
+from .engine import Batch, Reranking, blocking, guard_for, iterate_blocking
 from .errors import ComparatorAuthError
 from .judging import JudgeTally
 from .settings import RerankSettings, takes_settings
@@ -65,9 +65,9 @@ class _Window:
     for their pending batches, answered, and handed out in order once finished."""
 
     def __init__(self, requests: Iterable[tuple[str, Sequence[Candidate]]], settings: RerankSettings,
-                 estimator: Estimator, max_active: int, guard: CallGuard, progress: bool) -> None:
+                 comparator: Comparator, max_active: int, guard: CallGuard, progress: bool) -> None:
         self.source = enumerate(requests)
-        self.settings, self.estimator, self.max_active, self.guard = settings, estimator, max_active, guard
+        self.settings, self.comparator, self.max_active, self.guard = settings, comparator, max_active, guard
         self.items: dict[int, Reranking | RerankResult | RerankFailure] = {}
         self.next_out, self.judge = 0, JudgeTally()  # judge: the comparator's answers so far, for every query
         self.input_left = True
@@ -95,7 +95,7 @@ class _Window:
             if not isinstance(own, Mapping) or set(own) - set(PER_REQUEST):
                 raise TypeError(f"request {index}: its settings must be a dict with keys among {PER_REQUEST}")
             settings = RerankSettings.of(self.settings, **own) if own else self.settings
-            reranking = Reranking(request[0], request[1], settings, estimator=self.estimator, prior_answers=self.judge)
+            reranking = Reranking(*request[:2], settings, comparator=self.comparator, prior_answers=self.judge)
             return self._finish(index, reranking)
         except Exception as error:
             return RerankFailure(index, query, error)
@@ -241,7 +241,7 @@ def _window(requests, settings, options, comparator, max_active, progress) -> tu
     judge = as_comparator(comparator)
     max_active = check_count(max_active, "max_active", minimum=1)
     guard = guard_for(judge, settings)
-    return judge, _Window(requests, settings, judge.estimate_tokens, max_active, guard, progress)
+    return judge, _Window(requests, settings, judge, max_active, guard, progress)
 
 
 @takes_settings

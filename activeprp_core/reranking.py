@@ -7,7 +7,7 @@ import itertools
 import logging
 import random
 import time
-from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,10 +20,9 @@ from .oracles import Oracle, Prompt, get_oracle
 from .rankers import RankContext, Ranker, get_ranker, relay
 from .rankers.auto import choose
 from .settings import RerankSettings
-from .types import Accounting, Candidate, Judgment, Pair, RerankResult, check_candidates, to_judgments
+from .types import Accounting, Candidate, Judgment, RerankResult, check_candidates, to_judgments
 
 log = logging.getLogger("activeprp.engine")
-Estimator = Callable[[str, Sequence[Pair]], list[int]]
 MAX_ERRORS_KEPT = 5
 
 
@@ -56,8 +55,8 @@ class Reranking:
 
     Args:
         query, candidates: as for ``rerank``. settings: a ``RerankSettings``; ``**options`` set or replace its
-            fields (``Reranking(q, c, budget=50)``). estimator: ``Comparator.estimate_tokens`` of the comparator
-            that will answer (read only with a ``token_budget``; default: the base class's bound).
+            fields (``Reranking(q, c, budget=50)``). comparator: the comparator that will answer, only read to price
+            prompts (``budget.Rule.price``), never called to judge; default: the ``Comparator`` class's bounds.
         prior_answers: a running ``JudgeTally`` of the same comparator's answers to other queries (``rerank_many``
             passes one): this query's answers are added to it, and the confidence gate and the ``adaptive``
             oracle read it; ``RerankResult.judge`` still counts this query's answers only.
@@ -72,14 +71,14 @@ class Reranking:
     """
 
     def __init__(self, query: str, candidates: Sequence[Candidate], settings: RerankSettings | None = None, *,
-                 estimator: Estimator | None = None, prior_answers: JudgeTally | None = None,
+                 comparator: Comparator | None = None, prior_answers: JudgeTally | None = None,
                  **options: Any) -> None:
         self.started = time.perf_counter()
         self.settings = s = RerankSettings.of(settings, **options)
         self.query, self.candidates = query, check_candidates(query, candidates)
         self.top_k, self.on_failure, self.cache = s.top_k, s.on_failure, s.cache
         self.caps = Caps({name: getattr(s, name) for name in RULES})
-        self.estimator = estimator or (lambda q, pairs: Comparator.estimate_tokens(Comparator, q, pairs))  # default
+        self.comparator = comparator or Comparator
         ranker, oracle = choose(len(self.candidates), self.top_k, s.budget, s.max_rounds, s.ranker, s.oracle)
         self.ranker: Ranker = get_ranker(ranker)
         self.oracle: Oracle = get_oracle(oracle)
@@ -290,10 +289,7 @@ def _reasks(r: Reranking, asked: Sequence[tuple[int, int]], planned: set[Prompt]
 
 
 def _costs(r: Reranking, need: list[Prompt]) -> list[dict[str, int]]:
-    estimates = [0] * len(need)
-    if r.caps.needs_estimates:
-        estimates = r.estimator(r.query, [(r.candidates[a], r.candidates[b]) for a, b in need])
-    return r.caps.prompt_costs(estimates)
+    return r.caps.prompt_costs(r.comparator, r.query, [(r.candidates[a], r.candidates[b]) for a, b in need])
 
 
 def _tee(pairs: Iterable[tuple[int, int]], read: list) -> Iterator[tuple[int, int]]:

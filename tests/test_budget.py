@@ -40,14 +40,23 @@ def test_cap_reserves_refunds_and_settles():
     assert Cap(None).fits(10**9) and Cap(None).remaining is None
 
 
+class Priced:
+    """Prices each "pair" at its own value; asked at most once per prompt_costs call (only while capped)."""
+
+    def estimate_tokens(self, query, pairs):
+        return list(pairs)
+
+
 def test_caps_name_the_cap_that_refuses_and_reconcile_reported_tokens():
     caps = Caps({"budget": 3, "max_rounds": 1, "token_budget": 100})
-    costs = caps.prompt_costs([40, 50])
+    costs = caps.prompt_costs(Priced(), "q", [40, 50])  # priced by the comparator's estimate_tokens
     assert costs == [{"budget": 1, "token_budget": 40}, {"budget": 1, "token_budget": 50}]
+    uncapped = Caps({"budget": 3, "max_rounds": 1, "token_budget": None})
+    assert uncapped.prompt_costs(Priced(), "q", [40]) == [{"budget": 1, "token_budget": 0}]  # no price asked
     assert caps.refusal(costs) is None
     caps.take(costs)
     caps.take_round()
-    assert caps.refusal(caps.prompt_costs([5])) == "max_rounds"  # the round cap is checked first
+    assert caps.refusal(caps.prompt_costs(Priced(), "q", [5])) == "max_rounds"  # the round cap is checked first
     caps.reconcile(costs[0], Judgment(1.0, prompt_tokens=9, completion_tokens=1))
     caps.reconcile(costs[1], Judgment(1.0))  # no usage reported: the reservation stands
     assert caps["token_budget"].spent == 60 and caps["budget"].spent == 2
@@ -62,7 +71,7 @@ def test_view_reads_the_caps_live():
     state = {"exhausted": False}
     view = BudgetView(caps.caps, lambda: state["exhausted"])
     assert (view.calls_left, view.rounds_left, view.tokens_left, view.exhausted) == (5, None, 50, False)
-    caps.take(caps.prompt_costs([20]))
+    caps.take(caps.prompt_costs(Priced(), "q", [20]))
     state["exhausted"] = True
     assert (view.calls_left, view.tokens_left, view.exhausted) == (4, 30, True)
     assert not hasattr(view, "take")  # read-only: nothing to spend through it

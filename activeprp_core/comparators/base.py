@@ -192,19 +192,20 @@ class Comparator:
     #: one-label completion (a comparator with another template or longer answers overrides the method).
     ESTIMATE_OVERHEAD_TOKENS = 32
 
-    def estimate_tokens(self, query: str, pairs: Sequence[Pair]) -> list[int]:
+    @classmethod
+    def estimate_tokens(cls, query: str, pairs: Sequence[Pair]) -> list[int]:
         """An upper bound of the prompt + completion tokens each call on ``pairs`` will report (one int >= 0 per
         pair, in order), reserved by the engine against ``token_budget`` before the calls are sent.
 
         Default (local, no tokenizer): the UTF-8 bytes of the PRP prompt (``prompts.PRP_PROMPT``) filled with the
         query and both texts, plus ``ESTIMATE_OVERHEAD_TOKENS``; a byte-level BPE token spans at least one byte,
         so this bounds any such tokenizer's count for that prompt. Comparators with a tokenizer or another prompt
-        override it (exact counts for local models).
+        override it (exact counts for local models). A class method: a ``Reranking`` given no comparator uses it.
         """
         from .prompts import PRP_PROMPT, render
 
         return [len(render(PRP_PROMPT, query=query, first=a.text, second=b.text).encode("utf-8"))
-                + self.ESTIMATE_OVERHEAD_TOKENS for a, b in pairs]
+                + cls.ESTIMATE_OVERHEAD_TOKENS for a, b in pairs]
 
     # ---- what subclasses implement (one of the two) -------------------------------------------------
     def compare(self, query: str, pairs: Sequence[Pair]) -> list[float | None]:
