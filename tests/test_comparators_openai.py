@@ -51,15 +51,15 @@ def test_real_server_gives_probabilities_and_usage(server, query_and_candidates)
 
 def test_retryable_faults_are_retried_and_retry_after_is_honoured(server, request, query_and_candidates):
     query, cands = query_and_candidates
-    sequence = ["429", "500", "drop", "timeout", "ok"]
-    proxy = make_proxy(server, request, lambda key, attempt: sequence[attempt], hang_s=3.0, retry_after="1")
-    (j,) = comparator(proxy.url, max_attempts=5, timeout=2.5).judge(query, [(cands[2], cands[3])])
+    sequence = ["429", "500", "drop", "ok"]  # timeouts: test_comparators_openai_faults (no model to wait for)
+    proxy = make_proxy(server, request, lambda key, attempt: sequence[attempt], retry_after="0.5")
+    (j,) = comparator(proxy.url, max_attempts=5).judge(query, [(cands[2], cands[3])])
     assert j.prob is not None and j.error is None
-    assert j.retries == 4
+    assert j.retries == 3
     ((key, served),) = proxy.log.items()
     assert served == sequence
     times = proxy.times[key]
-    assert times[1] - times[0] >= 1.0  # Retry-After: 1 honoured (the backoff alone is capped at 0.05 s)
+    assert times[1] - times[0] >= 0.5  # Retry-After: 0.5 honoured (the backoff alone is capped at 0.05 s)
 
 
 def test_retries_stop_after_max_attempts(server, request, query_and_candidates):
@@ -98,7 +98,7 @@ def test_rerank_under_faults_stays_a_permutation_within_budget(server, request, 
     query, cands = query_and_candidates
     proxy = make_proxy(server, request, mixed_plan, retry_after="0")
     comp = comparator(proxy.url, max_attempts=3, max_concurrency=8)
-    kw = {"ranker": "mohajer", "oracle": "randomized", "comparator": comp, "budget": 10, "top_k": 3,
+    kw = {"ranker": "mohajer", "oracle": "randomized", "comparator": comp, "budget": 7, "top_k": 3,
           "seed": 1 if use_async else 2, "max_concurrency": 3, "max_consecutive_failures": None}
     if use_async:
         import asyncio
@@ -107,7 +107,7 @@ def test_rerank_under_faults_stays_a_permutation_within_budget(server, request, 
     else:
         result = rerank(query, cands, **kw)
     assert sorted(result.order) == list(range(len(cands)))
-    assert result.calls <= 10
+    assert result.calls <= 7
     assert result.calls == len(proxy.log)  # each call is one distinct request body
     assert result.retries == sum(len(s) - 1 for s in proxy.log.values())
     assert result.failed_calls == sum(s[-1] != "ok" for s in proxy.log.values())

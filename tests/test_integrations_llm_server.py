@@ -27,7 +27,7 @@ from llama_index.llms.openai_like import OpenAILike  # noqa: E402
 from activeprp_integrations import langchain as lc  # noqa: E402
 from activeprp_integrations import llama_index as li  # noqa: E402
 
-WORDS, N_DOCS, BUDGET = 20, 5, 6  # short passages and a small budget keep this to seconds on 2 CPU cores
+WORDS, N_DOCS, BUDGET = 20, 4, 4  # short passages and a small budget keep this to seconds on 2 CPU cores
 
 
 @pytest.fixture(scope="module")
