@@ -25,7 +25,7 @@ import random
 import sys
 from pathlib import Path
 
-from activeprp_core.budget import check_count
+from activeprp_cli.rerank import count
 from activeprp_core.errors import InputError
 
 
@@ -309,22 +309,8 @@ def _auto_table(args) -> int:
 
 
 def _count(minimum: int | None = 1, none: bool = False):
-    """An argparse ``type``: an integer >= ``minimum`` (any integer when None), checked by ``check_count``; with
-    ``none``, ``none`` or ``-1`` mean no cap (None). A bad value is a one-line usage error (exit 2)."""
-
-    def parse(text: str) -> int | None:
-        if none and text.lower() in ("none", "-1"):
-            return None
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-        try:
-            return check_count(value, "the value", minimum=minimum)
-        except ValueError as err:
-            raise argparse.ArgumentTypeError(str(err)) from None
-
-    return parse
+    """``activeprp_cli``'s integer type; with ``none``, ``none`` or ``-1`` mean no cap (None)."""
+    return count(minimum, allow_none=none, none_words=("none", "-1"))
 
 
 def add_parser(subparsers) -> None:

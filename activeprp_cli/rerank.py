@@ -119,12 +119,13 @@ def stats_line(result: RerankResult) -> str:
     return f"judge: {result.judge.summary()}\n{line}"
 
 
-def count(minimum: int | None = 0, allow_none: bool = False):
-    """An argparse ``type`` for an integer >= ``minimum`` (``none`` accepted when ``allow_none``), checked by
-    ``check_count``: argparse turns its error into a one-line usage error (exit 2)."""
+def count(minimum: int | None = 0, allow_none: bool = False, none_words: tuple[str, ...] = ("none",)):
+    """An argparse ``type`` for an integer >= ``minimum`` (any integer when None), checked by ``check_count``;
+    with ``allow_none``, the ``none_words`` mean no cap (None). argparse turns its error into a one-line usage
+    error (exit 2)."""
 
     def parse(text: str) -> int | None:
-        if allow_none and text.lower() == "none":
+        if allow_none and text.lower() in none_words:
             return None
         try:
             value = int(text)

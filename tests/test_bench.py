@@ -199,9 +199,9 @@ def test_bench_counts_go_through_check_count_and_none_or_minus_one_mean_no_cap(c
     args = build_parser("bench").parse_args(["bench", "grid", "--budgets", "none", "0", "150", "--max-rounds", "-1",
                                              "NONE", "6", "--judge-seed", "-3", "--queries", "2"])
     assert (args.budgets, args.max_rounds, args.judge_seed, args.queries) == ([None, 0, 150], [None, None, 6], -3, 2)
-    for option, value, message in (("--max-rounds", "-2", "the value must be >= 0, got -2"),
-                                   ("--queries", "0", "the value must be >= 1, got 0"),
-                                   ("--top-k", "ten", "not an integer: 'ten'")):
+    for option, value, message in (("--max-rounds", "-2", "expected an integer >= 0, got -2"),
+                                   ("--queries", "0", "expected an integer >= 1, got 0"),
+                                   ("--top-k", "ten", "expected an integer, got 'ten'")):
         with pytest.raises(SystemExit) as exit_:
             build_parser("bench").parse_args(["bench", "grid", option, value])
         assert exit_.value.code == 2 and f"argument {option}: {message}" in capsys.readouterr().err

@@ -384,8 +384,9 @@ def test_parse_never_raises_on_any_body_through_the_client_types(body):
 @pytest.fixture(scope="module")
 def body_server():
     current = {}
-    with FaultServer(lambda request: Reply(200, current["body"]), max_requests=10_000, max_seconds=600) as server:
-        yield server, current
+    server = FaultServer(lambda request: Reply(200, current["body"]), max_requests=10_000, max_seconds=600)
+    with server, comparator(server.url, max_attempts=1) as comp:  # one client for every body
+        yield comp, current
 
 
 @pytest.mark.slow
@@ -393,10 +394,10 @@ def body_server():
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(BODY)
 def test_any_200_body_over_http_is_an_answer_or_a_failed_call(body_server, body):
-    server, current = body_server
+    comp, current = body_server
     current["body"] = json.dumps(body, allow_nan=True)
     BODIES_TRIED["http"] += 1
-    (j,) = comparator(server.url, max_attempts=1).judge("q", [tuple(candidates(2, words=2))])
+    (j,) = comp.judge("q", [tuple(candidates(2, words=2))])
     assert (j.prob is None) == (j.error is not None)
     assert j.prob is None or 0.0 <= j.prob <= 1.0
 
