@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import random
 import statistics
 import sys
 from pathlib import Path
@@ -45,6 +46,20 @@ def judge_features(name: str, collection, n_queries: int = 5) -> tuple[float, ..
     return tuple(sum((getattr(s, f) or 0.0) * s.answers for s in stats) / answers for f in FEATURES)
 
 
+def prior_agreement(name: str, collection, n_queries: int = 5, pairs: int = 60) -> float:
+    """Share of random candidate pairs (i above j in the first stage) whose two-order mean answer prefers i: how
+    often the judge agrees with the first-stage order (a label-free hint of its accuracy, tried as a 5th feature)."""
+    judge = build_judge(name, collection.qrels, 0, queries=collection.queries)
+    rng, agree = random.Random(0), []
+    for q in list(collection.queries)[:n_queries]:
+        cands = collection.candidates[q]
+        for _ in range(pairs):
+            i, j = sorted(rng.sample(range(len(cands)), 2))
+            p_ij, p_ji = judge.compare(collection.queries[q], [(cands[i], cands[j]), (cands[j], cands[i])])
+            agree.append((p_ij + 1 - p_ji) / 2 > 0.5)
+    return sum(agree) / len(agree)
+
+
 def lojo_worst(scores, feats, k: int) -> dict[str, tuple[float, tuple[int, int]]]:
     """Per judge left out: its worst regret over the goal cells under the choice of its k nearest judges."""
     out = {}
@@ -63,23 +78,27 @@ def main() -> int:
     scores = scores_of(family_summaries([r for g in GRIDS for r in read_csv(g)])[(100, 10)])
     dl19 = load_trec_dl(args.data / "trec-dl-2019", 2019)
     feats = {j: judge_features(j, dl19) for j in scores}
+    agreement = {j: prior_agreement(j, dl19) for j in scores}
     lines = ["# Judge-aware `auto`: LOJO regret when the nearest judges choose (N=100, K=10)", "",
              "Command: `python benchmarks/judge_aware_choice.py --data ../shared/data` (see its docstring).", "",
              "## Each judge's `JudgeStats` (5 DL19 queries, mohajer/bidirectional, B=100)", "",
-             "| judge | " + " | ".join(FEATURES) + " |", "|---|" + "---:|" * len(FEATURES)]
-    lines += [f"| {j} | " + " | ".join(f"{v:.3f}" for v in feats[j]) + " |" for j in scores]
+             "| judge | " + " | ".join(FEATURES) + " | agreement with the first stage |",
+             "|---|" + "---:|" * (len(FEATURES) + 1)]
+    lines += [f"| {j} | " + " | ".join(f"{v:.3f}" for v in (*feats[j], agreement[j])) + " |" for j in scores]
     lines += ["", "## LOJO worst regret over the goal cells (nDCG@10 points; goal: at most 0.5)", "",
-              "| nearest judges k | worst (judge, cell) | median over judges | judges within 0.5 | within 2.0 |",
-              "|---:|---|---:|---:|---:|"]
-    ks = [1, 2, 3, 5, 8, len(scores) - 1]
-    for k in ks:
-        worst = lojo_worst(scores, feats, k)
+              "| features | nearest judges k | worst (judge, cell) | median over judges | judges within 0.5 "
+              "| within 2.0 |",
+              "|---|---:|---|---:|---:|---:|"]
+    with_agreement = {j: (*feats[j], agreement[j]) for j in scores}
+    runs = [("JudgeStats", k) for k in (1, 2, 3, 5, 8, len(scores) - 1)] + [("+ agreement", 1), ("+ agreement", 2)]
+    for space, k in runs:
+        worst = lojo_worst(scores, with_agreement if space == "+ agreement" else feats, k)
         (top, cell), who = max((v, j) for j, v in worst.items())
         values = [v for v, _ in worst.values()]
         label = f"{k} (static)" if k == len(scores) - 1 else str(k)
         within = [f"{sum(v <= bound for v in values)}/{len(values)}" for bound in (0.5, 2.0)]
-        lines.append(f"| {label} | {top:.2f} ({who}, B={cell[0]}, cap {cell[1]}) | {statistics.median(values):.2f} "
-                     f"| {within[0]} | {within[1]} |")
+        lines.append(f"| {space} | {label} | {top:.2f} ({who}, B={cell[0]}, cap {cell[1]}) "
+                     f"| {statistics.median(values):.2f} | {within[0]} | {within[1]} |")
         print(lines[-1], flush=True)
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "table.md").write_text("\n".join(lines) + "\n")
