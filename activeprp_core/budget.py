@@ -102,9 +102,8 @@ RULES: dict[str, Rule] = {
 
 
 class Caps:
-    """One query's caps (one ``Cap`` per ``RULES`` entry, from ``limits``): reserve before sending, reconcile
-    after the answer. A prompt's cost is a dict ``{cap name: units}`` over the per-prompt rules (uncapped ones
-    too: they count what was spent)."""
+    """One query's caps (a ``Cap`` per ``RULES`` entry, from ``limits``): reserve before sending, reconcile after
+    the answer. A prompt's cost: ``{cap name: units}`` over the per-prompt rules (uncapped ones count spending)."""
 
     def __init__(self, limits: Mapping[str, int | None]) -> None:
         self.caps = {name: Cap(limits[name], name) for name in RULES}
@@ -112,6 +111,8 @@ class Caps:
         self._rounds = [self.caps[name] for name, rule in RULES.items() if rule.per == "round"]
         self._capped_rounds = [cap for cap in self._rounds if cap.limit is not None]
         self._capped_prompt = [self.caps[name] for name in self._per_prompt if self.caps[name].limit is not None]
+        self._priced = {c.name: self._per_prompt[c.name] for c in self._capped_prompt if self._per_prompt[c.name]}
+        self._unit = {name: int(price is None) for name, price in self._per_prompt.items()}  # priced, uncapped: 0
         self._usage = {name: rule.usage for name, rule in RULES.items() if rule.usage is not None}
 
     def __getitem__(self, name: str) -> Cap:
@@ -124,12 +125,10 @@ class Caps:
     def prompt_costs(self, comparator: Any, query: str, pairs: Sequence[Any]) -> list[dict[str, int]]:
         """What each prompt of ``pairs`` (``(Candidate, Candidate)``, in order) reserves in each per-prompt cap,
         priced by ``comparator`` (see ``Rule.price``)."""
-        def units(name: str, price: Callable | None) -> list[int]:  # unpriced: 1 each; priced, uncapped: 0 each
-            capped = self.caps[name].limit is not None
-            return price(comparator, query, pairs) if price and capped else [int(price is None)] * len(pairs)
-
-        columns = {name: units(name, price) for name, price in self._per_prompt.items()}
-        return [{name: column[i] for name, column in columns.items()} for i in range(len(pairs))]
+        if not self._priced:
+            return [self._unit] * len(pairs)  # one shared dict: costs are never changed
+        columns = {name: price(comparator, query, pairs) for name, price in self._priced.items()}
+        return [{**self._unit, **{name: c[i] for name, c in columns.items()}} for i in range(len(pairs))]
 
     def refusal(self, costs: Sequence[dict[str, int]], extra: Mapping[str, int] | None = None) -> str | None:
         """The first cap that a question of prompts ``costs`` (in a round, on top of ``extra``) does not fit: the

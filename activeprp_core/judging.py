@@ -171,12 +171,13 @@ class Answers(dict):
         super().__init__()
         self.own = JudgeTally()
         self.pool = self.own if pool is None else pool
+        self._tallies = (self.own,) if pool is None else (self.own, pool)
         self.margin = self.pool.margin()
 
     def record(self, prompt: Prompt, p: float | None, sample: bool = True) -> None:
         """Store a new answer (a call's, never a cache hit) and count it (``JudgeTally.record``)."""
         other = None if p is None else self.get((prompt[1], prompt[0]))
-        for tally in {id(self.own): self.own, id(self.pool): self.pool}.values():
+        for tally in self._tallies:
             tally.record(p, other, sample)
         self[prompt] = p
         self.margin = self.pool.margin()

@@ -193,7 +193,9 @@ class Reranking:
             self._record(prompts, (yield prompts))
             if not waiting:
                 break
-        prompts, _ = _plan(self, [], _reasks(self, asked, fresh), fresh, lazy=False, optional=True)
+        reasks = _reasks(self, asked, fresh)
+        first = next(reasks, None)  # most rounds have none: skip planning an empty batch
+        prompts = first and _plan(self, [], itertools.chain([first], reasks), fresh, lazy=False, optional=True)[0]
         if prompts:
             self._record(prompts, (yield prompts), sample=False)
         outs = [self.oracle.outcome(i, j, self.answers) for i, j in asked]
@@ -279,8 +281,7 @@ def _plan(r: Reranking, waiting: list[list[Prompt]], source: Iterator, planned: 
 def _reasks(r: Reranking, asked: Sequence[tuple[int, int]], planned: set[Prompt]):
     """``(need, costs)`` per question of a round whose answers the oracle wants completed (``Oracle.reask``), as
     ``_questions_of``; none once a failure stopped the calls or when only the last round of the cap is left."""
-    rounds = r.caps["max_rounds"].remaining
-    if r.failure is not None or (rounds is not None and rounds <= 1):
+    if r.failure is not None or r.caps["max_rounds"].remaining in (0, 1):
         return
     for i, j in dict.fromkeys(asked):
         need = [p for p in r.oracle.reask(i, j, r.answers) if p not in r.answers and p not in planned]

@@ -53,6 +53,8 @@ def test_caps_name_the_cap_that_refuses_and_reconcile_reported_tokens():
     assert costs == [{"budget": 1, "token_budget": 40}, {"budget": 1, "token_budget": 50}]
     uncapped = Caps({"budget": 3, "max_rounds": 1, "token_budget": None})
     assert uncapped.prompt_costs(Priced(), "q", [40]) == [{"budget": 1, "token_budget": 0}]  # no price asked
+    zero = Caps({"budget": None, "max_rounds": None, "token_budget": 0})  # a cap of 0 is a cap
+    assert zero.refusal(zero.prompt_costs(Priced(), "q", [5])) == "token_budget"
     assert caps.refusal(costs) is None
     caps.take(costs)
     caps.take_round()
