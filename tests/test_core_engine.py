@@ -442,3 +442,23 @@ def test_failed_batch_refunds_whole_questions_not_calls_per_pair():
     script = Script([[BothOrders(0, 1)]])
     res = rerank("q", cands(2), ranker=script, oracle="single", comparator=Down(), budget=10, on_failure="prior")
     assert (res.comparisons, res.calls, res.rounds, res.failed_calls) == (0, 0, 0, 0) and res.failure
+
+
+def test_a_sans_io_reranking_prices_prompts_with_the_comparator_it_is_given():
+    from activeprp_core import DONE, Comparator, Reranking
+
+    class TenTokens(Comparator):
+        def compare(self, query, pairs):
+            raise AssertionError("a Reranking never calls its comparator to judge")
+
+        def estimate_tokens(self, query, pairs):
+            return [10] * len(pairs)
+
+    cands = [Candidate(f"d{i}", f"passage {i}") for i in range(4)]
+    kw = {"ranker": "allpairs", "oracle": "single", "budget": None, "token_budget": 25}
+    priced = Reranking("q", cands, comparator=TenTokens(), **kw)
+    assert len(priced.next_batch().prompts) == 2  # 25 tokens buy two prompts of 10
+    priced.send([1.0, 1.0])  # no usage reported: the reservations stand
+    assert priced.next_batch() is DONE and priced.result().exhausted_by == ["token_budget"]
+    default = Reranking("q", cands, **kw)  # the base class's bound: > 25 tokens for any PRP prompt
+    assert default.next_batch() is DONE and default.result().exhausted_by == ["token_budget"]
