@@ -13,7 +13,7 @@ from typing import Any
 
 from .budget import RULES, BudgetView, Caps
 from .closing import fail_batch, finish
-from .comparators.base import Comparator
+from .comparators.base import Comparator, as_comparator
 from .errors import RankerError
 from .judging import Answers, JudgeTally
 from .oracles import Oracle, Prompt, get_oracle
@@ -78,7 +78,7 @@ class Reranking:
         self.query, self.candidates = query, check_candidates(query, candidates)
         self.top_k, self.on_failure, self.cache = s.top_k, s.on_failure, s.cache
         self.caps = Caps({name: getattr(s, name) for name in RULES})
-        self.comparator = comparator or Comparator
+        self.comparator = Comparator if comparator is None else as_comparator(comparator)
         ranker, oracle = choose(len(self.candidates), self.top_k, s.budget, s.max_rounds, s.ranker, s.oracle)
         self.ranker: Ranker = get_ranker(ranker)
         self.oracle: Oracle = get_oracle(oracle)

@@ -462,3 +462,5 @@ def test_a_sans_io_reranking_prices_prompts_with_the_comparator_it_is_given():
     assert priced.next_batch() is DONE and priced.result().exhausted_by == ["token_budget"]
     default = Reranking("q", cands, **kw)  # the base class's bound: > 25 tokens for any PRP prompt
     assert default.next_batch() is DONE and default.result().exhausted_by == ["token_budget"]
+    with pytest.raises(TypeError, match="compare"):
+        Reranking("q", cands, comparator=object(), **kw)  # checked when given, not when a prompt is priced
