@@ -20,12 +20,9 @@ import json
 import sys
 from pathlib import Path
 
-from soft_default import DATA  # noqa: E402 (benchmarks/ is on sys.path when run as a script)
+from soft_default import DATA, scores  # noqa: E402 (benchmarks/ is on sys.path when run as a script)
 
 from activeprp_bench.datasets import load_trec_dl
-from activeprp_bench.judges import build_judge
-from activeprp_cli.metrics import ndcg_at_k, ranking_to_run
-from activeprp_core import rerank_many
 
 RANKERS = ("mohajer", "mohajer_bubble", "parallel_mohajer", "heapsort", "quicksort", "bubblesort", "allpairs")
 ORACLES = ("randomized", "bidirectional", "adaptive")
@@ -39,17 +36,8 @@ def converged(judge: str) -> dict[str, float]:
     out = {}
     for ranker in RANKERS:
         for oracle in ORACLES:
-            scores = []
-            for seed in SEEDS:
-                for coll in colls:
-                    comparator = build_judge(judge, coll.qrels, seed, queries=coll.queries)
-                    requests = [(coll.queries[q], coll.candidates[q]) for q in coll.qids]
-                    results = rerank_many(requests, comparator=comparator, ranker=ranker, oracle=oracle, budget=None,
-                                          top_k=10, seed=seed)
-                    for q, r in zip(coll.qids, results):
-                        run = {q: ranking_to_run([coll.candidates[q][i].id for i in r.order])}
-                        scores.append(ndcg_at_k({q: coll.qrels[q]}, run, 10)[q])
-            out[f"{ranker}/{oracle}"] = 100 * sum(scores) / len(scores)
+            values = [v for seed in SEEDS for v in scores(colls, judge, None, seed, False, ranker, oracle)]
+            out[f"{ranker}/{oracle}"] = 100 * sum(values) / len(values)
             print(judge, ranker, oracle, round(out[f"{ranker}/{oracle}"], 2), flush=True)
     return out
 

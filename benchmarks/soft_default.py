@@ -43,15 +43,16 @@ class Binarized(Comparator):
                 for j in self.inner.judge(query, pairs, guard=guard)]
 
 
-def scores(colls, judge: str, budget: int | None, seed: int, binarize: bool) -> list[float]:
-    """nDCG@10 per query (both collections, in order) of the default on ``judge``."""
+def scores(colls, judge: str, budget: int | None, seed: int, binarize: bool, ranker: str = "auto",
+           oracle: str = "auto") -> list[float]:
+    """nDCG@10 per query (both collections, in order) of ``ranker``/``oracle`` (default: the default) on ``judge``."""
     out = []
     for coll in colls:
         comparator = build_judge(judge, coll.qrels, seed, queries=coll.queries)
         if binarize:
             comparator = Binarized(comparator)
         requests = [(coll.queries[q], coll.candidates[q]) for q in coll.qids]
-        results = rerank_many(requests, comparator=comparator, ranker="auto", oracle="auto", budget=budget,
+        results = rerank_many(requests, comparator=comparator, ranker=ranker, oracle=oracle, budget=budget,
                               top_k=10, seed=seed)
         for q, r in zip(coll.qids, results):
             out.append(ndcg_at_k({q: coll.qrels[q]}, {q: ranking_to_run([coll.candidates[q][i].id for i in r.order])},
