@@ -67,7 +67,7 @@ class Reranking:
 
     Raises:
         TypeError / ValueError: bad arguments (as ``RerankSettings`` and ``rerank``). ``RuntimeError``:
-        ``send``/``fail`` with no batch pending, ``result`` before ``DONE``.
+        ``send`` with no batch pending, ``result`` before ``DONE`` (``fail`` then raises ``error`` itself).
     """
 
     def __init__(self, query: str, candidates: Sequence[Candidate], settings: RerankSettings | None = None, *,
