@@ -21,7 +21,6 @@ Mohajer bidirectional, ``soft-calibrated``, q=0.3)."""
 from __future__ import annotations
 
 import bisect
-import math
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
 from typing import Any
@@ -31,11 +30,9 @@ Prompt = tuple[int, int]
 GATE_QUANTILE = 0.3
 """The share of a soft judge's answers (the least confident ones) read as ties (see the module docstring)."""
 MIN_ANSWERS = 20
-"""Answers needed before an estimate counts: soft ones for the gate margin, any for the position bias."""
+"""Soft answers needed before the gate margin counts (``JudgeTally.margin``)."""
 CONSISTENT_PAIRS = 20
 """Pairs asked both ways after which a judge that flipped on under 5% of them counts as order-consistent."""
-MIN_BIAS = 0.05
-"""The smallest |first_slot_rate - 0.5| taken as position bias (``JudgeTally.weak_slots``)."""
 
 
 @dataclass(frozen=True)
@@ -95,14 +92,13 @@ class JudgeTally:
     def __init__(self) -> None:
         self.answers = self.first = self.soft = self.pairs = self.flips = 0
         self.confidence = 0.0
-        self.sampled = self.sampled_first = 0  # the answers to first asks (no re-asks): what the estimates read
-        self.soft_confidences: list[float] = []  # sorted, of the sampled soft answers
+        self.soft_confidences: list[float] = []  # sorted, of the soft answers to first asks (no re-asks)
 
     def record(self, p: float | None, other: float | None = None, sample: bool = True) -> None:
         """Count the answer ``p`` of one prompt (None = a failed call: not an answer); ``other``: this query's
         answer in the other slot order, if any (the pair then counts for the flip rate: flipped when both answers
         preferred the same slot). ``sample=False`` for a re-ask (``Oracle.reask``): counted in the stats, left out
-        of the margin and the bias estimate, which such a selected sample would skew."""
+        of the margin, which such a selected sample would skew."""
         if p is None:
             return
         self.answers += 1
@@ -110,11 +106,8 @@ class JudgeTally:
         confidence = abs(p - 0.5)
         self.confidence += confidence
         self.soft += 0.0 < p < 1.0
-        if sample:
-            self.sampled += 1
-            self.sampled_first += p > 0.5
-            if 0.0 < p < 1.0:
-                bisect.insort(self.soft_confidences, confidence)
+        if sample and 0.0 < p < 1.0:
+            bisect.insort(self.soft_confidences, confidence)
         if other is not None:
             self.pairs += 1
             self.flips += (p > 0.5 and other > 0.5) or (p < 0.5 and other < 0.5)
@@ -136,17 +129,6 @@ class JudgeTally:
         """Whether the judge looks order-consistent: under 5% flips over at least ``CONSISTENT_PAIRS`` pairs asked
         both ways (re-asked pairs are the doubtful ones, so a low rate there is strong evidence)."""
         return self.pairs >= CONSISTENT_PAIRS and self.flips < 0.05 * self.pairs
-
-    def weak_slots(self) -> tuple[bool, bool]:
-        """Whether a single hard answer preferring slot A (resp. B) is weak evidence: the judge prefers that slot
-        measurably more than half the time (|first_slot_rate - 0.5| >= max(``MIN_BIAS``, two binomial standard
-        errors), over at least ``MIN_ANSWERS`` answers). The flip rate is not used here: the pairs the adaptive
-        oracle asks again are the suspicious ones, so their flip rate overstates the judge's."""
-        if self.sampled < MIN_ANSWERS:
-            return False, False
-        bias = self.sampled_first / self.sampled - 0.5
-        strong = abs(bias) >= max(MIN_BIAS, 2 * math.sqrt(0.25 / self.sampled))
-        return strong and bias > 0, strong and bias < 0
 
 
 def gate(p: float | None, margin: float) -> float | None:

@@ -17,7 +17,7 @@ from activeprp_core import (
     rerank,
     rerank_many,
 )
-from activeprp_core.judging import GATE_QUANTILE, MIN_ANSWERS, Answers, JudgeTally, gate, pooled
+from activeprp_core.judging import CONSISTENT_PAIRS, GATE_QUANTILE, MIN_ANSWERS, Answers, JudgeTally, gate, pooled
 from activeprp_core.oracles import ORACLES, AdaptiveOracle, get_oracle
 from activeprp_core.rankers import RANKERS
 from tests.conftest import make_case
@@ -160,24 +160,53 @@ def drive(r: Reranking, comp) -> RerankResult:
     return r.result()
 
 
-def test_adaptive_reasks_only_low_confidence_soft_answers():
-    cs, labels = make_case(40, seed=1)
-    comp = SimulatedComparator(labels, seed=0, hard=False, temperature=1.0, pair_noise=0.5)
-    res = rerank("q", cs, comparator=comp, ranker="mohajer", oracle="adaptive", top_k=5, seed=1, budget=None)
-    ratio = res.calls / res.comparisons
-    assert 1.05 < ratio < 1 + GATE_QUANTILE + 0.15  # about the gated share of answers is asked again
-    assert res.judge.flip_rate is not None  # the re-asked pairs measure the flip rate
+class ByPrompt:
+    """A judge whose answer is a fixed function of the ordered prompt (not of the call order): soft or hard, with a
+    first-slot bias and noise drawn once per prompt from ``seed``. It never looks order-consistent."""
+
+    def __init__(self, seed, soft):
+        self.seed, self.soft, self.log = seed, soft, []
+
+    def compare(self, query, pairs):
+        out = []
+        for a, b in pairs:
+            rng = random.Random(f"{self.seed}/{a.id}/{b.id}")
+            p = 0.5 + 0.4 * (rng.random() - 0.5) + 0.25 * (int(b.id[1:]) > int(a.id[1:]))  # better prior wins, mostly
+            p = min(0.99, max(0.01, p + 0.15)) if self.soft else float(p + 0.15 > 0.5)  # and slot A is favoured
+            self.log.append((a.id, b.id, p))
+            out.append(p)
+        return out
 
 
-def test_adaptive_on_hard_answers_asks_again_only_under_position_bias():
+@pytest.mark.parametrize("ranker", ["mohajer", "mohajer_bubble", "heapsort", "bubblesort", "quicksort"])
+@pytest.mark.parametrize("soft", [False, True])
+def test_adaptive_decides_as_bidirectional_asking_again_only_upsets(ranker, soft):
+    cs = cands(40)
+    kw = dict(ranker=ranker, top_k=5, seed=3, budget=None)
+    both_judge, adaptive_judge = ByPrompt(7, soft), ByPrompt(7, soft)
+    both = rerank("q", cs, comparator=both_judge, oracle="bidirectional", **kw)
+    adaptive = rerank("q", cs, comparator=adaptive_judge, oracle="adaptive", **kw)
+    assert adaptive.order == both.order and adaptive.comparisons == both.comparisons
+    first = {}
+    for a, b, p in adaptive_judge.log:  # the first ask of each pair, then a re-ask exactly where it was an upset
+        ia, ib = int(a[1:]), int(b[1:])
+        if (b, a) in first:
+            assert first[(b, a)]
+        else:
+            first[(a, b)] = (p > 0.5 and ia > ib) or (p < 0.5 and ib > ia)
+    assert adaptive.calls == adaptive.comparisons + sum(first.values()) < both.calls
+    assert adaptive.judge.flip_rate is not None and adaptive.judge.flip_rate > 0.05
+
+
+def test_adaptive_stops_asking_again_once_the_judge_is_order_consistent():
     cs, labels = make_case(60, seed=2)
-    fair = SimulatedComparator(labels, seed=0)  # no bias, no noise
+    fair = SimulatedComparator(labels, seed=0)  # no bias, no noise: the other order always agrees
     res = rerank("q", cs, comparator=fair, ranker="heapsort", oracle="adaptive", top_k=10, seed=1, budget=None)
-    assert res.calls == res.comparisons  # one call per pair
+    assert res.judge.flip_rate == 0.0  # a round's re-asks are planned together, so a few go past the threshold
+    assert CONSISTENT_PAIRS <= res.calls - res.comparisons < 1.5 * CONSISTENT_PAIRS < 0.2 * res.comparisons
     always_a = Scripted([1.0])  # the bundled model under the A/B prompt: answers "A" always
     res = rerank("q", cs, comparator=always_a, ranker="heapsort", oracle="adaptive", top_k=10, seed=1, budget=None)
-    assert res.judge.first_slot_rate == 1.0 and res.calls > 1.5 * res.comparisons
-    assert res.judge.flip_rate == 1.0
+    assert res.judge.flip_rate == 1.0 and res.calls > res.comparisons + CONSISTENT_PAIRS
 
 
 @pytest.mark.parametrize("ranker", sorted(RANKERS))
@@ -226,22 +255,13 @@ def test_adaptive_is_registered_and_plans_as_one_call():
     o = get_oracle("adaptive")
     assert isinstance(o, AdaptiveOracle) and o.calls_per_pair == 1 and "adaptive" in ORACLES
     assert o.prompts(1, 2, lambda p: False, random.Random(0)) in ([(1, 2)], [(2, 1)])
-    assert o.reask(1, 2, {(1, 2): 1.0}) == [] and o.reask(1, 2, {(1, 2): 0.5}) == [(2, 1)]
-    assert o.reask(1, 2, {(1, 2): 1.0, (2, 1): 0.0}) == []
-
-
-def test_adaptive_reasks_favoured_slot_answers_under_measured_bias():
-    pool = JudgeTally()
-    confs = [i / 250 for i in range(100)]  # 0 .. 0.396, all preferring slot A: a strong first-slot bias
-    for c in confs:
-        pool.record(0.5 + c)
-    assert pool.weak_slots() == (True, False)
-    answers, o = Answers(pool), AdaptiveOracle()
-    margin, median = pool.margin(), pool.margin(0.5)
-    assert 0 < margin < median
-    mid, high = (margin + median) / 2, median + 0.05
-    answers.update({(0, 1): 0.5 + mid, (2, 3): 0.5 + high, (4, 5): 0.5 - mid, (6, 7): 1.0, (8, 9): 0.0})
-    assert o.reask(0, 1, answers) == [(1, 0)]  # favoured slot, below the median: weak
-    assert o.reask(2, 3, answers) == []  # favoured slot but confident
-    assert o.reask(4, 5, answers) == []  # against the bias, above the margin: strong evidence
-    assert o.reask(6, 7, answers) == [(7, 6)] and o.reask(8, 9, answers) == []  # hard: favoured slot only
+    assert o.reask(1, 2, {(1, 2): 1.0}) == [] and o.reask(1, 2, {(1, 2): 0.2}) == [(2, 1)]  # upset: 2 preferred
+    assert o.reask(1, 2, {(2, 1): 0.7}) == [(1, 2)] and o.reask(1, 2, {(2, 1): 0.3}) == []
+    assert o.reask(1, 2, {(1, 2): 0.5}) == [] and o.reask(1, 2, {(1, 2): 1.0, (2, 1): 0.0}) == []
+    consistent = Answers()
+    for k in range(CONSISTENT_PAIRS):  # upsets the other order confirmed: nothing left to learn from re-asks
+        consistent.record((2 * k + 1, 2 * k), 1.0)
+        consistent.record((2 * k, 2 * k + 1), 0.0)
+    assert consistent.pool.consistent and o.reask(100, 101, {**consistent, (100, 101): 0.0}) == [(101, 100)]
+    consistent[(100, 101)] = 0.0
+    assert o.reask(100, 101, consistent) == []
