@@ -18,8 +18,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # this checkout's packages, not an installed copy
 
+import numpy as np  # noqa: E402
+
 from activeprp_bench.datasets import load_trec_dl  # noqa: E402
 from activeprp_bench.judges import build_judge  # noqa: E402
+from activeprp_bench.stats import macro_diff_ci  # noqa: E402
 from activeprp_cli.metrics import ndcg_at_k, ranking_to_run  # noqa: E402
 from activeprp_core import judging, oracles, rerank_many  # noqa: E402
 
@@ -52,8 +55,9 @@ def collections(depth: int, n_queries: int | None):
 def cell(colls, judge: str, ranker: str, oracle: str, budget: int | None, quantile: float, seed: int) -> dict:
     """One row: the mean nDCG@10 over every query of ``colls`` and the spending."""
     judging.GATE_QUANTILE = quantile
-    scores, calls, comparisons, rounds = [], 0, 0, []
+    scores, per_collection, calls, comparisons, rounds = [], [], 0, 0, []
     for coll in colls:
+        per_collection.append([])
         comparator = build_judge(judge, coll.qrels, seed, queries=coll.queries)
         requests = [(coll.queries[q], coll.candidates[q]) for q in coll.qids]
         results = list(rerank_many(requests, comparator=comparator, ranker=ranker, oracle=oracle,
@@ -61,13 +65,14 @@ def cell(colls, judge: str, ranker: str, oracle: str, budget: int | None, quanti
         for q, r in zip(coll.qids, results):
             run = {q: ranking_to_run([coll.candidates[q][i].id for i in r.order])}
             scores.append(ndcg_at_k({q: coll.qrels[q]}, run, 10)[q])
+            per_collection[-1].append(scores[-1])
             calls, comparisons = calls + r.calls, comparisons + r.comparisons
             rounds.append(r.rounds)
     return {"judge": judge, "ranker": ranker, "oracle": oracle, "both": oracles._both_orders.__name__,
             "budget": budget, "quantile": quantile, "seed": seed, "queries": len(scores),
             "ndcg10": round(100 * sum(scores) / len(scores), 2),
             "calls_per_comparison": round(calls / max(comparisons, 1), 3),
-            "mean_rounds": round(sum(rounds) / len(rounds), 1)}
+            "mean_rounds": round(sum(rounds) / len(rounds), 1), "_per_query": per_collection}
 
 
 def summarize(paths: list[str]) -> str:
@@ -126,8 +131,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", nargs="+", type=int, default=[0])
     p.add_argument("--both", choices=sorted(BOTH), default="mean",
                    help="how a consistent bidirectional pair is gated (default: the library's, mean confidence)")
+    p.add_argument("--paired", nargs="*", metavar="A:B", default=[],
+                   help="ranker/oracle pairs A:B (e.g. mohajer/adaptive:mohajer/bidirectional): per judge, the paired "
+                        "bootstrap CI of A - B over queries (per-query nDCG@10 averaged over the seeds), printed "
+                        "and written to OUT.paired.md")
     p.add_argument("--out", required=True)
     args = p.parse_args(argv)
+    per_query: dict[tuple[str, str], list] = {}
     oracles._both_orders = BOTH[args.both]
     colls = collections(args.depth, args.queries)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
@@ -140,13 +150,32 @@ def main(argv: list[str] | None = None) -> int:
                     for seed in args.seeds:
                         started = time.perf_counter()
                         row = cell(colls, judge, ranker, oracle, args.budget, quantile, seed)
+                        per_query.setdefault((judge, run), []).append(row.pop("_per_query"))
                         if writer is None:
                             writer = csv.DictWriter(f, fieldnames=list(row))
                             writer.writeheader()
                         writer.writerow(row)
                         f.flush()
                         print(row, f"{time.perf_counter() - started:.1f}s", flush=True)
+    if args.paired:
+        table = paired_table(per_query, args.judges, args.paired)
+        Path(args.out + ".paired.md").write_text(table)
+        print(table)
     return 0
+
+
+def paired_table(per_query: dict[tuple[str, str], list], judges: list[str], pairs: list[str]) -> str:
+    """Markdown: per judge and pair A:B, the mean difference A - B in nDCG@10 points with its paired bootstrap 95%
+    CI over queries (``activeprp_bench.stats.macro_diff_ci``; each query's nDCG averaged over the seeds and
+    quantiles run)."""
+    out = ["| judge | A | B | A - B [95% CI] |", "|---|---|---|---|"]
+    for judge in judges:
+        for pair in pairs:
+            a, b = pair.split(":")
+            runs = [[np.mean(c, axis=0) for c in zip(*per_query[(judge, run)])] for run in (a, b)]  # [coll][query]
+            mean, low, high = macro_diff_ci([100 * (x - y) for x, y in zip(*runs)], np.random.default_rng(0))
+            out.append(f"| {judge} | {a} | {b} | {mean:+.2f} [{low:+.2f}, {high:+.2f}] |")
+    return "\n".join(out + [""])
 
 
 if __name__ == "__main__":
