@@ -156,9 +156,8 @@ class AdaptiveOracle(RandomizedDirectionOracle):
     every cap like any call and is dropped, never waited for, when a cap refuses it (and never takes the last
     round of a ``max_rounds`` cap: each re-ask batch takes one of the ranker's rounds, which costs rankers that
     plan every round, e.g. ``parallel_mohajer`` at N=20, B=50, ``max_rounds=6``). Plans as a one-call oracle
-    (``calls_per_pair = 1``). Measured (B=300, DL19 +
-    DL20 top-100, 3 seeds, 13 simulated judges): 1.45-1.51 calls per pair where the judge is not
-    order-consistent; ``benchmarks/results/confidence_gate/README.md``."""
+    (``calls_per_pair = 1``). Measured (B=300, DL19 + DL20 top-100, 3 seeds, 13 simulated judges): 1.45-1.51
+    calls per pair where the judge is not order-consistent; ``benchmarks/results/confidence_gate/README.md``."""
 
     name = "adaptive"
 
