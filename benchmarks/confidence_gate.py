@@ -55,7 +55,7 @@ def collections(depth: int, n_queries: int | None):
 def cell(colls, judge: str, ranker: str, oracle: str, budget: int | None, quantile: float, seed: int) -> dict:
     """One row: the mean nDCG@10 over every query of ``colls`` and the spending."""
     judging.GATE_QUANTILE = quantile
-    scores, per_collection, calls, comparisons, rounds = [], [], 0, 0, []
+    per_collection, calls, comparisons, rounds = [], 0, 0, []  # per_collection[c][i]: nDCG@10 of query i
     for coll in colls:
         per_collection.append([])
         comparator = build_judge(judge, coll.qrels, seed, queries=coll.queries)
@@ -64,10 +64,10 @@ def cell(colls, judge: str, ranker: str, oracle: str, budget: int | None, quanti
                                    budget=budget, top_k=10, seed=seed))
         for q, r in zip(coll.qids, results):
             run = {q: ranking_to_run([coll.candidates[q][i].id for i in r.order])}
-            scores.append(ndcg_at_k({q: coll.qrels[q]}, run, 10)[q])
-            per_collection[-1].append(scores[-1])
+            per_collection[-1].append(ndcg_at_k({q: coll.qrels[q]}, run, 10)[q])
             calls, comparisons = calls + r.calls, comparisons + r.comparisons
             rounds.append(r.rounds)
+    scores = [x for c in per_collection for x in c]
     return {"judge": judge, "ranker": ranker, "oracle": oracle, "both": oracles._both_orders.__name__,
             "budget": budget, "quantile": quantile, "seed": seed, "queries": len(scores),
             "ndcg10": round(100 * sum(scores) / len(scores), 2),
