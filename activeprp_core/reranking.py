@@ -280,8 +280,10 @@ def _plan(r: Reranking, waiting: list[list[Prompt]], source: Iterator, planned: 
 
 def _reasks(r: Reranking, asked: Sequence[tuple[int, int]], planned: set[Prompt]):
     """``(need, costs)`` per question of a round whose answers the oracle wants completed (``Oracle.reask``), as
-    ``_questions_of``; none once a failure stopped the calls or when only the last round of the cap is left."""
-    if r.failure is not None or r.caps["max_rounds"].remaining in (0, 1):
+    ``_questions_of``; none once a failure stopped the calls, when only the last round of the cap is left, or
+    under a round cap for a ranker that plans every round of it (``Ranker.plans_rounds``)."""
+    rounds = r.caps["max_rounds"].remaining
+    if r.failure is not None or rounds in (0, 1) or (rounds is not None and r.ranker.plans_rounds):
         return
     for i, j in dict.fromkeys(asked):
         need = [p for p in r.oracle.reask(i, j, r.answers) if p not in r.answers and p not in planned]

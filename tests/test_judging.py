@@ -209,6 +209,21 @@ def test_adaptive_stops_asking_again_once_the_judge_is_order_consistent():
     assert res.judge.flip_rate == 1.0 and res.calls > res.comparisons + CONSISTENT_PAIRS
 
 
+@pytest.mark.parametrize("max_rounds", [6, 10])
+def test_a_ranker_that_plans_its_rounds_gets_no_reasks_under_a_round_cap(max_rounds):
+    cs = cands(40)
+    kw = dict(ranker="parallel_mohajer", top_k=5, seed=3, budget=100)
+    runs = {o: rerank("q", cs, comparator=ByPrompt(7, False), oracle=o, max_rounds=max_rounds, **kw)
+            for o in ("randomized", "adaptive")}
+    assert runs["adaptive"].order == runs["randomized"].order
+    assert (runs["adaptive"].calls, runs["adaptive"].rounds) == (runs["randomized"].calls, runs["randomized"].rounds)
+    uncapped = {o: rerank("q", cs, comparator=ByPrompt(7, False), oracle=o, **kw) for o in ("randomized", "adaptive")}
+    assert uncapped["adaptive"].rounds > uncapped["randomized"].rounds  # without a round cap it re-asks upsets
+    capped_mohajer = rerank("q", cs, comparator=ByPrompt(7, False), oracle="adaptive", max_rounds=max_rounds,
+                            **{**kw, "ranker": "mohajer"})
+    assert capped_mohajer.calls > capped_mohajer.comparisons  # a ranker that does not plan its rounds still does
+
+
 @pytest.mark.parametrize("ranker", sorted(RANKERS))
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(n=st.sampled_from([0, 2, 9, 30, 60]), budget=st.sampled_from([0, 1, 10, 45, 150, None]),

@@ -58,6 +58,9 @@ class Ranker(ABC):
     """A round-based scheduler of pair comparisons (see module docstring)."""
 
     name: str
+    #: True for a ranker that plans its steps to fill a ``max_rounds`` cap (``parallel_mohajer``). Under a round
+    #: cap the engine then sends it no re-asks (``Oracle.reask``): each re-ask batch would take a round of its plan.
+    plans_rounds: bool = False
 
     @abstractmethod
     def schedule(self, ctx: RankContext) -> Schedule:

@@ -93,6 +93,7 @@ class ParallelMohajer(Ranker):
     """
 
     name = "parallel_mohajer"
+    plans_rounds = True
 
     def schedule(self, ctx: RankContext) -> Schedule:
         ev, caps = Evidence(), ctx.caps
