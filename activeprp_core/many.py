@@ -69,7 +69,8 @@ class _Window:
         self.source = enumerate(requests)
         self.settings, self.comparator, self.max_active, self.guard = settings, comparator, max_active, guard
         self.items: dict[int, Reranking | RerankResult | RerankFailure] = {}
-        self.next_out, self.judge = 0, JudgeTally()  # judge: the comparator's answers so far, for every query
+        self.next_out = 0
+        self.judge: JudgeTally | None = JudgeTally()  # the comparator's answers so far, read by every query
         self.input_left = True
         self.bar = _progress_bar(requests, progress)
 
@@ -235,19 +236,23 @@ def _session(window: _Window):
         window.close()
 
 
-def _window(requests, settings, options, comparator, max_active, progress) -> tuple[Comparator, _Window]:
+def _window(requests, settings, options, comparator, max_active, progress,
+            carry_judge: bool = True) -> tuple[Comparator, _Window]:
     """The comparator and the window; every shared setting is checked here, before any request is read."""
     settings = RerankSettings.of(settings, **options)
     judge = as_comparator(comparator)
     max_active = check_count(max_active, "max_active", minimum=1)
     guard = guard_for(judge, settings)
-    return judge, _Window(requests, settings, judge, max_active, guard, progress)
+    window = _Window(requests, settings, judge, max_active, guard, progress)
+    if not carry_judge:
+        window.judge = None
+    return judge, window
 
 
 @takes_settings
 def rerank_many(requests: Iterable[tuple[str, Sequence[Candidate]]], settings: RerankSettings | None = None, *,
                 comparator: Comparator | SupportsCompare, max_active: int = DEFAULT_MAX_ACTIVE, progress: bool = False,
-                **options: Any) -> Iterator[RerankResult | RerankFailure]:
+                carry_judge: bool = True, **options: Any) -> Iterator[RerankResult | RerankFailure]:
     """Rerank many queries together (see the module docstring); one result per request, in input order.
 
     Args:
@@ -258,6 +263,10 @@ def rerank_many(requests: Iterable[tuple[str, Sequence[Candidate]]], settings: R
         comparator: as for ``rerank``.
         max_active: the most queries in progress (bounds memory; default 64).
         progress: show a tqdm bar over queries on stderr (needs tqdm).
+        carry_judge: keep one running record of the comparator's answers across the queries (default), which
+            the confidence gate and ``adaptive`` read, so later queries do not start from nothing. With False
+            each query reads only its own answers and its result equals ``rerank`` of it alone, whatever the
+            other queries (with hard answers and a one- or two-call oracle it does anyway).
 
     Yields:
         ``RerankResult`` per request, or ``RerankFailure`` for a request that failed on its own.
@@ -267,7 +276,7 @@ def rerank_many(requests: Iterable[tuple[str, Sequence[Candidate]]], settings: R
         ``ComparatorUnavailable``: the endpoint is dead (with ``on_failure="raise"``); ``accounting`` sums the
         queries in progress.
     """
-    judge, window = _window(requests, settings, options, comparator, max_active, progress)
+    judge, window = _window(requests, settings, options, comparator, max_active, progress, carry_judge)
     ask = blocking(lambda item: judge.judge_batch(item.items, guard=item.guard))
     with contextlib.closing(_session(window)) as session:
         yield from iterate_blocking(_pump(session, ask))
@@ -276,10 +285,11 @@ def rerank_many(requests: Iterable[tuple[str, Sequence[Candidate]]], settings: R
 @takes_settings
 async def arerank_many(requests: Iterable[tuple[str, Sequence[Candidate]]], settings: RerankSettings | None = None,
                        *, comparator: Comparator | SupportsCompare, max_active: int = DEFAULT_MAX_ACTIVE,
-                       progress: bool = False, **options: Any) -> AsyncIterator[RerankResult | RerankFailure]:
+                       progress: bool = False, carry_judge: bool = True,
+                       **options: Any) -> AsyncIterator[RerankResult | RerankFailure]:
     """Async ``rerank_many`` (same arguments and results): each step awaits the comparator's ``ajudge_batch``,
     so the calls of all queries in progress run concurrently (at most ``max_concurrency`` in flight)."""
-    judge, window = _window(requests, settings, options, comparator, max_active, progress)
+    judge, window = _window(requests, settings, options, comparator, max_active, progress, carry_judge)
     with contextlib.closing(_session(window)) as session:
         async for item in _pump(session, lambda item: judge.ajudge_batch(item.items, guard=item.guard)):
             yield item

@@ -56,8 +56,10 @@ async def arerank_stream(requests: AsyncIterable[tuple], settings: RerankSetting
 
     Requests are read while queries are in progress without waiting for them: a request that arrives during a
     step joins at the next step (its calls merge with the others'); the stream waits for a request only when
-    none is in progress. Same arguments, per-query results and failures as ``arerank_many`` (every request's
-    result equals ``arerank`` of it alone); requests may carry their own settings (``PER_REQUEST``).
+    none is in progress. Same arguments, per-query results and failures as ``arerank_many``, except that no
+    running record of the judge is carried from one request to the next (the confidence gate and ``adaptive``
+    read the request's own answers), so every request's result equals ``arerank`` of it alone, whatever arrived
+    before or beside it; requests may carry their own settings (``PER_REQUEST``).
 
     Yields:
         ``(index, RerankResult | RerankFailure)`` as each request finishes (``index``: its 0-based position in
@@ -66,7 +68,8 @@ async def arerank_stream(requests: AsyncIterable[tuple], settings: RerankSetting
     Raises:
         as ``arerank_many``: a dead endpoint (with ``on_failure="raise"``) raises out of the stream, which ends.
     """
-    judge, window = _window((), settings, options, comparator, max_active, False)
+    # carry_judge=False: each request reads only its own answers, so no result depends on other callers' traffic
+    judge, window = _window((), settings, options, comparator, max_active, False, carry_judge=False)
     window.input_left = True
     arrivals = _Arrivals(requests, window)
     try:

@@ -16,8 +16,9 @@ prompts, a ranker error) has ``order`` null, ``error`` = ``"<ErrorType>: <messag
 null. A dead endpoint (authentication error, open circuit breaker; with ``on_failure="raise"``) fails the whole
 dataset, as it stops ``rerank_many``.
 
-Results per row are identical to ``rerank_many`` (hence to ``rerank``) with the same arguments and seed, however
-rows are split into batches and actors. Output rows follow Ray's block order, which is not the input order unless
+Results per row are identical to ``rerank`` with the same arguments and seed, however rows are split into batches
+and actors: each row's confidence gate and ``adaptive`` oracle read only that row's answers (``rerank_many`` with
+``carry_judge=False``). Output rows follow Ray's block order, which is not the input order unless
 ``DataContext.get_current().execution_options.preserve_order = True``: join on a key column (e.g. ``qid``).
 
 Importing this module imports no Ray; ``rerank_dataset`` and ``connect`` raise ``ImportError`` naming
@@ -105,7 +106,8 @@ class _Reranker:
         self.types = _stat_types()
 
     def _rerank(self, requests: list) -> list:
-        kw = {"comparator": self.comparator, "max_active": self.max_active}
+        # no running record of the judge across a batch's rows: a row's result must not depend on the batching
+        kw = {"comparator": self.comparator, "max_active": self.max_active, "carry_judge": False}
         if self.loop is None:
             return list(rerank_many(requests, self.settings, **kw))
 

@@ -21,15 +21,19 @@ async def _collect(stream):
     return [pair async for pair in stream]
 
 
-def test_each_result_equals_rerank_with_its_own_settings():
+@pytest.mark.parametrize("oracle, hard", [("randomized", True), ("adaptive", True), ("randomized", False),
+                                          ("adaptive", False)])
+def test_each_result_equals_rerank_with_its_own_settings(oracle, hard):
+    # soft answers (the confidence gate) and adaptive read the judge's record: a request's own answers only
     reqs, labels = requests(10)
+    shared, knobs = {**SHARED, "oracle": oracle}, {**KNOBS, "hard": hard}
     own = [{"budget": 5 + 4 * i, "seed": i, "top_k": 1 + i % 4, "max_rounds": 2 + i % 5} for i in range(len(reqs))]
     items = [(q, c, o) if i % 3 else (q, c) for i, ((q, c), o) in enumerate(zip(reqs, own))]
-    out = dict(asyncio.run(_collect(arerank_stream(_source(items), comparator=Merging(labels, **KNOBS), **SHARED))))
+    out = dict(asyncio.run(_collect(arerank_stream(_source(items), comparator=Merging(labels, **knobs), **shared))))
     assert sorted(out) == list(range(len(reqs)))
     for i, (q, c) in enumerate(reqs):
-        settings = {**SHARED, **own[i]} if i % 3 else SHARED
-        solo = rerank(q, c, comparator=SimulatedComparator(labels, **KNOBS), **settings)
+        settings = {**shared, **own[i]} if i % 3 else shared
+        solo = rerank(q, c, comparator=SimulatedComparator(labels, **knobs), **settings)
         assert isinstance(out[i], RerankResult)
         assert (out[i].order, out[i].calls, out[i].rounds, out[i].top_k) == (solo.order, solo.calls, solo.rounds,
                                                                             solo.top_k)

@@ -1,5 +1,5 @@
-"""activeprp_integrations.ray on a local Ray (``ray.init(num_cpus=2)``): the same orders as ``rerank_many`` in one
-process, failed rows, a dead endpoint, ``rerank-run --ray``; plus the import contract (no Ray needed).
+"""activeprp_integrations.ray on a local Ray (``ray.init(num_cpus=2)``): the same orders as ``rerank`` of each row
+in one process, failed rows, a dead endpoint, ``rerank-run --ray``; plus the import contract (no Ray needed).
 
 The local Ray is started by the fixture below with ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` set before Ray is
 imported: then its node address is 127.0.0.1 and every server it starts (GCS, raylet, workers, the runtime-env
@@ -23,7 +23,7 @@ import pytest
 
 from activeprp_cli import main
 from activeprp_cli.trecfiles import read_qrels
-from activeprp_core import Candidate, ComparatorAuthError, SimulatedComparator, rerank_many
+from activeprp_core import Candidate, ComparatorAuthError, SimulatedComparator, rerank
 
 DL19 = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "trec-dl-2019"
 KW = {"ranker": "mohajer", "oracle": "randomized", "budget": 40, "top_k": 5, "seed": 3}
@@ -107,9 +107,9 @@ def dl19():
     return rows, read_qrels(DL19 / "qrels.dl19-passage.txt")
 
 
-def judge_factory(rows, qrels):
+def judge_factory(rows, qrels, **knobs):
     return functools.partial(SimulatedComparator.from_qrels, qrels, {r["qid"]: r["query"] for r in rows}, doc_noise=1.0,
-                             pair_noise=0.5, position_bias=0.3)
+                             pair_noise=0.5, position_bias=0.3, **knobs)
 
 
 def test_ray_listens_on_loopback_only(local_ray):
@@ -125,17 +125,19 @@ def test_ray_listens_on_loopback_only(local_ray):
         assert local.rsplit(":", 1)[0] in ("127.0.0.1", "[::ffff:127.0.0.1]", "[::1]"), line
 
 
-def test_rerank_dataset_gives_the_orders_of_rerank_many(local_ray, dl19):
+@pytest.mark.parametrize("oracle, hard", [("randomized", True), ("adaptive", False)])
+def test_rerank_dataset_gives_the_orders_of_rerank(local_ray, dl19, oracle, hard):
     from activeprp_integrations.ray import rerank_dataset
 
     rows, qrels = dl19
+    kw = {**KW, "oracle": oracle}  # soft answers' gate and adaptive read each row's own answers, whatever the batch
     bad = {"qid": "bad", "query": "x", "candidates": [{"id": 7, "text": "an int id", "bm25": 0.0}]}
-    ds = rerank_dataset(ray.data.from_items([*rows, bad]), judge_factory(rows, qrels), num_actors=2, batch_size=2,
-                        **KW)
+    ds = rerank_dataset(ray.data.from_items([*rows, bad]), judge_factory(rows, qrels, hard=hard), num_actors=2,
+                        batch_size=2, **kw)
     out = {r["qid"]: r for r in bounded(ds.take_all)}
     requests = [(r["query"], [Candidate(c["id"], c["text"], {"bm25": c["bm25"]}) for c in r["candidates"]])
                 for r in rows]
-    want = list(rerank_many(requests, comparator=judge_factory(rows, qrels)(), **KW))
+    want = [rerank(query, cands, comparator=judge_factory(rows, qrels, hard=hard)(), **kw) for query, cands in requests]
     for row, result in zip(rows, want):
         got = out[row["qid"]]
         assert got["order"] == result.order and got["error"] is None

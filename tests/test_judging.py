@@ -258,6 +258,19 @@ def test_rerank_many_carries_the_judges_answers_to_later_queries():
     assert pool.answers == first.result().judge.answers
 
 
+@pytest.mark.parametrize("oracle", ["randomized", "adaptive"])
+def test_rerank_many_without_carrying_the_judge_equals_rerank_of_each_query(oracle):
+    cs, labels = make_case(30, seed=3)
+    comp = SimulatedComparator(labels, seed=0, hard=False, temperature=0.5, position_bias=1.0, pair_noise=0.5)
+    kw = dict(ranker="mohajer", oracle=oracle, top_k=5, budget=80)
+    reqs = [(f"q{i}", cs[i:] + cs[:i]) for i in range(4)]
+    solo = [rerank(q, c, comparator=comp, **kw) for q, c in reqs]
+    alone = list(rerank_many(reqs, comparator=comp, carry_judge=False, **kw))
+    carried = list(rerank_many(reqs, comparator=comp, **kw))
+    assert [(r.order, r.calls) for r in alone] == [(r.order, r.calls) for r in solo]
+    assert [(r.order, r.calls) for r in carried[1:]] != [(r.order, r.calls) for r in solo[1:]]
+
+
 def test_pooled_stats_weight_by_answers():
     a, b = JudgeStats(10, 1.0, None, 0.0, 0.5), JudgeStats(30, 0.5, 0.2, 1.0, 0.1)
     p = pooled([a, None, b, JudgeStats()])
