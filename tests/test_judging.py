@@ -224,6 +224,17 @@ def test_a_ranker_that_plans_its_rounds_gets_no_reasks_under_a_round_cap(max_rou
     assert capped_mohajer.calls > capped_mohajer.comparisons  # a ranker that does not plan its rounds still does
 
 
+def test_an_auto_instance_is_resolved_as_the_name_is():
+    from activeprp_core.rankers.auto import Auto
+
+    cs = cands(20)
+    kw = dict(oracle="adaptive", budget=50, max_rounds=6, top_k=3, seed=1)
+    by_name = rerank("q", cs, comparator=ByPrompt(7, False), ranker="auto", **kw)
+    by_instance = rerank("q", cs, comparator=ByPrompt(7, False), ranker=Auto(), **kw)
+    assert by_instance.ranker == by_name.ranker != "auto"
+    assert (by_instance.order, by_instance.calls, by_instance.rounds) == (by_name.order, by_name.calls, by_name.rounds)
+
+
 @pytest.mark.parametrize("ranker", sorted(RANKERS))
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(n=st.sampled_from([0, 2, 9, 30, 60]), budget=st.sampled_from([0, 1, 10, 45, 150, None]),

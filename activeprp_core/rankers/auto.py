@@ -61,8 +61,9 @@ def choose(n: int, k: int, budget: int | None, max_rounds: int | None, ranker: A
     Args:
         n: candidates (N); k: top-K; budget: the call cap (None = unlimited); max_rounds: the round cap (None =
             unlimited).
-        ranker, oracle: ``"auto"``, a name or an instance; a value other than ``"auto"`` is returned unchanged
-            and restricts the choice of the other one (e.g. the best ranker for ``oracle="bidirectional"``).
+        ranker, oracle: ``"auto"`` (for the ranker also an ``Auto()`` instance), a name or an instance; a value
+            other than ``"auto"`` is returned unchanged and restricts the choice of the other one (e.g. the best
+            ranker for ``oracle="bidirectional"``).
         table: a table in the layout above (default: the shipped one).
 
     Lookup: the (N, K) setting nearest in log scale; the largest measured round cap <= max_rounds, then among
@@ -75,6 +76,8 @@ def choose(n: int, k: int, budget: int | None, max_rounds: int | None, ranker: A
     Returns:
         ``(ranker, oracle)``: names (or the instances passed in), never ``"auto"``.
     """
+    if isinstance(ranker, Ranker) and ranker.name == AUTO:  # an ``Auto()`` instance: resolved as the name is
+        ranker = AUTO
     if ranker != AUTO and oracle != AUTO:
         return ranker, oracle
     table = table or load_table()
@@ -102,8 +105,9 @@ def choose(n: int, k: int, budget: int | None, max_rounds: int | None, ranker: A
 
 class Auto(Ranker):
     """The ranker ``choose`` picks for this query's N, K, budget and round cap, given the oracle's calls per
-    pair (the engine resolves ``ranker="auto"`` itself, so that ``RerankResult.ranker`` names the choice; this
-    class serves an ``Auto()`` instance passed in)."""
+    pair. The engine resolves ``ranker="auto"`` and an ``Auto()`` instance itself (``choose``), so that
+    ``RerankResult.ranker`` names the choice and the chosen ranker's ``plans_rounds`` holds; ``schedule`` serves
+    a caller that drives the ranker without the engine."""
 
     name = AUTO
 
