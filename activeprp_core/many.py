@@ -65,12 +65,14 @@ class _Window:
     for their pending batches, answered, and handed out in order once finished."""
 
     def __init__(self, requests: Iterable[tuple[str, Sequence[Candidate]]], settings: RerankSettings,
-                 comparator: Comparator, max_active: int, guard: CallGuard, progress: bool) -> None:
+                 comparator: Comparator, max_active: int, guard: CallGuard, progress: bool,
+                 carry_judge: bool = True) -> None:
         self.source = enumerate(requests)
         self.settings, self.comparator, self.max_active, self.guard = settings, comparator, max_active, guard
         self.items: dict[int, Reranking | RerankResult | RerankFailure] = {}
         self.next_out = 0
-        self.judge: JudgeTally | None = JudgeTally()  # the comparator's answers so far, read by every query
+        # the comparator's answers so far, read by every query; None: each query reads only its own
+        self.judge: JudgeTally | None = JudgeTally() if carry_judge else None
         self.input_left = True
         self.bar = _progress_bar(requests, progress)
 
@@ -243,10 +245,7 @@ def _window(requests, settings, options, comparator, max_active, progress,
     judge = as_comparator(comparator)
     max_active = check_count(max_active, "max_active", minimum=1)
     guard = guard_for(judge, settings)
-    window = _Window(requests, settings, judge, max_active, guard, progress)
-    if not carry_judge:
-        window.judge = None
-    return judge, window
+    return judge, _Window(requests, settings, judge, max_active, guard, progress, carry_judge)
 
 
 @takes_settings
