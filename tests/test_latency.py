@@ -102,6 +102,19 @@ def test_leftover_budget_never_lowers_quality_on_a_noisy_judge():
     assert quality[-1] - quality[0] > 0.2  # measured 0.62 -> 1.0
 
 
+@pytest.mark.parametrize("max_rounds", [6, 7, 8])
+@pytest.mark.parametrize("n", [8, 12])
+def test_a_round_cap_the_selection_fits_in_keeps_it_exact(n, max_rounds):
+    # Brackets (2 rounds) and merge fit in 6 rounds at N <= 12, K=5. The leftover calls' re-decision used to be
+    # planned to the rounds left after its confirmation round; with none left it returned the prior order.
+    cands, labels = make_case(n, seed=n)
+    for budget in range(2 * n, 6 * n, 2):
+        runs = [rerank("q", cands, ranker="parallel_mohajer", oracle="randomized", budget=budget, top_k=5,
+                       max_rounds=cap, comparator=SimulatedComparator(labels)) for cap in (None, max_rounds)]
+        if runs[0].order[:5] == true_top(cands, labels, 5):
+            assert runs[1].order[:5] == runs[0].order[:5], (budget, runs[1].rounds)
+
+
 def test_spare_calls_buy_the_other_slot_order():
     def both_orders(budget):
         res, comp, *_ = run("randomized", n=40, budget=budget, **NOISY)

@@ -108,7 +108,7 @@ class ParallelMohajer(Ranker):
             if caps.calls_left is not None:  # two calls per confirmed pair stay for the re-decision
                 todo = todo[: max(1, caps.calls_left // 3)]
             yield from ev.record(_one_round([BothOrders(a, b) for a, b in todo]))
-            rerun = _Run(ctx, ev, new_pairs_both=True)
+            rerun = _Run(ctx, ev, rerun=True)
             again = yield from rerun.select()
             if caps.exhausted:  # a re-decision the caps cut short is not adopted
                 break
@@ -125,9 +125,9 @@ class _Run:
     through ``questions``, which chooses the slot orders, counts the pass's rounds and (via ``Evidence.record``)
     notes the outcomes."""
 
-    def __init__(self, ctx: RankContext, ev: Evidence, new_pairs_both: bool = False) -> None:
+    def __init__(self, ctx: RankContext, ev: Evidence, rerun: bool = False) -> None:
         self.n, self.k, self.cost, self.caps, self.ev = ctx.n, ctx.top, ctx.calls_per_pair, ctx.caps, ev
-        self.new_pairs_both = new_pairs_both
+        self.rerun = rerun
         self.eliminated: dict[int, tuple[int, int]] = {}
         self.planned = 0  # pairs the plan still expects to ask (an estimate)
         self.reserved: list[int] = []  # per bracket round: upgrades kept for the merge and the higher levels
@@ -146,15 +146,18 @@ class _Run:
         out = []
         for (a, b), new in zip(pairs, fresh):
             upgrade = (min(a, b), max(a, b)) not in ev.both and (
-                self.new_pairs_both and new or spare is None or spare > 0)
+                self.rerun and new or spare is None or spare > 0)
             if upgrade and spare is not None:
                 spare -= 1
             out.append(BothOrders(a, b) if upgrade else (a, b))
         return out
 
     def rounds_after(self, reserved: int) -> int | None:
-        """Rounds a step may use when ``reserved`` rounds must follow it (None = unlimited)."""
-        left = self.caps.rounds_left
+        """Rounds a step may use when ``reserved`` rounds must follow it (None = unlimited). A re-run plans the
+        whole selection: most of its pairs are answered already and cost no round, and a pair past the caps is
+        refused, which makes the re-run not adopted (a plan cut to the rounds left would be adopted, and with
+        none left it is the prior order)."""
+        left = None if self.rerun else self.caps.rounds_left
         return None if left is None else left - reserved
 
     def ask(self, pairs: list[tuple[int, int]]) -> Schedule:
