@@ -31,6 +31,9 @@ GATE_QUANTILE = 0.3
 """The share of a soft judge's answers (the least confident ones) read as ties (see the module docstring)."""
 MIN_ANSWERS = 20
 """Soft answers needed before the gate margin counts (``JudgeTally.margin``)."""
+SAME_CONFIDENCE = 1e-9
+"""Confidences closer than this are equal for the gate: a judge's P(A) and P(B) often come from different float
+operations (e.g. two logprobs), so one confidence level arrives as values an ulp apart (``gate``)."""
 CONSISTENT_PAIRS = 20
 """Pairs asked both ways after which a judge that flipped on under 5% of them counts as order-consistent."""
 
@@ -132,8 +135,10 @@ class JudgeTally:
 
 
 def gate(p: float | None, margin: float) -> float | None:
-    """The outcome of answer ``p``: 0.5 (a tie) when its confidence |p - 0.5| is below ``margin`` (or p = 0.5),
-    else a win for the preferred slot, 1.0 or 0.0. Hard answers and None are returned as they are.
+    """The outcome of answer ``p``: 0.5 (a tie) when its confidence |p - 0.5| is below ``margin`` by more than
+    ``SAME_CONFIDENCE`` (or p = 0.5), else a win for the preferred slot, 1.0 or 0.0. Hard answers and None are
+    returned as they are. Without that tolerance a judge with one confidence level (0.909 for "A", 1 - 0.909 for
+    "B", one ulp apart) had every answer for one slot gated into ties, and returned the prior order.
 
     A confident soft answer counts as a whole win, not as p, so the rankers that add outcomes up (allpairs, PAC,
     bubble passes) read the judge's probabilities only through their rank among its own confidences, whatever its
@@ -141,7 +146,7 @@ def gate(p: float | None, margin: float) -> float | None:
     allpairs at B=50, ``benchmarks/results/soft_default/``); whole wins are at or above binarized in every cell."""
     if p is None or p in (0.0, 1.0):
         return p
-    return 0.5 if p == 0.5 or abs(p - 0.5) < margin else float(p > 0.5)
+    return 0.5 if p == 0.5 or abs(p - 0.5) < margin - SAME_CONFIDENCE else float(p > 0.5)
 
 
 class Answers(dict):

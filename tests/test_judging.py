@@ -2,6 +2,7 @@
 the adaptive oracle's re-asks and their caps, and the running estimate rerank_many carries across queries."""
 
 import dataclasses
+import math
 import random
 
 import pytest
@@ -304,3 +305,30 @@ def test_adaptive_is_registered_and_plans_as_one_call():
     assert consistent.pool.consistent and o.reask(100, 101, {**consistent, (100, 101): 0.0}) == [(101, 100)]
     consistent[(100, 101)] = 0.0
     assert o.reask(100, 101, consistent) == []
+
+
+@pytest.mark.parametrize("oracle", ["single", "randomized"])
+@pytest.mark.parametrize("ranker", ["parallel_mohajer", "allpairs", "mohajer", "heapsort"])
+def test_one_confidence_level_an_ulp_apart_is_not_gated(ranker, oracle):
+    """A judge that answers with one confidence, P(A) = e^a / (e^a + e^b) when it prefers A and the same
+    expression with the logprobs swapped when it prefers B: the two confidences differ by an ulp, which must not
+    turn the answers for one slot into ties. The soft answers rank exactly as the same answers binarized."""
+    high = math.exp(-0.1) / (math.exp(-0.1) + math.exp(-2.4))
+    low = math.exp(-2.4) / (math.exp(-0.1) + math.exp(-2.4))
+    assert abs(low - 0.5) < abs(high - 0.5)  # the float fact this test is about
+    tally = JudgeTally()
+    for p in [high] * 80 + [low] * 20:
+        tally.record(p)
+    assert gate(low, tally.margin()) == 0.0 and gate(high, tally.margin()) == 1.0
+    cands, labels = make_case(16, seed=3)
+    cands = sorted(cands, key=lambda c: -labels[c.id])
+    cands = cands[5:6] + cands[:5] + cands[6:]  # a nearly right prior: "B" answers (upsets) are rare
+
+    class OneLevel(SimulatedComparator):
+        def compare(self, query, pairs):
+            return [high if p == 1.0 else low for p in super().compare(query, pairs)]
+
+    kw = dict(ranker=ranker, oracle=oracle, budget=60, top_k=5, seed=3)
+    soft = rerank("q", cands, comparator=OneLevel(labels), **kw)
+    hard = rerank("q", cands, comparator=SimulatedComparator(labels), **kw)
+    assert soft.order == hard.order and soft.judge.soft_rate == 1.0
