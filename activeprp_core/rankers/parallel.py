@@ -76,9 +76,10 @@ class ParallelMohajer(Ranker):
        calls left after its own, the rest of the plan's and the upgrades reserved for the steps that decide the
        top-K more directly (the merge first, then bracket levels from the final down). Calls still left once the
        top-K is settled confirm, in both orders, the pairs that involve a top-K item (best ranks first, a third of
-       the calls left per round), and the selection is re-decided over the evidence (new pairs in both orders);
-       a re-decision that a cap cuts short is not adopted. So quality grows with the budget towards the
-       bidirectional oracle's (Qin et al. 2024) where that is better, as in the calibrated simulator.
+       the calls left per round), and the selection is re-decided over the evidence (the whole plan, since the
+       pairs already answered cost no round; new pairs in both orders); a re-decision that a cap cuts short is
+       not adopted. So quality grows with the budget towards the bidirectional oracle's (Qin et al. 2024) where
+       that is better, as in the calibrated simulator.
 
     Planning with ``ctx.caps`` (rounds and calls left, ``affordable``): when fewer rounds are left than a step
     needs, a group's candidates are cut to the 2^r most promising (eliminated latest) so that the step still ends with a
