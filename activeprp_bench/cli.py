@@ -159,7 +159,11 @@ def _grid(args) -> int:
         else:
             rows = run_grid(colls, _comparator_for(args, out), args.rankers, args.oracles, budgets, seeds,
                             args.top_k, progress=not args.no_progress, max_rounds=args.max_rounds)
-        write_csv(rows, out / "rows.csv.gz", SLIM_COLUMNS if judges else None)
+        if judges:  # millions of slim rows: xz, a third of gzip's size; it replaces this grid's older .gz file
+            write_csv(rows, out / "rows.csv.xz", SLIM_COLUMNS)
+            (out / "rows.csv.gz").unlink(missing_ok=True)
+        else:
+            write_csv(rows, out / "rows.csv.gz")
         (out / "config.json").write_text(json.dumps({"argv": sys.argv[1:], "budgets": budgets, **{
             k: v for k, v in vars(args).items() if k != "func"}}, indent=1, default=str))
     baseline = _baseline(args) if not args.from_csv else ""
@@ -352,10 +356,10 @@ def add_parser(subparsers) -> None:
                        help="per-query round caps (none or -1 = no cap; default none)")
     cells.add_argument("--top-k", type=_count(), default=10)
     grid = modes.add_parser("grid", parents=[common, cells],
-                            help="run the grid; write rows.csv.gz, tables.md and plots")
+                            help="run the grid; write rows.csv.gz (rows.csv.xz with judges), tables.md and plots")
     grid.add_argument("--scale-budgets", action="store_true", help="multiply budgets by DEPTH/100")
     grid.add_argument("--seeds", type=_count(), default=8, help="seeds for the randomized oracle (default 8)")
-    grid.add_argument("--from-csv", nargs="+", help="re-make the tables and plots from rows.csv[.gz] files")
+    grid.add_argument("--from-csv", nargs="+", help="re-make the tables and plots from rows.csv[.gz|.xz] files")
     grid.add_argument("--no-paper", action="store_true", help="do not print the paper's values in the table")
     grid.add_argument("--bootstrap-seed", type=_count(None), default=0)
     grid.add_argument("--paired", nargs="*", default=["mohajer_bubble:bubblesort", "mohajer_bubble:heapsort"],
@@ -390,7 +394,7 @@ def add_parser(subparsers) -> None:
     wall.add_argument("--in-flight", type=_count(), default=16, help="calls in flight at once (default 16)")
     wall.set_defaults(func=_walltime)
     auto = modes.add_parser("auto-table", help="build the table behind ranker/oracle 'auto' from grid rows")
-    auto.add_argument("--from-csv", nargs="+", required=True, help="rows.csv[.gz] files of bench grid runs")
+    auto.add_argument("--from-csv", nargs="+", required=True, help="rows.csv[.gz|.xz] files of bench grid runs")
     auto.add_argument("--out", default="activeprp_core/data/auto_table.json")
     auto.add_argument("--tolerance", type=float, default=None,
                       help="family grids (rows with a judge): nDCG points within which rows count as equally good "

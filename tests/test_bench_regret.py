@@ -5,8 +5,8 @@ and the CLI wiring. Data comes from ../shared/data."""
 from __future__ import annotations
 
 import csv
-import gzip
 import json
+import lzma
 from pathlib import Path
 
 import pytest
@@ -127,10 +127,15 @@ def test_bench_grid_judge_flags_label_rows_and_default_is_unchanged(tmp_path):
                      ["randomized"], [20], {"randomized": [0]}, progress=False)
     assert [(r.qid, r.ndcg10, r.calls, r.judge) for r in sim] == [(r.qid, r.ndcg10, r.calls, "") for r in again]
 
+    (tmp_path / "fam").mkdir()
+    (tmp_path / "fam" / "rows.csv.gz").write_text("an older run's rows")
     assert main([*base, "--judge", "strong-bias", "--judge", "consistent", "--judge", "strong-bias",
                  "--out", str(tmp_path / "fam")]) == 0
-    with gzip.open(tmp_path / "fam" / "rows.csv.gz", "rt") as f:
+    assert not (tmp_path / "fam" / "rows.csv.gz").exists()  # replaced by the xz file, not left beside it
+    with lzma.open(tmp_path / "fam" / "rows.csv.xz", "rt") as f:
         rows = list(csv.DictReader(f))
+    assert [(r.judge, r.ndcg10) for r in read_csv(tmp_path / "fam" / "rows.csv.xz")] == [
+        (r["judge"], float(r["ndcg10"])) for r in rows]
     assert [r["judge"] for r in rows] == ["strong-bias"] * 4 + ["consistent"] * 4
     strong = run_grid([coll], comparator_for("strong-bias"), ["mohajer"], ["randomized"], [20],
                       {"randomized": [0]}, progress=False)
