@@ -5,8 +5,11 @@ and the CLI wiring. Data comes from ../shared/data."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import lzma
+import random
+import re
 from pathlib import Path
 
 import pytest
@@ -103,6 +106,21 @@ def test_regret_table_is_read_by_choose_and_keeps_the_base_cells():
     assert choose(20, 3, 20, None, table=table) == ("heapsort", "bidirectional")  # below all: the family cell
     report = regret_report(rows, tolerance=0.0, reference=table)
     assert "| none | 40 | heapsort/bidirectional | 1.00 [x] | heapsort/bidirectional | 1.00 [x] | 16.00 [y] |" in report
+
+
+def test_a_settings_report_and_its_cis_do_not_move_when_another_setting_is_added():
+    rng = random.Random(3)
+    # judge x prefers mohajer, y heapsort: the leave-one-judge-out regrets and their bootstrap CIs are not 0
+    lean = {("x", "mohajer"): 0.3, ("y", "heapsort"): 0.3}
+    small = [_row(j, r, o, 20, 0.5 * rng.random() + lean.get((j, r), 0.0), qid=str(q)) for j in "xy"
+             for r, o in (("mohajer", "randomized"), ("heapsort", "bidirectional")) for q in range(8)]
+    large = [dataclasses.replace(r, n=50, top_k=5, budget=50, calls=50, ndcg10=rng.random()) for r in small]
+    alone = regret_report(small, reference=build_regret_table(small, "cmd"))
+    both = regret_report(small + large, reference=build_regret_table(small + large, "cmd"))
+    y_row = next(line for line in alone.splitlines() if line.startswith("| y |"))
+    low, high = map(float, re.findall(r"\[(-?[\d.]+), (-?[\d.]+)\]", y_row)[-1])
+    assert low < high  # y's LOJO regret carries a real bootstrap interval
+    assert both.startswith(alone) and "## N=50, K=5" in both[len(alone):]
 
 
 def test_macro_diff_ci_resamples_within_collections():
