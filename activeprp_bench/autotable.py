@@ -5,7 +5,7 @@ core ranker x oracle."""
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -58,6 +58,15 @@ Scores = dict[str, dict[Cell, dict[str, float]]]  # judge -> cell -> "ranker/ora
 #: half-width of a difference between two rows of one judge (97 queries, 2-3 points), and of {0, 0.25, 0.5, 1}
 #: it gave the smallest leave-one-judge-out regret on the family grid (benchmarks/results/family/README.md).
 TOLERANCE = 1.0
+
+#: Issue 17's goal budgets as B/N (B in {N, 1.5N, 2.5N, 5N}): the "goal cells" columns of the reports.
+GOAL_BUDGETS_PER_N = (1.0, 1.5, 2.5, 5.0)
+
+
+def goal_cells(cells: Iterable[Cell], n: int, budgets_per_n: Sequence[float] = GOAL_BUDGETS_PER_N) -> list[Cell]:
+    """The (budget, cap) cells of an N-candidate setting whose budget is one of ``budgets_per_n`` x N (the
+    unlimited budget, -1, is none of them), in the order given."""
+    return [c for c in cells if c[0] > 0 and round(c[0] / n, 4) in budgets_per_n]
 
 
 def _core(r: Row) -> bool:
@@ -324,7 +333,7 @@ def rules_tried(scores: Scores, goal: Sequence[Cell], span: tuple[float, float],
 
 
 def regret_report(rows: Sequence[Row], tolerance: float = TOLERANCE, reference: dict | None = None,
-                  goal_budgets_per_n: Sequence[float] = (1.0, 1.5, 2.5, 5.0), seed: int = 0,
+                  goal_budgets_per_n: Sequence[float] = GOAL_BUDGETS_PER_N, seed: int = 0,
                   rule: str = "regret") -> str:
     """Markdown: per (N, K) setting of a family grid, the regret-built choice per cell with its worst and
     leave-one-judge-out (LOJO) regret, what ``reference`` (an auto table; default the shipped one) resolves to
@@ -343,7 +352,7 @@ def regret_report(rows: Sequence[Row], tolerance: float = TOLERANCE, reference: 
         choice = chooser(scores)
         lojo = lojo_regret(scores, rule=chooser) if len(judges) > 1 else {}
         today = table_choice(reference, n, k, list(choice))
-        goal = [c for c in choice if c[0] > 0 and round(c[0] / n, 4) in goal_budgets_per_n]
+        goal = goal_cells(choice, n, goal_budgets_per_n)
 
         parts.append(f"## N={n}, K={k}: {len(judges)} judges ({', '.join(judges)}), nDCG@{k} points\n\n"
                      f"Rule `{rule}`: worst-case regret over the judges, tolerance {tolerance}, previous budget's "

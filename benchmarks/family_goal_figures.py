@@ -19,8 +19,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's packages
 
 from activeprp_bench.autotable import (  # noqa: E402
+    GOAL_BUDGETS_PER_N,
     TOLERANCE,
     family_summaries,
+    goal_cells,
     largest_fall,
     lojo_regret,
     regret_choice,
@@ -36,13 +38,14 @@ def main(paths: list[str]) -> None:
     rows = [r for p in paths for r in read_csv(p)]
     for (n, k), summaries in family_summaries(rows).items():
         scores = {j: {c: v for c, v in cells.items() if c[1] in CAPS} for j, cells in scores_of(summaries).items()}
-        goal = sorted({c for cells in scores.values() for c in cells if c[0] in (n, 3 * n // 2, 5 * n // 2, 5 * n)})
-        print(f"## N={n}, K={k}, caps none/6/10\n\n{rules_tried(scores, goal, (n, 5 * n))}\n")
+        goal = goal_cells(sorted({c for cells in scores.values() for c in cells}), n)
+        span = (min(GOAL_BUDGETS_PER_N) * n, max(GOAL_BUDGETS_PER_N) * n)
+        print(f"## N={n}, K={k}, caps none/6/10\n\n{rules_tried(scores, goal, span)}\n")
         choice, lojo = regret_choice(scores, TOLERANCE), lojo_regret(scores, TOLERANCE)
         print("judge: LOJO worst in the goal cells at (budget, cap); largest fall of the default's nDCG, cap")
         for judge, reg in sorted(lojo.items()):
             worst, cell = max((r, c) for c, r in reg.items() if c in goal)
-            fall, _, cap = largest_fall({judge: scores[judge]}, choice, (n, 5 * n))
+            fall, _, cap = largest_fall({judge: scores[judge]}, choice, span)
             print(f"  {judge}: {worst:.2f} at {cell}; fall {fall:.2f} (cap {cap})")
         print()
 
