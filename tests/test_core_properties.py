@@ -74,7 +74,12 @@ def test_permutation_budget_determinism(ranker, oracle, n, budget, dup_every, se
     assert ranks == {i: r for r, i in enumerate(again.order)}
 
 
-@pytest.mark.parametrize(("ranker", "oracle"), [p for p in PAIRS if p[0] != "pac_bubble" and p[1] != "auto"])
+#: Rankers that only pick from the prior's top: pac_bubble (its top K*m), parallel_mohajer_depth (its top 40), and
+#: auto, which runs parallel_mohajer_depth at N=100.
+PRIOR_LIMITED = ("pac_bubble", "parallel_mohajer_depth", "auto")
+
+
+@pytest.mark.parametrize(("ranker", "oracle"), [p for p in PAIRS if p[0] not in PRIOR_LIMITED and p[1] != "auto"])
 @settings(max_examples=15, deadline=None)
 @given(n=st.sampled_from(SIZES), seed=st.integers(0, 2**16))
 def test_perfect_comparator_gives_exact_top_k(ranker, oracle, n, seed):
@@ -85,16 +90,18 @@ def test_perfect_comparator_gives_exact_top_k(ranker, oracle, n, seed):
     assert res.converged and not res.exhausted
 
 
+@pytest.mark.parametrize("ranker", PRIOR_LIMITED)
 @pytest.mark.parametrize("oracle", sorted(ORACLES))
 @pytest.mark.parametrize("n", SIZES)
-def test_pac_bubble_exact_when_the_prior_holds_the_top_k(oracle, n):
-    # PAC can only select from the prior's top K*m and truncates winner sets by prior rank (paper sec. 4),
-    # so exactness is promised only when the prior ranks the true top-K first (in any order among them).
+def test_prior_limited_rankers_exact_when_the_prior_holds_the_top_k(ranker, oracle, n):
+    # PAC can only select from the prior's top K*m and truncates winner sets by prior rank (paper sec. 4), and
+    # parallel_mohajer_depth reranks the prior's top 40 only, so exactness is promised only when the prior ranks
+    # the true top-K first (in any order among them); auto runs one of them or an exact ranker.
     cands, labels = make_case(n, seed=5)
     best = true_top(cands, labels, n)
     reordered = best[:K][::-1] + best[K:]
     prior = [cands[i] for i in reordered]
-    res = rerank("q", prior, ranker="pac_bubble", oracle=oracle, comparator=SimulatedComparator(labels),
+    res = rerank("q", prior, ranker=ranker, oracle=oracle, comparator=SimulatedComparator(labels),
                  budget=None, top_k=K)
     assert res.order[: min(K, n)] == true_top(prior, labels, K)
 

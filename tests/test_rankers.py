@@ -8,6 +8,7 @@ import pytest
 from activeprp_core.budget import BudgetView
 from activeprp_core.rankers import RANKERS, RankContext, get_ranker
 from activeprp_core.rankers.base import Bracket, bubble_passes, match, parallel, relay
+from activeprp_core.rankers.depth import DEFAULT_DEPTH, Depth, ParallelMohajerDepth
 
 N, K = 30, 5
 STRENGTH = random.Random(4).sample(range(1000), N)  # candidate i's true strength (prior order is random)
@@ -45,6 +46,42 @@ def test_pac_bubble_selects_k_of_its_pool_and_sorts_them():
     assert sorted(order) == list(range(N)) and all(i < K * 3 for i in top)
     assert top == sorted(top, key=lambda i: -STRENGTH[i])
     assert max(range(K * 3), key=lambda i: STRENGTH[i]) == top[0]
+
+
+def test_parallel_mohajer_depth_ranks_the_true_top_k_of_the_prior_top_and_keeps_the_rest_in_prior_order():
+    depth = 20
+    order, _, _ = run(ParallelMohajerDepth(depth).schedule(RankContext(N, K, random.Random(0))))
+    assert sorted(order) == list(range(N)) and depth < N
+    assert order[:K] == sorted(range(depth), key=lambda i: -STRENGTH[i])[:K]
+    assert order[depth:] == list(range(depth, N))
+    asked = set()
+    schedule = Depth(get_ranker("mohajer"), depth=7).schedule(RankContext(N, K))
+    try:
+        pairs = next(schedule)
+        while True:
+            asked |= {i for pair in pairs for i in pair}
+            pairs = schedule.send(answer(pairs))
+    except StopIteration:
+        pass
+    assert asked == set(range(7))  # only the top 7 are ever compared
+
+
+def test_the_default_depth_is_default_depth_never_below_k_nor_above_n():
+    ranker = ParallelMohajerDepth()
+    assert ranker.depth_for(RankContext(100, 10)) == DEFAULT_DEPTH < 100
+    assert ranker.depth_for(RankContext(100, DEFAULT_DEPTH + 7)) == DEFAULT_DEPTH + 7
+    assert ranker.depth_for(RankContext(N, K)) == N  # N=30: the whole list, so it is exact above
+
+
+def test_depth_at_least_n_is_the_inner_ranker():
+    inner = run(get_ranker("parallel_mohajer").schedule(RankContext(N, K)))
+    assert run(Depth(get_ranker("parallel_mohajer"), depth=N + 5).schedule(RankContext(N, K))) == inner
+
+
+@pytest.mark.parametrize("depth, error", [(0, ValueError), (-3, ValueError), (2.5, TypeError), (True, TypeError)])
+def test_depth_rejects_a_bad_depth(depth, error):
+    with pytest.raises(error, match="depth"):
+        Depth(get_ranker("mohajer"), depth=depth)
 
 
 @pytest.mark.parametrize("name", sorted(RANKERS))

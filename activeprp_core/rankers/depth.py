@@ -1,0 +1,66 @@
+"""Rerank depth: another ranker sees only the first-stage top of the candidates (``Depth``,
+``ParallelMohajerDepth``)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .base import RankContext, Ranker, Schedule, complete
+from .parallel import ParallelMohajer
+
+#: The default rerank depth: the prior top 40 candidates (K of them when K is larger).
+DEFAULT_DEPTH = 40
+
+
+class Depth(Ranker):
+    """Rank the prior (first-stage) top ``depth`` candidates with ``inner``; the others follow in prior order.
+
+    Why (the rerank depth of RankGPT's ``rank_end``): a judge's false wins lift documents the first stage put
+    deep, where few are relevant, into the top-K, and a deeper rerank spends calls on them. Rerankers lose quality
+    past some depth (Jacob et al., "Drowning in Documents: Consequences of Scaling Reranker Inference", 2024:
+    "phantom hits"), whatever the judge. Measured on the family of judges (``activeprp_bench.judges``, TREC DL19 +
+    DL20 BM25 top-100, N=100, K=10, adaptive oracle): ``parallel_mohajer`` over the top 40 has a worst regret over
+    the 13 judges of at most 2.3 nDCG@10 points from B=100 to 500 at round caps none, 6 and 10, where over all 100
+    it has 4.5-8.3 (mostly on the weak ``ql-like`` judge); depths 20-30 lose up to 6.6 on the strong judges, and
+    50-70 up to 5.7 at B=100-150 (``benchmarks/results/depth/``). The depth is a property of the first stage:
+    one whose relevant documents sit deeper asks for a larger ``depth``; with N <= 40 nothing changes.
+
+    Args:
+        inner: the ranker of the top (an instance; stateless rankers may be shared).
+        depth: candidates to rerank, >= 1; None = ``max(DEFAULT_DEPTH, K)`` (at most N).
+
+    Output: ``inner``'s permutation of the top ``min(depth, N)``, then the rest in prior order. Budget, round
+    cap and oracle apply as to ``inner`` (it is scheduled with ``n`` = the depth).
+
+    Raises:
+        TypeError: ``depth`` not an int or None. ValueError: ``depth`` < 1.
+    """
+
+    name = "depth"
+
+    def __init__(self, inner: Ranker, depth: int | None = None) -> None:
+        if depth is not None and (isinstance(depth, bool) or not isinstance(depth, int)):
+            raise TypeError(f"depth must be an int or None, got {type(depth).__name__}")
+        if depth is not None and depth < 1:
+            raise ValueError(f"depth must be >= 1 (candidates to rerank), got {depth}")
+        self.inner, self.depth = inner, depth
+        self.plans_rounds = inner.plans_rounds
+
+    def depth_for(self, ctx: RankContext) -> int:
+        """The candidates reranked for this query: ``min(N, depth)``, by default ``min(N, max(DEFAULT_DEPTH, K))``."""
+        return min(ctx.n, max(DEFAULT_DEPTH, ctx.k) if self.depth is None else self.depth)
+
+    def schedule(self, ctx: RankContext) -> Schedule:
+        order = yield from self.inner.schedule(replace(ctx, n=self.depth_for(ctx)))
+        return complete(order, ctx.n)
+
+
+class ParallelMohajerDepth(Depth):
+    """``ParallelMohajer`` over the prior top ``DEFAULT_DEPTH`` candidates (``Depth``); ``auto``'s choice at
+    N=100 (``activeprp_core/data/auto_table.json``)."""
+
+    name = "parallel_mohajer_depth"
+    plans_rounds = True
+
+    def __init__(self, depth: int | None = None) -> None:
+        super().__init__(ParallelMohajer(), depth)
