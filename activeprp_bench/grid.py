@@ -14,13 +14,14 @@ import gzip
 import lzma
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from activeprp_cli.metrics import ndcg_at_k, ranking_to_run
 from activeprp_core.comparators.simulated import SimulatedComparator
 from activeprp_core.engine import rerank
-from activeprp_core.rankers import Mohajer, MohajerBubble, Ranker
+from activeprp_core.rankers import Mohajer, MohajerBubble, ParallelMohajerDepth, Ranker
 from activeprp_core.types import Accounting
 
 from .datasets import Collection
@@ -39,6 +40,8 @@ VARIANTS: dict[str, Callable[[], Ranker]] = {
     "mohajer_reference_all": lambda: ReferenceFallbackMohajer(reselect="rerun", skip_last_refill=False),
     "mohajer_bubble_rerun": lambda: MohajerBubble(reselect="rerun"),
     "heapsort_reference": ReferenceHeapSort,
+    # the rerank depths around parallel_mohajer_depth's default (benchmarks/results/depth/)
+    **{f"parallel_mohajer_depth{d}": partial(ParallelMohajerDepth, d) for d in (20, 30, 50, 70)},
 }
 
 
