@@ -292,9 +292,10 @@ def _auto_table(args) -> int:
     rows = [r for path in args.from_csv for r in read_csv(path)]
     source = "activeprp bench auto-table --from-csv " + " ".join(args.from_csv)
     if any(r.judge for r in rows):  # a family grid: the choice by worst-case regret over its judges
-        from .autotable import TOLERANCE, build_regret_table, regret_report
+        from .autotable import RULE, TOLERANCE, build_regret_table, regret_report
 
         args.tolerance = TOLERANCE if args.tolerance is None else args.tolerance
+        args.rule = args.rule or RULE
         base = json.loads(Path(args.base).read_text()) if args.base else None
         reference = json.loads(Path(args.reference).read_text()) if args.reference else None
         source += f" --rule {args.rule} --tolerance {args.tolerance}" + (
@@ -399,9 +400,10 @@ def add_parser(subparsers) -> None:
     auto.add_argument("--tolerance", type=float, default=None,
                       help="family grids (rows with a judge): nDCG points within which rows count as equally good "
                       "and the previous budget's choice is kept (default autotable.TOLERANCE)")
-    auto.add_argument("--rule", choices=["regret", "single"], default="regret",
-                      help="family grids: per-cell worst-case regret kept along the budget axis (regret), or one row "
-                      "per round cap (single); see activeprp_bench.autotable")
+    auto.add_argument("--rule", choices=["regret", "single", "fewest"], default=None,
+                      help="family grids: per-cell worst-case regret kept along the budget axis (regret), one row "
+                      "per round cap (single), or the one row where it is within the tolerance of regret's "
+                      "(fewest); default: the shipped table's, autotable.RULE; see activeprp_bench.autotable")
     auto.add_argument("--base", help="family grids: an auto table whose settings and cells the grids lack are kept")
     auto.add_argument("--reference", help="family grids: the auto table the report compares with (default: the "
                       "shipped one)")

@@ -3,12 +3,12 @@
 ``activeprp bench auto-table --report`` covers every cap of a grid; the issue's goal cells are B in {N, 1.5N,
 2.5N, 5N} at caps none, 6 and 10. The choice along the budget axis is made per cap, so restricting the scores to
 those caps leaves the choices as they are. Per (N, K) setting this prints ``autotable.rules_tried`` on them (the
-"all cells" column then means all cells of those caps), and for the shipped rule each judge's leave-one-judge-out
-(LOJO) worst goal cell and the largest fall of the default's nDCG as B grows from N to 5N. Command (from the
-repository root, about two minutes):
+"all cells" column then means all cells of those caps), and for the shipped rule (``autotable.RULE``) each
+judge's leave-one-judge-out (LOJO) worst goal cell and the largest fall of the default's nDCG as B grows from N
+to 5N. Command (from the repository root, about four minutes):
 
-    python benchmarks/family_goal_figures.py benchmarks/results/family/n100_k10/rows.csv.gz \\
-        benchmarks/results/family/n100_k10_adaptive/rows.csv.gz benchmarks/results/family/n20_k3/rows.csv.gz
+    python benchmarks/family_goal_figures.py benchmarks/results/family/n100_k10/rows.csv.xz \\
+        benchmarks/results/family/n100_k10_adaptive/rows.csv.xz benchmarks/results/family/n20_k3/rows.csv.xz
 """
 
 from __future__ import annotations
@@ -20,12 +20,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's 
 
 from activeprp_bench.autotable import (  # noqa: E402
     GOAL_BUDGETS_PER_N,
+    RULE,
     TOLERANCE,
     family_summaries,
     goal_cells,
     largest_fall,
     lojo_regret,
-    regret_choice,
+    make_rule,
     rules_tried,
     scores_of,
 )
@@ -41,7 +42,8 @@ def main(paths: list[str]) -> None:
         goal = goal_cells(sorted({c for cells in scores.values() for c in cells}), n)
         span = (min(GOAL_BUDGETS_PER_N) * n, max(GOAL_BUDGETS_PER_N) * n)
         print(f"## N={n}, K={k}, caps none/6/10\n\n{rules_tried(scores, goal, span)}\n")
-        choice, lojo = regret_choice(scores, TOLERANCE), lojo_regret(scores, TOLERANCE)
+        rule = make_rule(RULE, TOLERANCE)  # the shipped table's rule
+        choice, lojo = rule(scores), lojo_regret(scores, rule=rule)
         print("judge: LOJO worst in the goal cells at (budget, cap); largest fall of the default's nDCG, cap")
         for judge, reg in sorted(lojo.items()):
             worst, cell = max((r, c) for c, r in reg.items() if c in goal)

@@ -21,6 +21,7 @@ for _module in ("ir_measures", "bm25s", "matplotlib"):
 from activeprp_bench.autotable import (
     build_regret_table,
     choice_changes,
+    fewest_rows_choice,
     lojo_regret,
     regret_choice,
     regret_report,
@@ -190,6 +191,20 @@ def test_single_row_choice_keeps_one_row_per_cap_and_lojo_takes_any_rule():
     # without y, x alone picks b (worst 1.0 against a's 2.0), which costs y 4, 1 and 3.5; without x, y picks a
     assert lojo["y"] == {(50, 6): 4.0, (100, 6): 1.0, (-1, 6): 3.5}
     assert lojo["x"] == {(50, 6): 0.0, (100, 6): 2.0, (-1, 6): 0.0}
+
+
+def test_fewest_rows_choice_takes_one_row_per_cap_only_where_it_is_within_the_tolerance():
+    cells = {50: {"a": 60.0, "b": 59.0}, 100: {"a": 61.0, "b": 63.0}, -1: {"a": 65.0, "b": 64.5}}
+    scores = {"x": {(b, 6): row for b, row in cells.items()},
+              "y": {(b, 6): {n: v + (3.0 if n == "a" else 0.0) for n, v in row.items()} for b, row in cells.items()}}
+    # regret_choice at 0.5: a, b, a (its worst over the cap: 1.0); the one row a: 2.0 (x, B=100) > 1.0 + 0.5
+    assert [fewest_rows_choice(scores, 0.5)[(b, 6)] for b in (50, 100, -1)] == ["a", "b", "a"]
+    # a cell where every row is bad (B=50: a and c 3 points off) makes a's 2.5 at B=100 as good as the table's 3
+    cells = {50: {"a": 60.0, "b": 58.0, "c": 63.0}, 100: {"a": 60.5, "b": 63.0}, -1: {"a": 65.0, "b": 64.5}}
+    y = {50: {"a": 63.0, "b": 61.0, "c": 60.0}, 100: {"a": 64.0, "b": 63.0}, -1: {"a": 68.0, "b": 64.5}}
+    scores = {"x": {(b, 6): row for b, row in cells.items()}, "y": {(b, 6): row for b, row in y.items()}}
+    assert [regret_choice(scores, 1.0)[(b, 6)] for b in (50, 100, -1)] == ["a", "b", "a"]
+    assert set(fewest_rows_choice(scores, 1.0).values()) == {"a"}
 
 
 @needs_data
