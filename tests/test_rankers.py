@@ -84,6 +84,11 @@ def test_depth_rejects_a_bad_depth(depth, error):
         Depth(get_ranker("mohajer"), depth=depth)
 
 
+def test_depth_rejects_a_ranker_name_for_inner():
+    with pytest.raises(TypeError, match="inner must be a Ranker instance"):
+        Depth("mohajer", depth=5)
+
+
 @pytest.mark.parametrize("name", sorted(RANKERS))
 def test_no_candidates_no_questions(name):
     order, _, asked = run(get_ranker(name).schedule(RankContext(0, K)))

@@ -33,12 +33,14 @@ class Depth(Ranker):
     cap and oracle apply as to ``inner`` (it is scheduled with ``n`` = the depth).
 
     Raises:
-        TypeError: ``depth`` not an int or None. ValueError: ``depth`` < 1.
+        TypeError: ``inner`` not a ``Ranker``, or ``depth`` not an int or None. ValueError: ``depth`` < 1.
     """
 
     name = "depth"
 
     def __init__(self, inner: Ranker, depth: int | None = None) -> None:
+        if not isinstance(inner, Ranker):
+            raise TypeError(f"inner must be a Ranker instance (e.g. get_ranker('mohajer')), got {type(inner).__name__}")
         if depth is not None and (isinstance(depth, bool) or not isinstance(depth, int)):
             raise TypeError(f"depth must be an int or None, got {type(depth).__name__}")
         if depth is not None and depth < 1:
