@@ -62,7 +62,6 @@ class ParallelMohajerDepth(Depth):
     N=100 (``activeprp_core/data/auto_table.json``)."""
 
     name = "parallel_mohajer_depth"
-    plans_rounds = True
 
     def __init__(self, depth: int | None = None) -> None:
         super().__init__(ParallelMohajer(), depth)
