@@ -143,7 +143,9 @@ def gate(p: float | None, margin: float) -> float | None:
     A confident soft answer counts as a whole win, not as p, so the rankers that add outcomes up (allpairs, PAC,
     bubble passes) read the judge's probabilities only through their rank among its own confidences, whatever its
     calibration. Summing probabilities lost to binarized answers on an underconfident judge (-0.56 nDCG@10 point,
-    allpairs at B=50, ``benchmarks/results/soft_default/``); whole wins are at or above binarized in every cell."""
+    allpairs at B=50, ``benchmarks/results/soft_default/``); with whole wins the stop-26 default was at or above
+    binarized in every cell. On ``parallel_mohajer_depth`` (``auto`` at N=100 since) the 0.3 quantile is 0.5
+    point below no gate at B=50 on the calibrated soft judges (``benchmarks/results/confidence_gate/``)."""
     if p is None or p in (0.0, 1.0):
         return p
     return 0.5 if p == 0.5 or abs(p - 0.5) < margin - SAME_CONFIDENCE else float(p > 0.5)
