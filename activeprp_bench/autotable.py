@@ -308,6 +308,37 @@ def _ci(summaries: dict[str, Summary], judge: str, cell: Cell, best: str, name: 
     return f"{mean:.2f} [{low:.2f}, {high:.2f}]"
 
 
+def regret_bias(summary: Summary, cell: Cell, name: str, rng: np.random.Generator, resamples: int = 1000
+                ) -> tuple[float, float, float]:
+    """How much of a judge's ``regret`` at ``cell`` is the winner's curse: the best row is the largest of the
+    cell's noisy means, so its in-sample gap to ``name`` is biased upwards. Resampling the queries (within each
+    collection, macro mean, as ``scores_of``), in nDCG points:
+
+    Returns:
+        ``(regret, corrected, floor)``: the in-sample regret; the bootstrap bias-corrected one, 2 x regret minus
+        its mean over the resamples (Efron and Tibshirani, *An Introduction to the Bootstrap*, 1993, sec. 10.3);
+        and the *floor*, the mean over the resamples of the gap from the resample's best row to the full sample's
+        best row: the regret this estimator shows even for the judge's own best row.
+    Raises:
+        ValueError: ``name`` not measured at ``cell``.
+    """
+    keys = [k for k in summary.keys if (k[2], k[3]) == cell]
+    col = [f"{r}/{o}" for r, o, _, _ in keys].index(name)
+    queries = sorted(summary.per_query[keys[0]])
+    values = 100 * np.array([[summary.per_query[k][q] for k in keys] for q in queries])
+    groups = [np.array([i for i, q in enumerate(queries) if q[0] == c]) for c in sorted({q[0] for q in queries})]
+
+    def means(picks: list[np.ndarray]) -> np.ndarray:
+        return np.mean([values[ix].mean(axis=0) for ix in picks], axis=0)
+
+    full = means(groups)
+    best = int(np.argmax(full))
+    boot = np.array([means([ix[rng.integers(0, ix.size, ix.size)] for ix in groups]) for _ in range(resamples)])
+    top = boot.max(axis=1)
+    in_sample = float(full.max() - full[col])
+    return in_sample, 2 * in_sample - float((top - boot[:, col]).mean()), float((top - boot[:, best]).mean())
+
+
 def _regret_or_nan(scores: Scores, judge: str, cell: Cell, name: str) -> float:
     return regret(scores, judge, cell, name) if name in scores[judge].get(cell, {}) else float("nan")
 

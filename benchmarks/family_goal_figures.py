@@ -4,8 +4,9 @@
 2.5N, 5N} at caps none, 6 and 10. The choice along the budget axis is made per cap, so restricting the scores to
 those caps leaves the choices as they are. Per (N, K) setting this prints ``autotable.rules_tried`` on them (the
 "all cells" column then means all cells of those caps), and for the shipped rule (``autotable.RULE``) each
-judge's leave-one-judge-out (LOJO) worst goal cell and the largest fall of the default's nDCG as B grows from N
-to 5N. Command (from the repository root, about four minutes):
+judge's leave-one-judge-out (LOJO) worst goal cell, the same regret corrected for the winner's curse with the
+floor of that estimator (``autotable.regret_bias``, 1000 query resamples), and the largest fall of the default's
+nDCG as B grows from N to 5N. Command (from the repository root, about four minutes):
 
     python benchmarks/family_goal_figures.py benchmarks/results/family/n100_k10/rows.csv.xz \\
         benchmarks/results/family/n100_k10_adaptive/rows.csv.xz benchmarks/results/family/n20_k3/rows.csv.xz
@@ -15,6 +16,8 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's packages
 
@@ -27,6 +30,7 @@ from activeprp_bench.autotable import (  # noqa: E402
     largest_fall,
     lojo_regret,
     make_rule,
+    regret_bias,
     rules_tried,
     scores_of,
 )
@@ -44,11 +48,19 @@ def main(paths: list[str]) -> None:
         print(f"## N={n}, K={k}, caps none/6/10\n\n{rules_tried(scores, goal, span)}\n")
         rule = make_rule(RULE, TOLERANCE)  # the shipped table's rule
         choice, lojo = rule(scores), lojo_regret(scores, rule=rule)
-        print("judge: LOJO worst in the goal cells at (budget, cap); largest fall of the default's nDCG, cap")
+        print("judge: LOJO worst in the goal cells at (budget, cap); the worst bias-corrected, at (budget, cap); "
+              "floor = the regret the estimator shows for the judge's own best row, mean [max] over the goal cells; "
+              "largest fall of the default's nDCG, cap")
+        rng = np.random.default_rng([0, n, k])
         for judge, reg in sorted(lojo.items()):
             worst, cell = max((r, c) for c, r in reg.items() if c in goal)
+            without = rule({j: s for j, s in scores.items() if j != judge})
+            bias = {c: regret_bias(summaries[judge], c, without[c], rng) for c in goal if c in scores[judge]}
+            corrected, at = max((b[1], c) for c, b in bias.items())
+            floors = [b[2] for b in bias.values()]
             fall, _, cap = largest_fall({judge: scores[judge]}, choice, span)
-            print(f"  {judge}: {worst:.2f} at {cell}; fall {fall:.2f} (cap {cap})")
+            print(f"  {judge}: {worst:.2f} at {cell}; corrected {corrected:.2f} at {at}; floor "
+                  f"{np.mean(floors):.2f} [{max(floors):.2f}]; fall {fall:.2f} (cap {cap})")
         print()
 
 

@@ -21,10 +21,14 @@ for _module in ("ir_measures", "bm25s", "matplotlib"):
 from activeprp_bench.autotable import (
     build_regret_table,
     choice_changes,
+    family_summaries,
     fewest_rows_choice,
     lojo_regret,
+    regret,
+    regret_bias,
     regret_choice,
     regret_report,
+    scores_of,
     single_row_choice,
     worst_regret,
 )
@@ -205,6 +209,43 @@ def test_fewest_rows_choice_takes_one_row_per_cap_only_where_it_is_within_the_to
     scores = {"x": {(b, 6): row for b, row in cells.items()}, "y": {(b, 6): row for b, row in y.items()}}
     assert [regret_choice(scores, 1.0)[(b, 6)] for b in (50, 100, -1)] == ["a", "b", "a"]
     assert set(fewest_rows_choice(scores, 1.0).values()) == {"a"}
+
+
+def _noisy_rows(offsets: dict[str, float], queries: int = 60, seed: int = 3) -> list[Row]:
+    """Rows of one judge at one cell: per query a shared difficulty plus each row's own noise and offset."""
+    rng = random.Random(seed)
+    rows = []
+    for i in range(queries):
+        base = rng.uniform(0.3, 0.7)
+        for name, offset in offsets.items():
+            ranker, oracle = name.split("/")
+            rows.append(dataclasses.replace(
+                _row("j", ranker, oracle, 100, base + offset + rng.gauss(0, 0.1), qid=str(i)),
+                collection="dl19" if i % 2 else "dl20"))
+    return rows
+
+
+def test_regret_bias_separates_a_real_gap_from_the_winners_curse():
+    cell = (100, -1)
+    # a real gap: b is 5 points above a on every query, so no resample changes the best row or the gap
+    heap = _noisy_rows({"heapsort/randomized": 0.0})
+    rows = heap + [dataclasses.replace(r, ranker="mohajer", ndcg10=r.ndcg10 + 0.05) for r in heap]
+    summary = family_summaries(rows)[(20, 3)]["j"]
+    assert regret_bias(summary, cell, "heapsort/randomized", np.random.default_rng(0), 200) == pytest.approx(
+        (5.0, 5.0, 0.0))
+    # six rows with the same true mean: the in-sample best is luck; its gap to the others is mostly optimism
+    names = [f"{r}/randomized" for r in ("mohajer", "heapsort", "allpairs", "quicksort", "bubblesort",
+                                        "mohajer_bubble")]
+    summary = family_summaries(_noisy_rows(dict.fromkeys(names, 0.0)))[(20, 3)]["j"]
+    scores = scores_of({"j": summary})
+    best = max(scores["j"][cell], key=scores["j"][cell].get)
+    worst = min(scores["j"][cell], key=scores["j"][cell].get)
+    in_sample, corrected, floor = regret_bias(summary, cell, worst, np.random.default_rng(0), 500)
+    assert in_sample == pytest.approx(regret(scores, "j", cell, worst)) and in_sample > 0
+    assert floor > 0.3 and corrected < in_sample - 0.3
+    assert regret_bias(summary, cell, best, np.random.default_rng(0), 500)[1:] == pytest.approx((-floor, floor))
+    with pytest.raises(ValueError):
+        regret_bias(summary, cell, "pac_bubble/randomized", np.random.default_rng(0))
 
 
 @needs_data
