@@ -227,7 +227,7 @@ def _noisy_rows(offsets: dict[str, float], queries: int = 60, seed: int = 3) -> 
 
 def test_regret_bias_separates_a_real_gap_from_the_winners_curse():
     cell = (100, -1)
-    # a real gap: b is 5 points above a on every query, so no resample changes the best row or the gap
+    # a real gap: mohajer is 5 points above heapsort on every query, so no resample changes the best row or the gap
     heap = _noisy_rows({"heapsort/randomized": 0.0})
     rows = heap + [dataclasses.replace(r, ranker="mohajer", ndcg10=r.ndcg10 + 0.05) for r in heap]
     summary = family_summaries(rows)[(20, 3)]["j"]
