@@ -296,16 +296,25 @@ def _b(v: int) -> str:
     return "none" if v < 0 else str(v)
 
 
-def _ci(summaries: dict[str, Summary], judge: str, cell: Cell, best: str, name: str, rng) -> str:
-    """``regret [low, high]``: paired bootstrap over queries (within each collection, macro mean) of the judge's
-    best row minus ``name`` at ``cell``."""
+def diff_ci(summary: Summary, a: tuple, b: tuple, rng: np.random.Generator) -> tuple[float, float, float]:
+    """``(mean, low, high)`` in nDCG points of row key ``a`` minus row key ``b`` (each ``(ranker, oracle, budget,
+    cap)``) on one judge: paired bootstrap over queries within each collection, macro mean
+    (``stats.macro_diff_ci``, 10k resamples, 95%).
+
+    Raises:
+        KeyError: a key the judge's grid lacks.
+    """
     from .stats import macro_diff_ci
 
-    s = summaries[judge]
-    a, b = s.per_query[(*best.split("/"), *cell)], s.per_query[(*name.split("/"), *cell)]
-    diffs = [[100 * (a[q] - b[q]) for q in a if q[0] == coll] for coll in sorted({q[0] for q in a})]
-    mean, low, high = macro_diff_ci(diffs, rng)
-    return f"{mean:.2f} [{low:.2f}, {high:.2f}]"
+    qa, qb = summary.per_query[a], summary.per_query[b]
+    return macro_diff_ci([[100 * (qa[q] - qb[q]) for q in qa if q[0] == coll] for coll in sorted({q[0] for q in qa})],
+                         rng)
+
+
+def _ci(summaries: dict[str, Summary], judge: str, cell: Cell, best: str, name: str, rng) -> str:
+    """``regret [low, high]``: ``diff_ci`` of the judge's best row minus ``name`` at ``cell``."""
+    return "{:.2f} [{:.2f}, {:.2f}]".format(*diff_ci(summaries[judge], (*best.split("/"), *cell),
+                                                     (*name.split("/"), *cell), rng))
 
 
 def regret_bias(summary: Summary, cell: Cell, name: str, rng: np.random.Generator, resamples: int = 1000
@@ -348,17 +357,43 @@ def _worst_of(reg: dict[Cell, float], cells: Sequence[Cell]) -> tuple[float, Cel
     return max(vals, default=(float("nan"), None))
 
 
+def _falls(scores: Scores, pick: dict[Cell, str], span: tuple[float, float]):
+    """Every fall of the picked row's nDCG as the budget grows within ``span``: ``(points, judge, cap as printed,
+    earlier cell, later cell)`` per judge, cap and pair of budgets (a tie's largest names the same cap as ever);
+    cells without a pick, or whose pick the judge lacks, are skipped."""
+    for cells in _cells(scores).values():
+        cells = [c for c in cells if c[0] > 0 and span[0] <= c[0] <= span[1]]
+        for j in scores:
+            vals = [(scores[j][c][pick[c]], c) for c in cells if c in pick and pick[c] in scores[j].get(c, {})]
+            yield from ((a - b, j, _b(ca[1]), ca, cb) for i, (a, ca) in enumerate(vals) for b, cb in vals[i + 1:])
+
+
 def largest_fall(scores: Scores, pick: dict[Cell, str], span: tuple[float, float]) -> tuple[float, str, str]:
     """The largest fall of the picked row's nDCG as the budget grows within ``span`` (min, max budget), over
     judges and caps: ``(points, judge, cap)``; 0 when it never falls."""
-    worst = (0.0, "", "none")
-    for m, cells in _cells(scores).items():
-        cells = [c for c in cells if c[0] > 0 and span[0] <= c[0] <= span[1]]
-        for j in scores:
-            vals = [scores[j][c].get(pick[c], float("nan")) for c in cells if c in scores[j]]
-            fall = max((a - b for i, a in enumerate(vals) for b in vals[i + 1:]), default=0.0)
-            worst = max(worst, (fall, j, _b(m)))
-    return worst
+    fall, judge, cap, *_ = max(_falls(scores, pick, span), default=(0.0, "", "none"))
+    return (fall, judge, cap) if fall > 0 else (0.0, "", "none")
+
+
+def fall_ci(summary: Summary, pick: dict[Cell, str], span: tuple[float, float], rng: np.random.Generator
+            ) -> tuple[float, float, float, Cell, Cell] | None:
+    """One judge's largest fall of the picked row's nDCG as the budget grows within ``span``, with its paired
+    bootstrap CI (``diff_ci``): ``(points, low, high, earlier cell, later cell)``; None when it never falls."""
+    scores = scores_of({"judge": summary})
+    fall, _, _, ca, cb = max(_falls(scores, pick, span), default=(0.0, "", "", None, None))
+    if fall <= 0:
+        return None
+    key = lambda c: (*pick[c].split("/"), *c)  # noqa: E731
+    mean, low, high = diff_ci(summary, key(ca), key(cb), rng)
+    return mean, low, high, ca, cb
+
+
+def cell_minimax(scores: Scores, cell: Cell) -> tuple[float, str, str]:
+    """The least worst regret any row measured on every judge reaches at ``cell``, in-sample: ``(points, its
+    worst judge, row)``. A lower bound on the worst regret of any choice among these rows there, LOJO or not."""
+    judges = [j for j in scores if cell in scores[j]]
+    names = set.intersection(*(set(scores[j][cell]) for j in judges))
+    return min((*worst_regret({j: scores[j] for j in judges}, cell, name), name) for name in sorted(names))
 
 
 def rules_tried(scores: Scores, goal: Sequence[Cell], span: tuple[float, float], tolerance: float = TOLERANCE,

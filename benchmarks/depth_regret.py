@@ -3,7 +3,9 @@
 For every (budget, round cap) cell of the grids given, each depth's row (``parallel_mohajer`` with the adaptive
 oracle over the prior top d; d = N is plain ``parallel_mohajer``) is compared with the judge's best row of the
 whole grid (every core ranker x oracle and every depth), and the largest gap over the judges is printed, with
-the largest fall of each depth's nDCG as B grows over the issue 17 goal budgets (N to 5N). Command (from the
+the largest fall of each depth's nDCG as B grows over the issue 17 goal budgets (N to 5N), and per goal cell
+(budgets N to 5N at caps none, 6 and 10) the least worst regret of any row of the grids (``cell_minimax``: a
+lower bound on the regret of any choice among them, knowing every judge). Command (from the
 repository root; the rows of ``benchmarks/results/family/run_n100*.sh`` and ``benchmarks/results/depth/run.sh``):
 
     python benchmarks/depth_regret.py benchmarks/results/family/n100_k10/rows.csv.xz \\
@@ -20,7 +22,14 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's packages
 
-from activeprp_bench.autotable import GOAL_BUDGETS_PER_N, largest_fall, scores_of, worst_regret  # noqa: E402
+from activeprp_bench.autotable import (  # noqa: E402
+    GOAL_BUDGETS_PER_N,
+    cell_minimax,
+    goal_cells,
+    largest_fall,
+    scores_of,
+    worst_regret,
+)
 from activeprp_bench.grid import make_ranker, read_csv  # noqa: E402
 from activeprp_bench.report import Summary  # noqa: E402
 from activeprp_core.rankers import Depth, ParallelMohajer, RankContext, get_ranker  # noqa: E402
@@ -66,6 +75,10 @@ def main(paths: list[str]) -> None:
         own = {j: {c: row for c, row in v.items() if name in row} for j, v in scores.items()}
         fall, judge, cap = largest_fall(own, {c: name for v in own.values() for c in v}, span)
         print(f"- depth {d}: {fall:.2f} ({judge}, cap {cap})")
+    print(f"\nPer goal cell, the least worst regret over the {len(scores)} judges of any of the {len(names)} rows "
+          "(in-sample, every judge known) [its worst judge, row]:\n")
+    for b, cap in goal_cells(sorted(c for c in cells if c[1] in (-1, 6, 10)), first.n):
+        print("- B={}, cap {}: {:.2f} [{}, {}]".format(b, "none" if cap < 0 else cap, *cell_minimax(scores, (b, cap))))
 
 
 if __name__ == "__main__":

@@ -25,9 +25,9 @@ from activeprp_bench.autotable import (  # noqa: E402
     GOAL_BUDGETS_PER_N,
     RULE,
     TOLERANCE,
+    fall_ci,
     family_summaries,
     goal_cells,
-    largest_fall,
     lojo_regret,
     make_rule,
     regret_bias,
@@ -50,17 +50,21 @@ def main(paths: list[str]) -> None:
         choice, lojo = rule(scores), lojo_regret(scores, rule=rule)
         print("judge: LOJO worst in the goal cells at (budget, cap); the worst bias-corrected, at (budget, cap); "
               "floor = the regret the estimator shows for the judge's own best row, mean [max] over the goal cells; "
-              "largest fall of the default's nDCG, cap")
-        rng = np.random.default_rng([0, n, k])
+              "largest fall of the default's nDCG [paired 95% CI over queries], cap, budgets")
+        rng, fall_rng = np.random.default_rng([0, n, k]), np.random.default_rng([1, n, k])
         for judge, reg in sorted(lojo.items()):
             worst, cell = max((r, c) for c, r in reg.items() if c in goal)
             without = rule({j: s for j, s in scores.items() if j != judge})
             bias = {c: regret_bias(summaries[judge], c, without[c], rng) for c in goal if c in scores[judge]}
             corrected, at = max((b[1], c) for c, b in bias.items())
             floors = [b[2] for b in bias.values()]
-            fall, _, cap = largest_fall({judge: scores[judge]}, choice, span)
+            fall = fall_ci(summaries[judge], choice, span, fall_rng)
+            if fall is not None:
+                (before, cap), (after, _) = fall[3:]
+                fall = "{:.2f} [{:.2f}, {:.2f}]".format(*fall[:3]) + \
+                    f" (cap {'none' if cap < 0 else cap}, B {before} -> {after})"
             print(f"  {judge}: {worst:.2f} at {cell}; corrected {corrected:.2f} at {at}; floor "
-                  f"{np.mean(floors):.2f} [{max(floors):.2f}]; fall {fall:.2f} (cap {cap})")
+                  f"{np.mean(floors):.2f} [{max(floors):.2f}]; fall {fall or '0.00'}")
         print()
 
 

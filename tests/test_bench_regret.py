@@ -20,9 +20,12 @@ for _module in ("ir_measures", "bm25s", "matplotlib"):
 
 from activeprp_bench.autotable import (
     build_regret_table,
+    cell_minimax,
     choice_changes,
+    fall_ci,
     family_summaries,
     fewest_rows_choice,
+    largest_fall,
     lojo_regret,
     regret,
     regret_bias,
@@ -246,6 +249,37 @@ def test_regret_bias_separates_a_real_gap_from_the_winners_curse():
     assert regret_bias(summary, cell, best, np.random.default_rng(0), 500)[1:] == pytest.approx((-floor, floor))
     with pytest.raises(ValueError):
         regret_bias(summary, cell, "pac_bubble/randomized", np.random.default_rng(0))
+
+
+def test_cell_minimax_is_the_least_worst_regret_of_the_rows_every_judge_measured():
+    scores = {"x": {(100, -1): {"a": 70.0, "b": 69.0, "c": 67.0, "d": 71.0}},
+              "y": {(100, -1): {"a": 60.0, "b": 64.0, "c": 65.0}}}
+    # d is not measured on y, so it is no candidate, but it is x's best row: worst regrets a 5 (y), b 2 (x), c 4
+    assert cell_minimax(scores, (100, -1)) == (2.0, "x", "b")
+    del scores["x"][(100, -1)]["d"]  # a 5 (y), b 1 on both judges (the max names y), c 3 (x)
+    assert cell_minimax(scores, (100, -1)) == (1.0, "y", "b")
+
+
+def test_largest_fall_and_its_ci_name_the_budgets_where_the_picked_row_falls():
+    rows = []
+    rng = random.Random(5)
+    for i in range(40):  # mohajer rises 100 -> 150, falls 3 points 150 -> 200 on every query, rises again at 250
+        base = rng.uniform(0.3, 0.7)
+        for budget, offset in ((100, 0.0), (150, 0.02), (200, -0.01), (250, 0.03)):
+            ndcg = base + offset + rng.gauss(0, 0.01)
+            rows.append(dataclasses.replace(_row("j", "mohajer", "randomized", budget, ndcg, qid=str(i)),
+                                            collection="dl19" if i % 2 else "dl20"))
+    summary = family_summaries(rows)[(20, 3)]["j"]
+    scores = scores_of({"j": summary})
+    pick = dict.fromkeys(scores["j"], "mohajer/randomized")
+    fall, judge, cap = largest_fall(scores, pick, (100, 250))
+    assert fall == pytest.approx(3.0, abs=0.5) and (judge, cap) == ("j", "none")
+    mean, low, high, before, after = fall_ci(summary, pick, (100, 250), np.random.default_rng(0))
+    assert (before, after) == ((150, -1), (200, -1)) and mean == pytest.approx(fall)
+    assert 2.0 < low < mean < high < 4.0
+    # outside the span the fall is not seen; a row that only rises has none
+    assert largest_fall(scores, pick, (100, 150)) == (0.0, "", "none")
+    assert fall_ci(summary, pick, (100, 150), np.random.default_rng(0)) is None
 
 
 @needs_data
