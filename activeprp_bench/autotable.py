@@ -383,8 +383,7 @@ def fall_ci(summary: Summary, pick: dict[Cell, str], span: tuple[float, float], 
     fall, _, _, ca, cb = max(_falls(scores, pick, span), default=(0.0, "", "", None, None))
     if fall <= 0:
         return None
-    key = lambda c: (*pick[c].split("/"), *c)  # noqa: E731
-    mean, low, high = diff_ci(summary, key(ca), key(cb), rng)
+    mean, low, high = diff_ci(summary, (*pick[ca].split("/"), *ca), (*pick[cb].split("/"), *cb), rng)
     return mean, low, high, ca, cb
 
 

@@ -58,13 +58,12 @@ def main(paths: list[str]) -> None:
             bias = {c: regret_bias(summaries[judge], c, without[c], rng) for c in goal if c in scores[judge]}
             corrected, at = max((b[1], c) for c, b in bias.items())
             floors = [b[2] for b in bias.values()]
-            fall = fall_ci(summaries[judge], choice, span, fall_rng)
-            if fall is not None:
-                (before, cap), (after, _) = fall[3:]
-                fall = "{:.2f} [{:.2f}, {:.2f}]".format(*fall[:3]) + \
-                    f" (cap {'none' if cap < 0 else cap}, B {before} -> {after})"
+            fall = "0.00"
+            if (ci := fall_ci(summaries[judge], choice, span, fall_rng)) is not None:
+                mean, low, high, (before, cap), (after, _) = ci
+                fall = f"{mean:.2f} [{low:.2f}, {high:.2f}] (cap {'none' if cap < 0 else cap}, B {before} -> {after})"
             print(f"  {judge}: {worst:.2f} at {cell}; corrected {corrected:.2f} at {at}; floor "
-                  f"{np.mean(floors):.2f} [{max(floors):.2f}]; fall {fall or '0.00'}")
+                  f"{np.mean(floors):.2f} [{max(floors):.2f}]; fall {fall}")
         print()
 
 
