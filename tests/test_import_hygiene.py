@@ -5,7 +5,8 @@ installed here is passed over), builds the CLI parser, and imports the framework
 ``activeprp_integrations``; then it lists which frameworks got loaded. The floors are read from the source: no
 ``import`` statement anywhere in ``activeprp_core`` (lazy ones inside functions included) names a package above
 it (``activeprp_cli``, ``activeprp_integrations``, ``activeprp_bench``), and none in ``activeprp_cli`` names the
-plugins above the command line (``activeprp_integrations``, ``activeprp_bench``: entry points find them).
+plugins above the command line (``activeprp_integrations``, ``activeprp_bench``: entry points find them). The one
+exception is ``SCRIPTS``: ``activeprp_core/__main__.py`` runs the command line for ``python -m activeprp_core``.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ OPTIONAL = ("numpy", "tqdm", "ir_measures", "pytrec_eval")
 #: package -> the packages above it, which it must never import
 ABOVE = {"activeprp_core": ("activeprp_cli", "activeprp_integrations", "activeprp_bench"),
          "activeprp_cli": ("activeprp_integrations", "activeprp_bench")}
+#: scripts run with ``python -m``, never imported: ``python -m activeprp_core`` is the command line's spelling from
+#: before it left the core, so it hands over to ``activeprp_cli``
+SCRIPTS = (Path("activeprp_core/__main__.py"),)
 
 SCRIPT = """
 import importlib, json, pkgutil, sys
@@ -63,7 +67,7 @@ def _imports_above(package: str, root: Path = ROOT) -> list[str]:
     """``"path:line imports name"`` for every import statement under ``root/package`` that names a package above
     it (``ABOVE``)."""
     found = []
-    for path in sorted((root / package).rglob("*.py")):
+    for path in sorted(p for p in (root / package).rglob("*.py") if p.relative_to(root) not in SCRIPTS):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
                 [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else []
@@ -83,3 +87,14 @@ def test_the_scan_finds_an_import_above_the_floor(tmp_path):
 
 def test_no_package_imports_one_above_it():
     assert {package: _imports_above(package) for package in ABOVE} == {package: [] for package in ABOVE}
+
+
+def test_python_m_activeprp_core_runs_the_command_line():
+    """The exception in ``SCRIPTS`` is what it says: ``python -m activeprp_core`` is the ``activeprp`` command."""
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, cwd=ROOT, timeout=120)
+
+    old, new = run("activeprp_core", "--help"), run("activeprp_cli", "--help")
+    assert old.returncode == new.returncode == 0 and old.stdout == new.stdout and "usage: activeprp" in old.stdout
+    bad = run("activeprp_core", "no-such-command")
+    assert bad.returncode == 2 and "invalid choice" in bad.stderr
