@@ -61,6 +61,8 @@ TOLERANCE = 1.0
 
 #: Issue 17's goal budgets as B/N (B in {N, 1.5N, 2.5N, 5N}): the "goal cells" columns of the reports.
 GOAL_BUDGETS_PER_N = (1.0, 1.5, 2.5, 5.0)
+#: Issue 17's goal round caps (-1: no cap).
+GOAL_CAPS = (-1, 6, 10)
 
 
 def goal_cells(cells: Iterable[Cell], n: int, budgets_per_n: Sequence[float] = GOAL_BUDGETS_PER_N) -> list[Cell]:

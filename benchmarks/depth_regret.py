@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's 
 
 from activeprp_bench.autotable import (  # noqa: E402
     GOAL_BUDGETS_PER_N,
+    GOAL_CAPS,
     cell_minimax,
     goal_cells,
     largest_fall,
@@ -77,7 +78,7 @@ def main(paths: list[str]) -> None:
         print(f"- depth {d}: {fall:.2f} ({judge}, cap {cap})")
     print(f"\nPer goal cell, the least worst regret over the {len(scores)} judges of any of the {len(names)} rows "
           "(in-sample, every judge known) [its worst judge, row]:\n")
-    for b, cap in goal_cells(sorted(c for c in cells if c[1] in (-1, 6, 10)), first.n):
+    for b, cap in goal_cells(sorted(c for c in cells if c[1] in GOAL_CAPS), first.n):
         print("- B={}, cap {}: {:.2f} [{}, {}]".format(b, "none" if cap < 0 else cap, *cell_minimax(scores, (b, cap))))
 
 

@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's 
 
 from activeprp_bench.autotable import (  # noqa: E402
     GOAL_BUDGETS_PER_N,
+    GOAL_CAPS,
     RULE,
     TOLERANCE,
     fall_ci,
@@ -36,13 +37,11 @@ from activeprp_bench.autotable import (  # noqa: E402
 )
 from activeprp_bench.grid import read_csv  # noqa: E402
 
-CAPS = (-1, 6, 10)  # -1: no cap
-
 
 def main(paths: list[str]) -> None:
     rows = [r for p in paths for r in read_csv(p)]
     for (n, k), summaries in family_summaries(rows).items():
-        scores = {j: {c: v for c, v in cells.items() if c[1] in CAPS} for j, cells in scores_of(summaries).items()}
+        scores = {j: {c: v for c, v in cells.items() if c[1] in GOAL_CAPS} for j, cells in scores_of(summaries).items()}
         goal = goal_cells(sorted({c for cells in scores.values() for c in cells}), n)
         span = (min(GOAL_BUDGETS_PER_N) * n, max(GOAL_BUDGETS_PER_N) * n)
         print(f"## N={n}, K={k}, caps none/6/10\n\n{rules_tried(scores, goal, span)}\n")

@@ -22,7 +22,14 @@ import statistics
 import sys
 from pathlib import Path
 
-from activeprp_bench.autotable import family_summaries, regret, regret_choice, scores_of
+from activeprp_bench.autotable import (
+    GOAL_BUDGETS_PER_N,
+    GOAL_CAPS,
+    family_summaries,
+    regret,
+    regret_choice,
+    scores_of,
+)
 from activeprp_bench.datasets import load_trec_dl
 from activeprp_bench.grid import read_csv
 from activeprp_bench.judges import build_judge
@@ -31,7 +38,7 @@ from activeprp_core import rerank_many
 ROOT = Path(__file__).resolve().parents[1]
 GRIDS = [ROOT / "benchmarks/results/family/n100_k10/rows.csv.gz",
          ROOT / "benchmarks/results/family/n100_k10_adaptive/rows.csv.gz"]
-GOAL_CELLS = [(b, m) for b in (100, 150, 250, 500) for m in (-1, 6, 10)]  # the issue's regret goal cells
+GOAL_CELLS = [(round(r * 100), m) for r in GOAL_BUDGETS_PER_N for m in GOAL_CAPS]  # N=100's goal cells
 FEATURES = ("first_slot_rate", "flip_rate", "soft_rate", "mean_confidence")
 OUT = ROOT / "benchmarks/results/judge_aware"
 
