@@ -36,8 +36,8 @@ from activeprp_bench.judges import build_judge
 from activeprp_core import rerank_many
 
 ROOT = Path(__file__).resolve().parents[1]
-GRIDS = [ROOT / "benchmarks/results/family/n100_k10/rows.csv.gz",
-         ROOT / "benchmarks/results/family/n100_k10_adaptive/rows.csv.gz"]
+GRIDS = [ROOT / "benchmarks/results/family/n100_k10/rows.csv.xz",
+         ROOT / "benchmarks/results/family/n100_k10_adaptive/rows.csv.xz"]
 GOAL_CELLS = [(round(r * 100), m) for r in GOAL_BUDGETS_PER_N for m in GOAL_CAPS]  # N=100's goal cells
 FEATURES = ("first_slot_rate", "flip_rate", "soft_rate", "mean_confidence")
 OUT = ROOT / "benchmarks/results/judge_aware"
