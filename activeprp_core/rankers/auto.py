@@ -1,18 +1,18 @@
 """``auto``: the ranker and oracle chosen from measured data for (N, K, budget, max_rounds).
 
 The table ``activeprp_core/data/auto_table.json`` is written by ``activeprp bench auto-table`` from benchmark
-grids (rows of every ranker x oracle x budget x round cap; the command and the data it was built from are in
-the file's ``source`` and in ``benchmarks/results/README.md``). Its layout::
+grids (rows of every ranker x oracle x budget x round cap); the command that rebuilds it from the rows in the
+repository is the file's ``source`` (docs/judges.md). Its layout::
 
     {"source": str, "metric": str, "rows": ["ranker/oracle", ...],
-     "settings": [{"n": N, "k": K,
+     "settings": [{"n": N, "k": K, "excluded": [judge, ...] (optional),
                    "cells": [{"budget_per_n": float | null, "max_rounds": int | null,
                               "values": [[ndcg_percent, mean_rounds, mean_calls] | null, ...],
                               "choice": "ranker/oracle" (optional), "worst_regret": float (optional)}]}]}
 
 (``values[i]`` belongs to ``rows[i]``; null where the grid did not run that row. ``choice``, where present, is
-the row chosen by worst-case regret over a family of judges (``activeprp_bench.autotable.regret_choice``); it
-wins whenever it fits the ranker/oracle asked for.) Nothing in this module is a hand-set threshold.
+the row chosen by worst-case regret over a family of judges that beat the first stage (``excluded``: those that
+do not); it wins whenever it fits the ranker/oracle asked for.) Nothing in this module is a hand-set threshold.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from .base import RankContext, Ranker, Schedule
 AUTO = "auto"
 TABLE = "auto_table.json"
 #: The round cap of the online defaults (LangChain / LlamaIndex wrappers, ``activeprp rerank``): a 20-document
-#: rerank at top_n 3 and budget 50 stays within 6 rounds (~3 s at 0.5 s per call; issue 10).
+#: rerank at top_n 3 and budget 50 stays within 6 rounds (about 3 s at 0.5 s per call; docs/latency.md).
 ONLINE_MAX_ROUNDS = 6
 
 
@@ -112,10 +112,11 @@ class Auto(Ranker):
     name = AUTO
 
     def choose(self, ctx: RankContext) -> Ranker:
+        """The ranker ``choose`` picks for ``ctx`` (N, K, the caps left at the start, the oracle's calls per pair)."""
         from . import get_ranker
 
         oracle = "bidirectional" if ctx.calls_per_pair > 1 else "randomized"
-        return get_ranker(choose(ctx.n, ctx.k, ctx.budget, ctx.max_rounds, AUTO, oracle)[0])
+        return get_ranker(choose(ctx.n, ctx.k, ctx.caps.calls_left, ctx.caps.rounds_left, AUTO, oracle)[0])
 
     def schedule(self, ctx: RankContext) -> Schedule:
         return (yield from self.choose(ctx).schedule(ctx))

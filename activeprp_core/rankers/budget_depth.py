@@ -47,16 +47,21 @@ class BudgetDepth(Ranker):
 
     The plan:
 
-    1. **Ranker.** Without a round cap, ``mohajer_bubble`` (Mohajer's group tournaments and heap, then BubbleSort
-       over the top 2K; paper sec. 4): it asks the fewest questions for a top-K. Under a round cap, unless that cap
-       allows the sequential plan's rounds, ``parallel_mohajer`` (the same tournaments in parallel rounds).
-    2. **Depth.** The largest ``d <= N`` whose plan (``plan_size``: the questions it asks when the judge agrees
-       with the first stage) costs at most the budget at ``CALLS_PER_QUESTION`` calls per question (the
-       oracle's ``calls_per_pair`` when larger, 2 for ``bidirectional``), and whose rounds fit the round cap.
-       Depths are whole strides of Mohajer's K groups (multiples of K); under a round cap whole bracket levels
-       (``K * 2**L``, N): a level takes one round whatever its size. At least ``min(N, MIN_GROUP * K)``: a
-       shallower plan saves few calls, since the top-K merge (about K**2 / 2 questions) does not shrink with the
-       depth. No budget: all N.
+    1. **Depth.** For each plan, the largest ``d <= N`` whose questions (``plan_size``: the distinct pairs the plan
+       asks when the judge agrees with the first stage) cost at most the budget at ``CALLS_PER_QUESTION`` calls per
+       question (the oracle's ``calls_per_pair`` when larger: 2 for ``bidirectional``) and whose rounds fit the
+       round cap; at least ``min(N, MIN_GROUP * K)``, since a shallower plan saves few calls (the top-K merge,
+       about K**2 / 2 questions, does not shrink with the depth). Depths are whole strides of the K groups
+       (multiples of K) for the sequential plan and whole bracket levels (``K * 2**L``) for the parallel one: a
+       level takes one round whatever its size. No budget: all N.
+    2. **Plan.** ``mohajer_bubble`` (Mohajer's group tournaments and heap, then BubbleSort over the top 2K; paper
+       sec. 4), the *sequential* plan, asks the fewest questions for a top-K, so it reaches the deepest rerank on
+       a small budget; ``parallel_mohajer`` (the same tournaments in about 7 parallel rounds, then a round-robin
+       and placements), the *parallel* plan, asks more questions and spends what is left on both slot orders of
+       the pairs that decide the top-K. The plan that reaches the larger depth runs; at the same depth, the one
+       whose questions the budget pays a larger share of; when both are complete, the parallel one (more of the
+       budget spent on decisions, fewer rounds). Under a round cap the sequential plan (about 40-60 rounds) does
+       not fit and the parallel one runs.
     3. **Calls left** once the plan is complete (the judge agreed with the first stage more often than planned,
        or the plan reached all N): the pairs answered in one slot order that involve a top-K item are asked in
        both orders and the top-K is re-decided (``parallel.confirm``; ``parallel_mohajer`` does this itself).
@@ -68,8 +73,8 @@ class BudgetDepth(Ranker):
     docs/judges.md.
 
     Args:
-        sequential: the ranker without a round cap (default ``MohajerBubble()``).
-        parallel: the ranker under a round cap (default ``ParallelMohajer()``).
+        sequential: the sequential plan (default ``MohajerBubble()``).
+        parallel: the parallel plan (default ``ParallelMohajer()``; it confirms the top-K itself).
 
     Output: a permutation of ``range(N)``: the plan's order of the top ``d``, then the rest in prior order.
     ``plan(ctx)`` says which ranker and depth a query gets.
@@ -90,18 +95,25 @@ class BudgetDepth(Ranker):
         self.parallel = parallel or ParallelMohajer()
 
     def plan(self, ctx: RankContext) -> tuple[Ranker, int]:
-        """``(ranker, depth)`` for this query, from ``ctx.caps`` (calls and rounds left) at the start."""
+        """``(ranker, depth)`` for this query, from ``ctx.caps`` (calls and rounds left) at the start (see the class
+        docstring)."""
         n, k = ctx.n, max(ctx.top, 1)
         calls, rounds = ctx.caps.calls_left, ctx.caps.rounds_left
-        least = min(n, MIN_GROUP * k)
-        if rounds is None or plan_size(self.sequential, least, k)[1] <= rounds:
-            inner, depths = self.sequential, [*range(k, n, k), n]
-        else:
-            inner, depths = self.parallel, [*(k << level for level in range(n.bit_length()) if k << level < n), n]
         cost = max(CALLS_PER_QUESTION, ctx.calls_per_pair)
-        fits = [d for d in depths if d >= least and (calls is None or plan_size(inner, d, k)[0] * cost <= calls)
-                and (rounds is None or plan_size(inner, d, k)[1] <= rounds)]
-        return inner, max(fits, default=least)
+        least = min(n, MIN_GROUP * k)
+        options = []
+        for rank, (inner, depths) in enumerate(((self.sequential, [*range(k, n, k), n]),
+                                               (self.parallel, [*(k << lv for lv in range(n.bit_length())), n]))):
+            size = {d: plan_size(inner, d, k) for d in depths if least <= d <= n}
+            if rank == 0 and rounds is not None and size[least][1] > rounds:
+                continue  # the sequential plan does not fit the round cap at any depth
+            fits = [d for d, (questions, steps) in size.items() if (calls is None or questions * cost <= calls)
+                    and (rounds is None or steps <= rounds)]
+            depth = max(fits, default=least)
+            paid = 1.0 if calls is None else min(1.0, calls / (size[depth][0] * cost or 1))
+            options.append((depth, paid, rank, inner))
+        depth, _, _, inner = max(options, key=lambda o: o[:3])
+        return inner, depth
 
     def schedule(self, ctx: RankContext) -> Schedule:
         inner, depth = self.plan(ctx)

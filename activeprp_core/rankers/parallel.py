@@ -69,8 +69,8 @@ class ParallelMohajer(Ranker):
        members landing in the same gap are compared in one more round. Groups whose new member made the top-K
        select their next member (a bracket over the players eliminated by the group's selected members) and are
        placed the same way, until no group's newest member is in the top-K: with a consistent comparator, the
-       exact top-K in order, as Mohajer's heap pops give it. N=100, K=10: ~8 rounds and ~230 calls (randomized)
-       where Mohajer takes ~53 rounds and ~156 calls (``benchmarks/results/latency_dl1920``).
+       exact top-K in order, as Mohajer's heap pops give it, in far fewer rounds than Mohajer's sequential heap
+       and with more calls (calls and rounds measured: docs/rankers.md).
     4. With a one-call oracle (randomized, single), calls the plan will not need buy the other slot order of a
        pair (a ``BothOrders`` question, read by the bidirectional rule): a round upgrades its first pairs with the
        calls left after its own, the rest of the plan's and the upgrades reserved for the steps that decide the
