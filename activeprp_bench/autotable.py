@@ -327,10 +327,11 @@ def build_auto_table(grid: Sequence[Row] | dict[tuple[int, int], Family], source
 
 
 def build_regret_table(grid: Sequence[Row] | dict[tuple[int, int], Family], source: str,
-                       tolerance: float = TOLERANCE, base: dict | None = None, rule: str = RULE,
+                       tolerance: float = TOLERANCE, base: dict | None = None, rule: str = "regret",
                        margin: float = MARGIN) -> dict:
     """The ``auto_table.json`` content built from family grid rows (``Row.judge`` set; or their ``family_means``
-    / ``read_family``) by the choice rule ``rule`` (``make_rule``) over the judges that beat the first stage
+    / ``read_family``) by the choice rule ``rule`` (``make_rule``; the shipped table's is ``RULE``) over the judges
+    that beat the first stage
     (``Family.kept(margin)``).
 
     Each cell of the family grid stores its chosen row in ``choice`` (read by ``auto.choose`` for

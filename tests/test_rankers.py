@@ -175,15 +175,15 @@ def test_budget_depth_deepens_with_the_budget_up_to_n_and_its_plan_fits_the_caps
     assert depths[-1] == (80 if rounds == 6 else 100)  # bracket levels of 100 candidates take 7 rounds
 
 
-def test_budget_depth_takes_the_plan_that_reaches_deeper_and_the_parallel_one_when_both_are_complete():
+def test_budget_depth_takes_the_plan_that_reaches_deeper():
     from activeprp_core.rankers.budget_depth import BudgetDepth
 
     ranker = BudgetDepth()
-    # 250 calls complete the sequential plan over all 100 (its heap asks fewer questions) but the parallel one
-    # over 40 only; 500 complete both: the parallel one spends more of the budget on decisions, in fewer rounds
+    # without a round cap the sequential heap asks fewer questions: it reaches all 100 at 250 calls
     assert ranker.plan(RankContext(100, 10, caps=_view(250, None))) == (ranker.sequential, 100)
-    assert ranker.plan(RankContext(100, 10, caps=_view(500, None))) == (ranker.parallel, 100)
-    assert ranker.plan(RankContext(100, 10, caps=_view(None, None))) == (ranker.parallel, 100)
+    assert ranker.plan(RankContext(100, 10, caps=_view(None, None))) == (ranker.sequential, 100)
+    # a round cap of 20 fits the sequential plan over 20 of 50 candidates (K=5) only; the parallel one over all
+    assert ranker.plan(RankContext(50, 5, caps=_view(None, 20))) == (ranker.parallel, 50)
     # two candidates per group is all there is: N <= 4K reranks everything
     assert ranker.plan(RankContext(12, 3, caps=_view(5, 6)))[1] == 12
     # the bidirectional oracle pays two calls per question: a shallower plan for the same budget

@@ -47,24 +47,24 @@ class BudgetDepth(Ranker):
 
     The plan:
 
-    1. **Depth.** For each plan, the largest ``d <= N`` whose questions (``plan_size``: the distinct pairs the plan
-       asks when the judge agrees with the first stage) cost at most the budget at ``CALLS_PER_QUESTION`` calls per
-       question (the oracle's ``calls_per_pair`` when larger: 2 for ``bidirectional``) and whose rounds fit the
-       round cap; at least ``min(N, MIN_GROUP * K)``, since a shallower plan saves few calls (the top-K merge,
+    1. **Plan.** ``mohajer_bubble`` (Mohajer's group tournaments and heap, then BubbleSort over the top 2K; paper
+       sec. 4), the *sequential* plan: of the rankers here it asks the fewest questions for a top-K, so it
+       reaches the deepest rerank on a budget; or ``parallel_mohajer`` (the same tournaments in parallel rounds,
+       a round-robin and placements), the *parallel* plan, where a round cap leaves the sequential plan (40-60
+       rounds at N=100) a shallower depth. The plan that reaches the larger depth runs; at the same depth (also
+       when no plan fits and both run over the least depth), the one whose questions the budget pays a larger
+       share of, the sequential one on a tie.
+    2. **Depth.** For each plan, the largest ``d <= N`` whose questions (``plan_size``: the distinct pairs it
+       asks when the judge agrees with the first stage) cost at most the budget at ``CALLS_PER_QUESTION`` calls
+       per question (the oracle's ``calls_per_pair`` when larger: 2 for ``bidirectional``) and whose rounds fit
+       the round cap; at least ``min(N, MIN_GROUP * K)``, since a shallower plan saves few calls (the top-K merge,
        about K**2 / 2 questions, does not shrink with the depth). Depths are whole strides of the K groups
        (multiples of K) for the sequential plan and whole bracket levels (``K * 2**L``) for the parallel one: a
        level takes one round whatever its size. No budget: all N.
-    2. **Plan.** ``mohajer_bubble`` (Mohajer's group tournaments and heap, then BubbleSort over the top 2K; paper
-       sec. 4), the *sequential* plan, asks the fewest questions for a top-K, so it reaches the deepest rerank on
-       a small budget; ``parallel_mohajer`` (the same tournaments in about 7 parallel rounds, then a round-robin
-       and placements), the *parallel* plan, asks more questions and spends what is left on both slot orders of
-       the pairs that decide the top-K. The plan that reaches the larger depth runs; at the same depth, the one
-       whose questions the budget pays a larger share of; when both are complete, the parallel one (more of the
-       budget spent on decisions, fewer rounds). Under a round cap the sequential plan (about 40-60 rounds) does
-       not fit and the parallel one runs.
     3. **Calls left** once the plan is complete (the judge agreed with the first stage more often than planned,
-       or the plan reached all N): the pairs answered in one slot order that involve a top-K item are asked in
-       both orders and the top-K is re-decided (``parallel.confirm``; ``parallel_mohajer`` does this itself).
+       or the plan covers all N): pairs answered in one slot order are asked in both orders, those of a top-K
+       item first, then the others by their better rank, and the top-K is re-decided over the evidence
+       (``parallel.confirm``); ``parallel_mohajer`` confirms the pairs of its top-K itself.
 
     So the depth grows with the budget up to N, and the budget beyond the complete plan over N confirms the
     top-K. Why a budget-planned depth: a plan the budget cuts short leaves its later candidates in prior order,
@@ -73,8 +73,8 @@ class BudgetDepth(Ranker):
     docs/judges.md.
 
     Args:
-        sequential: the sequential plan (default ``MohajerBubble()``).
-        parallel: the parallel plan (default ``ParallelMohajer()``; it confirms the top-K itself).
+        sequential: the plan without a round cap (default ``MohajerBubble()``).
+        parallel: the plan under a round cap (default ``ParallelMohajer()``; it confirms the top-K itself).
 
     Output: a permutation of ``range(N)``: the plan's order of the top ``d``, then the rest in prior order.
     ``plan(ctx)`` says which ranker and depth a query gets.
@@ -105,13 +105,13 @@ class BudgetDepth(Ranker):
         for rank, (inner, depths) in enumerate(((self.sequential, [*range(k, n, k), n]),
                                                (self.parallel, [*(k << lv for lv in range(n.bit_length())), n]))):
             size = {d: plan_size(inner, d, k) for d in depths if least <= d <= n}
-            if rank == 0 and rounds is not None and size[least][1] > rounds:
-                continue  # the sequential plan does not fit the round cap at any depth
+            if rounds is not None and size[least][1] > rounds and rank == 0:
+                continue  # the round cap leaves the sequential plan no depth at all
             fits = [d for d, (questions, steps) in size.items() if (calls is None or questions * cost <= calls)
                     and (rounds is None or steps <= rounds)]
             depth = max(fits, default=least)
             paid = 1.0 if calls is None else min(1.0, calls / (size[depth][0] * cost or 1))
-            options.append((depth, paid, rank, inner))
+            options.append((depth, paid, -rank, inner))
         depth, _, _, inner = max(options, key=lambda o: o[:3])
         return inner, depth
 
@@ -123,6 +123,6 @@ class BudgetDepth(Ranker):
         else:
             ev = Evidence()
             order = yield from ev.record(inner.schedule(sub))
-            if ctx.calls_per_pair == 1:
-                order = yield from confirm(sub, ev, order, lambda: ev.record(inner.schedule(sub)))
+            if ctx.calls_per_pair == 1:  # the top-K's pairs first, then the others by their better rank
+                order = yield from confirm(sub, ev, order, lambda: ev.record(inner.schedule(sub)), reach=depth)
         return complete(order, ctx.n)

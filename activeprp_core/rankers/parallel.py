@@ -106,22 +106,24 @@ class ParallelMohajer(Ranker):
 
 def decisive(ev: Evidence, order: list[int], k: int) -> list[tuple[int, int]]:
     """Pairs of ``ev`` answered in one slot order only that involve a top-``k`` item of ``order``, best ranks
-    first."""
+    first (by the better rank of the pair, then the other)."""
     rank = {x: r for r, x in enumerate(order)}
     pairs = [p for p, o in ev.outcomes.items()
              if o is not None and p not in ev.both and min(rank[p[0]], rank[p[1]]) < k]
     return sorted(pairs, key=lambda p: sorted((rank[p[0]], rank[p[1]])))
 
 
-def confirm(ctx: RankContext, ev: Evidence, order: list[int], rerun: Callable[[], Schedule]) -> Schedule:
+def confirm(ctx: RankContext, ev: Evidence, order: list[int], rerun: Callable[[], Schedule],
+            reach: int | None = None) -> Schedule:
     """Spend the calls left once a plan is complete where they can still change the top-K: ask the ``decisive``
-    pairs of ``order`` in both slot orders (best ranks first, a third of the calls left per round: two calls per
-    confirmed pair stay for the re-decision), then re-decide with ``rerun()`` (a schedule over the same evidence;
-    pairs already answered cost nothing), until no such pair is left, a cap is exhausted or no round is left. A
-    re-decision the caps cut short is not adopted. Returns the order (``order`` when nothing was confirmed)."""
+    pairs of ``order`` (those with an item in its top ``reach``, default K) in both slot orders (best ranks first, a
+    third of the calls left per round: two calls per confirmed pair stay for the re-decision), then re-decide with
+    ``rerun()`` (a schedule over the same evidence; pairs already answered cost nothing), until no such pair is
+    left, a cap is exhausted or no round is left. A re-decision the caps cut short is not adopted. Returns the
+    order (``order`` when nothing was confirmed)."""
     caps = ctx.caps
     while not caps.exhausted and caps.rounds_left != 0:
-        todo = decisive(ev, order, ctx.top)
+        todo = decisive(ev, order, ctx.top if reach is None else reach)
         if not todo:
             break
         if caps.calls_left is not None:
