@@ -126,7 +126,7 @@ def largest_fall(scores: Scores, pick: dict[Cell, str], span: tuple[float, float
 
 
 def rules_tried(scores: Scores, goal: Sequence[Cell], span: tuple[float, float], tolerance: float = TOLERANCE,
-                tolerances: Sequence[float] = (0.0, 0.25, 0.5, 1.0), rule: str = RULE) -> str:
+                tolerances: Sequence[float] = (0.0, 0.5, 1.0, 1.5, 2.0), rule: str = RULE) -> str:
     """Markdown table comparing choice rules on one (N, K) setting: ``regret_choice`` at several tolerances,
     ``single_row_choice`` and ``fewest_rows_choice`` (``rule`` at ``tolerance`` is marked shipped); per rule its
     changes along the budget axis, its in-sample worst regret and its leave-one-judge-out worst regret (goal cells

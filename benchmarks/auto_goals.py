@@ -3,11 +3,12 @@
 Per (N, K) setting of the rows given (nDCG@K points; "kept" judges beat the first stage, ``autotable.MARGIN``):
 
 - **regret**: at each goal cell (N=100: B in {N, 1.5N, 2.5N, 5N} x caps none, 6, 10; N=20: B=50, cap 6), the
-  leave-one-judge-out (LOJO) regret of the shipped rule (``autotable.RULE``, the choice made without the judge)
+  leave-one-judge-out (LOJO) regret of the table's rule (the one its ``source`` names, applied without the judge)
   against the judge's best measured row, its worst judge with a paired bootstrap CI over queries, and the cell's
   in-sample minimax (``regret_study.cell_minimax``: no choice among the measured rows does better); the goal is
-  at most 1.0, or at most the minimax + 0.5 where the minimax is above 0.5;
-- **more budget, more quality**: per kept judge, the largest fall of ``auto``'s nDCG as B grows from 50 to 500
+  at most 1.0, or at most the minimax + 0.5 where the minimax is above 0.5; then the rules compared
+  (``regret.rules_tried`` over caps none, 6 and 10);
+- **more budget, more quality**: per kept judge, the largest fall of ``auto``'s nDCG as B grows from N/2 to 5N
   (any earlier budget to any later one, per cap) with its CI, and the cells where ``auto`` spends less than 90% of
   its budget while more than 1 point below the best row;
 - **stable choice**: the changes of the resolved ranker x oracle along B in {50, 100, ..., 500, none} per cap;
@@ -54,12 +55,13 @@ from activeprp_bench.autotable import (  # noqa: E402
     table_choice,
 )
 from activeprp_bench.grid import open_rows  # noqa: E402
-from activeprp_bench.regret import choice_changes, falls, label, lojo_regret  # noqa: E402
+from activeprp_bench.regret import choice_changes, falls, label, lojo_regret, rules_tried  # noqa: E402
 from activeprp_bench.stats import macro_diff_ci  # noqa: E402
 
 #: Per setting, the goal cells (budget, cap) when not N=100's.
 GOALS = {(20, 3): [(50, 6)]}
-SPAN = (50, 500)
+#: The budget axis as B/N: the falls and the spending are read from N/2 to 5N (50 to 500 at N=100).
+AXIS = (0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0)
 
 
 def per_query(paths: list[str], wanted: set[tuple]) -> dict[tuple, dict[tuple[str, str], float]]:
@@ -92,7 +94,8 @@ def best_row(scores: dict, judge: str, cell: Cell) -> str:
 
 
 def setting_report(n: int, k: int, fam: Family, table: dict, reference: dict | None, paths: list[str]) -> str:
-    rule = make_rule(RULE, TOLERANCE)
+    rule_name, tolerance = source_rule(table["source"])
+    rule = make_rule(rule_name, tolerance)
     kept = fam.kept()
     scores, everyone = kept.ndcg, fam.ndcg
     cells = sorted({c for by_cell in scores.values() for c in by_cell if c[1] in GOAL_CAPS})
@@ -100,6 +103,7 @@ def setting_report(n: int, k: int, fam: Family, table: dict, reference: dict | N
     goal = GOALS.get((n, k)) or goal_cells(cells, n, GOAL_BUDGETS_PER_N)
     lojo = lojo_regret({j: {c: v for c, v in s.items() if c[1] in GOAL_CAPS} for j, s in scores.items()}, rule=rule)
     rng = np.random.default_rng([0, n, k])
+    span = (AXIS[0] * n, AXIS[-1] * n)
     out = [f"## N={n}, K={k}: {len(scores)} judges that beat the first stage; excluded: "
            f"{', '.join(fam.excluded()) or 'none'}\n"]
 
@@ -107,7 +111,7 @@ def setting_report(n: int, k: int, fam: Family, table: dict, reference: dict | N
     worst = {c: max((lojo[j][c], j) for j in lojo if c in lojo[j]) for c in goal}
     picks = {c: rule({i: s for i, s in scores.items() if i != worst[c][1]})[c] for c in goal}
     wanted = {(j, n, k, name, *c) for c, (_, j) in worst.items() for name in (best_row(scores, j, c), picks[c])}
-    wanted |= {(j, n, k, auto[c], *c) for j in everyone for c in cells if SPAN[0] <= c[0] <= SPAN[1]}
+    wanted |= {(j, n, k, auto[c], *c) for j in everyone for c in cells if span[0] <= c[0] <= span[1]}
     wanted |= {(j, n, k, best_row(everyone, j, c), *c) for j in fam.excluded() for c in goal if c in everyone[j]}
     queries = per_query(paths, wanted)
     out += ["| cell (B, cap) | auto (the table) | LOJO worst [judge] | its regret, 95% CI | minimax [row] | goal "
@@ -121,12 +125,16 @@ def setting_report(n: int, k: int, fam: Family, table: dict, reference: dict | N
         out.append(f"| {label(c[0])}, {label(c[1])} | {auto[c]} | {w:.2f} [{j}] | {diff} | {mm:.2f} [{mm_row}] | "
                    f"{target:.2f} | {'yes' if w <= target + 1e-9 else 'no'} |")
 
+    goal_scores = {j: {c: v for c, v in s.items() if c[1] in GOAL_CAPS} for j, s in scores.items()}
+    out += ["", rules_tried(goal_scores, goal, (AXIS[0] * n, AXIS[-1] * n), tolerance, rule=rule_name)]
+
     # more budget, more quality; spending
-    out += ["", f"Largest fall of auto's nDCG@{k} as B grows from {SPAN[0]} to {SPAN[1]} (per cap, any earlier budget "
-            "to any later one) [95% CI], and cells where auto spends < 90% of B while > 1 point below the best row:",
+    out += ["", f"Largest fall of auto's nDCG@{k} as B grows from {span[0]:g} to {span[1]:g} (per cap, any earlier "
+            "budget to any later one) [95% CI], and cells where auto spends < 90% of B while > 1 point below the best "
+            "row:",
             "", "| judge | largest fall | cap, budgets | under-spent cells |", "|---|---:|---|---|"]
     for j in scores:
-        fall = max(falls({j: scores[j]}, auto, SPAN), default=None)
+        fall = max(falls({j: scores[j]}, auto, span), default=None)
         if fall is None or fall[0] <= 0:
             text, where = "0.00", "-"
         else:
@@ -140,10 +148,10 @@ def setting_report(n: int, k: int, fam: Family, table: dict, reference: dict | N
         out.append(f"| {j} | {text} | {where} | {'; '.join(under) or '-'} |")
 
     # stable choice
-    axis = [b for b in (*range(50, 501, 50), -1)]
+    axis = [*(round(r * n) for r in AXIS), -1]
     resolved = table_choice(table, n, k, [(b, m) for m in GOAL_CAPS for b in axis])
-    out += ["", "Changes of the resolved ranker x oracle along B in {50, ..., 500, none}: " + ", ".join(
-        f"cap {label(m)}: {c}" for m, c in choice_changes(resolved).items()) + " (" + "; ".join(
+    out += ["", f"Changes of the resolved ranker x oracle along B in {{{axis[0]}, ..., {axis[-2]}, none}}: "
+            + ", ".join(f"cap {label(m)}: {c}" for m, c in choice_changes(resolved).items()) + " (" + "; ".join(
         f"cap {label(m)}: " + " -> ".join(dict.fromkeys(resolved[(b, m)] for b in axis)) for m in GOAL_CAPS) + ")"]
 
     # judges that do not beat the first stage
@@ -165,6 +173,14 @@ def setting_report(n: int, k: int, fam: Family, table: dict, reference: dict | N
                     f"{j} {everyone[j][c][auto[c]] - everyone[j][c][before]:+.2f}" for j in everyone
                     if before in everyone[j].get(c, {}) and auto[c] in everyone[j].get(c, {}))]
     return "\n".join(out) + "\n"
+
+
+def source_rule(source: str) -> tuple[str, float]:
+    """The choice rule and tolerance of a table's ``source`` command (``autotable.RULE``/``TOLERANCE`` when it
+    names none)."""
+    words = shlex.split(source)
+    rule = words[words.index("--rule") + 1] if "--rule" in words else RULE
+    return rule, float(words[words.index("--tolerance") + 1]) if "--tolerance" in words else TOLERANCE
 
 
 def source_rows(source: str) -> list[str]:
