@@ -9,7 +9,6 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from .budget import RULES
 from .errors import ComparatorError, ComparatorUnavailable, RankerError
 from .types import Judgment, RerankResult
 
@@ -46,10 +45,9 @@ def finish(r: Reranking, order: list[int]) -> RerankResult:
         log.warning("rerank of %d candidates %s: %d of %d calls failed%s", n,
                     "degraded to the prior order for what was unknown" if r.failure else "finished",
                     counts.failed_calls, counts.calls, f" ({'; '.join(r.errors)})" if r.errors else "")
-    s = r.settings
     return RerankResult(
         candidates=r.candidates, order=order, scores=_scores(order),
-        ranker=r.ranker.name, oracle=r.oracle.name, **{cap: getattr(s, cap) for cap in RULES}, top_k=r.top_k,
+        **{**r.settings.as_dict(), "ranker": r.ranker.name, "oracle": r.oracle.name},
         exhausted=r.exhausted, exhausted_by=list(r.exhausted_by), failure=r.failure, errors=list(r.errors),
         converged=not r.exhausted and counts.failed_calls == 0 and r.failure is None, judge=r.answers.own.stats(),
         **counts.counts())

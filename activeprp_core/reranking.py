@@ -11,7 +11,7 @@ from collections.abc import Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .budget import RULES, BudgetView, Caps
+from .budget import BudgetView, Caps
 from .closing import fail_batch, finish
 from .comparators.base import Comparator, as_comparator
 from .errors import RankerError
@@ -77,7 +77,7 @@ class Reranking:
         self.settings = s = RerankSettings.of(settings, **options)
         self.query, self.candidates = query, check_candidates(query, candidates)
         self.top_k, self.on_failure, self.cache = s.top_k, s.on_failure, s.cache
-        self.caps = Caps({name: getattr(s, name) for name in RULES})
+        self.caps = Caps(s.as_dict())
         self.comparator = Comparator if comparator is None else as_comparator(comparator)
         ranker, oracle = choose(len(self.candidates), self.top_k, s.budget, s.max_rounds, s.ranker, s.oracle)
         self.ranker: Ranker = get_ranker(ranker)
@@ -86,8 +86,8 @@ class Reranking:
         self._oracle_rng, ranker_rng = random.Random(streams.getrandbits(64)), random.Random(streams.getrandbits(64))
         view = BudgetView(self.caps.caps, lambda: self.exhausted or self.failure is not None,
                           lambda pairs: _affordable(self, pairs))
-        ctx = RankContext(len(self.candidates), self.top_k, ranker_rng, s.budget, self.oracle.calls_per_pair,
-                          s.max_rounds, view)
+        ctx = RankContext(len(self.candidates), self.top_k, ranker_rng, calls_per_pair=self.oracle.calls_per_pair,
+                          caps=view)
         self.answers = Answers(prior_answers)  # the pair cache, with the judge's running record
         self.counts = Accounting()
         self.exhausted_by: list[str] = []  # the caps that refused a question
