@@ -25,7 +25,7 @@ from typing import Any
 
 from .budget import check_count
 from .comparators.base import CallGuard, Comparator, SupportsCompare, as_comparator
-from .reranking import DONE, Batch, Reranking, check_candidates  # noqa: F401 (re-exported)
+from .reranking import DONE, Batch, Done, Reranking, check_candidates  # noqa: F401 (re-exported)
 from .settings import MAX_CONSECUTIVE_FAILURES, ON_FAILURE, OnFailure, RerankSettings, takes_settings  # noqa: F401
 from .types import Candidate, RerankResult
 
@@ -120,10 +120,10 @@ def rerank(query: str, candidates: Sequence[Candidate], settings: RerankSettings
         settings: a ``RerankSettings``; ``**options`` are its fields, given directly or replacing its values:
             ``ranker``, ``oracle``, ``budget`` (calls; required), ``max_rounds``, ``token_budget``,
             ``time_budget`` (seconds), ``top_k``, ``seed``, ``cache``, ``on_failure``, ``max_concurrency``,
-            ``max_consecutive_failures`` (see ``RerankSettings``). ``auto`` ranker/oracle is resolved from measured data for (N, top_k, budget,
-            max_rounds) (``activeprp_core.rankers.auto.choose``); ``RerankResult.ranker``/``oracle`` name the
-            choice. A question past a cap is refused: the ranker is told and still returns a permutation, and
-            ``RerankResult.exhausted_by`` names the caps that refused.
+            ``max_consecutive_failures`` (see ``RerankSettings``). ``auto`` ranker/oracle is resolved from
+            measured data for (N, top_k, budget, max_rounds) (``activeprp_core.rankers.auto.choose``);
+            ``RerankResult.ranker``/``oracle`` name the choice. A question past a cap is refused: the ranker is
+            told and still returns a permutation, and ``RerankResult.exhausted_by`` names the caps that refused.
         comparator: a ``Comparator``, or any object with ``compare(query, pairs) -> list[float | None]``.
 
     Returns:

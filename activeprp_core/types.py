@@ -9,7 +9,6 @@ from typing import Any
 
 from .errors import InvalidAnswer
 from .judging import JudgeStats
-from .settings import FIELDS
 
 
 @dataclass
@@ -138,6 +137,10 @@ class Accounting:
         return {f.name: getattr(self, f.name) for f in fields(Accounting)}
 
 
+SETTING = {"setting": True}
+"""The metadata of the ``RerankResult`` fields that echo a ``RerankSettings`` field."""
+
+
 @dataclass(kw_only=True)
 class RerankResult(Accounting):
     """What one reranking of one query produced (the ``Accounting`` fields plus the order and its settings).
@@ -163,18 +166,19 @@ class RerankResult(Accounting):
     candidates: list[Candidate]
     order: list[int]
     scores: list[float]
-    ranker: str
-    oracle: str
-    budget: int | None
-    top_k: int
-    max_rounds: int | None = None
-    token_budget: int | None = None
-    time_budget: float | None = None
-    seed: int = 0
-    cache: bool = True
-    on_failure: str = "raise"
-    max_concurrency: int | None = None
-    max_consecutive_failures: int | None = 5
+    # the settings, in ``RerankSettings``' order (``SETTING`` marks them for ``stats()``)
+    ranker: str = field(metadata=SETTING)
+    oracle: str = field(metadata=SETTING)
+    budget: int | None = field(metadata=SETTING)
+    max_rounds: int | None = field(default=None, metadata=SETTING)
+    token_budget: int | None = field(default=None, metadata=SETTING)
+    time_budget: float | None = field(default=None, metadata=SETTING)
+    top_k: int = field(metadata=SETTING)
+    seed: int = field(default=0, metadata=SETTING)
+    cache: bool = field(default=True, metadata=SETTING)
+    on_failure: str = field(default="raise", metadata=SETTING)
+    max_concurrency: int | None = field(default=None, metadata=SETTING)
+    max_consecutive_failures: int | None = field(default=5, metadata=SETTING)
     exhausted: bool = False
     exhausted_by: list[str] = field(default_factory=list)
     converged: bool = False
@@ -195,6 +199,6 @@ class RerankResult(Accounting):
     def stats(self) -> dict[str, Any]:
         """The settings (every ``RerankSettings`` field, in declaration order), the accounting fields, the status
         and ``judge`` (``JudgeStats.as_dict``) as one plain dict."""
-        settings = {k: getattr(self, k) for k in FIELDS}
+        settings = {f.name: getattr(self, f.name) for f in fields(self) if f.metadata.get("setting")}
         status = {k: getattr(self, k) for k in ("exhausted", "exhausted_by", "converged", "failure", "errors")}
         return {**settings, **self.counts(), **status, "judge": self.judge.as_dict()}

@@ -214,7 +214,11 @@ def test_the_values_sent_are_not_defaults():
 
 
 def test_the_declarations_derive_the_lists():
-    assert set(FIELDS) == {f for f in RerankSettings.__dataclass_fields__}
+    from dataclasses import fields
+
+    from activeprp_core.types import RerankResult
+
+    assert [f.name for f in fields(RerankResult) if f.metadata.get("setting")] == list(FIELDS)  # the echo
     assert MANY_PER_REQUEST == PER_REQUEST and {"budget", "max_rounds", "top_k", "seed"} <= set(PER_REQUEST)
     assert set(CAPS) <= set(PER_REQUEST) and {"budget", "max_rounds", "token_budget"} <= set(CAPS)
     assert (ONLINE.ranker, ONLINE.oracle, ONLINE.budget, ONLINE.max_rounds) == ("auto", "auto", 50, 6)
