@@ -28,9 +28,16 @@ from .base import RankContext, Ranker, Schedule
 
 AUTO = "auto"
 TABLE = "auto_table.json"
-#: The round cap of the online defaults (LangChain / LlamaIndex wrappers, ``activeprp rerank``): a 20-document
-#: rerank at top_n 3 and budget 50 stays within 6 rounds (about 3 s at 0.5 s per call; docs/latency.md).
-ONLINE_MAX_ROUNDS = 6
+
+
+def __getattr__(name: str) -> Any:
+    """``ONLINE_MAX_ROUNDS``: the round cap of the online preset, ``activeprp_core.settings.ONLINE.max_rounds``
+    (read from there: the settings import this module)."""
+    if name == "ONLINE_MAX_ROUNDS":
+        from ..settings import ONLINE
+
+        return ONLINE.max_rounds
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @cache
