@@ -1,5 +1,5 @@
 #!/bin/sh
-# Judges whose relevant documents sit deep in the first stage: Cranfield (first 120 judged queries, BM25 top-100
+# Judges on a weak first stage: Cranfield (first 120 judged queries, BM25 top-100
 # from bm25s, nDCG@10 31.2), N=100, K=10, judges calibrated and strong-bias labelled NAME@cranfield; the rows of
 # the N=100 family grid (8 rankers and budget_depth x randomized, bidirectional, adaptive) at B in {50..500, none}
 # x caps {none, 6, 10}, 3 randomized seeds (bidirectional: 1); 2 worker processes, rows cached per unit in $CACHE.
