@@ -14,7 +14,7 @@
         --out /tmp/latency
     activeprp bench walltime --data ../shared/data --rankers auto --oracles auto --budgets 50 --max-rounds 6 \
         --depth 20 --top-k 3
-    activeprp bench auto-table --from-csv benchmarks/results/auto_source/*/rows.csv.gz
+    activeprp bench auto-table --from-csv ROWS...   # the shipped table: the command in its own "source"
 """
 
 from __future__ import annotations

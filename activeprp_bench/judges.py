@@ -320,9 +320,9 @@ def mild_bias(qrels: Qrels, seed: int = 0, *, queries: Mapping[str, str] | None 
 
 @_register("strong-bias", JudgeInfo("hard", 0.40, None))
 def strong_bias(qrels: Qrels, seed: int = 0, *, queries: Mapping[str, str] | None = None) -> Comparator:
-    """``calibrated`` with a strong position bias (``STRONG_BIAS``, fitted to flip 40% of pairs, the top of
-    the issue's 0-40% range; the bundled model under the A/B prompt is the extreme, 100%). Not calibrated to a
-    published judge."""
+    """``calibrated`` with a strong position bias (``STRONG_BIAS``, fitted to flip 40% of pairs, the top of the
+    family's 0-40% range of flip rates; the bundled model under the A/B prompt is the extreme, 100%). Not calibrated
+    to a published judge."""
     return _graded("strong-bias", replace(CALIBRATED, position_bias=STRONG_BIAS))(qrels, seed, queries=queries)
 
 
