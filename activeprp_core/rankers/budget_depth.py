@@ -24,7 +24,7 @@ def plan_size(ranker: Ranker, n: int, k: int) -> tuple[int, int]:
     """``(questions, rounds)`` of ``ranker``'s whole plan over ``n`` candidates for the top ``k`` when every answer
     agrees with the first stage (the lower candidate index wins), with no cap: the distinct unordered pairs it
     asks, and the rounds that ask at least one of them. Computed once per (ranker, n, k) by running the ranker's
-    schedule; a judge that disagrees with the first stage makes the plan ask more (about 5-15% at N=100, K=10)."""
+    schedule; a judge that disagrees with the first stage makes the plan ask more."""
     key = (repr(ranker), n, k)
     if key not in _SIZES:
         schedule, asked, rounds = ranker.schedule(RankContext(n, k)), set(), 0
