@@ -65,7 +65,7 @@ def lojo_worst(scores, feats, k: int) -> dict[str, tuple[float, tuple[int, int]]
     out = {}
     for j in scores:
         others = sorted((i for i in scores if i != j), key=lambda i: (math.dist(feats[i], feats[j]), i))[:k]
-        choice = regret_choice({i: scores[i] for i in others})
+        choice = regret_choice({i: scores[i] for i in others}, tolerance=1.0)
         out[j] = max((regret(scores, j, c, n), c) for c, n in choice.items()
                      if c in GOAL_CELLS and c in scores[j] and n in scores[j][c])
     return out
