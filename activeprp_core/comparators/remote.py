@@ -187,7 +187,6 @@ class RemoteComparator(Comparator):
         Raises:
             ``error`` itself when it is no transport failure (a bug).
         """
-        late = not isinstance(error, DeadlinePassed)  # not a retry the deadline stopped
         if isinstance(error, (DeadlinePassed, _InFlight)):
             if not tries.count:
                 return unsent()
@@ -198,7 +197,7 @@ class RemoteComparator(Comparator):
             error = tries.last
         if not self._handled(error):
             raise error
-        if late and tries.timed_out(self._fault(error)):  # its timeout was the time left: cut in flight
+        if tries.timed_out(self._fault(error)):  # its last attempt failed only at the deadline: cut in flight
             if record:
                 guard.record(None)
             return cut_in_flight(tries.count - 1)
