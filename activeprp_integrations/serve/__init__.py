@@ -1,9 +1,12 @@
 """``activeprp serve``: a rerank HTTP service compatible with Cohere's rerank API, backed by any comparator.
 
 Routes: ``POST /v2/rerank`` and ``/v1/rerank`` (Cohere), ``POST /rerank`` (Jina's ``documents`` or TEI's
-``texts`` shape), ``GET /health``, ``GET /metrics`` (Prometheus). Concurrent requests share one comparator
-through ``activeprp_core.stream.arerank_stream`` (``service.RerankService``). ``create_app`` builds the FastAPI
-app for mounting or tests; the command runs it under uvicorn (graceful shutdown finishes the requests in flight).
+``texts`` shape), ``GET /health`` (liveness), ``GET /ready`` (the judge is usable), ``GET /metrics``
+(Prometheus). Concurrent requests are admitted up to ``--max-active`` at once and ``--max-queue`` waiting, each
+within its time budget, on one shared judge with one circuit breaker (``service.RerankService`` over
+``activeprp_core.stream.RerankPool``); API keys, body caps and disconnects are checked by ``gate.Gate``.
+``create_app`` builds the FastAPI app for mounting or tests; the command runs it under uvicorn (graceful shutdown
+finishes the requests in flight).
 Needs the ``serve`` extra: ``pip install "activeprp[serve]"`` (fastapi, uvicorn, prometheus-client); importing
 this package does not import them, ``create_app`` and the command do.
 """
@@ -12,7 +15,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ipaddress
 import os
+import sys
 from typing import Any
 
 from activeprp_cli.rerank import add_comparator_args, add_ranking_args, count, make_comparator
@@ -23,9 +28,24 @@ __all__ = ["add_parser", "create_app", "main"]
 
 DEFAULT_MAX_DOCUMENTS = 1000
 DEFAULT_MAX_DOCUMENT_BYTES = 32 * 1024
-DEFAULT_MAX_ACTIVE = 256
-"""Requests reranked at once by default: more than ``arerank_many``'s 64, since a request waiting for a slot waits
-for whole rounds (measured: 200 concurrent requests, 10 ms judge: 0.59 s at 256 vs 0.91 s at 64)."""
+DEFAULT_MAX_ACTIVE = 32
+"""Requests reranked at once by default: enough to keep the judge's calls in flight busy (each request's round
+holds a few calls; 8 in flight by default) and a local model's batches full, few enough that the requests that came
+first finish first (benchmarks/results/serve/)."""
+DEFAULT_MAX_QUEUE = 256
+"""Requests waiting for a slot by default; one more is refused at once with 429."""
+DEFAULT_TIME_BUDGET = 30.0
+"""Seconds per request by default (and the most a request may ask for), counted from its arrival."""
+DEFAULT_MAX_QUERY_BYTES = 8192
+"""UTF-8 bytes of a query by default (the query goes into every prompt)."""
+DEFAULT_COOL_DOWN = 5.0
+"""Seconds the judge's circuit breaker stays open before one probe call decides whether it closes."""
+DEFAULT_JUDGE_TIMEOUT = 10.0
+DEFAULT_JUDGE_RETRIES = 1
+"""The judge's per-call timeout and retries by default: a dead judge's call fails in about 21 s (two attempts and
+a backoff), inside the default time budget, so the breaker opens rather than every request running out of time."""
+AUTH_KEYS_ENV = "ACTIVEPRP_AUTH_KEYS"
+"""The environment variable holding API keys the service accepts (comma-separated), beside ``--auth-key``."""
 EXTRA_HINT = ('activeprp serve needs the serve extra: pip install "activeprp[serve]" '
               "(fastapi, uvicorn, prometheus-client)")
 
@@ -43,6 +63,39 @@ def create_app(comparator: Any, **settings: Any):
     return create(comparator, **settings)
 
 
+def seconds(none_words: tuple[str, ...] = ()):
+    """An argparse ``type`` for a number of seconds > 0 (or None for ``none_words``)."""
+
+    def parse(text: str) -> float | None:
+        if text.lower() in none_words:
+            return None
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+        if not 0 < value < float("inf"):
+            raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text}")
+        return value
+
+    return parse
+
+
+def auth_keys(args: argparse.Namespace) -> list[str]:
+    """The API keys the service accepts: every ``--auth-key`` and those in ``$ACTIVEPRP_AUTH_KEYS``."""
+    from_env = os.environ.get(AUTH_KEYS_ENV, "").split(",")
+    return [k.strip() for k in [*(args.auth_key or []), *from_env] if k.strip()]
+
+
+def loopback(host: str) -> bool:
+    """Whether ``host`` is a loopback interface (127.0.0.0/8, ::1, localhost)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def add_parser(subparsers: Any) -> None:
     """Register ``activeprp serve``."""
     p = subparsers.add_parser("serve", help="serve Cohere-compatible reranking over HTTP (/v2/rerank)",
@@ -56,10 +109,31 @@ def add_parser(subparsers: Any) -> None:
                    help="documents per request (default %(default)s)")
     g.add_argument("--max-document-bytes", type=count(minimum=1), default=DEFAULT_MAX_DOCUMENT_BYTES,
                    help="UTF-8 bytes per document (default %(default)s)")
+    g.add_argument("--max-query-bytes", type=count(minimum=1), default=DEFAULT_MAX_QUERY_BYTES,
+                   help="UTF-8 bytes of the query (default %(default)s)")
+    g.add_argument("--max-body-bytes", type=count(minimum=1), default=None,
+                   help="bytes of a request body, refused as soon as it is passed, chunked or not (default: the "
+                        "documents at their caps with JSON escaping, at most 64 MB)")
     g.add_argument("--max-active", type=count(minimum=1), default=DEFAULT_MAX_ACTIVE,
                    help="requests reranked at once, the others queue (default %(default)s)")
+    g.add_argument("--max-queue", type=count(minimum=0), default=DEFAULT_MAX_QUEUE,
+                   help="requests waiting for a slot; one more gets 429 with Retry-After (default %(default)s)")
+    g.add_argument("--time-budget", type=seconds(("none",)), default=DEFAULT_TIME_BUDGET,
+                   help="seconds per request from its arrival, the queue included: the default and the most a "
+                        "request may ask for (none = no cap; default %(default)s)")
+    g.add_argument("--auth-key", action="append", metavar="KEY",
+                   help="an API key the rerank routes accept as 'Authorization: Bearer KEY' (repeatable; also "
+                        f"${AUTH_KEYS_ENV}, comma-separated); without any, no key is asked")
     g.add_argument("--shutdown-timeout", type=float, default=60.0,
                    help="seconds a graceful shutdown waits for requests in flight (default %(default)s)")
+    j = p.add_argument_group("the judge's failures")
+    j.add_argument("--judge-timeout", type=seconds(), default=DEFAULT_JUDGE_TIMEOUT,
+                   help="openai: seconds per call attempt (default %(default)s)")
+    j.add_argument("--judge-retries", type=count(minimum=0), default=DEFAULT_JUDGE_RETRIES,
+                   help="openai: retries of a call that timed out or failed transiently (default %(default)s)")
+    j.add_argument("--cool-down", type=seconds(), default=DEFAULT_COOL_DOWN,
+                   help="seconds the judge's circuit breaker stays open before one probe call decides whether it "
+                        "closes (default %(default)s)")
     p.set_defaults(func=main)
 
 
@@ -76,12 +150,18 @@ def main(args: argparse.Namespace) -> int:
         from .app import create_app as create
     except ImportError as err:
         raise InputError(f"{EXTRA_HINT} ({err})") from None
+    keys = auth_keys(args)
+    if not keys and not loopback(args.host):
+        print(f"warning: serving on {args.host} without an API key: anyone who can reach it spends the judge's "
+              f"budget; set --auth-key or ${AUTH_KEYS_ENV}", file=sys.stderr)
     with make_comparator(args) as comparator:
         try:
-            app = create(comparator, budget=args.budget, max_rounds=args.max_rounds, top_k=args.top_k,
-                         ranker=args.ranker, oracle=args.oracle, seed=args.seed, on_failure=args.on_failure,
-                         max_active=args.max_active, max_documents=args.max_documents,
-                         max_document_bytes=args.max_document_bytes,
+            app = create(comparator, budget=args.budget, max_rounds=args.max_rounds, token_budget=args.token_budget,
+                         time_budget=args.time_budget, top_k=args.top_k, ranker=args.ranker, oracle=args.oracle,
+                         seed=args.seed, on_failure=args.on_failure, max_active=args.max_active,
+                         max_queue=args.max_queue, max_documents=args.max_documents,
+                         max_document_bytes=args.max_document_bytes, max_query_bytes=args.max_query_bytes,
+                         max_body_bytes=args.max_body_bytes, auth_keys=keys, cool_down=args.cool_down,
                          secrets=[args.api_key, os.environ.get("OPENAI_API_KEY")])
         except (TypeError, ValueError) as err:
             raise InputError(str(err)) from None
