@@ -254,21 +254,15 @@ async def _drive(reranking: Reranking, guard: RequestGuard, ask: Callable[[Batch
     loop = asyncio.get_running_loop()
     while not reranking.done:
         batch, sent_before = reranking.next_batch(), guard.completed
-        if deadline is None:
-            call = ask(batch)
-        else:
-            left = deadline - loop.time()
-            call = asyncio.ensure_future(ask(batch)) if left > 0 else None
-            if call is None or not (await asyncio.wait({call}, timeout=left))[0]:
-                if call is not None:
-                    call.cancel()
-                    with contextlib.suppress(BaseException):
-                        await call
+        left = None if deadline is None else deadline - loop.time()
+        try:
+            if left is not None and left <= 0:
+                raise asyncio.TimeoutError
+            answers = await asyncio.wait_for(ask(batch), left)  # past the deadline: the round is cancelled
+        except Exception as error:
+            if isinstance(error, asyncio.TimeoutError) and deadline is not None and loop.time() >= deadline:
                 _out_of_time(reranking, guard.completed - sent_before)
                 return
-        try:
-            answers = await call
-        except Exception as error:
             if isinstance(error, ComparatorAuthError):  # refused for every request, whichever comparator said so
                 guard.trip(error)
             reranking.fail(error, sent=guard.completed - sent_before)
