@@ -7,7 +7,7 @@ import asyncio
 import hmac
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 CLIENT_GONE = 499
@@ -28,17 +28,19 @@ class Gate:
 
     1. the key: with ``keys``, a request without ``Authorization: Bearer <one of them>`` gets 401 (compared
        with ``hmac.compare_digest``, every key tried);
-    2. the body cap: a body whose ``Content-Length`` or whose bytes read so far (chunked or not) pass
+    2. the queue: when ``overloaded()`` returns an ``Overloaded`` (the service's queue is full), 429 with
+       ``Retry-After`` before the body is read;
+    3. the body cap: a body whose ``Content-Length`` or whose bytes read so far (chunked or not) pass
        ``max_body_bytes`` gets 413 at once; at most the cap is held in memory;
-    3. the disconnect: once the body is read, a client that goes away cancels the handler (so its rerank sends
+    4. the disconnect: once the body is read, a client that goes away cancels the handler (so its rerank sends
        no further call) and is counted with status 499;
-    4. ``metrics``: requests by route and status, their latency and how many are in progress.
+    5. ``metrics``: requests by route and status, their latency and how many are in progress.
     """
 
     def __init__(self, app: Any, *, routes: Iterable[str], keys: Iterable[str], max_body_bytes: int,
-                 metrics: Any) -> None:
+                 metrics: Any, overloaded: Callable[[], Any]) -> None:
         self.app, self.routes, self.max_body_bytes, self.metrics = app, frozenset(routes), max_body_bytes, metrics
-        self.keys = [k.encode() for k in keys]
+        self.keys, self.overloaded = [k.encode() for k in keys], overloaded
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         route = scope.get("path") if scope["type"] == "http" else None
@@ -78,6 +80,9 @@ class Gate:
             return await send_error(send, 401, "missing or wrong API key: send the header 'Authorization: Bearer "
                                     "<key>' with a key this server was started with", "unauthorized",
                                     [("www-authenticate", "Bearer")])
+        refusal = self.overloaded()
+        if refusal is not None:
+            return await send_error(send, 429, str(refusal), "overloaded", [("retry-after", str(refusal.retry_after))])
         length = next((v for k, v in headers if k.lower() == b"content-length"), None)
         if length is not None and (not length.isdigit() or int(length) > self.max_body_bytes):
             return await self._too_large(send)

@@ -53,6 +53,13 @@ class Admission:
     def queued(self) -> int:
         return len(self._waiting)
 
+    def refusal(self, retry_after: Callable[[], int]) -> Overloaded | None:
+        """The ``Overloaded`` a request arriving now would get (None: it would be admitted or queued)."""
+        if self.active < self.max_active or len(self._waiting) < self.max_queue:
+            return None
+        return Overloaded(f"{self.active} requests are being reranked and {len(self._waiting)} are waiting, this "
+                          "server's caps (--max-active, --max-queue): retry later", retry_after())
+
     async def enter(self, timeout: float | None, retry_after: Callable[[], int]) -> bool:
         """Take a slot, waiting in the queue at most ``timeout`` seconds (None = as long as it takes); False
         when the time ran out in the queue (no slot held).
@@ -63,9 +70,9 @@ class Admission:
         if self.active < self.max_active and not self._waiting:
             self.active += 1
             return True
-        if len(self._waiting) >= self.max_queue:
-            raise Overloaded(f"{self.active} requests are being reranked and {len(self._waiting)} are waiting, "
-                             "this server's caps (--max-active, --max-queue): retry later", retry_after())
+        refusal = self.refusal(retry_after)
+        if refusal is not None:
+            raise refusal
         future = asyncio.get_running_loop().create_future()
         self._waiting.append(future)
         try:
@@ -161,6 +168,10 @@ class RerankService:
         finally:
             self.admission.leave()
             self.mean_active_s += 0.1 * (loop.time() - started - self.mean_active_s)
+
+    def overloaded(self) -> Overloaded | None:
+        """The ``Overloaded`` a request arriving now would get (None: there is room)."""
+        return self.admission.refusal(self.retry_after)
 
     def retry_after(self) -> int:
         """Whole seconds after which a refused request may find room: about the time for the queue ahead of it
