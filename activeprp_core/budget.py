@@ -1,6 +1,7 @@
-"""The per-query hard caps and the one integer checker.
+"""The per-query hard caps and the checkers of counts and seconds.
 
 - ``check_count``: the one checker of every integer setting (numpy integers accepted, bools refused).
+- ``check_seconds``: the one checker of every duration (a finite real number of seconds).
 - ``Cap``: one named hard cap (``budget`` calls, ``max_rounds`` rounds, ``token_budget`` tokens): units are
   reserved *before* they are used (``take``), so batched or concurrent execution never overshoots, and what a
   reservation did not use is given back afterwards (``refund``, e.g. the reported tokens of a call against the
@@ -10,6 +11,7 @@
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -34,6 +36,26 @@ def check_count(value: object, name: str, *, minimum: int | None = 0, allow_none
     return int(value)
 
 
+def check_seconds(value: object, name: str, positive: bool = False, allow_none: bool = False) -> float | None:
+    """``value`` as float seconds when it is a finite real number >= 0 (> 0 when ``positive``; ints and numpy
+    floats accepted, bools refused), or None when ``allow_none``.
+
+    Raises:
+        TypeError: not a real number (bools and strings included), or None where it is not allowed.
+        ValueError: NaN, infinite, negative (or 0 when ``positive``).
+    """
+    if value is None and allow_none:
+        return None
+    wanted = f"a number of seconds {'> 0' if positive else '>= 0'}" + (" or None" if allow_none else "")
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be {wanted}, got {type(value).__name__}")
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be {wanted.replace('a number', 'a finite number')}, got {value}")
+    if value < 0 or (positive and value == 0):
+        raise ValueError(f"{name} must be {wanted}, got {value}")
+    return float(value)
+
+
 class Cap:
     """A hard cap ``limit`` on a count of units for one query (``None`` = unlimited), named like its setting.
 
@@ -45,6 +67,13 @@ class Cap:
         self.name = name
         self.limit = check_count(limit, name, allow_none=True)
         self.spent = 0
+
+    @classmethod
+    def of_setting(cls, limit: int | None, name: str) -> Cap:
+        """A cap whose ``limit`` is a ``RerankSettings`` value, checked there already (not again)."""
+        cap = cls.__new__(cls)
+        cap.name, cap.limit, cap.spent = name, limit, 0
+        return cap
 
     @property
     def remaining(self) -> int | None:
@@ -102,11 +131,12 @@ RULES: dict[str, Rule] = {
 
 
 class Caps:
-    """One query's caps (a ``Cap`` per ``RULES`` entry, from ``limits``): reserve before sending, reconcile after
-    the answer. A prompt's cost: ``{cap name: units}`` over the per-prompt rules (uncapped ones count spending)."""
+    """One query's caps (a ``Cap`` per ``RULES`` entry, from ``limits``, e.g. a ``RerankSettings``' values, checked
+    there): reserve before sending, reconcile after the answer. A prompt's cost: ``{cap name: units}`` over the
+    per-prompt rules (uncapped ones count spending)."""
 
     def __init__(self, limits: Mapping[str, int | None]) -> None:
-        self.caps = {name: Cap(limits[name], name) for name in RULES}
+        self.caps = {name: Cap.of_setting(limits[name], name) for name in RULES}
         self._per_prompt = {name: rule.price for name, rule in RULES.items() if rule.per == "prompt"}
         self._rounds = [self.caps[name] for name, rule in RULES.items() if rule.per == "round"]
         self._capped_rounds = [cap for cap in self._rounds if cap.limit is not None]
@@ -189,21 +219,22 @@ class BudgetView:
         self._caps = dict(caps or {})
         self._exhausted, self._affordable = exhausted, affordable
 
-    def _left(self, name: str) -> int | None:
+    def left(self, name: str) -> int | None:
+        """What cap ``name`` (a ``RULES`` key) still allows (None = no cap)."""
         cap = self._caps.get(name)
         return None if cap is None else cap.remaining
 
     @property
     def calls_left(self) -> int | None:
-        return self._left("budget")
+        return self.left("budget")
 
     @property
     def rounds_left(self) -> int | None:
-        return self._left("max_rounds")
+        return self.left("max_rounds")
 
     @property
     def tokens_left(self) -> int | None:
-        return self._left("token_budget")
+        return self.left("token_budget")
 
     @property
     def exhausted(self) -> bool:
@@ -214,5 +245,5 @@ class BudgetView:
         return len(pairs) if self._affordable is None else self._affordable(pairs)
 
     def __repr__(self) -> str:
-        return (f"BudgetView(calls_left={self.calls_left}, rounds_left={self.rounds_left}, "
-                f"tokens_left={self.tokens_left}, exhausted={self.exhausted})")
+        left = ", ".join(f"{name}: {self.left(name)}" for name in RULES)
+        return f"BudgetView(left={{{left}}}, exhausted={self.exhausted})"

@@ -23,17 +23,20 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Generator, Iterator, Sequence
 from typing import Any
 
+from .budget import check_count
 from .comparators.base import CallGuard, Comparator, SupportsCompare, as_comparator
-from .reranking import DONE, Batch, Reranking, check_candidates  # noqa: F401 (re-exported)
+from .reranking import DONE, Batch, Done, Reranking, check_candidates  # noqa: F401 (re-exported)
 from .settings import MAX_CONSECUTIVE_FAILURES, ON_FAILURE, OnFailure, RerankSettings, takes_settings  # noqa: F401
 from .types import Candidate, RerankResult
 
 
 def guard_for(comparator: Comparator, settings: RerankSettings) -> CallGuard:
     """The ``CallGuard`` of one rerank call: the caller's cap on calls in flight (else the comparator's
-    ``max_concurrency``) and the circuit breaker."""
-    cap = settings.max_concurrency if settings.max_concurrency is not None else comparator.max_concurrency
-    return CallGuard(cap, settings.max_consecutive_failures)
+    ``max_concurrency``, checked here) and the circuit breaker (the settings' values, checked already)."""
+    cap = settings.max_concurrency
+    if cap is None:
+        cap = check_count(comparator.max_concurrency, "the comparator's max_concurrency", minimum=1, allow_none=True)
+    return CallGuard.of_checked(cap, settings.max_consecutive_failures)
 
 
 def exchange(reranking: Reranking, guard: CallGuard) -> Generator[Batch, Any, RerankResult]:
@@ -115,12 +118,12 @@ def rerank(query: str, candidates: Sequence[Candidate], settings: RerankSettings
         query: the query text.
         candidates: N ``Candidate`` objects in prior (first-stage) order, best first; never mutated.
         settings: a ``RerankSettings``; ``**options`` are its fields, given directly or replacing its values:
-            ``ranker``, ``oracle``, ``budget`` (calls; required), ``max_rounds``, ``token_budget``, ``top_k``,
-            ``seed``, ``cache``, ``on_failure``, ``max_concurrency``, ``max_consecutive_failures`` (see
-            ``RerankSettings``). ``auto`` ranker/oracle is resolved from measured data for (N, top_k, budget,
-            max_rounds) (``activeprp_core.rankers.auto.choose``); ``RerankResult.ranker``/``oracle`` name the
-            choice. A question past a cap is refused: the ranker is told and still returns a permutation, and
-            ``RerankResult.exhausted_by`` names the caps that refused.
+            ``ranker``, ``oracle``, ``budget`` (calls; required), ``max_rounds``, ``token_budget``,
+            ``time_budget`` (seconds), ``top_k``, ``seed``, ``cache``, ``on_failure``, ``max_concurrency``,
+            ``max_consecutive_failures`` (see ``RerankSettings``). ``auto`` ranker/oracle is resolved from
+            measured data for (N, top_k, budget, max_rounds) (``activeprp_core.rankers.auto.choose``);
+            ``RerankResult.ranker``/``oracle`` name the choice. A question past a cap is refused: the ranker is
+            told and still returns a permutation, and ``RerankResult.exhausted_by`` names the caps that refused.
         comparator: a ``Comparator``, or any object with ``compare(query, pairs) -> list[float | None]``.
 
     Returns:

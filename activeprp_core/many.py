@@ -28,12 +28,12 @@ from .comparators.base import CallGuard, Comparator, SupportsCompare, as_compara
 from .engine import Batch, Reranking, blocking, guard_for, iterate_blocking
 from .errors import ComparatorAuthError
 from .judging import JudgeTally
-from .settings import RerankSettings, takes_settings
+
+# PER_REQUEST: the settings one request may set for itself, ``(query, candidates, {"budget": 20, ...})``
+from .settings import PER_REQUEST, RerankSettings, takes_settings
 from .types import Accounting, Candidate, Judgment, RerankResult, to_judgments
 
 DEFAULT_MAX_ACTIVE = 64
-PER_REQUEST = ("budget", "max_rounds", "top_k", "seed")
-"""The settings one request may set for itself: ``(query, candidates, {"budget": 20, ...})``."""
 
 
 @dataclass

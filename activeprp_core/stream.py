@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import heapq
 import itertools
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -29,8 +30,8 @@ from .budget import check_count
 from .comparators.base import CallGuard, Comparator, Item, SupportsCompare, as_comparator
 from .engine import Batch, Reranking, guard_for
 from .errors import ComparatorAuthError, ComparatorError
-from .many import DEFAULT_MAX_ACTIVE, PER_REQUEST, RerankFailure
-from .settings import RerankSettings, takes_settings
+from .many import DEFAULT_MAX_ACTIVE, RerankFailure
+from .settings import PER_REQUEST, RerankSettings, takes_settings
 from .types import Candidate, Judgment, RerankResult
 
 MERGE_PASSES = 8
@@ -238,8 +239,9 @@ class RerankPool:
         else:
             def ask(batch: Batch) -> Awaitable[list[Judgment]]:
                 return self.judge.ajudge(batch.query, batch.pairs, guard=guard)
-        await _drive(reranking, guard, ask, deadline)
-        return reranking.result()
+        if not await _drive(reranking, guard, ask, deadline):
+            return reranking.result()
+        return dataclasses.replace(reranking.result(), on_failure=settings.on_failure)
 
     async def aclose(self) -> None:
         if self._merger is not None and self._merger.running is not None:
@@ -249,8 +251,8 @@ class RerankPool:
 
 
 async def _drive(reranking: Reranking, guard: RequestGuard, ask: Callable[[Batch], Awaitable[list[Judgment]]],
-                 deadline: float | None) -> None:
-    """Answer ``reranking``'s batches with ``ask`` until it is done or ``deadline`` passes."""
+                 deadline: float | None) -> bool:
+    """Answer ``reranking``'s batches with ``ask`` until it is done (False) or ``deadline`` passes (True)."""
     loop = asyncio.get_running_loop()
     while not reranking.done:
         batch, sent_before = reranking.next_batch(), guard.completed
@@ -262,18 +264,23 @@ async def _drive(reranking: Reranking, guard: RequestGuard, ask: Callable[[Batch
         except Exception as error:
             if isinstance(error, asyncio.TimeoutError) and deadline is not None and loop.time() >= deadline:
                 _out_of_time(reranking, guard.completed - sent_before)
-                return
+                return True
             if isinstance(error, ComparatorAuthError):  # refused for every request, whichever comparator said so
                 guard.trip(error)
             reranking.fail(error, sent=guard.completed - sent_before)
         else:
             reranking.send(answers)
+    return False
 
 
 def _out_of_time(reranking: Reranking, sent: int) -> None:
-    """End ``reranking`` at its deadline: no further call; the ranker finishes on what it knows."""
-    reranking.exhausted_by.append("time_budget")
-    reranking.on_failure = "prior"  # the deadline degrades whatever the setting, like any cap
+    """End ``reranking`` at its deadline: no further call; the ranker finishes on what it knows.
+
+    Until the core enforces ``time_budget`` itself, this borrows the ``on_failure="prior"`` path of
+    ``Reranking.fail`` (the deadline degrades whatever the setting, like any cap; ``rerank`` puts the setting
+    back in the result)."""
+    reranking.ledger.refuse("time_budget")
+    reranking.settings = RerankSettings.of(reranking.settings, on_failure="prior")
     reranking.fail(_OutOfTime("the time budget ran out: the round in flight was cancelled"), sent=sent)
 
 

@@ -75,9 +75,18 @@ class CallGuard:
     """
 
     def __init__(self, max_concurrency: int | None = None, max_consecutive_failures: int | None = 5) -> None:
-        self.max_concurrency = check_count(max_concurrency, "max_concurrency", minimum=1, allow_none=True)
-        self.max_consecutive_failures = check_count(max_consecutive_failures, "max_consecutive_failures",
-                                                    minimum=1, allow_none=True)
+        self._setup(check_count(max_concurrency, "max_concurrency", minimum=1, allow_none=True),
+                    check_count(max_consecutive_failures, "max_consecutive_failures", minimum=1, allow_none=True))
+
+    @classmethod
+    def of_checked(cls, max_concurrency: int | None, max_consecutive_failures: int | None) -> CallGuard:
+        """A guard from limits checked already (a ``RerankSettings``' values): nothing is checked again."""
+        guard = cls.__new__(cls)
+        guard._setup(max_concurrency, max_consecutive_failures)
+        return guard
+
+    def _setup(self, max_concurrency: int | None, max_consecutive_failures: int | None) -> None:
+        self.max_concurrency, self.max_consecutive_failures = max_concurrency, max_consecutive_failures
         self._lock = threading.Lock()
         self.completed = 0
         self._failures = 0
@@ -327,12 +336,20 @@ def as_comparator(comparator: Comparator | SupportsCompare) -> Comparator:
     Raises:
         TypeError: the object has no callable ``compare``.
     """
-    if isinstance(comparator, Comparator):
-        return comparator
-    if not callable(_member(comparator, "compare")):
+    return comparator if isinstance(comparator, Comparator) else _Wrapped(check_comparator(comparator))
+
+
+def check_comparator(comparator: Any) -> Any:
+    """``comparator`` unchanged when it can judge pairs (a ``Comparator``, or an object with a callable
+    ``compare``), without wrapping it (``as_comparator`` wraps).
+
+    Raises:
+        TypeError: the object has no callable ``compare``.
+    """
+    if not isinstance(comparator, Comparator) and not callable(_member(comparator, "compare")):
         raise TypeError(f"comparator must be a Comparator or have a compare(query, pairs) method, got "
                         f"{type(comparator).__name__}")
-    return _Wrapped(comparator)
+    return comparator
 
 
 def comparator_name(comparator: Any) -> str:

@@ -6,30 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-import math
-import numbers
 import threading
 from collections.abc import Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from typing import Any
 
-from ..budget import check_count
+from ..budget import check_count, check_seconds  # noqa: F401 (check_seconds: importable here too)
 from ..errors import ComparatorError, scrub
 from ..types import Judgment, Pair
 from .answers import Answer
 from .base import CallGuard, Comparator, Item, gather_or_cancel
 from .clients import LoopClients
 from .failures import MAX_MESSAGE, Failure, Fault
-
-
-def check_seconds(value: Any, name: str, positive: bool = False) -> float:
-    """``value`` as float seconds: a finite real number >= 0 (> 0 when ``positive``). Raises ``TypeError`` for
-    a non-number (bools included), ``ValueError`` for NaN, infinite or out of range."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__}")
-    if not math.isfinite(value) or value < 0 or (positive and value == 0):
-        raise ValueError(f"{name} must be a finite number of seconds {'> 0' if positive else '>= 0'}, got {value}")
-    return float(value)
 
 
 def require(owner: str, extra: str, *modules: str) -> None:

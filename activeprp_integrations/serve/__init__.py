@@ -15,14 +15,22 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import inspect
 import ipaddress
 import os
 import sys
 from typing import Any
 
-from activeprp_cli.rerank import add_comparator_args, add_ranking_args, count, make_comparator
+from activeprp_cli.rerank import (
+    add_comparator_args,
+    add_settings_args,
+    count,
+    make_comparator,
+    seconds,
+    settings_from_args,
+)
 from activeprp_core.errors import InputError
-from activeprp_core.rankers.auto import ONLINE_MAX_ROUNDS
+from activeprp_core.settings import FIELDS, ONLINE, RerankSettings, takes_settings
 
 __all__ = ["add_parser", "create_app", "main"]
 
@@ -34,8 +42,11 @@ holds a few calls; 8 in flight by default) and a local model's batches full, few
 first finish first (benchmarks/results/serve/)."""
 DEFAULT_MAX_QUEUE = 256
 """Requests waiting for a slot by default; one more is refused at once with 429."""
-DEFAULT_TIME_BUDGET = 30.0
-"""Seconds per request by default (and the most a request may ask for), counted from its arrival."""
+SERVE = RerankSettings.of(ONLINE, time_budget=30.0)
+"""The service's settings by default: the online preset (``activeprp_core.settings.ONLINE``) with 30 seconds per
+request, counted from its arrival. Each cap (``budget``, ``max_rounds``, ``token_budget``, ``time_budget``) is also
+the most a request may ask for."""
+DEFAULT_TIME_BUDGET = SERVE.time_budget
 DEFAULT_MAX_QUERY_BYTES = 8192
 """UTF-8 bytes of a query by default (the query goes into every prompt)."""
 DEFAULT_COOL_DOWN = 5.0
@@ -50,7 +61,17 @@ EXTRA_HINT = ('activeprp serve needs the serve extra: pip install "activeprp[ser
               "(fastapi, uvicorn, prometheus-client)")
 
 
-def create_app(comparator: Any, **settings: Any):
+def serve_settings(func):
+    """Decorator: like ``activeprp_core.settings.takes_settings`` (``func`` takes the ``RerankSettings`` fields as
+    ``**options``, and its signature shows them), with the service's defaults (``SERVE``)."""
+    signature = inspect.signature(takes_settings(func))
+    func.__signature__ = signature.replace(parameters=[
+        p.replace(default=getattr(SERVE, p.name)) if p.name in FIELDS else p for p in signature.parameters.values()])
+    return func
+
+
+@serve_settings
+def create_app(comparator: Any, settings: RerankSettings | None = None, **options: Any):
     """``activeprp_integrations.serve.app.create_app`` (see there), imported on first use.
 
     Raises:
@@ -60,24 +81,7 @@ def create_app(comparator: Any, **settings: Any):
         from .app import create_app as create
     except ImportError as err:
         raise ImportError(f"{EXTRA_HINT}: {err}") from err
-    return create(comparator, **settings)
-
-
-def seconds(none_words: tuple[str, ...] = ()):
-    """An argparse ``type`` for a number of seconds > 0 (or None for ``none_words``)."""
-
-    def parse(text: str) -> float | None:
-        if text.lower() in none_words:
-            return None
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-        if not 0 < value < float("inf"):
-            raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text}")
-        return value
-
-    return parse
+    return create(comparator, settings, **options)
 
 
 def auth_keys(args: argparse.Namespace) -> list[str]:
@@ -102,7 +106,8 @@ def add_parser(subparsers: Any) -> None:
                               description=__doc__.split("\n\n")[0])
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default %(default)s)")
     p.add_argument("--port", type=count(minimum=0), default=8080, help="TCP port (default %(default)s)")
-    add_ranking_args(p, budget=50, top_k=10, max_rounds=ONLINE_MAX_ROUNDS)
+    add_settings_args(p.add_argument_group("settings of every request (each cap is also the most a request may ask "
+                                           "for in its body)"), SERVE)
     add_comparator_args(p)
     g = p.add_argument_group("server limits (a request over them is refused with a 4xx)")
     g.add_argument("--max-documents", type=count(minimum=1), default=DEFAULT_MAX_DOCUMENTS,
@@ -118,20 +123,17 @@ def add_parser(subparsers: Any) -> None:
                    help="requests reranked at once, the others queue (default %(default)s)")
     g.add_argument("--max-queue", type=count(minimum=0), default=DEFAULT_MAX_QUEUE,
                    help="requests waiting for a slot; one more gets 429 with Retry-After (default %(default)s)")
-    g.add_argument("--time-budget", type=seconds(("none",)), default=DEFAULT_TIME_BUDGET,
-                   help="seconds per request from its arrival, the queue included: the default and the most a "
-                        "request may ask for (none = no cap; default %(default)s)")
     g.add_argument("--auth-key", action="append", metavar="KEY",
                    help="an API key the rerank routes accept as 'Authorization: Bearer KEY' (repeatable; also "
                         f"${AUTH_KEYS_ENV}, comma-separated); without any, no key is asked")
     g.add_argument("--shutdown-timeout", type=float, default=60.0,
                    help="seconds a graceful shutdown waits for requests in flight (default %(default)s)")
     j = p.add_argument_group("the judge's failures")
-    j.add_argument("--judge-timeout", type=seconds(), default=DEFAULT_JUDGE_TIMEOUT,
+    j.add_argument("--judge-timeout", type=seconds(allow_none=False), default=DEFAULT_JUDGE_TIMEOUT,
                    help="openai: seconds per call attempt (default %(default)s)")
     j.add_argument("--judge-retries", type=count(minimum=0), default=DEFAULT_JUDGE_RETRIES,
                    help="openai: retries of a call that timed out or failed transiently (default %(default)s)")
-    j.add_argument("--cool-down", type=seconds(), default=DEFAULT_COOL_DOWN,
+    j.add_argument("--cool-down", type=seconds(allow_none=False), default=DEFAULT_COOL_DOWN,
                    help="seconds the judge's circuit breaker stays open before one probe call decides whether it "
                         "closes (default %(default)s)")
     p.set_defaults(func=main)
@@ -156,9 +158,7 @@ def main(args: argparse.Namespace) -> int:
               f"budget; set --auth-key or ${AUTH_KEYS_ENV}", file=sys.stderr)
     with make_comparator(args) as comparator:
         try:
-            app = create(comparator, budget=args.budget, max_rounds=args.max_rounds, token_budget=args.token_budget,
-                         time_budget=args.time_budget, top_k=args.top_k, ranker=args.ranker, oracle=args.oracle,
-                         seed=args.seed, on_failure=args.on_failure, max_active=args.max_active,
+            app = create(comparator, settings_from_args(args, SERVE), max_active=args.max_active,
                          max_queue=args.max_queue, max_documents=args.max_documents,
                          max_document_bytes=args.max_document_bytes, max_query_bytes=args.max_query_bytes,
                          max_body_bytes=args.max_body_bytes, auth_keys=keys, cool_down=args.cool_down,

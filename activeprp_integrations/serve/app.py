@@ -23,7 +23,6 @@ from activeprp_core import RerankResult, RerankSettings
 from activeprp_core.budget import check_count
 from activeprp_core.comparators.remote import check_seconds
 
-from .._common import DEFAULT_BUDGET, DEFAULT_MAX_ROUNDS, DEFAULT_ORACLE, DEFAULT_RANKER
 from . import (
     DEFAULT_COOL_DOWN,
     DEFAULT_MAX_ACTIVE,
@@ -31,9 +30,10 @@ from . import (
     DEFAULT_MAX_DOCUMENTS,
     DEFAULT_MAX_QUERY_BYTES,
     DEFAULT_MAX_QUEUE,
-    DEFAULT_TIME_BUDGET,
+    SERVE,
+    serve_settings,
 )
-from .bodies import Limits
+from .bodies import CAPPED, Limits
 from .gate import Gate
 from .routes import JudgeBlock, Routes, add_error_handlers
 from .service import RerankService
@@ -79,42 +79,35 @@ class Metrics:
         self.tokens.labels("completion").inc(result.completion_tokens)
 
 
+@serve_settings
 def create_app(
     comparator: Any,
+    settings: RerankSettings | None = None,
     *,
-    budget: int | None = DEFAULT_BUDGET,
-    max_rounds: int | None = DEFAULT_MAX_ROUNDS,
-    top_k: int = 10,
-    ranker: str = DEFAULT_RANKER,
-    oracle: str = DEFAULT_ORACLE,
-    seed: int = 0,
-    on_failure: str = "raise",
-    max_concurrency: int | None = None,
     max_active: int = DEFAULT_MAX_ACTIVE,
+    max_queue: int = DEFAULT_MAX_QUEUE,
     max_documents: int = DEFAULT_MAX_DOCUMENTS,
     max_document_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES,
-    secrets: Iterable[str | None] = (),
-    judge_block: JudgeBlock | None = None,
-    token_budget: int | None = None,
-    time_budget: float | None = DEFAULT_TIME_BUDGET,
-    max_queue: int = DEFAULT_MAX_QUEUE,
-    auth_keys: Iterable[str] = (),
     max_query_bytes: int = DEFAULT_MAX_QUERY_BYTES,
     max_body_bytes: int | None = None,
+    auth_keys: Iterable[str] = (),
     cool_down: float = DEFAULT_COOL_DOWN,
+    secrets: Iterable[str | None] = (),
+    judge_block: JudgeBlock | None = None,
+    **options: Any,
 ) -> FastAPI:
     """A FastAPI app serving Cohere-compatible reranking with ``comparator`` as the judge.
 
     Args:
         comparator: the judge shared by every request (any ``Comparator`` or object with ``compare``; an async
             ``ajudge``/``acompare`` keeps the event loop free). Not closed by the app.
-        budget, max_rounds, time_budget: the default per request and the most a request may ask for in its body
-            (None = no cap): calls, sequential rounds of calls, and seconds from the request's arrival (its time
-            in the queue counts).
-        token_budget: prompt + completion tokens per request (None = no cap).
-        top_k: the reranked prefix when a request sends no ``top_n`` (else ``top_n`` is the prefix).
-        ranker, oracle, seed, on_failure: as for ``activeprp_core.rerank`` (a request may send its own ``seed``).
-        max_concurrency: the most judge calls in flight across all requests (None = the comparator's own).
+        settings, **options: the ``RerankSettings`` of every request (default: ``SERVE``, the online preset with
+            ``time_budget`` 30 s), ``options`` replacing its fields (``budget=30``, ``max_rounds=6``, ...). Each cap
+            (``budget``, ``max_rounds``, ``token_budget``, ``time_budget``) is the default of a request and the most
+            it may ask for in its body (None = no cap); ``time_budget`` counts from the request's arrival (its time
+            in the queue counts). ``top_k`` is the reranked prefix when a request sends no ``top_n``; a request may
+            send its own ``seed``. ``max_concurrency`` caps the judge calls in flight across all requests (None =
+            the comparator's own); ``max_consecutive_failures`` failed calls in a row open the judge's breaker.
         max_active, max_queue: the most requests reranked at once, and waiting for that (beyond: 429).
         max_documents, max_document_bytes, max_query_bytes: caps per request (413 over them).
         max_body_bytes: the body cap (413 over it, checked as it is read); None = the documents at their caps
@@ -132,24 +125,19 @@ def create_app(
     Raises:
         TypeError / ValueError: bad settings (checked here, before any request).
     """
-    settings = RerankSettings(ranker=ranker, oracle=oracle, budget=budget, top_k=top_k, seed=seed,
-                              max_rounds=max_rounds, token_budget=token_budget, on_failure=on_failure,
-                              max_concurrency=max_concurrency)
+    settings = RerankSettings.of(SERVE if settings is None else settings, **options)
     for name, value, minimum in [("max_active", max_active, 1), ("max_queue", max_queue, 0),
                                  ("max_documents", max_documents, 1), ("max_document_bytes", max_document_bytes, 1),
                                  ("max_query_bytes", max_query_bytes, 1)]:
         check_count(value, name, minimum=minimum)
     check_count(max_body_bytes, "max_body_bytes", minimum=1, allow_none=True)
-    if time_budget is not None:
-        time_budget = check_seconds(time_budget, "time_budget", positive=True)
     keys = [k for k in auth_keys if k]
     metrics = Metrics()
     service = RerankService(comparator, settings, max_active=max_active, max_queue=max_queue,
-                            time_budget=time_budget, cool_down=check_seconds(cool_down, "cool_down", positive=True),
-                            on_call=metrics.call)
+                            cool_down=check_seconds(cool_down, "cool_down", positive=True), on_call=metrics.call)
     metrics.watch(service)
-    limits = Limits(max_documents, max_document_bytes, budget, max_rounds, time_budget, max_query_bytes,
-                    max_body_bytes)
+    limits = Limits(max_documents, max_document_bytes, {name: getattr(settings, name) for name in CAPPED},
+                    max_query_bytes, max_body_bytes)
     return _app(Routes(service, limits, metrics, [s for s in [*secrets, *keys] if s], judge_block), keys)
 
 

@@ -7,6 +7,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from activeprp_cli.trecfiles import model_text
+from activeprp_core.settings import CAPS
 
 
 class _Body(BaseModel):
@@ -18,8 +19,8 @@ class TextDocument(_Body):
 
 
 class RerankRequest(_Body):
-    """A Cohere rerank request (v1 and v2), plus ActivePRP's extensions ``budget``, ``max_rounds``, ``seed`` and
-    ``time_budget`` (seconds, counted from the request's arrival).
+    """A Cohere rerank request (v1 and v2), plus ActivePRP's extensions ``budget``, ``max_rounds``,
+    ``token_budget``, ``time_budget`` (seconds, counted from the request's arrival) and ``seed``.
 
     ``max_tokens_per_doc`` cuts each document to that many whitespace-separated words before judging.
     """
@@ -32,6 +33,7 @@ class RerankRequest(_Body):
     max_tokens_per_doc: int | None = Field(None, ge=1)
     budget: int | None = Field(None, ge=0)
     max_rounds: int | None = Field(None, ge=0)
+    token_budget: int | None = Field(None, ge=0)
     seed: int | None = None
     time_budget: float | None = Field(None, ge=0, allow_inf_nan=False)
 
@@ -54,6 +56,8 @@ class CallerError(ValueError):
         self.status = status
 
 
+CAPPED = tuple(dict.fromkeys((*CAPS, "time_budget")))
+"""The settings a request may ask for in its body, up to the server's value: the caps."""
 MAX_BODY_BYTES = 64_000_000
 """The most the default body cap may be (``Limits.default_body_bytes``)."""
 
@@ -63,13 +67,12 @@ class Limits:
     the most ``budget`` / ``max_rounds`` / ``time_budget`` a request may ask for (None = no cap; the server's
     defaults are the caps)."""
 
-    def __init__(self, max_documents: int, max_document_bytes: int, budget: int | None, max_rounds: int | None,
-                 time_budget: float | None = None, max_query_bytes: int | None = None,
-                 max_body_bytes: int | None = None) -> None:
+    def __init__(self, max_documents: int, max_document_bytes: int, caps: dict[str, Any],
+                 max_query_bytes: int | None = None, max_body_bytes: int | None = None) -> None:
         self.max_documents, self.max_document_bytes = max_documents, max_document_bytes
         self.max_query_bytes = max_query_bytes
         self.max_body_bytes = max_body_bytes or self.default_body_bytes(max_documents, max_document_bytes)
-        self.caps = {"budget": budget, "max_rounds": max_rounds, "time_budget": time_budget}
+        self.caps = caps  # setting -> the server's value (None = no cap), for each of CAPPED
 
     @staticmethod
     def default_body_bytes(max_documents: int, max_document_bytes: int) -> int:

@@ -102,11 +102,10 @@ class Routes:
         query, texts = self.limits.texts(query, documents, max_words)
         if top_n is not None:
             own["top_k"] = top_n
-        seconds = own.pop("time_budget", None)
-        seconds = self.service.time_budget if seconds is None else seconds
+        seconds = own.get("time_budget", self.service.settings.time_budget)
         candidates = [Candidate(str(i), t) for i, t in enumerate(texts)]
         try:
-            result = await self.service.rerank(query, candidates, time_budget=seconds, **own)
+            result = await self.service.rerank(query, candidates, **own)
         except Overloaded as err:
             return error_response(429, str(err), "overloaded", err.retry_after)
         except ComparatorError as err:
@@ -121,7 +120,7 @@ class Routes:
         order = result.order if top_n is None else result.order[:top_n]
         body = respond(result, order, texts)
         if isinstance(body, dict):
-            body["meta"]["activeprp"]["time_budget"] = seconds  # the request's, counted from its arrival
+            body["meta"]["activeprp"]["time_budget"] = seconds  # the request's, from its arrival (not the time left)
         return JSONResponse(body)
 
     def judge_failure(self, err: ComparatorError, query: str, texts: list[str]) -> Response:

@@ -18,7 +18,7 @@ import asyncio
 import collections
 import contextlib
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from activeprp_core import Candidate, ComparatorUnavailable, RerankResult, RerankSettings
@@ -106,11 +106,10 @@ class RerankService:
 
     Args:
         comparator: the judge (any ``Comparator`` / object with ``compare``); not closed here.
-        settings: the ``RerankSettings`` (or its fields as a dict) of every request; its ``max_concurrency``
-            (else the comparator's) caps the calls in flight across requests, its ``max_consecutive_failures``
-            opens the breaker.
+        settings: the ``RerankSettings`` of every request; its ``time_budget`` counts from a request's arrival (its
+            time in the queue counts), its ``max_concurrency`` (else the comparator's) caps the calls in flight
+            across requests, its ``max_consecutive_failures`` opens the breaker.
         max_active, max_queue: requests reranked at once, requests waiting (ints >= 1 and >= 0).
-        time_budget: seconds per request when it sends none (None = no deadline).
         cool_down: seconds the breaker stays open before a probe (> 0).
         on_call: called with ``ok`` for every call that reached the judge (``Breaker``), for metrics.
 
@@ -118,16 +117,13 @@ class RerankService:
     request starts the probes) and ``await stop()`` once at shutdown.
     """
 
-    def __init__(self, comparator: Any, settings: RerankSettings | Mapping[str, Any], *, max_active: int,
-                 max_queue: int, time_budget: float | None = None, cool_down: float = 5.0,
-                 on_call: Callable[[bool | None], None] | None = None) -> None:
-        settings = settings if isinstance(settings, RerankSettings) else RerankSettings(**settings)
+    def __init__(self, comparator: Any, settings: RerankSettings, *, max_active: int, max_queue: int,
+                 cool_down: float = 5.0, on_call: Callable[[bool | None], None] | None = None) -> None:
         judge = as_comparator(comparator)
         cap = settings.max_concurrency if settings.max_concurrency is not None else judge.max_concurrency
         self.breaker = Breaker(cap, settings.max_consecutive_failures, cool_down, self._probe, on_call)
         self.pool = RerankPool(judge, settings, self.breaker)
         self.admission = Admission(max_active, max_queue)
-        self.time_budget = time_budget
         self.mean_active_s = 1.0  # running mean of the seconds a request holds its slot (for Retry-After)
         self._watch: asyncio.Task | None = None
         self._stopping = False
@@ -141,10 +137,10 @@ class RerankService:
         if self._watch is None:
             self._watch = asyncio.get_running_loop().create_task(self.breaker.watch())
 
-    async def rerank(self, query: str, candidates: Sequence[Candidate], *, time_budget: float | None = None,
-                     **own: Any) -> RerankResult:
-        """Rerank one request (``own``: its settings among ``activeprp_core.many.PER_REQUEST``) within
-        ``time_budget`` seconds from now (None = the service's ``time_budget``).
+    async def rerank(self, query: str, candidates: Sequence[Candidate], **own: Any) -> RerankResult:
+        """Rerank one request (``own``: its settings among ``activeprp_core.settings.PER_REQUEST``); its
+        ``time_budget`` (default: the service's) counts from now, the wait in the queue included: the rerank
+        starts with the time left (no call once it has run out in the queue).
 
         Raises:
             Overloaded: the queue is full. ComparatorUnavailable: the breaker is open (or opened during the
@@ -156,18 +152,24 @@ class RerankService:
         await self.start()
         loop = asyncio.get_running_loop()
         arrived = loop.time()
-        seconds = self.time_budget if time_budget is None else time_budget
+        seconds = own.pop("time_budget", self.settings.time_budget)
         deadline = None if seconds is None else arrived + seconds
         self._refuse_while_open()
         if not await self.admission.enter(None if deadline is None else deadline - arrived, self.retry_after):
-            return await self.pool.rerank(query, candidates, own, deadline=deadline)  # its time ran out waiting
+            return await self._rerank(query, candidates, own, deadline)  # its time ran out waiting: no call
         started = loop.time()
         try:
             self._refuse_while_open()
-            return await self.pool.rerank(query, candidates, own, deadline=deadline)
+            return await self._rerank(query, candidates, own, deadline)
         finally:
             self.admission.leave()
             self.mean_active_s += 0.1 * (loop.time() - started - self.mean_active_s)
+
+    async def _rerank(self, query: str, candidates: Sequence[Candidate], own: dict[str, Any],
+                      deadline: float | None) -> RerankResult:
+        if deadline is not None:  # the rerank's own clock starts now: it gets the time left
+            own = {**own, "time_budget": max(0.0, deadline - asyncio.get_running_loop().time())}
+        return await self.pool.rerank(query, candidates, own, deadline=deadline)
 
     def overloaded(self) -> Overloaded | None:
         """The ``Overloaded`` a request arriving now would get (None: there is room)."""
