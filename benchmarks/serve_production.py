@@ -5,8 +5,8 @@ Three kinds of process, all on 127.0.0.1:
 
 - the judge: this script with ``--judge PORT``, an OpenAI-compatible chat endpoint (uvicorn, a bare ASGI app) that
   answers each call after ``--delay`` seconds (A or B by a hash of the prompt, with logprobs) and logs each call's
-  arrival time and query; ``/admin/mode?mode=ok|down|hang`` switches it (down: HTTP 500 at once; hang: accepts and
-  never answers), ``/admin/log?since=N`` returns the log;
+  arrival time and query; ``/admin/mode?mode=ok|slow|down|hang`` switches it (slow: 3 s per call; down: HTTP 500
+  at once; hang: accepts and never answers), ``/admin/log?since=N`` returns the log;
 - the service: the ``activeprp serve --comparator openai --base-url <judge>`` command itself, a fresh process per
   phase, with its flags (``--max-concurrency 8`` calls in flight, the defaults otherwise unless said);
 - the load: this process, ``httpx.AsyncClient``.
@@ -16,7 +16,8 @@ Phases (each prints and records its figures with the load average):
 1. ``burst``: 8 requests at a time (8 workers, one request after another) for the baseline rate of judge calls,
    then ``--requests`` (200) at once: statuses, latencies, Retry-After, completion order, judge calls per second
    during the burst, and judge calls against the budget; then the same burst on a server with a small queue
-   (``--max-queue 64``) so some are refused.
+   (``--max-queue 64``) so some are refused; and, on a full server (``--max-active 2 --max-queue 2``, the judge
+   slowed to 3 s a call), 10 requests one at a time: each refused, and how fast.
 2. ``disconnect``: 20 clients whose timeout is 1 s (budget 50, so they are still running); per client, the last
    judge call with its query after it closed.
 3. ``breaker``: the judge down (HTTP 500, then hanging), requests until one gets 503, then 10 requests in a row
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
 import json
 import os
@@ -97,6 +99,9 @@ async def judge_app(scope, receive, send) -> None:
         JudgeState.log.append((time.time(), match.group(1) if match else ""))
         if JudgeState.mode == "down":
             status, out = 500, {"error": {"message": "the judge is down", "type": "server_error"}}
+        elif JudgeState.mode == "slow":
+            await asyncio.sleep(3.0)
+            out = completion(text)
         elif JudgeState.mode == "hang":
             while (await receive())["type"] != "http.disconnect":
                 pass
@@ -159,6 +164,11 @@ class Process:
         fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
+    def reset_peak(self) -> None:
+        """Start VmHWM afresh at the current RSS (Linux >= 4.0; left as is where not allowed)."""
+        with contextlib.suppress(OSError):
+            Path(f"/proc/{self.proc.pid}/clear_refs").write_text("5")
+
     def memory_kb(self) -> dict[str, int]:
         """VmRSS and VmHWM (the peak) of the process, in kB (Linux /proc)."""
         fields = {}
@@ -200,9 +210,13 @@ def body(i: int, docs: int = 20, **extra) -> dict:
     return {"model": "activeprp", "query": f"{query} r{i}", "documents": documents, "top_n": 5, **extra}
 
 
+async def _note_sent(request: httpx.Request) -> None:
+    request.extensions["sent_at"] = time.monotonic()  # the client is about to write it
+
+
 def client(connections: int = 256, timeout: float = 120.0) -> httpx.AsyncClient:
     limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
-    return httpx.AsyncClient(timeout=timeout, limits=limits)
+    return httpx.AsyncClient(timeout=timeout, limits=limits, event_hooks={"request": [_note_sent]})
 
 
 class Load:
@@ -233,7 +247,8 @@ async def timed_post(http: httpx.AsyncClient, url: str, payload: dict, t0: float
     except httpx.HTTPError as err:
         return {"status": type(err).__name__, "start_s": started - t0, "latency_s": time.monotonic() - started}
     done = time.monotonic()
-    row = {"status": response.status_code, "start_s": started - t0, "end_s": done - t0, "latency_s": done - started}
+    row = {"status": response.status_code, "start_s": started - t0, "end_s": done - t0, "latency_s": done - started,
+           "from_send_s": done - response.request.extensions.get("sent_at", started)}
     if response.status_code == 200:
         row["calls"] = response.json()["meta"]["activeprp"]["calls"]
     else:
@@ -263,29 +278,33 @@ async def baseline(server: Process, judge: Judge, per_worker: int) -> dict:
             "latency_p50_s": round(statistics.median(r["latency_s"] for r in rows), 3)}
 
 
-async def refused_while_full(server: Process, queue: int, n: int = 10) -> list[dict]:
-    """Once ``queue`` requests wait, ``n`` requests one at a time: their statuses and times."""
-    async with client(2) as http:
+async def refusals_while_full(server: Process, judge: Judge, n: int = 10) -> dict:
+    """With ``--max-active 2 --max-queue 2`` and a judge that takes 3 s per call: 4 requests fill the service, then
+    ``n`` requests one at a time: their statuses, times and Retry-After."""
+    url = f"{server.url}/v2/rerank"
+    judge.mode("slow")
+    async with client(8) as http:
+        filling = [asyncio.ensure_future(http.post(url, json=body(91_000 + i))) for i in range(4)]
         while True:
             metrics = (await http.get(f"{server.url}/metrics")).text
-            queued = re.search(r"^activeprp_requests_queued (\S+)", metrics, re.MULTILINE)
-            if queued and float(queued.group(1)) >= queue:
+            if re.search(r"^activeprp_requests_queued 2\.0", metrics, re.MULTILINE):
                 break
-            await asyncio.sleep(0.005)
-        return [await timed_post(http, f"{server.url}/v2/rerank", body(90_000 + i), time.monotonic())
-                for i in range(n)]
+            await asyncio.sleep(0.05)
+        rows = [await timed_post(http, url, body(90_000 + i), time.monotonic()) for i in range(n)]
+        judge.mode("ok")
+        await asyncio.gather(*filling)
+    return {"statuses": sorted({r["status"] for r in rows}), "max_s": round(max(r["latency_s"] for r in rows), 4),
+            "each_s": [round(r["latency_s"], 4) for r in rows],
+            "retry_after": sorted({str(r.get("retry_after")) for r in rows})}
 
 
-async def burst(server: Process, judge: Judge, n: int, budget: int, time_budget: float,
-                queue: int | None = None) -> dict:
+async def burst(server: Process, judge: Judge, n: int, budget: int, time_budget: float) -> dict:
     url = f"{server.url}/v2/rerank"
     async with Load(n) as http:
         await asyncio.gather(*(http[i].get(url.replace("/v2/rerank", "/health")) for i in range(n)))  # connect
         since, cpu0 = len(judge.calls()), server.cpu_s()
         t0, wall0 = time.monotonic(), time.time()
-        sent = asyncio.gather(*(timed_post(http[i], url, body(i), t0) for i in range(n)))
-        late = await refused_while_full(server, queue) if queue else []
-        rows = await sent
+        rows = await asyncio.gather(*(timed_post(http[i], url, body(i), t0) for i in range(n)))
         wall1, cpu = time.time(), server.cpu_s() - cpu0
     calls = judge.calls(since)
     during = [t for t, _ in calls if wall0 <= t <= wall1]
@@ -295,11 +314,11 @@ async def burst(server: Process, judge: Judge, n: int, budget: int, time_budget:
     by_end = sorted((i for i in range(n) if rows[i]["status"] == 200), key=lambda i: rows[i]["end_s"])
     return {
         "requests": n, "answered_200": len(ok), "refused_429": len(refused),
-        **({"one_at_a_time_while_full": [(r["status"], round(r["latency_s"], 4), r.get("retry_after"))
-                                         for r in late]} if late else {}),
         "other": [r for r in rows if r["status"] not in (200, 429)][:5],
         "refused_with_retry_after": sum(r["retry_after"] is not None and int(r["retry_after"]) >= 1 for r in refused),
         "refused_latency_max_s": round(max((r["latency_s"] for r in refused), default=0.0), 3),
+        "refused_from_send_max_s": round(max((r["from_send_s"] for r in refused), default=0.0), 3),
+        "send_delay_max_s": round(max(r["latency_s"] - r["from_send_s"] for r in rows if "from_send_s" in r), 3),
         "latency_max_s": round(max(r["latency_s"] for r in rows), 3),
         "within_time_budget_plus_2s": all(r["latency_s"] <= time_budget + 2 for r in rows),
         "answered_latency_p50_s": round(statistics.median(latency), 3) if latency else None,
@@ -402,6 +421,7 @@ async def abuse(server: Process, judge: Judge) -> dict:
         for name, kw in [("query_2MB", {"json": {**body(83_000), "query": "word " * 400_000}}),
                          ("chunked_300MB", {"content": chunks(300 << 20)}),
                          ("content_length_300MB", {"content": b" " * (300 << 20)})]:
+            server.reset_peak()
             before = server.memory_kb()
             started = time.monotonic()
             try:
@@ -443,8 +463,7 @@ def main() -> None:
                     row = {"loadavg": load(), "baseline_8_at_a_time": asyncio.run(baseline(server, judge, 10)),
                            "burst": asyncio.run(burst(server, judge, args.requests, args.budget, 30.0))}
                 with service(judge, "--budget", str(args.budget), "--max-queue", "64") as server:
-                    row["burst_small_queue"] = asyncio.run(burst(server, judge, args.requests, args.budget, 30.0,
-                                                                 queue=64))
+                    row["burst_small_queue"] = asyncio.run(burst(server, judge, args.requests, args.budget, 30.0))
                 base = row["baseline_8_at_a_time"]
                 row["rate_ratio"] = round(row["burst"]["judge_calls_per_s"] / base["judge_calls_per_s"], 3)
                 row["cpu_per_call_ratio"] = round(row["burst"]["server_cpu_ms_per_judge_call"] /
@@ -453,6 +472,9 @@ def main() -> None:
                 print(json.dumps(row, indent=1), flush=True)
                 runs.append(row)
             results["burst"] = runs
+            with service(judge, "--budget", str(args.budget), "--max-active", "2", "--max-queue", "2") as server:
+                results["refusals_while_full"] = {"loadavg": load(), **asyncio.run(refusals_while_full(server, judge))}
+            print(json.dumps(results["refusals_while_full"]), flush=True)
             if args.compare:
                 with service(judge, "--budget", str(args.budget), checkout=args.compare) as server:
                     revision = subprocess.run(["git", "-C", args.compare, "rev-parse", "--short", "HEAD"],

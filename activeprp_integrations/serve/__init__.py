@@ -107,7 +107,8 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default %(default)s)")
     p.add_argument("--port", type=count(minimum=0), default=8080, help="TCP port (default %(default)s)")
     add_settings_args(p.add_argument_group("settings of every request (each cap is also the most a request may ask "
-                                           "for in its body)"), SERVE)
+                                           "for in its body; --time-budget counts from a request's arrival, its "
+                                           "wait in the queue included)"), SERVE)
     add_comparator_args(p)
     g = p.add_argument_group("server limits (a request over them is refused with a 4xx)")
     g.add_argument("--max-documents", type=count(minimum=1), default=DEFAULT_MAX_DOCUMENTS,

@@ -133,9 +133,13 @@ class RerankService:
         return self.pool.settings
 
     async def start(self) -> None:
-        """Start the breaker's probes (``Breaker.watch``) on the running loop."""
+        """Start the breaker's probes (``Breaker.watch``) on the running loop, and open the comparator's client
+        for it with an empty batch (no call is sent): an endpoint comparator imports its client library on first
+        use, which would otherwise hold the event loop (~0.5 s for ``openai``) while the first requests arrive."""
         if self._watch is None:
             self._watch = asyncio.get_running_loop().create_task(self.breaker.watch())
+            with contextlib.suppress(Exception):  # a warm-up only: the first request meets any real error
+                await self.pool.judge.ajudge_batch([], guard=CallGuard(1, None))
 
     async def rerank(self, query: str, candidates: Sequence[Candidate], **own: Any) -> RerankResult:
         """Rerank one request (``own``: its settings among ``activeprp_core.settings.PER_REQUEST``); its
