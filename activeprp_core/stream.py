@@ -13,23 +13,28 @@ rounds of the others (no shared lockstep step). What the requests share:
   batching), oldest request first, so the model's forward passes fill across requests.
 
 Each request reads only its own answers (no running record of the judge is carried across requests), so its
-result equals ``arerank`` of it alone with the same settings and seed, whatever ran beside it.
+result equals ``arerank`` of it alone with the same settings and seed, whatever ran beside it. A request's
+``time_budget`` is enforced as ``arerank`` enforces it (``activeprp_core.engine``): its calls read its deadline
+from their guard, a round still running at the deadline is cut, and a round waiting for a merged call when its
+deadline passes is not sent; its clock may start before the rerank (``RerankPool.rerank(started=...)``, e.g. at
+its arrival in a service's queue).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import heapq
 import itertools
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from .budget import check_count
-from .comparators.base import CallGuard, Comparator, Item, SupportsCompare, as_comparator
-from .engine import Batch, Reranking, guard_for
+from .comparators.base import CallGuard, Comparator, DeadlinePassed, Item, SupportsCompare, as_comparator, unsent
+from .engine import DEADLINE_GRACE, Batch, Reranking, bounded, drive, exchange, guard_for
 from .errors import ComparatorAuthError, ComparatorError
+from .judging import RoundLatency
 from .many import DEFAULT_MAX_ACTIVE, RerankFailure
 from .settings import PER_REQUEST, RerankSettings, takes_settings
 from .types import Candidate, Judgment, RerankResult
@@ -38,6 +43,11 @@ MERGE_PASSES = 8
 """A merged call of a batching comparator takes the waiting rounds, oldest request first, until it holds this
 many of the comparator's batches (``max_batch_size`` prompts each): enough to fill its forward passes, few enough
 that a request's next round waits for at most about this many passes."""
+
+
+MERGE_TURNS = 4
+"""Turns of the event loop a merged call waits for more rounds, while they keep coming (a request answered by the
+last merged call plans its next round within a turn or two)."""
 
 
 class FairSlots:
@@ -54,18 +64,24 @@ class FairSlots:
         self._arrivals = itertools.count()
 
     @contextlib.asynccontextmanager
-    async def take(self, n: int, key: Any = 0):
-        """Hold ``min(n, total)`` slots; waits while others with a lower key (or the same key, earlier) wait."""
+    async def take(self, n: int, key: Any = 0, timeout: float | None = None):
+        """Hold ``min(n, total)`` slots; waits while others with a lower key (or the same key, earlier) wait, at
+        most ``timeout`` seconds (then ``DeadlinePassed``, holding nothing)."""
         n = min(n, self.total)
         if self._waiters or self.free < n:
             future = asyncio.get_running_loop().create_future()
             heapq.heappush(self._waiters, (key, next(self._arrivals), n, future))
             try:
-                await future
-            except asyncio.CancelledError:
-                if future.done() and not future.cancelled():  # granted as it was cancelled: give the slots back
-                    self._release(n)
-                raise
+                await asyncio.wait_for(asyncio.shield(future), timeout)
+            except (asyncio.TimeoutError, asyncio.CancelledError) as stop:
+                if not future.done():
+                    future.cancel()  # left waiting: skipped at the next release
+                elif isinstance(stop, asyncio.CancelledError):
+                    self._release(n)  # granted as it was cancelled: give the slots back
+                if isinstance(stop, asyncio.CancelledError):
+                    raise
+                if not future.done() or future.cancelled():
+                    raise DeadlinePassed from None
         else:
             self.free -= n
         try:
@@ -89,13 +105,16 @@ class FairSlots:
 
 class RequestGuard(CallGuard):
     """One request's view of a shared ``CallGuard``: its own count of the calls that reached the backend
-    (``completed``, what ``Reranking.fail`` is told), its calls' place in the queue for slots (``key``: lower
+    (``completed``, what ``Reranking.fail`` is told), its deadlines (``deadline`` / ``deadlines`` on ``clock``,
+    read by the comparator through ``time_left``) and its calls' place in the queue for slots (``key``: lower
     goes first); the breaker and the cap on calls in flight are the shared guard's."""
 
-    def __init__(self, shared: CallGuard, slots: FairSlots | None, key: Any) -> None:
+    def __init__(self, shared: CallGuard, slots: FairSlots | None, key: Any, clock: Callable[[], float],
+                 deadline: float | None = None) -> None:  # the shared guard's state is not copied: no _setup
         self.shared, self._fair, self.key = shared, slots, key
         self.max_concurrency = shared.max_concurrency
         self.max_consecutive_failures = shared.max_consecutive_failures
+        self.clock, self.deadline, self.deadlines = clock, deadline, {}
         self.completed = 0
 
     @property
@@ -112,50 +131,86 @@ class RequestGuard(CallGuard):
         self.completed += 1
         self.shared.record(ok, reason)
 
-    def slots(self, n: int = 1):
-        return contextlib.nullcontext() if self._fair is None else self._fair.take(n, self.key)
+    def slots(self, n: int = 1, timeout: float | None = None):
+        return contextlib.nullcontext() if self._fair is None else self._fair.take(n, self.key, timeout)
+
+
+@dataclass(eq=False)
+class _Part:
+    """One request's round waiting for a merged call: its items, its deadline (loop time, None = none), the
+    future of its answers, and whether a merged call has taken it."""
+
+    items: list[Item]
+    guard: RequestGuard
+    deadline: float | None
+    future: asyncio.Future
+    taken: bool = False
 
 
 class _Merger:
     """Continuous batching for a comparator that batches: one merged ``ajudge_batch`` at a time (see the module
-    docstring and ``MERGE_PASSES``); a merged call that fails (not fatally) is asked again request by request,
-    so one request's bad prompt fails that request only."""
+    docstring and ``MERGE_PASSES``), each of its queries cut at its own deadline (``CallGuard.deadlines``); a
+    round whose deadline passes before a merged call takes it is not sent; a merged call that fails (not fatally)
+    is asked again request by request, so one request's bad prompt fails that request only."""
 
     def __init__(self, pool: RerankPool) -> None:
         self.pool = pool
         self.limit = MERGE_PASSES * pool.judge.max_batch_size
-        self.waiting: list[tuple[Any, int, list[Item], asyncio.Future, RequestGuard]] = []
+        self.waiting: list[tuple[Any, int, _Part]] = []
         self._arrivals = itertools.count()
         self.running: asyncio.Task | None = None
 
-    async def ask(self, items: list[Item], guard: RequestGuard) -> list[Judgment]:
-        future = asyncio.get_running_loop().create_future()
-        heapq.heappush(self.waiting, (guard.key, next(self._arrivals), items, future, guard))
+    async def ask(self, items: list[Item], guard: RequestGuard, deadline: float | None) -> list[Judgment]:
+        loop = asyncio.get_running_loop()
+        part = _Part(items, guard, deadline, loop.create_future())
+        heapq.heappush(self.waiting, (guard.key, next(self._arrivals), part))
         if self.running is None:
-            self.running = asyncio.get_running_loop().create_task(self._run())
-        return await future  # cancelled: dropped if not sent yet, else its answers are discarded
+            self.running = loop.create_task(self._run())
+        if deadline is None:
+            return await part.future  # cancelled: dropped if not sent yet, else its answers are discarded
+        left = max(0.0, deadline - loop.time()) + DEADLINE_GRACE
+        try:
+            return await asyncio.wait_for(asyncio.shield(part.future), left)
+        except asyncio.TimeoutError:
+            if part.taken:  # in a merged call, bounded by the deadlines of its queries
+                return await part.future
+            part.future.cancel()
+            return [unsent()] * len(items)
+        finally:
+            part.future.cancel()  # cancelled or done: a merged call that has not taken it drops it
 
     async def _run(self) -> None:
         try:
             while self.waiting:
-                await asyncio.sleep(0)  # one turn of the loop: rounds planned at the same moment go together
+                seen = -1
+                for _ in range(MERGE_TURNS):  # rounds handed in at about the same moment go together
+                    if len(self.waiting) == seen:
+                        break
+                    seen = len(self.waiting)
+                    await asyncio.sleep(0)
                 parts, size = [], 0
                 while self.waiting and size < self.limit:
-                    part = heapq.heappop(self.waiting)
-                    if not part[3].done():
+                    part = heapq.heappop(self.waiting)[2]
+                    if not part.future.done():
+                        part.taken = True
                         parts.append(part)
-                        size += len(part[2])
+                        size += len(part.items)
                 if parts:
                     await self._send(parts)
         finally:
             self.running = None
-            for part in self.waiting:
-                part[3].cancel()
+            for _, _, part in self.waiting:
+                part.future.cancel()
 
-    async def _send(self, parts: list) -> None:
-        merged = RequestGuard(self.pool.guard, self.pool.slots, parts[0][0])
+    async def _send(self, parts: list[_Part]) -> None:
+        loop = asyncio.get_running_loop()
+        merged = RequestGuard(self.pool.guard, self.pool.slots, parts[0].guard.key, loop.time)
+        merged.deadlines = {p.items[0][0]: p.deadline for p in parts if p.deadline is not None and p.items}
+        lefts = [None if p.deadline is None else p.deadline - loop.time() for p in parts]
+        items = [it for p in parts for it in p.items]
         try:
-            judgments = await self.pool.judge.ajudge_batch([it for p in parts for it in p[2]], guard=merged)
+            judgments = await bounded(self.pool.judge.ajudge_batch(items, guard=merged),
+                                      None if None in lefts else max(lefts), len(items), merged)
         except Exception as error:
             _credit(parts, merged.completed)
             if len(parts) > 1 and not self.pool.fatal(error):
@@ -163,27 +218,23 @@ class _Merger:
                     await self._send([part])
                 return
             for part in parts:
-                if not part[3].done():
-                    part[3].set_exception(error)
+                if not part.future.done():
+                    part.future.set_exception(error)
             return
         _credit(parts, merged.completed)
         start = 0
-        for _, _, items, future, _ in parts:
-            if not future.done():
-                future.set_result(judgments[start : start + len(items)])
-            start += len(items)
+        for part in parts:
+            if not part.future.done():
+                part.future.set_result(judgments[start : start + len(part.items)])
+            start += len(part.items)
 
 
-def _credit(parts: list, sent: int) -> None:
+def _credit(parts: list[_Part], sent: int) -> None:
     """Count the first ``sent`` calls of a merged call to its parts' requests, in order."""
     for part in parts:
-        calls = min(sent, len(part[2]))
-        part[4].completed += calls
+        calls = min(sent, len(part.items))
+        part.guard.completed += calls
         sent -= calls
-
-
-class _OutOfTime(ComparatorError):
-    """The request's deadline passed: no further call is sent, the result is best-effort."""
 
 
 class RerankPool:
@@ -195,7 +246,9 @@ class RerankPool:
         guard: the shared ``CallGuard`` (default: ``guard_for`` the comparator and settings, a breaker that
             stays open once opened). Its ``max_concurrency`` caps the calls in flight across requests.
 
-    Use from coroutines of one event loop; ``await aclose()`` when done (cancels a merged call in flight).
+    The requests share one record of round latencies (``judging.RoundLatency``), from which a request with a
+    ``time_budget`` plans the rounds that fit. Use from coroutines of one event loop; ``await aclose()`` when done
+    (cancels a merged call in flight).
 
     Raises:
         TypeError / ValueError: bad settings or comparator.
@@ -208,6 +261,7 @@ class RerankPool:
         self.guard = guard if guard is not None else guard_for(self.judge, self.settings)
         cap = self.guard.max_concurrency
         self.slots = None if cap is None else FairSlots(cap)
+        self.latency = RoundLatency()
         self._merger = _Merger(self) if self.judge.max_batch_size else None
         self._keys = itertools.count()
 
@@ -216,72 +270,43 @@ class RerankPool:
         return isinstance(error, ComparatorAuthError) or self.guard.error is not None
 
     async def rerank(self, query: str, candidates: Sequence[Candidate], own: Mapping[str, Any] | None = None,
-                     *, deadline: float | None = None) -> RerankResult:
+                     *, started: float | None = None) -> RerankResult:
         """Rerank one request with the pool's settings and its ``own`` (keys among ``PER_REQUEST``).
 
         Args:
-            deadline: the event loop's time (``loop.time()``) after which no call is sent; a round in flight
-                then is cancelled and the result is best-effort (``exhausted_by`` holds ``"time_budget"``).
+            started: when the request's ``time_budget`` started, on the event loop's clock (``loop.time()``;
+                default: now), e.g. its arrival in a queue. At the deadline the round in flight is cut and the
+                result is best-effort (``exhausted_by`` holds ``"time_budget"``), as for ``arerank``.
 
         Raises:
             TypeError / ValueError: bad input or settings. A ``ComparatorError`` as ``arerank`` raises it.
         """
         if own and (not isinstance(own, Mapping) or set(own) - set(PER_REQUEST)):
             raise TypeError(f"a request's own settings must be a dict with keys among {PER_REQUEST}")
+        clock = asyncio.get_running_loop().time
         settings = RerankSettings.of(self.settings, **own) if own else self.settings
-        reranking = Reranking(query, candidates, settings, comparator=self.judge)
-        guard = RequestGuard(self.guard, self.slots, next(self._keys))
-        if self._merger is not None:
-            merger = self._merger
+        reranking = Reranking(query, candidates, settings, comparator=self.judge, clock=clock, started=started,
+                              latency=self.latency)
+        guard = RequestGuard(self.guard, self.slots, next(self._keys), clock, reranking.deadline)
 
-            def ask(batch: Batch) -> Awaitable[list[Judgment]]:
-                return merger.ask([(batch.query, a, b) for a, b in batch.pairs], guard)
-        else:
-            def ask(batch: Batch) -> Awaitable[list[Judgment]]:
-                return self.judge.ajudge(batch.query, batch.pairs, guard=guard)
-        if not await _drive(reranking, guard, ask, deadline):
-            return reranking.result()
-        return dataclasses.replace(reranking.result(), on_failure=settings.on_failure)
+        async def ask(batch: Batch) -> list[Judgment]:
+            try:
+                if self._merger is not None:
+                    items = [(batch.query, a, b) for a, b in batch.pairs]
+                    return await self._merger.ask(items, guard, reranking.deadline)
+                return await bounded(self.judge.ajudge(batch.query, batch.pairs, guard=guard), reranking.time_left(),
+                                     len(batch.pairs), guard)
+            except ComparatorAuthError as error:  # refused for every request, whichever comparator said so
+                guard.trip(error)
+                raise
+
+        return await drive(exchange(reranking, guard), ask)
 
     async def aclose(self) -> None:
         if self._merger is not None and self._merger.running is not None:
             self._merger.running.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._merger.running
-
-
-async def _drive(reranking: Reranking, guard: RequestGuard, ask: Callable[[Batch], Awaitable[list[Judgment]]],
-                 deadline: float | None) -> bool:
-    """Answer ``reranking``'s batches with ``ask`` until it is done (False) or ``deadline`` passes (True)."""
-    loop = asyncio.get_running_loop()
-    while not reranking.done:
-        batch, sent_before = reranking.next_batch(), guard.completed
-        left = None if deadline is None else deadline - loop.time()
-        try:
-            if left is not None and left <= 0:
-                raise asyncio.TimeoutError
-            answers = await asyncio.wait_for(ask(batch), left)  # past the deadline: the round is cancelled
-        except Exception as error:
-            if isinstance(error, asyncio.TimeoutError) and deadline is not None and loop.time() >= deadline:
-                _out_of_time(reranking, guard.completed - sent_before)
-                return True
-            if isinstance(error, ComparatorAuthError):  # refused for every request, whichever comparator said so
-                guard.trip(error)
-            reranking.fail(error, sent=guard.completed - sent_before)
-        else:
-            reranking.send(answers)
-    return False
-
-
-def _out_of_time(reranking: Reranking, sent: int) -> None:
-    """End ``reranking`` at its deadline: no further call; the ranker finishes on what it knows.
-
-    Until the core enforces ``time_budget`` itself, this borrows the ``on_failure="prior"`` path of
-    ``Reranking.fail`` (the deadline degrades whatever the setting, like any cap; ``rerank`` puts the setting
-    back in the result)."""
-    reranking.ledger.refuse("time_budget")
-    reranking.settings = RerankSettings.of(reranking.settings, on_failure="prior")
-    reranking.fail(_OutOfTime("the time budget ran out: the round in flight was cancelled"), sent=sent)
 
 
 def _request(index: int, request: Any) -> tuple[str, Sequence[Candidate], Mapping[str, Any]]:

@@ -102,7 +102,6 @@ class Routes:
         query, texts = self.limits.texts(query, documents, max_words)
         if top_n is not None:
             own["top_k"] = top_n
-        seconds = own.get("time_budget", self.service.settings.time_budget)
         candidates = [Candidate(str(i), t) for i, t in enumerate(texts)]
         try:
             result = await self.service.rerank(query, candidates, **own)
@@ -118,10 +117,7 @@ class Routes:
             return error_response(503, str(err), "unavailable", 1)
         self.metrics.spent(result)
         order = result.order if top_n is None else result.order[:top_n]
-        body = respond(result, order, texts)
-        if isinstance(body, dict):
-            body["meta"]["activeprp"]["time_budget"] = seconds  # the request's, from its arrival (not the time left)
-        return JSONResponse(body)
+        return JSONResponse(respond(result, order, texts))
 
     def judge_failure(self, err: ComparatorError, query: str, texts: list[str]) -> Response:
         """A judge's failure as a response: a prompt too long for the judge's context is the caller's (413);

@@ -143,8 +143,8 @@ class RerankService:
 
     async def rerank(self, query: str, candidates: Sequence[Candidate], **own: Any) -> RerankResult:
         """Rerank one request (``own``: its settings among ``activeprp_core.settings.PER_REQUEST``); its
-        ``time_budget`` (default: the service's) counts from now, the wait in the queue included: the rerank
-        starts with the time left (no call once it has run out in the queue).
+        ``time_budget`` (default: the service's) counts from now, the wait in the queue included (no call once it
+        has run out in the queue).
 
         Raises:
             Overloaded: the queue is full. ComparatorUnavailable: the breaker is open (or opened during the
@@ -158,22 +158,17 @@ class RerankService:
         arrived = loop.time()
         seconds = own.pop("time_budget", self.settings.time_budget)
         deadline = None if seconds is None else arrived + seconds
+        own["time_budget"] = seconds  # counted from the arrival (``started``): the wait in the queue counts
         self._refuse_while_open()
         if not await self.admission.enter(None if deadline is None else deadline - arrived, self.retry_after):
-            return await self._rerank(query, candidates, own, deadline)  # its time ran out waiting: no call
+            return await self.pool.rerank(query, candidates, own, started=arrived)  # its time ran out: no call
         started = loop.time()
         try:
             self._refuse_while_open()
-            return await self._rerank(query, candidates, own, deadline)
+            return await self.pool.rerank(query, candidates, own, started=arrived)
         finally:
             self.admission.leave()
             self.mean_active_s += 0.1 * (loop.time() - started - self.mean_active_s)
-
-    async def _rerank(self, query: str, candidates: Sequence[Candidate], own: dict[str, Any],
-                      deadline: float | None) -> RerankResult:
-        if deadline is not None:  # the rerank's own clock starts now: it gets the time left
-            own = {**own, "time_budget": max(0.0, deadline - asyncio.get_running_loop().time())}
-        return await self.pool.rerank(query, candidates, own, deadline=deadline)
 
     def overloaded(self) -> Overloaded | None:
         """The ``Overloaded`` a request arriving now would get (None: there is room)."""
