@@ -7,8 +7,12 @@ either its answers come back and each prompt's reservation is replaced by the us
 (``reconcile``), or the batch fails and what its prompts never sent had reserved is given back
 (``refund_unsent``) before the sent ones are settled as failed calls. ``settle`` ends the batch in flight.
 
+A call the ``time_budget`` deadline kept from being sent (``Judgment.cut == "unsent"``) is refunded like an unsent
+prompt of a failed batch; one cut in flight (``"in_flight"``) is a call spent without an answer (``cut_calls``).
+
 The ledger reads only what its driver hands it: the settings, the comparator whose ``estimate_tokens`` prices a
-prompt (``budget.Rule.price``; never called to judge) and the clock (``wall_time_s``).
+prompt (``budget.Rule.price``; never called to judge), the clock (the deadline, the round latencies,
+``wall_time_s``) and the record of round latencies carried across queries.
 """
 
 from __future__ import annotations
@@ -18,9 +22,10 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from .budget import Caps
+from .budget import Caps, Deadline
+from .judging import RoundLatency
 from .settings import RerankSettings
-from .types import Accounting, Judgment, Pair
+from .types import UNSENT, Accounting, Judgment, Pair
 
 Cost = Mapping[str, int]
 """What one prompt reserves: ``{cap name: units}`` over the per-prompt caps (``Caps.prompt_costs``)."""
@@ -36,7 +41,9 @@ class Ledger:
         query: the query text, and pricing: the comparator whose ``estimate_tokens`` prices a prompt (a class or
             an instance; see ``budget.Rule.price``).
         clock: seconds on a monotonic clock (default ``time.monotonic``); ``started``: its reading when the rerank
-            started (default: now).
+            started (default: now): the ``time_budget`` deadline counts from it.
+        latency: the record of round latencies to read and add to (``judging.RoundLatency``; default: this
+            query's own).
 
     Attributes:
         caps: the ``Caps`` (read live by the ranker's ``BudgetView``). counts: the ``Accounting`` of what was asked
@@ -46,10 +53,14 @@ class Ledger:
     """
 
     def __init__(self, settings: RerankSettings, query: str, pricing: Any,
-                 clock: Callable[[], float] = time.monotonic, started: float | None = None) -> None:
-        self.caps = Caps(settings.as_dict())
+                 clock: Callable[[], float] = time.monotonic, started: float | None = None,
+                 latency: RoundLatency | None = None) -> None:
         self.query, self.pricing, self.clock = query, pricing, clock
         self.started = clock() if started is None else started
+        self.caps = Caps(settings.as_dict(), clock, self.started)
+        self.deadline: Deadline = self.caps["time_budget"]
+        self.latency = RoundLatency() if latency is None else latency
+        self._opened: float | None = None  # when the round in flight went out
         self.counts = Accounting()
         self.exhausted_by: list[str] = []
         self.failure: str | None = None
@@ -74,8 +85,20 @@ class Ledger:
         return len(self._held)
 
     def rounds_left(self) -> int | None:
-        """Rounds the round cap still allows (None = no cap)."""
-        return self.caps["max_rounds"].remaining
+        """Rounds the query can still send (None = no limit): what the round cap allows, and with a time budget at
+        most the rounds that fit in the time left at the estimated round latency (``RoundLatency.estimate``;
+        none known yet: the round cap alone). So a ranker that plans its rounds plans a shallow plan that
+        completes rather than a deep one the deadline cuts off."""
+        left = self.caps["max_rounds"].remaining
+        time_left, per_round = self.deadline.remaining, self.latency.estimate()
+        if time_left is None or not per_round:
+            return left
+        fit = int(time_left // per_round)
+        return fit if left is None else min(left, fit)
+
+    def time_left(self) -> float | None:
+        """Seconds until the deadline (None = no time budget; 0 once past)."""
+        return self.deadline.remaining
 
     # ---- planning a batch ---------------------------------------------------------------------------------
     def costs(self, pairs: Sequence[Pair]) -> list[Cost]:
@@ -110,16 +133,29 @@ class Ledger:
             self.exhausted_by.append(cap)
 
     def open_round(self) -> None:
-        """The batch planned sends calls: it takes a round."""
+        """The batch planned sends calls: it takes a round (timed from now)."""
         self.caps.take_round()
+        self._opened = self.clock()
 
     # ---- after the batch ----------------------------------------------------------------------------------
     def reconcile(self, judgments: Sequence[Judgment]) -> None:
         """Account the batch in flight's answers (one ``Judgment`` per prompt, in order): each prompt's
         reservation becomes the usage its answer reports; failed calls, retries and tokens are counted. A prompt
-        refunded as never sent counts nothing. Settles the batch."""
+        refunded as never sent counts nothing; one the deadline kept from being sent is refunded now; one cut in
+        flight keeps its reservation and counts as a cut call. The round's latency is recorded. Settles the
+        batch."""
+        unsent = [i for i, j in enumerate(judgments) if j.cut == UNSENT]
+        if any(j.cut for j in judgments):
+            self.refuse(self.deadline.name)
+        if unsent:
+            self._refund(unsent)
+        if self._opened is not None and any(held is not None for held in self._held):  # calls went out
+            self.latency.record(self.clock() - self._opened)
         for j, held in zip(judgments, self._held):
             if held is None:
+                continue
+            if j.cut:
+                self.counts.cut_calls += 1
                 continue
             self.counts.failed_calls += j.prob is None
             self.counts.retries += j.retries
@@ -133,11 +169,18 @@ class Ledger:
     def refund_unsent(self, sent: int) -> None:
         """The batch in flight failed after its first ``sent`` prompts went out: what the others reserved is given
         back (their round too when none went out) and the questions wholly among them are no comparisons."""
-        unsent = self._held[sent:]
-        self.caps.refund([c for c in unsent if c], round_too=sent == 0 and bool(self._held))
-        starts = list(itertools.accumulate(self._questions, initial=0))[:-1]
-        self.counts.comparisons -= sum(start >= sent for start in starts)
-        self._held = self._held[:sent] + [None] * len(unsent)
+        self._refund(range(sent, len(self._held)))
+
+    def _refund(self, unsent: Sequence[int]) -> None:
+        """Give back what the prompts ``unsent`` (positions in the batch in flight) reserved: they were never sent.
+        A question all of whose prompts are among them is no comparison; a batch none of whose prompts went out
+        takes no round."""
+        gone = set(unsent)
+        self.caps.refund([self._held[i] for i in sorted(gone) if self._held[i]],
+                         round_too=bool(self._held) and len(gone) == len(self._held))
+        starts = list(itertools.accumulate(self._questions, initial=0))
+        self.counts.comparisons -= sum(gone.issuperset(range(a, b)) for a, b in zip(starts, starts[1:]))
+        self._held = [None if i in gone else held for i, held in enumerate(self._held)]
 
     def settle(self) -> None:
         """End the batch in flight: its reservations are final."""

@@ -10,14 +10,15 @@ import enum
 import itertools
 import logging
 import random
-from collections.abc import Generator, Iterable, Iterator, Sequence
+import time
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .budget import BudgetView
 from .comparators.base import Comparator, as_comparator
 from .errors import ComparatorError, ComparatorUnavailable, RankerError
-from .judging import Answers, JudgeTally
+from .judging import Answers, JudgeTally, RoundLatency
 from .ledger import Cost, Ledger
 from .oracles import Oracle, Prompt, get_oracle
 from .rankers import RankContext, Ranker, get_ranker, relay
@@ -69,10 +70,17 @@ class Reranking:
         prior_answers: a running ``JudgeTally`` of the same comparator's answers to other queries (``rerank_many``
             passes one): this query's answers are added to it, and the confidence gate and the ``adaptive``
             oracle read it; ``RerankResult.judge`` still counts this query's answers only.
+        clock: seconds on a monotonic clock (default ``time.monotonic``; the async drivers pass their event loop's
+            ``time``); started: its reading when the query's rerank started (default: now). The ``time_budget``
+            deadline is ``started + time_budget``: past it, every question is refused.
+        latency: the record of round latencies (``judging.RoundLatency``) to plan the rounds that fit a
+            ``time_budget`` with; ``rerank_many`` carries one across its queries (default: this query's own).
 
     Protocol: ``next_batch()`` returns the pending ``Batch`` (the same one until it is answered) or ``DONE``;
-    ``send(judgments)`` answers it (``Judgment`` objects, or floats / None, one per prompt, in order);
-    ``fail(error)`` reports that it could not be answered; ``result()`` once ``DONE``.
+    ``send(judgments)`` answers it (``Judgment`` objects, or floats / None, one per prompt, in order; a
+    ``Judgment`` with ``cut`` set says the deadline kept that call from being sent or cut it in flight);
+    ``fail(error)`` reports that it could not be answered; ``result()`` once ``DONE``. A driver bounds its I/O by
+    ``time_left()`` (None = no time budget).
 
     Raises:
         TypeError / ValueError: bad arguments (as ``RerankSettings`` and ``rerank``). ``RuntimeError``:
@@ -81,17 +89,19 @@ class Reranking:
 
     def __init__(self, query: str, candidates: Sequence[Candidate], settings: RerankSettings | None = None, *,
                  comparator: Comparator | None = None, prior_answers: JudgeTally | None = None,
-                 **options: Any) -> None:
+                 clock: Callable[[], float] = time.monotonic, started: float | None = None,
+                 latency: RoundLatency | None = None, **options: Any) -> None:
         self.settings = s = RerankSettings.of(settings, **options)
         self.query, self.candidates = query, check_candidates(query, candidates)
         pricing = Comparator if comparator is None else as_comparator(comparator)
-        self.ledger = ledger = Ledger(s, query, pricing)
+        self.ledger = ledger = Ledger(s, query, pricing, clock, started, latency)
         ranker, oracle = choose(len(self.candidates), s.top_k, s.budget, ledger.rounds_left(), s.ranker, s.oracle)
         self.ranker: Ranker = get_ranker(ranker)
         self.oracle: Oracle = get_oracle(oracle)
         streams = random.Random(s.seed)
         self._oracle_rng, ranker_rng = random.Random(streams.getrandbits(64)), random.Random(streams.getrandbits(64))
-        view = BudgetView(ledger.caps.caps, lambda: ledger.exhausted or ledger.stopped, self._affordable)
+        view = BudgetView(ledger.caps.caps, lambda: ledger.exhausted or ledger.stopped, self._affordable,
+                          ledger.rounds_left)
         ctx = RankContext(len(self.candidates), s.top_k, ranker_rng, calls_per_pair=self.oracle.calls_per_pair,
                           caps=view)
         self.answers = Answers(prior_answers)  # the pair cache, with the judge's running record
@@ -178,6 +188,21 @@ class Reranking:
             errors=list(ledger.errors), judge=self.answers.own.stats(), **counts.counts(),
             converged=not ledger.exhausted and counts.failed_calls == 0 and ledger.failure is None)
 
+    # ---- time ---------------------------------------------------------------------------------------------
+    @property
+    def clock(self) -> Callable[[], float]:
+        """The clock this reranking reads (seconds, monotonic)."""
+        return self.ledger.clock
+
+    @property
+    def deadline(self) -> float | None:
+        """The ``time_budget`` deadline on ``clock`` (None = no time budget)."""
+        return self.ledger.deadline.at
+
+    def time_left(self) -> float | None:
+        """Seconds until the deadline (None = no time budget; 0 once past): what a driver may still wait."""
+        return self.ledger.time_left()
+
     # ---- what was spent -----------------------------------------------------------------------------------
     @property
     def exhausted(self) -> bool:
@@ -239,7 +264,8 @@ class Reranking:
 
     def _record(self, prompts: Sequence[Prompt], judgments: Sequence[Judgment], sample: bool = True) -> None:
         for prompt, j in zip(prompts, judgments):
-            self.answers.record(prompt, j.prob, sample)
+            if not j.cut:  # a call cut by the deadline leaves its pair unknown
+                self.answers.record(prompt, j.prob, sample)
         self.ledger.reconcile(judgments)
 
     def _questions(self, pairs: Iterable[tuple[int, int]], rng: random.Random,

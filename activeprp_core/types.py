@@ -37,6 +37,11 @@ class Candidate:
 Pair = tuple[Candidate, Candidate]
 
 
+UNSENT, IN_FLIGHT = "unsent", "in_flight"
+CUTS = (UNSENT, IN_FLIGHT)
+"""The values of ``Judgment.cut``: a call the deadline kept from being sent, or one it cut in flight."""
+
+
 @dataclass
 class Judgment:
     """The answer to one LLM call on an ordered pair (first, second).
@@ -47,6 +52,9 @@ class Judgment:
         retries: transport retries spent on this call (not counted against the budget).
         prompt_tokens / completion_tokens: token usage where the backend reports it, else 0.
         error: a short reason when ``prob`` is None.
+        cut: what the time budget did to this call, else None: ``"unsent"`` (the deadline came before it was
+            sent: no call, nothing spent) or ``"in_flight"`` (sent, but its answer did not come before the
+            deadline: cancelled, or its late answer discarded; a call spent, not a failed one). ``prob`` is None.
 
     Raises:
         InvalidAnswer (a ValueError): ``prob`` is not a number, or lies outside [0, 1] (a comparator bug, never
@@ -58,8 +66,12 @@ class Judgment:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     error: str | None = None
+    cut: str | None = None
 
     def __post_init__(self) -> None:
+        if self.cut is not None and (self.cut not in CUTS or self.prob is not None):
+            raise ValueError(f"Judgment.cut must be one of {CUTS} with prob None, got cut={self.cut!r}, "
+                             f"prob={self.prob!r}")
         if self.prob is None:
             return
         try:
@@ -117,6 +129,8 @@ class Accounting:
         cache_hits: pair questions answered from the pair cache at no cost.
         ties: bidirectional pairs whose two answers disagreed (resolved by prior rank).
         failed_calls: calls that returned no usable answer (counted in ``calls``).
+        cut_calls: calls sent whose answer did not come before the ``time_budget`` deadline (cancelled, or their
+            late answers discarded): counted in ``calls``, not in ``failed_calls``.
         retries, prompt_tokens, completion_tokens: summed over calls, where the comparator reports them.
         wall_time_s: wall-clock seconds of the whole rerank.
     """
@@ -127,6 +141,7 @@ class Accounting:
     cache_hits: int = 0
     ties: int = 0
     failed_calls: int = 0
+    cut_calls: int = 0
     retries: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
