@@ -233,10 +233,54 @@ def test_budget_depth_spends_calls_left_on_the_top_k_and_its_order_stays_exact()
     result = rerank("q", docs, ranker=ranker, oracle="randomized", comparator=Judge(), budget=95, top_k=5)
     top = result.order[:5]
     assert top == sorted(range(40), key=lambda i: -strength[i])[:5]
-    # the plan asks each question once; the calls it leaves ask pairs of a top-K item in the other slot order
+    # the plan asks each question once; the calls it leaves ask pairs in both slot orders: its challengers against
+    # the top-K (and each other, in the BubbleSort passes), then the plan's pairs of a top-K item
     both = {frozenset(p) for p in prompts if p[::-1] in prompts}
     assert len(prompts) == result.calls > plan_size(inner, depth, 5)[0] and result.calls >= 95 - 2
-    assert both and all(pair & set(top) for pair in both)
+    assert both and sum(bool(pair & set(top)) for pair in both) > len(both) / 2
+
+
+def test_budget_depth_challengers_are_the_candidates_outside_the_top_k_that_only_the_top_k_beat():
+    from activeprp_core.rankers.budget_depth import challengers
+    from activeprp_core.rankers.parallel import Evidence
+
+    ev = Evidence()
+    for pair, outcome in [((1, 7), 1.0), ((5, 6), 1.0), ((8, 5), 0.0), ((6, 9), 1.0), ((2, 9), 1.0), ((3, 4), 0.5)]:
+        ev.note(pair, outcome)
+    order = list(range(10))  # top-5: 0-4
+    # 6, 8 and 9 lost to 5 or 6, outside the top-5; 7 lost to a top item only (fewest losses first); a tie
+    # proves nothing
+    assert challengers(ev, order, 5) == [5, 7]
+    # with 5 in the top-5, the candidates only 5 beat (6, 8) can enter too; 9 lost to 6, outside
+    assert challengers(ev, [*order[:4], 5, 4, *order[6:]], 5) == [4, 6, 7, 8]
+
+
+def test_budget_depth_challenge_lets_a_candidate_a_wrong_answer_kept_out_beat_its_way_into_the_top_k():
+    from activeprp_core.rankers.budget_depth import challenge
+    from activeprp_core.rankers.parallel import Evidence
+
+    strength = [100, 80, 70, 60, 50, 40, 30, 90, 20, 10]  # 7 is truly second
+    ev = Evidence()
+    for pair, outcome in [((1, 7), 1.0), ((5, 6), 1.0), ((5, 8), 1.0), ((6, 9), 1.0)]:  # 1 beat 7: wrong
+        ev.note(pair, outcome)
+    asked = []
+
+    def cached_or_true(pairs):  # answered pairs come from the evidence, as the engine's pair cache does
+        asked.extend(p for p in pairs if not ev.known(*p))
+        return [ev.outcomes[(min(i, j), max(i, j))] if ev.known(i, j) and i < j else
+                1.0 - ev.outcomes[(j, i)] if ev.known(i, j) else float(strength[i] > strength[j]) for i, j in pairs]
+
+    schedule, order = challenge(RankContext(10, 5), ev, list(range(10))), None
+    try:
+        pairs = next(schedule)
+        while True:
+            pairs = schedule.send(cached_or_true(pairs))
+    except StopIteration as stop:
+        order = stop.value
+    assert sorted(order) == list(range(10))
+    assert order[:5] == [0, 1, 7, 2, 3]  # 7 beats 5, 4, 3 and 2 and stops below 1 (the cached wrong answer)
+    # only new pairs of the top-5 and the challengers (5, 7) are asked
+    assert asked and all(set(p) <= {0, 1, 2, 3, 4, 5, 7} for p in asked)
 
 
 @pytest.mark.parametrize("bad", ["mohajer", 3])

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .base import RankContext, Ranker, Schedule, beats, complete
+from ..oracles import BothOrders
+from .base import RankContext, Ranker, Schedule, beats, bubble_passes, complete
 from .mohajer import MohajerBubble
 from .parallel import Evidence, ParallelMohajer, confirm
 
@@ -61,16 +62,23 @@ class BudgetDepth(Ranker):
        about K**2 / 2 questions, does not shrink with the depth). Depths are whole strides of the K groups
        (multiples of K) for the sequential plan and whole bracket levels (``K * 2**L``) for the parallel one: a
        level takes one round whatever its size. No budget: all N.
-    3. **Calls left** once the plan is complete (the judge agreed with the first stage more often than planned,
-       or the plan covers all N): pairs answered in one slot order are asked in both orders, those of a top-K
-       item first, then the others by their better rank, and the top-K is re-decided over the evidence
-       (``parallel.confirm``); ``parallel_mohajer`` confirms the pairs of its top-K itself.
+    3. **Calls left** once the sequential plan is complete (the judge agreed with the first stage more often
+       than planned, or the plan covers all N) go first to new pairs that can still change the top-K
+       (``challenge``): the candidates outside the top-K that no other candidate outside it has beaten (the
+       runners-up of the tournaments, who lost only to top-K items) meet the top-K in BubbleSort passes from the
+       boundary up, as the plan's own polish does, each pair in both slot orders; it stops when a pass moves
+       nothing. Then pairs answered in one
+       slot order are asked in both orders, those of a top-K item first, then the others by their better rank,
+       and the plan and the challenge are re-decided over the evidence (``parallel.confirm``).
+       ``parallel_mohajer`` spends its calls left on both orders of its own pairs.
 
-    So the depth grows with the budget up to N, and the budget beyond the complete plan over N confirms the
-    top-K. Why a budget-planned depth: a plan the budget cuts short leaves its later candidates in prior order,
-    and a deeper rerank than the budget completes spends calls on candidates it cannot place; a fixed depth fits
-    one first stage only. The evidence (judges of several strengths, biases and first stages) is in
-    docs/judges.md.
+    So the depth grows with the budget up to N, and the budget beyond the complete plan over N asks the
+    candidates that can still enter the top-K, then confirms it. Why a budget-planned depth: a plan the budget
+    cuts short leaves its later candidates in prior order, and a deeper rerank than the budget completes spends
+    calls on candidates it cannot place; a fixed depth fits one first stage only. Why new pairs before the other
+    slot order: with ``adaptive`` the other order of an answer that agrees with the first stage cannot change a
+    hard answer's decision (only the upsets it did not re-ask can change), while a new pair of a challenger and
+    a top-K item can. The evidence (judges of several strengths, biases and first stages) is in docs/judges.md.
 
     Args:
         sequential: the plan without a round cap (default ``MohajerBubble()``).
@@ -119,10 +127,46 @@ class BudgetDepth(Ranker):
         inner, depth = self.plan(ctx)
         sub = replace(ctx, n=depth)
         if inner is self.parallel:
-            order = yield from inner.schedule(sub)
-        else:
-            ev = Evidence()
+            return complete((yield from inner.schedule(sub)), ctx.n)
+        ev = Evidence()
+
+        def decide() -> Schedule:  # the plan, then its challengers (pairs already answered cost nothing)
             order = yield from ev.record(inner.schedule(sub))
-            if ctx.calls_per_pair == 1:  # the top-K's pairs first, then the others by their better rank
-                order = yield from confirm(sub, ev, order, lambda: ev.record(inner.schedule(sub)), reach=depth)
+            return (yield from challenge(sub, ev, order))
+
+        order = yield from decide()
+        if ctx.calls_per_pair == 1:  # the top-K's pairs first, then the others by their better rank
+            order = yield from confirm(sub, ev, order, decide, reach=depth)
         return complete(order, ctx.n)
+
+
+def challengers(ev: Evidence, order: list[int], k: int) -> list[int]:
+    """The candidates outside the top ``k`` of ``order`` that no other candidate outside it has beaten on the
+    evidence (an answered pair, not a tie): the ones a wrong answer may have kept out of the top-K. Fewest losses
+    to the top ``k`` first, then by their place in ``order``."""
+    top, rank = set(order[:k]), {x: r for r, x in enumerate(order)}
+    beaten, losses = set(), dict.fromkeys(order[k:], 0)
+    for (a, b), outcome in ev.outcomes.items():
+        if outcome is None or outcome == 0.5:
+            continue
+        winner, loser = (a, b) if outcome > 0.5 else (b, a)
+        if loser in top:
+            continue
+        if winner in top:
+            losses[loser] += 1
+        else:
+            beaten.add(loser)
+    return sorted((x for x in order[k:] if x not in beaten), key=lambda x: (losses[x], rank[x]))
+
+
+def challenge(ctx: RankContext, ev: Evidence, order: list[int]) -> Schedule:
+    """BubbleSort@K (``bubble_passes``, K passes from the bottom) over the top-K of ``order`` followed by its
+    ``challengers``, the strongest next to the boundary, noting every outcome in ``ev``: a challenger enters the
+    top-K by beating the items above it, one new pair at a time, and a pass that moves nothing ends it. Each pair
+    is asked in both slot orders (``BothOrders``, read by the bidirectional rule): these are the answers that
+    change the top-K, where a position-biased single answer costs most. Pairs already answered in both orders cost
+    nothing. Returns the order: the passes' window, then the other candidates of ``order``."""
+    window = order[: ctx.top] + challengers(ev, order, ctx.top)
+    yield from ev.record(bubble_passes(window, ctx.top, ctx.caps), lambda pairs: [BothOrders(*p) for p in pairs])
+    inside = set(window)
+    return window + [x for x in order if x not in inside]
