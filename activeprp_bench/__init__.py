@@ -2,7 +2,8 @@
 extra: numpy, matplotlib, bm25s, ir-measures): collection loaders, simulator calibration, the ranker x oracle x
 budget x round cap x seed grid, bootstrap statistics, reports, overhead and wall-time timings, and the
 comparators only benchmarks use (``CachedComparator``: a sqlite answer cache; ``ZeroCostComparator``;
-``RoundRecorder`` / ``SleepingComparator``) plus ``LlamaServer`` (a local OpenAI-compatible server).
+``RoundRecorder`` / ``SleepingComparator``). It holds what ``activeprp bench`` runs; studies and one-off figure
+makers live in ``benchmarks/``.
 
 It depends on ``activeprp_core``, never the reverse: the core CLI finds ``activeprp bench`` through the
 ``activeprp.commands`` entry point. The simulated judge itself (``SimulatedComparator``, ``from_qrels``,

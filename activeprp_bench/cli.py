@@ -14,7 +14,7 @@
         --out /tmp/latency
     activeprp bench walltime --data ../shared/data --rankers auto --oracles auto --budgets 50 --max-rounds 6 \
         --depth 20 --top-k 3
-    activeprp bench auto-table --from-csv benchmarks/results/auto_source/*/rows.csv.gz
+    activeprp bench auto-table --from-csv ROWS...   # the shipped table: the command in its own "source"
 """
 
 from __future__ import annotations
@@ -155,7 +155,7 @@ def _grid(args) -> int:
             rows = run_family_grid(args.data, args.collections, judges, args.rankers, args.oracles, budgets,
                                    args.max_rounds, seeds, top_k=args.top_k, queries=args.queries, depth=args.depth,
                                    judge_seed=args.judge_seed, cache=args.rows_cache or out / "rows_cache",
-                                   jobs=args.jobs, refresh=args.refresh)
+                                   jobs=args.jobs, refresh=args.refresh, tag=args.judge_tag)
         else:
             rows = run_grid(colls, _comparator_for(args, out), args.rankers, args.oracles, budgets, seeds,
                             args.top_k, progress=not args.no_progress, max_rounds=args.max_rounds)
@@ -174,7 +174,7 @@ def _grid(args) -> int:
     if len(judges) < 2:
         print(baseline + _report(rows, out, args.bootstrap_seed, paper, args.paired, top_k, args.compare))
         return 0
-    from .autotable import regret_report
+    from .regret import regret_report
 
     for judge in judges:  # one report per judge in OUT/<judge>/, the family's regret table in OUT/tables.md
         (out / judge).mkdir(exist_ok=True)
@@ -286,26 +286,28 @@ def _walltime(args) -> int:
 
 
 def _auto_table(args) -> int:
-    from .autotable import build_auto_table
+    """``auto-table``: the table from the rows of ``--from-csv``; its ``source`` is the command that rebuilds it
+    (the paths as given, e.g. relative to the repository root)."""
+    from .autotable import RULE, TOLERANCE, build_auto_table, build_regret_table, read_family
     from .grid import read_csv
 
-    rows = [r for path in args.from_csv for r in read_csv(path)]
+    args.tolerance = TOLERANCE if args.tolerance is None else args.tolerance
+    args.rule = args.rule or RULE
+    family = read_family(args.from_csv)
     source = "activeprp bench auto-table --from-csv " + " ".join(args.from_csv)
-    if any(r.judge for r in rows):  # a family grid: the choice by worst-case regret over its judges
-        from .autotable import RULE, TOLERANCE, build_regret_table, regret_report
-
-        args.tolerance = TOLERANCE if args.tolerance is None else args.tolerance
-        args.rule = args.rule or RULE
+    if any(judge for fam in family.values() for judge in fam.ndcg):  # a family grid: worst-case regret
         base = json.loads(Path(args.base).read_text()) if args.base else None
-        reference = json.loads(Path(args.reference).read_text()) if args.reference else None
         source += f" --rule {args.rule} --tolerance {args.tolerance}" + (
-            f" --base {args.base}" if args.base else "") + (
-            f" (cells not in these grids: from the base table, {base['source']})" if base else "")
+            f" --base {args.base}" if args.base else "")
         if args.report:
+            from .regret import regret_report
+
+            reference = json.loads(Path(args.reference).read_text()) if args.reference else None
+            rows = [r for path in args.from_csv for r in read_csv(path)]
             Path(args.report).write_text(regret_report(rows, args.tolerance, reference, rule=args.rule))
-        table = build_regret_table(rows, source, args.tolerance, base, args.rule)
+        table = build_regret_table(family, source, args.tolerance, base, args.rule)
     else:
-        table = build_auto_table(rows, source)
+        table = build_auto_table(family, source)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(table, indent=None, separators=(",", ":")) + "\n")
     print(f"{args.out}: {len(table['settings'])} settings, "
@@ -375,6 +377,9 @@ def add_parser(subparsers) -> None:
                       "x ranker x oracle; only cells not stored are computed (default OUT/rows_cache)")
     grid.add_argument("--refresh", nargs="+", default=[], metavar="NAME",
                       help="with --rows-cache: judge or oracle names whose cached rows are recomputed")
+    grid.add_argument("--judge-tag", default="", metavar="TAG",
+                      help="with --judge/--judges: label the rows' judge NAME@TAG (e.g. the collection), so that a "
+                      "judge on other collections is another member of the family in the regret reports")
     grid.set_defaults(func=_grid)
     cal = modes.add_parser("calibrate", parents=[common], help="fit the simulator to the paper's judge")
     cal.add_argument("--pair-noise", type=float, default=0.5)

@@ -48,7 +48,7 @@ def _run_unit(job: dict) -> list[dict]:
         if key not in stored["cells"]:
             rows = run_grid(colls, comparator_for(job["judge"], setting["judge_seed"]), [job["ranker"]],
                             [job["oracle"]], [budget], {job["oracle"]: [seed]}, setting["top_k"], progress=False,
-                            max_rounds=[cap], judge=job["judge"])
+                            max_rounds=[cap], judge=job["label"])
             stored["cells"][key] = [asdict(r) for r in rows]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(stored, separators=(",", ":")))
@@ -59,13 +59,15 @@ def run_family_grid(data: str, collections: Sequence[str], judges: Sequence[str]
                     oracles: Sequence[str], budgets: Sequence[int | None], caps: Sequence[int | None],
                     seeds: dict[str, Sequence[int]], *, top_k: int = 10, queries: int | None = None,
                     depth: int | None = None, judge_seed: int = 0, cache: str | Path, jobs: int = 1,
-                    refresh: Sequence[str] = ()) -> list[Row]:
+                    refresh: Sequence[str] = (), tag: str = "") -> list[Row]:
     """``run_grid`` for every judge x ranker x oracle, in ``jobs`` processes, rows cached under ``cache``.
 
     Args:
         data: the data root (``load_named``). collections, queries, depth: as ``activeprp bench grid``.
         seeds: oracle seeds per oracle name (oracles not listed take ``seeds["randomized"]``).
         refresh: judge or oracle names whose stored rows are recomputed.
+        tag: when set, every row's judge is labelled ``NAME@tag`` (and cached under that label): the same judge on
+            other collections (e.g. ``calibrated@cranfield``) is then another member of the family.
     Returns:
         The rows in judge, ranker, oracle, budget, cap, seed order (the order of ``run_grid`` per unit).
     Raises:
@@ -75,8 +77,10 @@ def run_family_grid(data: str, collections: Sequence[str], judges: Sequence[str]
         raise ValueError(f"jobs must be >= 1, got {jobs}")
     setting = {"collections": list(collections), "queries": queries, "depth": depth, "top_k": top_k,
                "judge_seed": judge_seed}
-    units = [{"path": str(Path(cache) / judge / f"{ranker}__{oracle}.json"), "setting": setting, "data": str(data),
-              "judge": judge, "ranker": ranker, "oracle": oracle, "refresh": judge in refresh or oracle in refresh,
+    label = (lambda judge: f"{judge}@{tag}") if tag else (lambda judge: judge)
+    units = [{"path": str(Path(cache) / label(judge) / f"{ranker}__{oracle}.json"), "setting": setting,
+              "data": str(data), "judge": judge, "label": label(judge), "ranker": ranker, "oracle": oracle,
+              "refresh": judge in refresh or oracle in refresh,
               "cells": [(b, m, s) for b in budgets for m in caps for s in seeds.get(oracle, seeds["randomized"])]}
              for judge in judges for ranker in rankers for oracle in oracles]
     if jobs == 1:

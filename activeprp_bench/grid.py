@@ -26,7 +26,7 @@ from activeprp_core.types import Accounting
 
 from .datasets import Collection
 from .instrumented import RoundRecorder
-from .reference import ReferenceFallbackMohajer, ReferenceHeapSort
+from .reference import FirstStage, ReferenceFallbackMohajer, ReferenceHeapSort
 
 PAPER_RANKERS = ("mohajer", "mohajer_bubble", "pac_bubble", "bubblesort", "heapsort", "quicksort")
 PAPER_BUDGETS = tuple(range(100, 501, 50))
@@ -40,6 +40,7 @@ VARIANTS: dict[str, Callable[[], Ranker]] = {
     "mohajer_reference_all": lambda: ReferenceFallbackMohajer(reselect="rerun", skip_last_refill=False),
     "mohajer_bubble_rerun": lambda: MohajerBubble(reselect="rerun"),
     "heapsort_reference": ReferenceHeapSort,
+    "first_stage": FirstStage,  # the baseline a judge must beat (autotable.Family.beats_first_stage)
     # the rerank depths around parallel_mohajer_depth's default (benchmarks/results/depth/)
     **{f"parallel_mohajer_depth{d}": partial(ParallelMohajerDepth, d) for d in (20, 30, 50, 70)},
 }
@@ -145,7 +146,8 @@ def run_grid(
     return rows
 
 
-def _open(path: str | Path, mode: str):
+def open_rows(path: str | Path, mode: str):
+    """A rows file opened as text for ``mode`` (``r``/``w``): gzip or xz by its suffix, else plain."""
     name = str(path)
     if name.endswith(".gz"):
         return gzip.open(path, mode + "t", newline="")
@@ -164,7 +166,7 @@ def write_csv(rows: Sequence[Row], path: str | Path, columns: Sequence[str] | No
     others their defaults); gzip- or xz-compressed when ``path`` ends in .gz or .xz."""
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     names = list(columns or Row.__dataclass_fields__)
-    with _open(path, "w") as f:
+    with open_rows(path, "w") as f:
         writer = csv.DictWriter(f, fieldnames=names)
         writer.writeheader()
         writer.writerows({k: getattr(r, k) for k in names} for r in rows)
@@ -176,6 +178,6 @@ def read_csv(path: str | Path) -> list[Row]:
     parse = {"int": int, "float": float, "str": str, "bool": lambda v: v == "True"}
     column = {f.name: parse[f.type] for f in fields(Row)}
     column["wall_s"] = float
-    with _open(path, "r") as f:
+    with open_rows(path, "r") as f:
         return [Row(**{("wall_time_s" if k == "wall_s" else k): column[k](v) for k, v in rec.items()})
                 for rec in csv.DictReader(f)]

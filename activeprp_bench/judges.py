@@ -20,7 +20,7 @@ in ``activeprp_bench/data/`` (see ``CachedScoreJudge``).
 Use ``build_judge(name, qrels, seed)`` (names in ``JUDGES``; the family the bench sweeps is ``FAMILY``;
 ``INFO[name]`` gives the declared answer kind, the flip-rate target and the published figure it is calibrated
 against). Calibration figures: ``benchmarks/results/judges/README.md`` (made by
-``python -m activeprp_bench.judge_calibration``).
+``python benchmarks/judge_calibration.py``).
 """
 
 from __future__ import annotations
@@ -225,7 +225,7 @@ CALIBRATED = Knobs(strength=1.0, doc_noise=1.172, position_bias=0.484, pair_nois
 #: Fitted temperature (grade units) at which soft answers of ``CALIBRATED`` are calibrated probabilities of
 #: "the first passage has the higher grade" (log loss over DL19 + DL20 pairs of distinct grades).
 SOFT_TEMPERATURE = 1.138
-#: Position biases fitted (``judge_calibration --fit``) to flip rates of 0.10 (pair_noise 0.25: at 0.5 the
+#: Position biases fitted (``benchmarks/judge_calibration.py --fit``) to flip rates of 0.10 (pair_noise 0.25: at 0.5 the
 #: noise alone flips 10%), 0.40 (pair_noise 0.5) and 0.206 (pair_noise 0.15; and with ``doc-error``'s knobs).
 MILD_NOISE = 0.25
 MILD_BIAS, STRONG_BIAS, LOW_NOISE_BIAS, DOC_ERROR_BIAS = 0.223, 1.043, 0.504, 0.223
@@ -320,9 +320,9 @@ def mild_bias(qrels: Qrels, seed: int = 0, *, queries: Mapping[str, str] | None 
 
 @_register("strong-bias", JudgeInfo("hard", 0.40, None))
 def strong_bias(qrels: Qrels, seed: int = 0, *, queries: Mapping[str, str] | None = None) -> Comparator:
-    """``calibrated`` with a strong position bias (``STRONG_BIAS``, fitted to flip 40% of pairs, the top of
-    the issue's 0-40% range; the bundled model under the A/B prompt is the extreme, 100%). Not calibrated to a
-    published judge."""
+    """``calibrated`` with a strong position bias (``STRONG_BIAS``, fitted to flip 40% of pairs, the top of the
+    family's 0-40% range of flip rates; the bundled model under the A/B prompt is the extreme, 100%). Not calibrated
+    to a published judge."""
     return _graded("strong-bias", replace(CALIBRATED, position_bias=STRONG_BIAS))(qrels, seed, queries=queries)
 
 

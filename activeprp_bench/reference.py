@@ -77,3 +77,14 @@ class ReferenceHeapSort(Ranker):
         if (yield from _until_unknown(full_sort())):
             return extracted
         return extracted + heap.items[::-1]
+
+
+class FirstStage(Ranker):
+    """The first stage's own order, asking nothing: the baseline a judge must beat (the grid's ``first_stage``
+    rows; ``autotable.Family.beats_first_stage``)."""
+
+    name = "first_stage"
+
+    def schedule(self, ctx: RankContext) -> Schedule:
+        return list(range(ctx.n))
+        yield  # a generator that yields no round

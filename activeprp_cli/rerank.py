@@ -89,13 +89,22 @@ def _make_comparator(args: argparse.Namespace, candidates: list[Candidate] | Non
         cap = getattr(args, "max_concurrency", None)  # the --max-concurrency setting (add_settings_args)
         return OpenAIChatComparator(args.model, base_url=args.base_url, api_key=args.api_key,
                                     max_passage_words=args.passage_tokens,
-                                    max_concurrency=OPENAI_MAX_CONCURRENCY if cap is None else cap)
+                                    max_concurrency=OPENAI_MAX_CONCURRENCY if cap is None else cap,
+                                    **judge_timing(args))
     from activeprp_core.comparators import TransformersComparator
 
     kw = {"batch_size": args.batch_size, "max_passage_tokens": args.passage_tokens}
     if kind == "bundled":
         return TransformersComparator.from_bundled(args.mode or "query_likelihood", **kw)
     return TransformersComparator(args.model, mode=args.mode or "ab", **kw)
+
+
+def judge_timing(args: argparse.Namespace) -> dict[str, Any]:
+    """A remote judge's ``timeout`` and ``max_attempts`` from ``--judge-timeout`` / ``--judge-retries``, for the
+    commands that have them (``activeprp serve``); empty otherwise (the comparator's defaults)."""
+    timeout, retries = getattr(args, "judge_timeout", None), getattr(args, "judge_retries", None)
+    timing = {"timeout": timeout, "max_attempts": None if retries is None else retries + 1}
+    return {k: v for k, v in timing.items() if v is not None}
 
 
 def settings_from_args(args: argparse.Namespace, defaults: RerankSettings | None = None) -> RerankSettings:

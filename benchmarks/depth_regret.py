@@ -21,17 +21,13 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's packages
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # regret_study
 
-from activeprp_bench.autotable import (  # noqa: E402
-    GOAL_BUDGETS_PER_N,
-    GOAL_CAPS,
-    cell_minimax,
-    goal_cells,
-    largest_fall,
-    scores_of,
-    worst_regret,
-)
+from regret_study import cell_minimax, scores_of  # noqa: E402
+
+from activeprp_bench.autotable import GOAL_BUDGETS_PER_N, GOAL_CAPS, goal_cells, worst_regret  # noqa: E402
 from activeprp_bench.grid import make_ranker, read_csv  # noqa: E402
+from activeprp_bench.regret import largest_fall  # noqa: E402
 from activeprp_bench.report import Summary  # noqa: E402
 from activeprp_core.rankers import Depth, ParallelMohajer, RankContext, get_ranker  # noqa: E402
 

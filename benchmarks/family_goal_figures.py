@@ -2,10 +2,10 @@
 
 ``activeprp bench auto-table --report`` covers every cap of a grid; the issue's goal cells are B in {N, 1.5N,
 2.5N, 5N} at caps none, 6 and 10. The choice along the budget axis is made per cap, so restricting the scores to
-those caps leaves the choices as they are. Per (N, K) setting this prints ``autotable.rules_tried`` on them (the
+those caps leaves the choices as they are. Per (N, K) setting this prints ``regret.rules_tried`` on them (the
 "all cells" column then means all cells of those caps), and for the shipped rule (``autotable.RULE``) each
 judge's leave-one-judge-out (LOJO) worst goal cell, the same regret corrected for the winner's curse with the
-floor of that estimator (``autotable.regret_bias``, 1000 query resamples), and the largest fall of the default's
+floor of that estimator (``regret_study.regret_bias``, 1000 query resamples), and the largest fall of the default's
 nDCG as B grows from N to 5N. Command (from the repository root, about four minutes):
 
     python benchmarks/family_goal_figures.py benchmarks/results/family/n100_k10/rows.csv.xz \\
@@ -20,22 +20,13 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's packages
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # regret_study
 
-from activeprp_bench.autotable import (  # noqa: E402
-    GOAL_BUDGETS_PER_N,
-    GOAL_CAPS,
-    RULE,
-    TOLERANCE,
-    fall_ci,
-    family_summaries,
-    goal_cells,
-    lojo_regret,
-    make_rule,
-    regret_bias,
-    rules_tried,
-    scores_of,
-)
+from regret_study import fall_ci, regret_bias, scores_of  # noqa: E402
+
+from activeprp_bench.autotable import GOAL_BUDGETS_PER_N, GOAL_CAPS, RULE, TOLERANCE, goal_cells, make_rule  # noqa: E402
 from activeprp_bench.grid import read_csv  # noqa: E402
+from activeprp_bench.regret import family_summaries, lojo_regret, rules_tried  # noqa: E402
 
 
 def main(paths: list[str]) -> None:
@@ -58,7 +49,7 @@ def main(paths: list[str]) -> None:
             corrected, at = max((b[1], c) for c, b in bias.items())
             floors = [b[2] for b in bias.values()]
             fall = "0.00"
-            if (ci := fall_ci(summaries[judge], choice, span, fall_rng)) is not None:
+            if (ci := fall_ci(summaries[judge], {judge: scores[judge]}, choice, span, fall_rng)) is not None:
                 mean, low, high, (before, cap), (after, _) = ci
                 fall = f"{mean:.2f} [{low:.2f}, {high:.2f}] (cap {'none' if cap < 0 else cap}, B {before} -> {after})"
             print(f"  {judge}: {worst:.2f} at {cell}; corrected {corrected:.2f} at {at}; floor "

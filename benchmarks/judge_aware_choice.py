@@ -22,14 +22,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from activeprp_bench.autotable import (
-    GOAL_BUDGETS_PER_N,
-    GOAL_CAPS,
-    family_summaries,
-    regret,
-    regret_choice,
-    scores_of,
-)
+from activeprp_bench.autotable import GOAL_BUDGETS_PER_N, GOAL_CAPS, family_means, regret, regret_choice
 from activeprp_bench.datasets import load_trec_dl
 from activeprp_bench.grid import read_csv
 from activeprp_bench.judges import build_judge
@@ -72,7 +65,7 @@ def lojo_worst(scores, feats, k: int) -> dict[str, tuple[float, tuple[int, int]]
     out = {}
     for j in scores:
         others = sorted((i for i in scores if i != j), key=lambda i: (math.dist(feats[i], feats[j]), i))[:k]
-        choice = regret_choice({i: scores[i] for i in others})
+        choice = regret_choice({i: scores[i] for i in others}, tolerance=1.0)
         out[j] = max((regret(scores, j, c, n), c) for c, n in choice.items()
                      if c in GOAL_CELLS and c in scores[j] and n in scores[j][c])
     return out
@@ -82,7 +75,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", type=Path, required=True, help="the shared/data directory (trec-dl-2019)")
     args = p.parse_args()
-    scores = scores_of(family_summaries([r for g in GRIDS for r in read_csv(g)])[(100, 10)])
+    scores = family_means([r for g in GRIDS for r in read_csv(g)])[(100, 10)].ndcg
     dl19 = load_trec_dl(args.data / "trec-dl-2019", 2019)
     feats = {j: judge_features(j, dl19) for j in scores}
     agreement = {j: prior_agreement(j, dl19) for j in scores}

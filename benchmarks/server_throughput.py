@@ -2,7 +2,7 @@
 on requests in flight across queries.
 
 Starts ``python -m llama_cpp.server`` (llama-cpp-python) on the bundled SmolLM2-135M GGUF at 127.0.0.1 on a free
-port (``activeprp_bench.llm_server.LlamaServer``), sends one untimed warm-up request, then for each
+port (``LlamaServer`` of tests/_llm_server.py), sends one untimed warm-up request, then for each
 ``--concurrency`` C runs ``arerank_many`` over the first ``--queries`` DL19 queries x BM25 top ``--depth`` (passages
 cut to ``--words`` words) with ``max_concurrency=C`` (``OpenAIChatComparator(max_concurrency=C)``, mohajer,
 randomized oracle, ``--budget`` calls per query, seed 0), and stops the server. Bounded: at most queries x budget
@@ -25,14 +25,18 @@ import asyncio
 import json
 import os
 import statistics
+import sys
 import time
 from pathlib import Path
 
-from activeprp_bench.datasets import load_trec_dl
-from activeprp_bench.llm_server import LlamaServer
-from activeprp_core import Comparator, arerank_many
-from activeprp_core.comparators import OpenAIChatComparator
-from activeprp_core.comparators.hf import bundled_gguf_path
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the loopback llama.cpp server helper
+
+from _llm_server import LlamaServer  # noqa: E402
+
+from activeprp_bench.datasets import load_trec_dl  # noqa: E402
+from activeprp_core import Comparator, arerank_many  # noqa: E402
+from activeprp_core.comparators import OpenAIChatComparator  # noqa: E402
+from activeprp_core.comparators.hf import bundled_gguf_path  # noqa: E402
 
 
 class Steps(Comparator):

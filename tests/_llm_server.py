@@ -1,7 +1,8 @@
-"""Test helpers on loopback only: a real OpenAI-compatible server (``LlamaServer``, llama-cpp-python on the bundled
-GGUF, from ``activeprp_bench.llm_server``: the benchmarks use it too), a fault-injecting HTTP proxy to put in front
-of it, and ``FaultServer``: a tiny OpenAI-compatible endpoint that answers canned bodies and status codes per a
-plan (no model; starts in milliseconds)."""
+"""Test helpers on loopback only: a real OpenAI-compatible server (``LlamaServer``, ``python -m llama_cpp.server``
+of the ``llama-cpp-python[server]`` package on the bundled GGUF; benchmarks/server_throughput.py and
+scripts/measure_comparators.py use it too), a fault-injecting HTTP proxy to put in front of it, and
+``FaultServer``: a tiny OpenAI-compatible endpoint that answers canned bodies and status codes per a plan (no
+model; starts in milliseconds)."""
 
 from __future__ import annotations
 
@@ -9,16 +10,57 @@ import contextlib
 import hashlib
 import http.client
 import json
+import socket
+import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from activeprp_bench.llm_server import LlamaServer, free_port  # noqa: F401 - LlamaServer: for the tests
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LlamaServer:
+    """``python -m llama_cpp.server`` on the bundled GGUF at 127.0.0.1:<free port>; ``url`` ends in /v1."""
+
+    def __init__(self, gguf: Path, log: Path) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/v1"
+        self._log = open(log, "wb")  # noqa: SIM115 - closed in stop()
+        cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--host", "127.0.0.1",
+               "--port", str(self.port), "--n_ctx", "2048"]
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"llama_cpp.server exited with {self.proc.returncode}: {log.read_text()[-2000:]}")
+            try:
+                urllib.request.urlopen(self.url + "/models", timeout=2).read()
+                return
+            except OSError:
+                time.sleep(0.3)
+        self.stop()
+        raise RuntimeError("llama_cpp.server did not answer within 120 s")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self._log.close()
+
 
 FAULTS = ("429", "500", "503", "timeout", "drop", "malformed", "nonjson", "garbage", "400", "401", "404")
 Plan = Callable[[str, int], str]  # (request key, attempt index for that key) -> "ok" or a fault in FAULTS

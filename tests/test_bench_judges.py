@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import json
 import math
 import random
+import sys
+from pathlib import Path
 
 import pytest
 
 from activeprp_bench import judges as J
 from activeprp_core import Candidate, Comparator, rerank
+
+ROOT = Path(__file__).resolve().parents[1]
 
 SIMULATED = [n for n in J.FAMILY if n != "bundled-ql"]
 #: Per query of DL19 + DL20 (97 judged queries), how many of its BM25 top-100 passages have grade 0, 1, 2, 3
@@ -195,7 +200,10 @@ def test_resolve_judges_expands_family_and_checks_coverage():
 
 
 def test_calibration_answer_stats_count_the_answers():
-    from activeprp_bench.judge_calibration import Coll, answer_stats
+    spec = importlib.util.spec_from_file_location("judge_calibration", ROOT / "benchmarks" / "judge_calibration.py")
+    calibration = sys.modules["judge_calibration"] = importlib.util.module_from_spec(spec)  # dataclasses need it
+    spec.loader.exec_module(calibration)
+    Coll, answer_stats = calibration.Coll, calibration.answer_stats
 
     (query, grades, docs), = synthetic(1, 30)
     coll = Coll("syn", {"q": query}, {"q": docs}, {"q": grades})

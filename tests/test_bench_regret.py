@@ -20,24 +20,16 @@ for _module in ("ir_measures", "bm25s", "matplotlib"):
 
 from activeprp_bench.autotable import (
     build_regret_table,
-    cell_minimax,
-    choice_changes,
-    fall_ci,
-    family_summaries,
+    family_means,
     fewest_rows_choice,
-    largest_fall,
-    lojo_regret,
-    regret,
-    regret_bias,
     regret_choice,
-    regret_report,
-    scores_of,
     single_row_choice,
     worst_regret,
 )
 from activeprp_bench.datasets import load_noveleval
 from activeprp_bench.grid import Row, read_csv, run_grid, simulator_factory
 from activeprp_bench.judges import comparator_for
+from activeprp_bench.regret import choice_changes, largest_fall, lojo_regret, regret_report
 from activeprp_bench.stats import macro_diff_ci
 from activeprp_cli import main
 from activeprp_core.rankers.auto import choose
@@ -214,72 +206,26 @@ def test_fewest_rows_choice_takes_one_row_per_cap_only_where_it_is_within_the_to
     assert set(fewest_rows_choice(scores, 1.0).values()) == {"a"}
 
 
-def _noisy_rows(offsets: dict[str, float], queries: int = 60, seed: int = 3) -> list[Row]:
-    """Rows of one judge at one cell: per query a shared difficulty plus each row's own noise and offset."""
-    rng = random.Random(seed)
-    rows = []
-    for i in range(queries):
-        base = rng.uniform(0.3, 0.7)
-        for name, offset in offsets.items():
-            ranker, oracle = name.split("/")
-            rows.append(dataclasses.replace(
-                _row("j", ranker, oracle, 100, base + offset + rng.gauss(0, 0.1), qid=str(i)),
-                collection="dl19" if i % 2 else "dl20"))
-    return rows
-
-
-def test_regret_bias_separates_a_real_gap_from_the_winners_curse():
-    cell = (100, -1)
-    # a real gap: mohajer is 5 points above heapsort on every query, so no resample changes the best row or the gap
-    heap = _noisy_rows({"heapsort/randomized": 0.0})
-    rows = heap + [dataclasses.replace(r, ranker="mohajer", ndcg10=r.ndcg10 + 0.05) for r in heap]
-    summary = family_summaries(rows)[(20, 3)]["j"]
-    assert regret_bias(summary, cell, "heapsort/randomized", np.random.default_rng(0), 200) == pytest.approx(
-        (5.0, 5.0, 0.0))
-    # six rows with the same true mean: the in-sample best is luck; its gap to the others is mostly optimism
-    names = [f"{r}/randomized" for r in ("mohajer", "heapsort", "allpairs", "quicksort", "bubblesort",
-                                        "mohajer_bubble")]
-    summary = family_summaries(_noisy_rows(dict.fromkeys(names, 0.0)))[(20, 3)]["j"]
-    scores = scores_of({"j": summary})
-    best = max(scores["j"][cell], key=scores["j"][cell].get)
-    worst = min(scores["j"][cell], key=scores["j"][cell].get)
-    in_sample, corrected, floor = regret_bias(summary, cell, worst, np.random.default_rng(0), 500)
-    assert in_sample == pytest.approx(regret(scores, "j", cell, worst)) and in_sample > 0
-    assert floor > 0.3 and corrected < in_sample - 0.3
-    assert regret_bias(summary, cell, best, np.random.default_rng(0), 500)[1:] == pytest.approx((-floor, floor))
-    with pytest.raises(ValueError):
-        regret_bias(summary, cell, "pac_bubble/randomized", np.random.default_rng(0))
-
-
-def test_cell_minimax_is_the_least_worst_regret_of_the_rows_every_judge_measured():
-    scores = {"x": {(100, -1): {"a": 70.0, "b": 69.0, "c": 67.0, "d": 71.0}},
-              "y": {(100, -1): {"a": 60.0, "b": 64.0, "c": 65.0}}}
-    # d is not measured on y, so it is no candidate, but it is x's best row: worst regrets a 5 (y), b 2 (x), c 4
-    assert cell_minimax(scores, (100, -1)) == (2.0, "x", "b")
-    del scores["x"][(100, -1)]["d"]  # a 5 (y), b 1 on both judges (the max names y), c 3 (x)
-    assert cell_minimax(scores, (100, -1)) == (1.0, "y", "b")
-
-
-def test_largest_fall_and_its_ci_name_the_budgets_where_the_picked_row_falls():
+def _falling_rows() -> list[Row]:
+    """mohajer rises 100 -> 150, falls 3 points 150 -> 200 on every query, rises again at 250 (40 queries)."""
     rows = []
     rng = random.Random(5)
-    for i in range(40):  # mohajer rises 100 -> 150, falls 3 points 150 -> 200 on every query, rises again at 250
+    for i in range(40):
         base = rng.uniform(0.3, 0.7)
         for budget, offset in ((100, 0.0), (150, 0.02), (200, -0.01), (250, 0.03)):
             ndcg = base + offset + rng.gauss(0, 0.01)
             rows.append(dataclasses.replace(_row("j", "mohajer", "randomized", budget, ndcg, qid=str(i)),
                                             collection="dl19" if i % 2 else "dl20"))
-    summary = family_summaries(rows)[(20, 3)]["j"]
-    scores = scores_of({"j": summary})
+    return rows
+
+
+def test_largest_fall_names_the_budgets_where_the_picked_row_falls():
+    scores = family_means(_falling_rows())[(20, 3)].ndcg
     pick = dict.fromkeys(scores["j"], "mohajer/randomized")
     fall, judge, cap = largest_fall(scores, pick, (100, 250))
     assert fall == pytest.approx(3.0, abs=0.5) and (judge, cap) == ("j", "none")
-    mean, low, high, before, after = fall_ci(summary, pick, (100, 250), np.random.default_rng(0))
-    assert (before, after) == ((150, -1), (200, -1)) and mean == pytest.approx(fall)
-    assert 2.0 < low < mean < high < 4.0
-    # outside the span the fall is not seen; a row that only rises has none
+    # outside the span the fall is not seen
     assert largest_fall(scores, pick, (100, 150)) == (0.0, "", "none")
-    assert fall_ci(summary, pick, (100, 150), np.random.default_rng(0)) is None
 
 
 @needs_data

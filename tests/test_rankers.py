@@ -147,3 +147,103 @@ def test_bubble_passes_stop_when_the_view_says_exhausted():
             caps.asked += 1
             pairs = schedule.send(answer(pairs))
     assert caps.asked == 3 and sorted(arr) == list(range(10))
+
+
+def _view(calls, rounds):
+    from activeprp_core.budget import Cap
+
+    return BudgetView({"budget": Cap(calls, "budget"), "max_rounds": Cap(rounds, "max_rounds")})
+
+
+@pytest.mark.parametrize("rounds", [None, 6, 10])
+def test_budget_depth_deepens_with_the_budget_up_to_n_and_its_plan_fits_the_caps(rounds):
+    from activeprp_core.rankers.budget_depth import CALLS_PER_QUESTION, MIN_GROUP, BudgetDepth, plan_size
+
+    ranker, n, k = BudgetDepth(), 100, 10
+    depths = []
+    for budget in [*range(50, 1001, 25), None]:
+        inner, depth = ranker.plan(RankContext(n, k, caps=_view(budget, rounds)))
+        questions, steps = plan_size(inner, depth, k)
+        assert MIN_GROUP * k <= depth <= n
+        if depth > MIN_GROUP * k:  # a plan deeper than the least fits the budget and the round cap
+            assert budget is None or questions * CALLS_PER_QUESTION <= budget
+            assert rounds is None or steps <= rounds
+        if rounds is not None:  # under a round cap: the parallel plan, over whole bracket levels
+            assert inner is ranker.parallel and depth in (40, 80, 100)
+        depths.append(depth)
+    assert depths == sorted(depths) and depths[0] == 40
+    assert depths[-1] == (80 if rounds == 6 else 100)  # bracket levels of 100 candidates take 7 rounds
+
+
+def test_budget_depth_takes_the_plan_that_reaches_deeper():
+    from activeprp_core.rankers.budget_depth import BudgetDepth
+
+    ranker = BudgetDepth()
+    # without a round cap the sequential heap asks fewer questions: it reaches all 100 at 250 calls
+    assert ranker.plan(RankContext(100, 10, caps=_view(250, None))) == (ranker.sequential, 100)
+    assert ranker.plan(RankContext(100, 10, caps=_view(None, None))) == (ranker.sequential, 100)
+    # a round cap of 20 fits the sequential plan over 20 of 50 candidates (K=5) only; the parallel one over all
+    assert ranker.plan(RankContext(50, 5, caps=_view(None, 20))) == (ranker.parallel, 50)
+    # two candidates per group is all there is: N <= 4K reranks everything
+    assert ranker.plan(RankContext(12, 3, caps=_view(5, 6)))[1] == 12
+    # the bidirectional oracle pays two calls per question: a shallower plan for the same budget
+    bidirectional = RankContext(100, 10, calls_per_pair=2, caps=_view(250, None))
+    assert ranker.plan(bidirectional)[1] < 100
+
+
+def test_budget_depth_ranks_the_true_top_k_of_its_depth_and_keeps_the_rest_in_prior_order():
+    from activeprp_core.rankers.budget_depth import BudgetDepth
+
+    ranker = BudgetDepth()
+    ctx = RankContext(100, 10, caps=_view(150, None))
+    inner, depth = ranker.plan(ctx)
+    assert depth < 100
+    strength = random.Random(7).sample(range(1000), 100)
+    schedule, asked = ranker.schedule(ctx), set()
+    try:
+        pairs = next(schedule)
+        while True:
+            asked |= {frozenset(p) for p in pairs}
+            pairs = schedule.send([1.0 if strength[i] > strength[j] else 0.0 for i, j in pairs])
+    except StopIteration as stop:
+        order = stop.value
+    assert sorted(order) == list(range(100)) and all(max(p) < depth for p in asked)
+    assert order[:10] == sorted(range(depth), key=lambda i: -strength[i])[:10]
+    assert order[depth:] == list(range(depth, 100))
+
+
+def test_budget_depth_spends_calls_left_on_the_top_k_and_its_order_stays_exact():
+    from activeprp_core import Candidate, rerank
+    from activeprp_core.rankers.budget_depth import BudgetDepth, plan_size
+
+    strength = random.Random(3).sample(range(1000), 40)
+    docs = [Candidate(str(i), f"passage {i}") for i in range(40)]
+
+    prompts = []
+
+    class Judge:  # a perfect judge answering P(first slot preferred); it notes the prompts
+        def compare(self, query, pairs):
+            prompts.extend((int(a.id), int(b.id)) for a, b in pairs)
+            return [1.0 if strength[int(a.id)] > strength[int(b.id)] else 0.0 for a, b in pairs]
+
+    ranker = BudgetDepth()
+    # 95 calls complete the sequential plan over all 40 at 1.5 calls per question, the parallel one over 20
+    inner, depth = ranker.plan(RankContext(40, 5, caps=_view(95, None)))
+    assert (inner, depth) == (ranker.sequential, 40)
+    result = rerank("q", docs, ranker=ranker, oracle="randomized", comparator=Judge(), budget=95, top_k=5)
+    top = result.order[:5]
+    assert top == sorted(range(40), key=lambda i: -strength[i])[:5]
+    # the plan asks each question once; the calls it leaves ask pairs of a top-K item in the other slot order
+    both = {frozenset(p) for p in prompts if p[::-1] in prompts}
+    assert len(prompts) == result.calls > plan_size(inner, depth, 5)[0] and result.calls >= 95 - 2
+    assert both and all(pair & set(top) for pair in both)
+
+
+@pytest.mark.parametrize("bad", ["mohajer", 3])
+def test_budget_depth_rejects_a_plan_that_is_not_a_ranker(bad):
+    from activeprp_core.rankers.budget_depth import BudgetDepth
+
+    with pytest.raises(TypeError, match="Ranker instance"):
+        BudgetDepth(sequential=bad)
+    with pytest.raises(TypeError, match="Ranker instance"):
+        BudgetDepth(parallel=bad)

@@ -3,10 +3,10 @@ reaching every entry point.
 
 ``test_every_setting_reaches_every_entry_point`` sends each ``RerankSettings`` field, set to a value that no entry
 point defaults to, through each entry point (the core functions, ``Reranking``, both wrappers, ``activeprp rerank``
-and ``rerank-run``, Ray's ``rerank_dataset`` batch function) and finds it in the result's ``stats()`` (the CLI's
-``--json`` stats, the wrappers' run stats, Ray's output columns). The values and the CLI flags are derived from the
-fields' declarations, so a new setting is covered with no edit here. The HTTP service (``activeprp serve``,
-``create_app``) is covered by its own tests (tests/test_serve.py).
+and ``rerank-run``, Ray's ``rerank_dataset`` batch function, ``activeprp serve`` through ``create_app``) and finds
+it in the result's ``stats()`` (the CLI's ``--json`` stats, the wrappers' run stats, Ray's output columns, the
+service's ``meta.activeprp``). The values and the CLI flags are derived from the fields' declarations, so a new
+setting is covered with no edit here.
 """
 
 from __future__ import annotations
@@ -39,8 +39,9 @@ from activeprp_core.settings import (
 LABELS = {f"d{i}": (i * 7) % 11 for i in range(9)}
 QUERY = "which passage is best?"
 BASE = {"budget": 20}  # the core entry points need a budget; the others start from their own defaults
-#: what the entry points default to: the core, the online preset, the wrappers' top_n, rerank-run's budget
-ENTRY_DEFAULTS = (DEFAULTS, ONLINE.as_dict(), {"top_k": 3}, BASE, {"budget": 100})
+#: what the entry points default to: the core, the online preset, the wrappers' top_n, rerank-run's budget, the
+#: service's time budget
+ENTRY_DEFAULTS = (DEFAULTS, ONLINE.as_dict(), {"top_k": 3}, BASE, {"budget": 100}, {"time_budget": 30.0})
 
 
 def unusual(name: str):
@@ -189,10 +190,27 @@ def via_ray_batches(name, value):
     return out
 
 
+def via_serve(name, value, monkeypatch):
+    """``activeprp serve``: the setting as its flag, through ``create_app`` to a request's ``meta.activeprp`` (the
+    server is not started: the test client drives the app the command built)."""
+    pytest.importorskip("fastapi", reason='pip install "activeprp[serve]"')
+    pytest.importorskip("prometheus_client", reason='pip install "activeprp[serve]"')
+    import uvicorn
+    from fastapi.testclient import TestClient
+
+    apps = []
+    monkeypatch.setattr(uvicorn.Server, "run", lambda server: apps.append(server.config.app))
+    assert main(["serve", "--comparator", "simulated", *flags(name, value)]) == 0
+    with TestClient(apps[0]) as client:
+        response = client.post("/v2/rerank", json={"query": QUERY, "documents": [c.text for c in candidates()]})
+    assert response.status_code == 200, response.text
+    return response.json()["meta"]["activeprp"]
+
+
 ENTRY_POINTS = {"rerank": via_rerank, "arerank": via_arerank, "rerank_many": via_rerank_many,
                 "arerank_many": via_arerank_many, "Reranking": via_reranking, "langchain": via_langchain,
                 "llama_index": via_llama_index, "cli_rerank": via_cli_rerank, "cli_rerank_run": via_cli_rerank_run,
-                "ray": via_ray_batches}
+                "ray": via_ray_batches, "serve": via_serve}
 
 
 @pytest.mark.parametrize("name", FIELDS)

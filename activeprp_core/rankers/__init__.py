@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..registry import resolve
 from .auto import Auto
 from .base import RankContext, Ranker, Schedule, relay  # noqa: F401 (relay: for the engine; the rest lives in .base)
+from .budget_depth import BudgetDepth
 from .depth import Depth, ParallelMohajerDepth
 from .mohajer import Mohajer, MohajerBubble
 from .pac import PACBubble
@@ -13,8 +14,8 @@ from .sorting import AllPairs, BubbleSort, HeapSort, QuickSort, SlidingWindow
 
 RANKERS: dict[str, type[Ranker]] = {
     cls.name: cls
-    for cls in (Mohajer, MohajerBubble, ParallelMohajer, ParallelMohajerDepth, PACBubble, BubbleSort, HeapSort,
-                QuickSort, AllPairs, SlidingWindow, Auto)
+    for cls in (Mohajer, MohajerBubble, ParallelMohajer, ParallelMohajerDepth, BudgetDepth, PACBubble, BubbleSort,
+                HeapSort, QuickSort, AllPairs, SlidingWindow, Auto)
 }
 
 
@@ -28,7 +29,7 @@ def get_ranker(ranker: str | Ranker) -> Ranker:
 
 
 __all__ = [
-    "RANKERS", "AllPairs", "Auto", "BubbleSort", "Depth", "HeapSort", "Mohajer", "MohajerBubble", "PACBubble",
-    "ParallelMohajer", "ParallelMohajerDepth", "QuickSort", "RankContext", "Ranker", "Schedule", "SlidingWindow",
-    "get_ranker",
+    "RANKERS", "AllPairs", "Auto", "BubbleSort", "BudgetDepth", "Depth", "HeapSort", "Mohajer", "MohajerBubble",
+    "PACBubble", "ParallelMohajer", "ParallelMohajerDepth", "QuickSort", "RankContext", "Ranker", "Schedule",
+    "SlidingWindow", "get_ranker",
 ]

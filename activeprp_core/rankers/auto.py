@@ -1,18 +1,18 @@
 """``auto``: the ranker and oracle chosen from measured data for (N, K, budget, max_rounds).
 
 The table ``activeprp_core/data/auto_table.json`` is written by ``activeprp bench auto-table`` from benchmark
-grids (rows of every ranker x oracle x budget x round cap; the command and the data it was built from are in
-the file's ``source`` and in ``benchmarks/results/README.md``). Its layout::
+grids (rows of every ranker x oracle x budget x round cap); the command that rebuilds it from the rows in the
+repository is the file's ``source`` (docs/judges.md). Its layout::
 
     {"source": str, "metric": str, "rows": ["ranker/oracle", ...],
-     "settings": [{"n": N, "k": K,
+     "settings": [{"n": N, "k": K, "excluded": [judge, ...] (optional),
                    "cells": [{"budget_per_n": float | null, "max_rounds": int | null,
                               "values": [[ndcg_percent, mean_rounds, mean_calls] | null, ...],
                               "choice": "ranker/oracle" (optional), "worst_regret": float (optional)}]}]}
 
 (``values[i]`` belongs to ``rows[i]``; null where the grid did not run that row. ``choice``, where present, is
-the row chosen by worst-case regret over a family of judges (``activeprp_bench.autotable.regret_choice``); it
-wins whenever it fits the ranker/oracle asked for.) Nothing in this module is a hand-set threshold.
+the row chosen by worst-case regret over a family of judges that beat the first stage (``excluded``: those that
+do not); it wins whenever it fits the ranker/oracle asked for.) Nothing in this module is a hand-set threshold.
 """
 
 from __future__ import annotations
@@ -119,6 +119,7 @@ class Auto(Ranker):
     name = AUTO
 
     def choose(self, ctx: RankContext) -> Ranker:
+        """The ranker ``choose`` picks for ``ctx`` (N, K, the caps left at the start, the oracle's calls per pair)."""
         from . import get_ranker
 
         oracle = "bidirectional" if ctx.calls_per_pair > 1 else "randomized"

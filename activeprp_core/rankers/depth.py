@@ -1,5 +1,5 @@
-"""Rerank depth: another ranker sees only the first-stage top of the candidates (``Depth``,
-``ParallelMohajerDepth``)."""
+"""A fixed rerank depth: another ranker sees only the first-stage top of the candidates (``Depth``,
+``ParallelMohajerDepth``). ``BudgetDepth`` plans the depth from the budget instead."""
 
 from __future__ import annotations
 
@@ -16,14 +16,11 @@ class Depth(Ranker):
     """Rank the prior (first-stage) top ``depth`` candidates with ``inner``; the others follow in prior order.
 
     Why (the rerank depth of RankGPT's ``rank_end``): a judge's false wins lift documents the first stage put
-    deep, where few are relevant, into the top-K, and a deeper rerank spends calls on them. Rerankers lose quality
+    deep, where few are relevant, into the top-K, and a deeper rerank spends calls on them; rerankers lose quality
     past some depth (Jacob et al., "Drowning in Documents: Consequences of Scaling Reranker Inference", 2024:
-    "phantom hits"), whatever the judge. Measured on the family of judges (``activeprp_bench.judges``, TREC DL19 +
-    DL20 BM25 top-100, N=100, K=10, adaptive oracle): ``parallel_mohajer`` over the top 40 has a worst regret over
-    the 13 judges of at most 2.3 nDCG@10 points from B=100 to 500 at round caps none, 6 and 10, where over all 100
-    it has 4.5-8.3 (mostly on the weak ``ql-like`` judge); depths 20-30 lose up to 6.6 on the strong judges, and
-    50-70 up to 5.7 at B=100-150 (``benchmarks/results/depth/``). The depth is a property of the first stage:
-    one whose relevant documents sit deeper asks for a larger ``depth``; with N <= 40 nothing changes.
+    "phantom hits"). The right depth is a property of the first stage and of the budget: ``BudgetDepth`` (what
+    ``auto`` runs) plans it from the budget; pass a fixed one when you know where your first stage's relevant
+    documents sit, or when your judge does not beat your first stage by much (docs/judges.md).
 
     Args:
         inner: the ranker of the top (an instance; stateless rankers may be shared).
@@ -58,8 +55,8 @@ class Depth(Ranker):
 
 
 class ParallelMohajerDepth(Depth):
-    """``ParallelMohajer`` over the prior top ``DEFAULT_DEPTH`` candidates (``Depth``); ``auto``'s choice at
-    N=100 (``activeprp_core/data/auto_table.json``)."""
+    """``ParallelMohajer`` over the prior top ``depth`` candidates (``Depth``; default ``DEFAULT_DEPTH``, at least
+    K)."""
 
     name = "parallel_mohajer_depth"
 

@@ -27,6 +27,9 @@ class Mohajer(Ranker):
             tournament on the group's remaining members, as the paper's reference code does.
         skip_last_refill: skip the re-selection after the K-th pop, which cannot change the top-K (the
             reference code spends ~9 calls there). Default True.
+
+    Raises:
+        ValueError: ``reselect`` neither ``"path"`` nor ``"rerun"``.
     """
 
     name = "mohajer"

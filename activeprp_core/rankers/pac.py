@@ -19,6 +19,12 @@ class PACBubble(Ranker):
 
     Known limits (kept on purpose, as in the paper): only the top K*m by prior can be selected; with an
     exhausted budget the winner sets follow the prior and the output is the prior order.
+
+    Args:
+        pool_multiplier: m, the pool is the prior top K*m (default 3).
+
+    Raises:
+        ValueError: ``pool_multiplier`` < 1.
     """
 
     name = "pac_bubble"

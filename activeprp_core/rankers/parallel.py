@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterable
+from collections.abc import Callable, Generator, Iterable
 
 from ..oracles import BothOrders
 from .base import Bracket, Outcome, RankContext, Ranker, Schedule, beats, complete, parallel, relay
@@ -69,8 +69,8 @@ class ParallelMohajer(Ranker):
        members landing in the same gap are compared in one more round. Groups whose new member made the top-K
        select their next member (a bracket over the players eliminated by the group's selected members) and are
        placed the same way, until no group's newest member is in the top-K: with a consistent comparator, the
-       exact top-K in order, as Mohajer's heap pops give it. N=100, K=10: ~8 rounds and ~230 calls (randomized)
-       where Mohajer takes ~53 rounds and ~156 calls (``benchmarks/results/latency_dl1920``).
+       exact top-K in order, as Mohajer's heap pops give it, in far fewer rounds than Mohajer's sequential heap
+       and with more calls (calls and rounds measured: docs/rankers.md).
     4. With a one-call oracle (randomized, single), calls the plan will not need buy the other slot order of a
        pair (a ``BothOrders`` question, read by the bidirectional rule): a round upgrades its first pairs with the
        calls left after its own, the rest of the plan's and the upgrades reserved for the steps that decide the
@@ -97,24 +97,43 @@ class ParallelMohajer(Ranker):
     plans_rounds = True
 
     def schedule(self, ctx: RankContext) -> Schedule:
-        ev, caps = Evidence(), ctx.caps
-        run = _Run(ctx, ev)
-        order = yield from run.select()
+        ev = Evidence()
+        order = yield from _Run(ctx, ev).select()
         if ctx.calls_per_pair > 1:  # every answer already has both slot orders
             return order
-        while not caps.exhausted and caps.rounds_left != 0:
-            todo = run.decisive(order)
-            if not todo:
-                break
-            if caps.calls_left is not None:  # two calls per confirmed pair stay for the re-decision
-                todo = todo[: max(1, caps.calls_left // 3)]
-            yield from ev.record(_one_round([BothOrders(a, b) for a, b in todo]))
-            rerun = _Run(ctx, ev, rerun=True)
-            again = yield from rerun.select()
-            if caps.exhausted:  # a re-decision the caps cut short is not adopted
-                break
-            order, run = again, rerun
-        return order
+        return (yield from confirm(ctx, ev, order, lambda: _Run(ctx, ev, rerun=True).select()))
+
+
+def decisive(ev: Evidence, order: list[int], k: int) -> list[tuple[int, int]]:
+    """Pairs of ``ev`` answered in one slot order only that involve a top-``k`` item of ``order``, best ranks
+    first (by the better rank of the pair, then the other)."""
+    rank = {x: r for r, x in enumerate(order)}
+    pairs = [p for p, o in ev.outcomes.items()
+             if o is not None and p not in ev.both and min(rank[p[0]], rank[p[1]]) < k]
+    return sorted(pairs, key=lambda p: sorted((rank[p[0]], rank[p[1]])))
+
+
+def confirm(ctx: RankContext, ev: Evidence, order: list[int], rerun: Callable[[], Schedule],
+            reach: int | None = None) -> Schedule:
+    """Spend the calls left once a plan is complete where they can still change the top-K: ask the ``decisive``
+    pairs of ``order`` (those with an item in its top ``reach``, default K) in both slot orders (best ranks first, a
+    third of the calls left per round: two calls per confirmed pair stay for the re-decision), then re-decide with
+    ``rerun()`` (a schedule over the same evidence; pairs already answered cost nothing), until no such pair is
+    left, a cap is exhausted or no round is left. A re-decision the caps cut short is not adopted. Returns the
+    order (``order`` when nothing was confirmed)."""
+    caps = ctx.caps
+    while not caps.exhausted and caps.rounds_left != 0:
+        todo = decisive(ev, order, ctx.top if reach is None else reach)
+        if not todo:
+            break
+        if caps.calls_left is not None:
+            todo = todo[: max(1, caps.calls_left // 3)]
+        yield from ev.record(_one_round([BothOrders(a, b) for a, b in todo]))
+        again = yield from rerun()
+        if caps.exhausted:
+            break
+        order = again
+    return order
 
 
 def _one_round(pairs: list[tuple[int, int]]) -> Schedule:
@@ -171,13 +190,6 @@ class _Run:
     def select(self) -> Schedule:
         """The whole selection; returns the order (a permutation of ``range(n)``)."""
         return (yield from self.ev.record(self._select(), self.questions))
-
-    def decisive(self, order: list[int]) -> list[tuple[int, int]]:
-        """Pairs answered in one slot order only that involve a top-K item of ``order``, best ranks first."""
-        rank = {x: r for r, x in enumerate(order)}
-        pairs = [p for p, o in self.ev.outcomes.items()
-                 if o is not None and p not in self.ev.both and min(rank[p[0]], rank[p[1]]) < self.k]
-        return sorted(pairs, key=lambda p: sorted((rank[p[0]], rank[p[1]])))
 
     def _select(self) -> Schedule:
         n, k, ev, caps = self.n, self.k, self.ev, self.caps

@@ -7,8 +7,8 @@ P(first has the higher grade) over pairs of distinct grades), and nDCG@10 (ir-me
 N=100, K=10 (Table 2 for Flan-T5-XL, the appendix for Qwen3-4B; bidirectional heapsort is also Setwise's
 pairwise heapsort), and converged Mohajer at N=20 (the depth of the bundled model's cache).
 
-    python -m activeprp_bench.judge_calibration --data ../shared/data --out benchmarks/results/judges
-    python -m activeprp_bench.judge_calibration --data ../shared/data --fit   # re-fit the knobs of judges.py
+    python benchmarks/judge_calibration.py --data ../shared/data --out benchmarks/results/judges
+    python benchmarks/judge_calibration.py --data ../shared/data --fit   # re-fit the knobs of judges.py
 
 ``--fit`` prints the knobs fitted by bisection (position biases to flip-rate targets, document noise to the
 published nDCG@10 targets, temperatures by log loss or to the bundled model's confidence); they are copied into
@@ -22,16 +22,18 @@ import gzip
 import json
 import math
 import random
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from activeprp_cli.metrics import ndcg_at_k, ranking_to_run
-from activeprp_core import Candidate, Comparator, rerank
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's packages
 
-from . import judges as J
-from .calibration import PAPER_FLIP_RATE, PAPER_XL_CONVERGED
+from activeprp_bench import judges as J  # noqa: E402
+from activeprp_bench.calibration import PAPER_FLIP_RATE, PAPER_XL_CONVERGED  # noqa: E402
+from activeprp_cli.metrics import ndcg_at_k, ranking_to_run  # noqa: E402
+from activeprp_core import Candidate, Comparator, rerank  # noqa: E402
 
 #: Paper Table 2, Flan-T5-XL converged nDCG@10 (DL19, DL20) of its nine ranker x oracle rows.
 XL_ROWS: dict[tuple[str, str], tuple[float, float]] = PAPER_XL_CONVERGED
@@ -407,7 +409,7 @@ def spread(colls: Sequence[Coll], budget: int, seeds: int = 2, depth: int = 100,
     flags = f" --depth {depth} --top-k {top_k}" * (depth != 100 or top_k != 10)
     flags += f" --max-rounds {max_rounds}" * (max_rounds is not None)
     lines = [f"# Which row wins depends on the judge: N={depth}, K={top_k}, B={budget}, max_rounds {max_rounds}", "",
-             f"Command: `python -m activeprp_bench.judge_calibration --data ../shared/data --spread {budget}{flags} "
+             f"Command: `python benchmarks/judge_calibration.py --data ../shared/data --spread {budget}{flags} "
              f"--out benchmarks/results/judges`. nDCG@{top_k} (x100, mean of the DL19 and DL20 means; judge seed 0, "
              f"randomized and auto rows over {seeds} oracle seeds). `auto` = auto/auto, the current default. Last "
              "row: each ranker x oracle's worst gap to the best row of the same judge, over the family (the "
@@ -460,7 +462,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     for name in args.judges:
         recs.append(measure(name, colls, args.seeds, args.judge_seeds))
         print(name, json.dumps({k: v for k, v in recs[-1].items() if k != "rows"}), flush=True)
-    command = "python -m activeprp_bench.judge_calibration --data ../shared/data --out benchmarks/results/judges"
+    command = "python benchmarks/judge_calibration.py --data ../shared/data --out benchmarks/results/judges"
     text = report(recs, command, time.perf_counter() - start)
     print(text)
     if args.out:
