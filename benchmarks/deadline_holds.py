@@ -85,13 +85,12 @@ class _App:
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
             return
-        body = b""
-        while True:
+        chunks, more = [], True
+        while more:  # the whole request body
             message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
-        self.log.note(self.log.arrived, body.decode("utf-8", "replace"))
+            chunks.append(message.get("body", b""))
+            more = message.get("more_body", False)
+        self.log.note(self.log.arrived, b"".join(chunks).decode("utf-8", "replace"))
         if self.stopping is None:
             self.stopping = asyncio.Event()
         if self.hang:
