@@ -81,6 +81,7 @@ class OpenAIChatComparator(SwappablePrompts, RemoteComparator):
                  timeout: float = 60.0, max_attempts: int = 3, backoff_initial: float = 0.5,
                  backoff_max: float = 8.0, max_retry_after: float = 60.0) -> None:
         require("OpenAIChatComparator", OPENAI_EXTRA, "openai", "tenacity")
+        import openai  # noqa: F401 - now, not in the first call (a first call under a deadline must not import)
         if not isinstance(model, str):
             raise TypeError(f"model must be a str, got {type(model).__name__}")
         if not model:
