@@ -5,15 +5,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from activeprp_core.budget import check_count
+from activeprp_core.budget import check_count, check_seconds
 from activeprp_core.comparators.remote import RemoteComparator
 from activeprp_core.engine import arerank, rerank
-from activeprp_core.oracles import ORACLES
-from activeprp_core.rankers import RANKERS
-from activeprp_core.rankers.auto import AUTO, ONLINE_MAX_ROUNDS
-from activeprp_core.settings import CAP_HELP, RerankSettings
+from activeprp_core.rankers.auto import AUTO
+from activeprp_core.settings import FIELDS, ONLINE, SPECS, Count, Flag, RerankSettings, Seconds
 from activeprp_core.types import Candidate, RerankResult
 
 from . import InputError, printable
@@ -21,6 +20,10 @@ from .trecfiles import field, iter_json_objects, model_text
 
 COMPARATORS = ("bundled", "hf", "openai", "simulated")
 _ID_KEYS, _TEXT_KEYS = ("id", "docid", "_id", "doc_id"), ("text", "content", "contents", "passage")
+OPENAI_MAX_CONCURRENCY = 8
+"""Requests in flight of ``--comparator openai`` when ``--max-concurrency`` is none (the comparator's default)."""
+
+
 def read_candidates(path: str) -> list[Candidate]:
     """Candidates from a JSONL file (``-`` = stdin), one object per line, in prior order (best first).
 
@@ -56,7 +59,6 @@ def add_comparator_args(p: argparse.ArgumentParser, default: str = "bundled") ->
     g.add_argument("--batch-size", type=count(minimum=1), default=4, help="local models: prompts per forward pass")
     g.add_argument("--passage-tokens", type=count(minimum=1), default=128,
                    help="local models: passage cut (tokens); openai: cut in words")
-    g.add_argument("--max-concurrency", type=count(minimum=1), default=8, help="openai: requests in flight")
 
 
 def make_comparator(args: argparse.Namespace, candidates: list[Candidate] | None = None) -> Any:
@@ -84,8 +86,11 @@ def _make_comparator(args: argparse.Namespace, candidates: list[Candidate] | Non
     if kind == "openai":
         from activeprp_core.comparators import OpenAIChatComparator
 
+        cap = getattr(args, "max_concurrency", None)  # the --max-concurrency setting (add_settings_args)
         return OpenAIChatComparator(args.model, base_url=args.base_url, api_key=args.api_key,
-                                    max_passage_words=args.passage_tokens, max_concurrency=args.max_concurrency)
+                                    max_passage_words=args.passage_tokens,
+                                    max_concurrency=OPENAI_MAX_CONCURRENCY if cap is None else cap,
+                                    **judge_timing(args))
     from activeprp_core.comparators import TransformersComparator
 
     kw = {"batch_size": args.batch_size, "max_passage_tokens": args.passage_tokens}
@@ -94,16 +99,34 @@ def _make_comparator(args: argparse.Namespace, candidates: list[Candidate] | Non
     return TransformersComparator(args.model, mode=args.mode or "ab", **kw)
 
 
-def ranking_settings(args: argparse.Namespace) -> RerankSettings:
-    """The ``RerankSettings`` set by ``add_ranking_args`` options."""
-    return RerankSettings(ranker=args.ranker, oracle=args.oracle, top_k=args.top_k, seed=args.seed,
-                          on_failure=args.on_failure, **{cap: getattr(args, cap) for cap in CAP_HELP})
+def judge_timing(args: argparse.Namespace) -> dict[str, Any]:
+    """A remote judge's ``timeout`` and ``max_attempts`` from ``--judge-timeout`` / ``--judge-retries``, for the
+    commands that have them (``activeprp serve``); empty otherwise (the comparator's defaults)."""
+    timeout, retries = getattr(args, "judge_timeout", None), getattr(args, "judge_retries", None)
+    timing = {"timeout": timeout, "max_attempts": None if retries is None else retries + 1}
+    return {k: v for k, v in timing.items() if v is not None}
+
+
+def settings_from_args(args: argparse.Namespace, defaults: RerankSettings | None = None) -> RerankSettings:
+    """The ``RerankSettings`` set by the options of ``add_settings_args`` (their values were checked by the
+    options' types and choices); a setting the parser lacks keeps its value in ``defaults`` (default: the
+    ``RerankSettings`` defaults).
+
+    Raises:
+        TypeError: ``budget`` is neither an option nor in ``defaults``.
+    """
+    base = {} if defaults is None else defaults.as_dict()
+    return RerankSettings.from_checked(**{**base, **{name: getattr(args, name) for name in FIELDS
+                                                     if hasattr(args, name)}})
+
+
+ranking_settings = settings_from_args  # its name before the settings were derived
 
 
 def run_rerank(query: str, candidates: list[Candidate], comparator: Any, args: argparse.Namespace) -> RerankResult:
     """Run ``rerank`` (``arerank`` for remote comparators, whose round's calls then run concurrently) of
     ``model_text(query)``."""
-    settings = ranking_settings(args)
+    settings = settings_from_args(args)
     if isinstance(comparator, RemoteComparator):
         return asyncio.run(arerank(model_text(query), candidates, settings, comparator=comparator))
     return rerank(model_text(query), candidates, settings, comparator=comparator)
@@ -139,22 +162,65 @@ def count(minimum: int | None = 0, allow_none: bool = False, none_words: tuple[s
     return parse
 
 
+def seconds(allow_none: bool = True, none_words: tuple[str, ...] = ("none",)):
+    """An argparse ``type`` for a number of seconds >= 0, checked by ``check_seconds``; with ``allow_none``, the
+    ``none_words`` mean no cap (None). argparse turns its error into a one-line usage error (exit 2)."""
+
+    def parse(text: str) -> float | None:
+        if allow_none and text.lower() in none_words:
+            return None
+        try:
+            return check_seconds(float(text), "value")
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a finite number of seconds >= 0, got {text!r}") from None
+
+    return parse
+
+
+def add_settings_args(p: argparse.ArgumentParser | argparse._ArgumentGroup, defaults: RerankSettings | Mapping,
+                      skip: Iterable[str] = ()) -> None:
+    """One option per ``RerankSettings`` field (``--ranker``, ``--oracle``, ``--budget``, ``--max-rounds``,
+    ``--token-budget``, ``--time-budget``, ``--top-k``, ``--seed``, ``--cache/--no-cache``, ``--on-failure``,
+    ``--max-concurrency``, ``--max-consecutive-failures``), each typed, checked and explained by the field's
+    declaration (``activeprp_core.settings.SPECS``): counts and seconds accept ``none`` where None is allowed,
+    names and choices are argparse ``choices``, a bool is a ``--name/--no-name`` pair. Defaults: ``defaults``
+    (a ``RerankSettings``, or a mapping of some fields over the ``RerankSettings`` defaults); ``skip``: fields to
+    leave out (``settings_from_args`` then takes them from its ``defaults``).
+
+    Raises:
+        TypeError: a field in ``skip`` or ``defaults`` that is not a setting.
+    """
+    if not isinstance(defaults, RerankSettings):
+        defaults = RerankSettings.of(RerankSettings.from_checked(budget=None), **defaults)
+    skip = set(skip)
+    if skip - set(FIELDS):
+        raise TypeError(f"unknown setting(s) {sorted(skip - set(FIELDS))}; the settings are {list(FIELDS)}")
+    for name in FIELDS:
+        if name in skip:
+            continue
+        spec, default = SPECS[name], getattr(defaults, name)
+        check = spec.check
+        none = f"none = {spec.none}; " if spec.none else ""
+        shown = "none" if default is None else getattr(default, "name", default)
+        kw: dict[str, Any] = {"dest": name, "default": default,
+                              "help": f"{spec.help} ({none}default {shown})".replace("%", "%%")}
+        if isinstance(check, Flag):
+            kw["action"] = argparse.BooleanOptionalAction
+        elif isinstance(check, Count):
+            kw["type"] = count(check.minimum, check.allow_none)
+        elif isinstance(check, Seconds):
+            kw["type"] = seconds(check.allow_none)
+        else:  # OneOf, Named
+            kw["choices"] = check.choices
+        p.add_argument(f"--{name.replace('_', '-')}", **kw)
+
+
 def add_ranking_args(p: argparse.ArgumentParser, budget: int | None, top_k: int,
                      max_rounds: int | None = None, ranker: str = AUTO, oracle: str = AUTO) -> None:
-    """--ranker, --oracle, --top-k, --seed, --on-failure and one option per cap (``settings.CAP_HELP``:
-    --budget, --max-rounds, --token-budget) (shared by the commands); ``auto`` chooses from measured data
-    (``activeprp_core.rankers.auto``)."""
-    p.add_argument("--ranker", choices=sorted(RANKERS), default=ranker)
-    p.add_argument("--oracle", choices=sorted([*ORACLES, AUTO]), default=oracle)
-    defaults = {"budget": budget, "max_rounds": max_rounds}
-    for cap, text in CAP_HELP.items():
-        p.add_argument(f"--{cap.replace('_', '-')}", type=count(allow_none=True), default=defaults.get(cap),
-                       help=f"{text} (none = no cap; default %(default)s)")
-    p.add_argument("--top-k", type=count(minimum=1), default=top_k)
-    p.add_argument("--seed", type=count(minimum=None), default=0)
-    p.add_argument("--on-failure", choices=("raise", "prior"), default="raise",
-                   help="raise: a failing comparator ends the command with exit 1; prior: print the best-effort "
-                        "order (the stats line says why)")
+    """``add_settings_args`` with these defaults over the ``RerankSettings`` defaults (its form before the settings
+    were derived; ``auto`` chooses from measured data, ``activeprp_core.rankers.auto``)."""
+    add_settings_args(p, {"budget": budget, "top_k": top_k, "max_rounds": max_rounds, "ranker": ranker,
+                          "oracle": oracle})
 
 
 def add_parser(subparsers: Any) -> None:
@@ -164,7 +230,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--query", required=True, help="the query text")
     p.add_argument("--candidates", required=True, help="JSONL file (or - for stdin), one candidate per line, "
                                                        "prior order; keys id/docid/_id and text/content/contents")
-    add_ranking_args(p, budget=50, top_k=10, max_rounds=ONLINE_MAX_ROUNDS)
+    add_settings_args(p, ONLINE)
     add_comparator_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object (top-K and stats) instead of text")
     p.set_defaults(func=main)

@@ -35,10 +35,11 @@ from activeprp_core.comparators.base import Comparator, as_comparator
 from activeprp_core.comparators.simulated import CALIBRATED_PARAMS, SimulatedComparator
 from activeprp_core.judging import JudgeStats, pooled
 from activeprp_core.many import DEFAULT_MAX_ACTIVE, RerankFailure, arerank_many, rerank_many
+from activeprp_core.settings import RerankSettings
 from activeprp_core.types import Candidate, RerankResult
 
 from . import InputError, fail, printable
-from .rerank import add_comparator_args, add_ranking_args, count, make_comparator, ranking_settings
+from .rerank import add_comparator_args, add_settings_args, count, make_comparator, settings_from_args
 from .trecfiles import read_qrels, read_run_candidates, write_run
 
 Request = tuple[str, str, list[Candidate]]  # (qid, query text, candidates in input rank order)
@@ -75,14 +76,14 @@ def rerank_requests(requests: Sequence[Request], comparator: Any, args: argparse
         ComparatorAuthError / ComparatorUnavailable: a dead endpoint (with ``--on-failure raise``).
     """
     pairs = [(query, candidates) for _, query, candidates in requests]
-    settings = ranking_settings(args)
+    settings = settings_from_args(args)
     kw = {"comparator": comparator, "max_active": args.max_active, "progress": progress}
     if args.comparator != "openai":
         yield from map(Outcome.of, rerank_many(pairs, settings, **kw))
         return
 
     async def collect() -> list[RerankResult | RerankFailure]:
-        return [item async for item in arerank_many(pairs, settings, max_concurrency=args.max_concurrency, **kw)]
+        return [item async for item in arerank_many(pairs, settings, **kw)]
 
     yield from map(Outcome.of, asyncio.run(collect()))
 
@@ -113,7 +114,7 @@ def ray_outcomes(requests: Sequence[Request], factory: Callable[[], Any], args: 
         rows = rerank_records(records, factory, address=None if args.ray == "local" else args.ray,
                               columns=["qid", *Outcome._fields], progress=not args.no_progress,
                               num_actors=args.ray_actors, num_gpus=args.ray_gpus, max_active=args.max_active,
-                              use_async=args.comparator == "openai", settings=ranking_settings(args))
+                              use_async=args.comparator == "openai", settings=settings_from_args(args))
     except ImportError as err:
         raise InputError(str(err)) from None
     done = {row["qid"]: Outcome(row["order"], row["calls"] or 0, row["error"], row["failure"],
@@ -160,7 +161,7 @@ def add_parser(subparsers: Any) -> None:
     ray.add_argument("--ray-actors", type=count(minimum=1), default=2, metavar="N",
                      help="actors in the pool, each with its own comparator (default %(default)s)")
     ray.add_argument("--ray-gpus", type=float, default=None, metavar="G", help="GPUs per actor (local models)")
-    add_ranking_args(p, budget=100, top_k=10, ranker="mohajer", oracle="randomized")
+    add_settings_args(p, RerankSettings(budget=100))
     add_comparator_args(p)
     p.set_defaults(func=main)
 

@@ -1,16 +1,21 @@
-"""The per-query hard caps and the one integer checker.
+"""The per-query hard caps and the checkers of counts and seconds.
 
 - ``check_count``: the one checker of every integer setting (numpy integers accepted, bools refused).
+- ``check_seconds``: the one checker of every duration (a finite real number of seconds).
 - ``Cap``: one named hard cap (``budget`` calls, ``max_rounds`` rounds, ``token_budget`` tokens): units are
   reserved *before* they are used (``take``), so batched or concurrent execution never overshoots, and what a
   reservation did not use is given back afterwards (``refund``, e.g. the reported tokens of a call against the
   upper bound reserved for it).
+- ``Deadline``: the cap on time (``time_budget`` seconds): it reserves nothing and refuses every question once
+  its clock has passed the deadline.
 - ``BudgetView``: the live, read-only view of a query's caps a ranker gets as ``RankContext.caps``.
 """
 
 from __future__ import annotations
 
+import math
 import numbers
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -34,6 +39,26 @@ def check_count(value: object, name: str, *, minimum: int | None = 0, allow_none
     return int(value)
 
 
+def check_seconds(value: object, name: str, positive: bool = False, allow_none: bool = False) -> float | None:
+    """``value`` as float seconds when it is a finite real number >= 0 (> 0 when ``positive``; ints and numpy
+    floats accepted, bools refused), or None when ``allow_none``.
+
+    Raises:
+        TypeError: not a real number (bools and strings included), or None where it is not allowed.
+        ValueError: NaN, infinite, negative (or 0 when ``positive``).
+    """
+    if value is None and allow_none:
+        return None
+    wanted = f"a number of seconds {'> 0' if positive else '>= 0'}" + (" or None" if allow_none else "")
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be {wanted}, got {type(value).__name__}")
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be {wanted.replace('a number', 'a finite number')}, got {value}")
+    if value < 0 or (positive and value == 0):
+        raise ValueError(f"{name} must be {wanted}, got {value}")
+    return float(value)
+
+
 class Cap:
     """A hard cap ``limit`` on a count of units for one query (``None`` = unlimited), named like its setting.
 
@@ -45,6 +70,13 @@ class Cap:
         self.name = name
         self.limit = check_count(limit, name, allow_none=True)
         self.spent = 0
+
+    @classmethod
+    def of_setting(cls, limit: int | None, name: str) -> Cap:
+        """A cap whose ``limit`` is a ``RerankSettings`` value, checked there already (not again)."""
+        cap = cls.__new__(cls)
+        cap.name, cap.limit, cap.spent = name, limit, 0
+        return cap
 
     @property
     def remaining(self) -> int | None:
@@ -74,20 +106,67 @@ class Cap:
         return f"Cap({self.name}: {self.spent}/{self.limit})"
 
 
+class Deadline:
+    """A hard cap of ``limit`` seconds (None = unlimited) on a clock, from ``started``: ``spent`` is the time
+    elapsed, ``remaining`` the time left (never below 0), and a question fits while time is left. Nothing is
+    reserved, so ``take`` / ``refund`` / ``settle`` do nothing. ``limit`` is a ``RerankSettings`` value (checked
+    there).
+
+    Args:
+        limit: seconds (>= 0; 0: nothing fits) or None. name: its setting (``time_budget``).
+        clock: seconds on a monotonic clock (e.g. ``time.monotonic``, an event loop's ``time``); started: its
+            reading when the rerank started.
+    """
+
+    def __init__(self, limit: float | None, name: str, clock: Callable[[], float], started: float) -> None:
+        self.name, self.limit, self.clock, self.started = name, limit, clock, started
+
+    @property
+    def at(self) -> float | None:
+        """The deadline on the clock (None = none)."""
+        return None if self.limit is None else self.started + self.limit
+
+    @property
+    def spent(self) -> float:
+        return self.clock() - self.started
+
+    @property
+    def remaining(self) -> float | None:
+        """Seconds left (None = unlimited; 0 once past)."""
+        return None if self.limit is None else max(0.0, self.limit - self.spent)
+
+    def fits(self, n: int = 0) -> bool:
+        """Whether time is left."""
+        return self.limit is None or self.spent < self.limit
+
+    def take(self, n: int) -> bool:
+        return self.fits()
+
+    def refund(self, n: float) -> None:
+        pass
+
+    def settle(self, reserved: float, used: float) -> None:
+        pass
+
+    def __repr__(self) -> str:
+        return f"Deadline({self.name}: {self.spent:.3f}/{self.limit} s)"
+
+
 @dataclass(frozen=True)
 class Rule:
     """How the engine charges one cap.
 
     Attributes:
-        per: ``"prompt"`` (each ordered prompt reserves its price before it is sent) or ``"round"`` (each round
-            that sends calls reserves 1).
+        per: ``"prompt"`` (each ordered prompt reserves its price before it is sent), ``"round"`` (each round
+            that sends calls reserves 1) or ``"time"`` (a ``Deadline``: seconds from the start of the rerank,
+            nothing reserved; every question is refused once it has passed).
         price: ``price(comparator, query, pairs) -> list[int]``, the units each prompt reserves, read from the
             comparator that will answer (never called to judge), only while the cap is set. None: 1 per prompt.
         usage: what an answered call (a ``Judgment``) reports it used, or None when it reports nothing (then
             the reservation stands); None = never reconciled.
     """
 
-    per: Literal["prompt", "round"]
+    per: Literal["prompt", "round", "time"]
     price: Callable[[Any, str, Sequence[Any]], list[int]] | None = None
     usage: Callable[[Any], int | None] | None = None
 
@@ -98,15 +177,25 @@ RULES: dict[str, Rule] = {
     "max_rounds": Rule("round"),
     "token_budget": Rule("prompt", price=lambda comparator, query, pairs: comparator.estimate_tokens(query, pairs),
                          usage=lambda j: (j.prompt_tokens + j.completion_tokens) or None),
+    "time_budget": Rule("time"),
 }
 
 
 class Caps:
-    """One query's caps (a ``Cap`` per ``RULES`` entry, from ``limits``): reserve before sending, reconcile after
-    the answer. A prompt's cost: ``{cap name: units}`` over the per-prompt rules (uncapped ones count spending)."""
+    """One query's caps (a ``Cap`` per ``RULES`` entry, a ``Deadline`` per time rule, from ``limits``, e.g. a
+    ``RerankSettings``' values, checked there; a cap missing from ``limits`` is unlimited): reserve before sending,
+    reconcile after the answer. A prompt's cost: ``{cap name: units}`` over the per-prompt rules (uncapped ones
+    count spending). ``clock`` and ``started`` (its reading at the start of the rerank; default: now) time the
+    deadlines."""
 
-    def __init__(self, limits: Mapping[str, int | None]) -> None:
-        self.caps = {name: Cap(limits[name], name) for name in RULES}
+    def __init__(self, limits: Mapping[str, float | None], clock: Callable[[], float] = time.monotonic,
+                 started: float | None = None) -> None:
+        started = clock() if started is None else started
+        self.caps: dict[str, Cap | Deadline] = {
+            name: Deadline(limits.get(name), name, clock, started) if rule.per == "time" else
+            Cap.of_setting(limits.get(name), name) for name, rule in RULES.items()}
+        self._deadlines = [self.caps[name] for name, rule in RULES.items()
+                           if rule.per == "time" and limits.get(name) is not None]
         self._per_prompt = {name: rule.price for name, rule in RULES.items() if rule.per == "prompt"}
         self._rounds = [self.caps[name] for name, rule in RULES.items() if rule.per == "round"]
         self._capped_rounds = [cap for cap in self._rounds if cap.limit is not None]
@@ -132,7 +221,10 @@ class Caps:
 
     def refusal(self, costs: Sequence[dict[str, int]], extra: Mapping[str, int] | None = None) -> str | None:
         """The first cap that a question of prompts ``costs`` (in a round, on top of ``extra``) does not fit: the
-        round caps first, then the per-prompt caps in ``RULES`` order."""
+        deadlines first, then the round caps, then the per-prompt caps in ``RULES`` order."""
+        for deadline in self._deadlines:
+            if not deadline.fits():
+                return deadline.name
         for cap in self._capped_rounds:
             if not cap.fits(1):
                 return cap.name
@@ -174,8 +266,11 @@ class BudgetView:
     """A ranker's live, read-only view of its query's caps (``RankContext.caps``), kept by the engine.
 
     Attributes (read at any time; they change as the rerank spends):
-        calls_left, rounds_left, tokens_left: what the ``budget``, ``max_rounds`` and ``token_budget`` caps still
-            allow (None = no cap). A round answered wholly from the pair cache costs no round.
+        calls_left, tokens_left, time_left: what the ``budget``, ``token_budget`` and ``time_budget`` caps still
+            allow (None = no cap; seconds for time).
+        rounds_left: the rounds the query can still send: what the ``max_rounds`` cap allows, and, with a
+            ``time_budget``, at most the rounds that fit in the time left at the estimated latency of a round (see
+            ``Ledger.rounds_left``); None = no limit. A round answered wholly from the pair cache costs no round.
         exhausted: a cap has refused a question (or a failure stopped the calls): from now on only cached
             answers arrive, and every ranker here stops scheduling and returns its best-effort order.
 
@@ -184,26 +279,33 @@ class BudgetView:
     hand, e.g. in tests) is unlimited.
     """
 
-    def __init__(self, caps: Mapping[str, Cap] | None = None, exhausted: Callable[[], bool] = lambda: False,
-                 affordable: Callable[[Sequence[tuple[int, int]]], int] | None = None) -> None:
+    def __init__(self, caps: Mapping[str, Cap | Deadline] | None = None, exhausted: Callable[[], bool] = lambda: False,
+                 affordable: Callable[[Sequence[tuple[int, int]]], int] | None = None,
+                 rounds_left: Callable[[], int | None] | None = None) -> None:
         self._caps = dict(caps or {})
         self._exhausted, self._affordable = exhausted, affordable
+        self._rounds_left = rounds_left
 
-    def _left(self, name: str) -> int | None:
+    def left(self, name: str) -> int | float | None:
+        """What cap ``name`` (a ``RULES`` key) still allows (None = no cap)."""
         cap = self._caps.get(name)
         return None if cap is None else cap.remaining
 
     @property
     def calls_left(self) -> int | None:
-        return self._left("budget")
+        return self.left("budget")
 
     @property
     def rounds_left(self) -> int | None:
-        return self._left("max_rounds")
+        return self.left("max_rounds") if self._rounds_left is None else self._rounds_left()
 
     @property
     def tokens_left(self) -> int | None:
-        return self._left("token_budget")
+        return self.left("token_budget")
+
+    @property
+    def time_left(self) -> float | None:
+        return self.left("time_budget")
 
     @property
     def exhausted(self) -> bool:
@@ -214,5 +316,5 @@ class BudgetView:
         return len(pairs) if self._affordable is None else self._affordable(pairs)
 
     def __repr__(self) -> str:
-        return (f"BudgetView(calls_left={self.calls_left}, rounds_left={self.rounds_left}, "
-                f"tokens_left={self.tokens_left}, exhausted={self.exhausted})")
+        left = ", ".join(f"{name}: {self.left(name)}" for name in RULES)
+        return f"BudgetView(left={{{left}}}, exhausted={self.exhausted})"

@@ -11,6 +11,12 @@ drive many of them together.
 Caps (``activeprp_core.budget``): every question reserves its cost in each cap *before* its prompts are sent; a
 question that does not fit is refused whole, and ``exhausted_by`` says which cap refused.
 
+Time (``time_budget``): the clock starts when the query's ``Reranking`` is made; past the deadline every question
+is refused, like a question past any cap. The drivers hand each call the time left (``CallGuard.time_left``), so
+the comparator sends nothing past the deadline and waits no longer for a call (see ``comparators.base``); the
+async drivers also cancel a batch still running ``DEADLINE_GRACE`` after the deadline (a comparator that ignores
+the guard's deadlines).
+
 Failures (see ``activeprp_core.errors``): a comparator error stops the rerank and propagates with the partial
 accounting attached, unless ``on_failure="prior"``: then no further call is sent, the ranker finishes on what it
 knows (the prior order for the rest), and the result says why (``failure``, ``errors``, ``converged=False``).
@@ -20,20 +26,53 @@ endpoint never looks like a reranking. Failed or degraded reranks log a WARNING 
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Generator, Iterator, Sequence
 from typing import Any
 
-from .comparators.base import CallGuard, Comparator, SupportsCompare, as_comparator
-from .reranking import DONE, Batch, Reranking, check_candidates  # noqa: F401 (re-exported)
+from .budget import check_count
+from .comparators.base import CallGuard, Comparator, SupportsCompare, as_comparator, cut_calls
+from .reranking import DONE, Batch, Done, Reranking, check_candidates  # noqa: F401 (re-exported)
 from .settings import MAX_CONSECUTIVE_FAILURES, ON_FAILURE, OnFailure, RerankSettings, takes_settings  # noqa: F401
 from .types import Candidate, RerankResult
+
+DEADLINE_GRACE = 0.1
+"""Seconds past a deadline an async driver still waits for a batch (a comparator cuts its own calls at the
+deadline and answers at once) before it cancels the batch; well within the 0.3 s a rerank may take past it."""
+
+
+def clock_now() -> Callable[[], float]:
+    """The clock of a rerank started here: the running event loop's (``loop.time``, what its timeouts read), else
+    ``time.monotonic``."""
+    try:
+        return asyncio.get_running_loop().time
+    except RuntimeError:
+        return time.monotonic
+
+
+async def bounded(awaitable: Awaitable[Any], seconds: float | None, n: int, guard: CallGuard) -> Any:
+    """``await awaitable`` (a batch of ``n`` calls) for at most ``seconds`` + ``DEADLINE_GRACE`` (None: no
+    limit): its answers, or, when it runs past, ``n`` calls cut in flight (it is cancelled)."""
+    if seconds is None:
+        return await awaitable
+    loop = asyncio.get_running_loop()
+    until = loop.time() + max(0.0, seconds) + DEADLINE_GRACE
+    try:
+        return await asyncio.wait_for(awaitable, until - loop.time())
+    except asyncio.TimeoutError:
+        if loop.time() < until:
+            raise  # the batch's own timeout, not the deadline's
+        return cut_calls(guard, n)
 
 
 def guard_for(comparator: Comparator, settings: RerankSettings) -> CallGuard:
     """The ``CallGuard`` of one rerank call: the caller's cap on calls in flight (else the comparator's
-    ``max_concurrency``) and the circuit breaker."""
-    cap = settings.max_concurrency if settings.max_concurrency is not None else comparator.max_concurrency
-    return CallGuard(cap, settings.max_consecutive_failures)
+    ``max_concurrency``, checked here) and the circuit breaker (the settings' values, checked already)."""
+    cap = settings.max_concurrency
+    if cap is None:
+        cap = check_count(comparator.max_concurrency, "the comparator's max_concurrency", minimum=1, allow_none=True)
+    return CallGuard.of_checked(cap, settings.max_consecutive_failures)
 
 
 def exchange(reranking: Reranking, guard: CallGuard) -> Generator[Batch, Any, RerankResult]:
@@ -101,9 +140,10 @@ def iterate_blocking(agen: AsyncIterator) -> Iterator[Any]:
 
 def _start(query: Any, candidates: Any, settings: RerankSettings | None, comparator: Any, options: dict):
     judge = as_comparator(comparator)
-    reranking = Reranking(query, candidates, settings, comparator=judge, **options)
+    reranking = Reranking(query, candidates, settings, comparator=judge, clock=clock_now(), **options)
     guard = guard_for(judge, reranking.settings)
-    return judge, guard, exchange(reranking, guard)
+    guard.clock, guard.deadline = reranking.clock, reranking.deadline
+    return judge, reranking, guard, exchange(reranking, guard)
 
 
 @takes_settings
@@ -115,12 +155,12 @@ def rerank(query: str, candidates: Sequence[Candidate], settings: RerankSettings
         query: the query text.
         candidates: N ``Candidate`` objects in prior (first-stage) order, best first; never mutated.
         settings: a ``RerankSettings``; ``**options`` are its fields, given directly or replacing its values:
-            ``ranker``, ``oracle``, ``budget`` (calls; required), ``max_rounds``, ``token_budget``, ``top_k``,
-            ``seed``, ``cache``, ``on_failure``, ``max_concurrency``, ``max_consecutive_failures`` (see
-            ``RerankSettings``). ``auto`` ranker/oracle is resolved from measured data for (N, top_k, budget,
-            max_rounds) (``activeprp_core.rankers.auto.choose``); ``RerankResult.ranker``/``oracle`` name the
-            choice. A question past a cap is refused: the ranker is told and still returns a permutation, and
-            ``RerankResult.exhausted_by`` names the caps that refused.
+            ``ranker``, ``oracle``, ``budget`` (calls; required), ``max_rounds``, ``token_budget``,
+            ``time_budget`` (seconds), ``top_k``, ``seed``, ``cache``, ``on_failure``, ``max_concurrency``,
+            ``max_consecutive_failures`` (see ``RerankSettings``). ``auto`` ranker/oracle is resolved from
+            measured data for (N, top_k, budget, max_rounds) (``activeprp_core.rankers.auto.choose``);
+            ``RerankResult.ranker``/``oracle`` name the choice. A question past a cap is refused: the ranker is
+            told and still returns a permutation, and ``RerankResult.exhausted_by`` names the caps that refused.
         comparator: a ``Comparator``, or any object with ``compare(query, pairs) -> list[float | None]``.
 
     Returns:
@@ -133,7 +173,7 @@ def rerank(query: str, candidates: Sequence[Candidate], settings: RerankSettings
             the wrong length or outside [0, 1]. With ``on_failure="prior"`` the best-effort order is returned
             instead, with ``failure``/``errors`` set, ``converged=False`` and a WARNING logged.
     """
-    judge, guard, steps = _start(query, candidates, settings, comparator, options)
+    judge, _, guard, steps = _start(query, candidates, settings, comparator, options)
     return run_blocking(drive(steps, blocking(lambda batch: judge.judge(batch.query, batch.pairs, guard=guard))))
 
 
@@ -142,6 +182,13 @@ async def arerank(query: str, candidates: Sequence[Candidate], settings: RerankS
                   comparator: Comparator | SupportsCompare, **options: Any) -> RerankResult:
     """Async ``rerank`` (same arguments, same result for the same seed): each round goes to the comparator's
     ``ajudge`` as one batch, so its calls can run concurrently (at most ``max_concurrency`` in flight); a
-    comparator with only ``compare`` runs in a worker thread, chunk by chunk."""
-    judge, guard, steps = _start(query, candidates, settings, comparator, options)
-    return await drive(steps, lambda batch: judge.ajudge(batch.query, batch.pairs, guard=guard))
+    comparator with only ``compare`` runs in a worker thread, chunk by chunk. With a ``time_budget`` it returns
+    within the budget plus ``DEADLINE_GRACE`` whatever the comparator does: calls in flight at the deadline are
+    cancelled."""
+    judge, reranking, guard, steps = _start(query, candidates, settings, comparator, options)
+
+    def ask(batch: Batch) -> Awaitable[Any]:
+        return bounded(judge.ajudge(batch.query, batch.pairs, guard=guard), reranking.time_left(), len(batch.pairs),
+                       guard)
+
+    return await drive(steps, ask)

@@ -21,6 +21,7 @@ Mohajer bidirectional, ``soft-calibrated``, q=0.3)."""
 from __future__ import annotations
 
 import bisect
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
 from typing import Any
@@ -170,6 +171,34 @@ class Answers(dict):
             tally.record(p, other, sample)
         self[prompt] = p
         self.margin = self.pool.margin()
+
+
+LATENCY_QUANTILE = 0.75
+"""The quantile of the observed round latencies that ``RoundLatency.estimate`` takes as one round's latency: above
+the median, so the rounds planned to fit a time budget fit it more often than not (see docs/latency.md)."""
+LATENCY_WINDOW = 256
+"""The most recent round latencies a ``RoundLatency`` keeps (older ones age out as the judge's latency drifts)."""
+
+
+class RoundLatency:
+    """The comparator's observed round latencies (seconds from a batch's send to its answers, a cut round's
+    time to the deadline as a lower bound), carried across the queries of a ``rerank_many`` like the judge's
+    record; one per rerank otherwise. ``estimate`` plans the rounds that fit a ``time_budget``."""
+
+    def __init__(self) -> None:
+        self.seconds: deque[float] = deque(maxlen=LATENCY_WINDOW)
+
+    def record(self, seconds: float) -> None:
+        """Note one round that took ``seconds``."""
+        self.seconds.append(max(0.0, seconds))
+
+    def estimate(self) -> float | None:
+        """One round's latency in seconds: the ``LATENCY_QUANTILE`` quantile (lower) of the rounds observed;
+        None before the first."""
+        if not self.seconds:
+            return None
+        ordered = sorted(self.seconds)
+        return ordered[min(len(ordered) - 1, int(LATENCY_QUANTILE * len(ordered)))]
 
 
 def margin_of(answers: object) -> float:

@@ -19,21 +19,22 @@ of the iterator, unless ``on_failure="prior"``, with which every query degrades 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .budget import check_count
 from .comparators.base import CallGuard, Comparator, SupportsCompare, as_comparator
-from .engine import Batch, Reranking, blocking, guard_for, iterate_blocking
+from .engine import Batch, Reranking, blocking, bounded, clock_now, guard_for, iterate_blocking
 from .errors import ComparatorAuthError
-from .judging import JudgeTally
-from .settings import RerankSettings, takes_settings
+from .judging import JudgeTally, RoundLatency
+
+# PER_REQUEST: the settings one request may set for itself, ``(query, candidates, {"budget": 20, ...})``
+from .settings import PER_REQUEST, RerankSettings, takes_settings
 from .types import Accounting, Candidate, Judgment, RerankResult, to_judgments
 
 DEFAULT_MAX_ACTIVE = 64
-PER_REQUEST = ("budget", "max_rounds", "top_k", "seed")
-"""The settings one request may set for itself: ``(query, candidates, {"budget": 20, ...})``."""
 
 
 @dataclass
@@ -66,9 +67,11 @@ class _Window:
 
     def __init__(self, requests: Iterable[tuple[str, Sequence[Candidate]]], settings: RerankSettings,
                  comparator: Comparator, max_active: int, guard: CallGuard, progress: bool,
-                 carry_judge: bool = True) -> None:
+                 carry_judge: bool = True, clock: Callable[[], float] = time.monotonic) -> None:
         self.source = enumerate(requests)
         self.settings, self.comparator, self.max_active, self.guard = settings, comparator, max_active, guard
+        self.clock = guard.clock = clock  # each query's time_budget counts from its own start on it
+        self.latency = RoundLatency()  # the round latencies of every query, to plan the rounds that fit
         self.items: dict[int, Reranking | RerankResult | RerankFailure] = {}
         self.next_out = 0
         # the comparator's answers so far, read by every query; None: each query reads only its own
@@ -98,7 +101,8 @@ class _Window:
             if not isinstance(own, Mapping) or set(own) - set(PER_REQUEST):
                 raise TypeError(f"request {index}: its settings must be a dict with keys among {PER_REQUEST}")
             settings = RerankSettings.of(self.settings, **own) if own else self.settings
-            reranking = Reranking(*request[:2], settings, comparator=self.comparator, prior_answers=self.judge)
+            reranking = Reranking(*request[:2], settings, comparator=self.comparator, prior_answers=self.judge,
+                                  clock=self.clock, latency=self.latency)
             return self._finish(index, reranking)
         except Exception as error:
             return RerankFailure(index, query, error)
@@ -106,6 +110,18 @@ class _Window:
     def step(self) -> Step:
         """The pending batch of every query in progress, in input order."""
         return [(i, r, r.next_batch()) for i, r in self.items.items() if isinstance(r, Reranking)]
+
+    def time_left(self, step: Step) -> float | None:
+        """The seconds a merged call for ``step`` may take: until the last of its queries' deadlines (None when
+        one has none). The guard gets each query's own deadline (by query text; the earliest for a text asked
+        twice), so no call of a query goes out past its deadline."""
+        deadlines: dict[str, float] = {}
+        for _, reranking, batch in step:
+            if reranking.deadline is not None:
+                deadlines[batch.query] = min(reranking.deadline, deadlines.get(batch.query, reranking.deadline))
+        self.guard.deadlines = deadlines
+        lefts = [r.time_left() for _, r, _ in step]
+        return None if not lefts or None in lefts else max(lefts)
 
     def ready(self) -> Iterator[RerankResult | RerankFailure]:
         """Finished items at the head of the input order (removing them from the window)."""
@@ -205,10 +221,12 @@ def _progress_bar(requests: Any, enabled: bool) -> Any:
 
 @dataclass(frozen=True)
 class _Ask:
-    """A merged call the I/O-free session needs answered: ``items`` for ``judge_batch`` under ``guard``."""
+    """A merged call the I/O-free session needs answered: ``items`` for ``judge_batch`` under ``guard``, within
+    ``time_left`` seconds (None: no deadline; see ``engine.bounded``)."""
 
     items: list[tuple[str, Candidate, Candidate]]
     guard: CallGuard
+    time_left: float | None = None
 
 
 def _answer(window: _Window, step: Step):
@@ -216,7 +234,7 @@ def _answer(window: _Window, step: Step):
     sent_before = window.guard.completed
     items = [(batch.query, a, b) for _, _, batch in step for a, b in batch.pairs]
     try:
-        judgments = to_judgments((yield _Ask(items, window.guard)), len(items))
+        judgments = to_judgments((yield _Ask(items, window.guard, window.time_left(step))), len(items))
     except Exception as error:
         for part in window.failed(step, error, sent=window.guard.completed - sent_before):
             yield from _answer(window, part)
@@ -240,12 +258,13 @@ def _session(window: _Window):
 
 def _window(requests, settings, options, comparator, max_active, progress,
             carry_judge: bool = True) -> tuple[Comparator, _Window]:
-    """The comparator and the window; every shared setting is checked here, before any request is read."""
+    """The comparator and the window (on the clock of the loop it runs in, if any: ``engine.clock_now``); every
+    shared setting is checked here, before any request is read."""
     settings = RerankSettings.of(settings, **options)
     judge = as_comparator(comparator)
     max_active = check_count(max_active, "max_active", minimum=1)
     guard = guard_for(judge, settings)
-    return judge, _Window(requests, settings, judge, max_active, guard, progress, carry_judge)
+    return judge, _Window(requests, settings, judge, max_active, guard, progress, carry_judge, clock_now())
 
 
 @takes_settings
@@ -289,8 +308,12 @@ async def arerank_many(requests: Iterable[tuple[str, Sequence[Candidate]]], sett
     """Async ``rerank_many`` (same arguments and results): each step awaits the comparator's ``ajudge_batch``,
     so the calls of all queries in progress run concurrently (at most ``max_concurrency`` in flight)."""
     judge, window = _window(requests, settings, options, comparator, max_active, progress, carry_judge)
+
+    def ask(item: _Ask) -> Awaitable[Any]:
+        return bounded(judge.ajudge_batch(item.items, guard=item.guard), item.time_left, len(item.items), item.guard)
+
     with contextlib.closing(_session(window)) as session:
-        async for item in _pump(session, lambda item: judge.ajudge_batch(item.items, guard=item.guard)):
+        async for item in _pump(session, ask):
             yield item
 
 

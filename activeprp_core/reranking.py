@@ -1,21 +1,25 @@
 """``Reranking``: one query's reranking as a sans-I/O state machine (see ``activeprp_core.engine`` for the
-protocol, the caps and the failure policy; ``rerank`` / ``rerank_many`` drive it)."""
+protocol, the caps and the failure policy; ``rerank`` / ``rerank_many`` drive it). Its spending (caps,
+reservations, accounting) is kept by a ``ledger.Ledger``; the ``Reranking`` plans each round's questions through
+the oracle and the pair cache, and drives the ranker."""
 
 from __future__ import annotations
 
+import contextlib
+import enum
 import itertools
 import logging
 import random
 import time
-from collections.abc import Generator, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .budget import RULES, BudgetView, Caps
-from .closing import fail_batch, finish
+from .budget import BudgetView
 from .comparators.base import Comparator, as_comparator
-from .errors import RankerError
-from .judging import Answers, JudgeTally
+from .errors import ComparatorError, ComparatorUnavailable, RankerError
+from .judging import Answers, JudgeTally, RoundLatency
+from .ledger import Cost, Ledger
 from .oracles import Oracle, Prompt, get_oracle
 from .rankers import RankContext, Ranker, get_ranker, relay
 from .rankers.auto import choose
@@ -23,15 +27,21 @@ from .settings import RerankSettings
 from .types import Accounting, Candidate, Judgment, RerankResult, check_candidates, to_judgments
 
 log = logging.getLogger("activeprp.engine")
-MAX_ERRORS_KEPT = 5
+Question = tuple[list[Prompt], list[Cost] | None]
+"""One question of a round: the ordered prompts still to ask and what each would reserve (None: the pair cache
+answers it)."""
 
 
-class _Done:
+class Done(enum.Enum):
+    """The type of ``DONE``: what ``Reranking.next_batch()`` returns once the ranker has finished."""
+
+    DONE = "DONE"
+
     def __repr__(self) -> str:
         return "DONE"
 
 
-DONE = _Done()
+DONE = Done.DONE
 """What ``Reranking.next_batch()`` returns once the ranker has finished: call ``result()``."""
 
 
@@ -60,10 +70,17 @@ class Reranking:
         prior_answers: a running ``JudgeTally`` of the same comparator's answers to other queries (``rerank_many``
             passes one): this query's answers are added to it, and the confidence gate and the ``adaptive``
             oracle read it; ``RerankResult.judge`` still counts this query's answers only.
+        clock: seconds on a monotonic clock (default ``time.monotonic``; the async drivers pass their event loop's
+            ``time``); started: its reading when the query's rerank started (default: now). The ``time_budget``
+            deadline is ``started + time_budget``: past it, every question is refused.
+        latency: the record of round latencies (``judging.RoundLatency``) to plan the rounds that fit a
+            ``time_budget`` with; ``rerank_many`` carries one across its queries (default: this query's own).
 
     Protocol: ``next_batch()`` returns the pending ``Batch`` (the same one until it is answered) or ``DONE``;
-    ``send(judgments)`` answers it (``Judgment`` objects, or floats / None, one per prompt, in order);
-    ``fail(error)`` reports that it could not be answered; ``result()`` once ``DONE``.
+    ``send(judgments)`` answers it (``Judgment`` objects, or floats / None, one per prompt, in order; a
+    ``Judgment`` with ``cut`` set says the deadline kept that call from being sent or cut it in flight);
+    ``fail(error)`` reports that it could not be answered; ``result()`` once ``DONE``. A driver bounds its I/O by
+    ``time_left()`` (None = no time budget).
 
     Raises:
         TypeError / ValueError: bad arguments (as ``RerankSettings`` and ``rerank``). ``RuntimeError``:
@@ -72,40 +89,29 @@ class Reranking:
 
     def __init__(self, query: str, candidates: Sequence[Candidate], settings: RerankSettings | None = None, *,
                  comparator: Comparator | None = None, prior_answers: JudgeTally | None = None,
-                 **options: Any) -> None:
-        self.started = time.perf_counter()
+                 clock: Callable[[], float] = time.monotonic, started: float | None = None,
+                 latency: RoundLatency | None = None, **options: Any) -> None:
         self.settings = s = RerankSettings.of(settings, **options)
         self.query, self.candidates = query, check_candidates(query, candidates)
-        self.top_k, self.on_failure, self.cache = s.top_k, s.on_failure, s.cache
-        self.caps = Caps({name: getattr(s, name) for name in RULES})
-        self.comparator = Comparator if comparator is None else as_comparator(comparator)
-        ranker, oracle = choose(len(self.candidates), self.top_k, s.budget, s.max_rounds, s.ranker, s.oracle)
+        pricing = Comparator if comparator is None else as_comparator(comparator)
+        self.ledger = ledger = Ledger(s, query, pricing, clock, started, latency)
+        ranker, oracle = choose(len(self.candidates), s.top_k, s.budget, ledger.rounds_left(), s.ranker, s.oracle)
         self.ranker: Ranker = get_ranker(ranker)
         self.oracle: Oracle = get_oracle(oracle)
         streams = random.Random(s.seed)
         self._oracle_rng, ranker_rng = random.Random(streams.getrandbits(64)), random.Random(streams.getrandbits(64))
-        view = BudgetView(self.caps.caps, lambda: self.exhausted or self.failure is not None,
-                          lambda pairs: _affordable(self, pairs))
-        ctx = RankContext(len(self.candidates), self.top_k, ranker_rng, s.budget, self.oracle.calls_per_pair,
-                          s.max_rounds, view)
+        view = BudgetView(ledger.caps.caps, lambda: ledger.exhausted or ledger.stopped, self._affordable,
+                          ledger.rounds_left)
+        ctx = RankContext(len(self.candidates), s.top_k, ranker_rng, calls_per_pair=self.oracle.calls_per_pair,
+                          caps=view)
         self.answers = Answers(prior_answers)  # the pair cache, with the judge's running record
-        self.counts = Accounting()
-        self.exhausted_by: list[str] = []  # the caps that refused a question
-        self.failure: str | None = None  # the error that stopped the calls (on_failure="prior")
-        self.errors: list[str] = []
         self._pending: Batch | None = None
-        self._held: list[dict[str, int]] = []  # per prompt of the pending batch: what it reserved in each cap
-        self._questions: list[int] = []  # per question of the pending batch: its number of prompts
         self._order: list[int] | None = None
         self._steps = relay(self.ranker.schedule(ctx), self._round)
         self._advance(None)
 
-    @property
-    def exhausted(self) -> bool:
-        """Whether a cap has refused a question."""
-        return bool(self.exhausted_by)
-
-    def next_batch(self) -> Batch | _Done:
+    # ---- the protocol -------------------------------------------------------------------------------------
+    def next_batch(self) -> Batch | Done:
         """The batch to answer now, or ``DONE``."""
         return DONE if self._pending is None else self._pending
 
@@ -129,31 +135,27 @@ class Reranking:
         finishes on what it knows. Otherwise ``error`` is raised again, with this reranking's partial
         accounting attached as ``error.accounting``.
         """
-        fail_batch(self, error, sent)
+        ledger, batch = self.ledger, self._pending
+        n = 0 if batch is None else len(batch.prompts)
+        sent = n if sent is None else min(sent, n)
+        if batch is not None:
+            ledger.refund_unsent(sent)
+        message = f"{type(error).__name__}: {error}"
+        if self.settings.on_failure != "prior" or not isinstance(error, ComparatorError) or batch is None:
+            ledger.counts.failed_calls += sent
+            with contextlib.suppress(AttributeError):  # also on foreign exceptions, where they take attributes
+                error.accounting = self.accounting  # type: ignore[attr-defined]
+            if isinstance(error, ComparatorError):
+                log.warning("rerank of %d candidates failed after %d calls: %s", len(self.candidates),
+                            ledger.caps["budget"].spent, message)
+            raise error
+        ledger.stop(message)
+        self._advance([Judgment(None, error=message)] * n)
 
     @property
     def done(self) -> bool:
         """Whether the ranker has finished (``next_batch()`` is ``DONE``)."""
         return self._pending is None
-
-    @property
-    def accounting(self) -> Accounting:
-        """What this reranking has spent so far (calls of a batch in flight included)."""
-        counts = Accounting(**self.counts.counts())
-        counts.calls, counts.rounds = self.caps["budget"].spent, self.caps["max_rounds"].spent
-        counts.wall_time_s = time.perf_counter() - self.started
-        return counts
-
-    @property
-    def settled(self) -> Accounting:
-        """What this reranking has spent on answered (or failed) calls: ``accounting`` less the pending batch's
-        reservation (its calls, questions and round)."""
-        counts = self.accounting
-        if self._pending is not None:
-            counts.calls -= len(self._pending.prompts)
-            counts.comparisons -= len(self._questions)
-            counts.rounds -= 1
-        return counts
 
     def result(self) -> RerankResult:
         """The finished reranking.
@@ -162,10 +164,63 @@ class Reranking:
             ComparatorUnavailable: every call failed (with ``on_failure="raise"``; the accounting attached).
             RankerError: the ranker returned something that is not a permutation.
         """
-        if self._order is None:
+        order, n = self._order, len(self.candidates)
+        if order is None:
             raise RuntimeError("result() before the reranking is done: answer next_batch() until it is DONE")
-        return finish(self, self._order)
+        if sorted(order) != list(range(n)):
+            raise RankerError(f"ranker {self.ranker.name} returned a non-permutation of {n} candidates: {order[:20]}")
+        ledger, counts = self.ledger, self.accounting
+        reasons = f" ({'; '.join(ledger.errors)})" if ledger.errors else ""
+        if self.settings.on_failure == "raise" and counts.calls and counts.failed_calls == counts.calls:
+            error = ComparatorUnavailable(f"every one of the {counts.calls} calls failed: {'; '.join(ledger.errors)}")
+            error.accounting = counts
+            log.warning("rerank of %d candidates failed: %s", n, error)
+            raise error
+        if counts.failed_calls or ledger.failure:
+            log.warning("rerank of %d candidates %s: %d of %d calls failed%s", n,
+                        "degraded to the prior order for what was unknown" if ledger.failure else "finished",
+                        counts.failed_calls, counts.calls, reasons)
+        rank = {i: r for r, i in enumerate(order)}
+        return RerankResult(
+            candidates=self.candidates, order=order, scores=[(n - rank[i]) / n for i in range(n)],
+            **{**self.settings.as_dict(), "ranker": self.ranker.name, "oracle": self.oracle.name},
+            exhausted=ledger.exhausted, exhausted_by=list(ledger.exhausted_by), failure=ledger.failure,
+            errors=list(ledger.errors), judge=self.answers.own.stats(), **counts.counts(),
+            converged=not ledger.exhausted and counts.failed_calls == 0 and ledger.failure is None)
 
+    # ---- time ---------------------------------------------------------------------------------------------
+    @property
+    def clock(self) -> Callable[[], float]:
+        """The clock this reranking reads (seconds, monotonic)."""
+        return self.ledger.clock
+
+    @property
+    def deadline(self) -> float | None:
+        """The ``time_budget`` deadline on ``clock`` (None = no time budget)."""
+        return self.ledger.deadline.at
+
+    def time_left(self) -> float | None:
+        """Seconds until the deadline (None = no time budget; 0 once past): what a driver may still wait."""
+        return self.ledger.time_left()
+
+    # ---- what was spent -----------------------------------------------------------------------------------
+    @property
+    def exhausted(self) -> bool:
+        """Whether a cap has refused a question."""
+        return self.ledger.exhausted
+
+    @property
+    def accounting(self) -> Accounting:
+        """What this reranking has spent so far (calls of a batch in flight included)."""
+        return self.ledger.accounting
+
+    @property
+    def settled(self) -> Accounting:
+        """What this reranking has spent on answered (or failed) calls: ``accounting`` less the pending batch's
+        reservation (its calls, questions and round)."""
+        return self.ledger.settled
+
+    # ---- driving the ranker -------------------------------------------------------------------------------
     def _advance(self, judgments: list[Judgment] | None) -> None:
         try:
             prompts = self._steps.send(judgments)
@@ -174,8 +229,10 @@ class Reranking:
         except StopIteration as stop:
             self._pending, self._order = None, stop.value
             return
-        pairs = [(self.candidates[a], self.candidates[b]) for a, b in prompts]
-        self._pending = Batch(self.query, prompts, pairs)
+        self._pending = Batch(self.query, prompts, self._pairs(prompts))
+
+    def _pairs(self, prompts: Iterable[Prompt]) -> list[tuple[Candidate, Candidate]]:
+        return [(self.candidates[a], self.candidates[b]) for a, b in prompts]
 
     def _round(self, pairs: Iterable[tuple[int, int]]) -> Generator[list[Prompt], list[Judgment], list]:
         """One round of the ranker: plan it, yield the prompts to send, record the answers; returns the round's
@@ -186,131 +243,114 @@ class Reranking:
         and go out in a further batch (a further round of calls) once the usage is known."""
         asked: list[tuple[int, int]] = []
         fresh: set[Prompt] = set()
-        source = _questions_of(self, _tee(iter(pairs), asked), self._oracle_rng, fresh)
+        source = self._questions(_tee(iter(pairs), asked), self._oracle_rng, fresh)
         waiting: list[list[Prompt]] = []
         while True:
-            prompts, waiting = _plan(self, waiting, source, fresh, lazy=not isinstance(pairs, Sequence))
+            prompts, waiting = self._plan(waiting, source, fresh, lazy=not isinstance(pairs, Sequence))
             self._record(prompts, (yield prompts))
             if not waiting:
                 break
-        reasks = _reasks(self, asked, fresh)
+        reasks = self._reasks(asked, fresh)
         first = next(reasks, None)  # most rounds have none: skip planning an empty batch
-        prompts = first and _plan(self, [], itertools.chain([first], reasks), fresh, lazy=False, optional=True)[0]
+        prompts = first and self._plan([], itertools.chain([first], reasks), fresh, lazy=False, optional=True)[0]
         if prompts:
             self._record(prompts, (yield prompts), sample=False)
         outs = [self.oracle.outcome(i, j, self.answers) for i, j in asked]
-        self.counts.ties += sum(o == 0.5 for (i, j), o in zip(asked, outs) if (i, j) in fresh or (j, i) in fresh)
-        if not self.cache:
+        self.ledger.counts.ties += sum(o == 0.5 for (i, j), o in zip(asked, outs)
+                                       if (i, j) in fresh or (j, i) in fresh)
+        if not self.settings.cache:
             self.answers.clear()
         return outs
 
     def _record(self, prompts: Sequence[Prompt], judgments: Sequence[Judgment], sample: bool = True) -> None:
-        for prompt, j, held in zip(prompts, judgments, self._held):
-            self.answers.record(prompt, j.prob, sample)
-            self.counts.failed_calls += j.prob is None
-            self.counts.retries += j.retries
-            self.counts.prompt_tokens += j.prompt_tokens
-            self.counts.completion_tokens += j.completion_tokens
-            self.caps.reconcile(held, j)
-            if j.prob is None and j.error:
-                self.note_error(j.error)
-        self._held = []
+        for prompt, j in zip(prompts, judgments):
+            if not j.cut:  # a call cut by the deadline leaves its pair unknown
+                self.answers.record(prompt, j.prob, sample)
+        self.ledger.reconcile(judgments)
 
-    def note_error(self, message: str) -> None:
-        if message not in self.errors and len(self.errors) < MAX_ERRORS_KEPT:
-            self.errors.append(message)
+    def _questions(self, pairs: Iterable[tuple[int, int]], rng: random.Random,
+                   planned: set[Prompt]) -> Iterator[Question]:
+        """Per question of a round: the ordered prompts still to ask and what each would reserve (None for an
+        answer from the pair cache); ``planned``: the prompts taken so far in the round (the caller adds those it
+        takes, so that a pair asked twice in a round is asked once)."""
+        def known(p: Prompt) -> bool:
+            return p in self.answers or p in planned
 
+        for pair in pairs:
+            if pair[0] == pair[1]:
+                raise RankerError(f"ranker {self.ranker.name} asked to compare candidate {pair[0]} with itself")
+            need = self.oracle.question(pair, known, rng)
+            yield need, (self.ledger.costs(self._pairs(need)) if need else None)
 
-def _questions_of(r: Reranking, pairs: Iterable[tuple[int, int]], rng: random.Random, planned: set[Prompt]):
-    """Per question of a round: ``(need, costs)``, the ordered prompts still to ask and what each would
-    reserve (None for an answer from the pair cache); ``planned``: the prompts taken so far in the round (the
-    caller adds those it takes, so that a pair asked twice in a round is asked once)."""
-    def known(p: Prompt) -> bool:
-        return p in r.answers or p in planned
+    def _plan(self, waiting: list[list[Prompt]], source: Iterator[Question], planned: set[Prompt], lazy: bool,
+              optional: bool = False) -> tuple[list[Prompt], list[list[Prompt]]]:
+        """The ordered prompts of the next batch and the questions left waiting: first the ``waiting`` ones, then
+        the round's further questions from ``source`` (``_questions`` over ``planned``), deduplicated, skipping
+        what the cache answers, each reserving its cost in every cap. A question that does not fit is refused
+        whole, unless a reconciled cap refused it while this batch holds reservations of that cap: then it waits.
+        Nothing is sent once a failure stopped the calls; a lazy source is read no further after a refusal or a
+        wait. ``optional`` questions (an oracle's re-asks) are no comparisons; one that does not fit is dropped."""
+        ledger = self.ledger
+        prompts: list[Prompt] = []
+        later: list[list[Prompt]] = []
+        ledger.open_batch()
+        again = ([p for p in need if p not in self.answers] for need in waiting)  # answered meanwhile: cached
+        for need, costs in itertools.chain(((need, need and ledger.costs(self._pairs(need))) for need in again),
+                                           source):
+            if not need:
+                ledger.counts.cache_hits += 1
+                continue
+            if ledger.stopped:
+                continue
+            refused = ledger.refusal(costs)
+            if refused is None:
+                ledger.reserve(costs, question=not optional)
+                prompts.extend(need)
+                planned.update(need)
+                continue
+            if optional:
+                continue
+            if ledger.waits(refused):
+                later.append(need)
+            else:
+                ledger.refuse(refused)
+            if lazy:
+                break
+        if prompts:
+            ledger.open_round()
+            log.debug("round %d: %d calls (%s calls left)", ledger.caps["max_rounds"].spent, len(prompts),
+                      ledger.caps["budget"].remaining)
+        return prompts, later
 
-    for pair in pairs:
-        if pair[0] == pair[1]:
-            raise RankerError(f"ranker {r.ranker.name} asked to compare candidate {pair[0]} with itself")
-        need = r.oracle.question(pair, known, rng)
-        yield need, (_costs(r, need) if need else None)
+    def _reasks(self, asked: Sequence[tuple[int, int]], planned: set[Prompt]) -> Iterator[Question]:
+        """The questions of a round whose answers the oracle wants completed (``Oracle.reask``), as
+        ``_questions``; none once a failure stopped the calls, when only the last round of the cap is left, or
+        under a round cap for a ranker that plans every round of it (``Ranker.plans_rounds``)."""
+        rounds = self.ledger.rounds_left()
+        if self.ledger.stopped or rounds in (0, 1) or (rounds is not None and self.ranker.plans_rounds):
+            return
+        for i, j in dict.fromkeys(asked):
+            need = [p for p in self.oracle.reask(i, j, self.answers) if p not in self.answers and p not in planned]
+            if need:
+                yield need, self.ledger.costs(self._pairs(need))
 
-
-def _plan(r: Reranking, waiting: list[list[Prompt]], source: Iterator, planned: set[Prompt], lazy: bool,
-          optional: bool = False):
-    """The ordered prompts of the next batch and the questions left waiting: first the ``waiting`` ones, then
-    the round's further questions from ``source`` (``_questions_of`` over ``planned``), deduplicated, skipping
-    what the cache answers, each reserving its cost in every cap. A question that does not fit is refused
-    whole, unless a reconciled cap refused it while this batch holds reservations of that cap: then it waits.
-    Nothing is sent once a failure stopped the calls; a lazy source is read no further after a refusal or a
-    wait. ``optional`` questions (an oracle's re-asks) are no comparisons; one that does not fit is dropped."""
-    prompts: list[Prompt] = []
-    later: list[list[Prompt]] = []
-    r._held, r._questions = [], []
-    again = ([p for p in need if p not in r.answers] for need in waiting)  # answered meanwhile: cached
-    for need, costs in itertools.chain(((need, need and _costs(r, need)) for need in again), source):
-        if not need:
-            r.counts.cache_hits += 1
-            continue
-        if r.failure is not None:
-            continue
-        refused = r.caps.refusal(costs)
-        if refused is None:
-            r.caps.take(costs)
-            prompts.extend(need)
-            planned.update(need)
-            r._held.extend(costs)
-            if not optional:
-                r._questions.append(len(need))
-                r.counts.comparisons += 1
-            continue
-        if optional:
-            continue
-        if r.caps.reconciled(refused) and any(h.get(refused) for h in r._held):
-            later.append(need)
-        elif refused not in r.exhausted_by:
-            r.exhausted_by.append(refused)
-        if lazy:
-            break
-    if prompts:
-        r.caps.take_round()
-        log.debug("round %d: %d calls (%s calls left)", r.caps["max_rounds"].spent, len(prompts),
-                  r.caps["budget"].remaining)
-    return prompts, later
-
-
-def _reasks(r: Reranking, asked: Sequence[tuple[int, int]], planned: set[Prompt]):
-    """``(need, costs)`` per question of a round whose answers the oracle wants completed (``Oracle.reask``), as
-    ``_questions_of``; none once a failure stopped the calls, when only the last round of the cap is left, or
-    under a round cap for a ranker that plans every round of it (``Ranker.plans_rounds``)."""
-    rounds = r.caps["max_rounds"].remaining
-    if r.failure is not None or rounds in (0, 1) or (rounds is not None and r.ranker.plans_rounds):
-        return
-    for i, j in dict.fromkeys(asked):
-        need = [p for p in r.oracle.reask(i, j, r.answers) if p not in r.answers and p not in planned]
-        if need:
-            yield need, _costs(r, need)
-
-
-def _costs(r: Reranking, need: list[Prompt]) -> list[dict[str, int]]:
-    return r.caps.prompt_costs(r.comparator, r.query, [(r.candidates[a], r.candidates[b]) for a, b in need])
+    def _affordable(self, pairs: Sequence[tuple[int, int]]) -> int:
+        """How many of ``pairs``, in order, the caps pay for now (``BudgetView.affordable``): nothing is
+        reserved, and no oracle draw is consumed (a scratch stream chooses the slot orders)."""
+        ledger = self.ledger
+        extra: dict[str, int] = {}
+        planned: set[Prompt] = set()
+        for count, (need, costs) in enumerate(self._questions(pairs, random.Random(0), planned)):
+            if costs is not None:
+                if ledger.stopped or ledger.refusal(costs, extra) is not None:
+                    return count
+                for cost in costs:
+                    for name, n in cost.items():
+                        extra[name] = extra.get(name, 0) + n
+                planned.update(need)
+        return len(pairs)
 
 
 def _tee(pairs: Iterable[tuple[int, int]], read: list) -> Iterator[tuple[int, int]]:
     """``pairs``, appending each to ``read`` as it is taken."""
     return (read.append(pair) or pair for pair in pairs)
-
-
-def _affordable(r: Reranking, pairs: Sequence[tuple[int, int]]) -> int:
-    """How many of ``pairs``, in order, the caps pay for now (``BudgetView.affordable``): nothing is
-    reserved, and no oracle draw is consumed (a scratch stream chooses the slot orders)."""
-    extra: dict[str, int] = {}
-    planned: set[Prompt] = set()
-    for count, (need, costs) in enumerate(_questions_of(r, pairs, random.Random(0), planned)):
-        if costs is not None:
-            if r.failure is not None or r.caps.refusal(costs, extra) is not None:
-                return count
-            for cost in costs:
-                for name, n in cost.items():
-                    extra[name] = extra.get(name, 0) + n
-            planned.update(need)
-    return len(pairs)

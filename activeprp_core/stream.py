@@ -1,86 +1,380 @@
-"""``arerank_stream``: the service form of ``arerank_many`` (``activeprp serve``): requests from an async source
-join the queries in progress as they arrive, may carry their own budget / round cap / top-K / seed
-(``many.PER_REQUEST``), and come out as they finish.
+"""Many concurrent reranks on one comparator, each progressing on its own: ``RerankPool`` (the engine of
+``activeprp serve``) and ``arerank_stream`` (its async-iterator form).
+
+``RerankPool.rerank`` reranks one request in the calling task: it drives the request's own ``Reranking`` and
+sends each of its rounds to the comparator as soon as the round is planned, so a request never waits for the
+rounds of the others (no shared lockstep step). What the requests share:
+
+- one ``CallGuard``: the cap on calls in flight and the circuit breaker. Calls wait for a slot oldest request
+  first, so under load the requests that came first finish first, and the requests that came later wait for
+  slots rather than slow everyone down;
+- for a comparator that batches (``max_batch_size`` set, e.g. a local model), one merged ``ajudge_batch`` at a
+  time: the rounds that requests hand in while a merged call runs go out together in the next one (continuous
+  batching), oldest request first, so the model's forward passes fill across requests.
+
+Each request reads only its own answers (no running record of the judge is carried across requests), so its
+result equals ``arerank`` of it alone with the same settings and seed, whatever ran beside it. A request's
+``time_budget`` is enforced as ``arerank`` enforces it (``activeprp_core.engine``): its calls read its deadline
+from their guard, a round still running at the deadline is cut, and a round waiting for a merged call when its
+deadline passes is not sent; its clock may start before the rerank (``RerankPool.rerank(started=...)``, e.g. at
+its arrival in a service's queue).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterable, AsyncIterator
+import contextlib
+import heapq
+import itertools
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from .comparators.base import Comparator, SupportsCompare
-from .many import DEFAULT_MAX_ACTIVE, RerankFailure, _answer, _pump, _Window, _window
-from .settings import RerankSettings, takes_settings
-from .types import RerankResult
+from .budget import check_count
+from .comparators.base import CallGuard, Comparator, DeadlinePassed, Item, SupportsCompare, as_comparator, unsent
+from .engine import DEADLINE_GRACE, Batch, Reranking, bounded, drive, exchange, guard_for
+from .errors import ComparatorAuthError, ComparatorError
+from .judging import RoundLatency
+from .many import DEFAULT_MAX_ACTIVE, RerankFailure
+from .settings import PER_REQUEST, RerankSettings, takes_settings
+from .types import Candidate, Judgment, RerankResult
+
+MERGE_PASSES = 8
+"""A merged call of a batching comparator takes the waiting rounds, oldest request first, until it holds this
+many of the comparator's batches (``max_batch_size`` prompts each): enough to fill its forward passes, few enough
+that a request's next round waits for at most about this many passes."""
 
 
-class _Arrivals:
-    """Reads requests from an async source into a window, waiting for one only when no query is in progress."""
+MERGE_TURNS = 4
+"""Turns of the event loop a merged call waits for more rounds, while they keep coming (a request answered by the
+last merged call plans its next round within a turn or two)."""
 
-    def __init__(self, requests: AsyncIterable[tuple], window: _Window) -> None:
-        self.source, self.window, self.index, self.reading = aiter(requests), window, 0, None
 
-    async def admit(self) -> None:
-        """Start the requests at hand, up to the window's ``max_active``; a request still on its way while
-        queries are in progress joins at a later step."""
-        window = self.window
-        while window.input_left and len(window.items) < window.max_active:
-            if self.reading is None:
-                self.reading = asyncio.ensure_future(anext(self.source))
-                await asyncio.sleep(0)  # one turn of the loop: a source with a request at hand hands it now
-            if not self.reading.done() and window.items:
-                return
-            await asyncio.wait([self.reading])
+class FairSlots:
+    """A weighted semaphore of one event loop whose waiters are served in ``(key, arrival)`` order: a lower
+    ``key`` (an older request) goes first, and a waiter never overtakes one ahead of it.
+
+    Args:
+        total: the slots (int >= 1).
+    """
+
+    def __init__(self, total: int) -> None:
+        self.total = self.free = check_count(total, "total", minimum=1)
+        self._waiters: list[tuple[Any, int, int, asyncio.Future]] = []
+        self._arrivals = itertools.count()
+
+    @contextlib.asynccontextmanager
+    async def take(self, n: int, key: Any = 0, timeout: float | None = None):
+        """Hold ``min(n, total)`` slots; waits while others with a lower key (or the same key, earlier) wait, at
+        most ``timeout`` seconds (then ``DeadlinePassed``, holding nothing)."""
+        n = min(n, self.total)
+        if self._waiters or self.free < n:
+            future = asyncio.get_running_loop().create_future()
+            heapq.heappush(self._waiters, (key, next(self._arrivals), n, future))
             try:
-                request = self.reading.result()
-            except StopAsyncIteration:
-                window.input_left = False
-                return
-            finally:
-                self.reading = None
-            window.items[self.index] = window._start(self.index, request)
-            self.index += 1
+                await asyncio.wait_for(asyncio.shield(future), timeout)
+            except (asyncio.TimeoutError, asyncio.CancelledError) as stop:
+                if not future.done():
+                    future.cancel()  # left waiting: skipped at the next release
+                elif isinstance(stop, asyncio.CancelledError):
+                    self._release(n)  # granted as it was cancelled: give the slots back
+                if isinstance(stop, asyncio.CancelledError):
+                    raise
+                if not future.done() or future.cancelled():
+                    raise DeadlinePassed from None
+        else:
+            self.free -= n
+        try:
+            yield
+        finally:
+            self._release(n)
 
-    def cancel(self) -> None:
-        if self.reading is not None:
-            self.reading.cancel()
+    def _release(self, n: int) -> None:
+        self.free += n
+        while self._waiters:
+            _, _, want, future = self._waiters[0]
+            if future.done():  # its holder was cancelled while waiting
+                heapq.heappop(self._waiters)
+                continue
+            if self.free < want:
+                return
+            heapq.heappop(self._waiters)
+            self.free -= want
+            future.set_result(None)
+
+
+class RequestGuard(CallGuard):
+    """One request's view of a shared ``CallGuard``: its own count of the calls that reached the backend
+    (``completed``, what ``Reranking.fail`` is told), its deadlines (``deadline`` / ``deadlines`` on ``clock``,
+    read by the comparator through ``time_left``) and its calls' place in the queue for slots (``key``: lower
+    goes first); the breaker and the cap on calls in flight are the shared guard's."""
+
+    def __init__(self, shared: CallGuard, slots: FairSlots | None, key: Any, clock: Callable[[], float],
+                 deadline: float | None = None) -> None:  # the shared guard's state is not copied: no _setup
+        self.shared, self._fair, self.key = shared, slots, key
+        self.max_concurrency = shared.max_concurrency
+        self.max_consecutive_failures = shared.max_consecutive_failures
+        self.clock, self.deadline, self.deadlines = clock, deadline, {}
+        self.completed = 0
+
+    @property
+    def error(self) -> ComparatorError | None:
+        return self.shared.error
+
+    def check(self) -> None:
+        self.shared.check()
+
+    def trip(self, error: ComparatorError) -> None:
+        self.shared.trip(error)
+
+    def record(self, ok: bool | None, reason: str | None = None) -> None:
+        self.completed += 1
+        self.shared.record(ok, reason)
+
+    def slots(self, n: int = 1, timeout: float | None = None):
+        return contextlib.nullcontext() if self._fair is None else self._fair.take(n, self.key, timeout)
+
+
+@dataclass(eq=False)
+class _Part:
+    """One request's round waiting for a merged call: its items, its deadline (loop time, None = none), the
+    future of its answers, and whether a merged call has taken it."""
+
+    items: list[Item]
+    guard: RequestGuard
+    deadline: float | None
+    future: asyncio.Future
+    taken: bool = False
+
+
+class _Merger:
+    """Continuous batching for a comparator that batches: one merged ``ajudge_batch`` at a time (see the module
+    docstring and ``MERGE_PASSES``), each of its queries cut at its own deadline (``CallGuard.deadlines``); a
+    round whose deadline passes before a merged call takes it is not sent; a merged call that fails (not fatally)
+    is asked again request by request, so one request's bad prompt fails that request only."""
+
+    def __init__(self, pool: RerankPool) -> None:
+        self.pool = pool
+        self.limit = MERGE_PASSES * pool.judge.max_batch_size
+        self.waiting: list[tuple[Any, int, _Part]] = []
+        self._arrivals = itertools.count()
+        self.running: asyncio.Task | None = None
+
+    async def ask(self, items: list[Item], guard: RequestGuard, deadline: float | None) -> list[Judgment]:
+        loop = asyncio.get_running_loop()
+        part = _Part(items, guard, deadline, loop.create_future())
+        heapq.heappush(self.waiting, (guard.key, next(self._arrivals), part))
+        if self.running is None:
+            self.running = loop.create_task(self._run())
+        if deadline is None:
+            return await part.future  # cancelled: dropped if not sent yet, else its answers are discarded
+        left = max(0.0, deadline - loop.time()) + DEADLINE_GRACE
+        try:
+            return await asyncio.wait_for(asyncio.shield(part.future), left)
+        except asyncio.TimeoutError:
+            if part.taken:  # in a merged call, bounded by the deadlines of its queries
+                return await part.future
+            part.future.cancel()
+            return [unsent()] * len(items)
+        finally:
+            part.future.cancel()  # cancelled or done: a merged call that has not taken it drops it
+
+    async def _run(self) -> None:
+        try:
+            while self.waiting:
+                seen = -1
+                for _ in range(MERGE_TURNS):  # rounds handed in at about the same moment go together
+                    if len(self.waiting) == seen:
+                        break
+                    seen = len(self.waiting)
+                    await asyncio.sleep(0)
+                parts, size = [], 0
+                while self.waiting and size < self.limit:
+                    part = heapq.heappop(self.waiting)[2]
+                    if not part.future.done():
+                        part.taken = True
+                        parts.append(part)
+                        size += len(part.items)
+                if parts:
+                    await self._send(parts)
+        finally:
+            self.running = None
+            for _, _, part in self.waiting:
+                part.future.cancel()
+
+    async def _send(self, parts: list[_Part]) -> None:
+        loop = asyncio.get_running_loop()
+        merged = RequestGuard(self.pool.guard, self.pool.slots, parts[0].guard.key, loop.time)
+        merged.deadlines = {p.items[0][0]: p.deadline for p in parts if p.deadline is not None and p.items}
+        lefts = [None if p.deadline is None else p.deadline - loop.time() for p in parts]
+        items = [it for p in parts for it in p.items]
+        try:
+            judgments = await bounded(self.pool.judge.ajudge_batch(items, guard=merged),
+                                      None if None in lefts else max(lefts), len(items), merged)
+        except Exception as error:
+            _credit(parts, merged.completed)
+            if len(parts) > 1 and not self.pool.fatal(error):
+                for part in parts:
+                    await self._send([part])
+                return
+            for part in parts:
+                if not part.future.done():
+                    part.future.set_exception(error)
+            return
+        _credit(parts, merged.completed)
+        start = 0
+        for part in parts:
+            if not part.future.done():
+                part.future.set_result(judgments[start : start + len(part.items)])
+            start += len(part.items)
+
+
+def _credit(parts: list[_Part], sent: int) -> None:
+    """Count the first ``sent`` calls of a merged call to its parts' requests, in order."""
+    for part in parts:
+        calls = min(sent, len(part.items))
+        part.guard.completed += calls
+        sent -= calls
+
+
+class RerankPool:
+    """Reranks the requests of concurrent callers on one comparator (see the module docstring).
+
+    Args:
+        comparator: the judge (a ``Comparator`` or an object with ``compare``); not closed here.
+        settings: the ``RerankSettings`` of every request (a request may replace ``PER_REQUEST`` fields).
+        guard: the shared ``CallGuard`` (default: ``guard_for`` the comparator and settings, a breaker that
+            stays open once opened). Its ``max_concurrency`` caps the calls in flight across requests.
+
+    The requests share one record of round latencies (``judging.RoundLatency``), from which a request with a
+    ``time_budget`` plans the rounds that fit. Use from coroutines of one event loop; ``await aclose()`` when done
+    (cancels a merged call in flight).
+
+    Raises:
+        TypeError / ValueError: bad settings or comparator.
+    """
+
+    def __init__(self, comparator: Comparator | SupportsCompare, settings: RerankSettings,
+                 guard: CallGuard | None = None) -> None:
+        self.judge = as_comparator(comparator)
+        self.settings = RerankSettings.of(settings)
+        self.guard = guard if guard is not None else guard_for(self.judge, self.settings)
+        cap = self.guard.max_concurrency
+        self.slots = None if cap is None else FairSlots(cap)
+        self.latency = RoundLatency()
+        self._merger = _Merger(self) if self.judge.max_batch_size else None
+        self._keys = itertools.count()
+
+    def fatal(self, error: BaseException) -> bool:
+        """Whether ``error`` means the endpoint is dead for every request (a refused key, the breaker open)."""
+        return isinstance(error, ComparatorAuthError) or self.guard.error is not None
+
+    async def rerank(self, query: str, candidates: Sequence[Candidate], own: Mapping[str, Any] | None = None,
+                     *, started: float | None = None) -> RerankResult:
+        """Rerank one request with the pool's settings and its ``own`` (keys among ``PER_REQUEST``).
+
+        Args:
+            started: when the request's ``time_budget`` started, on the event loop's clock (``loop.time()``;
+                default: now), e.g. its arrival in a queue. At the deadline the round in flight is cut and the
+                result is best-effort (``exhausted_by`` holds ``"time_budget"``), as for ``arerank``.
+
+        Raises:
+            TypeError / ValueError: bad input or settings. A ``ComparatorError`` as ``arerank`` raises it.
+        """
+        if own and (not isinstance(own, Mapping) or set(own) - set(PER_REQUEST)):
+            raise TypeError(f"a request's own settings must be a dict with keys among {PER_REQUEST}")
+        clock = asyncio.get_running_loop().time
+        settings = RerankSettings.of(self.settings, **own) if own else self.settings
+        reranking = Reranking(query, candidates, settings, comparator=self.judge, clock=clock, started=started,
+                              latency=self.latency)
+        guard = RequestGuard(self.guard, self.slots, next(self._keys), clock, reranking.deadline)
+
+        async def ask(batch: Batch) -> list[Judgment]:
+            try:
+                if self._merger is not None:
+                    items = [(batch.query, a, b) for a, b in batch.pairs]
+                    return await self._merger.ask(items, guard, reranking.deadline)
+                return await bounded(self.judge.ajudge(batch.query, batch.pairs, guard=guard), reranking.time_left(),
+                                     len(batch.pairs), guard)
+            except ComparatorAuthError as error:  # refused for every request, whichever comparator said so
+                guard.trip(error)
+                raise
+
+        return await drive(exchange(reranking, guard), ask)
+
+    async def aclose(self) -> None:
+        if self._merger is not None and self._merger.running is not None:
+            self._merger.running.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._merger.running
+
+
+def _request(index: int, request: Any) -> tuple[str, Sequence[Candidate], Mapping[str, Any]]:
+    if not isinstance(request, tuple) or len(request) not in (2, 3):
+        raise TypeError(f"request {index} must be a (query, candidates) pair, got {type(request).__name__}")
+    return request[0], request[1], (request[2] if len(request) == 3 else {})
 
 
 @takes_settings
 async def arerank_stream(requests: AsyncIterable[tuple], settings: RerankSettings | None = None, *,
                          comparator: Comparator | SupportsCompare, max_active: int = DEFAULT_MAX_ACTIVE,
                          **options: Any) -> AsyncIterator[tuple[int, RerankResult | RerankFailure]]:
-    """``arerank_many`` for a service: requests come from an async iterable (e.g. fed by an ``asyncio.Queue``)
-    and join the queries in progress as they arrive, and each result comes out as soon as it is finished.
+    """``arerank_many`` for a service: requests come from an async iterable (e.g. fed by an ``asyncio.Queue``),
+    each starts as soon as it arrives (up to ``max_active`` in progress) and progresses on its own through a
+    ``RerankPool``, and each result comes out as soon as it is finished.
 
-    Requests are read while queries are in progress without waiting for them: a request that arrives during a
-    step joins at the next step (its calls merge with the others'); the stream waits for a request only when
-    none is in progress. Same arguments, per-query results and failures as ``arerank_many``, except that no
-    running record of the judge is carried from one request to the next (the confidence gate and ``adaptive``
-    read the request's own answers), so every request's result equals ``arerank`` of it alone, whatever arrived
-    before or beside it; requests may carry their own settings (``PER_REQUEST``).
+    Same arguments, per-query results and failures as ``arerank_many``, except that no running record of the
+    judge is carried from one request to the next (the confidence gate and ``adaptive`` read the request's own
+    answers), so every request's result equals ``arerank`` of it alone, whatever arrived before or beside it;
+    requests may carry their own settings (``(query, candidates, {"budget": 20, ...})``, keys ``PER_REQUEST``).
 
     Yields:
         ``(index, RerankResult | RerankFailure)`` as each request finishes (``index``: its 0-based position in
         the input), not in input order; ends when the input ends and every request has finished.
 
     Raises:
-        as ``arerank_many``: a dead endpoint (with ``on_failure="raise"``) raises out of the stream, which ends.
+        TypeError / ValueError: bad shared arguments (before any request is read). As ``arerank_many``: a dead
+        endpoint (with ``on_failure="raise"``) raises out of the stream, which ends (the others are cancelled).
     """
-    # carry_judge=False: each request reads only its own answers, so no result depends on other callers' traffic
-    judge, window = _window((), settings, options, comparator, max_active, False, carry_judge=False)
-    window.input_left = True
-    arrivals = _Arrivals(requests, window)
+    pool = RerankPool(comparator, RerankSettings.of(settings, **options))
+    max_active = check_count(max_active, "max_active", minimum=1)
+    source, reading, input_left, index = aiter(requests), None, True, 0
+    running: dict[asyncio.Task, tuple[int, Any]] = {}
     try:
-        while not window.finished:
-            await arrivals.admit()
-            for item in window.finished_items():
-                yield item
-            step = window.step()
-            if step:
-                async for _ in _pump(_answer(window, step), lambda it: judge.ajudge_batch(it.items, guard=it.guard)):
-                    pass  # _answer yields only the calls to make
+        while input_left or running:
+            if input_left and reading is None and len(running) < max_active:
+                reading = asyncio.ensure_future(anext(source))
+            done, _ = await asyncio.wait({*running, reading} - {None}, return_when=asyncio.FIRST_COMPLETED)
+            for task in sorted(done & running.keys(), key=lambda t: running[t][0]):
+                yield _outcome(pool, *running.pop(task), task)
+            if reading is not None and reading.done():
+                try:
+                    request = reading.result()
+                except StopAsyncIteration:
+                    input_left = False
+                else:
+                    running[asyncio.ensure_future(_one(pool, index, request))] = (index, request)
+                    index += 1
+                reading = None
     finally:
-        arrivals.cancel()
-        window.close()
+        for task in [reading, *running]:
+            if task is not None:
+                task.cancel()
+        await asyncio.gather(*(t for t in [reading, *running] if t is not None), return_exceptions=True)
+        await pool.aclose()
+
+
+async def _one(pool: RerankPool, index: int, request: Any) -> RerankResult:
+    query, candidates, own = _request(index, request)
+    return await pool.rerank(query, candidates, own)
+
+
+def _outcome(pool: RerankPool, index: int, request: Any, task: asyncio.Task) -> tuple[int, Any]:
+    """``(index, result or RerankFailure)`` of a finished request; a dead endpoint raises."""
+    error = task.exception()
+    if error is None:
+        return index, task.result()
+    if pool.fatal(error) and pool.settings.on_failure == "raise":
+        raise error
+    query = request[0] if isinstance(request, tuple) and request and isinstance(request[0], str) else None
+    return index, RerankFailure(index, query, error)

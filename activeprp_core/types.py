@@ -7,7 +7,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from .budget import RULES
 from .errors import InvalidAnswer
 from .judging import JudgeStats
 
@@ -38,16 +37,28 @@ class Candidate:
 Pair = tuple[Candidate, Candidate]
 
 
+UNSENT, IN_FLIGHT = "unsent", "in_flight"
+CUTS = (UNSENT, IN_FLIGHT)
+"""The values of ``Judgment.cut``: a call the deadline kept from being sent, or one it cut in flight."""
+
+
 @dataclass
 class Judgment:
     """The answer to one LLM call on an ordered pair (first, second).
 
     Attributes:
-        prob: P(first is preferred) in [0, 1]; hard answers are 0.0 / 1.0; ``None`` means the call failed
-            (it was issued and counts against the budget, but gave no usable answer).
+        prob: P(first is preferred) in [0, 1] (a float; hard answers are 0.0 / 1.0); ``None`` means the call
+            failed (it was issued and counts against the budget, but gave no usable answer). NaN becomes None.
         retries: transport retries spent on this call (not counted against the budget).
         prompt_tokens / completion_tokens: token usage where the backend reports it, else 0.
         error: a short reason when ``prob`` is None.
+        cut: what the time budget did to this call, else None: ``"unsent"`` (the deadline came before it was
+            sent: no call, nothing spent) or ``"in_flight"`` (sent, but its answer did not come before the
+            deadline: cancelled, or its late answer discarded; a call spent, not a failed one). ``prob`` is None.
+
+    Raises:
+        InvalidAnswer (a ValueError): ``prob`` is not a number, or lies outside [0, 1] (a comparator bug, never
+            silently clipped). A ``Judgment`` is valid once made: nothing downstream checks it again.
     """
 
     prob: float | None
@@ -55,6 +66,25 @@ class Judgment:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     error: str | None = None
+    cut: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.cut is not None and (self.cut not in CUTS or self.prob is not None):
+            raise ValueError(f"Judgment.cut must be one of {CUTS} with prob None, got cut={self.cut!r}, "
+                             f"prob={self.prob!r}")
+        if self.prob is None:
+            return
+        try:
+            prob = float(self.prob)
+        except (TypeError, ValueError):
+            raise InvalidAnswer(f"comparator returned {type(self.prob).__name__} {self.prob!r}, not a probability "
+                                "in [0, 1] or None") from None
+        if math.isnan(prob):
+            self.prob, self.error = None, self.error or "NaN answer"
+        elif not 0.0 <= prob <= 1.0:
+            raise InvalidAnswer(f"comparator returned probability {prob} outside [0, 1]")
+        else:
+            self.prob = prob
 
 
 def check_candidates(query: Any, candidates: Any) -> list[Candidate]:
@@ -74,23 +104,17 @@ def check_candidates(query: Any, candidates: Any) -> list[Candidate]:
 
 
 def to_judgments(answers: Sequence[Any], expected: int) -> list[Judgment]:
-    """Normalise a comparator's answers (floats, None, or Judgment objects) to ``Judgment`` objects.
+    """A comparator's answers (floats, None, or ``Judgment`` objects, which are valid once made) as ``Judgment``
+    objects: the one place raw answers become judgments.
 
     Raises:
-        InvalidAnswer (a ValueError): when the number of answers differs from the number of pairs, or a
-            probability lies outside [0, 1] (a comparator bug, never silently clipped).
+        InvalidAnswer (a ValueError): when the number of answers differs from the number of pairs, or an answer
+            is not a probability in [0, 1] or None (a comparator bug, never silently clipped).
     """
     if len(answers) != expected:
         raise InvalidAnswer(f"comparator returned {len(answers)} answers for {expected} pairs")
-    out = []
-    for a in answers:
-        j = a if isinstance(a, Judgment) else Judgment(None, error="no answer") if a is None else Judgment(float(a))
-        if j.prob is not None and math.isnan(j.prob):
-            j = Judgment(None, j.retries, j.prompt_tokens, j.completion_tokens, j.error or "NaN answer")
-        if j.prob is not None and not 0.0 <= j.prob <= 1.0:
-            raise InvalidAnswer(f"comparator returned probability {j.prob} outside [0, 1]")
-        out.append(j)
-    return out
+    return [a if isinstance(a, Judgment) else Judgment(None, error="no answer") if a is None else Judgment(a)
+            for a in answers]
 
 
 @dataclass
@@ -105,6 +129,8 @@ class Accounting:
         cache_hits: pair questions answered from the pair cache at no cost.
         ties: bidirectional pairs whose two answers disagreed (resolved by prior rank).
         failed_calls: calls that returned no usable answer (counted in ``calls``).
+        cut_calls: calls sent whose answer did not come before the ``time_budget`` deadline (cancelled, or their
+            late answers discarded): counted in ``calls``, not in ``failed_calls``.
         retries, prompt_tokens, completion_tokens: summed over calls, where the comparator reports them.
         wall_time_s: wall-clock seconds of the whole rerank.
     """
@@ -115,6 +141,7 @@ class Accounting:
     cache_hits: int = 0
     ties: int = 0
     failed_calls: int = 0
+    cut_calls: int = 0
     retries: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -123,6 +150,10 @@ class Accounting:
     def counts(self) -> dict[str, Any]:
         """The accounting fields as a plain dict, in declaration order."""
         return {f.name: getattr(self, f.name) for f in fields(Accounting)}
+
+
+SETTING = {"setting": True}
+"""The metadata of the ``RerankResult`` fields that echo a ``RerankSettings`` field."""
 
 
 @dataclass(kw_only=True)
@@ -134,10 +165,12 @@ class RerankResult(Accounting):
             best first (the first ``top_k`` are the reranked top-K, the rest best-effort).
         scores: one float per input candidate (aligned with ``candidates``, not with ``order``); higher is
             better and strictly decreasing along ``order``: ``(n - rank) / n``, so in (0, 1].
-        ranker, oracle, budget, max_rounds, token_budget, top_k: the settings used (names of the resolved
-            ranker/oracle).
-        exhausted: a cap (``budget`` calls, ``max_rounds`` rounds or ``token_budget`` tokens) refused at least
-            one question; ``exhausted_by`` names the caps that did (``RerankSettings`` field names, in order).
+        ranker, oracle, budget, max_rounds, token_budget, time_budget, top_k, seed, cache, on_failure,
+            max_concurrency, max_consecutive_failures: the settings used, every ``RerankSettings`` field (the
+            names of the resolved ranker/oracle).
+        exhausted: a cap (``budget`` calls, ``max_rounds`` rounds, ``token_budget`` tokens or ``time_budget``
+            seconds) refused at least one question; ``exhausted_by`` names the caps that did (``RerankSettings``
+            field names, in order).
         converged: the ranker ran its whole schedule with every comparison answered.
         failure: with ``on_failure="prior"``, the comparator error that stopped the calls (the rest of the order
             is best-effort), else None.
@@ -148,12 +181,19 @@ class RerankResult(Accounting):
     candidates: list[Candidate]
     order: list[int]
     scores: list[float]
-    ranker: str
-    oracle: str
-    budget: int | None
-    top_k: int
-    max_rounds: int | None = None
-    token_budget: int | None = None
+    # the settings, in ``RerankSettings``' order (``SETTING`` marks them for ``stats()``)
+    ranker: str = field(metadata=SETTING)
+    oracle: str = field(metadata=SETTING)
+    budget: int | None = field(metadata=SETTING)
+    max_rounds: int | None = field(default=None, metadata=SETTING)
+    token_budget: int | None = field(default=None, metadata=SETTING)
+    time_budget: float | None = field(default=None, metadata=SETTING)
+    top_k: int = field(metadata=SETTING)
+    seed: int = field(default=0, metadata=SETTING)
+    cache: bool = field(default=True, metadata=SETTING)
+    on_failure: str = field(default="raise", metadata=SETTING)
+    max_concurrency: int | None = field(default=None, metadata=SETTING)
+    max_consecutive_failures: int | None = field(default=5, metadata=SETTING)
     exhausted: bool = False
     exhausted_by: list[str] = field(default_factory=list)
     converged: bool = False
@@ -172,7 +212,8 @@ class RerankResult(Accounting):
         return self.ranked[: self.top_k]
 
     def stats(self) -> dict[str, Any]:
-        """The settings, accounting fields, status and ``judge`` (``JudgeStats.as_dict``) as one plain dict."""
-        settings = {k: getattr(self, k) for k in ("ranker", "oracle", *RULES, "top_k")}
+        """The settings (every ``RerankSettings`` field, in declaration order), the accounting fields, the status
+        and ``judge`` (``JudgeStats.as_dict``) as one plain dict."""
+        settings = {f.name: getattr(self, f.name) for f in fields(self) if f.metadata.get("setting")}
         status = {k: getattr(self, k) for k in ("exhausted", "exhausted_by", "converged", "failure", "errors")}
         return {**settings, **self.counts(), **status, "judge": self.judge.as_dict()}

@@ -152,11 +152,18 @@ class FrameworkJudge(SwappablePrompts, RemoteComparator):
         merged = {k: v for k, v in wanted.items() if k in fields} | self.provider_settings(llm) | dict(settings or {})
         self.settings = {k: v for k, v in merged.items() if v is not None}
         self.judge_llm = self.judge_copy(llm, self.settings) if self.settings else llm
+        self.timeout_keyword = self.request_timeout_keyword(llm)
 
     # ---- what a framework provider adds ---------------------------------------------------------------
     def provider_settings(self, llm: Any) -> dict[str, Any]:
         """Settings of the judge's copy specific to a model class (over ``JUDGE_SETTINGS``). Default: none."""
         return {}
+
+    def request_timeout_keyword(self, llm: Any) -> str | None:
+        """The keyword of the model's chat call that takes a per-request timeout in seconds, under a
+        ``time_budget`` (``timed``); None (default): the transport alone bounds the wait, cancelling the call
+        (async) or no longer waiting for it (sync)."""
+        return None
 
     def judge_copy(self, llm: Any, settings: dict[str, Any]) -> Any:
         """The model the judge calls: a copy of ``llm`` with ``settings`` (``llm`` is not changed)."""
@@ -182,11 +189,18 @@ class FrameworkJudge(SwappablePrompts, RemoteComparator):
     async def aclose_client(self, client: Any) -> None:
         await self.aclose_loop_copy(client)
 
+    def timed(self, request: Any, seconds: float) -> Any:
+        """The messages and the time left as the call's timeout (``request_timeout_keyword``), when the model
+        takes one."""
+        return request if self.timeout_keyword is None else (request, {self.timeout_keyword: seconds})
+
     async def asend(self, client: Any, request: Any) -> Any:
-        return await getattr(client or self.judge_llm, self.acall)(request)
+        messages, kw = request if isinstance(request, tuple) else (request, {})
+        return await getattr(client or self.judge_llm, self.acall)(messages, **kw)
 
     def send(self, client: Any, request: Any) -> Any:
-        return getattr(self.judge_llm, self.call)(request)
+        messages, kw = request if isinstance(request, tuple) else (request, {})
+        return getattr(self.judge_llm, self.call)(messages, **kw)
 
     def request(self, query: str, first: str, second: str) -> Any:
         """The PRP prompt of one ordered pair as the framework's chat messages (the same messages as

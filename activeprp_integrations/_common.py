@@ -1,23 +1,23 @@
-"""The parts the LangChain and LlamaIndex rerankers share (imports no framework).
+"""The parts the LangChain and LlamaIndex rerankers share (imports no framework; pydantic on first use).
 
-Both wrappers hold the same public fields (``comparator``, ``ranker``, ``oracle``, ``budget``, ``top_n``,
-``seed``, ``max_concurrency``, ``max_rounds``, ``token_budget``, ``on_failure``); the functions here validate
-them (by building the ``RerankSettings`` they stand for) and turn them plus one query's documents into an
-``activeprp_core.rerank``/``arerank`` call, so the two wrappers order
-documents identically to the core API for the same inputs, seed and comparator. The comparator object the user
-passes in is never changed: per-call settings (the cap on calls in flight) go to the rerank as arguments.
+Both wrappers inherit their settings fields from ``settings_model``: every ``RerankSettings`` field under the
+same name (``top_k`` is the wrappers' ``top_n``), defaulting to the online preset ``activeprp_core.settings.ONLINE``
+and checked on its way in by the setting's own declaration, so a new setting reaches both wrappers without an edit
+here. The functions below turn those fields plus one query's documents into an ``activeprp_core.rerank`` /
+``arerank`` call, so the two wrappers order documents identically to the core API for the same inputs, seed and
+comparator. The comparator object the user passes in is never changed: per-call settings (the cap on calls in
+flight) go to the rerank as arguments.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from functools import cache
+from typing import Any, get_type_hints
 
 from activeprp_core import Candidate, RerankResult, RerankSettings, arerank, rerank
-from activeprp_core.budget import check_count
-from activeprp_core.comparators import as_comparator
-from activeprp_core.rankers.auto import ONLINE_MAX_ROUNDS
-from activeprp_core.settings import COUNTS
+from activeprp_core.comparators import Comparator, as_comparator
+from activeprp_core.settings import FIELDS, ONLINE, SPECS, Count, check_setting
 
 SCORE_KEY = "relevance_score"
 """Metadata key of the score: ``RerankResult.scores``, ``(n - rank) / n`` for ``n`` input documents (rank
@@ -26,49 +26,81 @@ score, not a calibrated probability of relevance."""
 RANK_KEY = "rerank_rank"
 """Metadata key of the 1-based position in the reranked order (1 = best)."""
 
-DEFAULT_RANKER = "auto"
-DEFAULT_ORACLE = "auto"
-DEFAULT_BUDGET = 50
 DEFAULT_TOP_N = 3
-"""Both wrappers' ``top_n`` default: documents returned per query (the ONLINE_MAX_ROUNDS setting was measured
-at top_n 3)."""
-DEFAULT_MAX_ROUNDS: int | None = ONLINE_MAX_ROUNDS
-"""The wrappers' ``max_rounds`` default: sequential rounds of LLM calls per query (None = no cap)."""
-
-SETTINGS = ("ranker", "oracle", "budget", "seed", "max_concurrency", "max_rounds", "token_budget", "on_failure")
-"""The wrapper fields that are ``RerankSettings`` fields (``top_n`` becomes ``top_k``)."""
-COUNT_FIELDS: dict[str, dict[str, Any]] = {
-    **{name: COUNTS[name] for name in SETTINGS if name in COUNTS}, "top_n": {"minimum": 1, "allow_none": True},
-}
-"""The integer fields of both wrappers and their bounds (``check_count``: numpy integers pass, bools do not)."""
+"""Both wrappers' ``top_n`` default: documents returned per query (the online preset's round cap was measured at
+top_n 3)."""
+NAMES = {"top_k": "top_n"}
+"""The wrappers' name of a setting where it differs from the ``RerankSettings`` field."""
+TOP_N = Count(minimum=1, allow_none=True)
+"""How ``top_n`` is checked: an int >= 1, or None = every document, reranked (LlamaIndex's type refuses None)."""
+DEFAULT_RANKER, DEFAULT_ORACLE, DEFAULT_BUDGET, DEFAULT_MAX_ROUNDS = (ONLINE.ranker, ONLINE.oracle, ONLINE.budget,
+                                                                      ONLINE.max_rounds)
+"""The online preset's ranker, oracle, call cap and round cap (``activeprp_core.settings.ONLINE``)."""
 
 
-def check_count_field(value: Any, name: str) -> int | None:
-    """A wrapper's integer field checked like the core checks it (ValueError / TypeError that say what to change)."""
-    return check_count(value, name, **COUNT_FIELDS[name])
+def check_field(value: Any, name: str) -> Any:
+    """A wrapper's settings field checked by its declaration (``check_setting``; ``top_n`` by ``TOP_N``): a
+    TypeError / ValueError saying what to pass."""
+    return TOP_N(value, name) if name == "top_n" else check_setting(name, value)
 
 
-def check_comparator(comparator: Any) -> Any:
-    """``comparator`` unchanged when it can judge pairs (a ``Comparator`` or an object with ``compare``).
+@cache
+def settings_model(top_n: Any = int | None) -> type:
+    """A pydantic model of the settings fields for a wrapper to inherit: every ``RerankSettings`` field under the
+    wrappers' name for it (``NAMES``; ``top_n`` of type ``top_n``), typed as declared, defaulting to ``ONLINE``
+    (``top_n``: ``DEFAULT_TOP_N``) and described by its declaration's help. A before-validator checks each value
+    passed (or assigned) with ``check_field``, so ``budget=True`` is a TypeError rather than pydantic's 1.
 
     Raises:
-        TypeError: None or an object without ``compare`` (so a wrapper fails at construction, not at first use).
+        ImportError: pydantic is missing (it comes with either framework).
     """
-    as_comparator(comparator)
-    return comparator
+    from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, create_model, field_validator
+
+    class Base(BaseModel):
+        model_config = ConfigDict(arbitrary_types_allowed=True, validate_assignment=True)
+        _judge: Any = PrivateAttr(default=None)  # (comparator, as_comparator(comparator)), see ``judge_of``
+
+    hints = get_type_hints(RerankSettings)
+    fields = {}
+    for name in FIELDS:
+        spec = SPECS[name]
+        default = DEFAULT_TOP_N if name == "top_k" else getattr(ONLINE, name)
+        description = spec.help + (f" (None = {spec.none})" if spec.none else "")
+        fields[NAMES.get(name, name)] = (top_n if name == "top_k" else hints[name],
+                                         Field(default=default, description=description))
+
+    def check(cls: type, value: Any, info: Any) -> Any:
+        return check_field(value, info.field_name)
+
+    return create_model("RerankSettingsFields", __base__=Base, __module__=__name__,
+                        __validators__={"check_settings": field_validator(*fields, mode="before")(check)}, **fields)
+
+
+def settings_of(wrapper: Any, n: int) -> RerankSettings:
+    """The ``RerankSettings`` a wrapper's fields stand for, for ``n`` documents (``top_n`` None = all). The fields
+    were checked on their way in (``settings_model``), so nothing is checked again."""
+    values = {name: getattr(wrapper, NAMES.get(name, name)) for name in FIELDS}
+    if values["top_k"] is None:
+        values["top_k"] = max(1, n)
+    return RerankSettings.from_checked(**values)
+
+
+def judge_of(wrapper: Any) -> Comparator:
+    """The wrapper's ``comparator`` as a ``Comparator`` (``as_comparator``, once per comparator object; the object
+    itself is never changed).
+
+    Raises:
+        TypeError: the comparator has no ``compare`` (so a wrapper fails at construction, not at first use).
+    """
+    comparator, judged = wrapper.comparator, wrapper._judge
+    if judged is None or judged[0] is not comparator:
+        judged = wrapper._judge = (comparator, as_comparator(comparator))
+    return judged[1]
 
 
 def missing_extra(package: str, extra: str) -> str:
     """The ImportError message for a missing optional framework."""
     return f"{package} is not installed; install it with: pip install 'activeprp[{extra}]'"
-
-
-def settings_of(fields: Any, n: int = 1) -> RerankSettings:
-    """The ``RerankSettings`` a wrapper's fields stand for, for ``n`` documents (``top_n`` None = all); built at
-    construction too, so that a bad field fails there (ValueError / TypeError), never at first use."""
-    top_n = fields.top_n
-    return RerankSettings(**{name: getattr(fields, name) for name in SETTINGS},
-                          top_k=max(1, n if top_n is None else top_n))
 
 
 def make_candidates(items: Iterable[tuple[str | None, str, dict]]) -> list[Candidate]:
@@ -80,20 +112,19 @@ def make_candidates(items: Iterable[tuple[str | None, str, dict]]) -> list[Candi
 
 def rerank_fields(fields: Any, query: str, candidates: list[Candidate]) -> RerankResult:
     """``activeprp_core.rerank`` with a wrapper's fields (``top_n`` becomes ``top_k``; None = all)."""
-    return rerank(query, candidates, settings_of(fields, len(candidates)), comparator=fields.comparator)
+    return rerank(query, candidates, settings_of(fields, len(candidates)), comparator=judge_of(fields))
 
 
 async def arerank_fields(fields: Any, query: str, candidates: list[Candidate]) -> RerankResult:
     """``activeprp_core.arerank`` (each round's calls go to the comparator concurrently) with a wrapper's
     fields."""
-    return await arerank(query, candidates, settings_of(fields, len(candidates)), comparator=fields.comparator)
+    return await arerank(query, candidates, settings_of(fields, len(candidates)), comparator=judge_of(fields))
 
 
-def picked(result: RerankResult, top_n: int | None) -> list[tuple[int, float, int]]:
-    """``(input index, score, 1-based rank)`` of the documents to return, best first (all when top_n is None)."""
-    order = result.order if top_n is None else result.order[:top_n]
-    return [(i, result.scores[i], rank) for rank, i in enumerate(order, start=1)]
-
+def picked(result: RerankResult) -> list[tuple[int, float, int]]:
+    """``(input index, score, 1-based rank)`` of the documents to return, best first: the reranked top-K (the
+    wrapper's ``top_n`` is the rerank's ``top_k``; with ``top_n`` None, K is every document)."""
+    return [(i, result.scores[i], rank) for rank, i in enumerate(result.order[: result.top_k], start=1)]
 
 
 class ComparatorFactories:

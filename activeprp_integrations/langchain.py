@@ -10,10 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from activeprp_core import Comparator, Oracle, Ranker
+from activeprp_core import Comparator
 from activeprp_core.comparators import SupportsCompare
-from activeprp_core.comparators.base import comparator_name
-from activeprp_core.engine import OnFailure
+from activeprp_core.comparators.base import check_comparator, comparator_name
 
 from . import _common as common
 
@@ -23,7 +22,7 @@ try:
     from langchain_core.documents.compressor import BaseDocumentCompressor
     from langchain_core.language_models import BaseChatModel
     from langchain_core.runnables import RunnableLambda, ensure_config
-    from pydantic import ConfigDict, field_validator, model_validator
+    from pydantic import ConfigDict, field_validator
 except ImportError as exc:  # pragma: no cover - exercised by simulating the missing module
     raise ImportError(common.missing_extra("langchain-core", "langchain")) from exc
 
@@ -42,7 +41,7 @@ def _configure(manager_cls: Any, callbacks: Callbacks | None) -> Any:
     return manager_cls.configure(callbacks if callbacks is not None else ensure_config().get("callbacks"))
 
 
-class ActivePRPRerank(common.ComparatorFactories, BaseDocumentCompressor):
+class ActivePRPRerank(common.ComparatorFactories, BaseDocumentCompressor, common.settings_model()):
     """Rerank retrieved ``Document`` objects with a pairwise LLM judge under a per-query call budget.
 
     Fields (the same names as the LlamaIndex postprocessor):
@@ -53,46 +52,39 @@ class ActivePRPRerank(common.ComparatorFactories, BaseDocumentCompressor):
             (the PRP prompt, P(A) from logprobs when the model gives them; see docs/frameworks-llm.md). The model
             object is never changed. Exactly one of ``comparator`` and ``llm``: both is a ValueError, neither a
             TypeError.
-        ranker: ranker name or ``Ranker`` (default ``"auto"``: the paper's budget-based choice).
-        oracle: ``"randomized"`` (default, 1 call per pair), ``"bidirectional"`` (2) or ``"single"``.
-        budget: the most LLM calls per query (int >= 0; None = unlimited; default 50). This is the one knob
-            that controls spend.
-        top_n: how many documents to return (default 3; None = all, reranked). It is also the core's top-K.
-        seed: seeds the oracle's slot order and the ranker's random choices (same seed, same order).
-        max_concurrency: the most LLM calls in flight at once for this reranker (None = the comparator's own
-            default); handed to each rerank, so rerankers sharing one comparator keep their own caps.
-        max_rounds: the most sequential rounds of LLM calls per query (None = no cap): latency ~ rounds x call
-            latency.
-        token_budget: the most prompt + completion tokens per query (None = no cap; ``RerankSettings``).
-        on_failure: ``"raise"`` (default: a comparator failure propagates, so ``with_fallbacks`` works) or
-            ``"prior"`` (return the best-effort order; ``stats`` in the run's outputs say why, and a WARNING is
-            logged on the ``activeprp`` logger).
+        top_n: how many documents to return (int >= 1, default 3; None = all, reranked). It is the core's top-K.
+        Every other ``activeprp_core.RerankSettings`` field under its own name (``ranker``, ``oracle``,
+        ``budget``, ``max_rounds``, ``token_budget``, ``time_budget``, ``seed``, ``cache``, ``on_failure``,
+        ``max_concurrency``, ``max_consecutive_failures``), checked as the core checks it, with the defaults of
+        the online preset ``activeprp_core.settings.ONLINE``: ``ranker="auto"`` and ``oracle="auto"`` (chosen
+        from measured data for N, K, budget and round cap), ``budget=50`` calls (the knob of spend),
+        ``max_rounds=6`` (latency ~ rounds x call latency), no token or time cap, ``seed=0``, ``cache=True``,
+        ``on_failure="raise"``, ``max_concurrency=None`` (the comparator's own), ``max_consecutive_failures=5``.
+        In LangChain terms: ``on_failure="raise"`` lets a failure propagate, so ``with_fallbacks`` works;
+        ``"prior"`` returns the best-effort order (``stats`` in the run's outputs say why; a WARNING is logged on
+        the ``activeprp`` logger). ``max_concurrency`` is handed to each rerank, so rerankers sharing one
+        comparator keep their own caps.
 
     Output: new ``Document`` objects (``model_copy``; ``id``, ``page_content`` and all metadata kept; inputs
     never mutated), best first, with ``metadata["relevance_score"]`` (``(n - rank) / n`` over the n input
     documents: in (0, 1], higher is better; rank-based, not a probability) and ``metadata["rerank_rank"]``
     (1 = best). Each call is a child run named ``ActivePRPRerank`` in LangChain callbacks/tracing; its
-    outputs hold the documents and ``stats`` (``RerankResult.stats()``: calls, rounds, exhausted, ...).
+    outputs hold the documents and ``stats`` (``RerankResult.stats()``: the settings, calls, rounds, exhausted,
+    ...).
+
+    Raises:
+        TypeError / ValueError: a bad field, at construction or assignment (the message says what to pass).
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
 
     comparator: Comparator | SupportsCompare | None = None
     llm: BaseChatModel | None = None
-    ranker: str | Ranker = common.DEFAULT_RANKER
-    oracle: str | Oracle = common.DEFAULT_ORACLE
-    budget: int | None = common.DEFAULT_BUDGET
-    top_n: int | None = common.DEFAULT_TOP_N
-    seed: int = 0
-    max_concurrency: int | None = None
-    max_rounds: int | None = common.DEFAULT_MAX_ROUNDS
-    token_budget: int | None = None
-    on_failure: OnFailure = "raise"
 
     @field_validator("comparator", mode="before")
     @classmethod
     def _check_comparator(cls, value: Any) -> Any:
-        return value if value is None else common.check_comparator(value)
+        return value if value is None else check_comparator(value)
 
     @field_validator("llm", mode="before")
     @classmethod
@@ -102,18 +94,12 @@ class ActivePRPRerank(common.ComparatorFactories, BaseDocumentCompressor):
                             f"{type(value).__name__}; for another judge pass comparator=")
         return value
 
-    @field_validator(*common.COUNT_FIELDS, mode="before")
-    @classmethod
-    def _check_count(cls, value: Any, info: Any) -> int | None:
-        return common.check_count_field(value, info.field_name)
-
-    @model_validator(mode="after")
-    def _check(self) -> ActivePRPRerank:
+    def model_post_init(self, context: Any) -> None:
+        super().model_post_init(context)
         exactly_one_judge(self.comparator, self.llm)
         if self.llm is not None:
             self.comparator = ChatModelComparator(self.llm)
-        common.settings_of(self)
-        return self
+        common.judge_of(self)  # a comparator without compare() fails here, at construction
 
     def _inputs(self, documents: Sequence[Document], query: str) -> dict[str, Any]:
         return {"query": query, "documents": list(documents), "model": comparator_name(self.comparator)}
@@ -121,7 +107,7 @@ class ActivePRPRerank(common.ComparatorFactories, BaseDocumentCompressor):
     def _outputs(self, documents: Sequence[Document], result: Any) -> list[Document]:
         return [documents[i].model_copy(update={"metadata": {**documents[i].metadata, common.SCORE_KEY: score,
                                                              common.RANK_KEY: rank}})
-                for i, score, rank in common.picked(result, self.top_n)]
+                for i, score, rank in common.picked(result)]
 
     @staticmethod
     def _candidates(documents: Sequence[Document]) -> list:

@@ -66,6 +66,11 @@ class ChatModelComparator(FrameworkJudge):
             return {"extra_body": {**(getattr(llm, "extra_body", None) or {}), "max_tokens": 1}}
         return {}
 
+    def request_timeout_keyword(self, llm: BaseChatModel) -> str | None:
+        """ChatOpenAI (and the models built on its openai client, ``root_client``) passes a ``timeout`` keyword of
+        ``invoke`` on to the SDK's request; other models get none (the transport bounds the wait)."""
+        return "timeout" if "root_client" in type(llm).model_fields else None
+
     def judge_copy(self, llm: BaseChatModel, settings: dict[str, Any]) -> BaseChatModel:
         update = dict(settings)
         if settings.get("max_retries") == 0:

@@ -8,16 +8,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from activeprp_core import Comparator, Oracle, Ranker
+from activeprp_core import Comparator
 from activeprp_core.comparators import SupportsCompare
 from activeprp_core.comparators.base import comparator_name
 from activeprp_core.comparators.prompts import SwappablePrompts
-from activeprp_core.engine import OnFailure
 
 from . import _common as common
 
 try:
-    from llama_index.core.bridge.pydantic import ConfigDict, Field, PrivateAttr, field_validator, model_validator
+    from llama_index.core.bridge.pydantic import ConfigDict, PrivateAttr
     from llama_index.core.callbacks import CBEventType, EventPayload
     from llama_index.core.instrumentation import get_dispatcher
     from llama_index.core.instrumentation.events.rerank import ReRankEndEvent, ReRankStartEvent
@@ -46,7 +45,7 @@ def _has_work(nodes: list, query_bundle: Any) -> bool:
     return bool(nodes)
 
 
-class ActivePRPRerank(common.ComparatorFactories, BaseNodePostprocessor):
+class ActivePRPRerank(common.ComparatorFactories, BaseNodePostprocessor, common.settings_model(int)):
     """Rerank retrieved nodes with a pairwise LLM judge under a per-query call budget.
 
     Args / fields (the same names as the LangChain compressor):
@@ -57,42 +56,29 @@ class ActivePRPRerank(common.ComparatorFactories, BaseNodePostprocessor):
             OpenAILike, Ollama ...) as the judge: the comparator becomes ``LLMComparator(llm)`` (the PRP prompt,
             P(A) from logprobs when the model gives them; see docs/frameworks-llm.md). The LLM object is never
             changed. Exactly one of ``comparator`` and ``llm``: both is a ValueError, neither a TypeError.
-        ranker: ranker name or ``Ranker`` (default ``"auto"``: the paper's budget-based choice).
-        oracle: ``"randomized"`` (default, 1 call per pair), ``"bidirectional"`` (2) or ``"single"``.
-        budget: the most LLM calls per query (int >= 0; None = unlimited; default 50).
         top_n: how many nodes to return (int >= 1, default 3, as in the LangChain wrapper); also the core's top-K.
-        seed: seeds the oracle's slot order and the ranker's random choices.
-        max_concurrency: the most LLM calls in flight at once for this postprocessor (None = the comparator's
-            own default); handed to each rerank, so postprocessors sharing one comparator keep their own caps.
-        max_rounds: the most sequential rounds of LLM calls per query (None = no cap).
-        token_budget: the most prompt + completion tokens per query (None = no cap; ``RerankSettings``).
-        on_failure: ``"raise"`` (default: a comparator failure propagates; catch it to fall back) or ``"prior"``
-            (return the best-effort order; the end payload's ``stats`` say why; a WARNING is logged).
+        Every other ``activeprp_core.RerankSettings`` field under its own name, checked as the core checks it
+        and defaulting to the online preset ``activeprp_core.settings.ONLINE`` (the LangChain compressor's
+        docstring lists them): ``ranker="auto"``, ``oracle="auto"``, ``budget=50`` calls, ``max_rounds=6``, no
+        token or time cap (``token_budget``, ``time_budget``), ``seed=0``, ``cache=True``, ``on_failure="raise"``
+        (a comparator failure propagates; ``"prior"`` returns the best-effort order and the end payload's
+        ``stats`` say why), ``max_concurrency=None`` (the comparator's own; each postprocessor keeps its own cap
+        on a shared comparator), ``max_consecutive_failures=5``.
 
     The passage text is ``node.get_content(metadata_mode=MetadataMode.NONE)`` (like LangChain's
     ``page_content``). Returns new ``NodeWithScore`` objects (the input ones are never changed; the node
     objects are shared, untouched) whose ``score`` is ``(n - rank) / n`` over the n input nodes: in (0, 1],
     higher is better, rank-based. Emits ``ReRankStartEvent``/``ReRankEndEvent`` inside a dispatcher span and
     the legacy ``CBEventType.RERANKING`` event, whose end payload also carries ``"stats"``
-    (``RerankResult.stats()``: calls, rounds, exhausted, ...).
+    (``RerankResult.stats()``: the settings, calls, rounds, exhausted, ...).
 
     Raises:
-        ValueError: ``query_bundle`` missing; an unknown ranker/oracle, or both ``comparator`` and ``llm`` (at
-            construction). TypeError: neither of them, or ``llm`` is not a LlamaIndex ``LLM``.
+        ValueError: ``query_bundle`` missing; a bad field value (at construction or assignment), or both
+            ``comparator`` and ``llm`` (at construction). TypeError: neither of them, ``llm`` is not a LlamaIndex
+            ``LLM``, a comparator without ``compare``, or a field of the wrong type.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
-
-    ranker: str | Ranker = Field(default=common.DEFAULT_RANKER, description="Ranker name or instance.")
-    oracle: str | Oracle = Field(default=common.DEFAULT_ORACLE, description="Oracle name or instance.")
-    budget: int | None = Field(default=common.DEFAULT_BUDGET, description="LLM calls per query (None = no cap).")
-    top_n: int = Field(default=common.DEFAULT_TOP_N, description="Number of nodes to return.")
-    seed: int = Field(default=0, description="Seed of the oracle and ranker draws.")
-    max_concurrency: int | None = Field(default=None, description="Most LLM calls in flight (None = comparator's).")
-    max_rounds: int | None = Field(default=common.DEFAULT_MAX_ROUNDS,
-                                   description="Most sequential rounds (None = no cap).")
-    token_budget: int | None = Field(default=None, description="Prompt + completion tokens per query (None = no cap).")
-    on_failure: OnFailure = Field(default="raise", description='"raise", or "prior" to degrade to the prior order.')
 
     _comparator: Comparator | SupportsCompare = PrivateAttr()
 
@@ -100,17 +86,8 @@ class ActivePRPRerank(common.ComparatorFactories, BaseNodePostprocessor):
                  **fields: Any) -> None:
         exactly_one_judge(comparator, llm)
         super().__init__(**fields)
-        self._comparator = common.check_comparator(comparator) if llm is None else LLMComparator(llm)
-
-    @field_validator(*common.COUNT_FIELDS, mode="before")
-    @classmethod
-    def _check_count(cls, value: Any, info: Any) -> int | None:
-        return common.check_count_field(value, info.field_name)  # top_n=None is then refused by its type (int)
-
-    @model_validator(mode="after")
-    def _check(self) -> ActivePRPRerank:
-        common.settings_of(self)
-        return self
+        self._comparator = comparator if llm is None else LLMComparator(llm)
+        common.judge_of(self)  # a comparator without compare() fails here, at construction
 
     @property
     def comparator(self) -> Any:
@@ -165,7 +142,7 @@ class ActivePRPRerank(common.ComparatorFactories, BaseNodePostprocessor):
                                 n.node.metadata) for n in nodes)
 
     def _finish(self, nodes: list[NodeWithScore], result: Any, event: Any) -> list[NodeWithScore]:
-        picked = common.picked(result, self.top_n)
+        picked = common.picked(result)
         new_nodes = [NodeWithScore(node=nodes[i].node, score=score) for i, score, _ in picked]
         event.on_end(payload={EventPayload.NODES: new_nodes, "stats": result.stats()})
         dispatcher.event(ReRankEndEvent(nodes=new_nodes))

@@ -62,6 +62,11 @@ class LLMComparator(FrameworkJudge):
     model_type, model_kind = LLM, "a LlamaIndex LLM (llama_index.core.llms.LLM: OpenAI, OpenAILike ...)"
     call, acall = "chat", "achat"
 
+    def request_timeout_keyword(self, llm: LLM) -> str | None:
+        """LlamaIndex OpenAI (and OpenAILike: an openai client in ``_client``) passes a ``timeout`` keyword of
+        ``chat`` on to the SDK's request; other models get none (the transport bounds the wait)."""
+        return "timeout" if "_client" in (type(llm).__private_attributes__ or {}) else None
+
     def judge_copy(self, llm: LLM, settings: dict[str, Any]) -> LLM:
         judge = llm.model_copy(update=settings)
         if settings.get("max_retries") == 0:

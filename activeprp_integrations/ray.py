@@ -7,14 +7,16 @@ the rounds of all queries of a batch are merged, as in a single process, and the
 Input rows: ``query`` (str) and ``candidates`` (a list of ``{"id": str, "text": str, ...}`` records in prior order,
 best first; other keys become ``Candidate.metadata``). Every input column is kept. Output columns added (replacing
 input columns of the same name): ``order`` (list of int: indices into ``candidates``, best first), one column per
-``RerankResult.stats()`` field (``ranker``, ``oracle``, ``budget``, ``max_rounds``, ``token_budget``, ``top_k``,
-``calls``, ``comparisons``, ``rounds``, ``cache_hits``, ``ties``, ``failed_calls``, ``retries``, ``prompt_tokens``,
-``completion_tokens``, ``wall_time_s``, ``exhausted``, ``exhausted_by``, ``converged``, ``failure``, ``errors``)
-and ``error``. A row that failed on its own (a ``RerankFailure``: bad candidates, a comparator error for its
-prompts, a ranker error) has ``order`` null, ``error`` = ``"<ErrorType>: <message>"``, the accounting columns
-(``calls`` ...) filled where the error carried them and the other stats null; a row that succeeded has ``error``
-null. A dead endpoint (authentication error, open circuit breaker; with ``on_failure="raise"``) fails the whole
-dataset, as it stops ``rerank_many``.
+``RerankResult.stats()`` key, typed from the ``RerankResult`` declaration: every ``RerankSettings`` field
+(``ranker``, ``oracle``, ``budget``, ``max_rounds``, ``token_budget``, ``time_budget``, ``top_k``, ``seed``,
+``cache``, ``on_failure``, ``max_concurrency``, ``max_consecutive_failures``), the ``Accounting`` fields (``calls``,
+``comparisons``, ``rounds``, ``cache_hits``, ``ties``, ``failed_calls``, ``retries``, ``prompt_tokens``,
+``completion_tokens``, ``wall_time_s``), the status (``exhausted``, ``exhausted_by``, ``converged``, ``failure``,
+``errors``) and ``judge`` (a struct of ``JudgeStats``), then ``error``. A row that failed on its own (a
+``RerankFailure``: bad candidates, a comparator error for its prompts, a ranker error) has ``order`` null,
+``error`` = ``"<ErrorType>: <message>"``, the accounting columns (``calls`` ...) filled where the error carried them
+and the other stats null; a row that succeeded has ``error`` null. A dead endpoint (authentication error, open
+circuit breaker; with ``on_failure="raise"``) fails the whole dataset, as it stops ``rerank_many``.
 
 Results per row are identical to ``rerank`` with the same arguments and seed, however rows are split into batches
 and actors: each row's confidence gate and ``adaptive`` oracle read only that row's answers (``rerank_many`` with
@@ -172,8 +174,7 @@ def rerank_dataset(
         use_async: run ``arerank_many`` on each actor's event loop (for endpoint comparators: the calls of the
             batch's queries run concurrently, at most ``max_concurrency`` in flight per actor).
         settings, rerank_kwargs: the ``RerankSettings`` of every row, and/or its fields as keyword arguments
-            (``ranker``, ``oracle``, ``budget`` (required), ``max_rounds``, ``token_budget``, ``top_k``, ``seed``,
-            ``cache``, ``on_failure``, ``max_concurrency``, ``max_consecutive_failures``), as for ``rerank_many``.
+            (``budget`` required; ``time_budget`` is per row, from the row's start), as for ``rerank_many``.
         max_active: ``rerank_many``'s cap on queries in progress per actor.
 
     Returns: a lazy ``ray.data.Dataset`` (nothing runs until consumed): the input columns, ``order``, stats, ``error``.

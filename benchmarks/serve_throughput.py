@@ -2,9 +2,12 @@
 compared with calling ``arerank`` / ``arerank_many`` directly.
 
 The server runs in a child process (this script with ``--serve``: ``create_app`` under uvicorn on 127.0.0.1, a
-free port) with a judge that waits ``--delay`` seconds per call (``tests._serve_helpers.WordJudge``: the calls of
-a round at once, like an endpoint with no cap on calls in flight). The client (aiohttp, this process; httpx's
-async client spends about 30 ms of CPU per request at 200 connections, which would measure the client) sends:
+free port, default admission: 32 requests reranked at once, the others queued) with a judge that waits ``--delay``
+seconds per call: with ``--judge word`` in the server's process (``tests._serve_helpers.WordJudge``: the calls of
+a round at once, like an endpoint with no cap on calls in flight); with ``--judge http`` over HTTP, the fake
+OpenAI-compatible judge of ``benchmarks/serve_production.py`` in its own process behind ``OpenAIChatComparator``
+with 8 calls in flight (``--max-concurrency``). The client (aiohttp, this process; httpx's async client spends
+about 30 ms of CPU per request at 200 connections, which would measure the client) sends:
 
 1. throughput: ``--requests`` Cohere v2 requests (``--docs`` documents, ``top_n`` 5, the server's budget 30 and
    6 rounds), all at once (``asyncio.gather``, one connection each), then the same requests one at a time; and
@@ -16,6 +19,7 @@ async client spends about 30 ms of CPU per request at 200 connections, which wou
 
 Run (repository root):
     PYTHONPATH=. python benchmarks/serve_throughput.py --out benchmarks/results/serve
+    PYTHONPATH=. python benchmarks/serve_throughput.py --judge http --out benchmarks/results/serve
 """
 
 from __future__ import annotations
@@ -40,6 +44,19 @@ from tests._serve_helpers import WordJudge, candidates, make_request
 
 SETTINGS = {"ranker": "auto", "oracle": "auto", "budget": 30, "max_rounds": 6, "seed": 0}
 TOP_N = 5
+JUDGE_URL = "SERVE_THROUGHPUT_JUDGE"
+"""The environment variable holding the fake judge's base URL with ``--judge http`` (set by ``main``, read by the
+server's process too)."""
+
+
+def judge(delay: float):
+    """The judge: ``WordJudge(delay)``, or an ``OpenAIChatComparator`` (8 calls in flight) on the fake judge."""
+    url = os.environ.get(JUDGE_URL)
+    if url is None:
+        return WordJudge(delay)
+    from activeprp_core.comparators import OpenAIChatComparator
+
+    return OpenAIChatComparator("fake", base_url=url, api_key="sk-fake", max_concurrency=8)
 
 
 def serve(port: int, delay: float, stack: str) -> None:
@@ -47,9 +64,10 @@ def serve(port: int, delay: float, stack: str) -> None:
 
     from activeprp_integrations.serve import create_app
 
-    app = create_app(WordJudge(delay), budget=SETTINGS["budget"], max_rounds=SETTINGS["max_rounds"])
+    app = create_app(judge(delay), budget=SETTINGS["budget"], max_rounds=SETTINGS["max_rounds"])
     loop, http = ("asyncio", "h11") if stack == "plain" else ("auto", "auto")
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", loop=loop, http=http)
+    # keep-alive past the warm-up (all requests at once): idle pooled connections stay usable
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", loop=loop, http=http, timeout_keep_alive=120)
 
 
 def uvicorn_stack(choice: str) -> str:
@@ -103,8 +121,8 @@ def body(query: str, docs: list[str]) -> dict:
     return {"model": "activeprp", "query": query, "documents": docs, "top_n": TOP_N}
 
 
-async def direct(query: str, docs: list[str], delay: float):
-    return await arerank(query, candidates(docs), comparator=WordJudge(delay), top_k=TOP_N, **SETTINGS)
+async def direct(query: str, docs: list[str], comparator):
+    return await arerank(query, candidates(docs), comparator=comparator, top_k=TOP_N, **SETTINGS)
 
 
 class Client:
@@ -134,7 +152,8 @@ def check(responses: list[tuple[int, dict]], expected: list) -> None:
 
 
 async def throughput(url: str, requests: list[tuple[str, list[str]]], delay: float) -> dict:
-    expected = [await direct(q, d, 0.0) for q, d in requests]
+    async with judge(0.0) as comparator:  # one comparator (one client), closed after
+        expected = [await direct(q, d, comparator) for q, d in requests]
     async with Client(url, len(requests)) as client:
         await asyncio.gather(*(client.post(q, d) for q, d in requests))  # warm-up (opens the connections), untimed
         started = time.perf_counter()
@@ -146,8 +165,9 @@ async def throughput(url: str, requests: list[tuple[str, list[str]]], delay: flo
         alone = [await client.post(q, d) for q, d in requests]
         sequential_s = time.perf_counter() - started
     started = time.perf_counter()
-    many = [r async for r in arerank_many([(q, candidates(d)) for q, d in requests], comparator=WordJudge(delay),
-                                          top_k=TOP_N, **SETTINGS)]
+    async with judge(delay) as comparator:
+        many = [r async for r in arerank_many([(q, candidates(d)) for q, d in requests], comparator=comparator,
+                                              top_k=TOP_N, carry_judge=False, **SETTINGS)]
     many_s = time.perf_counter() - started
     check(together, expected)
     check(alone, expected)
@@ -164,16 +184,16 @@ async def throughput(url: str, requests: list[tuple[str, list[str]]], delay: flo
 
 async def overhead(url: str, requests: list[tuple[str, list[str]]], delay: float) -> dict:
     http_s, direct_s = [], []
-    async with Client(url, 1) as client:
+    async with Client(url, 1) as client, judge(delay) as comparator:
         await client.post(*requests[0])  # warm-up, untimed
-        await direct(*requests[0], delay)
+        await direct(*requests[0], comparator)
         for query, docs in requests:
             started = time.perf_counter()
             status, _ = await client.post(query, docs)
             http_s.append(time.perf_counter() - started)
             assert status == 200
             started = time.perf_counter()
-            await direct(query, docs, delay)
+            await direct(query, docs, comparator)
             direct_s.append(time.perf_counter() - started)
     diff_ms = [1000 * (h - d) for h, d in zip(http_s, direct_s)]
     return {"judge_delay_s": delay, "requests": len(requests),
@@ -193,15 +213,28 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3, help="measurements, each on fresh servers (default 3)")
     p.add_argument("--uvicorn", choices=("auto", "plain"), default="auto",
                    help="auto: uvloop and httptools when installed (uvicorn[standard]); plain: asyncio and h11")
-    p.add_argument("--out", type=Path, help="write results-<uvicorn>.json there")
+    p.add_argument("--judge", choices=("word", "http"), default="word",
+                   help="word: a judge in the server's process; http: the fake OpenAI-compatible judge of "
+                        "serve_production.py (--delay per call), 8 calls in flight")
+    p.add_argument("--out", type=Path, help="write results-<uvicorn>[-http].json there")
     args = p.parse_args()
     if args.serve:
         serve(args.serve, args.delay, args.uvicorn)
         return
+    if args.judge == "http":
+        from benchmarks.serve_production import Judge
+
+        with Judge(args.delay) as fake:
+            os.environ[JUDGE_URL] = f"{fake.url}/v1"
+            return measure(args)
+    measure(args)
+
+
+def measure(args: argparse.Namespace) -> None:
     requests = [make_request(i, args.docs) for i in range(args.requests)]
     load_before = os.getloadavg()
     results: dict = {"command": "PYTHONPATH=. python " + " ".join(sys.argv), "python": platform.python_version(),
-                     "cpus": os.cpu_count(), "uvicorn": uvicorn_stack(args.uvicorn),
+                     "cpus": os.cpu_count(), "uvicorn": uvicorn_stack(args.uvicorn), "judge": args.judge,
                      "settings": {**SETTINGS, "top_n": TOP_N, "docs": args.docs}}
     runs: dict[str, list[dict]] = {"throughput": [], "overhead_judge": [], "overhead_instant": []}
     for _ in range(args.repeats):  # the machine is shared: each repeat starts fresh servers
@@ -209,21 +242,25 @@ def main() -> None:
             runs["throughput"].append(asyncio.run(throughput(server.url, requests, args.delay)))
             runs["overhead_judge"].append(asyncio.run(overhead(server.url, requests[: args.overhead_requests],
                                                                args.delay)))
-        with Server(0.0, args.uvicorn) as server:
-            runs["overhead_instant"].append(asyncio.run(overhead(server.url, requests[: args.overhead_requests], 0.0)))
+        if args.judge == "word":  # the fake judge's delay is its own
+            with Server(0.0, args.uvicorn) as server:
+                runs["overhead_instant"].append(asyncio.run(overhead(server.url, requests[: args.overhead_requests],
+                                                                     0.0)))
     results["median_over_repeats"] = {
         "speedup_concurrent_vs_sequential": statistics.median(r["speedup_concurrent_vs_sequential"]
                                                               for r in runs["throughput"]),
         "concurrent_req_per_s": statistics.median(r["concurrent_req_per_s"] for r in runs["throughput"]),
         "overhead_p50_ms_with_judge": statistics.median(r["overhead_p50_ms"] for r in runs["overhead_judge"]),
-        "overhead_p50_ms_instant_judge": statistics.median(r["overhead_p50_ms"] for r in runs["overhead_instant"])}
+        "overhead_p50_ms_instant_judge": statistics.median(r["overhead_p50_ms"] for r in runs["overhead_instant"])
+        if runs["overhead_instant"] else None}
     results["runs"] = runs
     results["loadavg_before_after"] = [load_before, os.getloadavg()]
     text = json.dumps(results, indent=2)
     print(text)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / f"results-{args.uvicorn}.json").write_text(text + "\n")
+        suffix = "-http" if args.judge == "http" else ""
+        (args.out / f"results-{args.uvicorn}{suffix}.json").write_text(text + "\n")
 
 
 if __name__ == "__main__":

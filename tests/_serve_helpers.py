@@ -18,10 +18,12 @@ def overlap(query: str, text: str) -> int:
 class WordJudge(Comparator):
     """A deterministic judge: P(first preferred) = 1 when the first text holds more of the query's words, 0 when
     fewer, 0.5 on a tie. ``acompare`` waits ``delay`` seconds per call (the calls of a chunk at once, like an endpoint
-    with no cap on calls in flight); ``steps`` records the (query count, prompt count) of each ``ajudge_batch`` step."""
+    with no cap on calls in flight); ``steps`` records the (query count, prompt count) of each ``ajudge_batch`` step.
+    With ``max_batch_size`` it stands for a local model that batches across queries (the service merges calls)."""
 
-    def __init__(self, delay: float = 0.0) -> None:
-        self.delay, self.calls, self.steps = delay, 0, []
+    def __init__(self, delay: float = 0.0, max_batch_size: int | None = None) -> None:
+        self.delay, self.calls, self.steps, self.max_batch_size = delay, 0, [], max_batch_size
+        self.asked = 0  # calls started (``calls``: answered)
 
     def compare(self, query, pairs):
         self.calls += len(pairs)
@@ -29,12 +31,24 @@ class WordJudge(Comparator):
                              (overlap(query, a.text) < overlap(query, b.text))) for a, b in pairs]
 
     async def acompare(self, query, pairs):
+        self.asked += len(pairs)
         await asyncio.sleep(self.delay)  # the chunk's calls wait together
         return self.compare(query, pairs)
 
     async def ajudge_batch(self, items, *, guard=None):
         self.steps.append((len({q for q, _, _ in items}), len(items)))
         return await super().ajudge_batch(items, guard=guard)
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    """The value of sample ``name`` with ``labels`` in Prometheus text ``text`` (0.0 when absent)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                return sample.value
+    return 0.0
 
 
 _GREEK = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma tau upsilon"

@@ -65,7 +65,7 @@ def test_caps_name_the_cap_that_refuses_and_reconcile_reported_tokens():
     caps.refund([{"budget": 1, "token_budget": 50}], round_too=True)
     assert (caps["budget"].spent, caps["token_budget"].spent, caps["max_rounds"].spent) == (1, 10, 0)
     assert caps.reconciled("token_budget") and not caps.reconciled("budget")
-    assert set(RULES) == {"budget", "max_rounds", "token_budget"}
+    assert set(RULES) == {"budget", "max_rounds", "token_budget", "time_budget"}
 
 
 def test_view_reads_the_caps_live():

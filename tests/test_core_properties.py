@@ -1,4 +1,4 @@
-"""Property tests over every ranker x oracle: permutations, hard budgets, determinism, exactness."""
+"""Property tests over every ranker x oracle: permutations, hard budgets, time budgets, determinism, exactness."""
 
 import copy
 
@@ -166,3 +166,40 @@ def test_reported_tokens_never_exceed_the_token_budget(ranker, oracle, n, token_
     assert res.exhausted == bool(res.exhausted_by)
     if token_budget < 32:  # below any prompt's bound: nothing can be sent
         assert res.calls == 0 and (n < 2 or res.exhausted_by)
+
+
+@pytest.mark.parametrize(("ranker", "oracle"), PAIRS)
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.sampled_from([0, 2, K, 37]), rounds_in_time=st.integers(0, 6), budget=st.sampled_from([None, 60]),
+       unsent_share=st.sampled_from([0.0, 0.5, 1.0]), seed=st.integers(0, 2**16))
+def test_best_effort_permutation_at_the_deadline(ranker, oracle, n, rounds_in_time, budget, unsent_share, seed):
+    """With a time budget (a fake clock: each round takes 1 s), no batch goes out past the deadline; the round
+    running at the deadline is cut (a share of its calls never sent, the others cut in flight); the result is
+    still a permutation of every candidate, says ``time_budget`` cut it, and counts only the calls sent."""
+    from activeprp_core import DONE, Reranking
+    from activeprp_core.types import IN_FLIGHT, UNSENT, Judgment
+
+    cands, labels = make_case(n, seed=seed % 97)
+    comp = Recorder(labels, seed=seed, doc_noise=0.3, pair_noise=0.5)
+    now = [0.0]
+    deadline = rounds_in_time + 0.5
+    reranking = Reranking("q", cands, ranker=ranker, oracle=oracle, budget=budget, top_k=K, seed=seed,
+                          time_budget=deadline, clock=lambda: now[0])
+    sent = cut = 0
+    while (batch := reranking.next_batch()) is not DONE:
+        assert now[0] < deadline  # nothing goes out past the deadline
+        now[0] += 1.0
+        if now[0] <= deadline:
+            reranking.send(comp.compare(batch.query, batch.pairs))
+            sent += len(batch.prompts)
+            continue
+        size = len(batch.prompts)
+        out = round(size * (1 - unsent_share))
+        reranking.send([Judgment(None, cut=IN_FLIGHT)] * out + [Judgment(None, cut=UNSENT)] * (size - out))
+        sent, cut = sent + out, cut + out
+    res = reranking.result()
+    assert sorted(res.order) == list(range(n)) and res.time_budget == deadline
+    assert res.calls == sent and res.cut_calls == cut and res.failed_calls == 0
+    assert res.rounds <= rounds_in_time + 1 and (budget is None or res.calls <= budget)
+    if now[0] > deadline:
+        assert "time_budget" in res.exhausted_by and not res.converged

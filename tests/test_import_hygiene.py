@@ -98,3 +98,44 @@ def test_python_m_activeprp_core_runs_the_command_line():
     assert old.returncode == new.returncode == 0 and old.stdout == new.stdout and "usage: activeprp" in old.stdout
     bad = run("activeprp_core", "no-such-command")
     assert bad.returncode == 2 and "invalid choice" in bad.stderr
+
+
+def _module_imports(package: str = "activeprp_core", root: Path = ROOT) -> dict[str, set[str]]:
+    """``{module: the modules of package it imports at module level}`` (imports inside functions and under
+    ``if TYPE_CHECKING`` are not run at import time and are left out)."""
+    paths = {".".join(p.relative_to(root).with_suffix("").parts).removesuffix(".__init__"): p
+             for p in (root / package).rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        found: set[str] = set()
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.ImportFrom):
+                base = ".".join(here[: len(here) - node.level + 1] + [node.module or ""]).strip(".") \
+                    if node.level else node.module or ""
+                found |= {f"{base}.{a.name}" if f"{base}.{a.name}" in paths else base for a in node.names}
+            elif isinstance(node, ast.Import):
+                found |= {a.name for a in node.names}
+        graph[name] = {m for m in found if m in paths and m != name and not name.startswith(m + ".")
+                       and not m.startswith(name + ".")}
+    return graph
+
+
+def test_no_import_circle_inside_the_core():
+    graph, cycles = _module_imports(), []
+
+    def visit(module: str, path: list[str]) -> None:
+        for nxt in sorted(graph[module]):
+            if nxt in path:
+                cycles.append(path[path.index(nxt):] + [nxt])
+            elif nxt not in seen:
+                seen.add(nxt)
+                visit(nxt, [*path, nxt])
+
+    seen: set[str] = set()
+    for module in sorted(graph):
+        if module not in seen:
+            seen.add(module)
+            visit(module, [module])
+    assert "activeprp_core.ledger" in graph["activeprp_core.reranking"]  # the scan reads relative imports
+    assert cycles == []

@@ -8,19 +8,26 @@ cross-query entry of ``rerank_many``; a local model that batches across queries 
 
 Objects that are not ``Comparator`` instances but have ``compare`` (and optionally ``acompare``, ``judge``,
 ``ajudge``) are accepted everywhere and wrapped by ``as_comparator``.
+
+Deadlines (``time_budget``): the ``CallGuard`` tells a comparator the time left for each query
+(``CallGuard.time_left``). The base class sends no chunk once it is past, and waits for a chunk no longer than
+the time left: the async path cancels the chunk (``asyncio.wait_for``), the sync path runs it in a worker thread
+and stops waiting for it (its late answers are discarded; the call itself runs on until it returns, since a
+blocking call cannot be interrupted). Such calls come back as ``Judgment(None, cut=...)``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Awaitable, Iterator, Sequence
+import time
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from ..budget import check_count
 from ..errors import ComparatorError, ComparatorUnavailable
-from ..types import Candidate, Judgment, Pair, to_judgments
+from ..types import IN_FLIGHT, UNSENT, Candidate, Judgment, Pair, to_judgments
 
 Item = tuple[str, Candidate, Candidate]
 """One prompt of ``judge_batch``: (query, first, second)."""
@@ -35,17 +42,40 @@ class SupportsCompare(Protocol):
     def compare(self, query: str, pairs: Sequence[Pair]) -> list[float | None]: ...
 
 
+class DeadlinePassed(Exception):
+    """Raised inside a comparator when a query's deadline passed before a call (or a slot for it) could go out;
+    the comparator turns it into ``Judgment(None, cut=...)``, it never leaves the comparator."""
+
+
+DEADLINE_SLACK = 0.005
+"""Seconds of clock jitter within which a timeout that fires at the deadline counts as the deadline's."""
+
+
+def unsent(reason: str = "not sent: the time budget ran out") -> Judgment:
+    """The answer of a call the deadline kept from being sent."""
+    return Judgment(None, error=reason, cut=UNSENT)
+
+
+def cut_in_flight(retries: int = 0, reason: str = "cut at the deadline: no answer in time") -> Judgment:
+    """The answer of a call sent whose answer did not come before the deadline."""
+    return Judgment(None, retries=retries, error=reason, cut=IN_FLIGHT)
+
+
 class _AsyncSlots:
-    """A weighted semaphore for one event loop: ``take(n)`` waits until ``n`` of ``total`` slots are free."""
+    """A weighted semaphore for one event loop: ``take(n)`` waits until ``n`` of ``total`` slots are free (at most
+    ``timeout`` seconds, else ``DeadlinePassed``)."""
 
     def __init__(self, total: int) -> None:
         self.free = total
         self.changed = asyncio.Condition()
 
     @asynccontextmanager
-    async def take(self, n: int):
+    async def take(self, n: int, timeout: float | None = None):
         async with self.changed:
-            await self.changed.wait_for(lambda: self.free >= n)
+            try:
+                await asyncio.wait_for(self.changed.wait_for(lambda: self.free >= n), timeout)
+            except asyncio.TimeoutError:
+                raise DeadlinePassed from None
             self.free -= n
         try:
             yield
@@ -67,23 +97,48 @@ class CallGuard:
 
     Comparators call ``check()`` before sending, ``record(ok, reason)`` for every call that reached the backend
     (``completed`` counts them, so the engine can refund the calls of a failed batch that never went out), and
-    ``trip(error)`` on an error that must stop every later call (e.g. a 401). Thread-safe; its async slots
-    belong to one event loop at a time.
+    ``trip(error)`` on an error that must stop every later call (e.g. a 401). They read ``time_left(query)``
+    (seconds; None = no deadline) to send nothing past a query's deadline and to wait no longer than it: the
+    engine sets the deadlines (``deadline`` for every query, ``deadlines`` per query text, both on ``clock``).
+    Thread-safe; its async slots belong to one event loop at a time.
 
     Raises:
         TypeError / ValueError: a limit that is not an int >= 1 or None.
     """
 
     def __init__(self, max_concurrency: int | None = None, max_consecutive_failures: int | None = 5) -> None:
-        self.max_concurrency = check_count(max_concurrency, "max_concurrency", minimum=1, allow_none=True)
-        self.max_consecutive_failures = check_count(max_consecutive_failures, "max_consecutive_failures",
-                                                    minimum=1, allow_none=True)
+        self._setup(check_count(max_concurrency, "max_concurrency", minimum=1, allow_none=True),
+                    check_count(max_consecutive_failures, "max_consecutive_failures", minimum=1, allow_none=True))
+
+    @classmethod
+    def of_checked(cls, max_concurrency: int | None, max_consecutive_failures: int | None) -> CallGuard:
+        """A guard from limits checked already (a ``RerankSettings``' values): nothing is checked again."""
+        guard = cls.__new__(cls)
+        guard._setup(max_concurrency, max_consecutive_failures)
+        return guard
+
+    def _setup(self, max_concurrency: int | None, max_consecutive_failures: int | None) -> None:
+        self.max_concurrency, self.max_consecutive_failures = max_concurrency, max_consecutive_failures
+        self.clock: Callable[[], float] = time.monotonic
+        self.deadline: float | None = None
+        self.deadlines: dict[str, float] = {}
         self._lock = threading.Lock()
         self.completed = 0
         self._failures = 0
         self._last_reason: str | None = None
         self._error: ComparatorError | None = None
         self._slots: tuple[asyncio.AbstractEventLoop, _AsyncSlots] | None = None
+
+    def time_left(self, query: str | None = None) -> float | None:
+        """Seconds until the deadline of ``query`` (its entry in ``deadlines``, else ``deadline``) on ``clock``;
+        None when it has none; <= 0 once past."""
+        at = self.deadlines.get(query, self.deadline) if query is not None else self.deadline
+        return None if at is None else at - self.clock()
+
+    def past(self, query: str | None = None) -> bool:
+        """Whether the deadline of ``query`` has passed (within ``DEADLINE_SLACK``)."""
+        left = self.time_left(query)
+        return left is not None and left <= DEADLINE_SLACK
 
     def chunks(self, pairs: Sequence[T]) -> Iterator[Sequence[T]]:
         """``pairs`` cut into consecutive chunks of at most ``max_concurrency`` (one chunk when uncapped)."""
@@ -129,15 +184,15 @@ class CallGuard:
         for j in judgments:
             self.record(j.prob is not None, j.error)
 
-    def slots(self, n: int = 1):
+    def slots(self, n: int = 1, timeout: float | None = None):
         """An async context manager holding ``n`` of the ``max_concurrency`` slots of the running loop
-        (no wait when uncapped)."""
+        (no wait when uncapped); it raises ``DeadlinePassed`` when they are not free within ``timeout`` seconds."""
         if self.max_concurrency is None:
             return _no_slots()
         loop = asyncio.get_running_loop()
         if self._slots is None or self._slots[0] is not loop:
             self._slots = (loop, _AsyncSlots(self.max_concurrency))
-        return self._slots[1].take(min(n, self.max_concurrency))
+        return self._slots[1].take(min(n, self.max_concurrency), timeout)
 
 
 @asynccontextmanager
@@ -155,6 +210,50 @@ async def gather_or_cancel(awaitables: Sequence[Awaitable[T]]) -> list[T]:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         raise
+
+
+def within(call: Callable[[], T], seconds: float) -> T | None:
+    """``call()`` run in a daemon worker thread and waited for at most ``seconds``: its value (or its exception,
+    raised here), or None when it has not returned by then (it runs on; what it returns later is discarded)."""
+    box: dict[str, Any] = {}
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            box["value"] = call()
+        except BaseException as error:  # handed to the waiting thread
+            box["error"] = error
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="activeprp-deadline", daemon=True).start()
+    if not done.wait(max(seconds, 0.0)):
+        return None
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+_CUT = object()
+
+
+async def _until(awaitable: Awaitable[T], seconds: float, guard: CallGuard, query: str) -> T | object:
+    """``await awaitable`` for at most ``seconds``: its value, or ``_CUT`` when the deadline of ``query`` came
+    first (it is cancelled). A timeout of the awaitable's own, before the deadline, propagates."""
+    try:
+        return await asyncio.wait_for(awaitable, seconds)
+    except asyncio.TimeoutError:
+        if not guard.past(query):
+            raise
+        return _CUT
+
+
+def cut_calls(guard: CallGuard, n: int) -> list[Judgment]:
+    """The answers of ``n`` calls cut in flight at the deadline: sent (``guard.record(None)``: spent, outcome
+    unknown), their answers not awaited."""
+    for _ in range(n):
+        guard.record(None)
+    return [cut_in_flight()] * n
 
 
 def group_by_query(items: Sequence[Item]) -> list[tuple[str, list[Pair]]]:
@@ -230,7 +329,10 @@ class Comparator:
     # ---- what the engine calls ----------------------------------------------------------------------
     def judge(self, query: str, pairs: Sequence[Pair], *, guard: CallGuard | None = None) -> list[Judgment]:
         """One ``Judgment`` per ordered pair of ``query``, in order, sent in chunks of at most
-        ``guard.max_concurrency`` pairs with the circuit breaker checked before each chunk.
+        ``guard.max_concurrency`` pairs with the circuit breaker checked before each chunk. With a deadline
+        (``guard.time_left``), no chunk is sent past it and each runs in a worker thread that is waited for at
+        most the time left: a chunk still running then is cut (its late answers discarded), the chunks after it
+        are not sent.
 
         Raises:
             ComparatorUnavailable / another ComparatorError: the guard stopped calls before a chunk.
@@ -240,24 +342,49 @@ class Comparator:
         out: list[Judgment] = []
         for chunk in guard.chunks(pairs):
             guard.check()
-            answers = to_judgments(self._judge_chunk(query, chunk), len(chunk))
+            left = guard.time_left(query)
+            if left is None:
+                answers = to_judgments(self._judge_chunk(query, chunk), len(chunk))
+            elif guard.past(query):
+                break
+            else:
+                answers = within(lambda chunk=chunk: to_judgments(self._judge_chunk(query, chunk), len(chunk)), left)
+                if answers is None:
+                    out.extend(cut_calls(guard, len(chunk)))
+                    break
             guard.record_all(answers)
             out.extend(answers)
-        return out
+        return out + [unsent()] * (len(pairs) - len(out))
 
     async def ajudge(self, query: str, pairs: Sequence[Pair], *, guard: CallGuard | None = None) -> list[Judgment]:
         """Async ``judge``: chunks hold ``guard.slots`` (a cap shared by every query using the guard), and await
         ``acompare`` when the subclass has one, else run in a worker thread (a task cancelled mid-chunk stops
-        before the next chunk; the thread finishes the chunk it is in)."""
+        before the next chunk; the thread finishes the chunk it is in). With a deadline, no chunk is sent past
+        it and a chunk still running at the deadline is cancelled (cut)."""
         guard = guard or CallGuard(self.max_concurrency, None)
         out: list[Judgment] = []
         for chunk in guard.chunks(pairs):
-            async with guard.slots(len(chunk)):
-                guard.check()  # after the wait for slots: the breaker may have opened meanwhile
-                answers = to_judgments(await self._ajudge_chunk(query, chunk), len(chunk))
+            if guard.past(query):
+                break
+            try:
+                async with guard.slots(len(chunk), guard.time_left(query)):
+                    guard.check()  # after the wait for slots: the breaker may have opened meanwhile
+                    left = guard.time_left(query)
+                    if left is None:
+                        raw = await self._ajudge_chunk(query, chunk)
+                    elif guard.past(query):
+                        break
+                    else:
+                        raw = await _until(self._ajudge_chunk(query, chunk), left, guard, query)
+                    answers = raw if raw is _CUT else to_judgments(raw, len(chunk))
+            except DeadlinePassed:  # no slot before the deadline
+                break
+            if answers is _CUT:
+                out.extend(cut_calls(guard, len(chunk)))
+                break
             guard.record_all(answers)
             out.extend(answers)
-        return out
+        return out + [unsent()] * (len(pairs) - len(out))
 
     def judge_batch(self, items: Sequence[Item], *, guard: CallGuard | None = None) -> list[Judgment]:
         """One ``Judgment`` per ``(query, first, second)`` item, in order; items may belong to different
@@ -327,12 +454,20 @@ def as_comparator(comparator: Comparator | SupportsCompare) -> Comparator:
     Raises:
         TypeError: the object has no callable ``compare``.
     """
-    if isinstance(comparator, Comparator):
-        return comparator
-    if not callable(_member(comparator, "compare")):
+    return comparator if isinstance(comparator, Comparator) else _Wrapped(check_comparator(comparator))
+
+
+def check_comparator(comparator: Any) -> Any:
+    """``comparator`` unchanged when it can judge pairs (a ``Comparator``, or an object with a callable
+    ``compare``), without wrapping it (``as_comparator`` wraps).
+
+    Raises:
+        TypeError: the object has no callable ``compare``.
+    """
+    if not isinstance(comparator, Comparator) and not callable(_member(comparator, "compare")):
         raise TypeError(f"comparator must be a Comparator or have a compare(query, pairs) method, got "
                         f"{type(comparator).__name__}")
-    return _Wrapped(comparator)
+    return comparator
 
 
 def comparator_name(comparator: Any) -> str:

@@ -63,7 +63,7 @@ class OpenAIChatComparator(SwappablePrompts, RemoteComparator):
             braces stay literal); ``system_prompt`` optional. ``with_prompts(...)`` gives a copy with others.
         logprobs, top_logprobs: ask for the top ``top_logprobs`` (0..20) alternatives of the answer token.
         max_passage_words: passages are cut to this many whitespace-separated words.
-        timeout: seconds per request attempt (> 0).
+        timeout: seconds per request attempt (> 0); under a ``time_budget`` an attempt gets at most the time left.
         max_concurrency, max_attempts, backoff_initial, backoff_max, max_retry_after: see ``RemoteComparator``.
 
     Raises:
@@ -114,6 +114,11 @@ class OpenAIChatComparator(SwappablePrompts, RemoteComparator):
         if self.logprobs:
             kw.update(logprobs=True, top_logprobs=self.top_logprobs)
         return kw
+
+    def timed(self, request: dict[str, Any], seconds: float) -> dict[str, Any]:
+        """The request with the time left as its timeout (the SDK's per-request ``timeout``), when it is shorter
+        than the comparator's own ``timeout``."""
+        return {**request, "timeout": min(seconds, self._client_kw["timeout"])}
 
     def send(self, client: Any, request: dict[str, Any]) -> Any:
         return client.chat.completions.create(**request)

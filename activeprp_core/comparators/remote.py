@@ -6,30 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-import math
-import numbers
 import threading
 from collections.abc import Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from typing import Any
 
-from ..budget import check_count
+from ..budget import check_count, check_seconds  # noqa: F401 (check_seconds: importable here too)
 from ..errors import ComparatorError, scrub
 from ..types import Judgment, Pair
 from .answers import Answer
-from .base import CallGuard, Comparator, Item, gather_or_cancel
+from .base import CallGuard, Comparator, DeadlinePassed, Item, cut_calls, cut_in_flight, gather_or_cancel, unsent
 from .clients import LoopClients
 from .failures import MAX_MESSAGE, Failure, Fault
-
-
-def check_seconds(value: Any, name: str, positive: bool = False) -> float:
-    """``value`` as float seconds: a finite real number >= 0 (> 0 when ``positive``). Raises ``TypeError`` for
-    a non-number (bools included), ``ValueError`` for NaN, infinite or out of range."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__}")
-    if not math.isfinite(value) or value < 0 or (positive and value == 0):
-        raise ValueError(f"{name} must be a finite number of seconds {'> 0' if positive else '>= 0'}, got {value}")
-    return float(value)
 
 
 def require(owner: str, extra: str, *modules: str) -> None:
@@ -102,6 +90,12 @@ class RemoteComparator(Comparator):
         """What a failed attempt means; None = not a transport failure (a bug): it propagates as is."""
         return None
 
+    def timed(self, request: Any, seconds: float) -> Any:
+        """``request`` with at most ``seconds`` as its own timeout, for an attempt sent under a deadline. Default:
+        unchanged (the transport still stops waiting at the deadline: the async path cancels the attempt, the sync
+        path stops waiting for its thread)."""
+        return request
+
     def open_client(self) -> Any:
         """The sync client (made on first use, shared with ``with_prompts`` copies). Default: None."""
 
@@ -130,27 +124,27 @@ class RemoteComparator(Comparator):
 
         if stop.is_set():
             return Judgment(None, error="not sent: the batch already failed")
+        query = item[0]
+        if guard.past(query):
+            return unsent()
         guard.check()
-        request, client, attempts = self.request(item[0], item[1].text, item[2].text), self._clients.sync(), 0
+        request, client = self.request(query, item[1].text, item[2].text), self._clients.sync()
+        tries = _Attempts(guard, query)
 
         def attempt() -> Any:
-            nonlocal attempts
-            if attempts:  # a retry: not once the batch or the rerank has stopped
+            if tries.count:  # a retry: not once the batch or the rerank has stopped
                 if stop.is_set():
                     raise _Abandoned
                 guard.check()
-            attempts += 1
-            return self.send(client, request)
+            return tries.send(lambda req: self.send(client, req), request, self.timed)
 
-        retrying = _retrying(self, Retrying, sleep=stop.wait)  # a backoff wait ends when the batch stops
+        retrying = _retrying(self, Retrying, guard, query, sleep=stop.wait)  # a backoff wait ends when it stops
         try:
             outcome = _settle(self, guard, retrying, retrying(attempt), record=not abandoned.is_set())
         except _Abandoned:
             return Judgment(None, error="not retried: the batch already failed")
         except Exception as err:
-            if not self._handled(err):
-                raise
-            outcome = _settle(self, guard, retrying, error=err, record=not abandoned.is_set())
+            outcome = self._after(err, guard, retrying, tries, record=not abandoned.is_set())
         if isinstance(outcome, ComparatorError):
             raise outcome  # outside the except block: the client's error (and its body) is not chained
         return outcome
@@ -158,31 +152,56 @@ class RemoteComparator(Comparator):
     async def _acall(self, client: Any, guard: CallGuard, item: Item) -> Judgment:
         from tenacity import AsyncRetrying
 
-        request, attempts = self.request(item[0], item[1].text, item[2].text), 0
+        query = item[0]
+        request, tries = self.request(query, item[1].text, item[2].text), _Attempts(guard, query)
 
         async def attempt() -> Any:  # a plain coroutine function, so tenacity awaits it
-            nonlocal attempts
-            if attempts:  # a retry: not once the rerank has stopped
+            if tries.count:  # a retry: not once the rerank has stopped
                 guard.check()
-            attempts += 1
-            return await self.asend(client, request)
+            return await tries.asend(lambda req: self.asend(client, req), request, self.timed)
 
-        retrying = _retrying(self, AsyncRetrying)
-        async with guard.slots(1):
-            guard.check()
-            try:
-                outcome = _settle(self, guard, retrying, await retrying(attempt))
-            except asyncio.CancelledError:
-                if attempts:  # it went out: it counts as spent, its outcome is unknown
-                    guard.record(None)
-                raise
-            except Exception as err:
-                if not self._handled(err):
+        retrying = _retrying(self, AsyncRetrying, guard, query)
+        try:
+            async with guard.slots(1, guard.time_left(query)):
+                guard.check()
+                try:
+                    outcome = _settle(self, guard, retrying, await retrying(attempt))
+                except asyncio.CancelledError:
+                    if tries.count:  # it went out: it counts as spent, its outcome is unknown
+                        guard.record(None)
                     raise
-                outcome = _settle(self, guard, retrying, error=err)
+                except Exception as err:
+                    outcome = self._after(err, guard, retrying, tries)
+        except DeadlinePassed:  # no slot before the deadline
+            return unsent()
         if isinstance(outcome, ComparatorError):
             raise outcome
         return outcome
+
+    def _after(self, error: Exception, guard: CallGuard, retrying: Any, tries: _Attempts,
+               record: bool = True) -> Judgment | ComparatorError:
+        """The outcome of a call whose attempts ended in ``error``: not sent (the deadline came first), cut in
+        flight (its last attempt was still waiting at the deadline), failed with the last attempt's error (the
+        deadline stopped its retries), or ``_settle``'s reading of ``error``.
+
+        Raises:
+            ``error`` itself when it is no transport failure (a bug).
+        """
+        if isinstance(error, (DeadlinePassed, _InFlight)):
+            if not tries.count:
+                return unsent()
+            if isinstance(error, _InFlight) or tries.last is None:
+                if record:
+                    guard.record(None)
+                return cut_in_flight(tries.count - 1)
+            error = tries.last
+        if not self._handled(error):
+            raise error
+        if tries.timed_out(self._fault(error)):  # its last attempt failed only at the deadline: cut in flight
+            if record:
+                guard.record(None)
+            return cut_in_flight(tries.count - 1)
+        return _settle(self, guard, retrying, error=error, record=record, retries=tries.count - 1)
 
     # ---- what the engine calls ----------------------------------------------------------------------
     def judge_batch(self, items: Sequence[Item], *, guard: CallGuard | None = None) -> list[Judgment]:
@@ -222,32 +241,91 @@ class RemoteComparator(Comparator):
 
 
 def _in_threads(call: Any, guard: CallGuard, items: Sequence[Item]) -> list[Judgment]:
-    """``call(guard, item, stop, abandoned)`` per item in ``guard.max_concurrency`` threads (see ``judge_batch``)."""
+    """``call(guard, item, stop, abandoned)`` per item in ``guard.max_concurrency`` threads (see ``judge_batch``).
+    Under deadlines the batch is waited for until the last of its queries' deadlines: a call not started by then
+    is not sent, one still running is cut (its thread runs on; its late answer is discarded)."""
     stop, abandoned = threading.Event(), threading.Event()
     workers = min(guard.max_concurrency or len(items), len(items))
-    if workers <= 1:
+    lefts = [guard.time_left(item[0]) for item in items]
+    timeout = None if not items or None in lefts else max(0.0, max(lefts))
+    if workers <= 1 and timeout is None:
         return [call(guard, item, stop, abandoned) for item in items]
-    pool = ThreadPoolExecutor(workers, thread_name_prefix="activeprp-remote")
+    pool = ThreadPoolExecutor(max(workers, 1), thread_name_prefix="activeprp-remote")
     futures = [pool.submit(call, guard, item, stop, abandoned) for item in items]
     try:
-        wait(futures, return_when=FIRST_EXCEPTION)
+        wait(futures, timeout=timeout, return_when=FIRST_EXCEPTION)
         failed = next((f for f in futures if f.done() and not f.cancelled() and f.exception()), None)
         if failed is not None:
             stop.set()
             for f in futures:
                 f.cancel()  # the queued ones
             if guard.error is None:
-                wait(futures)
+                wait(futures, timeout=None if timeout is None else max(0.0, max(guard.time_left(item[0])
+                                                                                for item in items)))
             raise failed.exception()
-        return [f.result() for f in futures]
+        return [f.result() if f.done() else unsent() if f.cancel() else cut_calls(guard, 1)[0] for f in futures]
     finally:
         abandoned.set()
         stop.set()
         pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _retrying(comp: RemoteComparator, kind: Any, **kw: Any) -> Any:
-    """A tenacity ``Retrying``/``AsyncRetrying`` (``kind``) with ``comp``'s retry policy."""
+class _InFlight(Exception):
+    """Raised by an attempt still waiting for its answer at the deadline (it was cancelled)."""
+
+
+class _Attempts:
+    """The attempts of one call to ``query`` under ``guard``: how many went out, the last one's error, and whether
+    the deadline cut the last one. An attempt is not sent past the deadline (``DeadlinePassed``) and is sent with
+    the time left as its timeout (the provider's ``timed``)."""
+
+    def __init__(self, guard: CallGuard, query: str) -> None:
+        self.guard, self.query = guard, query
+        self.count, self.last, self.late = 0, None, False  # late: the last attempt failed past the deadline
+
+    def _failed(self, error: Exception) -> None:
+        self.last, self.late = error, self.guard.past(self.query)
+
+    def _start(self, request: Any, timed: Any) -> tuple[Any, float | None]:
+        left = self.guard.time_left(self.query)
+        if left is not None and self.guard.past(self.query):
+            raise DeadlinePassed
+        self.count += 1
+        return (request if left is None else timed(request, left)), left
+
+    def send(self, call: Any, request: Any, timed: Any) -> Any:
+        request, _ = self._start(request, timed)
+        try:
+            return call(request)
+        except Exception as error:
+            self._failed(error)
+            raise
+
+    async def asend(self, call: Any, request: Any, timed: Any) -> Any:
+        request, left = self._start(request, timed)
+        try:
+            if left is None:
+                return await call(request)
+            return await asyncio.wait_for(call(request), left)
+        except asyncio.TimeoutError as error:
+            if not self.guard.past(self.query):  # the attempt's own timeout, before the deadline
+                self._failed(error)
+                raise
+            raise _InFlight from None
+        except Exception as error:
+            self._failed(error)
+            raise
+
+    def timed_out(self, fault: Failure | None) -> bool:
+        """Whether the last attempt, failing (a failure of kind ``fault``) only once the deadline had passed, was
+        cut by it (its timeout was the time left) rather than failed."""
+        return fault is not None and fault.fault in (Fault.RETRY, Fault.FAIL) and self.late
+
+
+def _retrying(comp: RemoteComparator, kind: Any, guard: CallGuard | None = None, query: str | None = None,
+              **kw: Any) -> Any:
+    """A tenacity ``Retrying``/``AsyncRetrying`` (``kind``) with ``comp``'s retry policy; a backoff wait ends at
+    the deadline of ``query`` (``guard.time_left``), after which no attempt is sent."""
     from tenacity import retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
     backoff = wait_exponential_jitter(multiplier=comp.backoff_initial, max=comp.backoff_max,
@@ -256,7 +334,9 @@ def _retrying(comp: RemoteComparator, kind: Any, **kw: Any) -> Any:
     def wait_s(state: Any) -> float:
         failure = comp._fault(state.outcome.exception()) if state.outcome else None
         asked = failure.retry_after if failure is not None else None
-        return backoff(state) if asked is None else max(backoff(state), min(asked, comp.max_retry_after))
+        wait = backoff(state) if asked is None else max(backoff(state), min(asked, comp.max_retry_after))
+        left = None if guard is None else guard.time_left(query)
+        return wait if left is None else max(0.0, min(wait, left))
 
     def transient(error: BaseException) -> bool:
         failure = comp._fault(error)
@@ -267,10 +347,12 @@ def _retrying(comp: RemoteComparator, kind: Any, **kw: Any) -> Any:
 
 
 def _settle(comp: RemoteComparator, guard: CallGuard, retrying: Any, response: Any = None,
-            error: Exception | None = None, record: bool = True) -> Judgment | ComparatorError:
+            error: Exception | None = None, record: bool = True, retries: int | None = None
+            ) -> Judgment | ComparatorError:
     """The outcome of one call that reached the endpoint: a ``Judgment`` (answered or failed), or the
-    ``ComparatorError`` to raise (recorded, and tripped when the endpoint refuses every call)."""
-    retries = retrying.statistics.get("attempt_number", 1) - 1
+    ``ComparatorError`` to raise (recorded, and tripped when the endpoint refuses every call). ``retries``:
+    the attempts after the first (default: tenacity's count)."""
+    retries = retrying.statistics.get("attempt_number", 1) - 1 if retries is None else retries
     failure = None if error is None else comp._fault(error)
     if error is None:
         try:

@@ -28,9 +28,16 @@ from .base import RankContext, Ranker, Schedule
 
 AUTO = "auto"
 TABLE = "auto_table.json"
-#: The round cap of the online defaults (LangChain / LlamaIndex wrappers, ``activeprp rerank``): a 20-document
-#: rerank at top_n 3 and budget 50 stays within 6 rounds (~3 s at 0.5 s per call; issue 10).
-ONLINE_MAX_ROUNDS = 6
+
+
+def __getattr__(name: str) -> Any:
+    """``ONLINE_MAX_ROUNDS``: the round cap of the online preset, ``activeprp_core.settings.ONLINE.max_rounds``
+    (read from there: the settings import this module)."""
+    if name == "ONLINE_MAX_ROUNDS":
+        from ..settings import ONLINE
+
+        return ONLINE.max_rounds
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @cache
@@ -115,7 +122,7 @@ class Auto(Ranker):
         from . import get_ranker
 
         oracle = "bidirectional" if ctx.calls_per_pair > 1 else "randomized"
-        return get_ranker(choose(ctx.n, ctx.k, ctx.budget, ctx.max_rounds, AUTO, oracle)[0])
+        return get_ranker(choose(ctx.n, ctx.k, ctx.caps.calls_left, ctx.caps.rounds_left, AUTO, oracle)[0])
 
     def schedule(self, ctx: RankContext) -> Schedule:
         return (yield from self.choose(ctx).schedule(ctx))

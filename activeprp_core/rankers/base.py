@@ -18,7 +18,7 @@ from __future__ import annotations
 import random
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Generator, Iterable
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from ..budget import BudgetView
@@ -35,17 +35,16 @@ class RankContext:
     Attributes:
         n: number of candidates; k: requested top-K (``top_k``; may exceed n).
         rng: the ranker's own seeded stream (e.g. quicksort pivots).
-        budget: the call cap (None = unlimited); calls_per_pair: the oracle's cost of one comparison.
-        max_rounds: the cap on sequential rounds that send calls (None = unlimited).
-        caps: the live, read-only view of the query's caps (``BudgetView``; unlimited when made by hand).
+        calls_per_pair: the oracle's cost of one comparison (keyword-only).
+        caps: the live, read-only view of the query's caps (``BudgetView``: calls, rounds, tokens and time left;
+            unlimited when made by hand; keyword-only).
     """
 
     n: int
     k: int
     rng: random.Random = field(default_factory=lambda: random.Random(0))
-    budget: int | None = None
+    _: KW_ONLY
     calls_per_pair: int = 1
-    max_rounds: int | None = None
     caps: BudgetView = field(default_factory=BudgetView)
 
     @property

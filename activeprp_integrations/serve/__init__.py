@@ -1,9 +1,12 @@
 """``activeprp serve``: a rerank HTTP service compatible with Cohere's rerank API, backed by any comparator.
 
 Routes: ``POST /v2/rerank`` and ``/v1/rerank`` (Cohere), ``POST /rerank`` (Jina's ``documents`` or TEI's
-``texts`` shape), ``GET /health``, ``GET /metrics`` (Prometheus). Concurrent requests share one comparator
-through ``activeprp_core.stream.arerank_stream`` (``service.RerankService``). ``create_app`` builds the FastAPI
-app for mounting or tests; the command runs it under uvicorn (graceful shutdown finishes the requests in flight).
+``texts`` shape), ``GET /health`` (liveness), ``GET /ready`` (the judge is usable), ``GET /metrics``
+(Prometheus). Concurrent requests are admitted up to ``--max-active`` at once and ``--max-queue`` waiting, each
+within its time budget, on one shared judge with one circuit breaker (``service.RerankService`` over
+``activeprp_core.stream.RerankPool``); API keys, body caps and disconnects are checked by ``gate.Gate``.
+``create_app`` builds the FastAPI app for mounting or tests; the command runs it under uvicorn (graceful shutdown
+finishes the requests in flight).
 Needs the ``serve`` extra: ``pip install "activeprp[serve]"`` (fastapi, uvicorn, prometheus-client); importing
 this package does not import them, ``create_app`` and the command do.
 """
@@ -12,25 +15,63 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import inspect
+import ipaddress
 import os
+import sys
 from typing import Any
 
-from activeprp_cli.rerank import add_comparator_args, add_ranking_args, count, make_comparator
+from activeprp_cli.rerank import (
+    add_comparator_args,
+    add_settings_args,
+    count,
+    make_comparator,
+    seconds,
+    settings_from_args,
+)
 from activeprp_core.errors import InputError
-from activeprp_core.rankers.auto import ONLINE_MAX_ROUNDS
+from activeprp_core.settings import FIELDS, ONLINE, RerankSettings, takes_settings
 
 __all__ = ["add_parser", "create_app", "main"]
 
 DEFAULT_MAX_DOCUMENTS = 1000
 DEFAULT_MAX_DOCUMENT_BYTES = 32 * 1024
-DEFAULT_MAX_ACTIVE = 256
-"""Requests reranked at once by default: more than ``arerank_many``'s 64, since a request waiting for a slot waits
-for whole rounds (measured: 200 concurrent requests, 10 ms judge: 0.59 s at 256 vs 0.91 s at 64)."""
+DEFAULT_MAX_ACTIVE = 32
+"""Requests reranked at once by default: enough to keep the judge's calls in flight busy (each request's round
+holds a few calls; 8 in flight by default) and a local model's batches full, few enough that the requests that came
+first finish first (benchmarks/results/serve/)."""
+DEFAULT_MAX_QUEUE = 256
+"""Requests waiting for a slot by default; one more is refused at once with 429."""
+SERVE = RerankSettings.of(ONLINE, time_budget=30.0)
+"""The service's settings by default: the online preset (``activeprp_core.settings.ONLINE``) with 30 seconds per
+request, counted from its arrival. Each cap (``budget``, ``max_rounds``, ``token_budget``, ``time_budget``) is also
+the most a request may ask for."""
+DEFAULT_TIME_BUDGET = SERVE.time_budget
+DEFAULT_MAX_QUERY_BYTES = 8192
+"""UTF-8 bytes of a query by default (the query goes into every prompt)."""
+DEFAULT_COOL_DOWN = 5.0
+"""Seconds the judge's circuit breaker stays open before one probe call decides whether it closes."""
+DEFAULT_JUDGE_TIMEOUT = 10.0
+DEFAULT_JUDGE_RETRIES = 1
+"""The judge's per-call timeout and retries by default: a dead judge's call fails in about 21 s (two attempts and
+a backoff), inside the default time budget, so the breaker opens rather than every request running out of time."""
+AUTH_KEYS_ENV = "ACTIVEPRP_AUTH_KEYS"
+"""The environment variable holding API keys the service accepts (comma-separated), beside ``--auth-key``."""
 EXTRA_HINT = ('activeprp serve needs the serve extra: pip install "activeprp[serve]" '
               "(fastapi, uvicorn, prometheus-client)")
 
 
-def create_app(comparator: Any, **settings: Any):
+def serve_settings(func):
+    """Decorator: like ``activeprp_core.settings.takes_settings`` (``func`` takes the ``RerankSettings`` fields as
+    ``**options``, and its signature shows them), with the service's defaults (``SERVE``)."""
+    signature = inspect.signature(takes_settings(func))
+    func.__signature__ = signature.replace(parameters=[
+        p.replace(default=getattr(SERVE, p.name)) if p.name in FIELDS else p for p in signature.parameters.values()])
+    return func
+
+
+@serve_settings
+def create_app(comparator: Any, settings: RerankSettings | None = None, **options: Any):
     """``activeprp_integrations.serve.app.create_app`` (see there), imported on first use.
 
     Raises:
@@ -40,7 +81,23 @@ def create_app(comparator: Any, **settings: Any):
         from .app import create_app as create
     except ImportError as err:
         raise ImportError(f"{EXTRA_HINT}: {err}") from err
-    return create(comparator, **settings)
+    return create(comparator, settings, **options)
+
+
+def auth_keys(args: argparse.Namespace) -> list[str]:
+    """The API keys the service accepts: every ``--auth-key`` and those in ``$ACTIVEPRP_AUTH_KEYS``."""
+    from_env = os.environ.get(AUTH_KEYS_ENV, "").split(",")
+    return [k.strip() for k in [*(args.auth_key or []), *from_env] if k.strip()]
+
+
+def loopback(host: str) -> bool:
+    """Whether ``host`` is a loopback interface (127.0.0.0/8, ::1, localhost)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def add_parser(subparsers: Any) -> None:
@@ -49,17 +106,37 @@ def add_parser(subparsers: Any) -> None:
                               description=__doc__.split("\n\n")[0])
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default %(default)s)")
     p.add_argument("--port", type=count(minimum=0), default=8080, help="TCP port (default %(default)s)")
-    add_ranking_args(p, budget=50, top_k=10, max_rounds=ONLINE_MAX_ROUNDS)
+    add_settings_args(p.add_argument_group("settings of every request (each cap is also the most a request may ask "
+                                           "for in its body; --time-budget counts from a request's arrival, its "
+                                           "wait in the queue included)"), SERVE)
     add_comparator_args(p)
     g = p.add_argument_group("server limits (a request over them is refused with a 4xx)")
     g.add_argument("--max-documents", type=count(minimum=1), default=DEFAULT_MAX_DOCUMENTS,
                    help="documents per request (default %(default)s)")
     g.add_argument("--max-document-bytes", type=count(minimum=1), default=DEFAULT_MAX_DOCUMENT_BYTES,
                    help="UTF-8 bytes per document (default %(default)s)")
+    g.add_argument("--max-query-bytes", type=count(minimum=1), default=DEFAULT_MAX_QUERY_BYTES,
+                   help="UTF-8 bytes of the query (default %(default)s)")
+    g.add_argument("--max-body-bytes", type=count(minimum=1), default=None,
+                   help="bytes of a request body, refused as soon as it is passed, chunked or not (default: the "
+                        "documents at their caps with JSON escaping, at most 64 MB)")
     g.add_argument("--max-active", type=count(minimum=1), default=DEFAULT_MAX_ACTIVE,
                    help="requests reranked at once, the others queue (default %(default)s)")
+    g.add_argument("--max-queue", type=count(minimum=0), default=DEFAULT_MAX_QUEUE,
+                   help="requests waiting for a slot; one more gets 429 with Retry-After (default %(default)s)")
+    g.add_argument("--auth-key", action="append", metavar="KEY",
+                   help="an API key the rerank routes accept as 'Authorization: Bearer KEY' (repeatable; also "
+                        f"${AUTH_KEYS_ENV}, comma-separated); without any, no key is asked")
     g.add_argument("--shutdown-timeout", type=float, default=60.0,
                    help="seconds a graceful shutdown waits for requests in flight (default %(default)s)")
+    j = p.add_argument_group("the judge's failures")
+    j.add_argument("--judge-timeout", type=seconds(allow_none=False), default=DEFAULT_JUDGE_TIMEOUT,
+                   help="openai: seconds per call attempt (default %(default)s)")
+    j.add_argument("--judge-retries", type=count(minimum=0), default=DEFAULT_JUDGE_RETRIES,
+                   help="openai: retries of a call that timed out or failed transiently (default %(default)s)")
+    j.add_argument("--cool-down", type=seconds(allow_none=False), default=DEFAULT_COOL_DOWN,
+                   help="seconds the judge's circuit breaker stays open before one probe call decides whether it "
+                        "closes (default %(default)s)")
     p.set_defaults(func=main)
 
 
@@ -76,12 +153,16 @@ def main(args: argparse.Namespace) -> int:
         from .app import create_app as create
     except ImportError as err:
         raise InputError(f"{EXTRA_HINT} ({err})") from None
+    keys = auth_keys(args)
+    if not keys and not loopback(args.host):
+        print(f"warning: serving on {args.host} without an API key: anyone who can reach it spends the judge's "
+              f"budget; set --auth-key or ${AUTH_KEYS_ENV}", file=sys.stderr)
     with make_comparator(args) as comparator:
         try:
-            app = create(comparator, budget=args.budget, max_rounds=args.max_rounds, top_k=args.top_k,
-                         ranker=args.ranker, oracle=args.oracle, seed=args.seed, on_failure=args.on_failure,
-                         max_active=args.max_active, max_documents=args.max_documents,
-                         max_document_bytes=args.max_document_bytes,
+            app = create(comparator, settings_from_args(args, SERVE), max_active=args.max_active,
+                         max_queue=args.max_queue, max_documents=args.max_documents,
+                         max_document_bytes=args.max_document_bytes, max_query_bytes=args.max_query_bytes,
+                         max_body_bytes=args.max_body_bytes, auth_keys=keys, cool_down=args.cool_down,
                          secrets=[args.api_key, os.environ.get("OPENAI_API_KEY")])
         except (TypeError, ValueError) as err:
             raise InputError(str(err)) from None

@@ -1,17 +1,17 @@
 """The FastAPI app of ``activeprp serve``: Cohere's rerank API (``/v1/rerank``, ``/v2/rerank``), Jina's and TEI's
-``/rerank``, ``/health`` and Prometheus ``/metrics``, over one shared ``RerankService`` (request bodies and
-caps: ``bodies``; handlers: ``routes``).
+``/rerank``, ``/health``, ``/ready`` and Prometheus ``/metrics``, over one shared ``RerankService`` (request bodies
+and caps: ``bodies``; handlers: ``routes``; the key, body cap and disconnects: ``gate``).
 
-Error contract: a caller's mistake is a 4xx with a JSON body ``{"message": ..., "type": ...}`` (400 for a body
-that does not validate, including malformed JSON; 413 for a body, a document or a document count over the
-server's caps); a judge failure is 502
-(the endpoint refused the request, or answered nonsense) or 503 (the endpoint keeps failing) with the typed
-error's message, API keys scrubbed.
+Error contract (the body is always JSON ``{"message": ..., "type": ...}``): a caller's mistake is a 4xx (400 for a
+body that does not validate, including malformed JSON; 401 without a right key; 413 for a body, query, document
+or document count over the server's caps, and for a prompt too long for the judge's context); 429 with
+``Retry-After`` when the queue is full; a judge failure is 502 (the endpoint refused the request or the key, or a
+comparator answered the wrong shape) or 503 with ``Retry-After`` (``ComparatorUnavailable``: the endpoint keeps
+failing, the breaker is open), with the typed error's message, API keys scrubbed.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -21,11 +21,21 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from activeprp_core import RerankResult, RerankSettings
 from activeprp_core.budget import check_count
+from activeprp_core.comparators.remote import check_seconds
 
-from .._common import DEFAULT_BUDGET, DEFAULT_MAX_ROUNDS, DEFAULT_ORACLE, DEFAULT_RANKER
-from . import DEFAULT_MAX_ACTIVE, DEFAULT_MAX_DOCUMENT_BYTES, DEFAULT_MAX_DOCUMENTS
-from .bodies import Limits
-from .routes import JudgeBlock, Routes, add_error_handlers, error_response
+from . import (
+    DEFAULT_COOL_DOWN,
+    DEFAULT_MAX_ACTIVE,
+    DEFAULT_MAX_DOCUMENT_BYTES,
+    DEFAULT_MAX_DOCUMENTS,
+    DEFAULT_MAX_QUERY_BYTES,
+    DEFAULT_MAX_QUEUE,
+    SERVE,
+    serve_settings,
+)
+from .bodies import CAPPED, Limits
+from .gate import Gate
+from .routes import JudgeBlock, Routes, add_error_handlers
 from .service import RerankService
 
 RERANK_ROUTES = ("/v1/rerank", "/v2/rerank", "/rerank")
@@ -37,118 +47,113 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         kw = {"registry": self.registry, "namespace": "activeprp"}
-        self.requests = Counter("requests", "HTTP rerank requests", ["route", "status"], **kw)
-        self.calls = Counter("judge_calls", "LLM calls of the answered requests", **kw)
-        self.failed_calls = Counter("judge_failed_calls", "failed LLM calls of the answered requests", **kw)
+        self.requests = Counter("requests", "HTTP rerank requests by status (499: the client went away)",
+                                ["route", "status"], **kw)
+        self.calls = Counter("judge_calls", "LLM calls sent to the judge (every request's, and the breaker's probes)",
+                             **kw)
+        self.failed_calls = Counter("judge_failed_calls", "LLM calls that failed after their retries", **kw)
         self.tokens = Counter("judge_tokens", "tokens the judge reported for the answered requests", ["kind"], **kw)
         self.rounds = Counter("rounds", "sequential rounds of judge calls, summed over the answered requests", **kw)
         self.latency = Histogram("request_seconds", "wall time of a rerank request", ["route"], **kw,
                                  buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120))
         self.in_progress = Gauge("requests_in_progress", "rerank requests being answered", **kw)
+        self.active = Gauge("requests_active", "rerank requests being reranked (at most --max-active)", **kw)
+        self.queued = Gauge("requests_queued", "rerank requests waiting for a slot (at most --max-queue)", **kw)
+        self.breaker_open = Gauge("judge_breaker_open", "1 while the judge's circuit breaker is open", **kw)
+
+    def call(self, ok: bool | None) -> None:
+        """One call reached the judge (``ok``: answered, failed, or None: cancelled in flight)."""
+        self.calls.inc()
+        if ok is False:
+            self.failed_calls.inc()
+
+    def watch(self, service: RerankService) -> None:
+        """Read the gauges of ``service`` at each scrape."""
+        self.active.set_function(lambda: service.admission.active)
+        self.queued.set_function(lambda: service.admission.queued)
+        self.breaker_open.set_function(lambda: float(service.breaker.open))
 
     def spent(self, result: RerankResult) -> None:
-        self.calls.inc(result.calls)
-        self.failed_calls.inc(result.failed_calls)
         self.rounds.inc(result.rounds)
         self.tokens.labels("prompt").inc(result.prompt_tokens)
         self.tokens.labels("completion").inc(result.completion_tokens)
 
 
-class CapAndCount:
-    """ASGI middleware: refuses a body whose Content-Length is over ``limits.max_body_bytes`` (413) before it is
-    read, and counts the rerank routes' requests by status and their latency in ``metrics``."""
-
-    def __init__(self, app: Any, limits: Limits, metrics: Metrics) -> None:
-        self.app, self.limits, self.metrics = app, limits, metrics
-
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        route = scope.get("path") if scope["type"] == "http" else None
-        if route not in RERANK_ROUTES:
-            return await self.app(scope, receive, send)
-        started, status = time.perf_counter(), [500]
-        length = dict(scope["headers"]).get(b"content-length", b"0")
-        if not length.isdigit() or int(length) > self.limits.max_body_bytes:
-            message = f"request body over this server's cap of {self.limits.max_body_bytes} bytes"
-            await error_response(413, message, "too_large")(scope, receive, send)
-            status[0] = 413
-        else:
-            async def send_counting(message: dict) -> None:
-                if message["type"] == "http.response.start":
-                    status[0] = message["status"]
-                await send(message)
-
-            self.metrics.in_progress.inc()
-            try:
-                await self.app(scope, receive, send_counting)
-            finally:
-                self.metrics.in_progress.dec()
-        self.metrics.requests.labels(route, str(status[0])).inc()
-        self.metrics.latency.labels(route).observe(time.perf_counter() - started)
-
-
+@serve_settings
 def create_app(
     comparator: Any,
+    settings: RerankSettings | None = None,
     *,
-    budget: int | None = DEFAULT_BUDGET,
-    max_rounds: int | None = DEFAULT_MAX_ROUNDS,
-    top_k: int = 10,
-    ranker: str = DEFAULT_RANKER,
-    oracle: str = DEFAULT_ORACLE,
-    seed: int = 0,
-    on_failure: str = "raise",
-    max_concurrency: int | None = None,
     max_active: int = DEFAULT_MAX_ACTIVE,
+    max_queue: int = DEFAULT_MAX_QUEUE,
     max_documents: int = DEFAULT_MAX_DOCUMENTS,
     max_document_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES,
+    max_query_bytes: int = DEFAULT_MAX_QUERY_BYTES,
+    max_body_bytes: int | None = None,
+    auth_keys: Iterable[str] = (),
+    cool_down: float = DEFAULT_COOL_DOWN,
     secrets: Iterable[str | None] = (),
     judge_block: JudgeBlock | None = None,
+    **options: Any,
 ) -> FastAPI:
     """A FastAPI app serving Cohere-compatible reranking with ``comparator`` as the judge.
 
     Args:
         comparator: the judge shared by every request (any ``Comparator`` or object with ``compare``; an async
             ``ajudge``/``acompare`` keeps the event loop free). Not closed by the app.
-        budget, max_rounds: the default per request and the most a request may ask for in its body (None = no
-            cap); calls and sequential rounds of calls per request.
-        top_k: the reranked prefix when a request sends no ``top_n`` (else ``top_n`` is the prefix).
-        ranker, oracle, seed, on_failure: as for ``activeprp_core.rerank`` (a request may send its own ``seed``).
-        max_concurrency: the most judge calls in flight across all requests (None = the comparator's own).
-        max_active: the most requests reranked at once (the others queue).
-        max_documents, max_document_bytes: caps per request (413 over them).
-        secrets: strings (API keys) scrubbed from every error message.
+        settings, **options: the ``RerankSettings`` of every request (default: ``SERVE``, the online preset with
+            ``time_budget`` 30 s), ``options`` replacing its fields (``budget=30``, ``max_rounds=6``, ...). Each cap
+            (``budget``, ``max_rounds``, ``token_budget``, ``time_budget``) is the default of a request and the most
+            it may ask for in its body (None = no cap); ``time_budget`` counts from the request's arrival (its time
+            in the queue counts). ``top_k`` is the reranked prefix when a request sends no ``top_n``; a request may
+            send its own ``seed``. ``max_concurrency`` caps the judge calls in flight across all requests (None =
+            the comparator's own); ``max_consecutive_failures`` failed calls in a row open the judge's breaker.
+        max_active, max_queue: the most requests reranked at once, and waiting for that (beyond: 429).
+        max_documents, max_document_bytes, max_query_bytes: caps per request (413 over them).
+        max_body_bytes: the body cap (413 over it, checked as it is read); None = the documents at their caps
+            with JSON escaping, at most ``bodies.MAX_BODY_BYTES``.
+        auth_keys: when any, the rerank routes need ``Authorization: Bearer <one of them>`` (else 401).
+        cool_down: seconds the judge's breaker stays open before one probe call decides whether it closes.
+        secrets: strings (API keys) scrubbed from every error message (the ``auth_keys`` are added).
         judge_block: hook filling ``meta.activeprp.judge`` from a result (default: ``result.judge``, the
             ``JudgeStats`` of the query's answers, as a dict).
 
     Returns:
-        the app; its lifespan stops the shared rerank driver after the requests in flight have finished.
-        ``app.state.service`` is the ``RerankService``, ``app.state.metrics`` the ``Metrics``.
+        the app; its lifespan starts the breaker's probes and stops the service after the requests in flight
+        have finished. ``app.state.service`` is the ``RerankService``, ``app.state.metrics`` the ``Metrics``.
 
     Raises:
         TypeError / ValueError: bad settings (checked here, before any request).
     """
-    settings = dict(ranker=ranker, oracle=oracle, budget=budget, top_k=top_k, seed=seed, max_rounds=max_rounds,
-                    on_failure=on_failure, max_concurrency=max_concurrency)
-    RerankSettings(**settings)  # validates the settings now
-    for name, value in [("max_active", max_active), ("max_documents", max_documents),
-                        ("max_document_bytes", max_document_bytes)]:
-        check_count(value, name, minimum=1)
-    routes = Routes(RerankService(comparator, settings, max_active),
-                    Limits(max_documents, max_document_bytes, budget, max_rounds), Metrics(),
-                    [s for s in secrets if s], judge_block)
-    return _app(routes)
+    settings = RerankSettings.of(SERVE if settings is None else settings, **options)
+    for name, value, minimum in [("max_active", max_active, 1), ("max_queue", max_queue, 0),
+                                 ("max_documents", max_documents, 1), ("max_document_bytes", max_document_bytes, 1),
+                                 ("max_query_bytes", max_query_bytes, 1)]:
+        check_count(value, name, minimum=minimum)
+    check_count(max_body_bytes, "max_body_bytes", minimum=1, allow_none=True)
+    keys = [k for k in auth_keys if k]
+    metrics = Metrics()
+    service = RerankService(comparator, settings, max_active=max_active, max_queue=max_queue,
+                            cool_down=check_seconds(cool_down, "cool_down", positive=True), on_call=metrics.call)
+    metrics.watch(service)
+    limits = Limits(max_documents, max_document_bytes, {name: getattr(settings, name) for name in CAPPED},
+                    max_query_bytes, max_body_bytes)
+    return _app(Routes(service, limits, metrics, [s for s in [*secrets, *keys] if s], judge_block), keys)
 
 
-def _app(routes: Routes) -> FastAPI:
-    """The app serving ``routes``, with the error handlers and the ``CapAndCount`` middleware."""
+def _app(routes: Routes, keys: list[str]) -> FastAPI:
+    """The app serving ``routes``, with the error handlers and the ``Gate`` middleware."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        await routes.service.start()
         yield
         await routes.service.stop()
 
     app = FastAPI(title="ActivePRP rerank", lifespan=lifespan)
     app.state.service, app.state.metrics = routes.service, routes.metrics
     add_error_handlers(app)
-    app.add_middleware(CapAndCount, limits=routes.limits, metrics=routes.metrics)
+    app.add_middleware(Gate, routes=RERANK_ROUTES, keys=keys, max_body_bytes=routes.limits.max_body_bytes,
+                       metrics=routes.metrics, overloaded=routes.service.overloaded)
     routes.mount(app)
     return app

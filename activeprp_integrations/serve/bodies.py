@@ -7,6 +7,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from activeprp_cli.trecfiles import model_text
+from activeprp_core.settings import CAPS
 
 
 class _Body(BaseModel):
@@ -18,7 +19,8 @@ class TextDocument(_Body):
 
 
 class RerankRequest(_Body):
-    """A Cohere rerank request (v1 and v2), plus ActivePRP's extensions ``budget``, ``max_rounds``, ``seed``.
+    """A Cohere rerank request (v1 and v2), plus ActivePRP's extensions ``budget``, ``max_rounds``,
+    ``token_budget``, ``time_budget`` (seconds, counted from the request's arrival) and ``seed``.
 
     ``max_tokens_per_doc`` cuts each document to that many whitespace-separated words before judging.
     """
@@ -31,7 +33,9 @@ class RerankRequest(_Body):
     max_tokens_per_doc: int | None = Field(None, ge=1)
     budget: int | None = Field(None, ge=0)
     max_rounds: int | None = Field(None, ge=0)
+    token_budget: int | None = Field(None, ge=0)
     seed: int | None = None
+    time_budget: float | None = Field(None, ge=0, allow_inf_nan=False)
 
 
 class TEIRequest(_Body):
@@ -52,25 +56,35 @@ class CallerError(ValueError):
         self.status = status
 
 
+CAPPED = tuple(dict.fromkeys((*CAPS, "time_budget")))
+"""The settings a request may ask for in its body, up to the server's value: the caps."""
+MAX_BODY_BYTES = 64_000_000
+"""The most the default body cap may be (``Limits.default_body_bytes``)."""
+
+
 class Limits:
-    """The server's caps on a request: documents, bytes per document, and the most ``budget``/``max_rounds`` a
-    request may ask for (None = no cap); the defaults are the caps."""
+    """The server's caps on a request: documents, bytes per document and per query, bytes of the whole body, and
+    the most ``budget`` / ``max_rounds`` / ``time_budget`` a request may ask for (None = no cap; the server's
+    defaults are the caps)."""
 
-    def __init__(self, max_documents: int, max_document_bytes: int, budget: int | None,
-                 max_rounds: int | None) -> None:
+    def __init__(self, max_documents: int, max_document_bytes: int, caps: dict[str, Any],
+                 max_query_bytes: int | None = None, max_body_bytes: int | None = None) -> None:
         self.max_documents, self.max_document_bytes = max_documents, max_document_bytes
-        self.caps = {"budget": budget, "max_rounds": max_rounds}
+        self.max_query_bytes = max_query_bytes
+        self.max_body_bytes = max_body_bytes or self.default_body_bytes(max_documents, max_document_bytes)
+        self.caps = caps  # setting -> the server's value (None = no cap), for each of CAPPED
 
-    @property
-    def max_body_bytes(self) -> int:
-        """Bytes of a request body beyond which it is refused unread (413): the documents at their cap, JSON
-        escaping included (up to 6 bytes per byte), plus room for the rest."""
-        return 6 * self.max_documents * self.max_document_bytes + 65536
+    @staticmethod
+    def default_body_bytes(max_documents: int, max_document_bytes: int) -> int:
+        """The body cap when none is given: the documents at their caps, JSON escaping included (up to 6 bytes per
+        byte), plus room for the rest, at most ``MAX_BODY_BYTES``."""
+        return min(6 * max_documents * max_document_bytes + 65536, MAX_BODY_BYTES)
 
     def own_settings(self, request: RerankRequest) -> dict[str, Any]:
         """The request's own settings for ``RerankService.rerank``, checked against the server's caps."""
         own: dict[str, Any] = {}
-        for name, value in (("budget", request.budget), ("max_rounds", request.max_rounds)):
+        for name in self.caps:
+            value = getattr(request, name)
             if value is None:
                 continue
             cap = self.caps[name]
@@ -87,6 +101,10 @@ class Limits:
             raise CallerError("query is empty: send the question the documents are ranked for")
         if not documents:
             raise CallerError("documents is empty: send at least one document")
+        size = len(query.encode("utf-8", "surrogatepass"))
+        if self.max_query_bytes is not None and size > self.max_query_bytes:
+            raise CallerError(f"the query has {size} bytes, over this server's cap of {self.max_query_bytes} bytes: "
+                              "shorten it", 413)
         if len(documents) > self.max_documents:
             raise CallerError(f"{len(documents)} documents is over this server's cap of {self.max_documents} "
                               "per request: send fewer", 413)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -15,11 +16,11 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from activeprp_core import Candidate, ComparatorError, ComparatorUnavailable, RerankResult
+from activeprp_core import Candidate, ComparatorError, ComparatorRequestError, ComparatorUnavailable, RerankResult
 from activeprp_core.errors import scrub
 
 from .bodies import CallerError, Limits, RerankRequest, TEIRequest
-from .service import RerankService
+from .service import Overloaded, RerankService
 
 API_VERSIONS = {"v1": "1", "v2": "2"}
 SEARCH_UNIT_DOCUMENTS = 100  # Cohere bills one search unit per query and 100 documents
@@ -36,8 +37,20 @@ def response_id() -> str:
     return str(uuid.UUID(int=_IDS.getrandbits(128), version=4))
 
 
-def error_response(status: int, message: str, kind: str) -> JSONResponse:
-    return JSONResponse({"message": message, "type": kind}, status_code=status)
+def error_response(status: int, message: str, kind: str, retry_after: int | None = None) -> JSONResponse:
+    headers = None if retry_after is None else {"Retry-After": str(retry_after)}
+    return JSONResponse({"message": message, "type": kind}, status_code=status, headers=headers)
+
+
+TOO_LONG = re.compile(r"context (length|size|window)|maximum context|too long|too many tokens|token limit|exceed|"
+                      r"must be <=", re.IGNORECASE)
+"""What the endpoints' messages say when a prompt is too long for the model (vLLM, llama.cpp, OpenAI, TGI)."""
+
+
+def too_long(error: ComparatorError) -> bool:
+    """Whether the judge's endpoint rejected a prompt as too long for its context (a 400/413/422 saying so)."""
+    return isinstance(error, ComparatorRequestError) and error.status_code in (400, 413, 422) and \
+        bool(TOO_LONG.search(error.message))
 
 
 def _validation_message(exc: RequestValidationError | ValidationError) -> str:
@@ -67,8 +80,8 @@ def add_error_handlers(app: FastAPI) -> None:
 
 
 class Routes:
-    """The handlers of ``/v1/rerank``, ``/v2/rerank`` (Cohere), ``/rerank`` (Jina or TEI), ``/health`` and
-    ``/metrics`` over one ``RerankService``; ``mount`` registers them on an app."""
+    """The handlers of ``/v1/rerank``, ``/v2/rerank`` (Cohere), ``/rerank`` (Jina or TEI), ``/health``, ``/ready``
+    and ``/metrics`` over one ``RerankService``; ``mount`` registers them on an app."""
 
     def __init__(self, service: RerankService, limits: Limits, metrics: Any, secrets: list[str],
                  judge_block: JudgeBlock | None) -> None:
@@ -80,27 +93,45 @@ class Routes:
             app.post(f"/{version}/rerank", summary=f"Cohere rerank API {version}")(self.cohere(version))
         app.post("/rerank", summary="Jina (documents) or TEI (texts) rerank API")(self.rerank_jina_tei)
         app.get("/health")(self.health)
+        app.get("/ready")(self.ready)
         app.get("/metrics")(self.prometheus)
 
     async def answer(self, query: str, documents: list, top_n: int | None, max_words: int | None,
                      own: dict[str, Any], respond: Respond) -> Response:
-        """Rerank ``documents`` with the request's ``own`` settings; a judge failure is a 502/503."""
+        """Rerank ``documents`` with the request's ``own`` settings (see ``app`` for the statuses)."""
         query, texts = self.limits.texts(query, documents, max_words)
         if top_n is not None:
             own["top_k"] = top_n
         candidates = [Candidate(str(i), t) for i, t in enumerate(texts)]
         try:
             result = await self.service.rerank(query, candidates, **own)
+        except Overloaded as err:
+            return error_response(429, str(err), "overloaded", err.retry_after)
         except ComparatorError as err:
-            status = 503 if isinstance(err, ComparatorUnavailable) else 502
-            return error_response(status, scrub(f"{type(err).__name__}: {err}", self.secrets), "judge_failure")
+            return self.judge_failure(err, query, texts)
         except (TypeError, ValueError) as err:
             if getattr(err, "accounting", None) is not None:  # raised while judging: a comparator bug, not the caller's
                 raise
             raise CallerError(str(err)) from None
+        except RuntimeError as err:  # shutting down
+            return error_response(503, str(err), "unavailable", 1)
         self.metrics.spent(result)
         order = result.order if top_n is None else result.order[:top_n]
         return JSONResponse(respond(result, order, texts))
+
+    def judge_failure(self, err: ComparatorError, query: str, texts: list[str]) -> Response:
+        """A judge's failure as a response: a prompt too long for the judge's context is the caller's (413);
+        ``ComparatorUnavailable`` (the breaker) 503 with ``Retry-After``; any other 502."""
+        message = scrub(f"{type(err).__name__}: {err}", self.secrets)
+        if too_long(err):
+            longest = max(len(t.encode("utf-8", "surrogatepass")) for t in texts)
+            return error_response(413, f"the judge cannot take a prompt this long ({message}): shorten the query "
+                                       f"({len(query.encode('utf-8', 'surrogatepass'))} bytes) or the documents "
+                                       f"(the longest has {longest} bytes), e.g. with max_tokens_per_doc",
+                                  "too_long")
+        if isinstance(err, ComparatorUnavailable):
+            return error_response(503, message, "judge_failure", self.service.breaker.retry_after())
+        return error_response(502, message, "judge_failure")
 
     def meta(self, version: str, result: RerankResult, n: int) -> dict[str, Any]:
         stats = result.stats()
@@ -154,7 +185,19 @@ class Routes:
         return await self.answer(body.query, body.texts, None, None, {}, respond)
 
     async def health(self) -> dict[str, str]:
+        """Liveness: the process answers (whatever the judge's state)."""
         return {"status": "ok"}
+
+    async def ready(self) -> Response:
+        """Readiness: 200 while the judge is usable, 503 with ``Retry-After`` while its breaker is open."""
+        breaker = self.service.breaker
+        error = breaker.error
+        if error is None:
+            return JSONResponse({"status": "ready"})
+        wait = breaker.retry_after()
+        return JSONResponse({"status": "unavailable", "retry_after": wait,
+                             "message": scrub(f"the judge's circuit breaker is open: {error}", self.secrets)},
+                            status_code=503, headers={"Retry-After": str(wait)})
 
     async def prometheus(self) -> Response:
         return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)

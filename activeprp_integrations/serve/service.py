@@ -1,98 +1,203 @@
-"""``RerankService``: one long-lived ``arerank_stream`` that every HTTP request of the server feeds (no framework).
+"""``RerankService``: the requests of ``activeprp serve`` admitted, timed and reranked on one shared judge (no
+framework).
 
-Requests go into an ``asyncio.Queue``; one driver task reads them into ``activeprp_core.stream.arerank_stream``, so
-the prompts of all requests in progress share the comparator's batched calls (a local model fills its batches
-across users) and one ``CallGuard`` (one cap on calls in flight to a remote endpoint, one circuit breaker). Each
-request gets its own ``RerankResult``, equal to ``arerank`` of it alone with the same settings and seed.
-
-When the endpoint is dead (an auth error, the breaker open) the stream ends with that error: every request in
-progress fails with it, and the driver starts a fresh stream (a fresh breaker) for the requests still queued.
+- Admission: at most ``max_active`` requests are reranked at once and at most ``max_queue`` wait, first come first
+  served; a request that finds the queue full is refused at once (``Overloaded``, HTTP 429) with no judge call.
+- Deadlines: a request's time budget starts when it arrives, so its time in the queue counts; it is reranked with
+  the time left, and one whose time runs out in the queue gets its prior order with no call.
+- One judge ``Breaker`` for the whole service: while it is open a request is refused at once
+  (``ComparatorUnavailable``, HTTP 503); it probes the judge on a timer and closes when the judge answers.
+- The reranks run in one ``activeprp_core.stream.RerankPool``: each request progresses on its own, its calls wait
+  for the judge's slots oldest request first, and a batching comparator's calls merge across requests.
+- A request whose task is cancelled (the HTTP layer cancels it when the client goes) sends no further call.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+import collections
+import contextlib
+import math
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from activeprp_core import Candidate, RerankFailure, RerankResult
-from activeprp_core.stream import arerank_stream
+from activeprp_core import Candidate, ComparatorUnavailable, RerankResult, RerankSettings
+from activeprp_core.comparators.base import CallGuard, as_comparator
+from activeprp_core.stream import RerankPool
 
-_END = None  # what ``stop`` puts in the queue
+from .breaker import Breaker
+
+PROBE = ("probe: which passage mentions a probe?", Candidate("probe-a", "A passage about a probe."),
+         Candidate("probe-b", "A passage about the weather."))
+"""The breaker's probe: one judge call on this (query, first, second)."""
+
+
+class Overloaded(Exception):
+    """The queue is full: the request was refused without a judge call; retry after ``retry_after`` seconds."""
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class Admission:
+    """At most ``max_active`` requests hold a slot at once and at most ``max_queue`` wait for one, first come
+    first served (``enter`` / ``leave``)."""
+
+    def __init__(self, max_active: int, max_queue: int) -> None:
+        self.max_active, self.max_queue = max_active, max_queue
+        self.active = 0
+        self._waiting: collections.deque[asyncio.Future] = collections.deque()
+
+    @property
+    def queued(self) -> int:
+        return len(self._waiting)
+
+    def refusal(self, retry_after: Callable[[], int]) -> Overloaded | None:
+        """The ``Overloaded`` a request arriving now would get (None: it would be admitted or queued)."""
+        if self.active < self.max_active or len(self._waiting) < self.max_queue:
+            return None
+        return Overloaded(f"{self.active} requests are being reranked and {len(self._waiting)} are waiting, this "
+                          "server's caps (--max-active, --max-queue): retry later", retry_after())
+
+    async def enter(self, timeout: float | None, retry_after: Callable[[], int]) -> bool:
+        """Take a slot, waiting in the queue at most ``timeout`` seconds (None = as long as it takes); False
+        when the time ran out in the queue (no slot held).
+
+        Raises:
+            Overloaded: the queue is full.
+        """
+        if self.active < self.max_active and not self._waiting:
+            self.active += 1
+            return True
+        refusal = self.refusal(retry_after)
+        if refusal is not None:
+            raise refusal
+        future = asyncio.get_running_loop().create_future()
+        self._waiting.append(future)
+        try:
+            await asyncio.wait_for(asyncio.shield(future), timeout)
+            return True
+        except (asyncio.TimeoutError, asyncio.CancelledError) as stop:
+            if future.done() and not future.cancelled():  # the slot was handed over meanwhile
+                if isinstance(stop, asyncio.TimeoutError):
+                    return True
+                self.leave()
+            else:
+                future.cancel()
+                with contextlib.suppress(ValueError):
+                    self._waiting.remove(future)
+            if isinstance(stop, asyncio.CancelledError):
+                raise
+            return False
+
+    def leave(self) -> None:
+        """Give the slot back: to the first request waiting, if any."""
+        while self._waiting:
+            future = self._waiting.popleft()
+            if not future.done():
+                future.set_result(None)
+                return
+        self.active -= 1
 
 
 class RerankService:
-    """Reranks the requests of many concurrent callers through one shared ``arerank_stream``.
+    """Reranks the requests of many concurrent callers on one judge (see the module docstring).
 
     Args:
         comparator: the judge (any ``Comparator`` / object with ``compare``); not closed here.
-        settings: ``arerank_stream`` keyword arguments shared by every request (ranker, oracle, budget, top_k,
-            seed, max_rounds, on_failure, max_concurrency, max_consecutive_failures).
-        max_active: the most requests reranked at once (the others wait in the queue).
+        settings: the ``RerankSettings`` of every request; its ``time_budget`` counts from a request's arrival (its
+            time in the queue counts), its ``max_concurrency`` (else the comparator's) caps the calls in flight
+            across requests, its ``max_consecutive_failures`` opens the breaker.
+        max_active, max_queue: requests reranked at once, requests waiting (ints >= 1 and >= 0).
+        cool_down: seconds the breaker stays open before a probe (> 0).
+        on_call: called with ``ok`` for every call that reached the judge (``Breaker``), for metrics.
 
-    Use ``await rerank(...)`` from coroutines of one event loop; ``await stop()`` once at shutdown.
+    Use ``await rerank(...)`` from coroutines of one event loop; ``await start()`` at start-up (else the first
+    request starts the probes) and ``await stop()`` once at shutdown.
     """
 
-    def __init__(self, comparator: Any, settings: dict[str, Any], max_active: int) -> None:
-        self.comparator, self.settings, self.max_active = comparator, dict(settings), max_active
-        self._queue: asyncio.Queue | None = None
-        self._driver: asyncio.Task | None = None
+    def __init__(self, comparator: Any, settings: RerankSettings, *, max_active: int, max_queue: int,
+                 cool_down: float = 5.0, on_call: Callable[[bool | None], None] | None = None) -> None:
+        judge = as_comparator(comparator)
+        cap = settings.max_concurrency if settings.max_concurrency is not None else judge.max_concurrency
+        self.breaker = Breaker(cap, settings.max_consecutive_failures, cool_down, self._probe, on_call)
+        self.pool = RerankPool(judge, settings, self.breaker)
+        self.admission = Admission(max_active, max_queue)
+        self.mean_active_s = 1.0  # running mean of the seconds a request holds its slot (for Retry-After)
+        self._watch: asyncio.Task | None = None
         self._stopping = False
 
+    @property
+    def settings(self) -> RerankSettings:
+        return self.pool.settings
+
+    async def start(self) -> None:
+        """Start the breaker's probes (``Breaker.watch``) on the running loop, and open the comparator's client
+        for it with an empty batch (no call is sent): an endpoint comparator imports its client library on first
+        use, which would otherwise hold the event loop (~0.5 s for ``openai``) while the first requests arrive."""
+        if self._watch is None:
+            self._watch = asyncio.get_running_loop().create_task(self.breaker.watch())
+            with contextlib.suppress(Exception):  # a warm-up only: the first request meets any real error
+                await self.pool.judge.ajudge_batch([], guard=CallGuard(1, None))
+
     async def rerank(self, query: str, candidates: Sequence[Candidate], **own: Any) -> RerankResult:
-        """Rerank one request (``own``: its settings among ``activeprp_core.many.PER_REQUEST``).
+        """Rerank one request (``own``: its settings among ``activeprp_core.settings.PER_REQUEST``); its
+        ``time_budget`` (default: the service's) counts from now, the wait in the queue included (no call once it
+        has run out in the queue).
 
         Raises:
-            the request's own failure (a ``TypeError``/``ValueError`` for bad settings, a ``ComparatorError``),
-            or the error that stopped every request in progress (a dead endpoint). ``RuntimeError`` after ``stop``.
+            Overloaded: the queue is full. ComparatorUnavailable: the breaker is open (or opened during the
+            request). TypeError / ValueError: bad settings. Another ``ComparatorError`` as ``arerank`` raises it.
+            RuntimeError: after ``stop``.
         """
         if self._stopping:
             raise RuntimeError("the rerank service is shutting down")
-        if self._driver is None:
-            self._queue = asyncio.Queue()
-            self._driver = asyncio.get_running_loop().create_task(self._drive())
-        future: asyncio.Future = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait(((query, candidates, own), future))
-        return await future
+        await self.start()
+        loop = asyncio.get_running_loop()
+        arrived = loop.time()
+        seconds = own.pop("time_budget", self.settings.time_budget)
+        deadline = None if seconds is None else arrived + seconds
+        own["time_budget"] = seconds  # counted from the arrival (``started``): the wait in the queue counts
+        self._refuse_while_open()
+        if not await self.admission.enter(None if deadline is None else deadline - arrived, self.retry_after):
+            return await self.pool.rerank(query, candidates, own, started=arrived)  # its time ran out: no call
+        started = loop.time()
+        try:
+            self._refuse_while_open()
+            return await self.pool.rerank(query, candidates, own, started=arrived)
+        finally:
+            self.admission.leave()
+            self.mean_active_s += 0.1 * (loop.time() - started - self.mean_active_s)
+
+    def overloaded(self) -> Overloaded | None:
+        """The ``Overloaded`` a request arriving now would get (None: there is room)."""
+        return self.admission.refusal(self.retry_after)
+
+    def retry_after(self) -> int:
+        """Whole seconds after which a refused request may find room: about the time for the queue ahead of it
+        to move up (at least 1)."""
+        waves = (self.admission.queued + 1) / self.admission.max_active
+        return max(1, math.ceil(self.mean_active_s * waves))
+
+    def _refuse_while_open(self) -> None:
+        error = self.breaker.error
+        if error is not None and self.settings.on_failure == "raise":
+            raise ComparatorUnavailable(f"the judge is unavailable, no call sent (circuit breaker open: "
+                                        f"{error}); it is probed again in {self.breaker.retry_after()} s")
+
+    async def _probe(self) -> bool:
+        query, first, second = PROBE
+        call = self.pool.judge.ajudge(query, [(first, second)], guard=CallGuard(1, None))
+        answers = await asyncio.wait_for(call, max(self.breaker.cool_down, 10.0))
+        return answers[0].prob is not None
 
     async def stop(self) -> None:
-        """Let the requests already accepted finish, then end the driver."""
+        """Refuse new requests, stop the probes and the pool (the requests in flight are the server's to let
+        finish first)."""
         self._stopping = True
-        if self._driver is not None:
-            self._queue.put_nowait(_END)
-            await self._driver
-
-    async def _drive(self) -> None:
-        while True:
-            waiting: dict[int, asyncio.Future] = {}
-            try:
-                async for index, item in arerank_stream(self._requests(waiting), comparator=self.comparator,
-                                                        max_active=self.max_active, **self.settings):
-                    future = waiting.pop(index)
-                    if future.done():  # its caller went away
-                        continue
-                    if isinstance(item, RerankFailure):
-                        future.set_exception(item.error)
-                    else:
-                        future.set_result(item)
-                return  # the input ended: stop() was called
-            except Exception as error:  # the endpoint is dead: fail what is in progress, start afresh
-                for future in waiting.values():
-                    if not future.done():
-                        future.set_exception(error)
-                if self._stopping and self._queue.empty():
-                    return
-
-    async def _requests(self, waiting: dict[int, asyncio.Future]) -> AsyncIterator[tuple]:
-        index = 0
-        while True:
-            entry = await self._queue.get()
-            if entry is _END:
-                return
-            request, future = entry
-            if future.done():  # cancelled before it started
-                continue
-            waiting[index] = future
-            index += 1
-            yield request
-
+        if self._watch is not None:
+            self._watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watch
+        await self.pool.aclose()

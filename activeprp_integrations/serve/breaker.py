@@ -1,0 +1,104 @@
+"""``Breaker``: the judge's circuit breaker for a whole service, which closes again (no framework)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import time
+from collections.abc import Awaitable, Callable
+
+from activeprp_core.comparators.base import CallGuard
+from activeprp_core.errors import ComparatorError
+
+
+class Breaker(CallGuard):
+    """The ``CallGuard`` every request of a service shares: the cap on calls in flight, and one circuit breaker
+    that opens for all requests and closes again.
+
+    It opens when ``threshold`` calls in a row fail (after their retries) or on an error that refuses every call
+    (``trip``, e.g. a 401). While it is open ``check`` raises (no call is sent) and ``retry_after()`` says when
+    the next probe decides. ``watch()`` (a task the service runs) probes ``cool_down`` seconds after it opened:
+    one call through ``probe`` (True when the judge answered); the breaker closes on success, else waits another
+    ``cool_down``. So it recovers on a timer, with no request traffic.
+
+    Args:
+        max_concurrency: the most calls in flight across requests (None = no cap).
+        threshold: failed calls in a row that open it (int >= 1; None = only ``trip`` opens it).
+        cool_down: seconds between opening (or a failed probe) and the next probe (> 0).
+        probe: an async callable making one judge call; returns whether it was answered (raising = not).
+        on_call: called with ``ok`` (True, False, or None for a call cancelled in flight) for every call that
+            reached the judge, probes included (for metrics).
+    """
+
+    def __init__(self, max_concurrency: int | None, threshold: int | None, cool_down: float,
+                 probe: Callable[[], Awaitable[bool]], on_call: Callable[[bool | None], None] | None = None) -> None:
+        super().__init__(max_concurrency, threshold)
+        self.cool_down, self.probe, self.on_call = cool_down, probe, on_call
+        self.opened_at: float | None = None
+        self.probes = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._opened: asyncio.Event | None = None
+
+    @property
+    def open(self) -> bool:
+        return self.error is not None
+
+    def record(self, ok: bool | None, reason: str | None = None) -> None:
+        super().record(ok, reason)
+        if self.on_call is not None:
+            self.on_call(ok)
+        self._noticed()
+
+    def trip(self, error: ComparatorError) -> None:
+        super().trip(error)
+        self._noticed()
+
+    def retry_after(self) -> int:
+        """Whole seconds until the next probe decides (at least 1)."""
+        opened = self.opened_at
+        wait = self.cool_down if opened is None else opened + self.cool_down - time.monotonic()
+        return max(1, math.ceil(wait))
+
+    def close(self) -> None:
+        """Close the breaker: calls go out again (the count of failures in a row starts afresh)."""
+        with self._lock:
+            self._error, self._failures, self.opened_at = None, 0, None
+
+    def _noticed(self) -> None:
+        """Start the cool-down when the breaker has just opened, and wake ``watch``."""
+        if self._error is None or self.opened_at is not None:
+            return
+        with self._lock:
+            if self.opened_at is not None:
+                return
+            self.opened_at = time.monotonic()
+        if self._loop is not None and self._opened is not None:
+            self._loop.call_soon_threadsafe(self._opened.set)
+
+    async def watch(self) -> None:
+        """Probe while the breaker is open, every ``cool_down`` seconds, until one call is answered; runs until
+        cancelled."""
+        self._loop, self._opened = asyncio.get_running_loop(), asyncio.Event()
+        self._noticed()
+        if self.open:
+            self._opened.set()
+        while True:
+            await self._opened.wait()
+            self._opened.clear()
+            while self.open:
+                opened = self.opened_at or time.monotonic()  # None only for a moment, while another thread opens it
+                await asyncio.sleep(max(0.0, opened + self.cool_down - time.monotonic()))
+                if await self._probe_once():
+                    self.close()
+                else:
+                    self.opened_at = time.monotonic()
+
+    async def _probe_once(self) -> bool:
+        self.probes += 1
+        ok = False
+        with contextlib.suppress(Exception):
+            ok = bool(await self.probe())
+        if self.on_call is not None:
+            self.on_call(ok)
+        return ok

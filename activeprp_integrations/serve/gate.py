@@ -1,0 +1,139 @@
+"""``Gate``: the ASGI middleware in front of the rerank routes of ``activeprp serve`` (the key, the body cap, the
+client's disconnect, the metrics)."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+CLIENT_GONE = 499
+"""The status the metrics count for a request whose client went away before its answer (nginx's code)."""
+
+
+async def send_error(send: Any, status: int, message: str, kind: str, headers: Iterable[tuple[str, str]] = ()) -> None:
+    """Send a whole JSON error response ``{"message", "type"}`` through ASGI ``send``."""
+    body = json.dumps({"message": message, "type": kind}).encode()
+    head = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+            *((k.encode("latin-1"), v.encode("latin-1")) for k, v in headers)]
+    await send({"type": "http.response.start", "status": status, "headers": head})
+    await send({"type": "http.response.body", "body": body})
+
+
+class Gate:
+    """ASGI middleware for the routes in ``routes`` (others pass through):
+
+    1. the key: with ``keys``, a request without ``Authorization: Bearer <one of them>`` gets 401 (compared
+       with ``hmac.compare_digest``, every key tried);
+    2. the queue: when ``overloaded()`` returns an ``Overloaded`` (the service's queue is full), 429 with
+       ``Retry-After`` before the body is read;
+    3. the body cap: a body whose ``Content-Length`` or whose bytes read so far (chunked or not) pass
+       ``max_body_bytes`` gets 413 at once; at most the cap is held in memory;
+    4. the disconnect: once the body is read, a client that goes away cancels the handler (so its rerank sends
+       no further call) and is counted with status 499;
+    5. ``metrics``: requests by route and status, their latency and how many are in progress.
+    """
+
+    def __init__(self, app: Any, *, routes: Iterable[str], keys: Iterable[str], max_body_bytes: int,
+                 metrics: Any, overloaded: Callable[[], Any]) -> None:
+        self.app, self.routes, self.max_body_bytes, self.metrics = app, frozenset(routes), max_body_bytes, metrics
+        self.keys, self.overloaded = [k.encode() for k in keys], overloaded
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        route = scope.get("path") if scope["type"] == "http" else None
+        if route not in self.routes:
+            return await self.app(scope, receive, send)
+        started, status = time.perf_counter(), [CLIENT_GONE]
+
+        async def send_counting(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        self.metrics.in_progress.inc()
+        try:
+            await self._serve(scope, receive, send_counting)
+        except Exception:
+            status[0] = 500  # the server's error handler answers it
+            raise
+        finally:
+            self.metrics.in_progress.dec()
+            self.metrics.requests.labels(route, str(status[0])).inc()
+            self.metrics.latency.labels(route).observe(time.perf_counter() - started)
+
+    def authorized(self, headers: list[tuple[bytes, bytes]]) -> bool:
+        if not self.keys:
+            return True
+        given = next((v for k, v in headers if k.lower() == b"authorization"), b"")
+        scheme, _, token = given.partition(b" ")
+        ok = False
+        for key in self.keys:  # every key compared: the time does not say which one nearly matched
+            ok |= hmac.compare_digest(token.strip(), key)
+        return ok and scheme.lower() == b"bearer"
+
+    async def _serve(self, scope: dict, receive: Any, send: Any) -> None:
+        headers = scope["headers"]
+        if not self.authorized(headers):
+            return await send_error(send, 401, "missing or wrong API key: send the header 'Authorization: Bearer "
+                                    "<key>' with a key this server was started with", "unauthorized",
+                                    [("www-authenticate", "Bearer")])
+        refusal = self.overloaded()
+        if refusal is not None:
+            return await send_error(send, 429, str(refusal), "overloaded", [("retry-after", str(refusal.retry_after))])
+        length = next((v for k, v in headers if k.lower() == b"content-length"), None)
+        if length is not None and (not length.isdigit() or int(length) > self.max_body_bytes):
+            return await self._too_large(send)
+        body = bytearray()
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            body += message.get("body", b"")
+            if len(body) > self.max_body_bytes:
+                return await self._too_large(send)
+            if not message.get("more_body", False):
+                break
+        await self._run(scope, bytes(body), receive, send)
+
+    async def _too_large(self, send: Any) -> None:
+        await send_error(send, 413, f"request body over this server's cap of {self.max_body_bytes} bytes: send "
+                                    "fewer or shorter documents", "too_large")
+
+    async def _run(self, scope: dict, body: bytes, receive: Any, send: Any) -> None:
+        """Run the app on ``body``; cancel it when the client goes away before the response starts."""
+        gone = asyncio.get_running_loop().create_future()
+        replayed, responding = [False], [False]
+
+        async def replay() -> dict:
+            if not replayed[0]:
+                replayed[0] = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await asyncio.shield(gone)
+
+        async def send_tracking(message: dict) -> None:
+            responding[0] = True
+            await send(message)
+
+        async def watch() -> None:
+            while True:  # after the body, the server's receive() returns only when the client has gone
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    gone.set_result(message)
+                    return
+
+        app = asyncio.ensure_future(self.app(scope, replay, send_tracking))
+        watcher = asyncio.ensure_future(watch())
+        try:
+            await asyncio.wait({app, watcher}, return_when=asyncio.FIRST_COMPLETED)
+            if not app.done() and not responding[0]:
+                app.cancel()  # the client has gone: its rerank stops here
+            await asyncio.wait({app})
+            if not app.cancelled():
+                app.result()  # the app's own error, if any, goes on to the server
+        finally:
+            for task in (app, watcher):
+                task.cancel()
+            await asyncio.gather(app, watcher, return_exceptions=True)
