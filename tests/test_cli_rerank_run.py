@@ -20,6 +20,7 @@ RUN, TOPICS, QRELS = (DL19 / "trec_results_dl19_top100.bm25.txt", DL19 / "topics
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> Path:
     """A BEIR-style corpus JSONL made from the passages of DL19's BM25 hits (4297 distinct docids)."""
+    pytest.importorskip("ir_measures", reason='pip install "activeprp[eval]"')  # the tests pass --qrels
     path = tmp_path_factory.mktemp("dl19") / "corpus.jsonl"
     seen: set[str] = set()
     with path.open("w", encoding="utf-8") as f:
