@@ -1,7 +1,7 @@
 """``activeprp bench``: the benchmark harness (grid, calibration, overhead) on local test collections.
 
-``--data DIR`` names the directory that holds the collections (the layout each loader reads is in README.md,
-"Benchmarks"); nothing is read from a default path. Examples (from the repository root, data in
+``--data DIR`` names the directory that holds the collections (the layout each loader reads is in
+docs/benchmarks.md); nothing is read from a default path. Examples (from the repository root, data in
 ``../shared/data``)::
 
     activeprp bench grid --data ../shared/data --out benchmarks/results/sim_dl1920     # the paper's Table 1 grid

@@ -16,11 +16,11 @@ import argparse
 import importlib
 import re
 import sys
-from importlib.metadata import entry_points
+from importlib.metadata import PackageNotFoundError, entry_points, version
 
 from activeprp_core.errors import InputError
 
-__all__ = ["InputError", "build_parser", "fail", "main", "printable"]
+__all__ = ["InputError", "build_parser", "fail", "main", "package_version", "printable"]
 
 SUBCOMMANDS = ("rerank", "rerank_run", "demo")  # module names (rerank_run registers rerank-run)
 COMMAND_GROUP = "activeprp.commands"
@@ -44,9 +44,19 @@ def fail(message: str, code: int) -> int:
     return code
 
 
+def package_version() -> str:
+    """The installed ``activeprp`` distribution's version; ``unknown`` when run from a source tree that is not
+    installed."""
+    try:
+        return version("activeprp")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The ``activeprp`` parser: the core's commands, plus the plugins' unless ``command`` is a core one."""
     parser = argparse.ArgumentParser(prog="activeprp", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     subparsers = parser.add_subparsers(dest="command", required=True)
     core = command in {n.replace("_", "-") for n in SUBCOMMANDS}
     plugins = set() if core else {ep.value for ep in entry_points(group=COMMAND_GROUP)}

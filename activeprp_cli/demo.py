@@ -4,17 +4,24 @@ bundled model and print NDCG@10 of the BM25 order vs the reranked order, calls, 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import time
+from collections.abc import Iterator
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from activeprp_core.types import Candidate
 
 from .metrics import ndcg_at_k, ranking_to_run
-from .rerank import add_comparator_args, add_ranking_args, make_comparator, run_rerank
+from .rerank import add_comparator_args, add_ranking_args, count, make_comparator, run_rerank
 
 DATA = "dl19_demo.jsonl"  # 10 queries x 30 BM25 hits + qrels; see activeprp_cli/data/SOURCE.md
+THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # set by the user: torch reads them, the demo leaves it be
+LOCAL = ("bundled", "hf")  # the comparators that run torch in this process
+PROC_LOADAVG = Path("/proc/loadavg")
 
 
 def load_demo_queries() -> list[dict[str, Any]]:
@@ -23,31 +30,100 @@ def load_demo_queries() -> list[dict[str, Any]]:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
+def current_load() -> float:
+    """The processes competing for the cores: the larger of the 1-minute load average and the number running right
+    now less this one (``/proc/loadavg``, Linux; the average lags a minute behind jobs that just started); 0 where
+    the OS reports neither."""
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):  # Windows, or no load figure
+        load = 0.0
+    try:
+        running = int(PROC_LOADAVG.read_text().split()[3].split("/")[0]) - 1
+    except (OSError, IndexError, ValueError):
+        running = 0
+    return max(load, float(running))
+
+
+def free_cores() -> tuple[int, int, float]:
+    """``(free, usable, load)``: the cores this process may run on (``os.sched_getaffinity``, else
+    ``os.cpu_count``), ``current_load()``, and the usable cores that load (rounded) leaves, at least 1 and at most
+    ``usable``. torch's default (one thread per core) makes its threads wait on each other when other processes
+    hold the cores (measured in docs/benchmarks.md, the demo)."""
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        usable = os.cpu_count() or 1
+    load = current_load()
+    return max(1, min(usable, usable - round(load))), usable, load
+
+
+@contextlib.contextmanager
+def torch_threads(args: argparse.Namespace) -> Iterator[str]:
+    """Set torch's CPU threads for a local comparator for the ``with`` block (restored afterwards) and yield
+    a line saying how many and why: ``--threads`` if given; left to torch when the user set ``OMP_NUM_THREADS``
+    or ``MKL_NUM_THREADS``; otherwise ``free_cores()``. Without torch (or for a remote comparator) nothing
+    is set (the comparator's own error names the missing extra)."""
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if args.comparator not in LOCAL or torch is None:
+        yield ""
+        return
+    free, usable, load = free_cores()
+    user = [name for name in THREAD_ENV if os.environ.get(name)]
+    if args.threads is None and user:
+        yield f"torch threads: {torch.get_num_threads()} (from {user[0]}={os.environ[user[0]]})"
+        return
+    threads = args.threads or free
+    why = "--threads" if args.threads else f"{usable} usable cores, load average {load:.1f}; --threads N to change"
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield f"torch threads: {threads} ({why})"
+    finally:
+        torch.set_num_threads(previous)
+
+
 def add_parser(subparsers: Any) -> None:
-    """Register ``activeprp demo`` (defaults sized to finish in a few minutes on a 2-core CPU)."""
+    """Register ``activeprp demo`` (defaults sized to finish in under a minute on a busy 2-core CPU)."""
     p = subparsers.add_parser("demo", help="rerank bundled TREC DL19 queries with the bundled model; print NDCG@10",
                               description=__doc__)
-    p.add_argument("--queries", type=int, default=5, help="number of bundled queries (at most 10)")
-    p.add_argument("--candidates", type=int, default=16, help="BM25 top candidates per query (at most 30)")
+    p.add_argument("--queries", type=count(minimum=1), default=4, help="number of bundled queries (at most 10)")
+    p.add_argument("--candidates", type=count(minimum=1), default=16,
+                   help="BM25 top candidates per query (at most 30)")
     add_ranking_args(p, budget=40, top_k=10, ranker="mohajer", oracle="randomized")
     add_comparator_args(p)
     p.set_defaults(func=main, passage_tokens=64)
+    p.add_argument("--threads", type=count(minimum=1), default=None,
+                   help="torch CPU threads for bundled/hf (default: the usable cores less the load (the 1-minute "
+                        "average or the processes running now, the larger), at least 1; left to torch when "
+                        "OMP_NUM_THREADS or MKL_NUM_THREADS is set)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
 def main(args: argparse.Namespace) -> int:
-    """Handler of ``activeprp demo``: one row per query, then the mean NDCG@10 before and after."""
+    """Handler of ``activeprp demo``: the settings, each query's row as it finishes (above a progress bar), then
+    the mean NDCG@10 before and after."""
     from tqdm import tqdm
 
     rows = load_demo_queries()[: args.queries]
     print(f"activeprp demo: {len(rows)} TREC DL 2019 queries x {args.candidates} BM25 candidates, "
           f"passages cut to {args.passage_tokens} tokens, ranker={args.ranker} oracle={args.oracle} "
           f"budget={args.budget} calls/query, top_k={args.top_k}, comparator={args.comparator}"
-          f"{'' if args.comparator != 'bundled' else ' (SmolLM2-135M-Instruct)'}")
+          f"{'' if args.comparator != 'bundled' else ' (SmolLM2-135M-Instruct)'}", flush=True)
     started = time.perf_counter()
     table, before, after = [], {}, {}
-    with make_comparator(args) as comparator:  # closed (clients, files) however the loop ends
-        print(f"{comparator!r} ready in {time.perf_counter() - started:.1f} s")
+    with torch_threads(args) as threads, contextlib.ExitStack() as stack:
+        if args.comparator == "bundled":
+            print("loading the bundled model (its first use converts the GGUF once: ~20 s, longer on busy cores)")
+        if threads:
+            print(threads)
+        comparator = stack.enter_context(make_comparator(args))  # closed however the loop ends
+        print(f"{comparator!r} ready in {time.perf_counter() - started:.1f} s\n")
+        print(f"{'qid':>8}  {'query':<40} {'BM25':>6} {'rerank':>6} {'calls':>5} {'rounds':>6} {'time_s':>6}",
+              flush=True)
         bar = tqdm(rows, desc="queries", unit="q", disable=args.no_progress)
         for row in bar:
             qid, qrels = row["qid"], {row["qid"]: row["qrels"]}
@@ -55,16 +131,13 @@ def main(args: argparse.Namespace) -> int:
             result = run_rerank(row["query"], candidates, comparator, args)
             before[qid] = ndcg_at_k(qrels, {qid: ranking_to_run([c.id for c in candidates])})[qid]
             after[qid] = ndcg_at_k(qrels, {qid: ranking_to_run([c.id for c in result.ranked])})[qid]
-            table.append((qid, row["query"], result))
-            bar.set_postfix(ndcg_before=f"{before[qid]:.3f}", ndcg_after=f"{after[qid]:.3f}")
+            table.append(result)
+            bar.write(f"{qid:>8}  {row['query'][:40]:<40} {before[qid]:>6.3f} {after[qid]:>6.3f} {result.calls:>5} "
+                      f"{result.rounds:>6} {result.wall_time_s:>6.1f}")
         bar.close()
-    print(f"\n{'qid':>8}  {'query':<40} {'BM25':>6} {'rerank':>6} {'calls':>5} {'rounds':>6} {'time_s':>6}")
-    for qid, query, r in table:
-        print(f"{qid:>8}  {query[:40]:<40} {before[qid]:>6.3f} {after[qid]:>6.3f} {r.calls:>5} {r.rounds:>6} "
-              f"{r.wall_time_s:>6.1f}")
     n = max(len(table), 1)
-    calls, rounds = sum(r.calls for *_, r in table), sum(r.rounds for *_, r in table)
-    failed = sum(r.failed_calls for *_, r in table)
+    calls, rounds = sum(r.calls for r in table), sum(r.rounds for r in table)
+    failed = sum(r.failed_calls for r in table)
     print(f"\nmean NDCG@10: BM25 {sum(before.values()) / n:.4f} -> reranked {sum(after.values()) / n:.4f}  "
           f"({len(table)} queries; calls {calls}, rounds {rounds}, failed calls {failed}, "
           f"total time {time.perf_counter() - started:.1f} s)")

@@ -120,7 +120,7 @@ def settings_from_args(args: argparse.Namespace, defaults: RerankSettings | None
                                                      if hasattr(args, name)}})
 
 
-ranking_settings = settings_from_args  # its name before the settings were derived
+ranking_settings = settings_from_args  # another name of it, kept for the callers that use it
 
 
 def run_rerank(query: str, candidates: list[Candidate], comparator: Any, args: argparse.Namespace) -> RerankResult:
@@ -217,8 +217,8 @@ def add_settings_args(p: argparse.ArgumentParser | argparse._ArgumentGroup, defa
 
 def add_ranking_args(p: argparse.ArgumentParser, budget: int | None, top_k: int,
                      max_rounds: int | None = None, ranker: str = AUTO, oracle: str = AUTO) -> None:
-    """``add_settings_args`` with these defaults over the ``RerankSettings`` defaults (its form before the settings
-    were derived; ``auto`` chooses from measured data, ``activeprp_core.rankers.auto``)."""
+    """``add_settings_args`` with these defaults over the ``RerankSettings`` defaults (the form ``activeprp demo``
+    calls; ``auto`` chooses from measured data, ``activeprp_core.rankers.auto``)."""
     add_settings_args(p, {"budget": budget, "top_k": top_k, "max_rounds": max_rounds, "ranker": ranker,
                           "oracle": oracle})
 

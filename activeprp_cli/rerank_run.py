@@ -308,7 +308,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         lines = write_run(args.out, written.ranked_lists(requests, outcomes, args.on_failure), tag=args.tag)
     finally:
-        if comparator is not None:  # comparators holding a client or a file (issue 11)
+        if comparator is not None:  # comparators holding a client or a file
             comparator.close()
     calls = written.calls
     print(f"wrote {lines} lines ({len(written.reranked)} queries) to {args.out} in "

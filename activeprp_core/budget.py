@@ -128,6 +128,7 @@ class Deadline:
 
     @property
     def spent(self) -> float:
+        """Seconds since the start."""
         return self.clock() - self.started
 
     @property
@@ -140,13 +141,14 @@ class Deadline:
         return self.limit is None or self.spent < self.limit
 
     def take(self, n: int) -> bool:
+        """Whether time is left (nothing is reserved)."""
         return self.fits()
 
     def refund(self, n: float) -> None:
-        pass
+        """Nothing to give back: time is not reserved."""
 
     def settle(self, reserved: float, used: float) -> None:
-        pass
+        """Nothing to reconcile: time is not reserved."""
 
     def __repr__(self) -> str:
         return f"Deadline({self.name}: {self.spent:.3f}/{self.limit} s)"
@@ -234,11 +236,13 @@ class Caps:
         return None
 
     def take(self, costs: Sequence[dict[str, int]]) -> None:
+        """Reserve prompts ``costs`` in their caps (``refusal`` said they fit)."""
         for cost in costs:
             for name, n in cost.items():
                 self.caps[name].spent += n  # refusal() said it fits
 
     def take_round(self) -> None:
+        """Reserve one round in the round caps (a batch that sends calls)."""
         for cap in self._rounds:
             cap.spent += 1
 
@@ -293,22 +297,27 @@ class BudgetView:
 
     @property
     def calls_left(self) -> int | None:
+        """LLM calls the ``budget`` cap still allows (None = no cap)."""
         return self.left("budget")
 
     @property
     def rounds_left(self) -> int | None:
+        """Sequential rounds the query can still send (None = no limit; see the class docstring)."""
         return self.left("max_rounds") if self._rounds_left is None else self._rounds_left()
 
     @property
     def tokens_left(self) -> int | None:
+        """Prompt + completion tokens the ``token_budget`` cap still allows (None = no cap)."""
         return self.left("token_budget")
 
     @property
     def time_left(self) -> float | None:
+        """Seconds until the ``time_budget`` deadline (None = no cap; 0 once past)."""
         return self.left("time_budget")
 
     @property
     def exhausted(self) -> bool:
+        """Whether a cap has refused a question or a failure stopped the calls."""
         return self._exhausted()
 
     def affordable(self, pairs: Sequence[tuple[int, int]]) -> int:

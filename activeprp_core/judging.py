@@ -1,22 +1,16 @@
 """What the judge's own answers say about it: ``JudgeStats`` (diagnostics on every ``RerankResult``), the running
-``JudgeTally`` behind them, and the confidence gate that turns low-confidence answers into ties.
+``JudgeTally`` behind them, the confidence gate that turns low-confidence answers into ties, and the record of round
+latencies (``RoundLatency``) that plans the rounds fitting a ``time_budget``.
 
-The confidence gate (issue 17). A comparator answers P(first slot preferred) = p; its confidence is |p - 0.5|.
-Hard answers (0 or 1) have confidence 0.5 and always count as clear. A soft answer (0 < p < 1) whose confidence
-is below the *margin* is read as a tie (outcome 0.5, resolved by prior rank as every tie), one above it as a
-whole win (see ``gate``); two consistent answers of a bidirectional pair are gated on their mean confidence. The
-margin is the ``GATE_QUANTILE`` quantile of the confidences of the soft answers this judge gave so far (in this
-rerank, or across the queries of one ``rerank_many``), so about that share of a soft judge's answers become ties
-whatever its temperature; before ``MIN_ANSWERS`` soft answers it is 0 and nothing is gated.
-
-Evidence for ``GATE_QUANTILE`` = 0.3 (``benchmarks/confidence_gate.py``; results, commands and the per-judge
-tables in ``benchmarks/results/confidence_gate/README.md``; DL19 + DL20 BM25 top-100, K=10, B=300, 3 seeds, 7
-ranker x oracle rows; ``bundled-ql`` at top-20, B=60). The best quantile differs between judges (0.4 on
-``soft-calibrated``, 0.6 or more on ``ql-like``, 0.1-0.2 on ``bundled-ql``); over all (judge, row) cells, 0.3 is
-the largest quantile never below no gate (worst -0.02 point, mean gain +2.5); 0.4 gains +2.8 on average but loses
-up to 0.7 point, 0.5 up to 2.1. A quantile, unlike a fixed margin, is invariant to the judge's temperature.
-Gating a bidirectional pair on the mean of its two confidences beat min or max (68.5 vs 67.6 / 67.7 nDCG@10,
-Mohajer bidirectional, ``soft-calibrated``, q=0.3)."""
+The confidence gate. A comparator answers P(first slot preferred) = p; its confidence is |p - 0.5|. Hard answers
+(0 or 1) have confidence 0.5 and always count as clear. A soft answer (0 < p < 1) whose confidence is below the
+*margin* is read as a tie (outcome 0.5, resolved by prior rank as every tie), one above it as a whole win (see
+``gate``); two consistent answers of a bidirectional pair are gated on their mean confidence. The margin is the
+``GATE_QUANTILE`` quantile of the confidences of the soft answers this judge gave so far (in this rerank, or
+across the queries of one ``rerank_many``), so about that share of a soft judge's answers become ties whatever its
+temperature (a quantile, unlike a fixed margin, does not depend on it); before ``MIN_ANSWERS`` soft answers it is
+0 and nothing is gated. Why 0.3, and the mean of a pair's two confidences: docs/judge-diagnostics.md.
+"""
 
 from __future__ import annotations
 
@@ -117,6 +111,7 @@ class JudgeTally:
             self.flips += (p > 0.5 and other > 0.5) or (p < 0.5 and other < 0.5)
 
     def stats(self) -> JudgeStats:
+        """The ``JudgeStats`` of the answers counted so far."""
         return JudgeStats(self.answers, _share(self.first, self.answers), _share(self.flips, self.pairs),
                           _share(self.soft, self.answers), _share(self.confidence, self.answers))
 
@@ -138,15 +133,19 @@ class JudgeTally:
 def gate(p: float | None, margin: float) -> float | None:
     """The outcome of answer ``p``: 0.5 (a tie) when its confidence |p - 0.5| is below ``margin`` by more than
     ``SAME_CONFIDENCE`` (or p = 0.5), else a win for the preferred slot, 1.0 or 0.0. Hard answers and None are
-    returned as they are. Without that tolerance a judge with one confidence level (0.909 for "A", 1 - 0.909 for
-    "B", one ulp apart) had every answer for one slot gated into ties, and returned the prior order.
+    returned as they are. The tolerance is for a judge with one confidence level whose P(A) and P(B) come from
+    different float operations (0.909 for "A", 1 - 0.909 for "B", one ulp apart): without it, every answer for
+    one slot would be gated into a tie.
 
     A confident soft answer counts as a whole win, not as p, so the rankers that add outcomes up (allpairs, PAC,
     bubble passes) read the judge's probabilities only through their rank among its own confidences, whatever its
-    calibration. Summing probabilities lost to binarized answers on an underconfident judge (-0.56 nDCG@10 point,
-    allpairs at B=50, ``benchmarks/results/soft_default/``); with whole wins the stop-26 default was at or above
-    binarized in every cell. On ``parallel_mohajer_depth`` (``auto`` at N=100 since) the 0.3 quantile is 0.5
-    point below no gate at B=50 on the calibrated soft judges (``benchmarks/results/confidence_gate/``)."""
+    calibration (the measurements behind this: docs/judge-diagnostics.md).
+
+    Args:
+        p: P(first slot preferred) in [0, 1], or None (unknown). margin: the gate margin, in [0, 0.5).
+
+    Returns:
+        0.5, 0.0 or 1.0 (p itself when hard), or None."""
     if p is None or p in (0.0, 1.0):
         return p
     return 0.5 if p == 0.5 or abs(p - 0.5) < margin - SAME_CONFIDENCE else float(p > 0.5)

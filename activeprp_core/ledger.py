@@ -192,6 +192,7 @@ class Ledger:
         self.note_error(reason)
 
     def note_error(self, message: str) -> None:
+        """Keep ``message`` among the distinct reasons of failed calls (at most ``MAX_ERRORS_KEPT``)."""
         if message not in self.errors and len(self.errors) < MAX_ERRORS_KEPT:
             self.errors.append(message)
 

@@ -155,11 +155,9 @@ class AdaptiveOracle(RandomizedDirectionOracle):
     ``rerank_many``): its other order would say the same. A pair costs 1 or 2 calls; a re-ask is charged to
     every cap like any call and is dropped, never waited for, when a cap refuses it. Each re-ask batch takes a
     round, so none takes the last round of a ``max_rounds`` cap, and a ranker that plans every round of the cap
-    (``Ranker.plans_rounds``: ``parallel_mohajer``) gets none under one: there it equals ``randomized``. (Before
-    that rule, ``parallel_mohajer`` with re-asks fell 2.6-7.1 nDCG@10 points below ``randomized`` at N=100,
-    ``max_rounds=6``, B=250-350, on 12 of 13 judges.) Plans as a one-call oracle
-    (``calls_per_pair = 1``). Measured (B=300, DL19 + DL20 top-100, 3 seeds, 13 simulated judges): 1.45-1.51
-    calls per pair where the judge is not order-consistent; ``benchmarks/results/confidence_gate/README.md``."""
+    (``Ranker.plans_rounds``: ``parallel_mohajer``) gets none under one: there it equals ``randomized``. Plans as
+    a one-call oracle (``calls_per_pair = 1``). Its calls per pair, and why re-asks stay out of a planned round
+    cap: docs/judge-diagnostics.md."""
 
     name = "adaptive"
 

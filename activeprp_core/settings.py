@@ -65,6 +65,7 @@ class OneOf:
 
     @property
     def choices(self) -> list[str]:
+        """The options, in order."""
         return list(self.options)
 
     def __call__(self, value: Any, name: str) -> str:
@@ -94,6 +95,7 @@ class Named:
 
     @property
     def choices(self) -> list[str]:
+        """The names, sorted."""
         return sorted({*self.registry, *self.extra})
 
     def __call__(self, value: Any, name: str) -> Any:

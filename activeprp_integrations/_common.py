@@ -27,8 +27,8 @@ RANK_KEY = "rerank_rank"
 """Metadata key of the 1-based position in the reranked order (1 = best)."""
 
 DEFAULT_TOP_N = 3
-"""Both wrappers' ``top_n`` default: documents returned per query (the online preset's round cap was measured at
-top_n 3)."""
+"""Both wrappers' ``top_n`` default: documents returned per query (the K the online preset is chosen for: see
+docs/judges.md)."""
 NAMES = {"top_k": "top_n"}
 """The wrappers' name of a setting where it differs from the ``RerankSettings`` field."""
 TOP_N = Count(minimum=1, allow_none=True)

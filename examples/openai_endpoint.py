@@ -113,8 +113,9 @@ def main(argv: list[str] | None = None) -> dict:
         return run(args.base_url, args.model, args.api_key)
     if importlib.util.find_spec("llama_cpp") is None:  # installed by scripts/test.sh, not by README's set-up
         p.error('without --base-url this example starts llama.cpp on the bundled model: pip install '
-                '"llama-cpp-python[server]==0.3.36" (builds llama.cpp from source, 3-9 min on 2 cores; '
-                'bash scripts/test.sh installs it too), or give --base-url and --model')
+                '"llama-cpp-python[server]==0.3.36" (builds llama.cpp from source: 4 min on 2 idle cores, up to '
+                '22 min on busy ones; bash scripts/test.sh builds it once and keeps the wheel), or give --base-url '
+                'and --model')
     with local_server() as url:
         return run(url, "smollm2-135m", args.api_key or "local")
 

@@ -1,3 +1,4 @@
+import asyncio
 import random
 
 import pytest
@@ -25,6 +26,30 @@ def make_case(n: int, seed: int = 0, dup_every: int = 0):
 
 def true_top(cands, labels, k):
     return sorted(range(len(cands)), key=lambda i: -labels[cands[i].id])[:k]
+
+
+class Recorder(SimulatedComparator):
+    """The shared recording judge: a ``SimulatedComparator`` (same arguments) that records every batch it is
+    asked, in order, as the list of its ``(first, second)`` pairs: ``batches`` through ``compare``,
+    ``abatches`` through ``acompare`` (which yields to the event loop once, as an endpoint would)."""
+
+    def __init__(self, labels, **knobs):
+        super().__init__(labels, **knobs)
+        self.batches, self.abatches = [], []
+
+    def compare(self, query, pairs):
+        self.batches.append(list(pairs))
+        return super().compare(query, pairs)
+
+    async def acompare(self, query, pairs):
+        self.abatches.append(list(pairs))
+        await asyncio.sleep(0)
+        return super().compare(query, pairs)
+
+    @property
+    def sizes(self) -> list[int]:
+        """The length of each batch asked through ``compare``."""
+        return [len(b) for b in self.batches]
 
 
 @pytest.fixture

@@ -82,6 +82,7 @@ def test_bundled_demo_data_is_small_and_judged():
 
 
 def test_rerank_reports_an_unbuildable_comparator(candidates_file, capsys, monkeypatch):
+    pytest.importorskip("openai", reason='pip install "activeprp[openai]"')  # without it: a missing extra
     row, path = candidates_file
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     code = main(["rerank", "--query", "q", "--candidates", str(path), "--comparator", "openai", "--model", "m"])

@@ -20,6 +20,7 @@ RUN, TOPICS, QRELS = (DL19 / "trec_results_dl19_top100.bm25.txt", DL19 / "topics
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> Path:
     """A BEIR-style corpus JSONL made from the passages of DL19's BM25 hits (4297 distinct docids)."""
+    pytest.importorskip("ir_measures", reason='pip install "activeprp[eval]"')  # the tests pass --qrels
     path = tmp_path_factory.mktemp("dl19") / "corpus.jsonl"
     seen: set[str] = set()
     with path.open("w", encoding="utf-8") as f:
@@ -120,6 +121,7 @@ def cli_args(files, out, *extra):
 
 
 def test_small_valid_files_with_bom_rerank(files, tmp_path, capsys):
+    pytest.importorskip("ir_measures", reason='pip install "activeprp[eval]"')  # --qrels
     out = tmp_path / "out.run"
     assert main(cli_args(files, out)) == 0
     lines = out.read_text().splitlines()
@@ -174,6 +176,7 @@ def test_bad_paths_are_one_line_exit_2(files, tmp_path, capsys, monkeypatch, cha
     args = ["rerank-run", "--run", str(files["run"]), "--queries", str(files["queries"]), "--corpus",
             str(files["corpus"]), "--out", str(files["out"]), "--comparator", "simulated", "--no-progress"]
     if "qrels" in files:
+        pytest.importorskip("ir_measures", reason='pip install "activeprp[eval]"')  # needed by --qrels
         args += ["--qrels", str(files["qrels"])]
     assert main(args) == 2
     err = capsys.readouterr().err
@@ -187,6 +190,7 @@ def test_depth_must_be_positive(files, tmp_path, capsys):
 
 
 def test_queries_of_one_text_with_different_qrels_are_a_one_line_error(files, tmp_path, capsys):
+    pytest.importorskip("ir_measures", reason='pip install "activeprp[eval]"')  # --qrels
     files["queries"].write_text("q1\tsame text\nq2\tsame text\n")
     assert main(cli_args(files, tmp_path / "out.run")) == 2
     err = capsys.readouterr().err
@@ -197,6 +201,7 @@ def test_queries_of_one_text_with_different_qrels_are_a_one_line_error(files, tm
 
 def test_ray_without_the_ray_integration_is_a_one_line_error(files, tmp_path, capsys, monkeypatch):
     """--ray finds Ray through the ``activeprp.runners`` entry points only (the core imports no integration)."""
+    pytest.importorskip("ir_measures", reason='pip install "activeprp[eval]"')  # --qrels
     seen = []
     monkeypatch.setattr(cli, "entry_points", lambda **select: seen.append(select) or [])
     assert main(cli_args(files, tmp_path / "out.run", "--ray")) == 2
@@ -242,6 +247,7 @@ class Recorder:
 
 @pytest.fixture
 def three_queries(files):
+    pytest.importorskip("ir_measures", reason='pip install "activeprp[eval]"')  # --qrels
     files["run"].write_text("q1 Q0 d1 1 3 t\nq1 Q0 d2 2 2 t\nq2 Q0 d3 1 1 t\nq2 Q0 d4 2 0 t\nq3 Q0 d1 1 1 t\n"
                             "q3 Q0 d4 2 0 t\n")
     files["queries"].write_text("q1\tfirst query\nq2\tsecond query\nq3\tthird query\n")

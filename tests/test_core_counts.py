@@ -2,21 +2,11 @@
 
 import pytest
 
-from activeprp_core import Candidate, SimulatedComparator, rerank
+from activeprp_core import Candidate, rerank
 from activeprp_core.rankers import RANKERS, Mohajer
-from tests.conftest import make_case, true_top
+from tests.conftest import Recorder, make_case, true_top
 
 N, K = 100, 10
-
-
-class Recorder(SimulatedComparator):
-    def __init__(self, labels):
-        super().__init__(labels)
-        self.batches = []
-
-    def compare(self, query, pairs):
-        self.batches.append(list(pairs))
-        return super().compare(query, pairs)
 
 
 def run(ranker, oracle="randomized", labels=None, cands=None, **kw):

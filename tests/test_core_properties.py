@@ -10,25 +10,13 @@ from activeprp_core import Candidate, Ranker, SimulatedComparator, rerank
 from activeprp_core.oracles import ORACLES
 from activeprp_core.rankers import RANKERS, get_ranker
 from activeprp_core.rankers.base import relay
-from tests.conftest import make_case, true_top
+from tests.conftest import Recorder, make_case, true_top
 
 K = 10
 BUDGETS = [0, 1, 7, 50, 150, 500, None]
 MAX_ROUNDS = [0, 1, 2, 5, None]
 SIZES = [0, 1, 2, K - 1, K, 37, 100]
 PAIRS = [(r, o) for r in sorted(RANKERS) for o in sorted(ORACLES)] + [("auto", "auto")]
-
-
-class CountingComparator(SimulatedComparator):
-    """Counts calls and batch sizes, so the engine's accounting is checked against what really happened."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.batches = []
-
-    def compare(self, query, pairs):
-        self.batches.append(len(pairs))
-        return super().compare(query, pairs)
 
 
 @pytest.mark.parametrize(("ranker", "oracle"), PAIRS)
@@ -47,7 +35,7 @@ def test_permutation_budget_determinism(ranker, oracle, n, budget, dup_every, se
     knobs = {"doc_noise": 0.3, "position_bias": 0.4, "pair_noise": 0.5} if noise else {}
 
     def run():
-        comp = CountingComparator(labels, seed=seed, **knobs)
+        comp = Recorder(labels, seed=seed, **knobs)
         res = rerank("q", cands, ranker=ranker, oracle=oracle, comparator=comp, budget=budget, top_k=K, seed=seed,
                      max_rounds=max_rounds)
         return res, comp
@@ -55,7 +43,7 @@ def test_permutation_budget_determinism(ranker, oracle, n, budget, dup_every, se
     res, comp = run()
     assert sorted(res.order) == list(range(n))
     assert cands == before  # inputs untouched
-    assert res.calls == comp.calls == sum(comp.batches)
+    assert res.calls == comp.calls == sum(comp.sizes)
     assert res.rounds == len(comp.batches)
     if budget is not None:
         assert res.calls <= budget
@@ -192,7 +180,7 @@ def test_best_effort_permutation_at_the_deadline(ranker, oracle, n, rounds_in_ti
     from activeprp_core.types import IN_FLIGHT, UNSENT, Judgment
 
     cands, labels = make_case(n, seed=seed % 97)
-    comp = CountingComparator(labels, seed=seed, doc_noise=0.3, pair_noise=0.5)
+    comp = Recorder(labels, seed=seed, doc_noise=0.3, pair_noise=0.5)
     now = [0.0]
     deadline = rounds_in_time + 0.5
     reranking = Reranking("q", cands, ranker=ranker, oracle=oracle, budget=budget, top_k=K, seed=seed,

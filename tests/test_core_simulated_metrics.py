@@ -65,6 +65,7 @@ def test_doc_noise_is_persistent_and_soft_mode_agrees_with_hard():
 
 
 def test_ndcg_matches_trec_eval_definition():
+    pytest.importorskip("ir_measures", reason='pip install "activeprp[eval]"')
     qrels = {"q1": {"a": 3, "b": 1, "c": 0}, "q2": {"x": 1}}
     run = {"q1": ranking_to_run(["b", "a", "c"]), "q2": ranking_to_run(["y", "x"]), "q3": {"z": 1.0}}
     per_query = ndcg_at_k(qrels, run, k=10)

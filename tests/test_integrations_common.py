@@ -18,11 +18,12 @@ from activeprp_core import Candidate, SimulatedComparator, rerank
 from activeprp_integrations._common import DEFAULT_MAX_ROUNDS
 from activeprp_integrations.langchain import ActivePRPRerank as LCRerank
 from activeprp_integrations.llama_index import ActivePRPRerank as LIRerank
+from tests.conftest import Recorder
 
 
-def _case(query_index: int = 1, n: int = 12):
+def _case(query_index: int = 1, n: int = 12, judge=SimulatedComparator):
     query, passages, grades = noveleval(query_index, n)
-    comparator = SimulatedComparator(grades, doc_noise=0.6, position_bias=0.4, pair_noise=0.8, seed=5)
+    comparator = judge(grades, doc_noise=0.6, position_bias=0.4, pair_noise=0.8, seed=5)
     return query, passages, comparator
 
 
@@ -79,36 +80,19 @@ def test_missing_framework_names_the_extra(monkeypatch, module, framework, extra
         importlib.import_module(module)
 
 
-class _Recording:
-    """A comparator that records the size of every batch it is handed (sync and async)."""
-
-    def __init__(self, inner):
-        self.inner, self.batches, self.abatches = inner, [], []
-
-    def compare(self, query, pairs):
-        self.batches.append(len(pairs))
-        return self.inner.compare(query, pairs)
-
-    async def acompare(self, query, pairs):
-        self.abatches.append(len(pairs))
-        await asyncio.sleep(0)
-        return self.inner.compare(query, pairs)
-
-
 def test_max_concurrency_caps_batches_without_changing_the_order():
-    query, passages, comparator = _case(2, 16)
+    query, passages, free = _case(2, 16, judge=Recorder)
     docs = [Document(page_content=t, id=d) for d, t in passages]
-    free = _Recording(comparator)
-    capped = _Recording(comparator)
+    capped = _case(2, 16, judge=Recorder)[2]
     kw = dict(ranker="mohajer", budget=60, top_n=4)
     want = [d.id for d in LCRerank(comparator=free, **kw).compress_documents(docs, query)]
-    assert max(free.batches) > 2  # rounds are batched: the cap below has something to cut
+    assert max(free.sizes) > 2  # rounds are batched: the cap below has something to cut
     reranker = LCRerank(comparator=capped, max_concurrency=2, **kw)
     assert [d.id for d in reranker.compress_documents(docs, query)] == want
     assert [d.id for d in asyncio.run(reranker.acompress_documents(docs, query))] == want
-    assert capped.batches and max(capped.batches) <= 2
-    assert capped.abatches and max(capped.abatches) <= 2
-    assert sum(capped.batches) == sum(free.batches)  # same calls, only split
+    assert capped.batches and max(capped.sizes) <= 2
+    assert capped.abatches and max(map(len, capped.abatches)) <= 2
+    assert sum(capped.sizes) == sum(free.sizes)  # same calls, only split
 
 
 class _InFlight:

@@ -18,20 +18,10 @@ from activeprp_core import SimulatedComparator, rerank
 from activeprp_core.oracles import BothOrders
 from activeprp_core.rankers import auto
 from activeprp_core.rankers.auto import choose, load_table
-from tests.conftest import make_case, true_top
+from tests.conftest import Recorder, make_case, true_top
 
 K = 10
 NOISY = {"doc_noise": 0.3, "position_bias": 0.4, "pair_noise": 0.5}
-
-
-class Recorder(SimulatedComparator):
-    def __init__(self, labels, **kw):
-        super().__init__(labels, **kw)
-        self.batches = []
-
-    def compare(self, query, pairs):
-        self.batches.append(list(pairs))
-        return super().compare(query, pairs)
 
 
 def run(oracle="randomized", n=100, budget=None, max_rounds=None, ranker="parallel_mohajer", seed=1, **knobs):

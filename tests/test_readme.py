@@ -4,6 +4,7 @@ first 60), links that resolve, Python blocks that parse, and a nav that names ex
 
 from __future__ import annotations
 
+import argparse
 import ast
 import re
 from pathlib import Path
@@ -14,6 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
 LINK = re.compile(r"\]\(([^)\s]+)\)")
+PACKAGES = ("activeprp_core", "activeprp_cli", "activeprp_integrations", "activeprp_bench")
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
 
 
@@ -47,3 +49,144 @@ def test_mkdocs_nav_names_existing_pages():
     assert [p for p in nav if p != "index.md" and not (ROOT / "docs" / p).exists()] == []  # index.md = README
     linked = set(LINK.findall(README.read_text(encoding="utf-8")))
     assert {f"docs/{p}" for p in nav if p not in ("index.md", "api.md")} <= linked  # README links every page
+
+
+# ---- README's snippets, run as written against a local OpenAI-compatible endpoint --------------------------------
+PRP = re.compile(r'query "(.*?)", which .*?Passage A: "(.*?)"\s+Passage B: "(.*?)"', re.DOTALL)
+TOURNAMENT = "A tournament is a competition of many matches."  # the passage the fake judge ranks first
+
+
+def _words(text: str) -> set[str]:
+    return set(re.findall(r"[a-z]+", text.lower()))
+
+
+def _prp_reply(request):
+    """The fake judge: answers a PRP prompt for the passage that shares more words with the query (A on a tie),
+    with logprobs, like an OpenAI chat completion."""
+    from _llm_server import Reply, completion
+
+    query, first, second = PRP.search(request.text).groups()
+    answer = "A" if len(_words(query) & _words(first)) >= len(_words(query) & _words(second)) else "B"
+    return Reply(body=completion(answer, [(answer, -0.1), ("B" if answer == "A" else "A", -2.4)]))
+
+
+def readme_block(lang: str, marker: str) -> str:
+    """The README code block in ``lang`` that contains ``marker``."""
+    text = README.read_text(encoding="utf-8")
+    found = [code for lang_, code in FENCE.findall(text) if lang_ == lang and marker in code]
+    assert len(found) == 1, f"expected one {lang} block with {marker!r} in README.md, found {len(found)}"
+    return found[0]
+
+
+@pytest.fixture
+def endpoint(monkeypatch):
+    """The fake judge on 127.0.0.1 (at most 300 requests, 60 s), where README's OpenAI clients look for it."""
+    from _llm_server import FaultServer
+
+    with FaultServer(_prp_reply, max_requests=300, max_seconds=60) as server:
+        monkeypatch.setenv("OPENAI_BASE_URL", server.url)
+        monkeypatch.setenv("OPENAI_API_KEY", "unused")
+        yield server
+
+
+def run_snippet(marker: str, server, **replace: str) -> dict:
+    """Execute README's Python block containing ``marker``, its local endpoint (and ``replace``'s strings) swapped
+    for the fake judge's; returns the names it defined."""
+    code = readme_block("python", marker).replace("http://127.0.0.1:8000/v1", server.url)
+    for old, new in replace.items():
+        code = code.replace(old, new)
+    names: dict = {}
+    exec(compile(code, f"README.md ({marker})", "exec"), names)
+    return names
+
+
+def test_the_langchain_snippet_runs_and_ranks_with_the_judge(endpoint):
+    for module in ("langchain_classic", "langchain_openai"):
+        pytest.importorskip(module, reason='pip install "activeprp[langchain-openai]"')
+    docs = run_snippet("ContextualCompressionRetriever(", endpoint)["docs"]
+    assert len(docs) == 3 and docs[0].page_content == TOURNAMENT
+    assert [d.metadata["rerank_rank"] for d in docs] == [1, 2, 3]
+    scores = [d.metadata["relevance_score"] for d in docs]
+    assert scores == sorted(scores, reverse=True)
+    assert 0 < endpoint.requests <= 50  # the default budget
+
+
+def test_the_llama_index_snippet_runs_and_ranks_with_the_judge(endpoint):
+    pytest.importorskip("llama_index.llms.openai_like", reason='pip install "activeprp[llama-index-openai]"')
+    top = run_snippet("OpenAILike(", endpoint)["top"]
+    assert len(top) == 2 and top[0].node.text == TOURNAMENT
+    assert [n.score for n in top] == sorted((n.score for n in top), reverse=True)
+    assert 0 < endpoint.requests <= 50
+
+
+def test_the_core_api_snippet_runs(endpoint):
+    for module in ("openai", "tenacity"):
+        pytest.importorskip(module, reason='pip install "activeprp[openai]"')
+    names = run_snippet("OpenAIChatComparator(", endpoint)
+    result, candidates = names["result"], names["candidates"]
+    assert sorted(result.order) == list(range(len(candidates)))
+    assert 0 < result.calls <= endpoint.requests  # the snippet reranks twice (keywords, then settings)
+
+
+@pytest.mark.slow  # starts `activeprp serve` in a subprocess
+def test_the_service_snippets_run(endpoint, monkeypatch):
+    import os
+    import shlex
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    for module, extra in (("fastapi", "serve"), ("openai", "openai"), ("cohere", "cohere")):
+        pytest.importorskip(module, reason=f'pip install "activeprp[{extra}]"')
+    from _llm_server import free_port
+
+    monkeypatch.setenv("MY_SERVICE_KEY", "a-test-key")
+    port = str(free_port())
+    command = next(line for line in readme_block("bash", "activeprp serve").replace("\\\n", " ").splitlines()
+                   if "activeprp serve" in line)
+    command = (command.replace("activeprp serve", f"{shlex.quote(sys.executable)} -m activeprp_cli serve")
+               .replace("https://api.openai.com/v1", endpoint.url).replace("8080", port))
+    server = subprocess.Popen(["bash", "-c", command], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                              start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert server.poll() is None, f"activeprp serve exited: {server.stderr.read()[-2000:]}"
+            try:
+                socket.create_connection(("127.0.0.1", int(port)), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "activeprp serve did not listen within 60 s"
+                time.sleep(0.2)
+        response = run_snippet("cohere.ClientV2(", endpoint, **{"127.0.0.1:8080": f"127.0.0.1:{port}"})["response"]
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
+    assert len(response.results) == 2 and response.results[0].index == 0  # "a" shares a word with the query
+    assert response.results[0].relevance_score >= response.results[1].relevance_score
+    assert 0 < endpoint.requests <= 50
+
+
+# ---- pages named by the command line's help and the packages' docstrings ----------------------------------------
+PAGE = re.compile(r"\bdocs/([\w.-]+\.md)")
+README_SECTION = re.compile(r"README(?:\.md)?,?\s+(?:section\s+)?\"([^\"]+)\"")
+
+
+def _help_texts() -> str:
+    """The help of ``activeprp`` and of each of its commands (plugins included where installed)."""
+    from activeprp_cli import build_parser
+
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    return "\n".join([parser.format_help(), *(p.format_help() for p in commands.values())])
+
+
+def test_help_texts_and_docstrings_name_pages_that_exist():
+    sources = [p.read_text(encoding="utf-8") for package in PACKAGES for p in (ROOT / package).rglob("*.py")]
+    text = "\n".join([_help_texts(), *sources])
+    pages = set(PAGE.findall(text))
+    assert pages and not [p for p in pages if not (ROOT / "docs" / p).is_file()]
+    headings = set(re.findall(r"^#+ (.+)$", README.read_text(encoding="utf-8"), re.MULTILINE))
+    assert not [s for s in README_SECTION.findall(text) if s not in headings]

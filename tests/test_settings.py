@@ -155,6 +155,7 @@ def via_cli_rerank(name, value, tmp_path, capsys):
 
 
 def via_cli_rerank_run(name, value, tmp_path, capsys, monkeypatch):
+    pytest.importorskip("ir_measures", reason='pip install "activeprp[eval]"')  # --qrels
     from activeprp_cli import rerank_run
 
     seen = []

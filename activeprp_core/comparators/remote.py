@@ -62,6 +62,9 @@ class RemoteComparator(Comparator):
         self.backoff_max = check_seconds(backoff_max, "backoff_max")
         self.max_retry_after = check_seconds(max_retry_after, "max_retry_after")
         self._secrets = tuple(s for s in secrets if s)
+        require(type(self).__name__, 'pip install "activeprp[openai]" (tenacity)', "tenacity")
+        import tenacity  # noqa: F401 - now, not in the first call (a first call under a deadline must not import)
+
         self._clients = LoopClients(self.open_client, self.open_async_client, self.close_client, self.aclose_client)
 
     @property
@@ -302,16 +305,23 @@ class _Attempts:
             raise
 
     async def asend(self, call: Any, request: Any, timed: Any) -> Any:
-        request, left = self._start(request, timed)
+        async def attempt() -> Any:  # checked when it runs: a busy loop may start it later than it was made
+            return await call(self._start(request, timed)[0])
+
+        left = self.guard.time_left(self.query)
+        if left is not None and self.guard.past(self.query):
+            raise DeadlinePassed
         try:
             if left is None:
-                return await call(request)
-            return await asyncio.wait_for(call(request), left)
+                return await attempt()
+            return await asyncio.wait_for(attempt(), left)
         except asyncio.TimeoutError as error:
             if not self.guard.past(self.query):  # the attempt's own timeout, before the deadline
                 self._failed(error)
                 raise
             raise _InFlight from None
+        except DeadlinePassed:
+            raise
         except Exception as error:
             self._failed(error)
             raise

@@ -13,8 +13,10 @@ from .base import Comparator
 
 _STD_NORMAL = NormalDist()
 
-#: The noise knobs fitted to the paper's Flan-T5-XL judge on TREC DL19 + DL20 (20.6% order effect, its converged
-#: nDCG@10; ``pair_noise`` fixed at 0.5): ``activeprp bench calibrate``, benchmarks/results/calibration.
+#: The noise knobs fitted to the paper's Flan-T5-XL judge on TREC DL19 + DL20 (its order effect, 20.6% of pairs
+#: flipping with the slot order: Active Learners as Efficient PRP Rerankers, Results, "Order effects and
+#: comparisons"; and its converged nDCG@10; ``pair_noise`` fixed at 0.5) by ``activeprp bench calibrate``
+#: (docs/bench-judges.md).
 CALIBRATED_PARAMS: dict[str, float] = {"strength": 1.0, "doc_noise": 1.172, "position_bias": 0.484, "pair_noise": 0.5}
 
 
@@ -126,8 +128,9 @@ class SimulatedComparator(Comparator):
         return self.compare(query, pairs)
 
     def flip_rate(self, doc_ids: Sequence[str], query: str | None = None) -> float:
-        """Share of unordered pairs of ``doc_ids`` whose preferred document changes with the slot order
-        (the paper's "order effect": 20.6% for Flan-T5-XL on DL19/20). Costs no calls."""
+        """Share of unordered pairs of ``doc_ids`` whose preferred document changes with the slot order (the
+        paper's "order effect", its flip rate; Active Learners as Efficient PRP Rerankers, Results), in [0, 1]
+        (0 for fewer than two ids). Costs no calls."""
         pairs = list(itertools.combinations(doc_ids, 2))
         flips = sum((self.margin(x, y, query) > 0) == (self.margin(y, x, query) > 0) for x, y in pairs)
         return flips / len(pairs) if pairs else 0.0

@@ -1,0 +1,82 @@
+"""``activeprp demo``: the figures README and docs/benchmarks.md quote are its committed output
+(``benchmarks/results/demo/output.txt``), a fresh run prints the same, and torch gets the cores the load leaves."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+import pytest
+
+from activeprp_cli import demo, main
+
+ROOT = Path(__file__).resolve().parents[1]
+OUTPUT = ROOT / "benchmarks" / "results" / "demo" / "output.txt"
+ROW = re.compile(r"^ *(\d+)  .{40} +(\d\.\d{3}) +(\d\.\d{3}) +(\d+) +(\d+) +[\d.]+$", re.MULTILINE)
+MEAN = re.compile(r"mean NDCG@10: BM25 (\d\.\d{4}) -> reranked (\d\.\d{4})  \((\d+) queries; calls (\d+), rounds (\d+)")
+
+
+def figures(text: str) -> tuple[str, list[tuple[str, ...]], tuple[str, ...]]:
+    """The settings line, each query's (qid, BM25, rerank, calls, rounds) and the mean line's figures; no times."""
+    mean = MEAN.search(text)
+    assert mean, text
+    return text.splitlines()[0], ROW.findall(text), mean.groups()
+
+
+def test_readme_and_the_docs_quote_the_committed_demo_output():
+    settings, rows, (bm25, reranked, queries, calls, rounds) = figures(OUTPUT.read_text(encoding="utf-8"))
+    assert len(rows) == int(queries) and settings.startswith(f"activeprp demo: {queries} TREC DL 2019 queries x 16 ")
+    better = sum(float(after) > float(before) for _, before, after, *_ in rows)
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    assert f"reranks {queries} bundled TREC DL 2019 queries (BM25 top 16)" in readme
+    assert f"NDCG@10 of the BM25 order vs the reranked order ({bm25} -> {reranked})" in readme
+    docs = " ".join((ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8").split())
+    assert (f"mean NDCG@10 {bm25} (BM25) -> {reranked} (reranked; better on {better} of the {queries} queries), "
+            f"{calls} calls, {rounds} rounds") in docs
+
+
+@pytest.mark.slow
+def test_a_fresh_demo_prints_the_committed_figures(capsys):
+    pytest.importorskip("torch", reason='pip install "activeprp[hf]"')
+    # One thread: the scores' float rounding depends on torch's thread count, and an answer whose confidence sits
+    # at the gate's quantile can flip with it (measured: these defaults gave the same figures with 1 and 2 threads
+    # and batch sizes 1-8; 5 queries x 12 candidates did not).
+    assert main(["demo", "--no-progress", "--threads", "1"]) == 0
+    assert figures(capsys.readouterr().out) == figures(OUTPUT.read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize(("usable", "load", "free"),
+                         [(2, 3.1, 1), (2, 0.4, 2), (2, 0.6, 1), (16, 3.4, 13), (4, 9.0, 1)])
+def test_free_cores_are_the_usable_ones_less_the_load(monkeypatch, usable, load, free):
+    monkeypatch.setattr(demo.os, "sched_getaffinity", lambda pid: set(range(usable)), raising=False)
+    monkeypatch.setattr(demo, "current_load", lambda: load)
+    assert demo.free_cores() == (free, usable, load)
+
+
+@pytest.mark.parametrize(("average", "proc", "load"), [(0.3, "0.30 0.5 0.6 4/130 99", 3.0),
+                                                       (3.6, "3.60 2 1 1/130 99", 3.6), (1.0, "", 1.0)])
+def test_the_load_is_the_average_or_the_processes_running_now_the_larger(monkeypatch, tmp_path, average, proc, load):
+    monkeypatch.setattr(demo.os, "getloadavg", lambda: (average, 0.0, 0.0))
+    (tmp_path / "loadavg").write_text(proc)
+    monkeypatch.setattr(demo, "PROC_LOADAVG", tmp_path / "loadavg")  # "4/130": 4 running, this process one of them
+    assert demo.current_load() == load
+
+
+def test_torch_threads_follow_the_flag_else_the_users_setting_else_the_free_cores(monkeypatch):
+    torch = pytest.importorskip("torch", reason='pip install "activeprp[hf]"')
+    monkeypatch.setattr(demo, "free_cores", lambda: (1, 2, 3.0))
+    for name in demo.THREAD_ENV:
+        monkeypatch.delenv(name, raising=False)
+    before = torch.get_num_threads()
+    args = argparse.Namespace(comparator="bundled", threads=None)
+    with demo.torch_threads(args) as line:
+        assert torch.get_num_threads() == 1 and line.startswith("torch threads: 1 (2 usable cores, load average 3.0")
+    assert torch.get_num_threads() == before  # restored
+    with demo.torch_threads(argparse.Namespace(comparator="bundled", threads=2)) as line:
+        assert torch.get_num_threads() == 2 and line == "torch threads: 2 (--threads)"
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    with demo.torch_threads(args) as line:
+        assert torch.get_num_threads() == before and line.endswith("(from OMP_NUM_THREADS=3)")
+    with demo.torch_threads(argparse.Namespace(comparator="openai", threads=None)) as line:
+        assert line == "" and torch.get_num_threads() == before
