@@ -63,7 +63,7 @@ def test_permutation_budget_determinism(ranker, oracle, n, budget, dup_every, se
 
 
 #: Rankers that only pick from the prior's top: pac_bubble (its top K*m), parallel_mohajer_depth (its top 40), and
-#: auto, which runs parallel_mohajer_depth at N=100.
+#: auto, whose table may pick one of them in some setting.
 PRIOR_LIMITED = ("pac_bubble", "parallel_mohajer_depth", "auto")
 
 
