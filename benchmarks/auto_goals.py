@@ -19,7 +19,7 @@ Per (N, K) setting of the rows given (nDCG@K points; "kept" judges beat the firs
 Command (from the repository root; about 2 minutes), output in ``benchmarks/results/budget_depth/goals.md``:
 
     python benchmarks/auto_goals.py --table activeprp_core/data/auto_table.json \\
-        --reference benchmarks/results/budget_depth/auto_table_before.json --rows <the table's --from-csv files>
+        --reference benchmarks/results/budget_depth/auto_table_f7033c1.json --rows <the table's --from-csv files>
 
 ``--rows`` defaults to the files named in the table's ``source``.
 """
