@@ -405,7 +405,7 @@ def add_parser(subparsers) -> None:
     auto.add_argument("--tolerance", type=float, default=None,
                       help="family grids (rows with a judge): nDCG points within which rows count as equally good "
                       "and the previous budget's choice is kept (default autotable.TOLERANCE)")
-    # autotable.RULES, spelled out: building the parser must not import numpy (tests/test_import_hygiene.py)
+    # autotable.RULES, spelled out: building the parser must not import numpy (tests/test_repo_import_hygiene.py)
     auto.add_argument("--rule", choices=["regret", "single", "fewest"], default=None,
                       help="family grids: per-cell worst-case regret kept along the budget axis (regret), one row "
                       "per round cap (single), or the one row where it is within the tolerance of regret's "

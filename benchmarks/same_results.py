@@ -2,7 +2,7 @@
 TREC DL19 + DL20 BM25 top-100 (N=100, K=10, seed 0) with the calibrated simulated judge.
 
 The fixture ``tests/data/same_results.json.gz`` was written on the code before the issue-18 refactor (main at
-242195e); it also holds each query's candidate ids and qrels, so ``tests/test_same_results.py`` checks a subset
+242195e); it also holds each query's candidate ids and qrels, so ``tests/test_core_same_results.py`` checks a subset
 without the data files. Commands (from the repository root):
 
     python benchmarks/same_results.py --write   # (re)write the fixture from ../shared/data (only on purpose)

@@ -4,7 +4,7 @@
 # leaves out the tests that load the bundled model or start a real server):
 #   - README's set-up (scripts/install.sh), when a package of the `all` extra is missing;
 #   - the `test` extra;
-#   - llama-cpp-python's OpenAI-compatible server, the real endpoint of tests/test_comparators_openai.py. PyPI has
+#   - llama-cpp-python's OpenAI-compatible server, the real endpoint of tests/test_core_comparators_openai.py. PyPI has
 #     no wheel of it, so the first run on a machine compiles llama.cpp from source (4 min on 2 idle cores, 22 min
 #     on 2 cores busy with other jobs; most of the first run's time, see docs/testing.md) into a wheel kept in
 #     $ACTIVEPRP_WHEELS (default ~/.cache/activeprp/wheels), so later venvs install it in seconds. The build targets

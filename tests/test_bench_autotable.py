@@ -16,10 +16,17 @@ pytest.importorskip("numpy", reason='pip install "activeprp[bench]"')
 for _module in ("ir_measures", "bm25s", "matplotlib"):
     pytest.importorskip(_module, reason='pip install "activeprp[bench]"')
 
-from activeprp_bench.autotable import FIRST_STAGE, build_regret_table, family_means, read_family  # noqa: E402
+from activeprp_bench.autotable import (  # noqa: E402
+    FIRST_STAGE,
+    build_auto_table,
+    build_regret_table,
+    family_means,
+    read_family,
+)
 from activeprp_bench.grid import SLIM_COLUMNS, Row, write_csv  # noqa: E402
 from activeprp_bench.regret import regret_report  # noqa: E402
 from activeprp_cli import main  # noqa: E402
+from activeprp_core.rankers.auto import choose  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "activeprp_core" / "data" / "auto_table.json"
@@ -91,3 +98,23 @@ def test_the_shipped_auto_table_is_rebuilt_identically_from_committed_rows_by_it
     monkeypatch.chdir(ROOT)  # the source names the rows relative to the repository root
     assert main([*argv[1:], "--out", str(tmp_path / "auto_table.json")]) == 0
     assert (tmp_path / "auto_table.json").read_text() == SHIPPED.read_text()
+
+
+def test_auto_table_is_built_from_grid_rows():
+    def row(ranker, oracle, budget, ndcg, rounds, seed=0, qid="1", cap=-1):
+        return Row(collection="c", qid=qid, ranker=ranker, oracle=oracle, budget=budget, seed=seed, n=20, top_k=3,
+                   ndcg10=ndcg, rounds=rounds, calls=max(budget, 0), max_rounds=cap)
+
+    rows = [row("mohajer", "randomized", 40, 0.6, 9), row("mohajer", "randomized", 40, 0.8, 9, seed=1),
+            row("heapsort", "bidirectional", 40, 0.65, 20), row("auto", "auto", 40, 0.9, 1),
+            row("parallel_mohajer", "randomized", -1, 0.75, 6, cap=6)]
+    table = build_auto_table(rows, "bench auto-table --from-csv x")
+    (setting,) = table["settings"]
+    assert (setting["n"], setting["k"]) == (20, 3)
+    assert table["rows"] == ["heapsort/bidirectional", "mohajer/randomized", "parallel_mohajer/randomized"]
+    cells = {(c["budget_per_n"], c["max_rounds"]): c["values"] for c in setting["cells"]}
+    assert cells[(2.0, None)] == [[65.0, 20.0, 40], [70.0, 9.0, 40], None]
+    assert cells[(None, 6)] == [None, None, [75.0, 6.0, 0]]
+    assert choose(20, 3, 40, None, table=table) == ("mohajer", "randomized")
+    with pytest.raises(ValueError):
+        build_auto_table([row("auto", "auto", 40, 0.9, 1)], "x")

@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 
 from activeprp_cli import demo, main
+from activeprp_cli.demo import load_demo_queries
 
 ROOT = Path(__file__).resolve().parents[1]
+HF = 'pip install "activeprp[hf]"'  # the bundled model runs on transformers + torch
 OUTPUT = ROOT / "benchmarks" / "results" / "demo" / "output.txt"
 ROW = re.compile(r"^ *(\d+)  .{40} +(\d\.\d{3}) +(\d\.\d{3}) +(\d+) +(\d+) +[\d.]+$", re.MULTILINE)
 MEAN = re.compile(r"mean NDCG@10: BM25 (\d\.\d{4}) -> reranked (\d\.\d{4})  \((\d+) queries; calls (\d+), rounds (\d+)")
@@ -80,3 +82,23 @@ def test_torch_threads_follow_the_flag_else_the_users_setting_else_the_free_core
         assert torch.get_num_threads() == before and line.endswith("(from OMP_NUM_THREADS=3)")
     with demo.torch_threads(argparse.Namespace(comparator="openai", threads=None)) as line:
         assert line == "" and torch.get_num_threads() == before
+
+
+@pytest.mark.slow
+def test_demo_prints_settings_and_ndcg(capsys):
+    pytest.importorskip("torch", reason=HF)
+    assert main(["demo", "--queries", "1", "--candidates", "4", "--budget", "4", "--passage-tokens", "32",
+                 "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "1 TREC DL 2019 queries x 4 BM25 candidates, passages cut to 32 tokens" in out and "budget=4" in out
+    mean = re.search(r"mean NDCG@10: BM25 ([0-9.]+) -> reranked ([0-9.]+)", out)
+    assert mean and all(0.0 <= float(v) <= 1.0 for v in mean.groups())
+    row = next(line for line in out.splitlines() if line.strip().startswith(load_demo_queries()[0]["qid"]))
+    calls = int(row.split()[-3])
+    assert 0 < calls <= 4
+
+
+def test_bundled_demo_data_is_small_and_judged():
+    rows = load_demo_queries()
+    assert len(rows) == 10 and all(len(r["hits"]) == 30 and r["qrels"] for r in rows)
+    assert all(any(g > 0 for g in r["qrels"].values()) for r in rows)

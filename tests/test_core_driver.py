@@ -1,6 +1,6 @@
-"""The public sans-I/O driver (Reranking), the comparator base class and guard, and failure handling."""
+"""The public sans-I/O driver (Reranking) and failure handling: a comparator's errors with the partial accounting,
+``on_failure``."""
 
-import asyncio
 import logging
 
 import pytest
@@ -15,11 +15,8 @@ from activeprp_core import (
     InvalidAnswer,
     Reranking,
     SimulatedComparator,
-    arerank,
     rerank,
 )
-from activeprp_core.comparators import CallGuard
-from activeprp_core.types import Judgment
 from tests.conftest import make_case
 
 
@@ -108,113 +105,3 @@ def test_on_failure_prior_does_not_swallow_bugs():
 def test_bad_on_failure():
     with pytest.raises(ValueError, match="on_failure"):
         rerank("q", cands(3), comparator=SimulatedComparator({}), budget=None, on_failure="ignore")
-
-
-class AlwaysNone(Comparator):
-    def __init__(self):
-        self.batches = []
-
-    def compare(self, query, pairs):
-        self.batches.append(len(pairs))
-        return [None] * len(pairs)
-
-
-@pytest.mark.parametrize("max_concurrency", [None, 2])
-def test_circuit_breaker_stops_sending_after_consecutive_failures(max_concurrency):
-    comp = AlwaysNone()
-    with pytest.raises(ComparatorUnavailable, match="circuit breaker open: 5 calls in a row failed") as info:
-        rerank("q", cands(60), comparator=comp, budget=None, top_k=3, max_concurrency=max_concurrency)
-    # uncapped: the first round (30 tournament matches) went out as one chunk; capped: chunks of 2 until 5 failed
-    assert sum(comp.batches) == (30 if max_concurrency is None else 6)
-    spent = info.value.accounting  # exactly the calls that went out, all failed; the rest of the round refunded
-    assert spent.failed_calls == spent.calls == sum(comp.batches) and spent.rounds == 1
-
-
-def test_circuit_breaker_ignores_failures_that_are_not_consecutive():
-    class EveryOther(Comparator):
-        n = 0
-
-        def compare(self, query, pairs):
-            out = []
-            for _ in pairs:
-                self.n += 1
-                out.append(None if self.n % 2 else 1.0)
-            return out
-
-    judge = EveryOther()
-    res = rerank("q", cands(40), comparator=judge, budget=None, max_concurrency=3, max_consecutive_failures=2)
-    # every call went out and every odd-numbered one failed, so the breaker (2 in a row) never opened
-    assert res.calls == judge.n > 2 and res.failed_calls == (judge.n + 1) // 2
-    assert res.failure is None and sorted(res.order) == list(range(40))
-
-
-def test_guard_trips_on_a_fatal_error_and_every_later_check_raises_a_copy():
-    guard = CallGuard(max_concurrency=4, max_consecutive_failures=None)
-    guard.check()
-    first = ComparatorAuthError("invalid key", status_code=401)
-    guard.trip(first)
-    guard.trip(ComparatorError("later"))
-    for _ in range(2):
-        with pytest.raises(ComparatorAuthError, match="invalid key") as info:
-            guard.check()
-        assert info.value is not first and info.value.status_code == 401 and info.value.__cause__ is first
-
-
-def test_comparator_subclass_must_implement_something():
-    with pytest.raises(TypeError, match="must implement compare"):
-        type("Nothing", (Comparator,), {})()
-
-
-def test_judge_subclass_keeps_retries_and_tokens_in_async():
-    class Judging(Comparator):
-        def judge(self, query, pairs, *, guard=None):
-            return [Judgment(1.0, retries=1, prompt_tokens=5) for _ in pairs]
-
-    res = asyncio.run(arerank("q", cands(6), comparator=Judging(), budget=None, top_k=2))
-    assert res.retries == res.calls == res.prompt_tokens / 5 > 0
-
-
-def test_async_chunks_hold_the_guard_slots():
-    inflight, peak = [0], [0]
-
-    class Slow(Comparator):
-        def compare(self, query, pairs):
-            raise AssertionError("acompare must be used")
-
-        async def acompare(self, query, pairs):
-            inflight[0] += len(pairs)
-            peak[0] = max(peak[0], inflight[0])
-            await asyncio.sleep(0.001)
-            inflight[0] -= len(pairs)
-            return [1.0] * len(pairs)
-
-    async def two():
-        comp = Slow()
-        return await asyncio.gather(*(arerank(f"q{i}", cands(20), comparator=comp, budget=None, max_concurrency=3)
-                                      for i in range(2)))
-
-    asyncio.run(two())
-    assert peak[0] == 6  # each rerank's own cap of 3, two reranks at once
-
-
-def test_sync_comparator_in_async_stops_between_chunks_when_cancelled():
-    started = []
-
-    class Blocking(Comparator):
-        def compare(self, query, pairs):
-            started.append(len(pairs))
-            import time
-
-            time.sleep(0.05)
-            return [1.0] * len(pairs)
-
-    async def cancel_soon():
-        task = asyncio.create_task(arerank("q", cands(40), comparator=Blocking(), budget=None, max_concurrency=2))
-        await asyncio.sleep(0.02)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        await asyncio.sleep(0.1)  # the chunk in its thread finishes; no further chunk starts
-
-    asyncio.run(cancel_soon())
-    assert started == [2]

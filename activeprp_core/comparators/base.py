@@ -25,8 +25,10 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
+from ..blocking import blocking, run_blocking
 from ..budget import check_count
 from ..errors import ComparatorError, ComparatorUnavailable
+from ..slots import DeadlinePassed, FairSlots
 from ..types import IN_FLIGHT, UNSENT, Candidate, Judgment, Pair, to_judgments
 
 Item = tuple[str, Candidate, Candidate]
@@ -40,11 +42,6 @@ class SupportsCompare(Protocol):
     """The duck type accepted wherever a comparator is: ``compare(query, pairs) -> list[float | None]``."""
 
     def compare(self, query: str, pairs: Sequence[Pair]) -> list[float | None]: ...
-
-
-class DeadlinePassed(Exception):
-    """Raised inside a comparator when a query's deadline passed before a call (or a slot for it) could go out;
-    the comparator turns it into ``Judgment(None, cut=...)``, it never leaves the comparator."""
 
 
 DEADLINE_SLACK = 0.02
@@ -61,49 +58,6 @@ def unsent(reason: str = "not sent: the time budget ran out") -> Judgment:
 def cut_in_flight(retries: int = 0, reason: str = "cut at the deadline: no answer in time") -> Judgment:
     """The answer of a call sent whose answer did not come before the deadline."""
     return Judgment(None, retries=retries, error=reason, cut=IN_FLIGHT)
-
-
-class _AsyncSlots:
-    """A weighted semaphore for one event loop: ``take(n)`` waits until ``n`` of ``total`` slots are free (at most
-    ``timeout`` seconds, else ``DeadlinePassed``). A waiter is a bare future, so a timeout or a cancellation never
-    waits on a lock; slots freed go to the waiters that fit, in arrival order."""
-
-    def __init__(self, total: int) -> None:
-        self.free = total
-        self.waiters: list[tuple[int, asyncio.Future]] = []
-
-    @asynccontextmanager
-    async def take(self, n: int, timeout: float | None = None):
-        if self.waiters or self.free < n:
-            waiter = asyncio.get_running_loop().create_future()
-            self.waiters.append((n, waiter))
-            try:
-                await asyncio.wait_for(waiter, timeout)
-            except BaseException as error:
-                if waiter.done() and not waiter.cancelled():  # granted as it gave up: hand the slots back
-                    self._give(n)
-                else:
-                    self.waiters.remove((n, waiter))
-                    self._give(0)  # a smaller waiter behind it may fit now
-                if isinstance(error, asyncio.TimeoutError):
-                    raise DeadlinePassed from None
-                raise
-        else:
-            self.free -= n
-        try:
-            yield
-        finally:
-            self._give(n)
-
-    def _give(self, n: int) -> None:
-        """Free ``n`` slots and grant every waiter that fits, in order."""
-        self.free += n
-        for entry in list(self.waiters):
-            size, waiter = entry
-            if size <= self.free and not waiter.done():  # a cancelled waiter removes itself
-                self.waiters.remove(entry)
-                self.free -= size
-                waiter.set_result(None)
 
 
 class CallGuard:
@@ -148,7 +102,7 @@ class CallGuard:
         self._failures = 0
         self._last_reason: str | None = None
         self._error: ComparatorError | None = None
-        self._slots: tuple[asyncio.AbstractEventLoop, _AsyncSlots] | None = None
+        self._slots: tuple[asyncio.AbstractEventLoop, FairSlots] | None = None
 
     def time_left(self, query: str | None = None) -> float | None:
         """Seconds until the deadline of ``query`` (its entry in ``deadlines``, else ``deadline``) on ``clock``;
@@ -212,8 +166,8 @@ class CallGuard:
             return _no_slots()
         loop = asyncio.get_running_loop()
         if self._slots is None or self._slots[0] is not loop:
-            self._slots = (loop, _AsyncSlots(self.max_concurrency))
-        return self._slots[1].take(min(n, self.max_concurrency), timeout)
+            self._slots = (loop, FairSlots(self.max_concurrency))
+        return self._slots[1].take(n, timeout=timeout)
 
 
 @asynccontextmanager
@@ -275,6 +229,27 @@ def cut_calls(guard: CallGuard, n: int) -> list[Judgment]:
     for _ in range(n):
         guard.record(None)
     return [cut_in_flight()] * n
+
+
+async def _chunked(query: str, pairs: Sequence[Pair], guard: CallGuard,
+                   send: Callable[[str, Sequence[Pair], CallGuard], Awaitable[Any]]) -> list[Judgment]:
+    """The chunk loop of ``Comparator.judge`` (``send`` a ``blocking`` call) and ``ajudge``: ``send`` each chunk
+    of ``guard.chunks(pairs)`` until the deadline of ``query``; ``send`` returns the chunk's judgments, ``_CUT``
+    (cut in flight at the deadline: the rest is not sent) or None (not sent: no time or slot left). Returns one
+    ``Judgment`` per pair, in order, the pairs not sent as ``unsent()``."""
+    out: list[Judgment] = []
+    for chunk in guard.chunks(pairs):
+        if guard.past(query):
+            break
+        answers = await send(query, chunk, guard)
+        if answers is None:
+            break
+        if answers is _CUT:
+            out.extend(cut_calls(guard, len(chunk)))
+            break
+        guard.record_all(answers)
+        out.extend(answers)
+    return out + [unsent()] * (len(pairs) - len(out))
 
 
 def group_by_query(items: Sequence[Item]) -> list[tuple[str, list[Pair]]]:
@@ -360,22 +335,17 @@ class Comparator:
             InvalidAnswer: a chunk answered with the wrong number of items or a probability outside [0, 1].
         """
         guard = guard or CallGuard(self.max_concurrency, None)
-        out: list[Judgment] = []
-        for chunk in guard.chunks(pairs):
-            guard.check()
-            left = guard.time_left(query)
-            if left is None:
-                answers = to_judgments(self._judge_chunk(query, chunk), len(chunk))
-            elif guard.past(query):
-                break
-            else:
-                answers = within(lambda chunk=chunk: to_judgments(self._judge_chunk(query, chunk), len(chunk)), left)
-                if answers is None:
-                    out.extend(cut_calls(guard, len(chunk)))
-                    break
-            guard.record_all(answers)
-            out.extend(answers)
-        return out + [unsent()] * (len(pairs) - len(out))
+        return run_blocking(_chunked(query, pairs, guard, blocking(self._send_chunk)))
+
+    def _send_chunk(self, query: str, chunk: Sequence[Pair], guard: CallGuard) -> list[Judgment] | object | None:
+        guard.check()
+        left = guard.time_left(query)
+        if left is None:
+            return to_judgments(self._judge_chunk(query, chunk), len(chunk))
+        if guard.past(query):
+            return None
+        answers = within(lambda: to_judgments(self._judge_chunk(query, chunk), len(chunk)), left)
+        return _CUT if answers is None else answers
 
     async def ajudge(self, query: str, pairs: Sequence[Pair], *, guard: CallGuard | None = None) -> list[Judgment]:
         """Async ``judge``: chunks hold ``guard.slots`` (a cap shared by every query using the guard), and await
@@ -383,29 +353,22 @@ class Comparator:
         before the next chunk; the thread finishes the chunk it is in). With a deadline, no chunk is sent past
         it and a chunk still running at the deadline is cancelled (cut)."""
         guard = guard or CallGuard(self.max_concurrency, None)
-        out: list[Judgment] = []
-        for chunk in guard.chunks(pairs):
-            if guard.past(query):
-                break
-            try:
-                async with guard.slots(len(chunk), guard.time_left(query)):
-                    guard.check()  # after the wait for slots: the breaker may have opened meanwhile
-                    left = guard.time_left(query)
-                    if left is None:
-                        raw = await self._ajudge_chunk(query, chunk)
-                    elif guard.past(query):
-                        break
-                    else:
-                        raw = await _until(self._ajudge_chunk(query, chunk), left, guard, query)
-                    answers = raw if raw is _CUT else to_judgments(raw, len(chunk))
-            except DeadlinePassed:  # no slot before the deadline
-                break
-            if answers is _CUT:
-                out.extend(cut_calls(guard, len(chunk)))
-                break
-            guard.record_all(answers)
-            out.extend(answers)
-        return out + [unsent()] * (len(pairs) - len(out))
+        return await _chunked(query, pairs, guard, self._asend_chunk)
+
+    async def _asend_chunk(self, query: str, chunk: Sequence[Pair], guard: CallGuard) -> list[Judgment] | object | None:
+        try:
+            async with guard.slots(len(chunk), guard.time_left(query)):
+                guard.check()  # after the wait for slots: the breaker may have opened meanwhile
+                left = guard.time_left(query)
+                if left is None:
+                    raw = await self._ajudge_chunk(query, chunk)
+                elif guard.past(query):
+                    return None
+                else:
+                    raw = await _until(self._ajudge_chunk(query, chunk), left, guard, query)
+        except DeadlinePassed:  # no slot before the deadline
+            return None
+        return raw if raw is _CUT else to_judgments(raw, len(chunk))
 
     def judge_batch(self, items: Sequence[Item], *, guard: CallGuard | None = None) -> list[Judgment]:
         """One ``Judgment`` per ``(query, first, second)`` item, in order; items may belong to different

@@ -1,5 +1,6 @@
 """Benchmark harness: loaders (BM25 reference numbers), statistics, the answer cache, reference fallbacks,
-calibration helpers and a smoke run of ``activeprp bench``. Data comes from ../shared/data."""
+calibration helpers, a smoke run of ``activeprp bench`` and the latency tools (wall-time model, Pareto front).
+Data comes from ../shared/data."""
 
 from __future__ import annotations
 
@@ -18,13 +19,17 @@ for _module in ("ir_measures", "bm25s", "matplotlib"):
 from activeprp_bench.cached import CachedComparator, identity
 from activeprp_bench.calibration import flip_rate, measured_flip_rate
 from activeprp_bench.datasets import load_beir, load_cranfield, load_noveleval, load_trec_dl, load_trec_files
-from activeprp_bench.grid import run_grid, simulator_factory
+from activeprp_bench.grid import Row, run_grid, simulator_factory
+from activeprp_bench.instrumented import SleepingComparator
+from activeprp_bench.overhead import measured_wall_time
 from activeprp_bench.reference import ReferenceFallbackMohajer, ReferenceHeapSort
+from activeprp_bench.report import Summary, cell, compare_table, modelled_wall_s
 from activeprp_bench.stats import bootstrap_ci, paired_bootstrap
 from activeprp_bench.zero_cost import ZeroCostComparator
 from activeprp_cli import main
 from activeprp_core import SimulatedComparator, rerank
 from activeprp_core.types import Candidate
+from tests.conftest import make_case
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 needs_data = pytest.mark.skipif(not DATA.is_dir(), reason="../shared/data not present")
@@ -205,3 +210,31 @@ def test_bench_counts_go_through_check_count_and_none_or_minus_one_mean_no_cap(c
         with pytest.raises(SystemExit) as exit_:
             build_parser("bench").parse_args(["bench", "grid", option, value])
         assert exit_.value.code == 2 and f"argument {option}: {message}" in capsys.readouterr().err
+
+
+def test_wall_time_model_and_sleeping_comparator():
+    assert modelled_wall_s("50 20 10 10") == pytest.approx(0.5 * (4 + 2 + 1 + 1))
+    assert modelled_wall_s("3 3", latency_s=2.0, in_flight=1) == 12.0 and modelled_wall_s("") == 0.0
+    cands, labels = make_case(20, seed=4)
+    judge = SleepingComparator(SimulatedComparator(labels), latency_s=0.0, in_flight=4)
+    t = measured_wall_time("q", cands, judge, ranker="parallel_mohajer", oracle="randomized", budget=30, top_k=3)
+    assert sum(judge.batches) == t["calls"] <= 30 and len(judge.batches) == t["rounds"]
+    assert t["modelled_s"] == 0.0
+    direct = rerank("q", cands, ranker="parallel_mohajer", oracle="randomized", budget=30, top_k=3,
+                    comparator=SimulatedComparator(labels))
+    assert direct.calls == t["calls"]
+
+
+def test_pareto_front_drops_dominated_cells():
+    def rows(ranker, calls, rounds, ndcg):
+        return [Row(collection="c", qid=str(q), ranker=ranker, oracle="randomized", budget=calls, seed=0, n=20,
+                    ndcg10=ndcg, calls=calls, rounds=rounds) for q in range(3)]
+
+    summary = Summary(rows("fast", 40, 2, 0.6) + rows("good", 60, 10, 0.7) + rows("worse", 60, 12, 0.65)
+                      + rows("slow", 30, 30, 0.5), np.random.default_rng(0), 10)
+    assert [k[0] for k in summary.front()] == ["fast", "good", "slow"]
+    assert cell(summary, "best/*/60/-1") == ("good", "randomized", 60, -1)
+    table = compare_table(summary, ["worse/randomized/60/none:best/*/60/-1"], np.random.default_rng(0), 100)
+    assert "| worse/randomized/60/-1 | good/randomized/60/-1 | 65.00 | 70.00 | -5.00 | [-5.00, -5.00] |" in table
+    with pytest.raises(ValueError):
+        cell(summary, "good/randomized/61/-1")

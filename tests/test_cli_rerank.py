@@ -1,9 +1,8 @@
-"""``activeprp rerank`` and ``activeprp demo`` end to end (in-process; the bundled model loads once per process)."""
+"""``activeprp rerank`` end to end (in-process; the bundled model loads once per process): files, output, errors."""
 
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
 
@@ -59,26 +58,6 @@ def test_rerank_bundled_json_output(candidates_file, capsys):
     assert [r["rank"] for r in out["top"]] == [1, 2]
     assert out["top"][0]["score"] > out["top"][1]["score"]
     assert out["stats"]["calls"] <= 5 and out["stats"]["failed_calls"] == 0 and out["stats"]["prompt_tokens"] > 0
-
-
-@pytest.mark.slow
-def test_demo_prints_settings_and_ndcg(capsys):
-    pytest.importorskip("torch", reason=HF)
-    assert main(["demo", "--queries", "1", "--candidates", "4", "--budget", "4", "--passage-tokens", "32",
-                 "--no-progress"]) == 0
-    out = capsys.readouterr().out
-    assert "1 TREC DL 2019 queries x 4 BM25 candidates, passages cut to 32 tokens" in out and "budget=4" in out
-    mean = re.search(r"mean NDCG@10: BM25 ([0-9.]+) -> reranked ([0-9.]+)", out)
-    assert mean and all(0.0 <= float(v) <= 1.0 for v in mean.groups())
-    row = next(line for line in out.splitlines() if line.strip().startswith(load_demo_queries()[0]["qid"]))
-    calls = int(row.split()[-3])
-    assert 0 < calls <= 4
-
-
-def test_bundled_demo_data_is_small_and_judged():
-    rows = load_demo_queries()
-    assert len(rows) == 10 and all(len(r["hits"]) == 30 and r["qrels"] for r in rows)
-    assert all(any(g > 0 for g in r["qrels"].values()) for r in rows)
 
 
 def test_rerank_reports_an_unbuildable_comparator(candidates_file, capsys, monkeypatch):

@@ -1,4 +1,4 @@
-"""What `pip install activeprp` brings: no dependency and typed packages (the import side: test_import_hygiene.py)."""
+"""What `pip install activeprp` brings: no dependency and typed packages (imports: test_repo_import_hygiene.py)."""
 
 from __future__ import annotations
 

@@ -68,3 +68,7 @@ def test_get_oracle_names_and_errors():
         get_oracle("nope")
     with pytest.raises(TypeError):
         get_oracle(3)
+
+
+def test_both_orders_is_exported_for_rankers():
+    assert BothOrders(3, 1) == (3, 1) and isinstance(BothOrders(3, 1), tuple)
