@@ -47,6 +47,7 @@ sys.path.insert(0, str(ROOT))  # this checkout's packages, not an installed copy
 from activeprp_core import Candidate, arerank, rerank  # noqa: E402
 from activeprp_core.comparators import OpenAIChatComparator  # noqa: E402
 from activeprp_core.settings import ONLINE  # noqa: E402
+from tests._llm_server import free_port  # noqa: E402
 
 MEDIAN_S, P99_S = 0.5, 5.0
 SIGMA = math.log(P99_S / MEDIAN_S) / 2.3263478740408408
@@ -66,12 +67,6 @@ class Log:
         if found:
             with self.lock:
                 where.append((int(found.group(1)), time.monotonic()))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class _App:

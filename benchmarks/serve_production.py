@@ -41,7 +41,6 @@ import os
 import platform
 import re
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -51,6 +50,7 @@ from urllib.parse import parse_qs
 
 import httpx
 
+from tests._llm_server import free_port
 from tests._serve_helpers import make_request
 
 KEY = "bench-key-0123456789"
@@ -125,12 +125,6 @@ def run_judge(port: int, delay: float) -> None:
 
 
 # ---- processes -------------------------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Process:
     """A child process serving HTTP on 127.0.0.1:``port`` (ready when ``ready_path`` answers); stopped on exit."""
 

@@ -29,7 +29,6 @@ import asyncio
 import json
 import os
 import platform
-import socket
 import statistics
 import subprocess
 import sys
@@ -40,6 +39,7 @@ import aiohttp
 import httpx
 
 from activeprp_core import arerank, arerank_many
+from tests._llm_server import free_port
 from tests._serve_helpers import WordJudge, candidates, make_request
 
 SETTINGS = {"ranker": "auto", "oracle": "auto", "budget": 30, "max_rounds": 6, "seed": 0}
@@ -78,12 +78,6 @@ def uvicorn_stack(choice: str) -> str:
         return "asyncio + h11"
     have = [m for m in ("uvloop", "httptools") if importlib.util.find_spec(m)]
     return f"{'uvloop' if 'uvloop' in have else 'asyncio'} + {'httptools' if 'httptools' in have else 'h11'}"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Server:

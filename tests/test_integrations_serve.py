@@ -6,7 +6,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -23,6 +22,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 from activeprp_core import Comparator, ComparatorAuthError, arerank  # noqa: E402
 from activeprp_integrations.serve import create_app  # noqa: E402
+from tests._llm_server import free_port  # noqa: E402
 from tests._serve_helpers import WordJudge, candidates, make_request, metric, serving  # noqa: E402
 
 SERVER = dict(budget=30, max_rounds=6)
@@ -312,14 +312,8 @@ def test_without_the_serve_extra_the_errors_name_it(monkeypatch, capsys):
         create_app(WordJudge())
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_the_command_serves_and_stops_on_sigint():
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
     proc = subprocess.Popen([sys.executable, "-m", "activeprp_cli", "serve", "--comparator", "simulated",
                              "--port", str(port), "--budget", "10", "--token-budget", "5000", "--time-budget", "5"],
@@ -375,7 +369,7 @@ def test_an_openai_judge_failure_reaches_the_caller_as_502_or_503_without_the_ke
     key = "sk-test-0123456789SECRET"
     query, docs = make_request(4, n_docs=6)
     with serving(_refusing_endpoint()) as (judge_url, _):
-        base_url = f"{judge_url}/v1" if endpoint == "refusing" else f"http://127.0.0.1:{_free_port()}/v1"
+        base_url = f"{judge_url}/v1" if endpoint == "refusing" else f"http://127.0.0.1:{free_port()}/v1"
         with OpenAIChatComparator("m", base_url=base_url, api_key=key, max_attempts=1, timeout=5) as judge, \
                 TestClient(create_app(judge, **SERVER, secrets=[key])) as client:
             response = _post(client, "/v2/rerank", {"query": query, "documents": docs})
