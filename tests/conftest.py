@@ -5,6 +5,17 @@ import pytest
 
 from activeprp_core import Candidate, SimulatedComparator
 
+BENCH_EXTRA = 'pip install "activeprp[bench]"'
+
+
+def skip_without_bench():
+    """Skip the calling test module unless the ``bench`` extra's modules import (at module level, before the
+    ``activeprp_bench`` imports); returns numpy."""
+    np = pytest.importorskip("numpy", reason=BENCH_EXTRA)
+    for module in ("ir_measures", "bm25s", "matplotlib"):
+        pytest.importorskip(module, reason=BENCH_EXTRA)
+    return np
+
 
 def make_case(n: int, seed: int = 0, dup_every: int = 0):
     """n candidates with distinct graded labels (a strict total order) in a shuffled prior order.

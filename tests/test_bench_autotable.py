@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("numpy", reason='pip install "activeprp[bench]"')
-for _module in ("ir_measures", "bm25s", "matplotlib"):
-    pytest.importorskip(_module, reason='pip install "activeprp[bench]"')
+from tests.conftest import skip_without_bench
+
+skip_without_bench()
 
 from activeprp_bench.autotable import (  # noqa: E402
     FIRST_STAGE,

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-np = pytest.importorskip("numpy", reason='pip install "activeprp[bench]"')
-for _module in ("ir_measures", "bm25s", "matplotlib"):
-    pytest.importorskip(_module, reason='pip install "activeprp[bench]"')
+from tests.conftest import make_case, skip_without_bench
+
+np = skip_without_bench()
 
 from activeprp_bench.cached import CachedComparator, identity
 from activeprp_bench.calibration import flip_rate, measured_flip_rate
@@ -29,7 +29,6 @@ from activeprp_bench.zero_cost import ZeroCostComparator
 from activeprp_cli import main
 from activeprp_core import SimulatedComparator, rerank
 from activeprp_core.types import Candidate
-from tests.conftest import make_case
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 needs_data = pytest.mark.skipif(not DATA.is_dir(), reason="../shared/data not present")

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-np = pytest.importorskip("numpy", reason='pip install "activeprp[bench]"')
-for _module in ("ir_measures", "bm25s", "matplotlib"):
-    pytest.importorskip(_module, reason='pip install "activeprp[bench]"')
+from tests.conftest import skip_without_bench
+
+np = skip_without_bench()
 
 from activeprp_bench.autotable import family_means, regret  # noqa: E402
 from activeprp_bench.grid import Row  # noqa: E402
