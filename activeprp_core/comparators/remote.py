@@ -289,10 +289,15 @@ class _Attempts:
     def _failed(self, error: Exception) -> None:
         self.last, self.late = error, self.guard.past(self.query)
 
-    def _start(self, request: Any, timed: Any) -> tuple[Any, float | None]:
+    def _left(self) -> float | None:
+        """Seconds until the deadline (None: no deadline); ``DeadlinePassed`` once it has passed."""
         left = self.guard.time_left(self.query)
         if left is not None and self.guard.past(self.query):
             raise DeadlinePassed
+        return left
+
+    def _start(self, request: Any, timed: Any) -> tuple[Any, float | None]:
+        left = self._left()
         self.count += 1
         return (request if left is None else timed(request, left)), left
 
@@ -308,9 +313,7 @@ class _Attempts:
         async def attempt() -> Any:  # checked when it runs: a busy loop may start it later than it was made
             return await call(self._start(request, timed)[0])
 
-        left = self.guard.time_left(self.query)
-        if left is not None and self.guard.past(self.query):
-            raise DeadlinePassed
+        left = self._left()
         try:
             if left is None:
                 return await attempt()
