@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 from ..oracles import BothOrders
 from .base import RankContext, Ranker, Schedule, beats, bubble_passes, complete
 from .mohajer import MohajerBubble
-from .parallel import Evidence, ParallelMohajer, confirm
+from .parallel import Evidence, ParallelMohajer, confirm, select
 
 #: The calls a planned question costs with a one-call oracle: one call, and the other slot order for at most
 #: half of the questions (``adaptive`` re-asks the upsets, answers that prefer the worse first-stage rank, at most
@@ -18,7 +19,7 @@ CALLS_PER_QUESTION = 1.5
 #: candidates): two bracket levels per group. See ``BudgetDepth``.
 MIN_GROUP = 4
 
-_SIZES: dict[tuple[str, int, int], tuple[int, int]] = {}
+_SIZES: dict[tuple, tuple[int, int]] = {}
 
 
 def plan_size(ranker: Ranker, n: int, k: int) -> tuple[int, int]:
@@ -26,9 +27,24 @@ def plan_size(ranker: Ranker, n: int, k: int) -> tuple[int, int]:
     agrees with the first stage (the lower candidate index wins), with no cap: the distinct unordered pairs it
     asks, and the rounds that ask at least one of them. Computed once per (ranker, n, k) by running the ranker's
     schedule; a judge that disagrees with the first stage makes the plan ask more."""
-    key = (repr(ranker), n, k)
+    return _size((repr(ranker), n, k), lambda: ranker.schedule(RankContext(n, k)))
+
+
+def second_plan_size(sequential: Ranker, n: int, k: int) -> tuple[int, int]:
+    """``(questions, rounds)`` that ``parallel.select`` adds after ``sequential``'s whole plan over the same
+    evidence, counted as ``plan_size`` counts (every answer agrees with the first stage, no cap)."""
+    def both() -> Schedule:
+        ctx, ev = RankContext(n, k), Evidence()
+        yield from ev.record(sequential.schedule(ctx))
+        return (yield from select(ctx, ev))
+
+    total, first = _size(("then parallel", repr(sequential), n, k), both), plan_size(sequential, n, k)
+    return total[0] - first[0], total[1] - first[1]
+
+
+def _size(key: tuple, make: Callable[[], Schedule]) -> tuple[int, int]:
     if key not in _SIZES:
-        schedule, asked, rounds = ranker.schedule(RankContext(n, k)), set(), 0
+        schedule, asked, rounds = make(), set(), 0
         try:
             pairs = next(schedule)
             while True:
@@ -40,6 +56,15 @@ def plan_size(ranker: Ranker, n: int, k: int) -> tuple[int, int]:
             pass
         _SIZES[key] = (len(asked), rounds)
     return _SIZES[key]
+
+
+def borda(first: list[int], second: list[int]) -> list[int]:
+    """``first`` re-ordered by the sum of each item's places in ``first`` and ``second`` (the Borda count of two
+    rankings of the same items), ties in ``first``'s order."""
+    score = {x: r for r, x in enumerate(second)}
+    for r, x in enumerate(first):
+        score[x] += r
+    return sorted(first, key=score.__getitem__)  # stable: ties keep first's order
 
 
 class BudgetDepth(Ranker):
@@ -125,13 +150,25 @@ class BudgetDepth(Ranker):
 
     def schedule(self, ctx: RankContext) -> Schedule:
         inner, depth = self.plan(ctx)
-        sub = replace(ctx, n=depth)
+        sub, cost = replace(ctx, n=depth), max(CALLS_PER_QUESTION, ctx.calls_per_pair)
         if inner is self.parallel:
             return complete((yield from inner.schedule(sub)), ctx.n)
-        ev = Evidence()
+        ev, caps = Evidence(), sub.caps
+        extra, extra_rounds = second_plan_size(inner, depth, sub.top)
+        both: list[bool] = []  # whether the second plan is part of the decision (fixed by the first decision)
 
-        def decide() -> Schedule:  # the plan, then its challengers (pairs already answered cost nothing)
+        def decide() -> Schedule:  # the plan(s), then the challengers (pairs already answered cost nothing)
             order = yield from ev.record(inner.schedule(sub))
+            if not both:
+                both.append(depth == ctx.n and not caps.exhausted
+                            and (caps.calls_left is None or caps.calls_left >= extra * cost)
+                            and (caps.rounds_left is None or caps.rounds_left >= extra_rounds))
+            if both[0]:
+                other = yield from select(sub, ev)
+                if caps.exhausted:  # a selection the caps cut short is not counted
+                    both[0] = False
+                else:
+                    order = borda(order, other)
             return (yield from challenge(sub, ev, order))
 
         order = yield from decide()

@@ -104,6 +104,13 @@ class ParallelMohajer(Ranker):
         return (yield from confirm(ctx, ev, order, lambda: _Run(ctx, ev, rerun=True).select()))
 
 
+def select(ctx: RankContext, ev: Evidence) -> Schedule:
+    """``ParallelMohajer``'s selection (steps 1-3) over the evidence ``ev``, noting its outcomes there: pairs already
+    answered cost nothing, new pairs one question each (no other slot orders, no confirmations). Returns the
+    order."""
+    return (yield from _Run(ctx, ev, upgrades=False).select())
+
+
 def decisive(ev: Evidence, order: list[int], k: int) -> list[tuple[int, int]]:
     """Pairs of ``ev`` answered in one slot order only that involve a top-``k`` item of ``order``, best ranks
     first (by the better rank of the pair, then the other)."""
@@ -145,9 +152,9 @@ class _Run:
     through ``questions``, which chooses the slot orders, counts the pass's rounds and (via ``Evidence.record``)
     notes the outcomes."""
 
-    def __init__(self, ctx: RankContext, ev: Evidence, rerun: bool = False) -> None:
+    def __init__(self, ctx: RankContext, ev: Evidence, rerun: bool = False, upgrades: bool = True) -> None:
         self.n, self.k, self.cost, self.caps, self.ev = ctx.n, ctx.top, ctx.calls_per_pair, ctx.caps, ev
-        self.rerun = rerun
+        self.rerun, self.upgrades = rerun, upgrades
         self.eliminated: dict[int, tuple[int, int]] = {}
         self.planned = 0  # pairs the plan still expects to ask (an estimate)
         self.reserved: list[int] = []  # per bracket round: upgrades kept for the merge and the higher levels
@@ -159,7 +166,7 @@ class _Run:
         fresh = [not ev.known(a, b) for a, b in pairs]
         self.planned -= sum(fresh)
         reserved = self.reserved.pop(0) if self.reserved else 0
-        if self.cost > 1:
+        if self.cost > 1 or not self.upgrades:
             return list(pairs)
         future = 0 if caps.rounds_left == 1 else max(0, self.planned)
         spare = None if caps.calls_left is None else caps.calls_left - sum(fresh) - future - min(future, reserved)
