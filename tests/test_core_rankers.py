@@ -283,6 +283,80 @@ def test_budget_depth_challenge_lets_a_candidate_a_wrong_answer_kept_out_beat_it
     assert asked and all(set(p) <= {0, 1, 2, 3, 4, 5, 7} for p in asked)
 
 
+def test_borda_orders_by_the_sum_of_places_ties_in_the_first_order():
+    from activeprp_core.rankers.budget_depth import borda
+
+    assert borda([0, 1, 2, 3], [2, 3, 0, 1]) == [0, 2, 1, 3]  # sums 2, 4, 2, 4
+    assert borda([3, 1, 2, 0], [0, 2, 1, 3]) == [3, 1, 2, 0]  # every sum is 3: the first order
+    assert borda([5, 4], [5, 4]) == [5, 4]
+
+
+def _pairs_asked(schedule, strength):
+    """Drive a hand-made schedule with the perfect judge of ``strength``; returns (its value, unordered pairs)."""
+    asked = set()
+    try:
+        pairs = next(schedule)
+        while True:
+            asked |= {frozenset(p) for p in pairs}
+            pairs = schedule.send([1.0 if strength[i] > strength[j] else 0.0 for i, j in pairs])
+    except StopIteration as stop:
+        return stop.value, asked
+
+
+def test_parallel_select_asks_each_pair_in_one_slot_order_and_finds_the_top_k():
+    from activeprp_core.oracles import BothOrders
+    from activeprp_core.rankers.parallel import Evidence, ParallelMohajer, select
+
+    strength = random.Random(5).sample(range(1000), 60)
+    rounds = []
+
+    def noted(schedule):
+        try:
+            pairs = next(schedule)
+            while True:
+                rounds.append(list(pairs))
+                pairs = schedule.send([1.0 if strength[i] > strength[j] else 0.0 for i, j in pairs])
+        except StopIteration as stop:
+            return stop.value
+
+    ctx = RankContext(60, 6, caps=_view(10_000, None))  # calls to spare: the ranker buys both slot orders
+    noted(ParallelMohajer().schedule(ctx))
+    assert any(isinstance(p, BothOrders) for r in rounds for p in r)
+    rounds.clear()
+    order = noted(select(ctx, Evidence()))
+    assert order[:6] == sorted(range(60), key=lambda i: -strength[i])[:6]
+    assert rounds and not any(isinstance(p, BothOrders) for r in rounds for p in r)
+
+
+def test_budget_depth_adds_the_parallel_selection_when_the_calls_left_pay_for_it():
+    from activeprp_core import Candidate, rerank
+    from activeprp_core.rankers.budget_depth import CALLS_PER_QUESTION, BudgetDepth, plan_size, second_plan_size
+    from activeprp_core.rankers.parallel import Evidence, select
+
+    n, k = 100, 10
+    strength = random.Random(9).sample(range(1000), n)
+    docs = [Candidate(str(i), f"passage {i}") for i in range(n)]
+    _, selection = _pairs_asked(select(RankContext(n, k), Evidence()), strength)
+
+    def asked(budget):
+        prompts = set()
+
+        class Judge:
+            def compare(self, query, pairs):
+                prompts.update(frozenset((int(a.id), int(b.id))) for a, b in pairs)
+                return [1.0 if strength[int(a.id)] > strength[int(b.id)] else 0.0 for a, b in pairs]
+
+        result = rerank("q", docs, ranker=BudgetDepth(), oracle="randomized", comparator=Judge(), budget=budget,
+                        top_k=k)
+        assert result.order[:k] == sorted(range(n), key=lambda i: -strength[i])[:k]
+        return prompts
+
+    plan, extra = plan_size(BudgetDepth().sequential, n, k)[0], second_plan_size(BudgetDepth().sequential, n, k)[0]
+    assert extra > 0
+    assert selection <= asked(None)  # no budget: both plans decide
+    assert not selection <= asked(int(plan * CALLS_PER_QUESTION) + 5)  # too few calls left for the second one
+
+
 @pytest.mark.parametrize("bad", ["mohajer", 3])
 def test_budget_depth_rejects_a_plan_that_is_not_a_ranker(bad):
     from activeprp_core.rankers.budget_depth import BudgetDepth

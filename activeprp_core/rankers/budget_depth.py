@@ -86,24 +86,37 @@ class BudgetDepth(Ranker):
        the round cap; at least ``min(N, MIN_GROUP * K)``, since a shallower plan saves few calls (the top-K merge,
        about K**2 / 2 questions, does not shrink with the depth). Depths are whole strides of the K groups
        (multiples of K) for the sequential plan and whole bracket levels (``K * 2**L``) for the parallel one: a
-       level takes one round whatever its size. No budget: all N.
-    3. **Calls left** once the sequential plan is complete (the judge agreed with the first stage more often
-       than planned, or the plan covers all N) go first to new pairs that can still change the top-K
-       (``challenge``): the candidates outside the top-K that no other candidate outside it has beaten (the
-       runners-up of the tournaments, who lost only to top-K items) meet the top-K in BubbleSort passes from the
-       boundary up, as the plan's own polish does, each pair in both slot orders; it stops when a pass moves
-       nothing. Then pairs answered in one
-       slot order are asked in both orders, those of a top-K item first, then the others by their better rank,
-       and the plan and the challenge are re-decided over the evidence (``parallel.confirm``).
-       ``parallel_mohajer`` spends its calls left on both orders of its own pairs.
+       level takes one round whatever its size. No budget: all N. The cost per question undercounts a little:
+       with ``adaptive`` the sequential plan took 1.56-1.89 calls per counted question on the family's judges (a
+       judge that disagrees with the first stage makes the plan ask more), so its deepest plan often runs a few
+       calls past the budget; a cost of 1.75, which completes it, reranked shallower and lost more than it gained
+       (docs/judges.md).
+    3. **A second decision** once the sequential plan covers all N and the calls left pay the questions that
+       ``parallel_mohajer``'s selection adds over the same evidence (``second_plan_size``, at the cost per
+       question of step 2; its rounds must fit the round cap): the selection runs (``parallel.select``: pairs
+       already answered cost nothing, one question per new pair) and the order is the ``borda`` count of the two
+       orders (the sum of each candidate's places, ties in the sequential order). A selection the caps cut short
+       is not counted. Why: the two plans decide differently from mostly the same answers (Mohajer's heap and
+       BubbleSort against a round-robin of the group champions and placements), and each is the better one on
+       some judges; averaging their places kept the better one's quality on most judges and halved the worst gap
+       to the best row at large budgets (docs/judges.md).
+    4. **Calls left** once the plan is complete (the judge agreed with the first stage more often than planned,
+       or the plan covers all N) go first to new pairs that can still change the top-K (``challenge``): the
+       candidates outside the top-K that no other candidate outside it has beaten (the runners-up of the
+       tournaments, who lost only to top-K items) meet the top-K in BubbleSort passes from the boundary up, as the
+       plan's own polish does, each pair in both slot orders; it stops when a pass moves nothing. Then pairs
+       answered in one slot order are asked in both orders, those of a top-K item first, then the others by their
+       better rank, and the decision (steps 1, 3 and the challenge) is re-made over the evidence
+       (``parallel.confirm``). ``parallel_mohajer`` spends its calls left on both orders of its own pairs.
 
-    So the depth grows with the budget up to N, and the budget beyond the complete plan over N asks the
-    candidates that can still enter the top-K, then confirms it. Why a budget-planned depth: a plan the budget
-    cuts short leaves its later candidates in prior order, and a deeper rerank than the budget completes spends
-    calls on candidates it cannot place; a fixed depth fits one first stage only. Why new pairs before the other
-    slot order: with ``adaptive`` the other order of an answer that agrees with the first stage cannot change a
-    hard answer's decision (only the upsets it did not re-ask can change), while a new pair of a challenger and
-    a top-K item can. The evidence (judges of several strengths, biases and first stages) is in docs/judges.md.
+    So the depth grows with the budget up to N, and the budget beyond the complete plan over N buys a second
+    decision, asks the candidates that can still enter the top-K, then confirms it. Why a budget-planned depth: a
+    plan the budget cuts short leaves its later candidates in prior order, and a deeper rerank than the budget
+    completes spends calls on candidates it cannot place; a fixed depth fits one first stage only. Why new pairs
+    before the other slot order: with ``adaptive`` the other order of an answer that agrees with the first stage
+    cannot change a hard answer's decision (only the upsets it did not re-ask can change), while a new pair of a
+    challenger and a top-K item can. The evidence (judges of several strengths, biases and first stages) is in
+    docs/judges.md.
 
     Args:
         sequential: the plan without a round cap (default ``MohajerBubble()``).
