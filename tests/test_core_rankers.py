@@ -15,21 +15,31 @@ STRENGTH = random.Random(4).sample(range(1000), N)  # candidate i's true strengt
 EXACT = sorted(set(RANKERS) - {"pac_bubble"})  # pac_bubble can only pick from the prior's top K*3
 
 
-def answer(pairs):
-    return [1.0 if STRENGTH[i] > STRENGTH[j] else 0.0 for i, j in pairs]
+def answer(pairs, strength=STRENGTH):
+    return [1.0 if strength[i] > strength[j] else 0.0 for i, j in pairs]
+
+
+def drive(schedule, strength=STRENGTH):
+    """Drive a schedule with the perfect judge of ``strength``; returns (its value, the rounds as asked)."""
+    rounds = []
+    try:
+        pairs = next(schedule)
+        while True:
+            rounds.append(list(pairs))  # a lazy round is read whole here (no caps)
+            pairs = schedule.send(answer(rounds[-1], strength))
+    except StopIteration as stop:
+        return stop.value, rounds
 
 
 def run(schedule):
     """Drive a schedule with the perfect judge; returns (its value, rounds, pairs asked)."""
-    rounds = asked = 0
-    try:
-        pairs = next(schedule)
-        while True:
-            pairs = list(pairs)  # a lazy round is read whole here (no caps)
-            rounds, asked = rounds + 1, asked + len(pairs)
-            pairs = schedule.send(answer(pairs))
-    except StopIteration as stop:
-        return stop.value, rounds, asked
+    value, rounds = drive(schedule)
+    return value, len(rounds), sum(map(len, rounds))
+
+
+def pairs_of(rounds):
+    """The unordered pairs asked in ``rounds``."""
+    return {frozenset(p) for r in rounds for p in r}
 
 
 @pytest.mark.parametrize("name", EXACT)
@@ -199,14 +209,8 @@ def test_budget_depth_ranks_the_true_top_k_of_its_depth_and_keeps_the_rest_in_pr
     inner, depth = ranker.plan(ctx)
     assert depth < 100
     strength = random.Random(7).sample(range(1000), 100)
-    schedule, asked = ranker.schedule(ctx), set()
-    try:
-        pairs = next(schedule)
-        while True:
-            asked |= {frozenset(p) for p in pairs}
-            pairs = schedule.send([1.0 if strength[i] > strength[j] else 0.0 for i, j in pairs])
-    except StopIteration as stop:
-        order = stop.value
+    order, rounds = drive(ranker.schedule(ctx), strength)
+    asked = pairs_of(rounds)
     assert sorted(order) == list(range(100)) and all(max(p) < depth for p in asked)
     assert order[:10] == sorted(range(depth), key=lambda i: -strength[i])[:10]
     assert order[depth:] == list(range(depth, 100))
@@ -291,39 +295,15 @@ def test_borda_orders_by_the_sum_of_places_ties_in_the_first_order():
     assert borda([5, 4], [5, 4]) == [5, 4]
 
 
-def _pairs_asked(schedule, strength):
-    """Drive a hand-made schedule with the perfect judge of ``strength``; returns (its value, unordered pairs)."""
-    asked = set()
-    try:
-        pairs = next(schedule)
-        while True:
-            asked |= {frozenset(p) for p in pairs}
-            pairs = schedule.send([1.0 if strength[i] > strength[j] else 0.0 for i, j in pairs])
-    except StopIteration as stop:
-        return stop.value, asked
-
-
 def test_parallel_select_asks_each_pair_in_one_slot_order_and_finds_the_top_k():
     from activeprp_core.oracles import BothOrders
     from activeprp_core.rankers.parallel import Evidence, ParallelMohajer, select
 
     strength = random.Random(5).sample(range(1000), 60)
-    rounds = []
-
-    def noted(schedule):
-        try:
-            pairs = next(schedule)
-            while True:
-                rounds.append(list(pairs))
-                pairs = schedule.send([1.0 if strength[i] > strength[j] else 0.0 for i, j in pairs])
-        except StopIteration as stop:
-            return stop.value
-
     ctx = RankContext(60, 6, caps=_view(10_000, None))  # calls to spare: the ranker buys both slot orders
-    noted(ParallelMohajer().schedule(ctx))
+    _, rounds = drive(ParallelMohajer().schedule(ctx), strength)
     assert any(isinstance(p, BothOrders) for r in rounds for p in r)
-    rounds.clear()
-    order = noted(select(ctx, Evidence()))
+    order, rounds = drive(select(ctx, Evidence()), strength)
     assert order[:6] == sorted(range(60), key=lambda i: -strength[i])[:6]
     assert rounds and not any(isinstance(p, BothOrders) for r in rounds for p in r)
 
@@ -336,7 +316,7 @@ def test_budget_depth_adds_the_parallel_selection_when_the_calls_left_pay_for_it
     n, k = 100, 10
     strength = random.Random(9).sample(range(1000), n)
     docs = [Candidate(str(i), f"passage {i}") for i in range(n)]
-    _, selection = _pairs_asked(select(RankContext(n, k), Evidence()), strength)
+    selection = pairs_of(drive(select(RankContext(n, k), Evidence()), strength)[1])
 
     def asked(budget):
         prompts = set()

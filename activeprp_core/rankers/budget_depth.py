@@ -58,6 +58,11 @@ def _size(key: tuple, make: Callable[[], Schedule]) -> tuple[int, int]:
     return _SIZES[key]
 
 
+def question_cost(ctx: RankContext) -> float:
+    """The calls a planned question costs: ``CALLS_PER_QUESTION``, or the oracle's calls per pair when larger."""
+    return max(CALLS_PER_QUESTION, ctx.calls_per_pair)
+
+
 def borda(first: list[int], second: list[int]) -> list[int]:
     """``first`` re-ordered by the sum of each item's places in ``first`` and ``second`` (the Borda count of two
     rankings of the same items), ties in ``first``'s order."""
@@ -145,7 +150,7 @@ class BudgetDepth(Ranker):
         docstring)."""
         n, k = ctx.n, max(ctx.top, 1)
         calls, rounds = ctx.caps.calls_left, ctx.caps.rounds_left
-        cost = max(CALLS_PER_QUESTION, ctx.calls_per_pair)
+        cost = question_cost(ctx)
         least = min(n, MIN_GROUP * k)
         options = []
         for rank, (inner, depths) in enumerate(((self.sequential, [*range(k, n, k), n]),
@@ -163,23 +168,28 @@ class BudgetDepth(Ranker):
 
     def schedule(self, ctx: RankContext) -> Schedule:
         inner, depth = self.plan(ctx)
-        sub, cost = replace(ctx, n=depth), max(CALLS_PER_QUESTION, ctx.calls_per_pair)
+        sub = replace(ctx, n=depth)
         if inner is self.parallel:
             return complete((yield from inner.schedule(sub)), ctx.n)
         ev, caps = Evidence(), sub.caps
-        extra, extra_rounds = second_plan_size(inner, depth, sub.top)
-        both: list[bool] = []  # whether the second plan is part of the decision (fixed by the first decision)
+        second = None  # whether the second decision counts: fixed by the first decision, re-decisions follow it
+
+        def affords_second() -> bool:
+            if depth < ctx.n or caps.exhausted:
+                return False
+            extra, extra_rounds = second_plan_size(inner, depth, sub.top)
+            return ((caps.calls_left is None or caps.calls_left >= extra * question_cost(ctx))
+                    and (caps.rounds_left is None or caps.rounds_left >= extra_rounds))
 
         def decide() -> Schedule:  # the plan(s), then the challengers (pairs already answered cost nothing)
+            nonlocal second
             order = yield from ev.record(inner.schedule(sub))
-            if not both:
-                both.append(depth == ctx.n and not caps.exhausted
-                            and (caps.calls_left is None or caps.calls_left >= extra * cost)
-                            and (caps.rounds_left is None or caps.rounds_left >= extra_rounds))
-            if both[0]:
+            if second is None:
+                second = affords_second()
+            if second:
                 other = yield from select(sub, ev)
                 if caps.exhausted:  # a selection the caps cut short is not counted
-                    both[0] = False
+                    second = False
                 else:
                     order = borda(order, other)
             return (yield from challenge(sub, ev, order))
