@@ -25,12 +25,16 @@ Prompt = tuple[int, int]
 GATE_QUANTILE = 0.3
 """The share of a soft judge's answers (the least confident ones) read as ties (see the module docstring)."""
 MIN_ANSWERS = 20
-"""Soft answers needed before the gate margin counts (``JudgeTally.margin``)."""
+"""Soft answers needed before the gate margin counts (``JudgeTally.margin``); answers needed before a judge can
+count as positional (``JudgeTally.positional``)."""
 SAME_CONFIDENCE = 1e-9
 """Confidences closer than this are equal for the gate: a judge's P(A) and P(B) often come from different float
 operations (e.g. two logprobs), so one confidence level arrives as values an ulp apart (``gate``)."""
 CONSISTENT_PAIRS = 20
 """Pairs asked both ways after which a judge that flipped on under 5% of them counts as order-consistent."""
+POSITIONAL_SHARE = 0.5
+"""The share of a judge's answers decided by the slot, not the passages, above which it counts as positional
+(``JudgeTally.positional``): past it a single answer tells the slot more often than the passages."""
 
 
 @dataclass(frozen=True)
@@ -122,6 +126,17 @@ class JudgeTally:
         quantile = GATE_QUANTILE if quantile is None else quantile
         confs = self.soft_confidences
         return confs[min(len(confs) - 1, int(quantile * len(confs)))] if len(confs) >= MIN_ANSWERS else 0.0
+
+    @property
+    def positional(self) -> bool:
+        """Whether most of the judge's answers look decided by the slot, not the passages: the share of answers
+        that prefer one slot, s, over at least ``MIN_ANSWERS`` answers, has |2s - 1| above ``POSITIONAL_SHARE``.
+        Why |2s - 1|: with the slot orders drawn at random (``randomized``, ``adaptive``), answers that read the
+        passages prefer either slot equally often, so at least that share of the answers followed the slot (a
+        flip rate above one half: 0.64 for a judge with first-slot rate 0.82; the family's most biased judge,
+        flip rate 0.37, has 0.69). A point estimate over one query's first rounds: near the threshold both slot
+        orders and one cost about the same quality (docs/judge-diagnostics.md)."""
+        return self.answers >= MIN_ANSWERS and abs(2 * self.first - self.answers) > POSITIONAL_SHARE * self.answers
 
     @property
     def consistent(self) -> bool:

@@ -55,6 +55,11 @@ class Oracle(ABC):
         further batch when the caps allow it, never as a new comparison."""
         return []
 
+    def both_at_once(self, answers: Mapping[Prompt, float | None]) -> bool:
+        """Whether, where no re-ask can follow (a round cap that the ranker plans in full), every question is to
+        be asked in both slot orders in its own batch (False by default; see ``AdaptiveOracle``)."""
+        return False
+
     def question(self, pair: tuple[int, int], known: Known, rng: random.Random) -> list[Prompt]:
         """The ordered prompts still to be asked for one question of a round: ``prompts(i, j, ...)`` for a plain
         pair, the slot orders not yet ``known`` for a ``BothOrders`` pair."""
@@ -157,9 +162,19 @@ class AdaptiveOracle(RandomizedDirectionOracle):
     round, so none takes the last round of a ``max_rounds`` cap, and a ranker that plans every round of the cap
     (``Ranker.plans_rounds``: ``parallel_mohajer``) gets none under one: there it equals ``randomized``. Plans as
     a one-call oracle (``calls_per_pair = 1``). Its calls per pair, and why re-asks stay out of a planned round
-    cap: docs/judge-diagnostics.md."""
+    cap: docs/judge-diagnostics.md.
+
+    Under such a cap a *positional* judge (``JudgeTally.positional``: most of its answers follow the slot, not the
+    passages) is asked every question in both slot orders in the same batch (``both_at_once``), so that its
+    answers are read by the bidirectional rule (a tie, resolved by prior rank, where the two orders disagree)
+    instead of as a coin the slot order tossed. The tally is this query's (a judge's first rounds are asked
+    before it shows) or, in ``rerank_many``, carried across its queries; when it says so at the start the ranker
+    plans with two calls per pair (``RankContext.calls_per_pair``)."""
 
     name = "adaptive"
+
+    def both_at_once(self, answers):
+        return isinstance(answers, Answers) and answers.pool.positional
 
     def reask(self, i, j, answers):
         p1, p2 = answers.get((i, j)), answers.get((j, i))

@@ -20,7 +20,7 @@ from .comparators.base import Comparator, as_comparator
 from .errors import ComparatorError, ComparatorUnavailable, RankerError
 from .judging import Answers, JudgeTally, RoundLatency
 from .ledger import Cost, Ledger
-from .oracles import Oracle, Prompt, get_oracle
+from .oracles import BothOrders, Oracle, Prompt, get_oracle
 from .rankers import RankContext, Ranker, get_ranker, relay
 from .rankers.auto import choose
 from .settings import RerankSettings
@@ -102,9 +102,9 @@ class Reranking:
         self._oracle_rng, ranker_rng = random.Random(streams.getrandbits(64)), random.Random(streams.getrandbits(64))
         view = BudgetView(ledger.caps.caps, lambda: ledger.exhausted or ledger.stopped, self._affordable,
                           ledger.rounds_left)
-        ctx = RankContext(len(self.candidates), s.top_k, ranker_rng, calls_per_pair=self.oracle.calls_per_pair,
-                          caps=view)
         self.answers = Answers(prior_answers)  # the pair cache, with the judge's running record
+        ctx = RankContext(len(self.candidates), s.top_k, ranker_rng, caps=view,
+                          calls_per_pair=2 if self._both_at_once() else self.oracle.calls_per_pair)
         self._pending: Batch | None = None
         self._order: list[int] | None = None
         self._steps = relay(self.ranker.schedule(ctx), self._round)
@@ -243,7 +243,7 @@ class Reranking:
         and go out in a further batch (a further round of calls) once the usage is known."""
         asked: list[tuple[int, int]] = []
         fresh: set[Prompt] = set()
-        source = self._questions(_tee(iter(pairs), asked), self._oracle_rng, fresh)
+        source = self._questions(_tee(iter(pairs), asked), self._oracle_rng, fresh, self._both_at_once())
         waiting: list[list[Prompt]] = []
         while True:
             prompts, waiting = self._plan(waiting, source, fresh, lazy=not isinstance(pairs, Sequence))
@@ -268,18 +268,18 @@ class Reranking:
                 self.answers.record(prompt, j.prob, sample)
         self.ledger.reconcile(judgments)
 
-    def _questions(self, pairs: Iterable[tuple[int, int]], rng: random.Random,
-                   planned: set[Prompt]) -> Iterator[Question]:
+    def _questions(self, pairs: Iterable[tuple[int, int]], rng: random.Random, planned: set[Prompt],
+                   both: bool = False) -> Iterator[Question]:
         """Per question of a round: the ordered prompts still to ask and what each would reserve (None for an
         answer from the pair cache); ``planned``: the prompts taken so far in the round (the caller adds those it
-        takes, so that a pair asked twice in a round is asked once)."""
+        takes, so that a pair asked twice in a round is asked once); ``both``: every pair as ``BothOrders``."""
         def known(p: Prompt) -> bool:
             return p in self.answers or p in planned
 
         for pair in pairs:
             if pair[0] == pair[1]:
                 raise RankerError(f"ranker {self.ranker.name} asked to compare candidate {pair[0]} with itself")
-            need = self.oracle.question(pair, known, rng)
+            need = self.oracle.question(BothOrders(*pair) if both else pair, known, rng)
             yield need, (self.ledger.costs(self._pairs(need)) if need else None)
 
     def _plan(self, waiting: list[list[Prompt]], source: Iterator[Question], planned: set[Prompt], lazy: bool,
@@ -322,12 +322,20 @@ class Reranking:
                       ledger.caps["budget"].remaining)
         return prompts, later
 
+    def _planned_cap(self) -> bool:
+        """Whether a round cap holds and the ranker plans every round of it (``Ranker.plans_rounds``): no re-ask
+        can be sent."""
+        return self.ledger.rounds_left() is not None and self.ranker.plans_rounds
+
+    def _both_at_once(self) -> bool:
+        """Whether this round's questions go out in both slot orders at once (``Oracle.both_at_once``)."""
+        return self._planned_cap() and self.oracle.both_at_once(self.answers)
+
     def _reasks(self, asked: Sequence[tuple[int, int]], planned: set[Prompt]) -> Iterator[Question]:
         """The questions of a round whose answers the oracle wants completed (``Oracle.reask``), as
         ``_questions``; none once a failure stopped the calls, when only the last round of the cap is left, or
-        under a round cap for a ranker that plans every round of it (``Ranker.plans_rounds``)."""
-        rounds = self.ledger.rounds_left()
-        if self.ledger.stopped or rounds in (0, 1) or (rounds is not None and self.ranker.plans_rounds):
+        under a round cap for a ranker that plans every round of it (``_planned_cap``)."""
+        if self.ledger.stopped or self.ledger.rounds_left() in (0, 1) or self._planned_cap():
             return
         for i, j in dict.fromkeys(asked):
             need = [p for p in self.oracle.reask(i, j, self.answers) if p not in self.answers and p not in planned]
@@ -340,7 +348,8 @@ class Reranking:
         ledger = self.ledger
         extra: dict[str, int] = {}
         planned: set[Prompt] = set()
-        for count, (need, costs) in enumerate(self._questions(pairs, random.Random(0), planned)):
+        for count, (need, costs) in enumerate(self._questions(pairs, random.Random(0), planned,
+                                                              self._both_at_once())):
             if costs is not None:
                 if ledger.stopped or ledger.refusal(costs, extra) is not None:
                     return count

@@ -210,19 +210,75 @@ def test_adaptive_stops_asking_again_once_the_judge_is_order_consistent():
     assert res.judge.flip_rate == 1.0 and res.calls > res.comparisons + CONSISTENT_PAIRS
 
 
+class Fair:
+    """A hard judge with no slot bias: prefers the better prior rank except on a fixed fifth of the pairs (drawn
+    once per unordered pair from ``seed``), in either slot order."""
+
+    def __init__(self, seed):
+        self.seed = seed
+
+    def compare(self, query, pairs):
+        out = []
+        for a, b in pairs:
+            i, j = sorted((int(a.id[1:]), int(b.id[1:])))
+            better = f"d{i}" if random.Random(f"{self.seed}/{i}/{j}").random() >= 0.2 else f"d{j}"
+            out.append(float(a.id == better))
+        return out
+
+
 @pytest.mark.parametrize("max_rounds", [6, 10])
 def test_a_ranker_that_plans_its_rounds_gets_no_reasks_under_a_round_cap(max_rounds):
     cs = cands(40)
     kw = dict(ranker="parallel_mohajer", top_k=5, seed=3, budget=100)
-    runs = {o: rerank("q", cs, comparator=ByPrompt(7, False), oracle=o, max_rounds=max_rounds, **kw)
+    runs = {o: rerank("q", cs, comparator=Fair(7), oracle=o, max_rounds=max_rounds, **kw)
             for o in ("randomized", "adaptive")}
     assert runs["adaptive"].order == runs["randomized"].order
     assert (runs["adaptive"].calls, runs["adaptive"].rounds) == (runs["randomized"].calls, runs["randomized"].rounds)
-    uncapped = {o: rerank("q", cs, comparator=ByPrompt(7, False), oracle=o, **kw) for o in ("randomized", "adaptive")}
+    assert not runs["adaptive"].judge.flip_rate  # no pair asked both ways: the judge does not look positional
+    uncapped = {o: rerank("q", cs, comparator=Fair(7), oracle=o, **kw) for o in ("randomized", "adaptive")}
     assert uncapped["adaptive"].rounds > uncapped["randomized"].rounds  # without a round cap it re-asks upsets
-    capped_mohajer = rerank("q", cs, comparator=ByPrompt(7, False), oracle="adaptive", max_rounds=max_rounds,
+    capped_mohajer = rerank("q", cs, comparator=Fair(7), oracle="adaptive", max_rounds=max_rounds,
                             **{**kw, "ranker": "mohajer"})
     assert capped_mohajer.calls > capped_mohajer.comparisons  # a ranker that does not plan its rounds still does
+
+
+def slot_orders(log):
+    """Per unordered pair of a judge's log, the slot orders asked."""
+    asked = {}
+    for a, b, _ in log:
+        asked.setdefault(frozenset((a, b)), set()).add((a, b))
+    return asked
+
+
+def test_a_positional_judge_is_asked_both_orders_at_once_where_no_reask_can_follow():
+    cs = cands(40)
+    kw = dict(ranker="parallel_mohajer", top_k=5, seed=3, budget=400, max_rounds=6)
+    judge = ByPrompt(7, False)  # slot A wins unless the better prior rank sits in slot B and its noise is low
+    res = rerank("q", cs, comparator=judge, oracle="adaptive", **kw)
+    assert res.judge.first_slot_rate > 0.75 and res.rounds <= 6
+    first_round = len(cs) // 2  # the brackets' first level: 20 pairs, one order each, before the judge shows
+    asked = slot_orders(judge.log[first_round:])
+    assert all(len(orders) == 2 for orders in asked.values())  # then every new pair in both orders at once
+    fair = Fair(7)
+    assert rerank("q", cs, comparator=fair, oracle="adaptive", **kw).order == \
+        rerank("q", cs, comparator=fair, oracle="randomized", **kw).order  # a judge that reads the passages: no change
+    tally = JudgeTally()
+    for p in [1.0] * 15 + [0.0] * 5:  # a first-slot rate of 3/4: half the answers followed the slot, not more
+        tally.record(p)
+    assert not tally.positional
+    tally.record(1.0)
+    assert tally.positional
+
+
+def test_rerank_many_plans_a_positional_judge_with_both_orders_from_the_first_round():
+    cs = cands(40)
+    judge = ByPrompt(7, False)
+    kw = dict(ranker="budget_depth", oracle="adaptive", top_k=5, seed=3, budget=200, max_rounds=6)
+    first, later = rerank_many([("q0", cs), ("q1", cs)], comparator=judge, max_active=1, **kw)
+    assert first.judge.first_slot_rate > 0.75
+    asked = slot_orders(judge.log[first.calls:])
+    assert later.calls == len(judge.log) - first.calls and all(len(orders) == 2 for orders in asked.values())
+    assert later.calls <= 200 and later.rounds <= 6
 
 
 def test_an_auto_instance_is_resolved_as_the_name_is():
