@@ -229,6 +229,9 @@ SOFT_TEMPERATURE = 1.138
 #: noise alone flips 10%), 0.40 (pair_noise 0.5) and 0.206 (pair_noise 0.15; and with ``doc-error``'s knobs).
 MILD_NOISE = 0.25
 MILD_BIAS, STRONG_BIAS, LOW_NOISE_BIAS, DOC_ERROR_BIAS = 0.223, 1.043, 0.504, 0.223
+#: ``positional``'s position bias: ``CALIBRATED``'s with the bias raised until most answers follow the slot (flip
+#: rate 0.64 and first-slot rate 0.82 on DL19 + DL20; not fitted to a model).
+POSITIONAL_BIAS = 2.0
 #: Qwen3-4B knobs fitted to the paper's appendix tables (mean of the DL19/DL20 converged rows; the bias fit to
 #: "randomized as good as bidirectional" ends at ~0, see ``qwen3_4b``).
 QWEN_KNOBS = Knobs(strength=1.0, doc_noise=1.078, position_bias=0.023, pair_noise=0.5)
@@ -247,13 +250,16 @@ class JudgeInfo:
     """What the registry declares about a judge: ``kind`` ("hard": answers in {0, 1}; "soft": in (0, 1)),
     ``flip_target`` (the flip rate it is built for, share of pairs; None = not set), ``calibrated_against``
     (the published or measured figure, or None: not calibrated), ``max_depth`` (candidates per query its
-    answers cover; None = any), ``collections`` (the collections it can judge; None = any with qrels)."""
+    answers cover; None = any), ``collections`` (the collections it can judge; None = any with qrels),
+    ``family`` (whether it belongs to ``FAMILY``, the judges ``auto``'s table is built on; False: a judge for
+    checks outside it, named with ``--judge``)."""
 
     kind: str
     flip_target: float | None
     calibrated_against: str | None
     max_depth: int | None = None
     collections: tuple[str, ...] | None = None
+    family: bool = True
 
 
 JUDGES: dict[str, Factory] = {}
@@ -391,6 +397,15 @@ def ql_like(qrels: Qrels, seed: int = 0, *, queries: Mapping[str, str] | None = 
     return _graded("ql-like", QL_LIKE_KNOBS)(qrels, seed, queries=queries)
 
 
+@_register("positional", JudgeInfo("hard", None, None, family=False))
+def positional(qrels: Qrels, seed: int = 0, *, queries: Mapping[str, str] | None = None) -> Comparator:
+    """Outside the family: ``calibrated`` with a position bias (``POSITIONAL_BIAS``) under which most answers
+    follow the slot, not the passages (flip rate 0.64, first-slot rate 0.82), beyond the family's most biased
+    judge (``strong-bias``, 0.37). The check of ``adaptive``'s positional rule under a round cap
+    (``JudgeTally.positional``). Not calibrated."""
+    return _graded("positional", replace(CALIBRATED, position_bias=POSITIONAL_BIAS))(qrels, seed, queries=queries)
+
+
 _REAL = "real answers of the bundled SmolLM2-135M (query likelihood)"
 
 
@@ -404,17 +419,21 @@ def bundled_ql(qrels: Qrels | None = None, seed: int = 0, *, queries: Mapping[st
     return CachedScoreJudge(BUNDLED_QL_CACHE, temperature=BUNDLED_TEMPERATURE, name="bundled-ql")
 
 
-FAMILY: tuple[str, ...] = tuple(JUDGES)
-"""The judges the bench sweeps with ``--judges family`` (every registered judge)."""
+FAMILY: tuple[str, ...] = tuple(n for n in JUDGES if INFO[n].family)
+"""The judges the bench sweeps with ``--judges family`` (every registered judge but ``positional``)."""
+
+
+def covers(name: str, depth: int, collection: str | None = None) -> bool:
+    """Whether judge ``name``'s answers cover ``depth`` candidates per query of ``collection`` (``dl19``,
+    ``dl20``; None = any collection): ``bundled-ql`` covers 20 candidates of DL19 and DL20."""
+    info = INFO[name]
+    in_coll = info.collections is None or (collection is not None and collection in info.collections)
+    return in_coll and (info.max_depth is None or depth <= info.max_depth)
 
 
 def family_for_depth(depth: int, collection: str | None = None) -> tuple[str, ...]:
-    """The ``FAMILY`` judges whose answers cover ``depth`` candidates per query of ``collection`` (``dl19``,
-    ``dl20``; None = any collection): ``bundled-ql`` covers 20 candidates of DL19 and DL20."""
-    def covers(info: JudgeInfo) -> bool:
-        in_coll = info.collections is None or (collection is not None and collection in info.collections)
-        return in_coll and (info.max_depth is None or depth <= info.max_depth)
-    return tuple(n for n in FAMILY if covers(INFO[n]))
+    """The ``FAMILY`` judges that ``covers`` ``depth`` candidates per query of ``collection``."""
+    return tuple(n for n in FAMILY if covers(n, depth, collection))
 
 
 def build_judge(name: str, qrels: Qrels | None, seed: int = 0, *, queries: Mapping[str, str] | None = None
@@ -436,20 +455,20 @@ def build_judge(name: str, qrels: Qrels | None, seed: int = 0, *, queries: Mappi
 def resolve_judges(names: Sequence[str], depth: int | None = None, collection: str | None = None
                    ) -> list[str]:
     """Judge names from a command line (``--judge NAME`` repeated, ``--judges family``): ``"family"`` expands to
-    ``FAMILY`` (only the judges covering ``depth`` candidates of ``collection`` when ``depth`` is given);
+    ``FAMILY`` (only the judges covering ``depth`` candidates of ``collection`` when ``depth`` is given), a
+    judge outside it (``positional``) is taken by its name;
     duplicates are dropped, order kept.
 
     Raises:
         ValueError: an unknown name, or an explicitly named judge that does not cover ``depth``/``collection``.
     """
     out: list[str] = []
-    fits = family_for_depth(depth, collection) if depth is not None else FAMILY
     for name in names:
         if name == "family":
-            out.extend(fits)
+            out.extend(family_for_depth(depth, collection) if depth is not None else FAMILY)
         elif name not in JUDGES:
             raise ValueError(f"unknown judge {name!r}; choose one of {', '.join(JUDGES)} or 'family'")
-        elif name not in fits:
+        elif depth is not None and not covers(name, depth, collection):
             raise ValueError(f"judge {name!r} has no answers for {depth} candidates of {collection or 'any'} "
                              f"collection (it covers {INFO[name].max_depth} of {INFO[name].collections})")
         else:
@@ -470,5 +489,5 @@ def comparator_for(name: str, seed: int = 0) -> Callable[[Any], Callable[[str], 
 
 
 __all__ = ["BUNDLED_QL_CACHE", "FAMILY", "INFO", "JUDGES", "CachedScoreJudge", "GradedJudge", "JudgeInfo", "Knobs",
-           "build_judge", "comparator_for", "family_for_depth",
+           "build_judge", "comparator_for", "covers", "family_for_depth",
            "resolve_judges"]

@@ -17,7 +17,7 @@ from activeprp_core import Candidate, Comparator, rerank
 
 ROOT = Path(__file__).resolve().parents[1]
 
-SIMULATED = [n for n in J.FAMILY if n != "bundled-ql"]
+SIMULATED = [n for n in J.JUDGES if n != "bundled-ql"]
 #: Per query of DL19 + DL20 (97 judged queries), how many of its BM25 top-100 passages have grade 0, 1, 2, 3
 #: (unjudged = 0): the judges' flip targets are fitted on this population, so the synthetic queries copy it.
 DL_GRADE_COUNTS = (
@@ -59,7 +59,8 @@ def test_registry_names_and_errors():
             "underconfident", "ql-like", "bundled-ql"} <= set(J.FAMILY)
     assert "bundled-ql" not in J.family_for_depth(100, "dl19") and "bundled-ql" in J.family_for_depth(20, "dl20")
     assert "bundled-ql" not in J.family_for_depth(20, "scifact") and "calibrated" in J.family_for_depth(100)
-    for name in J.FAMILY:  # each docstring says whether the judge is calibrated, as INFO declares
+    assert "positional" in J.JUDGES and "positional" not in J.FAMILY  # a judge for checks outside the family
+    for name in J.JUDGES:  # each docstring says whether the judge is calibrated, as INFO declares
         assert ("Not calibrated" in J.JUDGES[name].__doc__) == (J.INFO[name].calibrated_against is None), name
     with pytest.raises(ValueError, match="unknown judge"):
         J.build_judge("nope", {}, 0)
@@ -197,6 +198,8 @@ def test_resolve_judges_expands_family_and_checks_coverage():
         J.resolve_judges(["bundled-ql"], depth=100, collection="dl19")
     with pytest.raises(ValueError, match="unknown judge"):
         J.resolve_judges(["calibratd"])
+    assert "positional" not in J.resolve_judges(["family"], depth=100, collection="dl19")
+    assert J.resolve_judges(["positional", "family"], depth=100, collection="dl19")[0] == "positional"
 
 
 def test_calibration_answer_stats_count_the_answers():
