@@ -243,7 +243,7 @@ class Reranking:
         and go out in a further batch (a further round of calls) once the usage is known."""
         asked: list[tuple[int, int]] = []
         fresh: set[Prompt] = set()
-        source = self._questions(_tee(iter(pairs), asked), self._oracle_rng, fresh, self._both_at_once())
+        source = self._questions(_tee(iter(pairs), asked), self._oracle_rng, fresh)
         waiting: list[list[Prompt]] = []
         while True:
             prompts, waiting = self._plan(waiting, source, fresh, lazy=not isinstance(pairs, Sequence))
@@ -268,14 +268,16 @@ class Reranking:
                 self.answers.record(prompt, j.prob, sample)
         self.ledger.reconcile(judgments)
 
-    def _questions(self, pairs: Iterable[tuple[int, int]], rng: random.Random, planned: set[Prompt],
-                   both: bool = False) -> Iterator[Question]:
+    def _questions(self, pairs: Iterable[tuple[int, int]], rng: random.Random,
+                   planned: set[Prompt]) -> Iterator[Question]:
         """Per question of a round: the ordered prompts still to ask and what each would reserve (None for an
         answer from the pair cache); ``planned``: the prompts taken so far in the round (the caller adds those it
-        takes, so that a pair asked twice in a round is asked once); ``both``: every pair as ``BothOrders``."""
+        takes, so that a pair asked twice in a round is asked once). Every pair is a ``BothOrders`` question when
+        ``_both_at_once`` holds as the round's questions start."""
         def known(p: Prompt) -> bool:
             return p in self.answers or p in planned
 
+        both = self._both_at_once()
         for pair in pairs:
             if pair[0] == pair[1]:
                 raise RankerError(f"ranker {self.ranker.name} asked to compare candidate {pair[0]} with itself")
@@ -348,8 +350,7 @@ class Reranking:
         ledger = self.ledger
         extra: dict[str, int] = {}
         planned: set[Prompt] = set()
-        for count, (need, costs) in enumerate(self._questions(pairs, random.Random(0), planned,
-                                                              self._both_at_once())):
+        for count, (need, costs) in enumerate(self._questions(pairs, random.Random(0), planned)):
             if costs is not None:
                 if ledger.stopped or ledger.refusal(costs, extra) is not None:
                     return count
