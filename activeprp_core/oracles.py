@@ -167,9 +167,11 @@ class AdaptiveOracle(RandomizedDirectionOracle):
     Under such a cap a *positional* judge (``JudgeTally.positional``: most of its answers follow the slot, not the
     passages) is asked every question in both slot orders in the same batch (``both_at_once``), so that its
     answers are read by the bidirectional rule (a tie, resolved by prior rank, where the two orders disagree)
-    instead of as a coin the slot order tossed. The tally is this query's (a judge's first rounds are asked
-    before it shows) or, in ``rerank_many``, carried across its queries; when it says so at the start the ranker
-    plans with two calls per pair (``RankContext.calls_per_pair``)."""
+    instead of as a coin the slot order tossed. The tally is this query's or, in ``rerank_many``, carried across
+    its queries; when it says so at the start the ranker plans with two calls per pair
+    (``RankContext.calls_per_pair``). The round in which the judge shows (asked one order at a time) is completed
+    once: its upsets are re-asked in one further batch, before the ranker reads it, when the ranker's plan
+    (``Ranker.planned_rounds``) leaves the cap a round to spare."""
 
     name = "adaptive"
 

@@ -105,6 +105,8 @@ class Reranking:
         self.answers = Answers(prior_answers)  # the pair cache, with the judge's running record
         ctx = RankContext(len(self.candidates), s.top_k, ranker_rng, caps=view,
                           calls_per_pair=2 if self._both_at_once() else self.oracle.calls_per_pair)
+        self._planned = self.ranker.planned_rounds(ctx) if self._planned_cap() else None
+        self._repaired = False
         self._pending: Batch | None = None
         self._order: list[int] | None = None
         self._steps = relay(self.ranker.schedule(ctx), self._round)
@@ -243,6 +245,7 @@ class Reranking:
         and go out in a further batch (a further round of calls) once the usage is known."""
         asked: list[tuple[int, int]] = []
         fresh: set[Prompt] = set()
+        single = self._planned_cap() and not self._both_at_once()
         source = self._questions(_tee(iter(pairs), asked), self._oracle_rng, fresh)
         waiting: list[list[Prompt]] = []
         while True:
@@ -250,7 +253,7 @@ class Reranking:
             self._record(prompts, (yield prompts))
             if not waiting:
                 break
-        reasks = self._reasks(asked, fresh)
+        reasks = self._reasks(asked, fresh, repair=single and self._repairs())
         first = next(reasks, None)  # most rounds have none: skip planning an empty batch
         prompts = first and self._plan([], itertools.chain([first], reasks), fresh, lazy=False, optional=True)[0]
         if prompts:
@@ -333,11 +336,23 @@ class Reranking:
         """Whether this round's questions go out in both slot orders at once (``Oracle.both_at_once``)."""
         return self._planned_cap() and self.oracle.both_at_once(self.answers)
 
-    def _reasks(self, asked: Sequence[tuple[int, int]], planned: set[Prompt]) -> Iterator[Question]:
+    def _repairs(self) -> bool:
+        """Whether a round just asked one slot order at a time under a planned cap is completed after all (once per
+        query): the judge turned out positional in it (``_both_at_once`` holds now), and the ranker's plan
+        (``Ranker.planned_rounds``) leaves the cap a round to spare for the re-asks."""
+        if self._repaired or self._planned is None or not self._both_at_once():
+            return False
+        spent = self.ledger.caps["max_rounds"].spent
+        self._repaired = self.ledger.rounds_left() - 1 >= self._planned - spent
+        return self._repaired
+
+    def _reasks(self, asked: Sequence[tuple[int, int]], planned: set[Prompt],
+                repair: bool = False) -> Iterator[Question]:
         """The questions of a round whose answers the oracle wants completed (``Oracle.reask``), as
         ``_questions``; none once a failure stopped the calls, when only the last round of the cap is left, or
-        under a round cap for a ranker that plans every round of it (``_planned_cap``)."""
-        if self.ledger.stopped or self.ledger.rounds_left() in (0, 1) or self._planned_cap():
+        under a round cap for a ranker that plans every round of it (``_planned_cap``) unless this is a
+        ``repair`` (``_repairs``)."""
+        if self.ledger.stopped or self.ledger.rounds_left() in (0, 1) or (self._planned_cap() and not repair):
             return
         for i, j in dict.fromkeys(asked):
             need = [p for p in self.oracle.reask(i, j, self.answers) if p not in self.answers and p not in planned]

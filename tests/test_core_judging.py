@@ -20,7 +20,7 @@ from activeprp_core import (
 )
 from activeprp_core.judging import CONSISTENT_PAIRS, GATE_QUANTILE, MIN_ANSWERS, Answers, JudgeTally, gate, pooled
 from activeprp_core.oracles import ORACLES, AdaptiveOracle, get_oracle
-from activeprp_core.rankers import RANKERS
+from activeprp_core.rankers import RANKERS, RankContext, get_ranker
 from tests.conftest import make_case
 
 
@@ -268,6 +268,27 @@ def test_a_positional_judge_is_asked_both_orders_at_once_where_no_reask_can_foll
     assert not tally.positional
     tally.record(1.0)
     assert tally.positional
+
+
+@pytest.mark.parametrize("ranker", ["parallel_mohajer", "budget_depth"])
+def test_a_positional_judges_first_round_is_completed_where_the_plan_leaves_a_round(ranker):
+    cs = cands(40)
+    kw = dict(ranker=ranker, oracle="adaptive", top_k=10, seed=3, budget=100)  # no spare calls: one order each
+    # the parallel plan over 40 (budget_depth's under a round cap): two bracket levels, then the merge
+    assert get_ranker("parallel_mohajer").planned_rounds(RankContext(40, 10)) == 4
+    judge = ByPrompt(7, False)
+    res = rerank("q", cs, comparator=judge, max_rounds=6, **kw)
+    first = judge.log[:20]  # the brackets' first level, one order each, before the judge shows
+    upsets = [(b, a) for a, b, p in first if (p > 0.5) == (int(a[1:]) > int(b[1:]))]
+    assert upsets and [(a, b) for a, b, _ in judge.log[20:20 + len(upsets)]] == upsets  # next, their other order
+    assert res.rounds <= 6 and res.calls <= 100
+    tight = ByPrompt(7, False)  # a cap of the plan's own rounds leaves none to spare: no re-ask of the first round
+    rerank("q", cs, comparator=tight, max_rounds=4, **kw)
+    assert tight.log[:20] == first
+    assert not {frozenset(p[:2]) for p in tight.log[20:40]} & {frozenset(p[:2]) for p in first}
+    fair = Fair(7)  # a judge that reads the passages never looks positional: nothing is re-asked
+    assert rerank("q", cs, comparator=fair, max_rounds=6, **kw).order == \
+        rerank("q", cs, comparator=fair, max_rounds=6, **{**kw, "oracle": "randomized"}).order
 
 
 def test_rerank_many_plans_a_positional_judge_with_both_orders_from_the_first_round():

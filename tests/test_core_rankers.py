@@ -185,6 +185,24 @@ def test_budget_depth_deepens_with_the_budget_up_to_n_and_its_plan_fits_the_caps
     assert depths[-1] == (80 if rounds == 6 else 100)  # bracket levels of 100 candidates take 7 rounds
 
 
+def test_planned_rounds_are_the_rounds_of_the_plan_a_query_gets():
+    from activeprp_core.rankers.base import plan_size
+    from activeprp_core.rankers.budget_depth import BudgetDepth
+    from activeprp_core.rankers.depth import ParallelMohajerDepth
+    from activeprp_core.rankers.parallel import ParallelMohajer
+
+    ranker = BudgetDepth()
+    for budget, rounds, depth in ((100, 6, 40), (300, 6, 80), (350, 10, 100), (None, None, 100)):
+        ctx = RankContext(100, 10, caps=_view(budget, rounds))
+        inner, planned_depth = ranker.plan(ctx)
+        assert planned_depth == depth
+        assert ranker.planned_rounds(ctx) == plan_size(inner, depth, 10)[1]
+    assert ranker.planned_rounds(RankContext(100, 10, caps=_view(100, 6))) == 4  # two bracket levels and the merge
+    assert ParallelMohajerDepth(40).planned_rounds(RankContext(100, 10)) == \
+        ParallelMohajer().planned_rounds(RankContext(40, 10)) == 4
+    assert get_ranker("mohajer").planned_rounds(RankContext(100, 10)) is None  # not a plan of rounds
+
+
 def test_budget_depth_takes_the_plan_that_reaches_deeper():
     from activeprp_core.rankers.budget_depth import BudgetDepth
 

@@ -65,9 +65,43 @@ class Ranker(ABC):
     def schedule(self, ctx: RankContext) -> Schedule:
         """Yield rounds of pairs, receive their outcomes, return a permutation of ``range(ctx.n)``."""
 
+    def planned_rounds(self, ctx: RankContext) -> int | None:
+        """The rounds this query's plan takes, from ``ctx`` at the start, when every answer agrees with the first
+        stage (``plan_size``); None (the default) = not planned. Under a round cap the engine may take a round
+        the plan leaves over for an oracle's repair of an earlier round (``Oracle.both_at_once``)."""
+        return None
+
     def __repr__(self) -> str:
         params = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
         return f"{type(self).__name__}({params})"
+
+
+_SIZES: dict[tuple, tuple[int, int]] = {}
+
+
+def plan_size(ranker: Ranker, n: int, k: int) -> tuple[int, int]:
+    """``(questions, rounds)`` of ``ranker``'s whole plan over ``n`` candidates for the top ``k`` when every answer
+    agrees with the first stage (the lower candidate index wins), with no cap: the distinct unordered pairs it
+    asks, and the rounds that ask at least one of them. Computed once per (ranker, n, k) by running the ranker's
+    schedule; a judge that disagrees with the first stage makes the plan ask more."""
+    return schedule_size((repr(ranker), n, k), lambda: ranker.schedule(RankContext(n, k)))
+
+
+def schedule_size(key: tuple, make: Callable[[], Schedule]) -> tuple[int, int]:
+    """``plan_size`` of the schedule ``make()`` makes, cached under ``key``."""
+    if key not in _SIZES:
+        schedule, asked, rounds = make(), set(), 0
+        try:
+            pairs = next(schedule)
+            while True:
+                new = {(min(p), max(p)) for p in pairs} - asked
+                asked |= new
+                rounds += bool(new)
+                pairs = schedule.send([float(beats(i, j, None)) for i, j in pairs])
+        except StopIteration:
+            pass
+        _SIZES[key] = (len(asked), rounds)
+    return _SIZES[key]
 
 
 def beats(i: int, j: int, outcome: Outcome) -> bool:

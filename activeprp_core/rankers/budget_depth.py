@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import replace
 
 from ..oracles import BothOrders
-from .base import RankContext, Ranker, Schedule, beats, bubble_passes, complete
+from .base import RankContext, Ranker, Schedule, bubble_passes, complete, plan_size, schedule_size
 from .mohajer import MohajerBubble
 from .parallel import Evidence, ParallelMohajer, confirm, select
 
@@ -19,17 +18,6 @@ CALLS_PER_QUESTION = 1.5
 #: candidates): two bracket levels per group. See ``BudgetDepth``.
 MIN_GROUP = 4
 
-_SIZES: dict[tuple, tuple[int, int]] = {}
-
-
-def plan_size(ranker: Ranker, n: int, k: int) -> tuple[int, int]:
-    """``(questions, rounds)`` of ``ranker``'s whole plan over ``n`` candidates for the top ``k`` when every answer
-    agrees with the first stage (the lower candidate index wins), with no cap: the distinct unordered pairs it
-    asks, and the rounds that ask at least one of them. Computed once per (ranker, n, k) by running the ranker's
-    schedule; a judge that disagrees with the first stage makes the plan ask more."""
-    return _size((repr(ranker), n, k), lambda: ranker.schedule(RankContext(n, k)))
-
-
 def second_plan_size(sequential: Ranker, n: int, k: int) -> tuple[int, int]:
     """``(questions, rounds)`` that ``parallel.select`` adds after ``sequential``'s whole plan over the same
     evidence, counted as ``plan_size`` counts (every answer agrees with the first stage, no cap)."""
@@ -38,24 +26,8 @@ def second_plan_size(sequential: Ranker, n: int, k: int) -> tuple[int, int]:
         yield from ev.record(sequential.schedule(ctx))
         return (yield from select(ctx, ev))
 
-    total, first = _size(("then parallel", repr(sequential), n, k), both), plan_size(sequential, n, k)
+    total, first = schedule_size(("then parallel", repr(sequential), n, k), both), plan_size(sequential, n, k)
     return total[0] - first[0], total[1] - first[1]
-
-
-def _size(key: tuple, make: Callable[[], Schedule]) -> tuple[int, int]:
-    if key not in _SIZES:
-        schedule, asked, rounds = make(), set(), 0
-        try:
-            pairs = next(schedule)
-            while True:
-                new = {(min(p), max(p)) for p in pairs} - asked
-                asked |= new
-                rounds += bool(new)
-                pairs = schedule.send([float(beats(i, j, None)) for i, j in pairs])
-        except StopIteration:
-            pass
-        _SIZES[key] = (len(asked), rounds)
-    return _SIZES[key]
 
 
 def question_cost(ctx: RankContext) -> float:
@@ -165,6 +137,10 @@ class BudgetDepth(Ranker):
             options.append((depth, paid, -rank, inner))
         depth, _, _, inner = max(options, key=lambda o: o[:3])
         return inner, depth
+
+    def planned_rounds(self, ctx: RankContext) -> int:
+        inner, depth = self.plan(ctx)
+        return plan_size(inner, depth, max(ctx.top, 1))[1]
 
     def schedule(self, ctx: RankContext) -> Schedule:
         inner, depth = self.plan(ctx)

@@ -49,6 +49,9 @@ class Depth(Ranker):
         """The candidates reranked for this query: ``min(N, depth)``, by default ``min(N, max(DEFAULT_DEPTH, K))``."""
         return min(ctx.n, max(DEFAULT_DEPTH, ctx.k) if self.depth is None else self.depth)
 
+    def planned_rounds(self, ctx: RankContext) -> int | None:
+        return self.inner.planned_rounds(replace(ctx, n=self.depth_for(ctx)))
+
     def schedule(self, ctx: RankContext) -> Schedule:
         order = yield from self.inner.schedule(replace(ctx, n=self.depth_for(ctx)))
         return complete(order, ctx.n)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Generator, Iterable
 
 from ..oracles import BothOrders
-from .base import Bracket, Outcome, RankContext, Ranker, Schedule, beats, complete, parallel, relay
+from .base import Bracket, Outcome, RankContext, Ranker, Schedule, beats, complete, parallel, plan_size, relay
 
 
 class Evidence:
@@ -95,6 +95,9 @@ class ParallelMohajer(Ranker):
 
     name = "parallel_mohajer"
     plans_rounds = True
+
+    def planned_rounds(self, ctx: RankContext) -> int:
+        return plan_size(self, ctx.n, ctx.top)[1]
 
     def schedule(self, ctx: RankContext) -> Schedule:
         ev = Evidence()
