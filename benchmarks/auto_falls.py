@@ -1,0 +1,83 @@
+"""The "more budget, more quality" goal of ``auto`` over several noise realisations of the family's judges.
+
+``auto_goals.py`` reads the largest fall of ``auto``'s nDCG@K as B grows on one realisation of each judge (judge
+seed 0): the largest of 45 budget pairs x 3 caps of differences between noisy means, so it is above the true fall
+even where the true curve never falls. Here each judge is also run on other realisations (``--judge-seed``: which
+documents it mis-reads and by how much), and the largest fall is read per realisation and on the mean over them,
+where a fall that the plan causes stays and one that a realisation's noise causes shrinks.
+
+Per (N, K) setting of the rows given: per judge, the largest fall of ``auto``'s row (the table's choice,
+``autotable.table_choice``) as B grows from N/2 to 5N, per cap (none, 6, 10), any earlier budget to any later
+one (``regret.falls``), per realisation and on the mean over realisations (cells and rows present in every one).
+Every judge of the rows is listed, those that do not beat the first stage too (the rows here lack the first stage
+and the ceiling that ``auto_goals.py`` reads to tell them).
+
+Command (from the repository root), output in ``benchmarks/results/budget_depth/falls.md``:
+
+    python benchmarks/auto_falls.py benchmarks/results/budget_depth/n100_k10/rows.csv.xz \\
+        benchmarks/results/budget_depth/realisations/r{1,2,3,4}/rows.csv.xz
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's packages
+
+from activeprp_bench.autotable import GOAL_CAPS, read_family, table_choice  # noqa: E402
+from activeprp_bench.regret import falls, label  # noqa: E402
+
+#: The budget axis as B/N, as in ``auto_goals.py``: falls are read from N/2 to 5N.
+SPAN = (0.5, 5.0)
+
+
+def largest(scores: dict, auto: dict, span: tuple[float, float]) -> dict[str, str]:
+    """Per judge, its largest fall of ``auto``'s row, as ``points (cap, B -> B')``; ``0.00`` when it never falls."""
+    out = {}
+    for j in scores:
+        fall = max(falls({j: scores[j]}, auto, span), default=None)
+        out[j] = "0.00" if fall is None or fall[0] <= 0 else \
+            f"{fall[0]:.2f} ({fall[2]}, {label(fall[3][0])} -> {label(fall[4][0])})"
+    return out
+
+
+def mean_scores(families: list) -> dict:
+    """``judge -> cell -> row -> nDCG``, the mean over the realisations that all have the judge, cell and row."""
+    first, rest = families[0].ndcg, [f.ndcg for f in families[1:]]
+    return {j: {c: {r: float(np.mean([v] + [o[j][c][r] for o in rest]))
+                    for r, v in rows.items() if all(r in o.get(j, {}).get(c, {}) for o in rest)}
+                for c, rows in by_cell.items() if c[1] in GOAL_CAPS}
+            for j, by_cell in first.items() if all(j in o for o in rest)}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("rows", nargs="+", help="one rows file per noise realisation")
+    ap.add_argument("--table", default="activeprp_core/data/auto_table.json")
+    args = ap.parse_args(argv)
+    table = json.loads(Path(args.table).read_text())
+    per_file = [read_family([p]) for p in args.rows]
+    for nk in sorted(set.intersection(*(set(f) for f in per_file))):
+        n, k = nk
+        families = [f[nk] for f in per_file]
+        span = (SPAN[0] * n, SPAN[1] * n)
+        scores = mean_scores(families)
+        auto = table_choice(table, n, k, sorted({c for by_cell in scores.values() for c in by_cell}))
+        columns = [largest({j: {c: v for c, v in fam.ndcg[j].items() if c[1] in GOAL_CAPS} for j in scores}, auto, span)
+                   for fam in families] + [largest(scores, auto, span)]
+        print(f"## N={n}, K={k}: largest fall of auto's nDCG@{k} as B grows from {span[0]:g} to {span[1]:g} "
+              f"(points; cap, budgets)\n")
+        print("| judge | " + " | ".join(f"realisation {i}" for i in range(len(families))) + " | mean |")
+        print("|---|" + "---:|" * (len(families) + 1))
+        for j in sorted(scores):
+            print(f"| {j} | " + " | ".join(col[j] for col in columns) + " |")
+        print()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,58 @@
+"""benchmarks/auto_falls.py: the largest fall of ``auto``'s row along the budget per noise realisation and on
+their mean, and the committed ``falls.md`` re-made from the committed rows by the command in its docstring."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import shlex
+import sys
+from pathlib import Path
+
+from tests.conftest import skip_without_bench
+
+skip_without_bench()
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import auto_falls  # noqa: E402
+
+from activeprp_bench.autotable import Family  # noqa: E402
+
+
+def _family(curves: dict[str, list[float]]) -> Family:
+    """A family whose judges have ``auto``'s row ``budget_depth/adaptive`` at B=50, 100, ... without a cap."""
+    ndcg = {j: {(50 * (i + 1), -1): {"budget_depth/adaptive": v} for i, v in enumerate(c)} for j, c in curves.items()}
+    return Family(ndcg=ndcg, rounds={}, calls={}, first_stage={})
+
+
+def test_a_fall_of_one_realisation_shrinks_on_the_mean_and_a_fall_of_the_plan_stays():
+    one = _family({"noisy": [60.0, 61.0, 60.4], "planned": [60.0, 61.0, 60.5]})
+    other = _family({"noisy": [60.0, 60.6, 61.0], "planned": [60.2, 61.2, 60.7]})
+    auto = {c: "budget_depth/adaptive" for c in one.ndcg["noisy"]}
+    per = [auto_falls.largest(f.ndcg, auto, (50, 500)) for f in (one, other)]
+    mean = auto_falls.largest(auto_falls.mean_scores([one, other]), auto, (50, 500))
+    assert per[0]["noisy"] == "0.60 (none, 100 -> 150)" and per[1]["noisy"] == "0.00"
+    assert mean["noisy"] == "0.10 (none, 100 -> 150)"  # 60.8 -> 60.7: the mean curve falls less
+    assert per[0]["planned"] == per[1]["planned"] == mean["planned"] == "0.50 (none, 100 -> 150)"
+
+
+def test_the_committed_falls_are_made_again_from_the_committed_rows(monkeypatch):
+    command = auto_falls.__doc__.split("    python benchmarks/auto_falls.py", 1)[1].split("\n\"\"\"")[0]
+    words = shlex.split(command.replace("\\\n", " "))
+    rows = [w for word in words for w in _braces(word)]
+    monkeypatch.chdir(ROOT)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        auto_falls.main(rows)
+    assert out.getvalue() == (ROOT / "benchmarks/results/budget_depth/falls.md").read_text()
+
+
+def _braces(word: str) -> list[str]:
+    """``a/r{1,2}/b`` -> ``a/r1/b``, ``a/r2/b`` (the shell's brace expansion of the documented command)."""
+    if "{" not in word:
+        return [word]
+    head, rest = word.split("{", 1)
+    inner, tail = rest.split("}", 1)
+    return [head + part + tail for part in inner.split(",")]
