@@ -28,12 +28,12 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's packages
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from auto_goals import AXIS  # noqa: E402  (the budget axis as B/N: falls are read from N/2 to 5N)
 
 from activeprp_bench.autotable import GOAL_CAPS, read_family, table_choice  # noqa: E402
 from activeprp_bench.regret import falls, label  # noqa: E402
-
-#: The budget axis as B/N, as in ``auto_goals.py``: falls are read from N/2 to 5N.
-SPAN = (0.5, 5.0)
 
 
 def largest(scores: dict, auto: dict, span: tuple[float, float]) -> dict[str, str]:
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> None:
     for nk in sorted(set.intersection(*(set(f) for f in per_file))):
         n, k = nk
         families = [f[nk] for f in per_file]
-        span = (SPAN[0] * n, SPAN[1] * n)
+        span = (AXIS[0] * n, AXIS[-1] * n)
         scores = mean_scores(families)
         auto = table_choice(table, n, k, sorted({c for by_cell in scores.values() for c in by_cell}))
         columns = [largest({j: {c: v for c, v in fam.ndcg[j].items() if c[1] in GOAL_CAPS} for j in scores}, auto, span)

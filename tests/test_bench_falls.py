@@ -39,7 +39,7 @@ def test_a_fall_of_one_realisation_shrinks_on_the_mean_and_a_fall_of_the_plan_st
 
 
 def test_the_committed_falls_are_made_again_from_the_committed_rows(monkeypatch):
-    command = auto_falls.__doc__.split("    python benchmarks/auto_falls.py", 1)[1].split("\n\"\"\"")[0]
+    command = auto_falls.__doc__.split("    python benchmarks/auto_falls.py", 1)[1]  # the docstring ends with it
     words = shlex.split(command.replace("\\\n", " "))
     rows = [w for word in words for w in _braces(word)]
     monkeypatch.chdir(ROOT)
