@@ -119,7 +119,7 @@ class _Means:
         s[2] += rounds
         s[3] += 1
 
-    def families(self) -> dict[tuple[int, int], Family]:
+    def families(self, keep: Callable[[str, str], bool] = core_row) -> dict[tuple[int, int], Family]:
         cells: dict[tuple, dict] = defaultdict(lambda: {"seeds": defaultdict(list), "calls": 0.0, "rounds": 0.0,
                                                         "count": 0})
         for (judge, n, k, ranker, oracle, budget, cap, seed, _), (nd, ca, ro, count) in self.sums.items():
@@ -133,7 +133,7 @@ class _Means:
             fam = out[(n, k)]
             if ranker == FIRST_STAGE:
                 fam.first_stage[judge] = ndcg
-            elif core_row(ranker, oracle):
+            elif keep(ranker, oracle):
                 name, cell = f"{ranker}/{oracle}", (budget, cap)
                 fam.ndcg.setdefault(judge, {}).setdefault(cell, {})[name] = ndcg
                 fam.rounds.setdefault(judge, {}).setdefault(cell, {})[name] = c["rounds"] / c["count"]
@@ -151,9 +151,12 @@ def family_means(rows: Iterable[Row]) -> dict[tuple[int, int], Family]:
     return means.families()
 
 
-def read_family(paths: Sequence[str | Path]) -> dict[tuple[int, int], Family]:
+def read_family(paths: Sequence[str | Path], keep: Callable[[str, str], bool] = core_row
+                ) -> dict[tuple[int, int], Family]:
     """``family_means`` of the rows in ``paths`` (``rows.csv[.gz|.xz]`` written by ``activeprp bench grid``), read
     as plain CSV records (about 15 times faster than ``grid.read_csv``'s ``Row`` objects on millions of rows).
+    ``keep(ranker, oracle)`` says which rows count (default: the core ranker x oracle rows; bench variants such as
+    ``parallel_mohajer_depth80`` with ``lambda r, o: True``).
 
     Raises:
         KeyError: a file without one of the columns ``_KEY`` and ``_VALUES`` name.
@@ -169,11 +172,11 @@ def read_family(paths: Sequence[str | Path]) -> dict[tuple[int, int], Family]:
             for rec in records:
                 pair = (rec[ranker], rec[oracle])
                 if pair not in wanted:
-                    wanted[pair] = pair[0] == FIRST_STAGE or core_row(*pair)
+                    wanted[pair] = pair[0] == FIRST_STAGE or keep(*pair)
                 if wanted[pair]:
                     nd, ca, ro = values(rec)
                     means.add(key(rec), float(nd), float(ca), float(ro))
-    return means.families()
+    return means.families(keep)
 
 
 # --- worst-case regret over a family of judges --------------------------------------------------------------------

@@ -41,8 +41,9 @@ VARIANTS: dict[str, Callable[[], Ranker]] = {
     "mohajer_bubble_rerun": lambda: MohajerBubble(reselect="rerun"),
     "heapsort_reference": ReferenceHeapSort,
     "first_stage": FirstStage,  # the baseline a judge must beat (autotable.Family.beats_first_stage)
-    # the rerank depths around parallel_mohajer_depth's default (benchmarks/results/depth/)
-    **{f"parallel_mohajer_depth{d}": partial(ParallelMohajerDepth, d) for d in (20, 30, 50, 70)},
+    # the rerank depths around parallel_mohajer_depth's default (benchmarks/results/depth/); 80: the top 80, three
+    # bracket levels at K=10 (benchmarks/results/budget_depth/depth_step.md)
+    **{f"parallel_mohajer_depth{d}": partial(ParallelMohajerDepth, d) for d in (20, 30, 50, 70, 80)},
 }
 
 
