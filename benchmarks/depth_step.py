@@ -1,0 +1,91 @@
+"""What a partial bracket level costs and buys under a round cap: the parallel plan over all 100 candidates
+against the top 80, per judge (the evidence of ``budget_depth.parallel_depths``).
+
+At N=100, K=10 the top 80 are three whole bracket levels (6 rounds, 180 questions); all 100 add a fourth, partial
+level for a fifth more candidates (7 rounds, 210 questions), which fits a cap of 10 from B=315 at 1.5 calls per
+question. Here ``parallel_mohajer``/``adaptive`` (all 100) is set beside ``parallel_mohajer_depth80``/``adaptive``
+(the bench variant) at B in {300, ..., 500}, cap 10, per judge, as the mean over the noise realisations given (one
+``--realisation`` group of rows files each: ``--judge-seed``), on the DL family and on Cranfield, whose BM25 first
+stage is weak (relevant documents sit deep).
+
+Per judge: each row's nDCG@10 per budget (mean over the realisations), its largest fall as B grows within the
+span (any earlier budget to any later one), and the budget from which the top 80 is ahead of all 100 by more than
+0.2 at every larger budget of the span ("-" when all 100 is within 0.2 of it or ahead at the largest budget).
+
+Command (from the repository root), after ``benchmarks/results/budget_depth/depth_step/run.sh``; output in
+``benchmarks/results/budget_depth/depth_step.md``:
+
+    python benchmarks/depth_step.py \\
+        --realisation benchmarks/results/budget_depth/depth_step/{dl,cranfield}/r0/rows.csv.xz \\
+        --realisation benchmarks/results/budget_depth/depth_step/{dl,cranfield}/r1/rows.csv.xz \\
+        --realisation benchmarks/results/budget_depth/depth_step/{dl,cranfield}/r2/rows.csv.xz \\
+        --realisation benchmarks/results/budget_depth/depth_step/{dl,cranfield}/r3/rows.csv.xz \\
+        --realisation benchmarks/results/budget_depth/depth_step/{dl,cranfield}/r4/rows.csv.xz
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's packages
+
+from activeprp_bench.autotable import read_family  # noqa: E402
+
+ROWS = ("parallel_mohajer/adaptive", "parallel_mohajer_depth80/adaptive")
+CAP = 10
+BUDGETS = (300, 350, 400, 450, 500)
+
+
+def curves(realisations: list[list[str]], n: int = 100, k: int = 10) -> dict[str, dict[str, list[float]]]:
+    """``judge -> row -> nDCG@K per budget`` (``BUDGETS`` at ``CAP``), the mean over the realisations; judges
+    without every row and budget in every realisation are left out."""
+    fams = [read_family(paths, keep=lambda r, o: True)[(n, k)] for paths in realisations]
+    out = {}
+    for j in fams[0].ndcg:
+        try:
+            out[j] = {r: [float(np.mean([f.ndcg[j][(b, CAP)][r] for f in fams])) for b in BUDGETS] for r in ROWS}
+        except KeyError:
+            continue
+    return out
+
+
+def largest_fall(xs: list[float]) -> float:
+    """The largest drop from any earlier value of ``xs`` to a later one (0 when it never drops)."""
+    return max([0.0] + [a - b for i, a in enumerate(xs) for b in xs[i + 1:]])
+
+
+def top80_ahead_from(deep: list[float], top80: list[float], margin: float = 0.2) -> str:
+    """The first budget from which ``top80`` leads ``deep`` by more than ``margin`` at every later budget."""
+    ahead = [t - d > margin for d, t in zip(deep, top80)]
+    if not ahead[-1]:
+        return "-"
+    first = len(ahead) - 1
+    while first > 0 and ahead[first - 1]:
+        first -= 1
+    return str(BUDGETS[first])
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--realisation", action="append", nargs="+", required=True,
+                    help="the rows files of one noise realisation (repeat per realisation)")
+    args = ap.parse_args(argv)
+    table = curves(args.realisation)
+    cols = " | ".join(f"B={b}" for b in BUDGETS)
+    print(f"## N=100, K=10, cap {CAP}: all 100 against the top 80, nDCG@10, mean over "
+          f"{len(args.realisation)} realisations\n")
+    print(f"| judge | row | {cols} | largest fall | top 80 ahead from |")
+    print("|---|---|" + "---:|" * (len(BUDGETS) + 2))
+    for j in sorted(table):
+        deep, top80 = (table[j][r] for r in ROWS)
+        for r, xs, ahead in ((ROWS[0], deep, ""), (ROWS[1], top80, top80_ahead_from(deep, top80))):
+            print(f"| {j} | {r} | " + " | ".join(f"{x:.2f}" for x in xs) + f" | {largest_fall(xs):.2f} | {ahead} |")
+    print()
+
+
+if __name__ == "__main__":
+    main()
