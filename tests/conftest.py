@@ -1,5 +1,6 @@
 import asyncio
 import random
+import shlex
 
 import pytest
 
@@ -15,6 +16,21 @@ def skip_without_bench():
     for module in ("ir_measures", "bm25s", "matplotlib"):
         pytest.importorskip(module, reason=BENCH_EXTRA)
     return np
+
+
+def documented_command(doc: str, program: str) -> list[str]:
+    """The arguments of the command ``python <program> ...`` that ends a benchmark script's docstring, as the shell
+    reads them: line continuations joined, ``a/{x,y}/b`` brace-expanded to ``a/x/b a/y/b``."""
+    words = shlex.split(doc.split(f"    python {program}", 1)[1].replace("\\\n", " "))
+    return [w for word in words for w in _braces(word)]
+
+
+def _braces(word: str) -> list[str]:
+    if "{" not in word:
+        return [word]
+    head, rest = word.split("{", 1)
+    inner, tail = rest.split("}", 1)
+    return [head + part + tail for part in inner.split(",")]
 
 
 def make_case(n: int, seed: int = 0, dup_every: int = 0):

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import contextlib
 import io
-import shlex
 import sys
 from pathlib import Path
 
-from tests.conftest import skip_without_bench
+from tests.conftest import documented_command, skip_without_bench
 
 skip_without_bench()
 
@@ -39,20 +38,9 @@ def test_a_fall_of_one_realisation_shrinks_on_the_mean_and_a_fall_of_the_plan_st
 
 
 def test_the_committed_falls_are_made_again_from_the_committed_rows(monkeypatch):
-    command = auto_falls.__doc__.split("    python benchmarks/auto_falls.py", 1)[1]  # the docstring ends with it
-    words = shlex.split(command.replace("\\\n", " "))
-    rows = [w for word in words for w in _braces(word)]
+    rows = documented_command(auto_falls.__doc__, "benchmarks/auto_falls.py")
     monkeypatch.chdir(ROOT)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         auto_falls.main(rows)
     assert out.getvalue() == (ROOT / "benchmarks/results/budget_depth/falls.md").read_text()
-
-
-def _braces(word: str) -> list[str]:
-    """``a/r{1,2}/b`` -> ``a/r1/b``, ``a/r2/b`` (the shell's brace expansion of the documented command)."""
-    if "{" not in word:
-        return [word]
-    head, rest = word.split("{", 1)
-    inner, tail = rest.split("}", 1)
-    return [head + part + tail for part in inner.split(",")]
