@@ -179,22 +179,29 @@ def test_budget_depth_deepens_with_the_budget_up_to_n_and_its_plan_fits_the_caps
             assert budget is None or questions * CALLS_PER_QUESTION <= budget
             assert rounds is None or steps <= rounds
         if rounds is not None:  # under a round cap: the parallel plan, over whole bracket levels
-            assert inner is ranker.parallel and depth in (40, 80)
+            assert inner is ranker.parallel and depth in (40, 80, 100)
+        if rounds is not None and budget is not None and depth == 100:  # a partial level past 80: a fifth more
+            assert budget >= 2 * plan_size(inner, 80, k)[0]  # once the plan over 80 is paid in both orders
         depths.append(depth)
     assert depths == sorted(depths) and depths[0] == 40
-    # under a cap all 100 would be a partial bracket level past 80 that adds a fifth of the candidates
-    assert depths[-1] == (100 if rounds is None else 80)
+    assert depths[-1] == (80 if rounds == 6 else 100)  # bracket levels of 100 candidates take 7 rounds
 
 
-def test_the_parallel_plan_takes_a_partial_bracket_level_only_when_it_adds_half_the_candidates():
+def test_the_parallel_plan_takes_a_partial_bracket_level_when_it_adds_half_or_the_shallower_plan_is_paid_twice():
+    from activeprp_core.rankers.base import plan_size
     from activeprp_core.rankers.budget_depth import parallel_depths
+    from activeprp_core.rankers.parallel import ParallelMohajer
 
-    assert parallel_depths(100, 10, 40) == [10, 20, 40, 80]  # 100 < 1.5 * 80
-    assert parallel_depths(50, 5, 20) == [5, 10, 20, 40]
-    assert parallel_depths(20, 3, 12) == [3, 6, 12, 20]  # 20 >= 1.5 * 12: the online default reranks all 20
-    assert parallel_depths(60, 5, 20) == [5, 10, 20, 40, 60]  # exactly half of 40 more
-    assert parallel_depths(25, 10, 25) == [10, 20, 25]  # N is the least depth (N <= 4K): always there
-    assert parallel_depths(80, 10, 40) == [10, 20, 40, 80]  # a whole level
+    plan = ParallelMohajer()
+    both = 2 * plan_size(plan, 80, 10)[0]  # 360: the plan over the top 80 in both slot orders
+    assert parallel_depths(plan, 100, 10, 40, both - 1) == [10, 20, 40, 80]  # 100 < 1.5 * 80
+    assert parallel_depths(plan, 100, 10, 40, both) == parallel_depths(plan, 100, 10, 40, None) == \
+        [10, 20, 40, 80, 100]
+    assert parallel_depths(plan, 50, 5, 20, 100) == [5, 10, 20, 40]
+    assert parallel_depths(plan, 20, 3, 12, 10) == [3, 6, 12, 20]  # 20 >= 1.5 * 12: the online default
+    assert parallel_depths(plan, 60, 5, 20, 10) == [5, 10, 20, 40, 60]  # exactly half of 40 more
+    assert parallel_depths(plan, 25, 10, 25, 10) == [10, 20, 25]  # N is the least depth (N <= 4K): always there
+    assert parallel_depths(plan, 80, 10, 40, 10) == [10, 20, 40, 80]  # a whole level
 
 
 def test_planned_rounds_are_the_rounds_of_the_plan_a_query_gets():
@@ -222,9 +229,10 @@ def test_budget_depth_takes_the_plan_that_reaches_deeper():
     # without a round cap the sequential heap asks fewer questions: it reaches all 100 at 250 calls
     assert ranker.plan(RankContext(100, 10, caps=_view(250, None))) == (ranker.sequential, 100)
     assert ranker.plan(RankContext(100, 10, caps=_view(None, None))) == (ranker.sequential, 100)
-    # a round cap of 20 fits the sequential plan over 20 of 50 candidates (K=5) only; the parallel one over 40
-    # (all 50 would be a partial bracket level that adds a quarter)
-    assert ranker.plan(RankContext(50, 5, caps=_view(None, 20))) == (ranker.parallel, 40)
+    # a round cap of 20 fits the sequential plan over 20 of 50 candidates (K=5) only; the parallel one over all
+    assert ranker.plan(RankContext(50, 5, caps=_view(None, 20))) == (ranker.parallel, 50)
+    # with 100 calls all 50 would be a partial level past 40 that adds a quarter: the top 40
+    assert ranker.plan(RankContext(50, 5, caps=_view(125, 20))) == (ranker.parallel, 40)
     # two candidates per group is all there is: N <= 4K reranks everything
     assert ranker.plan(RankContext(12, 3, caps=_view(5, 6)))[1] == 12
     # the bidirectional oracle pays two calls per question: a shallower plan for the same budget

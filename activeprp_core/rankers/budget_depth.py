@@ -14,6 +14,8 @@ from .parallel import Evidence, ParallelMohajer, confirm, select
 #: half of them for a judge that agrees with the first stage at least as often as not; under a round cap
 #: ``parallel_mohajer`` spends its spare calls on both orders of the pairs that decide the top-K instead).
 CALLS_PER_QUESTION = 1.5
+#: The calls of a question asked in both slot orders.
+BOTH_ORDERS = 2
 #: The shallowest plan has this many candidates per group of Mohajer's tournaments (K groups, so ``4 * K``
 #: candidates): two bracket levels per group. See ``BudgetDepth``.
 MIN_GROUP = 4
@@ -30,13 +32,16 @@ def second_plan_size(sequential: Ranker, n: int, k: int) -> tuple[int, int]:
     return total[0] - first[0], total[1] - first[1]
 
 
-def parallel_depths(n: int, k: int, least: int) -> list[int]:
-    """The depths the parallel plan may take over ``n`` candidates for the top ``k``: whole bracket levels
-    (``k * 2**L <= n``), and ``n`` itself when it is ``least`` or when the candidates past the deepest whole level
-    ``d`` are at least half of it (``2 * n >= 3 * d``; see ``BudgetDepth``, step 2)."""
+def parallel_depths(plan: Ranker, n: int, k: int, least: int, calls: float | None) -> list[int]:
+    """The depths the parallel ``plan`` may take over ``n`` candidates for the top ``k`` with ``calls`` to spend
+    (None: no budget): whole bracket levels (``k * 2**L <= n``), and ``n`` itself (a partial level past the
+    deepest whole level ``d``) when it is ``least``, when the candidates it adds are at least half of ``d``
+    (``2 * n >= 3 * d``), or when ``calls`` pay every question of the plan over ``d`` in both slot orders (all
+    that plan can spend but its confirmations). See ``BudgetDepth``, step 2."""
     levels = [k << lv for lv in range(n.bit_length()) if k << lv <= n]
-    deepest = levels[-1] if levels else n
-    return levels + ([n] if n not in levels and (n <= least or 2 * n >= 3 * deepest) else [])
+    d = levels[-1] if levels else n
+    partial = n <= least or 2 * n >= 3 * d or calls is None or calls >= BOTH_ORDERS * plan_size(plan, d, k)[0]
+    return levels + ([n] if n not in levels and partial else [])
 
 
 def question_cost(ctx: RankContext) -> float:
@@ -73,17 +78,18 @@ class BudgetDepth(Ranker):
        about K**2 / 2 questions, does not shrink with the depth). Depths are whole strides of the K groups
        (multiples of K) for the sequential plan and whole bracket levels (``K * 2**L``) for the parallel one: a
        level takes one round whatever its size. The parallel plan takes all N past its deepest whole level ``d``
-       (a partial level) only when the candidates it adds are at least half of ``d`` (``N >= 1.5 d``,
-       ``parallel_depths``). Why: a partial level costs a whole round and its questions for few candidates, and
-       those sit at the bottom of the first stage. At N=100, K=10, cap 10 all 100 (a fifth more than 80) was below
-       the top 80 at B=350 on 13 of 15 judges, on DL and on Cranfield, whose relevant documents sit deep, and
-       between 1.3 below and 0.5 above it at B=500 (benchmarks/results/budget_depth/depth_step.md); at N=20,
-       K=3 all 20 (two thirds more than 12) was 1.8 and 3.7 nDCG@3 above the top 12 at B=50, caps 6 and 10.
-       No budget: the deepest depth. The cost per question undercounts a little:
-       with ``adaptive`` the sequential plan took 1.56-1.89 calls per counted question on the family's judges (a
-       judge that disagrees with the first stage makes the plan ask more), so its deepest plan often runs a few
-       calls past the budget; a cost of 1.75, which completes it, reranked shallower and lost more than it gained
-       (docs/judges.md).
+       (a partial level) only when the candidates it adds are at least half of ``d`` (``N >= 1.5 d``) or when the
+       budget pays every question of the plan over ``d`` in both slot orders, all that plan can spend but its
+       confirmations (``parallel_depths``). Why: a partial level costs a whole round and its questions for few
+       candidates, which sit at the bottom of the first stage. At N=100, K=10, cap 10 all 100 (a fifth more than
+       80) was below the top 80 at B=300-350 on 13 of 15 judges, on DL and on Cranfield, whose relevant documents
+       sit deep, and between 1.3 below and 0.5 above it at B=500, where the plan over 80 stops at about 390 calls
+       (benchmarks/results/budget_depth/depth_step.md); at N=20, K=3 all 20 (two thirds more than 12) was 1.8
+       and 3.7 nDCG@3 above the top 12 at B=50, caps 6 and 10. No budget: all N. The cost per question
+       undercounts a little: with ``adaptive`` the sequential plan took 1.56-1.89 calls per counted question on
+       the family's judges (a judge that disagrees with the first stage makes the plan ask more), so its deepest
+       plan often runs a few calls past the budget; a cost of 1.75, which completes it, reranked shallower and
+       lost more than it gained (docs/judges.md).
     3. **A second decision** once the sequential plan covers all N and the calls left pay the questions that
        ``parallel_mohajer``'s selection adds over the same evidence (``second_plan_size``, at the cost per
        question of step 2; its rounds must fit the round cap): the selection runs (``parallel.select``: pairs
@@ -142,7 +148,7 @@ class BudgetDepth(Ranker):
         least = min(n, MIN_GROUP * k)
         options = []
         for rank, (inner, depths) in enumerate(((self.sequential, [*range(k, n, k), n]),
-                                               (self.parallel, parallel_depths(n, k, least)))):
+                                               (self.parallel, parallel_depths(self.parallel, n, k, least, calls)))):
             size = {d: plan_size(inner, d, k) for d in depths if least <= d <= n}
             if rounds is not None and size[least][1] > rounds and rank == 0:
                 continue  # the round cap leaves the sequential plan no depth at all
