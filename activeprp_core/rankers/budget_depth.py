@@ -81,11 +81,9 @@ class BudgetDepth(Ranker):
        (a partial level) only when the candidates it adds are at least half of ``d`` (``N >= 1.5 d``) or when the
        budget pays every question of the plan over ``d`` in both slot orders, all that plan can spend but its
        confirmations (``parallel_depths``). Why: a partial level costs a whole round and its questions for few
-       candidates, which sit at the bottom of the first stage. At N=100, K=10, cap 10 all 100 (a fifth more than
-       80) was below the top 80 at B=300-350 on 13 of 15 judges, on DL and on Cranfield, whose relevant documents
-       sit deep, and between 1.3 below and 0.5 above it at B=500, where the plan over 80 stops at about 390 calls
-       (benchmarks/results/budget_depth/depth_step.md); at N=20, K=3 all 20 (two thirds more than 12) was 1.8
-       and 3.7 nDCG@3 above the top 12 at B=50, caps 6 and 10. No budget: all N. The cost per question
+       candidates, which sit at the bottom of the first stage (measured on DL and Cranfield over noise
+       realisations, a fifth more candidates at N=100 and two thirds at N=20:
+       benchmarks/results/budget_depth/depth_step.md). No budget: all N. The cost per question
        undercounts a little: with ``adaptive`` the sequential plan took 1.56-1.89 calls per counted question on
        the family's judges (a judge that disagrees with the first stage makes the plan ask more), so its deepest
        plan often runs a few calls past the budget; a cost of 1.75, which completes it, reranked shallower and
