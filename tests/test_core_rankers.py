@@ -181,23 +181,26 @@ def test_budget_depth_deepens_with_the_budget_up_to_n_and_its_plan_fits_the_caps
         if rounds is not None:  # under a round cap: the parallel plan, over whole bracket levels
             assert inner is ranker.parallel and depth in (40, 80, 100)
         if rounds is not None and budget is not None and depth == 100:  # a partial level past 80: a fifth more
-            assert budget >= 2 * plan_size(inner, 80, k)[0]  # once the plan over 80 is paid in both orders
+            assert budget >= 2 * plan_size(inner, n, k)[0]  # once the plan over all 100 is paid in both orders
         depths.append(depth)
     assert depths == sorted(depths) and depths[0] == 40
     assert depths[-1] == (80 if rounds == 6 else 100)  # bracket levels of 100 candidates take 7 rounds
 
 
-def test_the_parallel_plan_takes_a_partial_bracket_level_when_it_adds_half_or_the_shallower_plan_is_paid_twice():
+def test_the_parallel_plan_takes_a_partial_bracket_level_when_it_adds_half_or_its_plan_is_paid_twice():
     from activeprp_core.rankers.base import plan_size
     from activeprp_core.rankers.budget_depth import parallel_depths
     from activeprp_core.rankers.parallel import ParallelMohajer
 
     plan = ParallelMohajer()
-    both = 2 * plan_size(plan, 80, 10)[0]  # 360: the plan over the top 80 in both slot orders
+    both = 2 * plan_size(plan, 100, 10)[0]  # 420: the plan over all 100 in both slot orders
+    assert both > 2 * plan_size(plan, 80, 10)[0]  # more than the plan over the top 80 in both orders
     assert parallel_depths(plan, 100, 10, 40, both - 1) == [10, 20, 40, 80]  # 100 < 1.5 * 80
     assert parallel_depths(plan, 100, 10, 40, both) == parallel_depths(plan, 100, 10, 40, None) == \
         [10, 20, 40, 80, 100]
-    assert parallel_depths(plan, 50, 5, 20, 100) == [5, 10, 20, 40]
+    both50 = 2 * plan_size(plan, 50, 5)[0]  # 160
+    assert parallel_depths(plan, 50, 5, 20, both50 - 1) == [5, 10, 20, 40]
+    assert parallel_depths(plan, 50, 5, 20, both50) == [5, 10, 20, 40, 50]
     assert parallel_depths(plan, 20, 3, 12, 10) == [3, 6, 12, 20]  # 20 >= 1.5 * 12: the online default
     assert parallel_depths(plan, 60, 5, 20, 10) == [5, 10, 20, 40, 60]  # exactly half of 40 more
     assert parallel_depths(plan, 25, 10, 25, 10) == [10, 20, 25]  # N is the least depth (N <= 4K): always there

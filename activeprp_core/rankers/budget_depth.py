@@ -36,11 +36,11 @@ def parallel_depths(plan: Ranker, n: int, k: int, least: int, calls: float | Non
     """The depths the parallel ``plan`` may take over ``n`` candidates for the top ``k`` with ``calls`` to spend
     (None: no budget): whole bracket levels (``k * 2**L <= n``), and ``n`` itself (a partial level past the
     deepest whole level ``d``) when it is ``least``, when the candidates it adds are at least half of ``d``
-    (``2 * n >= 3 * d``), or when ``calls`` pay every question of the plan over ``d`` in both slot orders (all
-    that plan can spend but its confirmations). See ``BudgetDepth``, step 2."""
+    (``2 * n >= 3 * d``), or when ``calls`` pay every question of the plan over all ``n`` in both slot orders.
+    See ``BudgetDepth``, step 2."""
     levels = [k << lv for lv in range(n.bit_length()) if k << lv <= n]
     d = levels[-1] if levels else n
-    partial = n <= least or 2 * n >= 3 * d or calls is None or calls >= BOTH_ORDERS * plan_size(plan, d, k)[0]
+    partial = n <= least or 2 * n >= 3 * d or calls is None or calls >= BOTH_ORDERS * plan_size(plan, n, k)[0]
     return levels + ([n] if n not in levels and partial else [])
 
 
@@ -79,10 +79,11 @@ class BudgetDepth(Ranker):
        (multiples of K) for the sequential plan and whole bracket levels (``K * 2**L``) for the parallel one: a
        level takes one round whatever its size. The parallel plan takes all N past its deepest whole level ``d``
        (a partial level) only when the candidates it adds are at least half of ``d`` (``N >= 1.5 d``) or when the
-       budget pays every question of the plan over ``d`` in both slot orders, all that plan can spend but its
-       confirmations (``parallel_depths``). Why: a partial level costs a whole round and its questions for few
-       candidates, which sit at the bottom of the first stage (measured on DL and Cranfield over noise
-       realisations, a fifth more candidates at N=100 and two thirds at N=20:
+       budget pays every question of the plan over all N in both slot orders (``parallel_depths``). Why: a
+       partial level costs a whole round and its questions for few candidates, which sit at the bottom of the
+       first stage, so it pays only where every answer of the deeper plan can have both slot orders; below that
+       budget the plan over ``d``, asked in both orders and confirmed, spends most of it (measured on DL and
+       Cranfield over noise realisations, a fifth more candidates at N=100 and two thirds at N=20:
        benchmarks/results/budget_depth/depth_step.md). No budget: all N. The cost per question
        undercounts a little: with ``adaptive`` the sequential plan took 1.56-1.89 calls per counted question on
        the family's judges (a judge that disagrees with the first stage makes the plan ask more), so its deepest
