@@ -11,6 +11,9 @@ stage is weak (relevant documents sit deep).
 Per judge: each row's nDCG@10 per budget (mean over the realisations), its largest fall as B grows within the
 span (any earlier budget to any later one), and the budget from which the top 80 is ahead of all 100 by more than
 0.2 at every larger budget of the span ("-" when all 100 is within 0.2 of it or ahead at the largest budget).
+Then, per budget, all 100 minus the top 80 over the judges (those given to ``--leave-out``, the ones that do not
+beat the first stage, left out): the mean, how many judges it is below and below by more than 0.2, the least and
+the most.
 
 Command (from the repository root), after ``benchmarks/results/budget_depth/depth_step/run.sh``; output in
 ``benchmarks/results/budget_depth/depth_step.md``:
@@ -20,7 +23,8 @@ Command (from the repository root), after ``benchmarks/results/budget_depth/dept
         --realisation benchmarks/results/budget_depth/depth_step/{dl,cranfield}/r1/rows.csv.xz \\
         --realisation benchmarks/results/budget_depth/depth_step/{dl,cranfield}/r2/rows.csv.xz \\
         --realisation benchmarks/results/budget_depth/depth_step/{dl,cranfield}/r3/rows.csv.xz \\
-        --realisation benchmarks/results/budget_depth/depth_step/{dl,cranfield}/r4/rows.csv.xz
+        --realisation benchmarks/results/budget_depth/depth_step/{dl,cranfield}/r4/rows.csv.xz \\
+        --leave-out ql-like
 """
 
 from __future__ import annotations
@@ -73,6 +77,8 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--realisation", action="append", nargs="+", required=True,
                     help="the rows files of one noise realisation (repeat per realisation)")
+    ap.add_argument("--leave-out", nargs="*", default=[], metavar="JUDGE",
+                    help="judges left out of the summary over judges (those that do not beat the first stage)")
     args = ap.parse_args(argv)
     table = curves(args.realisation)
     cols = " | ".join(f"B={b}" for b in BUDGETS)
@@ -84,6 +90,15 @@ def main(argv: list[str] | None = None) -> None:
         deep, top80 = (table[j][r] for r in ROWS)
         for r, xs, ahead in ((ROWS[0], deep, ""), (ROWS[1], top80, top80_ahead_from(deep, top80))):
             print(f"| {j} | {r} | " + " | ".join(f"{x:.2f}" for x in xs) + f" | {largest_fall(xs):.2f} | {ahead} |")
+    judges = [j for j in sorted(table) if j not in args.leave_out]
+    print(f"\nAll 100 minus the top 80 over the {len(judges)} judges (left out: "
+          f"{', '.join(args.leave_out) or 'none'}):\n")
+    print("| B | mean | judges below | below by more than 0.2 | least | most |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for i, b in enumerate(BUDGETS):
+        gaps = [table[j][ROWS[0]][i] - table[j][ROWS[1]][i] for j in judges]
+        print(f"| {b} | {np.mean(gaps):+.2f} | {sum(g < 0 for g in gaps)} | {sum(g < -0.2 for g in gaps)} | "
+              f"{min(gaps):+.2f} | {max(gaps):+.2f} |")
     print()
 
 
