@@ -107,7 +107,8 @@ _VALUES = ("ndcg10", "calls", "rounds")
 
 class _Means:
     """Sums of (nDCG, calls, rounds) per (judge, N, K, ranker, oracle, budget, cap, seed, collection), folded into
-    ``Family`` objects by ``families``."""
+    ``Family`` objects by ``families``. The callers add only the rows that count (``FIRST_STAGE`` rows and the
+    rows they keep)."""
 
     def __init__(self) -> None:
         self.sums: dict[tuple, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0])
@@ -119,7 +120,7 @@ class _Means:
         s[2] += rounds
         s[3] += 1
 
-    def families(self, keep: Callable[[str, str], bool] = core_row) -> dict[tuple[int, int], Family]:
+    def families(self) -> dict[tuple[int, int], Family]:
         cells: dict[tuple, dict] = defaultdict(lambda: {"seeds": defaultdict(list), "calls": 0.0, "rounds": 0.0,
                                                         "count": 0})
         for (judge, n, k, ranker, oracle, budget, cap, seed, _), (nd, ca, ro, count) in self.sums.items():
@@ -133,7 +134,7 @@ class _Means:
             fam = out[(n, k)]
             if ranker == FIRST_STAGE:
                 fam.first_stage[judge] = ndcg
-            elif keep(ranker, oracle):
+            else:
                 name, cell = f"{ranker}/{oracle}", (budget, cap)
                 fam.ndcg.setdefault(judge, {}).setdefault(cell, {})[name] = ndcg
                 fam.rounds.setdefault(judge, {}).setdefault(cell, {})[name] = c["rounds"] / c["count"]
@@ -176,7 +177,7 @@ def read_family(paths: Sequence[str | Path], keep: Callable[[str, str], bool] = 
                 if wanted[pair]:
                     nd, ca, ro = values(rec)
                     means.add(key(rec), float(nd), float(ca), float(ro))
-    return means.families(keep)
+    return means.families()
 
 
 # --- worst-case regret over a family of judges --------------------------------------------------------------------
