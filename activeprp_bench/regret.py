@@ -118,6 +118,17 @@ def falls(scores: Scores, pick: dict[Cell, str], span: tuple[float, float]) -> I
             yield from ((a - b, j, label(ca[1]), ca, cb) for i, (a, ca) in enumerate(vals) for b, cb in vals[i + 1:])
 
 
+def mean_scores(realisations: Sequence[Scores], caps: Sequence[int] | None = None) -> Scores:
+    """``judge -> cell -> row -> nDCG``, the mean over ``realisations`` (one ``Scores`` per noise realisation of
+    the same judges) of the judges, cells and rows that every realisation has; ``caps``: the round caps kept (as
+    stored, -1 = none; default all)."""
+    first, rest = realisations[0], realisations[1:]
+    return {j: {c: {r: float(np.mean([v] + [o[j][c][r] for o in rest]))
+                    for r, v in rows.items() if all(r in o.get(j, {}).get(c, {}) for o in rest)}
+                for c, rows in by_cell.items() if caps is None or c[1] in caps}
+            for j, by_cell in first.items() if all(j in o for o in rest)}
+
+
 def largest_fall(scores: Scores, pick: dict[Cell, str], span: tuple[float, float]) -> tuple[float, str, str]:
     """The largest fall of the picked row's nDCG as the budget grows within ``span`` (min, max budget), over
     judges and caps: ``(points, judge, cap)``; 0 when it never falls."""

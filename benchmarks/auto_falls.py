@@ -25,15 +25,13 @@ import json
 import sys
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's packages
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from auto_goals import AXIS  # noqa: E402  (the budget axis as B/N: falls are read from N/2 to 5N)
 
 from activeprp_bench.autotable import GOAL_CAPS, read_family, table_choice  # noqa: E402
-from activeprp_bench.regret import falls, label  # noqa: E402
+from activeprp_bench.regret import falls, label, mean_scores  # noqa: E402
 
 
 def largest(scores: dict, auto: dict, span: tuple[float, float]) -> dict[str, str]:
@@ -44,15 +42,6 @@ def largest(scores: dict, auto: dict, span: tuple[float, float]) -> dict[str, st
         out[j] = "0.00" if fall is None or fall[0] <= 0 else \
             f"{fall[0]:.2f} ({fall[2]}, {label(fall[3][0])} -> {label(fall[4][0])})"
     return out
-
-
-def mean_scores(families: list) -> dict:
-    """``judge -> cell -> row -> nDCG``, the mean over the realisations that all have the judge, cell and row."""
-    first, rest = families[0].ndcg, [f.ndcg for f in families[1:]]
-    return {j: {c: {r: float(np.mean([v] + [o[j][c][r] for o in rest]))
-                    for r, v in rows.items() if all(r in o.get(j, {}).get(c, {}) for o in rest)}
-                for c, rows in by_cell.items() if c[1] in GOAL_CAPS}
-            for j, by_cell in first.items() if all(j in o for o in rest)}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -66,7 +55,7 @@ def main(argv: list[str] | None = None) -> None:
         n, k = nk
         families = [f[nk] for f in per_file]
         span = (AXIS[0] * n, AXIS[-1] * n)
-        scores = mean_scores(families)
+        scores = mean_scores([f.ndcg for f in families], GOAL_CAPS)
         auto = table_choice(table, n, k, sorted({c for by_cell in scores.values() for c in by_cell}))
         columns = [largest({j: {c: v for c, v in fam.ndcg[j].items() if c[1] in GOAL_CAPS} for j in scores}, auto, span)
                    for fam in families] + [largest(scores, auto, span)]

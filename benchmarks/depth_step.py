@@ -32,34 +32,34 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-
-import numpy as np
+from statistics import mean
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's packages
 
-from activeprp_bench.autotable import read_family  # noqa: E402
+from activeprp_bench.autotable import Scores, read_family  # noqa: E402
+from activeprp_bench.regret import largest_fall, mean_scores  # noqa: E402
 
 ROWS = ("parallel_mohajer/adaptive", "parallel_mohajer_depth80/adaptive")
 CAP = 10
 BUDGETS = (300, 350, 400, 450, 500)
 
 
-def curves(realisations: list[list[str]], n: int = 100, k: int = 10) -> dict[str, dict[str, list[float]]]:
-    """``judge -> row -> nDCG@K per budget`` (``BUDGETS`` at ``CAP``), the mean over the realisations; judges
-    without every row and budget in every realisation are left out."""
-    fams = [read_family(paths, keep=lambda r, o: True)[(n, k)] for paths in realisations]
-    out = {}
-    for j in fams[0].ndcg:
-        try:
-            out[j] = {r: [float(np.mean([f.ndcg[j][(b, CAP)][r] for f in fams])) for b in BUDGETS] for r in ROWS}
-        except KeyError:
-            continue
-    return out
+def curves(realisations: list[list[str]], n: int = 100, k: int = 10) -> Scores:
+    """``judge -> cell -> row -> nDCG@K`` at ``CAP``, the mean over the realisations (``regret.mean_scores``);
+    judges without every row at every budget of ``BUDGETS`` are left out."""
+    scores = mean_scores([read_family(paths, keep=lambda r, o: True)[(n, k)].ndcg for paths in realisations],
+                         (CAP,))
+    return {j: s for j, s in scores.items() if all(r in s.get((b, CAP), {}) for b in BUDGETS for r in ROWS)}
 
 
-def largest_fall(xs: list[float]) -> float:
-    """The largest drop from any earlier value of ``xs`` to a later one (0 when it never drops)."""
-    return max([0.0] + [a - b for i, a in enumerate(xs) for b in xs[i + 1:]])
+def curve(scores: Scores, judge: str, row: str) -> list[float]:
+    """``row``'s nDCG@K of ``judge`` per budget of ``BUDGETS``."""
+    return [scores[judge][(b, CAP)][row] for b in BUDGETS]
+
+
+def fall(scores: Scores, judge: str, row: str) -> float:
+    """``row``'s largest fall on ``judge`` as B grows over ``BUDGETS`` (``regret.largest_fall``; 0 when none)."""
+    return largest_fall({judge: scores[judge]}, {(b, CAP): row for b in BUDGETS}, (BUDGETS[0], BUDGETS[-1]))[0]
 
 
 def top80_ahead_from(deep: list[float], top80: list[float], margin: float = 0.2) -> str:
@@ -87,17 +87,17 @@ def main(argv: list[str] | None = None) -> None:
     print(f"| judge | row | {cols} | largest fall | top 80 ahead from |")
     print("|---|---|" + "---:|" * (len(BUDGETS) + 2))
     for j in sorted(table):
-        deep, top80 = (table[j][r] for r in ROWS)
+        deep, top80 = (curve(table, j, r) for r in ROWS)
         for r, xs, ahead in ((ROWS[0], deep, ""), (ROWS[1], top80, top80_ahead_from(deep, top80))):
-            print(f"| {j} | {r} | " + " | ".join(f"{x:.2f}" for x in xs) + f" | {largest_fall(xs):.2f} | {ahead} |")
+            print(f"| {j} | {r} | " + " | ".join(f"{x:.2f}" for x in xs) + f" | {fall(table, j, r):.2f} | {ahead} |")
     judges = [j for j in sorted(table) if j not in args.leave_out]
     print(f"\nAll 100 minus the top 80 over the {len(judges)} judges (left out: "
           f"{', '.join(args.leave_out) or 'none'}):\n")
     print("| B | mean | judges below | below by more than 0.2 | least | most |")
     print("|---:|---:|---:|---:|---:|---:|")
-    for i, b in enumerate(BUDGETS):
-        gaps = [table[j][ROWS[0]][i] - table[j][ROWS[1]][i] for j in judges]
-        print(f"| {b} | {np.mean(gaps):+.2f} | {sum(g < 0 for g in gaps)} | {sum(g < -0.2 for g in gaps)} | "
+    for b in BUDGETS:
+        gaps = [table[j][(b, CAP)][ROWS[0]] - table[j][(b, CAP)][ROWS[1]] for j in judges]
+        print(f"| {b} | {mean(gaps):+.2f} | {sum(g < 0 for g in gaps)} | {sum(g < -0.2 for g in gaps)} | "
               f"{min(gaps):+.2f} | {max(gaps):+.2f} |")
     print()
 

@@ -23,8 +23,6 @@ def test_the_top_80_is_ahead_from_the_first_budget_of_its_last_run_of_leads():
     assert depth_step.top80_ahead_from(deep, top80) == "400"  # the lead at 300 is not kept at 350
     assert depth_step.top80_ahead_from(deep, [x + 0.1 for x in deep]) == "-"  # within 0.2: not ahead
     assert depth_step.top80_ahead_from(deep, [x - 1 for x in deep]) == "-"
-    assert depth_step.largest_fall([66.1, 67.2, 66.8, 66.9]) == 67.2 - 66.8
-    assert depth_step.largest_fall([1.0, 2.0, 3.0]) == 0.0
 
 
 def test_the_committed_depth_step_is_made_again_from_the_committed_rows(monkeypatch):

@@ -29,7 +29,7 @@ from activeprp_bench.autotable import (
 from activeprp_bench.datasets import load_noveleval
 from activeprp_bench.grid import Row, read_csv, run_grid, simulator_factory
 from activeprp_bench.judges import comparator_for
-from activeprp_bench.regret import choice_changes, largest_fall, lojo_regret, regret_report
+from activeprp_bench.regret import choice_changes, largest_fall, lojo_regret, mean_scores, regret_report
 from activeprp_bench.stats import macro_diff_ci
 from activeprp_cli import main
 from activeprp_core.rankers.auto import choose
@@ -227,6 +227,13 @@ def test_largest_fall_names_the_budgets_where_the_picked_row_falls():
     # outside the span the fall is not seen
     assert largest_fall(scores, pick, (100, 150)) == (0.0, "", "none")
 
+
+
+def test_mean_scores_averages_what_every_realisation_has_at_the_caps_kept():
+    one = {"a": {(100, -1): {"x": 60.0, "y": 50.0}, (100, 6): {"x": 40.0}}, "b": {(100, -1): {"x": 1.0}}}
+    other = {"a": {(100, -1): {"x": 62.0}, (100, 6): {"x": 44.0}}}
+    assert mean_scores([one, other]) == {"a": {(100, -1): {"x": 61.0}, (100, 6): {"x": 42.0}}}  # no y, no b
+    assert mean_scores([one, other], caps=(6,)) == {"a": {(100, 6): {"x": 42.0}}}
 
 @needs_data
 def test_family_grid_caches_rows_per_unit_and_matches_run_grid(tmp_path):
