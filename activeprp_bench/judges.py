@@ -14,6 +14,9 @@ The simulated judges share one latent model (Thurstone-style, as ``SimulatedComp
     answer    = 1.0 if z > 0 else 0.0                               (hard)
               = sigmoid(z / temperature)                            (soft)
 
+The ``embedding-error`` judges (outside the family) take e(d) from a real embedding model instead of the noise
+draw: what all-MiniLM-L6-v2's similarity of query and passage says beyond the grade (``EmbeddingErrorJudge``).
+
 ``bundled-ql`` is not simulated: it answers from the bundled SmolLM2-135M's real query-likelihood scores, cached
 in ``activeprp_bench/data/`` (see ``CachedScoreJudge``).
 
@@ -45,6 +48,8 @@ Qrels = Mapping[str, Grades] | Grades
 
 DATA_DIR = Path(__file__).with_name("data")
 BUNDLED_QL_CACHE = DATA_DIR / "bundled_ql_dl1920_top20.json.gz"
+#: all-MiniLM-L6-v2's cosine of query and passage, DL19 + DL20 BM25 top-100 (``benchmarks/embedding_cache.py``).
+MINILM_CACHE = DATA_DIR / "minilm_dl1920_top100.json.gz"
 _STD_NORMAL = NormalDist()
 
 
@@ -148,9 +153,13 @@ class GradedJudge(Comparator):
                 grade = k.max_grade - grade
             u = k.strength * grade
             if k.doc_noise:
-                u += k.doc_noise * _gauss(self.seed, "doc", query, doc_id)
+                u += k.doc_noise * self.doc_error(query, doc_id)
             self._score[key] = u
         return u
+
+    def doc_error(self, query: str, doc_id: str) -> float:
+        """e(d), the judge's persistent error on a document in units of ``doc_noise``: a standard normal draw."""
+        return _gauss(self.seed, "doc", query, doc_id)
 
     def margin(self, query: str, first: str, second: str) -> float:
         """z(first, second): > 0 means the first slot is preferred."""
@@ -169,6 +178,52 @@ class GradedJudge(Comparator):
 
     def __repr__(self) -> str:
         return f"GradedJudge({self.name!r}, seed={self.seed}, {asdict(self.knobs)})"
+
+
+class EmbeddingErrorJudge(GradedJudge):
+    """A ``GradedJudge`` whose document error e(d) comes from a real embedding model instead of a noise draw:
+    the cosine of query and passage (``MINILM_CACHE``: all-MiniLM-L6-v2) less what the passage's grade explains
+    of it (the residual of a least-squares line of cosine on grade over the query's cached passages), standardised
+    to mean 0 and standard deviation 1 per query. So its errors are the embedding model's: a passage that is more
+    (or less) similar to the query than its grade says is over- (or under-) rated, and they are no extra signal
+    about the grade. ``seed`` draws only the per-prompt noise.
+
+    Raises:
+        ValueError: a prompt whose query or passage is not in the cache (DL19 + DL20, BM25 top-100).
+    """
+
+    def __init__(self, qrels: Qrels, knobs: Knobs, *, seed: int = 0, queries: Mapping[str, str] | None = None,
+                 name: str = "embedding-error", path: str | Path = MINILM_CACHE) -> None:
+        super().__init__(qrels, knobs, seed=seed, queries=queries, name=name)
+        with gzip.open(path, "rt") as f:
+            data = json.load(f)
+        self._cosine = {text: data["scores"][qid] for qid, text in data["queries"].items()}
+        self._errors: dict[str, dict[str, float]] = {}
+
+    def doc_error(self, query: str, doc_id: str) -> float:
+        if query not in self._errors:
+            cosine = self._cosine.get(query, {})
+            grades = self._grades(query)
+            self._errors[query] = _residuals({d: (grades.get(d, 0.0), c) for d, c in cosine.items()})
+        try:
+            return self._errors[query][doc_id]
+        except KeyError:
+            raise ValueError(f"{self.name}: no cached similarity for passage {doc_id!r} of query {query[:60]!r} "
+                             f"(the cache holds DL19 + DL20, BM25 top-100)") from None
+
+
+def _residuals(points: Mapping[str, tuple[float, float]]) -> dict[str, float]:
+    """``{key: (x, y)}`` -> ``{key: r}``: the residuals of the least-squares line of y on x, standardised (mean 0,
+    standard deviation 1; all 0 when they do not vary)."""
+    if not points:
+        return {}
+    n = len(points)
+    mx, my = (sum(p[i] for p in points.values()) / n for i in (0, 1))
+    sxx = sum((x - mx) ** 2 for x, _ in points.values())
+    slope = sum((x - mx) * (y - my) for x, y in points.values()) / sxx if sxx else 0.0
+    res = {k: y - my - slope * (x - mx) for k, (x, y) in points.items()}
+    sd = math.sqrt(sum(r * r for r in res.values()) / n)
+    return {k: r / sd if sd else 0.0 for k, r in res.items()}
 
 
 class CachedScoreJudge(Comparator):
@@ -406,6 +461,30 @@ def positional(qrels: Qrels, seed: int = 0, *, queries: Mapping[str, str] | None
     return _graded("positional", replace(CALIBRATED, position_bias=POSITIONAL_BIAS))(qrels, seed, queries=queries)
 
 
+def _embedding(name: str, knobs: Knobs) -> Factory:
+    def make(qrels: Qrels, seed: int = 0, *, queries: Mapping[str, str] | None = None) -> Comparator:
+        return EmbeddingErrorJudge(qrels, knobs, seed=seed, queries=queries, name=name)
+    return make
+
+
+_DL = ("dl19", "dl20")
+
+
+@_register("embedding-error", JudgeInfo("hard", None, None, collections=_DL, family=False))
+def embedding_error(qrels: Qrels, seed: int = 0, *, queries: Mapping[str, str] | None = None) -> Comparator:
+    """Outside the family: ``calibrated`` with its document noise replaced, at the same scale, by the part of
+    all-MiniLM-L6-v2's similarity of query and passage that the grade does not explain (``EmbeddingErrorJudge``):
+    errors from a real embedding model. A held-out check of ``auto``, not tuned on. Not calibrated."""
+    return _embedding("embedding-error", CALIBRATED)(qrels, seed, queries=queries)
+
+
+@_register("embedding-error-soft", JudgeInfo("soft", None, None, collections=_DL, family=False))
+def embedding_error_soft(qrels: Qrels, seed: int = 0, *, queries: Mapping[str, str] | None = None) -> Comparator:
+    """``embedding-error`` answering soft probabilities at ``soft-calibrated``'s temperature. Not calibrated."""
+    return _embedding("embedding-error-soft", replace(CALIBRATED, hard=False, temperature=SOFT_TEMPERATURE))(
+        qrels, seed, queries=queries)
+
+
 _REAL = "real answers of the bundled SmolLM2-135M (query likelihood)"
 
 
@@ -420,7 +499,8 @@ def bundled_ql(qrels: Qrels | None = None, seed: int = 0, *, queries: Mapping[st
 
 
 FAMILY: tuple[str, ...] = tuple(n for n in JUDGES if INFO[n].family)
-"""The judges the bench sweeps with ``--judges family`` (every registered judge but ``positional``)."""
+"""The judges the bench sweeps with ``--judges family`` (every registered judge but the checks outside it:
+``positional``, ``embedding-error`` and ``embedding-error-soft``)."""
 
 
 def covers(name: str, depth: int, collection: str | None = None) -> bool:

@@ -17,7 +17,8 @@ from activeprp_core import Candidate, Comparator, rerank
 
 ROOT = Path(__file__).resolve().parents[1]
 
-SIMULATED = [n for n in J.JUDGES if n != "bundled-ql"]
+SIMULATED = [n for n in J.JUDGES if n != "bundled-ql" and not n.startswith("embedding-")]
+"""The judges simulated from grades alone (the ``embedding-error`` ones also read a cache of DL passages)."""
 #: Per query of DL19 + DL20 (97 judged queries), how many of its BM25 top-100 passages have grade 0, 1, 2, 3
 #: (unjudged = 0): the judges' flip targets are fitted on this population, so the synthetic queries copy it.
 DL_GRADE_COUNTS = (
@@ -59,7 +60,8 @@ def test_registry_names_and_errors():
             "underconfident", "ql-like", "bundled-ql"} <= set(J.FAMILY)
     assert "bundled-ql" not in J.family_for_depth(100, "dl19") and "bundled-ql" in J.family_for_depth(20, "dl20")
     assert "bundled-ql" not in J.family_for_depth(20, "scifact") and "calibrated" in J.family_for_depth(100)
-    assert "positional" in J.JUDGES and "positional" not in J.FAMILY  # a judge for checks outside the family
+    for name in ("positional", "embedding-error", "embedding-error-soft"):  # judges for checks outside the family
+        assert name in J.JUDGES and name not in J.FAMILY
     for name in J.JUDGES:  # each docstring says whether the judge is calibrated, as INFO declares
         assert ("Not calibrated" in J.JUDGES[name].__doc__) == (J.INFO[name].calibrated_against is None), name
     with pytest.raises(ValueError, match="unknown judge"):
@@ -176,6 +178,38 @@ def test_bundled_ql_answers_from_the_real_cache():
                  top_k=5)
     best = max(ids, key=scores.get)
     assert res.order[0] == ids.index(best)  # an order-consistent judge's top passage wins every match
+
+
+def test_residuals_are_standardised_and_carry_nothing_of_x():
+    rng = random.Random(3)
+    points = {i: (g, 0.4 * g + rng.gauss(0, 1)) for i, g in enumerate(rng.choice((0, 1, 2, 3)) for _ in range(200))}
+    res = J._residuals(points)
+    xs, rs = [points[i][0] for i in points], [res[i] for i in points]
+    mx = sum(xs) / len(xs)
+    assert sum(rs) == pytest.approx(0, abs=1e-9) and sum(r * r for r in rs) / len(rs) == pytest.approx(1)
+    assert sum((x - mx) * r for x, r in zip(xs, rs)) == pytest.approx(0, abs=1e-9)  # no linear trace of x
+    assert J._residuals({1: (0, 2.0), 2: (1, 3.0)}) == {1: 0.0, 2: 0.0}  # y on a line: no error
+    assert J._residuals({}) == {}
+
+
+def test_embedding_error_judge_reads_the_real_embedding_cache():
+    with gzip.open(J.MINILM_CACHE, "rt") as f:
+        data = json.load(f)
+    assert data["depth"] == 100 and len(data["scores"]) == 97
+    qid, cosine = next(iter(data["scores"].items()))
+    query, ids = data["queries"][qid], list(cosine)
+    grades = {d: i % 4 for i, d in enumerate(ids)}
+    judge = J.build_judge("embedding-error", grades)
+    errors = J._residuals({d: (grades[d], c) for d, c in cosine.items()})
+    assert judge.score(query, ids[5]) == pytest.approx(grades[ids[5]] + J.CALIBRATED.doc_noise * errors[ids[5]])
+    more_similar = max(ids, key=lambda d: errors[d])  # the most over-rated passage for its grade
+    assert judge.score(query, more_similar) > grades[more_similar] + J.CALIBRATED.doc_noise
+    a, b = Candidate(ids[0], ""), Candidate(ids[1], "")
+    assert J.build_judge("embedding-error", grades, 4).compare(query, [(a, b)]) in ([0.0], [1.0])
+    soft = J.build_judge("embedding-error-soft", grades).compare(query, [(a, b)])[0]
+    assert 0 < soft < 1
+    with pytest.raises(ValueError, match="no cached similarity"):
+        judge.compare(query, [(a, Candidate("not-a-passage", ""))])
 
 
 def test_comparator_for_builds_one_judge_per_query():

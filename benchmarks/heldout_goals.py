@@ -1,0 +1,86 @@
+"""``auto``'s goal figures on judges outside the family (checks it was not tuned on), from their grid rows.
+
+Per judge of the rows (every ranker x oracle row and ``auto``'s own, ``--rankers auto --oracles auto``), N=100,
+K=10, nDCG@10 points:
+
+- **regret**: at each goal cell (B in {N, 1.5N, 2.5N, 5N} x caps none, 6, 10), ``auto``'s nDCG, the best measured
+  row and its nDCG, and the gap (the best row minus ``auto``; the family's goal is at most 1.0, or the cell's
+  in-sample minimax + 0.5 where that is above 0.5: ``benchmarks/results/budget_depth/goals.md``);
+- **more budget, more quality**: the largest fall of ``auto``'s nDCG as B grows from N/2 to 5N per cap (any earlier
+  budget to any later one, ``regret.falls``), and the cells where ``auto`` spends less than 90% of B while
+  more than 1 point below the best row;
+- the judge's ceiling (``allpairs``/``bidirectional``, no budget), to set beside the first stage.
+
+Command (from the repository root), after ``benchmarks/results/embedding_error/run.sh``; output in
+``benchmarks/results/embedding_error/goals.md``:
+
+    python benchmarks/heldout_goals.py benchmarks/results/embedding_error/embedding-error/rows.csv.xz \\
+        benchmarks/results/embedding_error/embedding-error-auto/rows.csv.xz \\
+        benchmarks/results/embedding_error/embedding-error-soft/rows.csv.xz \\
+        benchmarks/results/embedding_error/embedding-error-soft-auto/rows.csv.xz
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's packages
+
+from activeprp_bench.autotable import GOAL_CAPS, cells_by_cap, read_family  # noqa: E402
+from activeprp_bench.regret import falls, label  # noqa: E402
+
+AUTO = "auto/auto"
+#: The goal budgets as multiples of N, and the span of the falls (N/2 to 5N).
+GOAL_B, SPAN = (1.0, 1.5, 2.5, 5.0), (0.5, 5.0)
+
+
+def best_other(rows: dict) -> str:
+    """The best measured row of a cell other than ``auto``'s."""
+    return max((r for r in rows if r != AUTO), key=rows.get)
+
+
+def largest(judge: str, ndcg: dict, cells: list, span: tuple[float, float]) -> str:
+    """``auto``'s largest fall over ``cells`` (one cap) within ``span``, as ``points (B -> B')``; ``0.00`` when none."""
+    fall = max(falls({judge: ndcg}, {c: AUTO for c in cells}, span), default=None)
+    return "0.00" if fall is None or fall[0] <= 0 else f"{fall[0]:.2f} ({label(fall[3][0])} -> {label(fall[4][0])})"
+
+
+def report(judge: str, ndcg: dict, calls: dict, n: int, ceiling: float | None) -> list[str]:
+    """The markdown lines of one judge's figures (``ndcg``, ``calls``: cell -> row -> value)."""
+    out = [f"### {judge}" + ("" if ceiling is None else f" (ceiling {ceiling:.2f})"), "",
+           "| B | cap | auto | best row | best | gap |", "|---:|---|---:|---|---:|---:|"]
+    for cap in GOAL_CAPS:
+        for b in (int(x * n) for x in GOAL_B):
+            rows = ndcg.get((b, cap), {})
+            if AUTO not in rows or len(rows) < 2:
+                continue
+            best = best_other(rows)
+            out.append(f"| {b} | {label(cap)} | {rows[AUTO]:.2f} | {best} | {rows[best]:.2f} | "
+                       f"{rows[best] - rows[AUTO]:+.2f} |")
+    span = (SPAN[0] * n, SPAN[1] * n)
+    out += ["", f"Largest fall of auto's nDCG as B grows from {span[0]:g} to {span[1]:g}, per cap: " + ", ".join(
+        f"{label(cap)}: {largest(judge, ndcg, cells, span)}" for cap, cells in cells_by_cap({judge: ndcg}).items()
+        if cap in GOAL_CAPS)]
+    gaps = {c: rows[best_other(rows)] - rows[AUTO] for c, rows in ndcg.items() if AUTO in rows and len(rows) > 1}
+    under = [f"B={b} cap {label(cap)}: {calls[(b, cap)][AUTO]:.0f} calls, {gap:.2f} below"
+             for (b, cap), gap in sorted(gaps.items())
+             if b > 0 and cap in GOAL_CAPS and calls[(b, cap)][AUTO] < 0.9 * b and gap > 1.0]
+    out += ["", "Cells where auto spends < 90% of B while > 1 point below the best row: " + ("; ".join(under) or
+                                                                                          "none"), ""]
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("rows", nargs="+", help="rows files of the judges' grids (every row and auto's)")
+    args = ap.parse_args(argv)
+    fam = read_family(args.rows, keep=lambda r, o: True)[(100, 10)]
+    print("## N=100, K=10: auto against the best measured row on judges outside the family\n")
+    for judge in sorted(fam.ndcg):
+        print("\n".join(report(judge, fam.ndcg[judge], fam.calls[judge], 100, fam.ceiling(judge))))
+
+
+if __name__ == "__main__":
+    main()
