@@ -28,6 +28,7 @@ against). Calibration figures: ``benchmarks/results/judges/README.md`` (made by
 
 from __future__ import annotations
 
+import functools
 import gzip
 import hashlib
 import json
@@ -195,9 +196,7 @@ class EmbeddingErrorJudge(GradedJudge):
     def __init__(self, qrels: Qrels, knobs: Knobs, *, seed: int = 0, queries: Mapping[str, str] | None = None,
                  name: str = "embedding-error", path: str | Path = MINILM_CACHE) -> None:
         super().__init__(qrels, knobs, seed=seed, queries=queries, name=name)
-        with gzip.open(path, "rt") as f:
-            data = json.load(f)
-        self._cosine = {text: data["scores"][qid] for qid, text in data["queries"].items()}
+        self._cosine = _similarities(str(path))
         self._errors: dict[str, dict[str, float]] = {}
 
     def doc_error(self, query: str, doc_id: str) -> float:
@@ -210,6 +209,15 @@ class EmbeddingErrorJudge(GradedJudge):
         except KeyError:
             raise ValueError(f"{self.name}: no cached similarity for passage {doc_id!r} of query {query[:60]!r} "
                              f"(the cache holds DL19 + DL20, BM25 top-100)") from None
+
+
+@functools.cache
+def _similarities(path: str) -> dict[str, dict[str, float]]:
+    """``{query text: {docid: cosine}}`` of a similarity cache, read once per process (the grid builds one judge per
+    query)."""
+    with gzip.open(path, "rt") as f:
+        data = json.load(f)
+    return {text: data["scores"][qid] for qid, text in data["queries"].items()}
 
 
 def _residuals(points: Mapping[str, tuple[float, float]]) -> dict[str, float]:
@@ -328,9 +336,9 @@ def _register(name: str, info: JudgeInfo):
     return deco
 
 
-def _graded(name: str, knobs: Knobs) -> Factory:
+def _graded(name: str, knobs: Knobs, judge: type[GradedJudge] = GradedJudge) -> Factory:
     def make(qrels: Qrels, seed: int = 0, *, queries: Mapping[str, str] | None = None) -> Comparator:
-        return GradedJudge(qrels, knobs, seed=seed, queries=queries, name=name)
+        return judge(qrels, knobs, seed=seed, queries=queries, name=name)
     return make
 
 
@@ -461,12 +469,6 @@ def positional(qrels: Qrels, seed: int = 0, *, queries: Mapping[str, str] | None
     return _graded("positional", replace(CALIBRATED, position_bias=POSITIONAL_BIAS))(qrels, seed, queries=queries)
 
 
-def _embedding(name: str, knobs: Knobs) -> Factory:
-    def make(qrels: Qrels, seed: int = 0, *, queries: Mapping[str, str] | None = None) -> Comparator:
-        return EmbeddingErrorJudge(qrels, knobs, seed=seed, queries=queries, name=name)
-    return make
-
-
 _DL = ("dl19", "dl20")
 
 
@@ -475,14 +477,14 @@ def embedding_error(qrels: Qrels, seed: int = 0, *, queries: Mapping[str, str] |
     """Outside the family: ``calibrated`` with its document noise replaced, at the same scale, by the part of
     all-MiniLM-L6-v2's similarity of query and passage that the grade does not explain (``EmbeddingErrorJudge``):
     errors from a real embedding model. A held-out check of ``auto``, not tuned on. Not calibrated."""
-    return _embedding("embedding-error", CALIBRATED)(qrels, seed, queries=queries)
+    return _graded("embedding-error", CALIBRATED, EmbeddingErrorJudge)(qrels, seed, queries=queries)
 
 
 @_register("embedding-error-soft", JudgeInfo("soft", None, None, collections=_DL, family=False))
 def embedding_error_soft(qrels: Qrels, seed: int = 0, *, queries: Mapping[str, str] | None = None) -> Comparator:
     """``embedding-error`` answering soft probabilities at ``soft-calibrated``'s temperature. Not calibrated."""
-    return _embedding("embedding-error-soft", replace(CALIBRATED, hard=False, temperature=SOFT_TEMPERATURE))(
-        qrels, seed, queries=queries)
+    return _graded("embedding-error-soft", replace(CALIBRATED, hard=False, temperature=SOFT_TEMPERATURE),
+                   EmbeddingErrorJudge)(qrels, seed, queries=queries)
 
 
 _REAL = "real answers of the bundled SmolLM2-135M (query likelihood)"
