@@ -1,7 +1,10 @@
 import asyncio
+import contextlib
+import io
 import os
 import random
 import shlex
+from pathlib import Path
 
 import pytest
 from hypothesis import settings
@@ -30,6 +33,19 @@ def documented_command(doc: str, program: str) -> list[str]:
     reads them: line continuations joined, ``a/{x,y}/b`` brace-expanded to ``a/x/b a/y/b``."""
     words = shlex.split(doc.split(f"    python {program}", 1)[1].replace("\\\n", " "))
     return [w for word in words for w in _braces(word)]
+
+
+def printed_from_root(main, args: list[str]) -> str:
+    """What ``main(args)`` (a benchmark script's entry point) prints, run from the repository root, where the
+    documented commands' relative paths point."""
+    out, cwd = io.StringIO(), os.getcwd()
+    os.chdir(Path(__file__).resolve().parents[1])
+    try:
+        with contextlib.redirect_stdout(out):
+            main(args)
+    finally:
+        os.chdir(cwd)
+    return out.getvalue()
 
 
 def _braces(word: str) -> list[str]:

@@ -3,12 +3,10 @@ noise realisations, and the committed ``depth_step.md`` re-made from the committ
 
 from __future__ import annotations
 
-import contextlib
-import io
 import sys
 from pathlib import Path
 
-from tests.conftest import documented_command, skip_without_bench
+from tests.conftest import documented_command, printed_from_root, skip_without_bench
 
 skip_without_bench()
 
@@ -25,11 +23,8 @@ def test_the_top_80_is_ahead_from_the_first_budget_of_its_last_run_of_leads():
     assert depth_step.top80_ahead_from(deep, [x - 1 for x in deep]) == "-"
 
 
-def test_the_committed_depth_step_is_made_again_from_the_committed_rows(monkeypatch):
+def test_the_committed_depth_step_is_made_again_from_the_committed_rows():
     args = documented_command(depth_step.__doc__, "benchmarks/depth_step.py")
     assert args.count("--realisation") == 5
-    monkeypatch.chdir(ROOT)
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        depth_step.main(args)
-    assert out.getvalue() == (ROOT / "benchmarks/results/budget_depth/depth_step.md").read_text()
+    committed = (ROOT / "benchmarks/results/budget_depth/depth_step.md").read_text()
+    assert printed_from_root(depth_step.main, args) == committed

@@ -3,12 +3,10 @@ their mean, and the committed ``falls.md`` re-made from the committed rows by th
 
 from __future__ import annotations
 
-import contextlib
-import io
 import sys
 from pathlib import Path
 
-from tests.conftest import documented_command, skip_without_bench
+from tests.conftest import documented_command, printed_from_root, skip_without_bench
 
 skip_without_bench()
 
@@ -38,10 +36,6 @@ def test_a_fall_of_one_realisation_shrinks_on_the_mean_and_a_fall_of_the_plan_st
     assert per[0]["planned"] == per[1]["planned"] == mean["planned"] == "0.50 (none, 100 -> 150)"
 
 
-def test_the_committed_falls_are_made_again_from_the_committed_rows(monkeypatch):
+def test_the_committed_falls_are_made_again_from_the_committed_rows():
     rows = documented_command(auto_falls.__doc__, "benchmarks/auto_falls.py")
-    monkeypatch.chdir(ROOT)
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        auto_falls.main(rows)
-    assert out.getvalue() == (ROOT / "benchmarks/results/budget_depth/falls.md").read_text()
+    assert printed_from_root(auto_falls.main, rows) == (ROOT / "benchmarks/results/budget_depth/falls.md").read_text()
