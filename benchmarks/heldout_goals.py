@@ -7,7 +7,7 @@ K=10, nDCG@10 points:
   row and its nDCG, and the gap (the best row minus ``auto``; the family's goal is at most 1.0, or the cell's
   in-sample minimax + 0.5 where that is above 0.5: ``benchmarks/results/budget_depth/goals.md``);
 - **more budget, more quality**: the largest fall of ``auto``'s nDCG as B grows from N/2 to 5N per cap (any earlier
-  budget to any later one, ``regret.falls``), and the cells where ``auto`` spends less than 90% of B while
+  budget to any later one, ``auto_falls.largest``), and the cells where ``auto`` spends less than 90% of B while
   more than 1 point below the best row;
 - the judge's ceiling (``allpairs``/``bidirectional``, no budget), to set beside the first stage.
 
@@ -27,9 +27,12 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's packages
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from auto_falls import largest  # noqa: E402  (a judge's largest fall of a picked row, as printed in falls.md)
 
 from activeprp_bench.autotable import GOAL_CAPS, cells_by_cap, read_family  # noqa: E402
-from activeprp_bench.regret import falls, label  # noqa: E402
+from activeprp_bench.regret import label  # noqa: E402
 
 AUTO = "auto/auto"
 #: The goal budgets as multiples of N, and the span of the falls (N/2 to 5N).
@@ -39,12 +42,6 @@ GOAL_B, SPAN = (1.0, 1.5, 2.5, 5.0), (0.5, 5.0)
 def best_other(rows: dict) -> str:
     """The best measured row of a cell other than ``auto``'s."""
     return max((r for r in rows if r != AUTO), key=rows.get)
-
-
-def largest(judge: str, ndcg: dict, cells: list, span: tuple[float, float]) -> str:
-    """``auto``'s largest fall over ``cells`` (one cap) within ``span``, as ``points (B -> B')``; ``0.00`` when none."""
-    fall = max(falls({judge: ndcg}, {c: AUTO for c in cells}, span), default=None)
-    return "0.00" if fall is None or fall[0] <= 0 else f"{fall[0]:.2f} ({label(fall[3][0])} -> {label(fall[4][0])})"
 
 
 def report(judge: str, ndcg: dict, calls: dict, n: int, ceiling: float | None) -> list[str]:
@@ -61,8 +58,8 @@ def report(judge: str, ndcg: dict, calls: dict, n: int, ceiling: float | None) -
                        f"{rows[best] - rows[AUTO]:+.2f} |")
     span = (SPAN[0] * n, SPAN[1] * n)
     out += ["", f"Largest fall of auto's nDCG as B grows from {span[0]:g} to {span[1]:g}, per cap: " + ", ".join(
-        f"{label(cap)}: {largest(judge, ndcg, cells, span)}" for cap, cells in cells_by_cap({judge: ndcg}).items()
-        if cap in GOAL_CAPS)]
+        f"{label(cap)}: " + largest({judge: {c: ndcg[c] for c in cells}}, {c: AUTO for c in cells}, span)[judge]
+        for cap, cells in cells_by_cap({judge: ndcg}).items() if cap in GOAL_CAPS)]
     gaps = {c: rows[best_other(rows)] - rows[AUTO] for c, rows in ndcg.items() if AUTO in rows and len(rows) > 1}
     under = [f"B={b} cap {label(cap)}: {calls[(b, cap)][AUTO]:.0f} calls, {gap:.2f} below"
              for (b, cap), gap in sorted(gaps.items())

@@ -25,7 +25,7 @@ def test_report_reads_the_gap_the_fall_and_the_under_spent_cells():
     assert "### j (ceiling 63.00)" in text
     assert "| 100 | none | 60.00 | x/y | 61.50 | +1.50 |" in text
     assert "| 250 | none | 62.00 | x/y | 61.00 | -1.00 |" in text  # auto ahead of every other row
-    assert "none: 0.30 (100 -> 150)" in text
+    assert "none: 0.30 (none, 100 -> 150)" in text
     # B=100: 80 calls and 1.5 below; B=500: 400 calls but ahead of the best other row
     assert "B=100 cap none: 80 calls, 1.50 below" in text and "B=500" not in text.split("Cells where")[1]
 
