@@ -16,6 +16,7 @@ The simulated judges share one latent model (Thurstone-style, as ``SimulatedComp
 
 The ``embedding-error`` judges (outside the family) take e(d) from a real embedding model instead of the noise
 draw: what all-MiniLM-L6-v2's similarity of query and passage says beyond the grade (``EmbeddingErrorJudge``).
+``weak`` (outside the family too) weighs the grade ``WEAK_STRENGTH`` instead of 1.
 
 ``bundled-ql`` is not simulated: it answers from the bundled SmolLM2-135M's real query-likelihood scores, cached
 in ``activeprp_bench/data/`` (see ``CachedScoreJudge``).
@@ -487,6 +488,18 @@ def embedding_error_soft(qrels: Qrels, seed: int = 0, *, queries: Mapping[str, s
                    EmbeddingErrorJudge)(qrels, seed, queries=queries)
 
 
+#: ``weak``'s strength: ``CALIBRATED``'s grade weight cut to 0.75 (the document and per-prompt noise kept), a
+#: judge that still beats the first stage by a few points.
+WEAK_STRENGTH = 0.75
+
+
+@_register("weak", JudgeInfo("hard", None, None, family=False))
+def weak(qrels: Qrels, seed: int = 0, *, queries: Mapping[str, str] | None = None) -> Comparator:
+    """Outside the family: ``calibrated`` with the grade's weight cut to ``WEAK_STRENGTH``, a weak judge (e.g. a
+    small model) that still beats the first stage. A held-out check of ``auto``, not tuned on. Not calibrated."""
+    return _graded("weak", replace(CALIBRATED, strength=WEAK_STRENGTH))(qrels, seed, queries=queries)
+
+
 _REAL = "real answers of the bundled SmolLM2-135M (query likelihood)"
 
 
@@ -502,7 +515,7 @@ def bundled_ql(qrels: Qrels | None = None, seed: int = 0, *, queries: Mapping[st
 
 FAMILY: tuple[str, ...] = tuple(n for n in JUDGES if INFO[n].family)
 """The judges the bench sweeps with ``--judges family`` (every registered judge but the checks outside it:
-``positional``, ``embedding-error`` and ``embedding-error-soft``)."""
+``positional``, ``embedding-error``, ``embedding-error-soft`` and ``weak``)."""
 
 
 def covers(name: str, depth: int, collection: str | None = None) -> bool:

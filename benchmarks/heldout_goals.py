@@ -1,7 +1,7 @@
 """``auto``'s goal figures on judges outside the family (checks it was not tuned on), from their grid rows.
 
-Per judge of the rows (every ranker x oracle row and ``auto``'s own, ``--rankers auto --oracles auto``), N=100,
-K=10, nDCG@10 points:
+Per setting (N, K) and judge of the rows (every ranker x oracle row and ``auto``'s own, ``--rankers auto --oracles
+auto``), nDCG@K points:
 
 - **regret**: at each goal cell (B in {N, 1.5N, 2.5N, 5N} x caps none, 6, 10), ``auto``'s nDCG, the best measured
   row and its nDCG, and the gap (the best row minus ``auto``; the family's goal is at most 1.0, or the cell's
@@ -11,13 +11,15 @@ K=10, nDCG@10 points:
   more than 1 point below the best row;
 - the judge's ceiling (``allpairs``/``bidirectional``, no budget), to set beside the first stage.
 
-Command (from the repository root), after ``benchmarks/results/embedding_error/run.sh``; output in
-``benchmarks/results/embedding_error/goals.md``:
+Command (from the repository root), after ``benchmarks/results/heldout/run.sh``; output in
+``benchmarks/results/heldout/goals.md``:
 
-    python benchmarks/heldout_goals.py benchmarks/results/embedding_error/embedding-error/rows.csv.xz \\
-        benchmarks/results/embedding_error/embedding-error-auto/rows.csv.xz \\
-        benchmarks/results/embedding_error/embedding-error-soft/rows.csv.xz \\
-        benchmarks/results/embedding_error/embedding-error-soft-auto/rows.csv.xz
+    python benchmarks/heldout_goals.py benchmarks/results/heldout/embedding-error/rows.csv.xz \\
+        benchmarks/results/heldout/embedding-error-auto/rows.csv.xz \\
+        benchmarks/results/heldout/embedding-error-soft/rows.csv.xz \\
+        benchmarks/results/heldout/embedding-error-soft-auto/rows.csv.xz \\
+        benchmarks/results/heldout/weak/rows.csv.xz benchmarks/results/heldout/weak-auto/rows.csv.xz \\
+        benchmarks/results/heldout/n20_k3/rows.csv.xz benchmarks/results/heldout/n20_k3-auto/rows.csv.xz
 """
 
 from __future__ import annotations
@@ -57,9 +59,11 @@ def report(judge: str, ndcg: dict, calls: dict, n: int, ceiling: float | None) -
             out.append(f"| {b} | {label(cap)} | {rows[AUTO]:.2f} | {best} | {rows[best]:.2f} | "
                        f"{rows[best] - rows[AUTO]:+.2f} |")
     span = (SPAN[0] * n, SPAN[1] * n)
-    out += ["", f"Largest fall of auto's nDCG as B grows from {span[0]:g} to {span[1]:g}, per cap: " + ", ".join(
-        f"{label(cap)}: " + largest({judge: {c: ndcg[c] for c in cells}}, {c: AUTO for c in cells}, span)[judge]
-        for cap, cells in cells_by_cap({judge: ndcg}).items() if cap in GOAL_CAPS)]
+    falls = [f"{label(cap)}: " + largest({judge: {c: ndcg[c] for c in cells}}, {c: AUTO for c in cells}, span)[judge]
+             for cap, cells in cells_by_cap({judge: ndcg}).items() if cap in GOAL_CAPS and len(cells) > 1]
+    if falls:  # a grid of one budget per cap has no fall to read
+        out += ["", f"Largest fall of auto's nDCG as B grows from {span[0]:g} to {span[1]:g}, per cap: "
+                + ", ".join(falls)]
     gaps = {c: rows[best_other(rows)] - rows[AUTO] for c, rows in ndcg.items() if AUTO in rows and len(rows) > 1}
     under = [f"B={b} cap {label(cap)}: {calls[(b, cap)][AUTO]:.0f} calls, {gap:.2f} below"
              for (b, cap), gap in sorted(gaps.items())
@@ -73,10 +77,10 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("rows", nargs="+", help="rows files of the judges' grids (every row and auto's)")
     args = ap.parse_args(argv)
-    fam = read_family(args.rows, keep=lambda r, o: True)[(100, 10)]
-    print("## N=100, K=10: auto against the best measured row on judges outside the family\n")
-    for judge in sorted(fam.ndcg):
-        print("\n".join(report(judge, fam.ndcg[judge], fam.calls[judge], 100, fam.ceiling(judge))))
+    for (n, k), fam in sorted(read_family(args.rows, keep=lambda r, o: True).items(), reverse=True):
+        print(f"## N={n}, K={k}: auto against the best measured row on judges outside the family (nDCG@{k})\n")
+        for judge in sorted(fam.ndcg):
+            print("\n".join(report(judge, fam.ndcg[judge], fam.calls[judge], n, fam.ceiling(judge))))
 
 
 if __name__ == "__main__":

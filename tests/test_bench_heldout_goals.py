@@ -1,5 +1,5 @@
 """benchmarks/heldout_goals.py: auto's gap to the best row, its falls and its spending on a judge outside the
-family, and the committed ``embedding_error/goals.md`` re-made from the committed rows by its documented command."""
+family, and the committed ``heldout/goals.md`` re-made from the committed rows by its documented command."""
 
 from __future__ import annotations
 
@@ -30,7 +30,13 @@ def test_report_reads_the_gap_the_fall_and_the_under_spent_cells():
     assert "B=100 cap none: 80 calls, 1.50 below" in text and "B=500" not in text.split("Cells where")[1]
 
 
+def test_report_of_a_grid_of_one_budget_has_no_fall():
+    ndcg, calls = {(50, 6): {"auto/auto": 60.0, "x/y": 60.5}}, {(50, 6): {"auto/auto": 49.0, "x/y": 50.0}}
+    text = "\n".join(heldout_goals.report("j", ndcg, calls, 20, None))
+    assert "| 50 | 6 | 60.00 | x/y | 60.50 | +0.50 |" in text and "Largest fall" not in text and "ceiling" not in text
+
+
 def test_the_committed_heldout_goals_are_made_again_from_the_committed_rows():
     rows = documented_command(heldout_goals.__doc__, "benchmarks/heldout_goals.py")
-    committed = (ROOT / "benchmarks/results/embedding_error/goals.md").read_text()
+    committed = (ROOT / "benchmarks/results/heldout/goals.md").read_text()
     assert printed_from_root(heldout_goals.main, rows) == committed

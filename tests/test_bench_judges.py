@@ -60,7 +60,7 @@ def test_registry_names_and_errors():
             "underconfident", "ql-like", "bundled-ql"} <= set(J.FAMILY)
     assert "bundled-ql" not in J.family_for_depth(100, "dl19") and "bundled-ql" in J.family_for_depth(20, "dl20")
     assert "bundled-ql" not in J.family_for_depth(20, "scifact") and "calibrated" in J.family_for_depth(100)
-    for name in ("positional", "embedding-error", "embedding-error-soft"):  # judges for checks outside the family
+    for name in ("positional", "embedding-error", "embedding-error-soft", "weak"):  # checks outside the family
         assert name in J.JUDGES and name not in J.FAMILY
     for name in J.JUDGES:  # each docstring says whether the judge is calibrated, as INFO declares
         assert ("Not calibrated" in J.JUDGES[name].__doc__) == (J.INFO[name].calibrated_against is None), name
@@ -190,6 +190,14 @@ def test_residuals_are_standardised_and_carry_nothing_of_x():
     assert sum((x - mx) * r for x, r in zip(xs, rs)) == pytest.approx(0, abs=1e-9)  # no linear trace of x
     assert J._residuals({1: (0, 2.0), 2: (1, 3.0)}) == {1: 0.0, 2: 0.0}  # y on a line: no error
     assert J._residuals({}) == {}
+
+
+def test_weak_judge_is_calibrated_with_the_grade_weighed_less():
+    grades = {f"d{i}": i % 4 for i in range(40)}
+    weak, calibrated = J.build_judge("weak", grades, 3), J.build_judge("calibrated", grades, 3)
+    for d, g in grades.items():  # the same document noise, the grade weighed WEAK_STRENGTH instead of 1
+        assert weak.score("q", d) == pytest.approx(calibrated.score("q", d) - (1 - J.WEAK_STRENGTH) * g)
+    assert 0.5 < J.WEAK_STRENGTH < 1
 
 
 def test_embedding_error_judge_reads_the_real_embedding_cache():
