@@ -189,7 +189,7 @@ def _grid(args) -> int:
 def _baseline(args) -> str:
     colls = _collections(args)
     vals = {c.name: c.first_stage_ndcg() for c in colls}
-    return "First stage (BM25) nDCG@10: " + ", ".join(
+    return "First stage nDCG@10: " + ", ".join(
         f"{n} {100 * sum(v.values()) / len(v):.2f}" for n, v in vals.items()) + "\n\n"
 
 
@@ -331,7 +331,7 @@ def add_parser(subparsers) -> None:
     common.add_argument("--data", help="the directory holding the collections, needed by every mode that reads one "
                         "(e.g. ../shared/data: trec-dl-2019/, trec-dl-2020/, beir-scifact/, noveleval/, cranfield/)")
     common.add_argument("--collections", nargs="+", default=["dl19", "dl20"],
-                        help="dl19 dl20 scifact noveleval cranfield")
+                        help="dl19 dl20 scifact noveleval cranfield dl19-minilm dl20-minilm")
     common.add_argument("--queries", type=_count(), help="first N judged queries per collection (default: all)")
     common.add_argument("--depth", type=_count(), help="rerank the top DEPTH candidates (default: all, 100)")
     common.add_argument("--out", default="benchmarks/results/latest", help="output directory")

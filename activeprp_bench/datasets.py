@@ -118,6 +118,20 @@ def bm25_top(name: str, queries: Mapping[str, str], docs: Mapping[str, str], qre
     return Collection(name, dict(queries), cands, qrels)
 
 
+def resort(collection: Collection, scores: Mapping[str, Mapping[str, float]], name: str) -> Collection:
+    """``collection`` with each query's candidates re-ordered by ``scores`` (``{query text: {docid: score}}``,
+    highest first; ties and unscored candidates keep their first-stage order, after the scored ones): the same
+    candidates under another first stage, e.g. a dense retriever's order of BM25's top-N (a hybrid)."""
+    def order(q: str) -> list[Candidate]:
+        s = scores.get(collection.queries[q], {})
+        ranked = sorted(enumerate(collection.candidates[q]), key=lambda rc: (rc[1].id not in s, -s.get(rc[1].id, 0),
+                                                                            rc[0]))
+        return [c for _, c in ranked]
+
+    return Collection(name, dict(collection.queries), {q: order(q) for q in collection.candidates},
+                      collection.qrels)
+
+
 def load_beir(data_dir: str | Path, name: str | None = None, split: str = "test", depth: int = 100) -> Collection:
     """BEIR layout: ``corpus.jsonl`` (``_id``, ``title``, ``text``), ``queries*.jsonl`` (``_id``, ``text``),
     qrels as TREC lines (``qrels*.txt``) or BEIR TSV (``qrels/<split>.tsv``); BM25 top-``depth`` first stage.
@@ -189,12 +203,23 @@ def load_cranfield(data_dir: str | Path, depth: int = 100) -> Collection:
 
 
 def load_named(name: str, data_root: str | Path) -> Collection:
-    """Load a collection by name (``dl19``, ``dl20``, ``scifact``, ``noveleval``, ``cranfield``) from
-    ``data_root`` (the ``shared/data`` directory). Raises ValueError for an unknown name."""
+    """Load a collection by name (``dl19``, ``dl20``, ``scifact``, ``noveleval``, ``cranfield``; ``dl19-minilm`` and
+    ``dl20-minilm``: the BM25 top-100 re-ordered by all-MiniLM-L6-v2's cosine of query and passage, a dense first
+    stage over the same candidates, from the bench's cache ``judges.MINILM_CACHE``) from ``data_root`` (the
+    ``shared/data`` directory). Raises ValueError for an unknown name."""
     root = Path(data_root)
+
+    def minilm(year: int) -> Collection:
+        from .judges import MINILM_CACHE, similarities
+
+        return resort(load_trec_dl(root / f"trec-dl-{year}", year), similarities(str(MINILM_CACHE)),
+                      f"dl{year % 100}-minilm")
+
     loaders = {
         "dl19": lambda: load_trec_dl(root / "trec-dl-2019", 2019),
         "dl20": lambda: load_trec_dl(root / "trec-dl-2020", 2020),
+        "dl19-minilm": lambda: minilm(2019),
+        "dl20-minilm": lambda: minilm(2020),
         "scifact": lambda: load_beir(root / "beir-scifact", "scifact"),
         "noveleval": lambda: load_noveleval(root / "noveleval"),
         "cranfield": lambda: load_cranfield(root / "cranfield"),
@@ -205,4 +230,4 @@ def load_named(name: str, data_root: str | Path) -> Collection:
 
 
 __all__ = ["Collection", "bm25_top", "load_beir", "load_cranfield", "load_named", "load_noveleval", "load_rankgpt",
-           "load_trec_dl", "load_trec_files", "read_trec_qrels"]
+           "load_trec_dl", "load_trec_files", "read_trec_qrels", "resort"]

@@ -197,7 +197,7 @@ class EmbeddingErrorJudge(GradedJudge):
     def __init__(self, qrels: Qrels, knobs: Knobs, *, seed: int = 0, queries: Mapping[str, str] | None = None,
                  name: str = "embedding-error", path: str | Path = MINILM_CACHE) -> None:
         super().__init__(qrels, knobs, seed=seed, queries=queries, name=name)
-        self._cosine = _similarities(str(path))
+        self._cosine = similarities(str(path))
         self._errors: dict[str, dict[str, float]] = {}
 
     def doc_error(self, query: str, doc_id: str) -> float:
@@ -213,7 +213,7 @@ class EmbeddingErrorJudge(GradedJudge):
 
 
 @functools.cache
-def _similarities(path: str) -> dict[str, dict[str, float]]:
+def similarities(path: str) -> dict[str, dict[str, float]]:
     """``{query text: {docid: cosine}}`` of a similarity cache, read once per process (the grid builds one judge per
     query)."""
     with gzip.open(path, "rt") as f:

@@ -19,7 +19,8 @@ Command (from the repository root), after ``benchmarks/results/heldout/run.sh``;
         benchmarks/results/heldout/embedding-error-soft/rows.csv.xz \\
         benchmarks/results/heldout/embedding-error-soft-auto/rows.csv.xz \\
         benchmarks/results/heldout/weak/rows.csv.xz benchmarks/results/heldout/weak-auto/rows.csv.xz \\
-        benchmarks/results/heldout/n20_k3/rows.csv.xz benchmarks/results/heldout/n20_k3-auto/rows.csv.xz
+        benchmarks/results/heldout/n20_k3/rows.csv.xz benchmarks/results/heldout/n20_k3-auto/rows.csv.xz \\
+        benchmarks/results/heldout/minilm/rows.csv.xz benchmarks/results/heldout/minilm-auto/rows.csv.xz
 """
 
 from __future__ import annotations

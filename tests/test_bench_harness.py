@@ -18,7 +18,16 @@ np = skip_without_bench()
 
 from activeprp_bench.cached import CachedComparator, identity
 from activeprp_bench.calibration import flip_rate, measured_flip_rate
-from activeprp_bench.datasets import load_beir, load_cranfield, load_noveleval, load_trec_dl, load_trec_files
+from activeprp_bench.datasets import (
+    Collection,
+    load_beir,
+    load_cranfield,
+    load_named,
+    load_noveleval,
+    load_trec_dl,
+    load_trec_files,
+    resort,
+)
 from activeprp_bench.grid import Row, run_grid, simulator_factory
 from activeprp_bench.instrumented import SleepingComparator
 from activeprp_bench.overhead import measured_wall_time
@@ -45,6 +54,24 @@ def test_trec_dl_loader_reproduces_bm25(year, queries, bm25):
     assert len(coll.qids) == queries
     assert all(len(coll.candidates[q]) == 100 for q in coll.qids)
     assert round(_mean(coll.first_stage_ndcg()), 3) == bm25
+
+
+def test_resort_orders_by_score_keeping_the_candidates_and_the_input():
+    cands = [Candidate(d, d, {"k": i}) for i, d in enumerate(("a", "b", "c", "d", "e"))]
+    coll = Collection("x", {"q1": "text"}, {"q1": cands}, {"q1": {"c": 1}})
+    out = resort(coll, {"text": {"c": 0.9, "a": 0.1, "d": 0.9, "b": -1.0}}, "x-dense")
+    assert [c.id for c in out.candidates["q1"]] == ["c", "d", "a", "b", "e"]  # ties and unscored: first-stage order
+    assert out.candidates["q1"][0] is cands[2] and out.name == "x-dense" and out.qrels == coll.qrels
+    assert [c.id for c in coll.candidates["q1"]] == ["a", "b", "c", "d", "e"]  # the input is not re-ordered
+
+
+@needs_data
+@pytest.mark.parametrize(("year", "ndcg"), [(2019, 0.642), (2020, 0.608)])
+def test_minilm_first_stage_reorders_the_bm25_candidates(year, ndcg):
+    bm25, dense = load_trec_dl(DATA / f"trec-dl-{year}", year), load_named(f"dl{year % 100}-minilm", DATA)
+    assert dense.name == f"dl{year % 100}-minilm" and dense.qids == bm25.qids
+    assert all({c.id for c in dense.candidates[q]} == {c.id for c in bm25.candidates[q]} for q in bm25.qids)
+    assert round(_mean(dense.first_stage_ndcg()), 3) == ndcg  # a stronger first stage than BM25's 0.506 / 0.480
 
 
 @needs_data

@@ -27,3 +27,15 @@ for rankers in "budget_depth mohajer mohajer_bubble parallel_mohajer parallel_mo
     --budgets 50 --max-rounds 6 --no-paper --no-progress --jobs 2 --rows-cache "$CACHE/$out" "$@" \
     --out "benchmarks/results/heldout/$out"
 done
+# A first stage outside the family's: DL19 + DL20's BM25 top-100 re-ordered by all-MiniLM-L6-v2 (`dl19-minilm`,
+# `dl20-minilm`: nDCG@10 64.2 / 60.8, a dense order of the same candidates), three family judges labelled
+# NAME@minilm, N=100, K=10, the same grid. About 30 min.
+for rankers in "budget_depth mohajer mohajer_bubble parallel_mohajer parallel_mohajer_depth heapsort allpairs quicksort bubblesort" auto; do
+  oracles="adaptive randomized bidirectional" out=minilm
+  [ "$rankers" = auto ] && oracles=auto out=minilm-auto
+  # shellcheck disable=SC2086
+  nice -n 10 python -m activeprp_cli bench grid --data /work/shared/data --collections dl19-minilm dl20-minilm \
+    --judge calibrated --judge soft-calibrated --judge setwise-xl --judge-tag minilm --seeds 1 --rankers $rankers \
+    --oracles $oracles --budgets 50 100 150 200 250 300 350 400 450 500 none --max-rounds none 6 10 --no-paper \
+    --no-progress --jobs 2 --rows-cache "$CACHE/$out" "$@" --out "benchmarks/results/heldout/$out"
+done
