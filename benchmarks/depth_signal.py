@@ -1,0 +1,73 @@
+"""Do a judge's answers show where a first stage's relevant documents sit? A check for a depth planned from the
+answers instead of the budget alone.
+
+After the plan over the first stage's top 40 (``budget_depth``/``adaptive`` at B=150 without a round cap, N=100,
+K=10: ``mohajer_bubble`` over the top 40, then its confirmations), the share of the top-10 that comes from ranks
+21-40 is what the answers say about the depth of the relevant documents. A depth rule could rerank deeper where
+that share is high. It prints the share per first stage and judge (mean over queries and its quartiles, judge seed
+0): BM25 on DL19 + DL20 (where the family's judges gain from depth), the same candidates in all-MiniLM-L6-v2's
+order (``dl19-minilm``, ``dl20-minilm``: where they lose from it, ``benchmarks/results/heldout/README.md``) and BM25
+on Cranfield's first 120 judged queries (relevant documents deepest).
+
+The row ``(grades)`` is the same share for the top-10 of the top 40 sorted by the qrels' grades (ties in first-stage
+order): where the relevant documents really sit.
+
+Command (from the repository root; about 5 s), output in ``benchmarks/results/heldout/depth_signal.md``:
+
+    python benchmarks/depth_signal.py --data ../shared/data
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's packages
+
+from activeprp_bench.datasets import load_named  # noqa: E402
+from activeprp_bench.judges import build_judge  # noqa: E402
+from activeprp_core import rerank  # noqa: E402
+
+#: (label, collections, queries per collection (None: all), judges)
+STAGES = (("BM25, DL19 + DL20", ("dl19", "dl20"), None, ("calibrated", "setwise-xl", "soft-calibrated", "weak")),
+          ("MiniLM order, DL19 + DL20", ("dl19-minilm", "dl20-minilm"), None,
+           ("calibrated", "setwise-xl", "soft-calibrated", "weak")),
+          ("BM25, Cranfield", ("cranfield",), 120, ("calibrated", "weak")))
+K, SHALLOW, BUDGET = 10, 20, 150
+
+
+def deep_share(collections, judge: str | None) -> list[float]:
+    """Per query, the share of the top-K from first-stage ranks past ``SHALLOW`` after ``BUDGET`` calls of
+    ``judge`` (None: the top 40 sorted by grade)."""
+    out = []
+    for coll in collections:
+        for qid in coll.qids:
+            cands, grades = coll.candidates[qid], coll.qrels.get(qid, {})
+            if judge is None:
+                order = sorted(range(min(40, len(cands))), key=lambda i: (-grades.get(cands[i].id, 0), i))
+            else:
+                order = rerank(coll.queries[qid], cands, ranker="budget_depth", oracle="adaptive", top_k=K, seed=0,
+                               comparator=build_judge(judge, grades, 0), budget=BUDGET).order
+            out.append(sum(i >= SHALLOW for i in order[:K]) / K)
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", required=True, help="the shared data directory (../shared/data)")
+    args = ap.parse_args(argv)
+    print(f"## Share of the top-{K} from first-stage ranks {SHALLOW + 1}-40 after B={BUDGET} (the top-40 plan)\n")
+    print("| first stage | judge | queries | mean | q25 | median | q75 |\n|---|---|---:|---:|---:|---:|---:|")
+    for label, names, queries, judges in STAGES:
+        collections = [load_named(n, args.data).subset(queries) for n in names]
+        for judge in (None, *judges):
+            shares = deep_share(collections, judge)
+            q25, q50, q75 = statistics.quantiles(shares, n=4)
+            print(f"| {label} | {judge or '(grades)'} | {len(shares)} | {statistics.fmean(shares):.3f} | {q25:.2f} | "
+                  f"{q50:.2f} | {q75:.2f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,37 @@
+"""benchmarks/depth_signal.py: the share of the top-K from first-stage ranks 21-40, and the committed
+``heldout/depth_signal.md`` re-made by its documented command."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from activeprp_core.types import Candidate
+from tests.conftest import documented_command, printed_from_root, skip_without_bench
+
+skip_without_bench()
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import depth_signal  # noqa: E402
+
+from activeprp_bench.datasets import Collection  # noqa: E402
+
+
+def test_deep_share_counts_the_top_k_from_past_rank_20():
+    ids = [f"d{i}" for i in range(50)]
+    grades = {"d0": 3, "d25": 3, "d30": 2, "d45": 3}  # d45 is past the top 40: not counted by the grades
+    coll = Collection("toy", {"q": "query"}, {"q": [Candidate(d, d) for d in ids]}, {"q": grades})
+    # by the grades: d0, d25, d30, then the ungraded in first-stage order (d1 .. d7): 2 of 10 from ranks 21-40
+    assert depth_signal.deep_share([coll], None) == [pytest.approx(0.2)]
+    assert 0 <= depth_signal.deep_share([coll], "calibrated")[0] <= 1
+
+
+@pytest.mark.skipif(not (ROOT.parent / "shared" / "data").is_dir(), reason="../shared/data not present")
+def test_the_committed_depth_signal_is_made_again():
+    args = documented_command(depth_signal.__doc__, "benchmarks/depth_signal.py")
+    committed = (ROOT / "benchmarks/results/heldout/depth_signal.md").read_text()
+    assert printed_from_root(depth_signal.main, args) == committed
