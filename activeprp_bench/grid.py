@@ -21,7 +21,7 @@ from typing import Any
 from activeprp_cli.metrics import ndcg_at_k, ranking_to_run
 from activeprp_core.comparators.simulated import SimulatedComparator
 from activeprp_core.engine import rerank
-from activeprp_core.rankers import Mohajer, MohajerBubble, ParallelMohajerDepth, Ranker
+from activeprp_core.rankers import BudgetDepth, Depth, Mohajer, MohajerBubble, ParallelMohajerDepth, Ranker
 from activeprp_core.types import Accounting
 
 from .datasets import Collection
@@ -44,6 +44,8 @@ VARIANTS: dict[str, Callable[[], Ranker]] = {
     # the rerank depths around parallel_mohajer_depth's default (benchmarks/results/depth/); 80: the top 80, three
     # bracket levels at K=10 (benchmarks/results/budget_depth/depth_step.md)
     **{f"parallel_mohajer_depth{d}": partial(ParallelMohajerDepth, d) for d in (20, 30, 50, 70, 80)},
+    # auto's plan (budget_depth) over at most the top 40: the advice for a strong first stage (docs/judges.md)
+    "budget_depth40": lambda: Depth(BudgetDepth(), 40),
 }
 
 

@@ -41,6 +41,6 @@ def test_the_committed_depth_signal_is_made_again():
 @pytest.mark.skipif(not (ROOT.parent / "shared" / "data").is_dir(), reason="../shared/data not present")
 def test_the_depth_check_of_docs_judges_prints_what_it_says():
     text = (ROOT / "docs/judges.md").read_text(encoding="utf-8")
-    block = next(b for b in re.findall(r"```python\n(.*?)```", text, re.S) if "parallel_mohajer_depth" in b)
+    block = next(b for b in re.findall(r"```python\n(.*?)```", text, re.S) if "budget_depth40" in b)
     expected = block.strip().splitlines()[-1].removeprefix("# ")
     assert printed_from_root(lambda _: exec(block, {}), []).strip() == expected

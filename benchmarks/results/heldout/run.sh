@@ -35,3 +35,13 @@ grid n20_k3 --judge embedding-error --judge embedding-error-soft --judge weak --
 # shellcheck disable=SC2086
 grid minilm --collections dl19-minilm dl20-minilm --judge calibrated --judge soft-calibrated --judge setwise-xl \
   --judge-tag minilm $N100
+# The advice for a strong first stage, `Depth(BudgetDepth(), 40)` (`budget_depth40`: auto's plan over at most the
+# top 40), beside `budget_depth` on both first stages, the same three judges, `adaptive`, N=100. About 3 min.
+for stage in dl:"dl19 dl20" minilm:"dl19-minilm dl20-minilm"; do
+  name=${stage%%:*} collections=${stage#*:}
+  # shellcheck disable=SC2086
+  nice -n 10 python -m activeprp_cli bench grid --data /work/shared/data --collections $collections --judge calibrated \
+    --judge soft-calibrated --judge setwise-xl --seeds 1 --rankers budget_depth budget_depth40 --oracles adaptive \
+    $N100 --no-paper --no-progress --jobs 2 --rows-cache "$CACHE/depth40-$name" $EXTRA \
+    --out "benchmarks/results/heldout/depth40-$name"
+done
