@@ -12,6 +12,10 @@ on Cranfield's first 120 judged queries (relevant documents deepest).
 The row ``(grades)`` is the same share for the top-10 of the top 40 sorted by the qrels' grades (ties in first-stage
 order): where the relevant documents really sit.
 
+A second signal, asked before any plan: the judge's mean answer that a candidate from ranks 41-100 beats one from
+the top 10 (``PROBES`` random pairs per query, ``random.Random(qid)``; the row ``(grades)``: the share of those pairs
+whose deep candidate has the higher grade).
+
 Command (from the repository root; about 5 s), output in ``benchmarks/results/heldout/depth_signal.md``:
 
     python benchmarks/depth_signal.py --data ../shared/data
@@ -20,6 +24,7 @@ Command (from the repository root; about 5 s), output in ``benchmarks/results/he
 from __future__ import annotations
 
 import argparse
+import random
 import statistics
 import sys
 from pathlib import Path
@@ -35,7 +40,7 @@ STAGES = (("BM25, DL19 + DL20", ("dl19", "dl20"), None, ("calibrated", "setwise-
           ("MiniLM order, DL19 + DL20", ("dl19-minilm", "dl20-minilm"), None,
            ("calibrated", "setwise-xl", "soft-calibrated", "weak")),
           ("BM25, Cranfield", ("cranfield",), 120, ("calibrated", "weak")))
-K, SHALLOW, BUDGET = 10, 20, 150
+K, SHALLOW, BUDGET, PROBES = 10, 20, 150, 20
 
 
 def deep_share(collections, judge: str | None) -> list[float]:
@@ -54,20 +59,45 @@ def deep_share(collections, judge: str | None) -> list[float]:
     return out
 
 
+def deep_wins(collections, judge: str | None) -> list[float]:
+    """Per query, the mean answer of ``judge`` (None: by the grades) that a candidate from ranks 41-100 beats one
+    from the top K, over ``PROBES`` random pairs."""
+    out = []
+    for coll in collections:
+        for qid in coll.qids:
+            cands, grades, rng = coll.candidates[qid], coll.qrels.get(qid, {}), random.Random(qid)
+            pairs = [(cands[rng.randrange(K)], cands[rng.randrange(40, len(cands))]) for _ in range(PROBES)]
+            if judge is None:
+                wins = [float(grades.get(d.id, 0) > grades.get(t.id, 0)) for t, d in pairs]
+            else:
+                wins = [1.0 - p for p in build_judge(judge, grades, 0).compare(coll.queries[qid], pairs)]
+            out.append(statistics.fmean(wins))
+    return out
+
+
+def table(title: str, signal, data: str) -> None:
+    """Print ``signal(collections, judge)`` per first stage (read from ``data``) and judge: mean over queries and its
+    quartiles."""
+    print(f"## {title}\n")
+    print("| first stage | judge | queries | mean | q25 | median | q75 |\n|---|---|---:|---:|---:|---:|---:|")
+    for label, names, queries, judges in STAGES:
+        collections = [load_named(n, data).subset(queries) for n in names]
+        for judge in (None, *judges):
+            values = signal(collections, judge)
+            q25, q50, q75 = statistics.quantiles(values, n=4)
+            print(f"| {label} | {judge or '(grades)'} | {len(values)} | {statistics.fmean(values):.3f} | {q25:.2f} | "
+                  f"{q50:.2f} | {q75:.2f} |")
+    print()
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", required=True, help="the shared data directory (../shared/data)")
     args = ap.parse_args(argv)
-    print(f"## Share of the top-{K} from first-stage ranks {SHALLOW + 1}-40 after B={BUDGET} (the top-40 plan)\n")
-    print("| first stage | judge | queries | mean | q25 | median | q75 |\n|---|---|---:|---:|---:|---:|---:|")
-    for label, names, queries, judges in STAGES:
-        collections = [load_named(n, args.data).subset(queries) for n in names]
-        for judge in (None, *judges):
-            shares = deep_share(collections, judge)
-            q25, q50, q75 = statistics.quantiles(shares, n=4)
-            print(f"| {label} | {judge or '(grades)'} | {len(shares)} | {statistics.fmean(shares):.3f} | {q25:.2f} | "
-                  f"{q50:.2f} | {q75:.2f} |")
-
+    table(f"Share of the top-{K} from first-stage ranks {SHALLOW + 1}-40 after B={BUDGET} (the top-40 plan)",
+          deep_share, args.data)
+    table(f"Mean answer that a candidate from ranks 41-100 beats one from the top {K} ({PROBES} pairs per query)",
+          deep_wins, args.data)
 
 if __name__ == "__main__":
     main()

@@ -31,6 +31,16 @@ def test_deep_share_counts_the_top_k_from_past_rank_20():
     assert 0 <= depth_signal.deep_share([coll], "calibrated")[0] <= 1
 
 
+def test_deep_wins_reads_how_often_ranks_41_100_beat_the_top_10():
+    ids = [f"d{i}" for i in range(60)]
+    deep_better = {d: int(i >= 40) for i, d in enumerate(ids)}
+    coll = Collection("toy", {"q": "query"}, {"q": [Candidate(d, d) for d in ids]}, {"q": deep_better})
+    assert depth_signal.deep_wins([coll], None) == [1.0]
+    coll.qrels["q"] = {d: 1 - g for d, g in deep_better.items()}
+    assert depth_signal.deep_wins([coll], None) == [0.0]
+    assert depth_signal.deep_wins([coll], "calibrated")[0] < 0.5  # the judge sees the top 10 better
+
+
 @pytest.mark.skipif(not (ROOT.parent / "shared" / "data").is_dir(), reason="../shared/data not present")
 def test_the_committed_depth_signal_is_made_again():
     args = documented_command(depth_signal.__doc__, "benchmarks/depth_signal.py")
