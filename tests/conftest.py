@@ -17,6 +17,9 @@ settings.register_profile("ci", derandomize=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 BENCH_EXTRA = 'pip install "activeprp[bench]"'
+#: The real collections, ``../shared/data`` beside the checkout (CI has it; tests that read it skip without it).
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+needs_data = pytest.mark.skipif(not SHARED_DATA.is_dir(), reason="../shared/data not present")
 
 
 def skip_without_bench():

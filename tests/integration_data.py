@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 from functools import cache
-from pathlib import Path
 
-NOVELEVAL = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "noveleval"
+from tests.conftest import SHARED_DATA
+
+NOVELEVAL = SHARED_DATA / "noveleval"
 
 
 @cache

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from activeprp_core.types import Candidate
-from tests.conftest import documented_command, printed_from_root, skip_without_bench
+from tests.conftest import documented_command, needs_data, printed_from_root, skip_without_bench
 
 skip_without_bench()
 
@@ -41,14 +41,14 @@ def test_deep_wins_reads_how_often_ranks_41_100_beat_the_top_10():
     assert depth_signal.deep_wins([coll], "calibrated")[0] < 0.5  # the judge sees the top 10 better
 
 
-@pytest.mark.skipif(not (ROOT.parent / "shared" / "data").is_dir(), reason="../shared/data not present")
+@needs_data
 def test_the_committed_depth_signal_is_made_again():
     args = documented_command(depth_signal.__doc__, "benchmarks/depth_signal.py")
     committed = (ROOT / "benchmarks/results/heldout/depth_signal.md").read_text()
     assert printed_from_root(depth_signal.main, args) == committed
 
 
-@pytest.mark.skipif(not (ROOT.parent / "shared" / "data").is_dir(), reason="../shared/data not present")
+@needs_data
 def test_the_depth_check_of_docs_judges_prints_what_it_says():
     text = (ROOT / "docs/judges.md").read_text(encoding="utf-8")
     block = next(b for b in re.findall(r"```python\n(.*?)```", text, re.S) if "budget_depth40" in b)

@@ -8,11 +8,11 @@ import csv
 import gzip
 import json
 import random
-from pathlib import Path
 
 import pytest
 
-from tests.conftest import make_case, skip_without_bench
+from tests.conftest import SHARED_DATA as DATA
+from tests.conftest import make_case, needs_data, skip_without_bench
 
 np = skip_without_bench()
 
@@ -38,9 +38,6 @@ from activeprp_bench.zero_cost import ZeroCostComparator
 from activeprp_cli import main
 from activeprp_core import SimulatedComparator, rerank
 from activeprp_core.types import Candidate
-
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-needs_data = pytest.mark.skipif(not DATA.is_dir(), reason="../shared/data not present")
 
 
 def _mean(values: dict[str, float]) -> float:

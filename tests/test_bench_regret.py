@@ -10,11 +10,11 @@ import json
 import lzma
 import random
 import re
-from pathlib import Path
 
 import pytest
 
-from tests.conftest import skip_without_bench
+from tests.conftest import SHARED_DATA as DATA
+from tests.conftest import needs_data, skip_without_bench
 
 np = skip_without_bench()
 
@@ -33,9 +33,6 @@ from activeprp_bench.regret import choice_changes, largest_fall, lojo_regret, me
 from activeprp_bench.stats import macro_diff_ci
 from activeprp_cli import main
 from activeprp_core.rankers.auto import choose
-
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-needs_data = pytest.mark.skipif(not DATA.is_dir(), reason="../shared/data not present")
 
 
 def test_worst_case_regret_picks_the_row_no_judge_punishes():

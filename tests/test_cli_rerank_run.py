@@ -10,8 +10,9 @@ import pytest
 
 from activeprp_cli import main
 from activeprp_cli import rerank_run as cli
+from tests.conftest import SHARED_DATA
 
-DL19 = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "trec-dl-2019"
+DL19 = SHARED_DATA / "trec-dl-2019"
 needs_data = pytest.mark.skipif(not DL19.is_dir(), reason="../shared/data not present")
 RUN, TOPICS, QRELS = (DL19 / "trec_results_dl19_top100.bm25.txt", DL19 / "topics.dl19-passage.txt",
                       DL19 / "qrels.dl19-passage.txt")

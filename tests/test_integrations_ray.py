@@ -24,8 +24,9 @@ import pytest
 from activeprp_cli import main
 from activeprp_cli.trecfiles import read_qrels
 from activeprp_core import Candidate, ComparatorAuthError, SimulatedComparator, rerank
+from tests.conftest import SHARED_DATA
 
-DL19 = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "trec-dl-2019"
+DL19 = SHARED_DATA / "trec-dl-2019"
 KW = {"ranker": "mohajer", "oracle": "randomized", "budget": 40, "top_k": 5, "seed": 3}
 LIMIT_S = 90
 pytestmark = pytest.mark.slow  # a local Ray (about 10 s to start and stop)
