@@ -40,50 +40,40 @@ STAGES = (("BM25, DL19 + DL20", ("dl19", "dl20"), None, ("calibrated", "setwise-
           ("MiniLM order, DL19 + DL20", ("dl19-minilm", "dl20-minilm"), None,
            ("calibrated", "setwise-xl", "soft-calibrated", "weak")),
           ("BM25, Cranfield", ("cranfield",), 120, ("calibrated", "weak")))
-K, SHALLOW, BUDGET, PROBES = 10, 20, 150, 20
+K, SHALLOW, TOP, BUDGET, PROBES = 10, 20, 40, 150, 20
 
 
-def deep_share(collections, judge: str | None) -> list[float]:
-    """Per query, the share of the top-K from first-stage ranks past ``SHALLOW`` after ``BUDGET`` calls of
-    ``judge`` (None: the top 40 sorted by grade)."""
-    out = []
-    for coll in collections:
-        for qid in coll.qids:
-            cands, grades = coll.candidates[qid], coll.qrels.get(qid, {})
-            if judge is None:
-                order = sorted(range(min(40, len(cands))), key=lambda i: (-grades.get(cands[i].id, 0), i))
-            else:
-                order = rerank(coll.queries[qid], cands, ranker="budget_depth", oracle="adaptive", top_k=K, seed=0,
-                               comparator=build_judge(judge, grades, 0), budget=BUDGET).order
-            out.append(sum(i >= SHALLOW for i in order[:K]) / K)
-    return out
+def deep_share(coll, qid: str, judge: str | None) -> float:
+    """The share of the top-K from first-stage ranks past ``SHALLOW`` after ``BUDGET`` calls of ``judge`` (None:
+    the top ``TOP`` sorted by grade)."""
+    cands, grades = coll.candidates[qid], coll.qrels.get(qid, {})
+    if judge is None:
+        order = sorted(range(min(TOP, len(cands))), key=lambda i: (-grades.get(cands[i].id, 0), i))
+    else:
+        order = rerank(coll.queries[qid], cands, ranker="budget_depth", oracle="adaptive", top_k=K, seed=0,
+                       comparator=build_judge(judge, grades, 0), budget=BUDGET).order
+    return sum(i >= SHALLOW for i in order[:K]) / K
 
 
-def deep_wins(collections, judge: str | None) -> list[float]:
-    """Per query, the mean answer of ``judge`` (None: by the grades) that a candidate from ranks 41-100 beats one
-    from the top K, over ``PROBES`` random pairs."""
-    out = []
-    for coll in collections:
-        for qid in coll.qids:
-            cands, grades, rng = coll.candidates[qid], coll.qrels.get(qid, {}), random.Random(qid)
-            pairs = [(cands[rng.randrange(K)], cands[rng.randrange(40, len(cands))]) for _ in range(PROBES)]
-            if judge is None:
-                wins = [float(grades.get(d.id, 0) > grades.get(t.id, 0)) for t, d in pairs]
-            else:
-                wins = [1.0 - p for p in build_judge(judge, grades, 0).compare(coll.queries[qid], pairs)]
-            out.append(statistics.fmean(wins))
-    return out
+def deep_wins(coll, qid: str, judge: str | None) -> float:
+    """The mean answer of ``judge`` (None: by the grades) that a candidate past the top ``TOP`` beats one from the
+    top K, over ``PROBES`` random pairs."""
+    cands, grades, rng = coll.candidates[qid], coll.qrels.get(qid, {}), random.Random(qid)
+    pairs = [(cands[rng.randrange(K)], cands[rng.randrange(TOP, len(cands))]) for _ in range(PROBES)]
+    if judge is None:
+        return statistics.fmean(float(grades.get(d.id, 0) > grades.get(t.id, 0)) for t, d in pairs)
+    return statistics.fmean(1.0 - p for p in build_judge(judge, grades, 0).compare(coll.queries[qid], pairs))
 
 
 def table(title: str, signal, data: str) -> None:
-    """Print ``signal(collections, judge)`` per first stage (read from ``data``) and judge: mean over queries and its
-    quartiles."""
+    """Print ``signal(collection, qid, judge)`` per first stage (read from ``data``) and judge: mean over queries
+    and its quartiles."""
     print(f"## {title}\n")
     print("| first stage | judge | queries | mean | q25 | median | q75 |\n|---|---|---:|---:|---:|---:|---:|")
     for label, names, queries, judges in STAGES:
         collections = [load_named(n, data).subset(queries) for n in names]
         for judge in (None, *judges):
-            values = signal(collections, judge)
+            values = [signal(coll, qid, judge) for coll in collections for qid in coll.qids]
             q25, q50, q75 = statistics.quantiles(values, n=4)
             print(f"| {label} | {judge or '(grades)'} | {len(values)} | {statistics.fmean(values):.3f} | {q25:.2f} | "
                   f"{q50:.2f} | {q75:.2f} |")
@@ -94,10 +84,11 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", required=True, help="the shared data directory (../shared/data)")
     args = ap.parse_args(argv)
-    table(f"Share of the top-{K} from first-stage ranks {SHALLOW + 1}-40 after B={BUDGET} (the top-40 plan)",
+    table(f"Share of the top-{K} from first-stage ranks {SHALLOW + 1}-{TOP} after B={BUDGET} (the top-{TOP} plan)",
           deep_share, args.data)
-    table(f"Mean answer that a candidate from ranks 41-100 beats one from the top {K} ({PROBES} pairs per query)",
-          deep_wins, args.data)
+    table(f"Mean answer that a candidate from ranks {TOP + 1}-100 beats one from the top {K} "
+          f"({PROBES} pairs per query)", deep_wins, args.data)
+
 
 if __name__ == "__main__":
     main()

@@ -27,18 +27,18 @@ def test_deep_share_counts_the_top_k_from_past_rank_20():
     grades = {"d0": 3, "d25": 3, "d30": 2, "d45": 3}  # d45 is past the top 40: not counted by the grades
     coll = Collection("toy", {"q": "query"}, {"q": [Candidate(d, d) for d in ids]}, {"q": grades})
     # by the grades: d0, d25, d30, then the ungraded in first-stage order (d1 .. d7): 2 of 10 from ranks 21-40
-    assert depth_signal.deep_share([coll], None) == [pytest.approx(0.2)]
-    assert 0 <= depth_signal.deep_share([coll], "calibrated")[0] <= 1
+    assert depth_signal.deep_share(coll, "q", None) == pytest.approx(0.2)
+    assert 0 <= depth_signal.deep_share(coll, "q", "calibrated") <= 1
 
 
 def test_deep_wins_reads_how_often_ranks_41_100_beat_the_top_10():
     ids = [f"d{i}" for i in range(60)]
     deep_better = {d: int(i >= 40) for i, d in enumerate(ids)}
     coll = Collection("toy", {"q": "query"}, {"q": [Candidate(d, d) for d in ids]}, {"q": deep_better})
-    assert depth_signal.deep_wins([coll], None) == [1.0]
+    assert depth_signal.deep_wins(coll, "q", None) == 1.0
     coll.qrels["q"] = {d: 1 - g for d, g in deep_better.items()}
-    assert depth_signal.deep_wins([coll], None) == [0.0]
-    assert depth_signal.deep_wins([coll], "calibrated")[0] < 0.5  # the judge sees the top 10 better
+    assert depth_signal.deep_wins(coll, "q", None) == 0.0
+    assert depth_signal.deep_wins(coll, "q", "calibrated") < 0.5  # the judge sees the top 10 better
 
 
 @needs_data
