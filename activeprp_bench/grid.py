@@ -22,6 +22,7 @@ from activeprp_cli.metrics import ndcg_at_k, ranking_to_run
 from activeprp_core.comparators.simulated import SimulatedComparator
 from activeprp_core.engine import rerank
 from activeprp_core.rankers import BudgetDepth, Depth, Mohajer, MohajerBubble, ParallelMohajerDepth, Ranker
+from activeprp_core.rankers.budget_depth import PRIOR_WEIGHT
 from activeprp_core.types import Accounting
 
 from .datasets import Collection
@@ -46,6 +47,8 @@ VARIANTS: dict[str, Callable[[], Ranker]] = {
     **{f"parallel_mohajer_depth{d}": partial(ParallelMohajerDepth, d) for d in (20, 30, 50, 70, 80)},
     # auto's plan (budget_depth) over at most the top 40: the advice for a strong first stage (docs/judges.md)
     "budget_depth40": lambda: Depth(BudgetDepth(), 40),
+    # auto's plan with the first stage weighed in its final order at the measured weight (docs/judges.md)
+    "budget_depth_prior": lambda: BudgetDepth(prior_weight=PRIOR_WEIGHT),
 }
 
 

@@ -335,6 +335,52 @@ def test_borda_orders_by_the_sum_of_places_ties_in_the_first_order():
     assert borda([0, 1, 2, 3], [2, 3, 0, 1]) == [0, 2, 1, 3]  # sums 2, 4, 2, 4
     assert borda([3, 1, 2, 0], [0, 2, 1, 3]) == [3, 1, 2, 0]  # every sum is 3: the first order
     assert borda([5, 4], [5, 4]) == [5, 4]
+    # the second order weighed: place in the first + weight * place in the second
+    assert borda([3, 0, 1, 2], [0, 1, 2, 3], 0.5) == [0, 3, 1, 2]  # 1.5, 1, 2.5, 4
+    assert borda([3, 0, 1, 2], [0, 1, 2, 3], 0.0) == [3, 0, 1, 2]  # weight 0: the first order
+
+
+def test_budget_depth_weighs_its_final_order_with_the_first_stage_and_asks_the_same_questions():
+    from activeprp_core.rankers.budget_depth import PRIOR_WEIGHT, BudgetDepth, borda
+
+    # the first stage's order is the true one, except that 95 is truly 10th and 5 truly 11th
+    strength = [500 - i for i in range(100)]
+    for place, i in enumerate((0, 1, 2, 3, 4, 6, 7, 8, 9, 95, 5)):
+        strength[i] = 1000 - place
+    for budget, cap in ((150, None), (500, 6), (None, None)):
+        plain, plain_rounds = drive(BudgetDepth().schedule(RankContext(100, 10, caps=_view(budget, cap))), strength)
+        weighed, rounds = drive(BudgetDepth(prior_weight=PRIOR_WEIGHT).schedule(
+            RankContext(100, 10, caps=_view(budget, cap))), strength)
+        assert rounds == plain_rounds  # the weight asks nothing: the same questions, round by round
+        depth = BudgetDepth().plan(RankContext(100, 10, caps=_view(budget, cap)))[1]
+        assert weighed == borda(plain[:depth], list(range(depth)), PRIOR_WEIGHT) + plain[depth:]
+        assert sorted(weighed) == list(range(100)) and weighed[depth:] == list(range(depth, 100))
+    assert BudgetDepth().prior_weight == 0  # the default: the plan's own order (exact with a perfect judge)
+    # over all 100 (the last case): the judge's 10th, 95, is 85 first-stage places below the 11th, 5, and loses
+    # its place to it (9 + 0.05 * 95 > 10 + 0.05 * 5); it falls behind 10, 11 and 12 as well
+    assert plain[:10] == [0, 1, 2, 3, 4, 6, 7, 8, 9, 95]
+    assert weighed[:14] == [0, 1, 2, 3, 4, 6, 7, 8, 9, 5, 10, 11, 12, 95]
+
+
+def test_the_first_stage_weight_changes_no_order_of_at_most_20_candidates():
+    from activeprp_core.rankers.budget_depth import PRIOR_WEIGHT, borda
+
+    rng = random.Random(11)
+    for n in (2, 3, 12, 20):  # 0.05 x 19 < 1: the first stage can outweigh no whole place
+        for _ in range(200):
+            order = rng.sample(range(n), n)
+            assert borda(order, list(range(n)), PRIOR_WEIGHT) == order
+    assert borda([20, 0], list(range(21)), PRIOR_WEIGHT) == [20, 0]  # 20 places weigh one: a tie, the plan's order
+    assert borda([21, 0], list(range(22)), PRIOR_WEIGHT) == [0, 21]  # more outweigh it
+
+
+@pytest.mark.parametrize("bad, error", [(-0.1, ValueError), (float("inf"), ValueError), (float("nan"), ValueError),
+                                        ("0.05", TypeError), (True, TypeError)])
+def test_budget_depth_rejects_a_prior_weight_that_is_not_a_finite_number_at_least_0(bad, error):
+    from activeprp_core.rankers.budget_depth import BudgetDepth
+
+    with pytest.raises(error, match="prior_weight"):
+        BudgetDepth(prior_weight=bad)
 
 
 def test_parallel_select_asks_each_pair_in_one_slot_order_and_finds_the_top_k():
