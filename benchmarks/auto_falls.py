@@ -12,6 +12,9 @@ one (``regret.falls``), per realisation and on the mean over realisations (cells
 Every judge of the rows is listed, those that do not beat the first stage too (the rows here lack the first stage
 and the ceiling that ``auto_goals.py`` reads to tell them).
 
+``--row RANKER/ORACLE`` reads that row in every cell instead of ``auto``'s (the commands in
+``benchmarks/results/budget_depth/prior/README.md``).
+
 Command (from the repository root), output in ``benchmarks/results/budget_depth/falls.md``:
 
     python benchmarks/auto_falls.py benchmarks/results/budget_depth/n100_k10/rows.csv.xz \\
@@ -30,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from auto_goals import AXIS  # noqa: E402  (the budget axis as B/N: falls are read from N/2 to 5N)
 
-from activeprp_bench.autotable import GOAL_CAPS, read_family, table_choice  # noqa: E402
+from activeprp_bench.autotable import GOAL_CAPS, core_row, read_family, table_choice  # noqa: E402
 from activeprp_bench.regret import falls, label, mean_scores  # noqa: E402
 
 
@@ -48,19 +51,21 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("rows", nargs="+", help="one rows file per noise realisation")
     ap.add_argument("--table", default="activeprp_core/data/auto_table.json")
+    ap.add_argument("--row", help="read this row (ranker/oracle) in every cell instead of auto's")
     args = ap.parse_args(argv)
     table = json.loads(Path(args.table).read_text())
-    per_file = [read_family([p]) for p in args.rows]
+    per_file = [read_family([p], (lambda r, o: True) if args.row else core_row) for p in args.rows]
     for nk in sorted(set.intersection(*(set(f) for f in per_file))):
         n, k = nk
         families = [f[nk] for f in per_file]
         span = (AXIS[0] * n, AXIS[-1] * n)
         scores = mean_scores([f.ndcg for f in families], GOAL_CAPS)
-        auto = table_choice(table, n, k, sorted({c for by_cell in scores.values() for c in by_cell}))
+        cells = sorted({c for by_cell in scores.values() for c in by_cell})
+        auto = dict.fromkeys(cells, args.row) if args.row else table_choice(table, n, k, cells)
         columns = [largest({j: {c: v for c, v in fam.ndcg[j].items() if c[1] in GOAL_CAPS} for j in scores}, auto, span)
                    for fam in families] + [largest(scores, auto, span)]
-        print(f"## N={n}, K={k}: largest fall of auto's nDCG@{k} as B grows from {span[0]:g} to {span[1]:g} "
-              f"(points; cap, budgets)\n")
+        print(f"## N={n}, K={k}: largest fall of {args.row or 'auto'}'s nDCG@{k} as B grows from {span[0]:g} to "
+              f"{span[1]:g} (points; cap, budgets)\n")
         print("| judge | " + " | ".join(f"realisation {i}" for i in range(len(families))) + " | mean |")
         print("|---|" + "---:|" * (len(families) + 1))
         for j in sorted(scores):

@@ -1,0 +1,40 @@
+"""benchmarks/prior_weight.py and the ``--row`` reading of benchmarks/auto_falls.py: the evidence for
+``BudgetDepth(prior_weight=...)``, re-made from the committed rows by the commands their docs give."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+from tests.conftest import documented_command, printed_from_root, skip_without_bench
+
+skip_without_bench()
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import auto_falls  # noqa: E402
+import prior_weight  # noqa: E402
+
+PRIOR = ROOT / "benchmarks/results/budget_depth/prior"
+
+
+def test_the_largest_fall_is_the_largest_drop_to_any_later_budget():
+    assert prior_weight.largest_fall([1.0, 3.0, 2.0, 2.5]) == 1.0
+    assert prior_weight.largest_fall([1.0, 2.0, 2.0]) == 0.0
+    assert prior_weight.largest_fall([3.0, 2.8, 3.1, 1.5]) == 1.6
+
+
+def test_the_committed_change_is_made_again_from_the_committed_rows():
+    args = documented_command(prior_weight.__doc__.split("prior/change.md``:", 1)[1], "benchmarks/prior_weight.py")
+    assert args[0] == "--rows"
+    assert printed_from_root(prior_weight.main, args) == (PRIOR / "change.md").read_text()
+
+
+def test_the_committed_falls_of_the_weighed_row_are_made_again():
+    readme = (PRIOR / "README.md").read_text()
+    command = re.search(r"python benchmarks/auto_falls.py --row budget_depth_prior/adaptive.*?(?=\n\n|\n```)", readme,
+                        re.S).group(0)
+    args = documented_command("    " + command, "benchmarks/auto_falls.py")
+    assert printed_from_root(auto_falls.main, args) == (PRIOR / "falls.md").read_text()
