@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's 
 from activeprp_bench.autotable import read_family  # noqa: E402
 from activeprp_bench.datasets import load_named  # noqa: E402
 from activeprp_bench.judges import build_judge  # noqa: E402
-from activeprp_bench.regret import label  # noqa: E402
+from activeprp_bench.regret import falls, label  # noqa: E402
 from activeprp_cli.metrics import ndcg_at_k, ranking_to_run  # noqa: E402
 from activeprp_core import rerank  # noqa: E402
 from activeprp_core.rankers.auto import choose  # noqa: E402
@@ -90,9 +90,11 @@ def curve(data: str, stage: int, judge: str, seed: int, cap: int | None) -> dict
     return out
 
 
-def largest_fall(values: list[float]) -> float:
-    """The largest drop from any point of ``values`` to a later one (0 when it never falls)."""
-    return max([0.0] + [a - b for i, a in enumerate(values) for b in values[i + 1:]])
+def largest_fall(curve: dict, weight: float) -> float:
+    """The largest fall of ``curve``'s nDCG@10 at ``weight`` from any budget to a later one (``regret.falls``; 0
+    when it never falls)."""
+    cells = {(b, -1): {"w": v[weight]} for b, v in curve.items() if b is not None}
+    return max([0.0, *(f[0] for f in falls({"judge": cells}, dict.fromkeys(cells, "w"), (0, float("inf"))))])
 
 
 def compare_rows(old: str, new: str) -> None:
@@ -139,7 +141,7 @@ def main(argv: list[str] | None = None) -> None:
         mine = {key: c for key, c in curves.items() if key[0] == s}
         for w in WEIGHTS:
             change = [c[b][w] - c[b][0.0] for c in mine.values() for b in BUDGETS]
-            fall = [largest_fall([c[b][w] for b in BUDGETS if b is not None]) for c in mine.values()]
+            fall = [largest_fall(c, w) for c in mine.values()]
             print(f"| {stage} | {w:g} | {statistics.fmean(change):+.2f} | {min(change):+.2f} | {max(change):+.2f} | "
                   f"{statistics.fmean(fall):.2f} | {sum(f > 0.2 for f in fall)}/{len(fall)} | {max(fall):.2f} |")
     print("\n### Mean change per judge (every cell and seed)\n")

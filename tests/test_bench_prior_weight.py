@@ -7,6 +7,8 @@ import re
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import documented_command, printed_from_root, skip_without_bench
 
 skip_without_bench()
@@ -21,9 +23,13 @@ PRIOR = ROOT / "benchmarks/results/budget_depth/prior"
 
 
 def test_the_largest_fall_is_the_largest_drop_to_any_later_budget():
-    assert prior_weight.largest_fall([1.0, 3.0, 2.0, 2.5]) == 1.0
-    assert prior_weight.largest_fall([1.0, 2.0, 2.0]) == 0.0
-    assert prior_weight.largest_fall([3.0, 2.8, 3.1, 1.5]) == 1.6
+    def curve(values):  # B=50, 100, ... and no budget, which does not count
+        return {**{50 * (i + 1): {0.05: v} for i, v in enumerate(values)}, None: {0.05: 0.0}}
+
+    assert prior_weight.largest_fall(curve([1.0, 3.0, 2.0, 2.5]), 0.05) == 1.0
+    assert prior_weight.largest_fall(curve([1.0, 2.0, 2.0]), 0.05) == 0.0
+    assert prior_weight.largest_fall(curve([1.0, 2.0, 3.0]), 0.05) == 0.0  # it only rises
+    assert prior_weight.largest_fall(curve([3.0, 2.8, 3.1, 1.5]), 0.05) == pytest.approx(1.6)
 
 
 def test_the_committed_change_is_made_again_from_the_committed_rows():
