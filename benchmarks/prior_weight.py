@@ -51,7 +51,7 @@ from activeprp_bench.regret import falls, label  # noqa: E402
 from activeprp_cli.metrics import ndcg_at_k, ranking_to_run  # noqa: E402
 from activeprp_core import rerank  # noqa: E402
 from activeprp_core.rankers.auto import choose  # noqa: E402
-from activeprp_core.rankers.budget_depth import BudgetDepth, borda  # noqa: E402
+from activeprp_core.rankers.budget_depth import BudgetDepth  # noqa: E402
 
 K = 10
 WEIGHTS = (0.0, 0.03, 0.05, 0.07, 0.1)
@@ -69,6 +69,7 @@ def curve(data: str, stage: int, judge: str, seed: int, cap: int | None) -> dict
     """``{budget: {weight: nDCG@10 in %}}`` of one (first stage, judge, seed, cap)."""
     _, names, queries = STAGES[stage]
     collections = [load_named(n, data).subset(queries) for n in names]
+    weighed = {w: BudgetDepth(prior_weight=w) for w in WEIGHTS}
     out = {}
     for budget in BUDGETS:
         ranker, oracle = choose(100, K, budget, cap)
@@ -82,8 +83,8 @@ def curve(data: str, stage: int, judge: str, seed: int, cap: int | None) -> dict
                 order = rerank(coll.queries[qid], cands, ranker=BudgetDepth(prior_weight=0), oracle=oracle, top_k=K,
                                seed=seed, comparator=build_judge(judge, coll.qrels[qid], seed), budget=budget,
                                max_rounds=cap).order
-                for w in WEIGHTS:
-                    runs[w][qid] = ranking_to_run([cands[i].id for i in borda(order, list(range(len(order))), w)])
+                for w, ranker in weighed.items():  # step 5 of BudgetDepth over the plan's whole order
+                    runs[w][qid] = ranking_to_run([cands[i].id for i in ranker.finish(order, len(order))])
             for w in WEIGHTS:
                 per_collection[w].append(statistics.fmean(ndcg_at_k(coll.qrels, runs[w], K).values()))
         out[budget] = {w: 100 * statistics.fmean(v) for w, v in per_collection.items()}
@@ -149,8 +150,7 @@ def main(argv: list[str] | None = None) -> None:
     print("|---|---|" + "---:|" * (len(WEIGHTS) - 1))
     for (s, judge) in itertools.product(range(len(STAGES)), JUDGES):
         mine = [c for key, c in curves.items() if key[:2] == (s, judge)]
-        cells = [(c[b][w] - c[b][0.0]) for c in mine for b in BUDGETS for w in WEIGHTS[1:]]
-        per_w = [statistics.fmean(cells[i::len(WEIGHTS) - 1]) for i in range(len(WEIGHTS) - 1)]
+        per_w = [statistics.fmean(c[b][w] - c[b][0.0] for c in mine for b in BUDGETS) for w in WEIGHTS[1:]]
         print(f"| {STAGES[s][0]} | {judge} | " + " | ".join(f"{x:+.2f}" for x in per_w) + " |")
 
 
