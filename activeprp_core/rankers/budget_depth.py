@@ -16,8 +16,8 @@ from .parallel import Evidence, ParallelMohajer, confirm, select
 CALLS_PER_QUESTION = 1.5
 #: The calls of a question asked in both slot orders.
 BOTH_ORDERS = 2
-#: The measured weight of the first stage's order in the final order (``BudgetDepth(prior_weight=...)``, step 5;
-#: not the default): a candidate's place in the plan's order plus this times its first-stage rank, so 20
+#: The weight of the first stage's order in ``BudgetDepth``'s final order (its default ``prior_weight``, step 5):
+#: a candidate's place in the plan's order plus this times its first-stage rank, so 20
 #: first-stage places weigh one place of the plan.
 PRIOR_WEIGHT = 0.05
 #: The shallowest plan has this many candidates per group of Mohajer's tournaments (K groups, so ``4 * K``
@@ -150,7 +150,7 @@ class BudgetDepth(Ranker):
     plans_rounds = True  # under a round cap the parallel plan fills the cap (no re-asks)
 
     def __init__(self, sequential: Ranker | None = None, parallel: Ranker | None = None, *,
-                 prior_weight: float = 0.0) -> None:
+                 prior_weight: float = PRIOR_WEIGHT) -> None:
         for name, inner in (("sequential", sequential), ("parallel", parallel)):
             if inner is not None and not isinstance(inner, Ranker):
                 raise TypeError(f"{name} must be a Ranker instance (e.g. get_ranker('mohajer')), "
@@ -201,7 +201,7 @@ class BudgetDepth(Ranker):
             if depth < ctx.n or caps.exhausted:
                 return False
             extra, extra_rounds = second_plan_size(inner, depth, sub.top)
-            return ((caps.calls_left is None or caps.calls_left >= extra * question_cost(ctx))
+            return ((caps.calls_left is None or caps.calls_left >= extra * BOTH_ORDERS)
                     and (caps.rounds_left is None or caps.rounds_left >= extra_rounds))
 
         def decide() -> Schedule:  # the plan(s), then the challengers (pairs already answered cost nothing)
