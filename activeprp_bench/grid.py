@@ -47,7 +47,8 @@ VARIANTS: dict[str, Callable[[], Ranker]] = {
     **{f"parallel_mohajer_depth{d}": partial(ParallelMohajerDepth, d) for d in (20, 30, 50, 70, 80)},
     # auto's plan (budget_depth) over at most the top 40: the advice for a strong first stage (docs/judges.md)
     "budget_depth40": lambda: Depth(BudgetDepth(), 40),
-    # auto's plan with the first stage weighed in its final order at the measured weight (docs/judges.md)
+    # auto's plan with the first stage weighed at PRIOR_WEIGHT by name: the label of benchmarks/results/budget_depth/
+    # prior/, made when the default weight was 0 (now it is BudgetDepth's default)
     "budget_depth_prior": lambda: BudgetDepth(prior_weight=PRIOR_WEIGHT),
 }
 

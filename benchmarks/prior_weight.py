@@ -26,10 +26,11 @@ Command (from the repository root; about 25 CPU-minutes per judge seed), output 
 
 ``--rows OLD NEW`` instead compares two grids of the family cell by cell: ``NEW``'s ``budget_depth_prior/adaptive``
 minus ``OLD``'s ``budget_depth/adaptive`` (the same answers: the weight asks nothing), per judge (mean, least and
-most over the cells) and per cap and budget (mean over the judges). The command that wrote
-``benchmarks/results/budget_depth/prior/change.md``:
+most over the cells) and per cap and budget (mean over the judges). ``prior/unweighted/`` holds the
+``budget_depth``/``adaptive`` rows of ``budget_depth/n100_k10/`` at caps none, 6 and 10 as they were before the weight
+became the default. The command that wrote ``benchmarks/results/budget_depth/prior/change.md``:
 
-    python benchmarks/prior_weight.py --rows benchmarks/results/budget_depth/n100_k10/rows.csv.xz \
+    python benchmarks/prior_weight.py --rows benchmarks/results/budget_depth/prior/unweighted/rows.csv.xz \
         benchmarks/results/budget_depth/prior/n100_k10/rows.csv.xz
 """
 

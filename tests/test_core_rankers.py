@@ -246,7 +246,7 @@ def test_budget_depth_takes_the_plan_that_reaches_deeper():
 def test_budget_depth_ranks_the_true_top_k_of_its_depth_and_keeps_the_rest_in_prior_order():
     from activeprp_core.rankers.budget_depth import BudgetDepth
 
-    ranker = BudgetDepth()
+    ranker = BudgetDepth(prior_weight=0)  # the plan's own order: exact with a perfect judge
     ctx = RankContext(100, 10, caps=_view(150, None))
     inner, depth = ranker.plan(ctx)
     assert depth < 100
@@ -272,7 +272,7 @@ def test_budget_depth_spends_calls_left_on_the_top_k_and_its_order_stays_exact()
             prompts.extend((int(a.id), int(b.id)) for a, b in pairs)
             return [1.0 if strength[int(a.id)] > strength[int(b.id)] else 0.0 for a, b in pairs]
 
-    ranker = BudgetDepth()
+    ranker = BudgetDepth(prior_weight=0)  # the plan's own order: exact with a perfect judge
     # 95 calls complete the sequential plan over all 40 at 1.5 calls per question, the parallel one over 20
     inner, depth = ranker.plan(RankContext(40, 5, caps=_view(95, None)))
     assert (inner, depth) == (ranker.sequential, 40)
@@ -348,14 +348,14 @@ def test_budget_depth_weighs_its_final_order_with_the_first_stage_and_asks_the_s
     for place, i in enumerate((0, 1, 2, 3, 4, 6, 7, 8, 9, 95, 5)):
         strength[i] = 1000 - place
     for budget, cap in ((150, None), (500, 6), (None, None)):
-        plain, plain_rounds = drive(BudgetDepth().schedule(RankContext(100, 10, caps=_view(budget, cap))), strength)
-        weighed, rounds = drive(BudgetDepth(prior_weight=PRIOR_WEIGHT).schedule(
+        plain, plain_rounds = drive(BudgetDepth(prior_weight=0).schedule(
             RankContext(100, 10, caps=_view(budget, cap))), strength)
+        weighed, rounds = drive(BudgetDepth().schedule(RankContext(100, 10, caps=_view(budget, cap))), strength)
         assert rounds == plain_rounds  # the weight asks nothing: the same questions, round by round
         depth = BudgetDepth().plan(RankContext(100, 10, caps=_view(budget, cap)))[1]
         assert weighed == borda(plain[:depth], list(range(depth)), PRIOR_WEIGHT) + plain[depth:]
         assert sorted(weighed) == list(range(100)) and weighed[depth:] == list(range(depth, 100))
-    assert BudgetDepth().prior_weight == 0  # the default: the plan's own order (exact with a perfect judge)
+    assert BudgetDepth().prior_weight == PRIOR_WEIGHT  # the default
     # over all 100 (the last case): the judge's 10th, 95, is 85 first-stage places below the 11th, 5, and loses
     # its place to it (9 + 0.05 * 95 > 10 + 0.05 * 5); it falls behind 10, 11 and 12 as well
     assert plain[:10] == [0, 1, 2, 3, 4, 6, 7, 8, 9, 95]
@@ -396,17 +396,21 @@ def test_parallel_select_asks_each_pair_in_one_slot_order_and_finds_the_top_k():
     assert rounds and not any(isinstance(p, BothOrders) for r in rounds for p in r)
 
 
-def test_budget_depth_adds_the_parallel_selection_when_the_calls_left_pay_for_it():
+def test_budget_depth_adds_the_parallel_selection_once_the_calls_left_pay_it_in_both_slot_orders():
     from activeprp_core import Candidate, rerank
-    from activeprp_core.rankers.budget_depth import CALLS_PER_QUESTION, BudgetDepth, plan_size, second_plan_size
+    from activeprp_core.rankers.budget_depth import (
+        BOTH_ORDERS,
+        CALLS_PER_QUESTION,
+        BudgetDepth,
+        plan_size,
+        second_plan_size,
+    )
     from activeprp_core.rankers.parallel import Evidence, select
 
     n, k = 100, 10
-    strength = random.Random(9).sample(range(1000), n)
     docs = [Candidate(str(i), f"passage {i}") for i in range(n)]
-    selection = pairs_of(drive(select(RankContext(n, k), Evidence()), strength)[1])
 
-    def asked(budget):
+    def asked(strength, budget):
         prompts = set()
 
         class Judge:
@@ -414,15 +418,20 @@ def test_budget_depth_adds_the_parallel_selection_when_the_calls_left_pay_for_it
                 prompts.update(frozenset((int(a.id), int(b.id))) for a, b in pairs)
                 return [1.0 if strength[int(a.id)] > strength[int(b.id)] else 0.0 for a, b in pairs]
 
-        result = rerank("q", docs, ranker=BudgetDepth(), oracle="randomized", comparator=Judge(), budget=budget,
-                        top_k=k)
+        result = rerank("q", docs, ranker=BudgetDepth(prior_weight=0), oracle="randomized", comparator=Judge(),
+                        budget=budget, top_k=k)
         assert result.order[:k] == sorted(range(n), key=lambda i: -strength[i])[:k]
         return prompts
 
+    strength = random.Random(9).sample(range(1000), n)
+    assert pairs_of(drive(select(RankContext(n, k), Evidence()), strength)[1]) <= asked(strength, None)  # no budget
+    # a judge that agrees with the first stage: the plan asks plan_size questions, one call each (randomized)
+    agrees = [-i for i in range(n)]
+    selection = pairs_of(drive(select(RankContext(n, k), Evidence()), agrees)[1])
     plan, extra = plan_size(BudgetDepth().sequential, n, k)[0], second_plan_size(BudgetDepth().sequential, n, k)[0]
-    assert extra > 0
-    assert selection <= asked(None)  # no budget: both plans decide
-    assert not selection <= asked(int(plan * CALLS_PER_QUESTION) + 5)  # too few calls left for the second one
+    assert extra > 0 and plan * CALLS_PER_QUESTION <= plan + BOTH_ORDERS * extra - 1  # both budgets plan all 100
+    assert selection <= asked(agrees, plan + BOTH_ORDERS * extra)
+    assert not selection <= asked(agrees, plan + BOTH_ORDERS * extra - 1)  # pays it once, not in both orders
 
 
 @pytest.mark.parametrize("bad", ["mohajer", 3])

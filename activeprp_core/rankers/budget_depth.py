@@ -17,8 +17,8 @@ CALLS_PER_QUESTION = 1.5
 #: The calls of a question asked in both slot orders.
 BOTH_ORDERS = 2
 #: The weight of the first stage's order in ``BudgetDepth``'s final order (its default ``prior_weight``, step 5):
-#: a candidate's place in the plan's order plus this times its first-stage rank, so 20
-#: first-stage places weigh one place of the plan.
+#: a candidate's place in the plan's order plus this times its first-stage rank, so 20 first-stage places weigh
+#: one place of the plan. Measured: benchmarks/results/budget_depth/prior_weight.md.
 PRIOR_WEIGHT = 0.05
 #: The shallowest plan has this many candidates per group of Mohajer's tournaments (K groups, so ``4 * K``
 #: candidates): two bracket levels per group. See ``BudgetDepth``.
@@ -94,14 +94,19 @@ class BudgetDepth(Ranker):
        plan often runs a few calls past the budget; a cost of 1.75, which completes it, reranked shallower and
        lost more than it gained (docs/judges.md).
     3. **A second decision** once the sequential plan covers all N and the calls left pay the questions that
-       ``parallel_mohajer``'s selection adds over the same evidence (``second_plan_size``, at the cost per
-       question of step 2; its rounds must fit the round cap): the selection runs (``parallel.select``: pairs
-       already answered cost nothing, one question per new pair) and the order is the ``borda`` count of the two
-       orders (the sum of each candidate's places, ties in the sequential order). A selection the caps cut short
-       is not counted. Why: the two plans decide differently from mostly the same answers (Mohajer's heap and
-       BubbleSort against a round-robin of the group champions and placements), and each is the better one on
-       some judges; averaging their places kept the better one's quality on most judges and halved the worst gap
-       to the best row at large budgets (docs/judges.md).
+       ``parallel_mohajer``'s selection adds over the same evidence in both slot orders (``second_plan_size``,
+       ``BOTH_ORDERS`` calls per question; its rounds must fit the round cap): the selection runs
+       (``parallel.select``: pairs already answered cost nothing, one question per new pair) and the order is the
+       ``borda`` count of the two orders (the sum of each candidate's places, ties in the sequential order). A
+       selection the caps cut short is not counted. Why: the two plans decide differently from mostly the same
+       answers (Mohajer's heap and BubbleSort against a round-robin of the group champions and placements), and each
+       is the better one on some judges; averaging their places kept the better one's quality on most judges and
+       halved the worst gap to the best row at large budgets (docs/judges.md). Why both slot orders: a second
+       decision that leaves few calls for the challenge and the confirmations (step 4) costs quality. Paid at step
+       2's cost per question it started at N=100 from about B=400 and lowered the mean nDCG@10 of the 12 DL judges
+       there, with the first stage weighed (step 5), from 67.92 without it to 67.55, below B=350's 67.82; paid in
+       both orders it starts from about B=450, where it gains, and the mean grows with B (67.52, 67.81, 67.86,
+       67.98, 68.12 at B=300-500; docs/judges.md, "Weighing the first stage").
     4. **Calls left** once the plan is complete (the judge agreed with the first stage more often than planned,
        or the plan covers all N) go first to new pairs that can still change the top-K (``challenge``): the
        candidates outside the top-K that no other candidate outside it has beaten (the runners-up of the
@@ -110,18 +115,19 @@ class BudgetDepth(Ranker):
        answered in one slot order are asked in both orders, those of a top-K item first, then the others by their
        better rank, and the decision (steps 1, 3 and the challenge) is re-made over the evidence
        (``parallel.confirm``). ``parallel_mohajer`` spends its calls left on both orders of its own pairs.
-    5. **The first stage's word** (opt-in, ``prior_weight`` > 0). The final order of the top d is the ``borda``
-       count of the plan's order and the first stage's, the first stage weighed ``prior_weight``: a candidate's
-       place in the plan's order plus ``prior_weight`` times its first-stage rank. At ``PRIOR_WEIGHT`` (0.05) the
-       answers must place a candidate more than one place higher for every 20 places the first stage put it lower;
-       at N <= 20 that changes nothing (19 x 0.05 < 1). It asks nothing. Why: the judge's errors and the first
-       stage's are independent and the first stage is better than chance, so where the answers place two
+    5. **The first stage's word** (``prior_weight``, default ``PRIOR_WEIGHT``). The final order of the top d is the
+       ``borda`` count of the plan's order and the first stage's, the first stage weighed ``prior_weight``: a
+       candidate's place in the plan's order plus ``prior_weight`` times its first-stage rank. At ``PRIOR_WEIGHT``
+       (0.05) the answers must place a candidate more than one place higher for every 20 places the first stage put
+       it lower; at N <= 20 that changes nothing (19 x 0.05 < 1). It asks nothing. Why: the judge's errors and the
+       first stage's are independent and the first stage is better than chance, so where the answers place two
        candidates close together the one the first stage ranked far higher is more often the relevant one, and a
-       deeper rerank brings more candidates that only the judge's errors lift (Jacob et al., 2024, "phantom
-       hits"). Measured over 13 judges and three first stages (BM25 on DL and on Cranfield, a dense order of DL's
+       deeper rerank brings more candidates that only the judge's errors lift (Jacob et al., 2024, "phantom hits").
+       Measured over 13 judges and three first stages (BM25 on DL and on Cranfield, a dense order of DL's
        candidates; benchmarks/results/budget_depth/prior_weight.md), 0.05 raised the mean nDCG@10 on each first
-       stage; it is not the default because it did not make ``auto``'s quality grow more steadily with the
-       budget (docs/judges.md, "Weighing the first stage").
+       stage (+0.45, +0.80 and +0.42 points), most on judges that mis-read some documents; larger weights cost some
+       judges on Cranfield. So a judge that is always right no longer gets its own order exactly: pass
+       ``prior_weight=0`` for the plan's order alone.
 
     So the depth grows with the budget up to N, and the budget beyond the complete plan over N buys a second
     decision, asks the candidates that can still enter the top-K, then confirms it. Why a budget-planned depth: a
@@ -135,7 +141,8 @@ class BudgetDepth(Ranker):
     Args:
         sequential: the plan without a round cap (default ``MohajerBubble()``).
         parallel: the plan under a round cap (default ``ParallelMohajer()``; it confirms the top-K itself).
-        prior_weight: the first stage's weight in the final order (step 5), >= 0; 0 = the plan's order alone.
+        prior_weight: the first stage's weight in the final order (step 5), >= 0 (default ``PRIOR_WEIGHT``);
+            0 = the plan's order alone.
 
     Output: a permutation of ``range(N)``: the top ``d`` in the plan's order weighed with the first stage's, then
     the rest in prior order.
