@@ -44,3 +44,11 @@ def test_the_committed_falls_of_the_weighed_row_are_made_again():
                         re.S).group(0)
     args = documented_command("    " + command, "benchmarks/auto_falls.py")
     assert printed_from_root(auto_falls.main, args) == (PRIOR / "falls.md").read_text()
+
+
+def test_the_bench_labels_the_weighed_and_the_unweighed_plan():
+    from activeprp_bench.grid import make_ranker
+    from activeprp_core.rankers.budget_depth import PRIOR_WEIGHT, BudgetDepth
+
+    assert BudgetDepth().prior_weight == make_ranker("budget_depth_prior").prior_weight == PRIOR_WEIGHT > 0
+    assert make_ranker("budget_depth_unweighted").prior_weight == 0

@@ -64,8 +64,10 @@ def test_permutation_budget_determinism(ranker, oracle, n, budget, dup_every, se
 
 
 #: Rankers that only pick from the prior's top: pac_bubble (its top K*m), parallel_mohajer_depth (its top 40), and
-#: auto, whose table may pick one of them in some setting.
-PRIOR_LIMITED = ("pac_bubble", "parallel_mohajer_depth", "auto")
+#: auto, whose table may pick one of them in some setting; and budget_depth, whose final order weighs the prior
+#: (``prior_weight``: a candidate 20 prior ranks lower must be placed more than one place higher), so a perfect
+#: comparator's order is exact where the prior holds the top-K, and exact anywhere with ``prior_weight=0`` (below).
+PRIOR_LIMITED = ("pac_bubble", "parallel_mohajer_depth", "auto", "budget_depth")
 
 
 @pytest.mark.parametrize(("ranker", "oracle"), [p for p in PAIRS if p[0] not in PRIOR_LIMITED and p[1] != "auto"])
@@ -77,6 +79,18 @@ def test_perfect_comparator_gives_exact_top_k(ranker, oracle, n, seed):
                  budget=None, top_k=K, seed=seed)
     assert res.order[: min(K, n)] == true_top(cands, labels, K)
     assert res.converged and not res.exhausted
+
+
+@pytest.mark.parametrize("oracle", sorted(ORACLES))
+@settings(max_examples=15, deadline=None)
+@given(n=st.sampled_from(SIZES), seed=st.integers(0, 2**16))
+def test_budget_depth_without_the_prior_weight_gives_exact_top_k(oracle, n, seed):
+    from activeprp_core.rankers.budget_depth import BudgetDepth
+
+    cands, labels = make_case(n, seed=seed)
+    res = rerank("q", cands, ranker=BudgetDepth(prior_weight=0), oracle=oracle, comparator=SimulatedComparator(labels),
+                 budget=None, top_k=K, seed=seed)
+    assert res.order[: min(K, n)] == true_top(cands, labels, K)
 
 
 @pytest.mark.parametrize("ranker", PRIOR_LIMITED)
