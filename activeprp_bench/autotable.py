@@ -223,8 +223,11 @@ def regret_choice(scores: Scores, tolerance: float = TOLERANCE) -> dict[Cell, st
     *eligible* when its worst regret (its largest gap to a judge's best row) is within ``tolerance`` points of
     the smallest worst regret. Per round cap, walking up the budgets (no budget last), the previous budget's
     choice is kept while it stays eligible; otherwise the eligible row that stays eligible over the longest run
-    of the following budgets is taken (ties: smaller worst regret here, then the name). This greedy makes the
-    fewest changes any choice of eligible rows can make.
+    of the following budgets is taken (ties: the smaller largest worst regret over that run, then the name). This
+    greedy makes the fewest changes any choice of eligible rows can make. Why the whole run breaks ties: the row
+    serves every cell of its run, and two rows that differ by noise at the run's first cell (``budget_depth`` with
+    ``adaptive`` or ``randomized`` under a round cap, which ask the same questions unless a judge shows
+    positional) were otherwise told apart there alone.
 
     Raises:
         ValueError: a cell where no row was measured on every judge.
@@ -242,7 +245,8 @@ def regret_choice(scores: Scores, tolerance: float = TOLERANCE) -> dict[Cell, st
         prev = None
         for i, cell in enumerate(cells):
             if prev not in eligible[i]:
-                prev = min(eligible[i], key=lambda n: (-_run(eligible, n, i), worst[i][n], n))
+                prev = min(eligible[i], key=lambda n: (-(run := _run(eligible, n, i)),
+                                                       max(w[n] for w in worst[i:i + run]), n))
             choice[cell] = prev
     return choice
 

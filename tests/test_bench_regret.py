@@ -69,6 +69,17 @@ def test_choice_keeps_the_previous_budget_within_tolerance_and_takes_the_longest
         lojo_regret(_one_judge({50: {"a": 1.0}}))
 
 
+def test_rows_eligible_over_the_same_run_are_told_apart_by_their_worst_regret_over_the_whole_run():
+    # a and b stay eligible at every budget (tolerance 1.5); b is 0.1 better at B=50, but 1.0 below a at B=150
+    scores = {"x": {(50, 6): {"a": 60.0, "b": 60.0}, (100, 6): {"a": 62.0, "b": 62.0},
+                    (150, 6): {"a": 63.0, "b": 62.0}},
+              "y": {(50, 6): {"a": 59.9, "b": 60.0}, (100, 6): {"a": 61.0, "b": 61.0},
+                    (150, 6): {"a": 62.0, "b": 62.0}}}
+    assert worst_regret(scores, (50, 6), "b")[0] < worst_regret(scores, (50, 6), "a")[0]
+    choice = regret_choice(scores, tolerance=1.5)
+    assert [choice[(b, 6)] for b in (50, 100, 150)] == ["a", "a", "a"]  # a's worst over the run: 0.1; b's: 1.0
+
+
 def _row(judge: str, ranker: str, oracle: str, budget: int, ndcg: float, qid: str = "1", cap: int = -1,
          rounds: int = 5) -> Row:
     return Row(collection="c", qid=qid, ranker=ranker, oracle=oracle, budget=budget, seed=0, n=20, top_k=3,
