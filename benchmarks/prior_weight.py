@@ -84,8 +84,8 @@ def curve(data: str, stage: int, judge: str, seed: int, cap: int | None) -> dict
                 order = rerank(coll.queries[qid], cands, ranker=BudgetDepth(prior_weight=0), oracle=oracle, top_k=K,
                                seed=seed, comparator=build_judge(judge, coll.qrels[qid], seed), budget=budget,
                                max_rounds=cap).order
-                for w, ranker in weighed.items():  # step 5 of BudgetDepth over the plan's whole order
-                    runs[w][qid] = ranking_to_run([cands[i].id for i in ranker.finish(order, len(order))])
+                for w, at_w in weighed.items():  # step 5 of BudgetDepth over the plan's whole order
+                    runs[w][qid] = ranking_to_run([cands[i].id for i in at_w.finish(order, len(order))])
             for w in WEIGHTS:
                 per_collection[w].append(statistics.fmean(ndcg_at_k(coll.qrels, runs[w], K).values()))
         out[budget] = {w: 100 * statistics.fmean(v) for w, v in per_collection.items()}
