@@ -8,6 +8,7 @@ import threading
 import pytest
 
 from activeprp_core import Candidate, ComparatorUnavailable, SimulatedComparator, arerank, rerank
+from activeprp_core.judging import JudgeStats
 from activeprp_core.oracles import BidirectionalOracle, BothOrders, RandomizedDirectionOracle, SingleDirectionOracle
 from activeprp_core.rankers import RankContext, Ranker
 from activeprp_core.types import Judgment
@@ -342,6 +343,25 @@ def test_view_counts_rounds_and_is_unlimited_without_an_engine():
     view = RankContext(4, 2).caps
     assert (view.calls_left, view.rounds_left, view.tokens_left, view.exhausted) == (None, None, None, False)
     assert view.affordable([(0, 1), (1, 2)]) == 2
+
+
+def test_the_ranker_reads_the_judges_running_record_through_its_context():
+    seen = []
+
+    class Watch(Ranker):
+        name = "watch"
+
+        def schedule(self, ctx):
+            seen.append(ctx.judge())
+            yield [(0, 1), (2, 3)]
+            seen.append(ctx.judge())
+            return list(range(ctx.n))
+
+    # slot A always wins, so both pairs asked in both orders flip with the slot
+    res = rerank("q", cands(4), ranker=Watch(), oracle="bidirectional", comparator=FixedAnswers({}), budget=None)
+    assert seen[0] == JudgeStats() and seen[1] == res.judge
+    assert (res.judge.answers, res.judge.flip_rate) == (4, 1.0)
+    assert RankContext(4, 2).judge() == JudgeStats()  # made by hand: no answers
 
 
 @pytest.mark.parametrize("max_rounds", [0, 1, 3])

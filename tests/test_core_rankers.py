@@ -6,6 +6,7 @@ import random
 import pytest
 
 from activeprp_core.budget import BudgetView
+from activeprp_core.judging import JudgeStats
 from activeprp_core.rankers import RANKERS, RankContext, get_ranker
 from activeprp_core.rankers.base import Bracket, bubble_passes, match, parallel, relay
 from activeprp_core.rankers.depth import DEFAULT_DEPTH, Depth, ParallelMohajerDepth
@@ -355,7 +356,14 @@ def test_budget_depth_weighs_its_final_order_with_the_first_stage_and_asks_the_s
         depth = BudgetDepth().plan(RankContext(100, 10, caps=_view(budget, cap)))[1]
         assert weighed == borda(plain[:depth], list(range(depth)), PRIOR_WEIGHT) + plain[depth:]
         assert sorted(weighed) == list(range(100)) and weighed[depth:] == list(range(depth, 100))
+        for flip_rate in (0.5, 1.0):  # a judge whose winner flips with the slot: the weight shrinks with it
+            stats = JudgeStats(answers=100, flip_rate=flip_rate)
+            scaled, _ = drive(BudgetDepth().schedule(RankContext(100, 10, caps=_view(budget, cap),
+                                                                 judge=lambda stats=stats: stats)), strength)
+            assert scaled == borda(plain[:depth], list(range(depth)), PRIOR_WEIGHT * (1 - flip_rate)) + plain[depth:]
+        assert scaled == plain  # every winner flipped: the plan's order alone
     assert BudgetDepth().prior_weight == PRIOR_WEIGHT  # the default
+    assert BudgetDepth().weight(None) == PRIOR_WEIGHT and BudgetDepth(prior_weight=0.1).weight(0.25) == 0.1 * 0.75
     # over all 100 (the last case): the judge's 10th, 95, is 85 first-stage places below the 11th, 5, and loses
     # its place to it (9 + 0.05 * 95 > 10 + 0.05 * 5); it falls behind 10, 11 and 12 as well
     assert plain[:10] == [0, 1, 2, 3, 4, 6, 7, 8, 9, 95]

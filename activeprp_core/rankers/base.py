@@ -22,6 +22,7 @@ from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from ..budget import BudgetView
+from ..judging import JudgeStats
 
 Outcome = float | None
 Round = list[tuple[int, int]]
@@ -38,6 +39,9 @@ class RankContext:
         calls_per_pair: the oracle's cost of one comparison (keyword-only).
         caps: the live, read-only view of the query's caps (``BudgetView``: calls, rounds, tokens and time left;
             unlimited when made by hand; keyword-only).
+        judge: returns the ``JudgeStats`` of the judge's answers so far when called (live: the running record
+            that the confidence gate and the ``adaptive`` oracle read, across the queries of one ``rerank_many``);
+            no answers when made by hand (keyword-only).
     """
 
     n: int
@@ -46,6 +50,7 @@ class RankContext:
     _: KW_ONLY
     calls_per_pair: int = 1
     caps: BudgetView = field(default_factory=BudgetView)
+    judge: Callable[[], JudgeStats] = JudgeStats
 
     @property
     def top(self) -> int:

@@ -200,7 +200,8 @@ class BudgetDepth(Ranker):
         inner, depth = self.plan(ctx)
         sub = replace(ctx, n=depth)
         if inner is self.parallel:
-            return self.finish((yield from inner.schedule(sub)), ctx.n)
+            order = yield from inner.schedule(sub)
+            return self.finish(order, ctx.n, ctx.judge().flip_rate)
         ev, caps = Evidence(), sub.caps
         second = None  # whether the second decision counts: fixed by the first decision, re-decisions follow it
 
@@ -227,13 +228,19 @@ class BudgetDepth(Ranker):
         order = yield from decide()
         if ctx.calls_per_pair == 1:  # the top-K's pairs first, then the others by their better rank
             order = yield from confirm(sub, ev, order, decide, reach=depth)
-        return self.finish(order, ctx.n)
+        return self.finish(order, ctx.n, ctx.judge().flip_rate)
 
-    def finish(self, order: list[int], n: int) -> list[int]:
+    def weight(self, flip_rate: float | None) -> float:
+        """The first stage's weight in the final order (step 5): ``prior_weight`` times the share of the pairs
+        asked in both slot orders whose winner did not flip, ``1 - flip_rate`` (``JudgeStats.flip_rate``; None,
+        no pair asked both ways: 0)."""
+        return self.prior_weight * (1 - (flip_rate or 0.0))
+
+    def finish(self, order: list[int], n: int, flip_rate: float | None = None) -> list[int]:
         """The plan's ``order`` of the top d (a permutation of ``range(d)``) weighed with the first stage's
-        (``borda``, the first stage at ``prior_weight``; step 5), then the other candidates of ``range(n)`` in
+        (``borda``, the first stage at ``weight(flip_rate)``; step 5), then the other candidates of ``range(n)`` in
         prior order."""
-        return complete(borda(order, sorted(order), self.prior_weight), n)
+        return complete(borda(order, sorted(order), self.weight(flip_rate)), n)
 
 
 def challengers(ev: Evidence, order: list[int], k: int) -> list[int]:
