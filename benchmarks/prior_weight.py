@@ -5,12 +5,14 @@ For every cell of the N=100, K=10 grid that the goals read (B in {50, 100, ..., 
 each query is reranked once with ``auto``'s choice for the cell (``budget_depth`` and its oracle, from the shipped
 table) with the weight 0 (``BudgetDepth(prior_weight=0)``: the plan's own order), and that order is then weighed
 with the first stage's at each weight w of ``WEIGHTS`` (``borda(order, first stage, w)``: a candidate's place
-plus w times its first-stage rank). The weight asks no question, so one rerank gives every weight's order, on the
-same answers.
+plus w times its first-stage rank), and at each weight of ``SCALED`` times ``1 - flip_rate`` of the query's
+``JudgeStats`` (labelled ``0.05f``: ``BudgetDepth.weight``, the default since the weight follows the flip rate).
+The weight asks no question, so one rerank gives every weight's order, on the same answers.
 
-Judges: the family's DL judges that beat the first stage (``ql-like`` and ``bundled-ql`` left out) and ``weak``,
-on three first stages: BM25 on DL19 + DL20, the same candidates in all-MiniLM-L6-v2's order (``dl19-minilm``,
-``dl20-minilm``, a dense first stage) and BM25 on Cranfield's first 120 judged queries (relevant documents deep).
+Judges: the family's DL judges that beat the first stage (``ql-like`` and ``bundled-ql`` left out), ``weak`` and
+``positional`` (answers that mostly follow the slot: flip rate 0.64), on three first stages: BM25 on DL19 + DL20,
+the same candidates in all-MiniLM-L6-v2's order (``dl19-minilm``, ``dl20-minilm``, a dense first stage) and BM25 on
+Cranfield's first 120 judged queries (relevant documents deep).
 Judge seed 0 (``--seeds`` for more; the rerank's seed is the judge seed). nDCG@10 by ir-measures, the mean over
 collections of per-query means.
 
@@ -19,7 +21,7 @@ budget) cell (mean, least, most), and the largest fall of nDCG@10 as B grows fro
 cap) curve (``regret.falls``'s reading: any budget to any later one), its mean and the curves above 0.2; then the
 mean change per judge.
 
-Command (from the repository root; about 25 CPU-minutes per judge seed), output in
+Command (from the repository root; about 28 CPU-minutes per judge seed, 15 min with 2 jobs), output in
 ``benchmarks/results/budget_depth/prior_weight.md``:
 
     python benchmarks/prior_weight.py --data ../shared/data --seeds 0 --jobs 2
@@ -52,41 +54,54 @@ from activeprp_bench.regret import falls, label  # noqa: E402
 from activeprp_cli.metrics import ndcg_at_k, ranking_to_run  # noqa: E402
 from activeprp_core import rerank  # noqa: E402
 from activeprp_core.rankers.auto import choose  # noqa: E402
-from activeprp_core.rankers.budget_depth import BudgetDepth  # noqa: E402
+from activeprp_core.rankers.budget_depth import BudgetDepth, borda  # noqa: E402
 
 K = 10
 WEIGHTS = (0.0, 0.03, 0.05, 0.07, 0.1)
 BUDGETS = (50, 100, 150, 200, 250, 300, 350, 400, 450, 500, None)
 CAPS = (None, 6, 10)
+#: Weights also tried scaled by the share of both-order pairs whose winner did not flip (``1 - flip_rate`` of the
+#: query's ``JudgeStats``), written ``0.05f``: ``BudgetDepth``'s step 5 since the weight follows the flip rate.
+SCALED = (0.05, 0.07, 0.1)
 JUDGES = ("calibrated", "soft-calibrated", "overconfident", "underconfident", "mild-bias", "strong-bias",
-          "no-bias-noisy", "low-noise", "consistent", "doc-error", "qwen3-4b", "setwise-xl", "weak")
+          "no-bias-noisy", "low-noise", "consistent", "doc-error", "qwen3-4b", "setwise-xl", "weak", "positional")
 #: (label, collections, judged queries per collection (None: all))
 STAGES = (("BM25, DL19 + DL20", ("dl19", "dl20"), None),
           ("MiniLM order, DL19 + DL20", ("dl19-minilm", "dl20-minilm"), None),
           ("BM25, Cranfield", ("cranfield",), 120))
 
 
+def weights() -> list[str]:
+    """The weights compared, as labels: ``WEIGHTS`` as they are, then ``SCALED`` with an ``f`` (flip-scaled)."""
+    return [f"{w:g}" for w in WEIGHTS] + [f"{w:g}f" for w in SCALED]
+
+
+def weight_of(label: str, flip_rate: float | None) -> float:
+    """The weight a label stands for on a query whose judge flipped on ``flip_rate`` of its both-order pairs."""
+    return BudgetDepth(prior_weight=float(label[:-1])).weight(flip_rate) if label.endswith("f") else float(label)
+
+
 def curve(data: str, stage: int, judge: str, seed: int, cap: int | None) -> dict:
-    """``{budget: {weight: nDCG@10 in %}}`` of one (first stage, judge, seed, cap)."""
+    """``{budget: {weight label: nDCG@10 in %}}`` of one (first stage, judge, seed, cap)."""
     _, names, queries = STAGES[stage]
     collections = [load_named(n, data).subset(queries) for n in names]
-    weighed = {w: BudgetDepth(prior_weight=w) for w in WEIGHTS}
     out = {}
     for budget in BUDGETS:
         ranker, oracle = choose(100, K, budget, cap)
         if ranker != "budget_depth":
             raise RuntimeError(f"auto runs {ranker} at B={budget}, cap {cap}: this check is of budget_depth")
-        per_collection = {w: [] for w in WEIGHTS}
+        per_collection = {w: [] for w in weights()}
         for coll in collections:
-            runs = {w: {} for w in WEIGHTS}
+            runs = {w: {} for w in weights()}
             for qid in coll.qids:
                 cands = coll.candidates[qid]
-                order = rerank(coll.queries[qid], cands, ranker=BudgetDepth(prior_weight=0), oracle=oracle, top_k=K,
-                               seed=seed, comparator=build_judge(judge, coll.qrels[qid], seed), budget=budget,
-                               max_rounds=cap).order
-                for w, at_w in weighed.items():  # step 5 of BudgetDepth over the plan's whole order
-                    runs[w][qid] = ranking_to_run([cands[i].id for i in at_w.finish(order, len(order))])
-            for w in WEIGHTS:
+                result = rerank(coll.queries[qid], cands, ranker=BudgetDepth(prior_weight=0), oracle=oracle,
+                                top_k=K, seed=seed, comparator=build_judge(judge, coll.qrels[qid], seed),
+                                budget=budget, max_rounds=cap)
+                for w in weights():  # step 5 of BudgetDepth over the plan's whole order
+                    order = borda(result.order, sorted(result.order), weight_of(w, result.judge.flip_rate))
+                    runs[w][qid] = ranking_to_run([cands[i].id for i in order])
+            for w in weights():
                 per_collection[w].append(statistics.fmean(ndcg_at_k(coll.qrels, runs[w], K).values()))
         out[budget] = {w: 100 * statistics.fmean(v) for w, v in per_collection.items()}
     return out
@@ -141,17 +156,17 @@ def main(argv: list[str] | None = None) -> None:
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for s, (stage, _, _) in enumerate(STAGES):
         mine = {key: c for key, c in curves.items() if key[0] == s}
-        for w in WEIGHTS:
-            change = [c[b][w] - c[b][0.0] for c in mine.values() for b in BUDGETS]
+        for w in weights():
+            change = [c[b][w] - c[b]["0"] for c in mine.values() for b in BUDGETS]
             fall = [largest_fall(c, w) for c in mine.values()]
-            print(f"| {stage} | {w:g} | {statistics.fmean(change):+.2f} | {min(change):+.2f} | {max(change):+.2f} | "
+            print(f"| {stage} | {w} | {statistics.fmean(change):+.2f} | {min(change):+.2f} | {max(change):+.2f} | "
                   f"{statistics.fmean(fall):.2f} | {sum(f > 0.2 for f in fall)}/{len(fall)} | {max(fall):.2f} |")
     print("\n### Mean change per judge (every cell and seed)\n")
-    print("| first stage | judge | " + " | ".join(f"w={w:g}" for w in WEIGHTS[1:]) + " |")
-    print("|---|---|" + "---:|" * (len(WEIGHTS) - 1))
+    print("| first stage | judge | " + " | ".join(f"w={w}" for w in weights()[1:]) + " |")
+    print("|---|---|" + "---:|" * (len(weights()) - 1))
     for (s, judge) in itertools.product(range(len(STAGES)), JUDGES):
         mine = [c for key, c in curves.items() if key[:2] == (s, judge)]
-        per_w = [statistics.fmean(c[b][w] - c[b][0.0] for c in mine for b in BUDGETS) for w in WEIGHTS[1:]]
+        per_w = [statistics.fmean(c[b][w] - c[b]["0"] for c in mine for b in BUDGETS) for w in weights()[1:]]
         print(f"| {STAGES[s][0]} | {judge} | " + " | ".join(f"{x:+.2f}" for x in per_w) + " |")
 
 

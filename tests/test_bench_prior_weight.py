@@ -32,6 +32,13 @@ def test_the_largest_fall_is_the_largest_drop_to_any_later_budget():
     assert prior_weight.largest_fall(curve([3.0, 2.8, 3.1, 1.5]), 0.05) == pytest.approx(1.6)
 
 
+def test_the_scaled_labels_weigh_the_first_stage_by_the_share_of_pairs_that_did_not_flip():
+    assert prior_weight.weights() == ["0", "0.03", "0.05", "0.07", "0.1", "0.05f", "0.07f", "0.1f"]
+    assert prior_weight.weight_of("0.05f", 0.64) == pytest.approx(0.05 * 0.36)
+    assert prior_weight.weight_of("0.05f", None) == 0.05  # no pair asked both ways: the whole weight
+    assert prior_weight.weight_of("0.07", 0.64) == 0.07  # unscaled
+
+
 def test_the_committed_change_is_made_again_from_the_committed_rows():
     args = documented_command(prior_weight.__doc__.split("prior/change.md``:", 1)[1], "benchmarks/prior_weight.py")
     assert args[0] == "--rows"

@@ -16,9 +16,10 @@ from .parallel import Evidence, ParallelMohajer, confirm, select
 CALLS_PER_QUESTION = 1.5
 #: The calls of a question asked in both slot orders.
 BOTH_ORDERS = 2
-#: The weight of the first stage's order in ``BudgetDepth``'s final order (its default ``prior_weight``, step 5):
-#: a candidate's place in the plan's order plus this times its first-stage rank, so 20 first-stage places weigh
-#: one place of the plan. Measured: benchmarks/results/budget_depth/prior_weight.md.
+#: The weight of the first stage's order in ``BudgetDepth``'s final order (its default ``prior_weight``, step 5)
+#: for a judge whose winner never flips with the slot order: a candidate's place in the plan's order plus this
+#: times its first-stage rank, so 20 first-stage places weigh one place of the plan. Measured:
+#: benchmarks/results/budget_depth/prior_weight.md.
 PRIOR_WEIGHT = 0.05
 #: The shallowest plan has this many candidates per group of Mohajer's tournaments (K groups, so ``4 * K``
 #: candidates): two bracket levels per group. See ``BudgetDepth``.
@@ -116,17 +117,24 @@ class BudgetDepth(Ranker):
        better rank, and the decision (steps 1, 3 and the challenge) is re-made over the evidence
        (``parallel.confirm``). ``parallel_mohajer`` spends its calls left on both orders of its own pairs.
     5. **The first stage's word** (``prior_weight``, default ``PRIOR_WEIGHT``). The final order of the top d is the
-       ``borda`` count of the plan's order and the first stage's, the first stage weighed ``prior_weight``: a
-       candidate's place in the plan's order plus ``prior_weight`` times its first-stage rank. At ``PRIOR_WEIGHT``
-       (0.05) the answers must place a candidate more than one place higher for every 20 places the first stage put
-       it lower; at N <= 20 that changes nothing (19 x 0.05 < 1). It asks nothing. Why: the judge's errors and the
-       first stage's are independent and the first stage is better than chance, so where the answers place two
-       candidates close together the one the first stage ranked far higher is more often the relevant one, and a
-       deeper rerank brings more candidates that only the judge's errors lift (Jacob et al., 2024, "phantom hits").
-       Measured over 13 judges and three first stages (BM25 on DL and on Cranfield, a dense order of DL's
-       candidates; benchmarks/results/budget_depth/prior_weight.md), 0.05 raised the mean nDCG@10 on each first
-       stage (+0.45, +0.80 and +0.42 points), most on judges that mis-read some documents; larger weights cost some
-       judges on Cranfield. So a judge that is always right no longer gets its own order exactly: pass
+       ``borda`` count of the plan's order and the first stage's, the first stage weighed ``weight``:
+       ``prior_weight`` times ``1 - flip_rate``, the share of the pairs asked in both slot orders whose winner did
+       not flip (``ctx.judge()``, the judge's running ``JudgeStats``, read when the plan ends; no such pair: the
+       whole ``prior_weight``). A candidate's place in the plan's order plus ``weight`` times its first-stage rank:
+       at ``PRIOR_WEIGHT`` (0.05) and no flips, the answers must place a candidate more than one place higher for
+       every 20 places the first stage put it lower; at N <= 20 that changes nothing (19 x 0.05 < 1). It asks
+       nothing. Why: the judge's errors and the first stage's are independent and the first stage is better than
+       chance, so where the answers place two candidates close together the one the first stage ranked far higher
+       is more often the relevant one, and a deeper rerank brings more candidates that only the judge's errors lift
+       (Jacob et al., 2024, "phantom hits"). Why ``1 - flip_rate``: a pair whose two answers flip with the slot is
+       a tie, and a tie already goes to the first stage (``beats``), so on a judge that flips often the first stage
+       has already decided those pairs and a whole weight counts it twice. Measured over 14 judges and three first
+       stages (BM25 on DL and on Cranfield, a dense order of DL's candidates, on the same answers;
+       benchmarks/results/budget_depth/prior_weight.md): the weight raised the mean nDCG@10 on each first stage
+       (+0.39, +0.63 and +0.36 points; a whole 0.05 gave +0.39, +0.75 and +0.34), most on judges that mis-read some
+       documents, and the judge whose answers mostly follow the slot (``positional``, flip rate 0.64) lost 0.02
+       and 0.01 over BM25 on DL and on Cranfield, where a whole 0.05 cost it 0.43 and 0.78. Larger weights cost
+       some judges on Cranfield. So a judge that is always right no longer gets its own order exactly: pass
        ``prior_weight=0`` for the plan's order alone.
 
     So the depth grows with the budget up to N, and the budget beyond the complete plan over N buys a second
