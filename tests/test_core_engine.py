@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from activeprp_core import Candidate, ComparatorUnavailable, SimulatedComparator, arerank, rerank
+from activeprp_core import Candidate, ComparatorUnavailable, SimulatedComparator, arerank, rerank, rerank_many
 from activeprp_core.judging import JudgeStats
 from activeprp_core.oracles import BidirectionalOracle, BothOrders, RandomizedDirectionOracle, SingleDirectionOracle
 from activeprp_core.rankers import RankContext, Ranker
@@ -362,6 +362,11 @@ def test_the_ranker_reads_the_judges_running_record_through_its_context():
     assert seen[0] == JudgeStats() and seen[1] == res.judge
     assert (res.judge.answers, res.judge.flip_rate) == (4, 1.0)
     assert RankContext(4, 2).judge() == JudgeStats()  # made by hand: no answers
+    # rerank_many carries the judge's record across its queries: the second query starts with the first's answers
+    seen.clear()
+    list(rerank_many([("q1", cands(4)), ("q2", cands(4))], ranker=Watch(), oracle="bidirectional",
+                     comparator=FixedAnswers({}), budget=None, max_active=1))
+    assert seen[2].answers == 4 and seen[3].answers == 8 and seen[3].flip_rate == 1.0
 
 
 @pytest.mark.parametrize("max_rounds", [0, 1, 3])
