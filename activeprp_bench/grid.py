@@ -48,7 +48,8 @@ VARIANTS: dict[str, Callable[[], Ranker]] = {
     # auto's plan (budget_depth) over at most the top 40: the advice for a strong first stage (docs/judges.md)
     "budget_depth40": lambda: Depth(BudgetDepth(), 40),
     # auto's plan with the first stage weighed at PRIOR_WEIGHT by name: the label of benchmarks/results/budget_depth/
-    # prior/, made when the default weight was 0 (now it is BudgetDepth's default)
+    # prior/, made when the default weight was 0 (now it is BudgetDepth's default, scaled by the flip rate since;
+    # the rows in prior/ are of the whole weight)
     "budget_depth_prior": lambda: BudgetDepth(prior_weight=PRIOR_WEIGHT),
     # auto's plan with the plan's order alone (no first-stage weight): docs/judges.md, "Weighing the first stage"
     "budget_depth_unweighted": lambda: BudgetDepth(prior_weight=0),

@@ -106,7 +106,7 @@ class BudgetDepth(Ranker):
        decision that leaves few calls for the challenge and the confirmations (step 4) costs quality. Paid at step
        2's cost per question it started at N=100 from about B=400, and with the first stage weighed (step 5) the
        mean nDCG@10 of the 12 DL judges without a round cap fell there from 67.70 at B=350 to 67.42; paid in both
-       orders it starts from about B=450 and the mean grows with B (67.42, 67.73, 67.77, 67.84, 67.95 at B=300-500;
+       orders it starts from about B=450 and the mean grows with B (67.45, 67.67, 67.71, 67.82, 67.91 at B=300-500;
        3 seeds, benchmarks/results/budget_depth/n100_k10 against prior/n100_k10).
     4. **Calls left** once the plan is complete (the judge agreed with the first stage more often than planned,
        or the plan covers all N) go first to new pairs that can still change the top-K (``challenge``): the
