@@ -240,8 +240,8 @@ class BudgetDepth(Ranker):
 
     def weight(self, flip_rate: float | None) -> float:
         """The first stage's weight in the final order (step 5): ``prior_weight`` times the share of the pairs
-        asked in both slot orders whose winner did not flip, ``1 - flip_rate`` (``JudgeStats.flip_rate``; None,
-        no pair asked both ways: 0)."""
+        asked in both slot orders whose winner did not flip, ``1 - flip_rate`` (``JudgeStats.flip_rate``; None, when
+        no pair was asked both ways, gives the whole ``prior_weight``)."""
         return self.prior_weight * (1 - (flip_rate or 0.0))
 
     def finish(self, order: list[int], n: int, flip_rate: float | None = None) -> list[int]:
