@@ -209,7 +209,7 @@ class BudgetDepth(Ranker):
         sub = replace(ctx, n=depth)
         if inner is self.parallel:
             order = yield from inner.schedule(sub)
-            return self.finish(order, ctx.n, ctx.judge().flip_rate)
+            return self.finish(order, ctx)
         ev, caps = Evidence(), sub.caps
         second = None  # whether the second decision counts: fixed by the first decision, re-decisions follow it
 
@@ -236,7 +236,7 @@ class BudgetDepth(Ranker):
         order = yield from decide()
         if ctx.calls_per_pair == 1:  # the top-K's pairs first, then the others by their better rank
             order = yield from confirm(sub, ev, order, decide, reach=depth)
-        return self.finish(order, ctx.n, ctx.judge().flip_rate)
+        return self.finish(order, ctx)
 
     def weight(self, flip_rate: float | None) -> float:
         """The first stage's weight in the final order (step 5): ``prior_weight`` times the share of the pairs
@@ -244,11 +244,11 @@ class BudgetDepth(Ranker):
         no pair was asked both ways, gives the whole ``prior_weight``)."""
         return self.prior_weight * (1 - (flip_rate or 0.0))
 
-    def finish(self, order: list[int], n: int, flip_rate: float | None = None) -> list[int]:
+    def finish(self, order: list[int], ctx: RankContext) -> list[int]:
         """The plan's ``order`` of the top d (a permutation of ``range(d)``) weighed with the first stage's
-        (``borda``, the first stage at ``weight(flip_rate)``; step 5), then the other candidates of ``range(n)`` in
-        prior order."""
-        return complete(borda(order, sorted(order), self.weight(flip_rate)), n)
+        (``borda``, the first stage at ``weight`` of the judge's flip rate now, ``ctx.judge()``; step 5), then the
+        other candidates of ``range(ctx.n)`` in prior order."""
+        return complete(borda(order, sorted(order), self.weight(ctx.judge().flip_rate)), ctx.n)
 
 
 def challengers(ev: Evidence, order: list[int], k: int) -> list[int]:
