@@ -42,7 +42,9 @@ def parallel_depths(plan: Ranker, n: int, k: int, least: int, calls: float | Non
     (None: no budget): whole bracket levels (``k * 2**L <= n``), and ``n`` itself (a partial level past the
     deepest whole level ``d``) when it is ``least``, when the candidates it adds are at least half of ``d``
     (``2 * n >= 3 * d``), or when ``calls`` pay every question of the plan over all ``n`` in both slot orders.
-    See ``BudgetDepth``, step 2."""
+    Why: a partial level costs a whole round and its questions for a few candidates from the bottom of the first
+    stage; below that budget the plan over ``d``, asked in both orders and confirmed, spends most of it (measured:
+    benchmarks/results/budget_depth/depth_step.md). See ``BudgetDepth``, step 2."""
     levels = [k << lv for lv in range(n.bit_length()) if k << lv <= n]
     d = levels[-1] if levels else n
     partial = n <= least or 2 * n >= 3 * d or calls is None or calls >= BOTH_ORDERS * plan_size(plan, n, k)[0]
@@ -67,84 +69,45 @@ class BudgetDepth(Ranker):
     """Rerank the first stage's top ``d`` candidates, ``d`` planned from the budget, K, N and the round cap; the
     other candidates keep their prior order.
 
-    The plan:
+    The plan (the figures behind each step: docs/judges.md, "The rerank depth at each budget" and "Weighing the
+    first stage"; benchmarks/results/budget_depth/):
 
     1. **Plan.** ``mohajer_bubble`` (Mohajer's group tournaments and heap, then BubbleSort over the top 2K; paper
-       sec. 4), the *sequential* plan: of the rankers here it asks the fewest questions for a top-K, so it
-       reaches the deepest rerank on a budget; or ``parallel_mohajer`` (the same tournaments in parallel rounds,
-       a round-robin and placements), the *parallel* plan, where a round cap leaves the sequential plan (40-60
-       rounds at N=100) a shallower depth. The plan that reaches the larger depth runs; at the same depth (also
-       when no plan fits and both run over the least depth), the one whose questions the budget pays a larger
-       share of, the sequential one on a tie.
-    2. **Depth.** For each plan, the largest ``d <= N`` whose questions (``plan_size``: the distinct pairs it
-       asks when the judge agrees with the first stage) cost at most the budget at ``CALLS_PER_QUESTION`` calls
-       per question (the oracle's ``calls_per_pair`` when larger: 2 for ``bidirectional``) and whose rounds fit
-       the round cap; at least ``min(N, MIN_GROUP * K)``, since a shallower plan saves few calls (the top-K merge,
-       about K**2 / 2 questions, does not shrink with the depth). Depths are whole strides of the K groups
-       (multiples of K) for the sequential plan and whole bracket levels (``K * 2**L``) for the parallel one: a
-       level takes one round whatever its size. The parallel plan takes all N past its deepest whole level ``d``
-       (a partial level) only when the candidates it adds are at least half of ``d`` (``N >= 1.5 d``) or when the
-       budget pays every question of the plan over all N in both slot orders (``parallel_depths``). Why: a
-       partial level costs a whole round and its questions for few candidates, which sit at the bottom of the
-       first stage, so it pays only where every answer of the deeper plan can have both slot orders; below that
-       budget the plan over ``d``, asked in both orders and confirmed, spends most of it (measured on DL and
-       Cranfield over noise realisations, a fifth more candidates at N=100 and two thirds at N=20:
-       benchmarks/results/budget_depth/depth_step.md). No budget: all N. The cost per question
-       undercounts a little: with ``adaptive`` the sequential plan took 1.56-1.89 calls per counted question on
-       the family's judges (a judge that disagrees with the first stage makes the plan ask more), so its deepest
-       plan often runs a few calls past the budget; a cost of 1.75, which completes it, reranked shallower and
-       lost more than it gained (docs/judges.md).
-    3. **A second decision** once the sequential plan covers all N and the calls left pay the questions that
-       ``parallel_mohajer``'s selection adds over the same evidence in both slot orders (``second_plan_size``,
-       ``BOTH_ORDERS`` calls per question; its rounds must fit the round cap): the selection runs
-       (``parallel.select``: pairs already answered cost nothing, one question per new pair) and the order is the
-       ``borda`` count of the two orders (the sum of each candidate's places, ties in the sequential order). A
-       selection the caps cut short is not counted. Why: the two plans decide differently from mostly the same
-       answers (Mohajer's heap and BubbleSort against a round-robin of the group champions and placements), and each
-       is the better one on some judges; averaging their places kept the better one's quality on most judges and
-       halved the worst gap to the best row at large budgets (docs/judges.md). Why both slot orders: a second
-       decision that leaves few calls for the challenge and the confirmations (step 4) costs quality. Paid at step
-       2's cost per question it started at N=100 from about B=400, and with the first stage weighed (step 5) the
-       mean nDCG@10 of the 12 DL judges without a round cap fell there from 67.70 at B=350 to 67.42; paid in both
-       orders it starts from about B=450 and the mean grows with B (67.45, 67.67, 67.71, 67.82, 67.91 at B=300-500;
-       3 seeds, benchmarks/results/budget_depth/n100_k10 against prior/n100_k10).
-    4. **Calls left** once the plan is complete (the judge agreed with the first stage more often than planned,
-       or the plan covers all N) go first to new pairs that can still change the top-K (``challenge``): the
-       candidates outside the top-K that no other candidate outside it has beaten (the runners-up of the
-       tournaments, who lost only to top-K items) meet the top-K in BubbleSort passes from the boundary up, as the
-       plan's own polish does, each pair in both slot orders; it stops when a pass moves nothing. Then pairs
-       answered in one slot order are asked in both orders, those of a top-K item first, then the others by their
-       better rank, and the decision (steps 1, 3 and the challenge) is re-made over the evidence
-       (``parallel.confirm``). ``parallel_mohajer`` spends its calls left on both orders of its own pairs.
-    5. **The first stage's word** (``prior_weight``, default ``PRIOR_WEIGHT``). The final order of the top d is the
-       ``borda`` count of the plan's order and the first stage's, the first stage weighed ``weight``:
-       ``prior_weight`` times ``1 - flip_rate``, the share of the pairs asked in both slot orders whose winner did
-       not flip (``ctx.judge()``, the judge's running ``JudgeStats``, read when the plan ends; no such pair: the
-       whole ``prior_weight``). A candidate's place in the plan's order plus ``weight`` times its first-stage rank:
-       at ``PRIOR_WEIGHT`` (0.05) and no flips, the answers must place a candidate more than one place higher for
-       every 20 places the first stage put it lower; at N <= 20 that changes nothing (19 x 0.05 < 1). It asks
-       nothing. Why: the judge's errors and the first stage's are independent and the first stage is better than
-       chance, so where the answers place two candidates close together the one the first stage ranked far higher
-       is more often the relevant one, and a deeper rerank brings more candidates that only the judge's errors lift
-       (Jacob et al., 2024, "phantom hits"). Why ``1 - flip_rate``: a pair whose two answers flip with the slot is
-       a tie, and a tie already goes to the first stage (``beats``), so on a judge that flips often the first stage
-       has already decided those pairs and a whole weight counts it twice. Measured over 14 judges and three first
-       stages (BM25 on DL and on Cranfield, a dense order of DL's candidates, on the same answers;
-       benchmarks/results/budget_depth/prior_weight.md): the weight raised the mean nDCG@10 on each first stage
-       (+0.39, +0.63 and +0.36 points; a whole 0.05 gave +0.39, +0.75 and +0.34), most on judges that mis-read some
-       documents, and the judge whose answers mostly follow the slot (``positional``, flip rate 0.64) lost 0.02
-       and 0.01 over BM25 on DL and on Cranfield, where a whole 0.05 cost it 0.43 and 0.78. Larger weights cost
-       some judges on Cranfield. So a judge that is always right no longer gets its own order exactly: pass
-       ``prior_weight=0`` for the plan's order alone.
+       sec. 4), the *sequential* plan: of the rankers here it asks the fewest questions for a top-K, so it reaches
+       the deepest rerank on a budget; or ``parallel_mohajer``, the *parallel* plan (the same tournaments in
+       parallel rounds), for a round cap that the sequential plan's 40-60 rounds at N=100 do not fit. The plan
+       that reaches the larger depth runs; at the same depth (also when no plan fits and both run over the least
+       depth), the one whose questions the budget pays a larger share of, the sequential one on a tie.
+    2. **Depth.** For each plan, the largest ``d <= N`` whose questions (``plan_size``: the distinct pairs it asks
+       when the judge agrees with the first stage) cost at most the budget at ``question_cost`` calls per question
+       and whose rounds fit the round cap; at least ``min(N, MIN_GROUP * K)``; all N without a budget. Depths are
+       multiples of K (whole groups) for the sequential plan and the depths ``parallel_depths`` allows (whole
+       bracket levels ``K * 2**L``, a level takes one round whatever its size) for the parallel one. The cost per
+       question undercounts a little (a judge that disagrees with the first stage makes the plan ask more), so the
+       deepest plan may run a few calls past the budget and be cut there.
+    3. **A second decision** once the sequential plan covers all N and the calls left pay, in both slot orders
+       (``BOTH_ORDERS``), the questions ``second_plan_size`` counts, its rounds within the cap: ``parallel.select``
+       runs over the same evidence (pairs already answered cost nothing, one question per new pair) and the order
+       is the ``borda`` count of the two orders. A selection the caps cut short is not counted. Why: the two plans
+       decide differently from mostly the same answers, and each is the better one on some judges.
+    4. **Calls left** once the plan is complete go first to new pairs that can still change the top-K
+       (``challenge``), then to the pairs answered in one slot order, asked in both (those of a top-K item first),
+       with the decision (steps 1, 3 and the challenge) re-made over the evidence (``parallel.confirm``).
+       ``parallel_mohajer`` spends its calls left on both orders of its own pairs.
+    5. **The first stage's word** (``prior_weight``). The final order of the top d is the ``borda`` count of the
+       plan's order and the first stage's, the first stage weighed ``weight(flip_rate)``: ``prior_weight`` times
+       ``1 - flip_rate`` of the judge's answers so far (``ctx.judge()``, read when the plan ends). It asks nothing,
+       and at the default weight changes nothing at N <= 20 (19 x 0.05 < 1). Why: the judge's errors and the first
+       stage's are independent and the first stage is better than chance, so where the answers place two candidates
+       close together the one the first stage ranked far higher is more often the relevant one, and a deeper rerank
+       brings more candidates that only the judge's errors lift (Jacob et al., 2024, "phantom hits"). Why
+       ``1 - flip_rate``: a pair whose winner flips with the slot is a tie, which already goes to the first stage
+       (``beats``), so a whole weight would count the first stage twice on such a judge.
 
     So the depth grows with the budget up to N, and the budget beyond the complete plan over N buys a second
-    decision, asks the candidates that can still enter the top-K, then confirms it. Why a budget-planned depth: a
-    plan the budget cuts short leaves its later candidates in prior order, and a deeper rerank than the budget
-    completes spends calls on candidates it cannot place; a fixed depth fits one first stage only. Why new pairs
-    before the other slot order: with ``adaptive`` the other order of an answer that agrees with the first stage
-    cannot change a hard answer's decision (only the upsets it did not re-ask can change), while a new pair of a
-    challenger and a top-K item can. The evidence (judges of several strengths, biases and first stages) is in
-    docs/judges.md.
+    decision, the challengers, then confirmations. Why a budget-planned depth: a plan the budget cuts short leaves
+    its later candidates in prior order, a rerank deeper than the budget completes spends calls on candidates it
+    cannot place, and a fixed depth fits one first stage only.
 
     Args:
         sequential: the plan without a round cap (default ``MohajerBubble()``).
