@@ -18,7 +18,7 @@ and the ceiling that ``auto_goals.py`` reads to tell them).
 Command (from the repository root), output in ``benchmarks/results/budget_depth/falls.md``:
 
     python benchmarks/auto_falls.py benchmarks/results/budget_depth/n100_k10/rows.csv.xz \\
-        benchmarks/results/budget_depth/realisations/r{1,2,3,4}/rows.csv.xz
+        benchmarks/results/budget_depth/realisations/r{1,2,3,4,5,6,7,8,9}/rows.csv.xz
 """
 
 from __future__ import annotations
