@@ -80,20 +80,24 @@ class BudgetDepth(Ranker):
        depth), the one whose questions the budget pays a larger share of, the sequential one on a tie.
     2. **Depth.** For each plan, the largest ``d <= N`` whose questions (``plan_size``: the distinct pairs it asks
        when the judge agrees with the first stage) cost at most the budget at ``question_cost`` calls per question
-       and whose rounds fit the round cap; at least ``min(N, MIN_GROUP * K)``; all N without a budget. Depths are
-       multiples of K (whole groups) for the sequential plan and the depths ``parallel_depths`` allows (whole
-       bracket levels ``K * 2**L``, a level takes one round whatever its size) for the parallel one. The cost per
-       question undercounts a little (a judge that disagrees with the first stage makes the plan ask more), so the
-       deepest plan may run a few calls past the budget and be cut there.
+       and whose rounds fit the round cap; at least ``min(N, MIN_GROUP * K)``, since a shallower plan saves few
+       calls (the top-K merge, about K**2 / 2 questions, does not shrink with the depth); all N without a budget.
+       Depths are multiples of K (whole groups) for the sequential plan and the depths ``parallel_depths`` allows
+       (whole bracket levels ``K * 2**L``, a level takes one round whatever its size) for the parallel one. The cost
+       per question undercounts a little (a judge that disagrees with the first stage makes the plan ask more), so
+       the deepest plan may run a few calls past the budget and be cut there.
     3. **A second decision** once the sequential plan covers all N and the calls left pay, in both slot orders
        (``BOTH_ORDERS``), the questions ``second_plan_size`` counts, its rounds within the cap: ``parallel.select``
-       runs over the same evidence (pairs already answered cost nothing, one question per new pair) and the order
-       is the ``borda`` count of the two orders. A selection the caps cut short is not counted. Why: the two plans
-       decide differently from mostly the same answers, and each is the better one on some judges.
+       runs over the same evidence (pairs already answered cost nothing, one question per new pair) and the order is
+       the ``borda`` count of the two orders. A selection the caps cut short is not counted. Why: the two plans
+       decide differently from mostly the same answers, and each is the better one on some judges; in both slot
+       orders because a second decision that leaves few calls for step 4 costs quality.
     4. **Calls left** once the plan is complete go first to new pairs that can still change the top-K
        (``challenge``), then to the pairs answered in one slot order, asked in both (those of a top-K item first),
-       with the decision (steps 1, 3 and the challenge) re-made over the evidence (``parallel.confirm``).
-       ``parallel_mohajer`` spends its calls left on both orders of its own pairs.
+       with the decision (steps 1, 3 and the challenge) re-made over the evidence (``parallel.confirm``). Why new
+       pairs first: with ``adaptive`` the other slot order of an answer that agrees with the first stage cannot
+       change a hard answer's decision, while a new pair of a challenger and a top-K item can. ``parallel_mohajer``
+       spends its calls left on both orders of its own pairs.
     5. **The first stage's word** (``prior_weight``). The final order of the top d is the ``borda`` count of the
        plan's order and the first stage's, the first stage weighed ``weight(flip_rate)``: ``prior_weight`` times
        ``1 - flip_rate`` of the judge's answers so far (``ctx.judge()``, read when the plan ends). It asks nothing,
