@@ -81,7 +81,7 @@ class BudgetDepth(Ranker):
     2. **Depth.** For each plan, the largest ``d <= N`` whose questions (``plan_size``: the distinct pairs it asks
        when the judge agrees with the first stage) cost at most the budget at ``question_cost`` calls per question
        and whose rounds fit the round cap; at least ``min(N, MIN_GROUP * K)``, since a shallower plan saves few
-       calls (the top-K merge, about K**2 / 2 questions, does not shrink with the depth); all N without a budget.
+       calls (the top-K merge, about ``K**2 / 2`` questions, does not shrink with the depth); all N without a budget.
        Depths are multiples of K (whole groups) for the sequential plan and the depths ``parallel_depths`` allows
        (whole bracket levels ``K * 2**L``, a level takes one round whatever its size) for the parallel one. The cost
        per question undercounts a little (a judge that disagrees with the first stage makes the plan ask more), so
