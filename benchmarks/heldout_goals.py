@@ -11,6 +11,8 @@ auto``), nDCG@K points:
   more than 1 point below the best row;
 - the judge's ceiling (``allpairs``/``bidirectional``, no budget), to set beside the first stage.
 
+``--set J1,J2,...`` prints instead the regret goal over those judges together (``set_goal``).
+
 Command (from the repository root), after ``benchmarks/results/heldout/run.sh``; output in
 ``benchmarks/results/heldout/goals.md``:
 
@@ -26,6 +28,7 @@ Command (from the repository root), after ``benchmarks/results/heldout/run.sh``;
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -33,8 +36,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from auto_falls import largest  # noqa: E402  (a judge's largest fall of a picked row, as printed in falls.md)
+from regret_study import cell_minimax  # noqa: E402
 
-from activeprp_bench.autotable import GOAL_CAPS, cells_by_cap, read_family  # noqa: E402
+from activeprp_bench.autotable import GOAL_CAPS, cells_by_cap, read_family, regret, table_choice  # noqa: E402
 from activeprp_bench.regret import label  # noqa: E402
 
 AUTO = "auto/auto"
@@ -74,11 +78,62 @@ def report(judge: str, ndcg: dict, calls: dict, n: int, ceiling: float | None) -
     return out
 
 
+def set_goal(ndcg: dict, judges: list[str], table: dict, n: int, k: int) -> list[str]:
+    """The markdown lines of the regret goal over ``judges`` together (``ndcg``: judge -> cell -> row -> value), as
+    issue 31 states it for judges outside the family: per goal cell, the worst gap of the table's row
+    (``autotable.table_choice``, what ``auto`` runs) over them, the cell's in-sample minimax over them
+    (``regret_study.cell_minimax``: the least worst gap any row measured on all of them reaches) and the goal (1.0,
+    or that minimax + 0.5 where it is above 0.5). The rows may mix the family's grids and held-out ones.
+
+    Raises:
+        ValueError: a judge that the rows do not hold.
+
+    Command (from the repository root), output in ``benchmarks/results/heldout/set_goals.md``:
+
+        python benchmarks/heldout_goals.py benchmarks/results/family/n100_k10/rows.csv.xz \\
+            benchmarks/results/family/n100_k10_adaptive/rows.csv.xz \\
+            benchmarks/results/budget_depth/n100_k10/rows.csv.xz benchmarks/results/deep/cranfield/rows.csv.xz \\
+            benchmarks/results/positional/n100_k10/rows.csv.xz benchmarks/results/heldout/embedding-error/rows.csv.xz \\
+            benchmarks/results/heldout/embedding-error-soft/rows.csv.xz benchmarks/results/heldout/weak/rows.csv.xz \\
+            --set strong-bias,positional,soft-calibrated,calibrated@cranfield,embedding-error,embedding-error-soft \\
+            --set strong-bias,positional,soft-calibrated,strong-bias@cranfield,embedding-error,embedding-error-soft,weak
+    """
+    missing = [j for j in judges if j not in ndcg]
+    if missing:
+        raise ValueError(f"no rows for judge(s) {', '.join(missing)} at N={n}: add their grids' rows files")
+    scores = {j: ndcg[j] for j in judges}
+    cells = [(int(x * n), cap) for cap in GOAL_CAPS for x in GOAL_B]
+    cells = [c for c in cells if all(c in s for s in scores.values())]
+    auto = table_choice(table, n, k, cells)
+    out = [f"## N={n}, K={k}: the regret goal over {', '.join(judges)} (nDCG@{k} points)", "",
+           "| B | cap | auto (the table) | worst gap [judge] | minimax [row] | goal | met |",
+           "|---:|---|---|---:|---:|---:|---|"]
+    met = 0
+    for c in cells:
+        gap, judge = max((regret(scores, j, c, auto[c]), j) for j in judges)
+        least, _, row = cell_minimax(scores, c)
+        goal = 1.0 if least <= 0.5 else max(1.0, least + 0.5)
+        met += gap <= goal + 1e-9
+        out.append(f"| {c[0]} | {label(c[1])} | {auto[c]} | {gap:.2f} [{judge}] | {least:.2f} [{row}] | {goal:.2f} | "
+                   f"{'yes' if gap <= goal + 1e-9 else 'no'} |")
+    return out + ["", f"Met in {met} of {len(cells)} goal cells.", ""]
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("rows", nargs="+", help="rows files of the judges' grids (every row and auto's)")
+    ap.add_argument("--set", action="append", default=[], metavar="J1,J2,...",
+                    help="print the regret goal over these judges together instead (repeatable)")
+    ap.add_argument("--table", default="activeprp_core/data/auto_table.json", help="for --set: auto's table")
     args = ap.parse_args(argv)
-    for (n, k), fam in sorted(read_family(args.rows, keep=lambda r, o: True).items(), reverse=True):
+    families = sorted(read_family(args.rows, keep=lambda r, o: True).items(), reverse=True)
+    if args.set:
+        table = json.loads(Path(args.table).read_text())
+        for (n, k), fam in families:
+            for judges in args.set:
+                print("\n".join(set_goal(fam.ndcg, judges.split(","), table, n, k)))
+        return
+    for (n, k), fam in families:
         print(f"## N={n}, K={k}: auto against the best measured row on judges outside the family (nDCG@{k})\n")
         for judge in sorted(fam.ndcg):
             print("\n".join(report(judge, fam.ndcg[judge], fam.calls[judge], n, fam.ceiling(judge))))

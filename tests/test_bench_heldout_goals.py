@@ -3,8 +3,11 @@ family, and the committed ``heldout/goals.md`` re-made from the committed rows b
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
+
+import pytest
 
 from tests.conftest import documented_command, printed_from_root, skip_without_bench
 
@@ -39,4 +42,36 @@ def test_report_of_a_grid_of_one_budget_has_no_fall():
 def test_the_committed_heldout_goals_are_made_again_from_the_committed_rows():
     rows = documented_command(heldout_goals.__doc__, "benchmarks/heldout_goals.py")
     committed = (ROOT / "benchmarks/results/heldout/goals.md").read_text()
+    assert printed_from_root(heldout_goals.main, rows) == committed
+
+
+def _two_judges(b_lead: float) -> dict:
+    """Judge ``a``: row x/y 2.0 above the table's row (budget_depth/adaptive at every N=100 goal cell); judge ``b``:
+    the table's row ``b_lead`` above x/y."""
+    cells = [(b, cap) for cap in (-1, 6, 10) for b in (100, 150, 250, 500)]
+    return {"a": {c: {"budget_depth/adaptive": 60.0, "x/y": 62.0} for c in cells},
+            "b": {c: {"budget_depth/adaptive": 60.0 + b_lead, "x/y": 60.0} for c in cells}}
+
+
+def test_set_goal_allows_the_minimax_plus_half_a_point_where_no_row_serves_every_judge():
+    table = json.loads((ROOT / "activeprp_core/data/auto_table.json").read_text())
+    # x/y's worst gap is 3.0 (on b), the table's 2.0 (on a): the minimax is 2.0, the goal 2.5, met
+    text = "\n".join(heldout_goals.set_goal(_two_judges(3.0), ["a", "b"], table, 100, 10))
+    assert "| 250 | 6 | budget_depth/adaptive | 2.00 [a] | 2.00 [budget_depth/adaptive] | 2.50 | yes |" in text
+    assert "Met in 12 of 12 goal cells." in text
+    # x/y's worst gap is 1.0 (on b): the minimax is 1.0, the goal 1.5, and the table's 2.0 misses it
+    text = "\n".join(heldout_goals.set_goal(_two_judges(1.0), ["a", "b"], table, 100, 10))
+    assert "| 100 | none | budget_depth/adaptive | 2.00 [a] | 1.00 [x/y] | 1.50 | no |" in text
+    assert "Met in 0 of 12 goal cells." in text
+
+
+def test_set_goal_names_a_judge_without_rows():
+    table = json.loads((ROOT / "activeprp_core/data/auto_table.json").read_text())
+    with pytest.raises(ValueError, match="no rows for judge.*c"):
+        heldout_goals.set_goal(_two_judges(3.0), ["a", "c"], table, 100, 10)
+
+
+def test_the_committed_set_goals_are_made_again_from_the_committed_rows():
+    rows = documented_command(heldout_goals.set_goal.__doc__, "benchmarks/heldout_goals.py")
+    committed = (ROOT / "benchmarks/results/heldout/set_goals.md").read_text()
     assert printed_from_root(heldout_goals.main, rows) == committed
