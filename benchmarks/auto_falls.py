@@ -13,12 +13,14 @@ Every judge of the rows is listed, those that do not beat the first stage too (t
 and the ceiling that ``auto_goals.py`` reads to tell them).
 
 ``--row RANKER/ORACLE`` reads that row in every cell instead of ``auto``'s (the commands in
-``benchmarks/results/budget_depth/prior/README.md``).
+``benchmarks/results/budget_depth/prior/README.md``). ``--steps`` adds where the falls above the goal's 0.2 are:
+over the curves (judge x realisation x cap; ``--exclude`` leaves judges out, such as those that do not beat the
+first stage), how many fall more than 0.2, per cap and per budget step of their largest fall.
 
 Command (from the repository root), output in ``benchmarks/results/budget_depth/falls.md``:
 
     python benchmarks/auto_falls.py benchmarks/results/budget_depth/n100_k10/rows.csv.xz \\
-        benchmarks/results/budget_depth/realisations/r{1,2,3,4,5,6,7,8,9}/rows.csv.xz
+        benchmarks/results/budget_depth/realisations/r{1,2,3,4,5,6,7,8,9}/rows.csv.xz --steps --exclude ql-like
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's packages
@@ -33,8 +36,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from auto_goals import AXIS  # noqa: E402  (the budget axis as B/N: falls are read from N/2 to 5N)
 
-from activeprp_bench.autotable import GOAL_CAPS, core_row, read_family, table_choice  # noqa: E402
+from activeprp_bench.autotable import GOAL_CAPS, cells_by_cap, core_row, read_family, table_choice  # noqa: E402
 from activeprp_bench.regret import falls, label, mean_scores  # noqa: E402
+
+#: The goal's largest fall of ``auto``'s nDCG as B grows (issue 31), in points.
+GOAL_FALL = 0.2
 
 
 def largest(scores: dict, auto: dict, span: tuple[float, float]) -> dict[str, str]:
@@ -47,11 +53,35 @@ def largest(scores: dict, auto: dict, span: tuple[float, float]) -> dict[str, st
     return out
 
 
+def steps(families: list[dict], auto: dict, span: tuple[float, float], exclude: set[str]) -> list[str]:
+    """Markdown lines: of the curves (judge x realisation x cap of ``families``, judges in ``exclude`` left out),
+    those whose largest fall is above ``GOAL_FALL``, per cap and per budget step of that fall."""
+    curves, by_cap, where = 0, Counter(), Counter()
+    for ndcg in families:
+        for j in sorted(set(ndcg) - exclude):
+            for cap, cells in cells_by_cap({j: ndcg[j]}).items():
+                if cap not in GOAL_CAPS:
+                    continue
+                curves += 1
+                fall = max(falls({j: {c: ndcg[j][c] for c in cells}}, auto, span), default=None)
+                if fall is not None and fall[0] > GOAL_FALL:
+                    by_cap[fall[2]] += 1
+                    where[f"{fall[2]}, {label(fall[3][0])} -> {label(fall[4][0])}"] += 1
+    left = f"; {', '.join(sorted(exclude))} left out" if exclude else ""
+    caps = [label(c) for c in GOAL_CAPS]
+    return [f"Curves (judge x realisation x cap{left}) whose largest fall is above {GOAL_FALL}: "
+            f"{sum(by_cap.values())} of {curves}; per cap: " + ", ".join(f"{c} {by_cap[c]}" for c in caps),
+            "", "Where (cap, budgets of the largest fall: curves): "
+            + "; ".join(f"{w}: {n}" for w, n in where.most_common()), ""]
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("rows", nargs="+", help="one rows file per noise realisation")
     ap.add_argument("--table", default="activeprp_core/data/auto_table.json")
     ap.add_argument("--row", help="read this row (ranker/oracle) in every cell instead of auto's")
+    ap.add_argument("--steps", action="store_true", help="add where the falls above 0.2 are, per cap and budget step")
+    ap.add_argument("--exclude", action="append", default=[], metavar="JUDGE", help="for --steps: leave this judge out")
     args = ap.parse_args(argv)
     table = json.loads(Path(args.table).read_text())
     per_file = [read_family([p], (lambda r, o: True) if args.row else core_row) for p in args.rows]
@@ -71,6 +101,8 @@ def main(argv: list[str] | None = None) -> None:
         for j in sorted(scores):
             print(f"| {j} | " + " | ".join(col[j] for col in columns) + " |")
         print()
+        if args.steps:
+            print("\n".join(steps([fam.ndcg for fam in families], auto, span, set(args.exclude))))
 
 
 if __name__ == "__main__":

@@ -39,3 +39,14 @@ def test_a_fall_of_one_realisation_shrinks_on_the_mean_and_a_fall_of_the_plan_st
 def test_the_committed_falls_are_made_again_from_the_committed_rows():
     rows = documented_command(auto_falls.__doc__, "benchmarks/auto_falls.py")
     assert printed_from_root(auto_falls.main, rows) == (ROOT / "benchmarks/results/budget_depth/falls.md").read_text()
+
+
+def test_steps_counts_the_curves_that_fall_past_the_goal_and_where():
+    one = _family({"noisy": [60.0, 61.0, 60.4], "flat": [60.0, 60.1, 60.2], "left-out": [62.0, 60.0, 60.0]})
+    other = _family({"noisy": [60.0, 60.6, 61.0], "flat": [60.0, 60.0, 60.0], "left-out": [62.0, 60.0, 60.0]})
+    auto = {c: "budget_depth/adaptive" for c in one.ndcg["noisy"]}
+    lines = auto_falls.steps([one.ndcg, other.ndcg], auto, (50, 500), {"left-out"})
+    # four curves (two judges x two realisations, one cap); only noisy's first realisation falls more than 0.2
+    assert lines[0] == ("Curves (judge x realisation x cap; left-out left out) whose largest fall is above 0.2: "
+                        "1 of 4; per cap: none 1, 6 0, 10 0")
+    assert lines[2] == "Where (cap, budgets of the largest fall: curves): none, 100 -> 150: 1"
