@@ -25,6 +25,7 @@ PRIOR_WEIGHT = 0.05
 #: candidates): two bracket levels per group. See ``BudgetDepth``.
 MIN_GROUP = 4
 
+
 def second_plan_size(sequential: Ranker, n: int, k: int) -> tuple[int, int]:
     """``(questions, rounds)`` that ``parallel.select`` adds after ``sequential``'s whole plan over the same
     evidence, counted as ``plan_size`` counts (every answer agrees with the first stage, no cap)."""
