@@ -39,7 +39,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's packages
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from regret_study import cell_minimax  # noqa: E402
+from regret_study import cell_minimax, regret_goal  # noqa: E402
 
 from activeprp_bench.autotable import (  # noqa: E402
     GOAL_BUDGETS_PER_N,
@@ -120,7 +120,7 @@ def setting_report(n: int, k: int, fam: Family, table: dict, reference: dict | N
     for c in goal:
         w, j = worst[c]
         mm, _, mm_row = cell_minimax(scores, c)
-        target = 1.0 if mm <= 0.5 else max(1.0, mm + 0.5)
+        target = regret_goal(mm)
         diff = ci(queries, (j, n, k, best_row(scores, j, c), *c), (j, n, k, picks[c], *c), rng)
         out.append(f"| {label(c[0])}, {label(c[1])} | {auto[c]} | {w:.2f} [{j}] | {diff} | {mm:.2f} [{mm_row}] | "
                    f"{target:.2f} | {'yes' if w <= target + 1e-9 else 'no'} |")

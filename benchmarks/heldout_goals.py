@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from auto_falls import largest  # noqa: E402  (a judge's largest fall of a picked row, as printed in falls.md)
-from regret_study import cell_minimax  # noqa: E402
+from regret_study import cell_minimax, regret_goal  # noqa: E402
 
 from activeprp_bench.autotable import GOAL_CAPS, cells_by_cap, read_family, regret, table_choice  # noqa: E402
 from activeprp_bench.regret import label  # noqa: E402
@@ -112,10 +112,11 @@ def set_goal(ndcg: dict, judges: list[str], table: dict, n: int, k: int) -> list
     for c in cells:
         gap, judge = max((regret(scores, j, c, auto[c]), j) for j in judges)
         least, _, row = cell_minimax(scores, c)
-        goal = 1.0 if least <= 0.5 else max(1.0, least + 0.5)
-        met += gap <= goal + 1e-9
+        goal = regret_goal(least)
+        ok = gap <= goal + 1e-9
+        met += ok
         out.append(f"| {c[0]} | {label(c[1])} | {auto[c]} | {gap:.2f} [{judge}] | {least:.2f} [{row}] | {goal:.2f} | "
-                   f"{'yes' if gap <= goal + 1e-9 else 'no'} |")
+                   f"{'yes' if ok else 'no'} |")
     return out + ["", f"Met in {met} of {len(cells)} goal cells.", ""]
 
 

@@ -77,6 +77,12 @@ def fall_ci(summary: Summary, scores: Scores, pick: dict[Cell, str], span: tuple
     return mean, low, high, ca, cb
 
 
+def regret_goal(minimax: float) -> float:
+    """Issue 31's regret goal in a cell whose ``cell_minimax`` is ``minimax``: at most 1.0 nDCG point, or that
+    minimax + 0.5 where it is above 0.5."""
+    return 1.0 if minimax <= 0.5 else max(1.0, minimax + 0.5)
+
+
 def cell_minimax(scores: Scores, cell: Cell) -> tuple[float, str, str]:
     """The least worst regret any row measured on every judge reaches at ``cell``, in-sample: ``(points, its
     worst judge, row)``. A lower bound on the worst regret of any choice among these rows there, LOJO or not."""
