@@ -1,6 +1,7 @@
 """README.md and the docs pages: README's limits (issue 19: at most 200 lines, the LangChain drop-in within the
-first 60), links that resolve, Python blocks that parse, and a nav that names existing pages. The docs site's
-`mkdocs build --strict` (scripts/docs.sh) checks links and anchors too; these tests run without mkdocs."""
+first 60), links that resolve, code paths that exist, Python blocks that parse, and a nav that names existing pages.
+The docs site's `mkdocs build --strict` (scripts/docs.sh) checks links and anchors too; these tests run without
+mkdocs."""
 
 from __future__ import annotations
 
@@ -33,6 +34,49 @@ def test_relative_links_point_to_existing_files(page):
     local = [t for t in targets if t and not t.startswith(("http://", "https://", "mailto:"))]
     missing = [t for t in local if not (page.parent / t).exists()]
     assert not missing, f"{page.name} links to missing files: {missing}"
+
+
+CODE_ROOTS = "|".join((*PACKAGES, "scripts", "tests", "examples", r"benchmarks(?!/results)"))
+CODE_PATH = re.compile(rf"`((?:{CODE_ROOTS})/[\w./-]*)`")
+NOTES = [README, *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "benchmarks").rglob("*.md"))]
+
+
+def test_code_paths_named_in_the_docs_exist():
+    # a renamed module or script leaves its old path in prose; links are checked above, paths in backticks here
+    stale = {f"{page.relative_to(ROOT)}: {path}" for page in NOTES
+             for path in CODE_PATH.findall(page.read_text(encoding="utf-8"))
+             if "*" not in path and not (ROOT / path.rstrip(".")).exists()}
+    assert not stale, f"paths that do not exist (renamed or moved?): {sorted(stale)}"
+
+
+COMPARATORS = ROOT / "benchmarks" / "results" / "comparators"
+
+
+def _span(values: list[str]) -> str:
+    """``values`` (figures as printed) as the docs quote them: ``lo-hi``, or the one figure."""
+    lo, hi = min(values, key=float), max(values, key=float)
+    return lo if lo == hi else f"{lo}-{hi}"
+
+
+def test_comparator_latency_and_error_tables_quote_the_committed_outputs():
+    hf, openai = ((COMPARATORS / f).read_text(encoding="utf-8") for f in ("hf.txt", "openai.txt"))
+    rows = {}
+    for mode, label, unit in (("ab", "bundled, `ab`", "prompt"), ("query_likelihood", "bundled, `query_likelihood`",
+                                                                     "passage")):
+        rows[label] = [_span(re.findall(rf"\b{mode} batch_size={b}: .*?([\d.]+) s/{unit}", hf)) + f" s/{unit}"
+                       for b in (1, 8)]
+    rows["OpenAI API"] = [_span(re.findall(rf"{kind}: ([\d.]+) s/call", openai)) + " s/call"
+                          for kind in ("sequential", "concurrent round of 8")]
+    table = (ROOT / "docs" / "comparators.md").read_text(encoding="utf-8")
+    for label, cells in rows.items():
+        line = next(x for x in table.splitlines() if x.startswith(f"| {label}"))
+        assert [c.strip() for c in line.split("|")[2:4]] == cells, line
+
+    errors = (ROOT / "docs" / "errors.md").read_text(encoding="utf-8")
+    for kind, label in (("401", "401"), ("404", "404"), ("refused", "connection refused"), ("500", "500")):
+        medians = re.findall(rf"^ *{kind} .*? median +([\d.]+) s", (COMPARATORS / "errors.txt").read_text(), re.M)
+        line = next(x for x in errors.splitlines() if x.startswith(f"| {label}"))
+        assert [c.strip() for c in line.split("|")[2:5]] == [f"{m} s" for m in medians], line
 
 
 def test_python_blocks_of_readme_parse():
