@@ -270,6 +270,9 @@ class Comparator:
             batch size); ``rerank_many`` merges the prompts of many queries up to it. None = no preference.
         max_concurrency: the default cap on calls in flight when the caller sets none (None = no cap).
         model_name: a readable name of the model for events, traces and logs (None = the class name).
+
+    Raises:
+        TypeError: an instance of a subclass that overrides neither ``compare`` nor ``judge``.
     """
 
     max_batch_size: int | None = None

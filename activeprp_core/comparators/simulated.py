@@ -53,6 +53,10 @@ class SimulatedComparator(Comparator):
         seed: selects the noise realisation (deterministic per ordered pair).
 
     ``calls`` counts the ordered pairs judged so far (one per LLM call).
+
+    Raises:
+        ValueError: ``doc_noise`` or ``pair_noise`` negative, or ``temperature`` <= 0; ``compare`` for a query
+            that a judge built by ``from_qrels`` has no labels for.
     """
 
     def __init__(self, labels: Mapping[str, float], *, strength: float = 1.0, doc_noise: float = 0.0,
