@@ -182,12 +182,13 @@ def write_csv(rows: Sequence[Row], path: str | Path, columns: Sequence[str] | No
         writer.writerows({k: getattr(r, k) for k in names} for r in rows)
 
 
-def read_csv(path: str | Path) -> list[Row]:
+def read_csv(path: str | Path, keep: Callable[[dict[str, str]], bool] | None = None) -> list[Row]:
     """Read rows written by ``write_csv`` (plain, .gz or .xz). Columns a file lacks take their defaults, so files
-    written before a field was added still load (their ``wall_s`` column is read as ``wall_time_s``)."""
+    written before a field was added still load (their ``wall_s`` column is read as ``wall_time_s``). ``keep``:
+    which records to load, read on the raw CSV record (column -> text); default all."""
     parse = {"int": int, "float": float, "str": str, "bool": lambda v: v == "True"}
     column = {f.name: parse[f.type] for f in fields(Row)}
     column["wall_s"] = float
     with open_rows(path, "r") as f:
         return [Row(**{("wall_time_s" if k == "wall_s" else k): column[k](v) for k, v in rec.items()})
-                for rec in csv.DictReader(f)]
+                for rec in csv.DictReader(f) if keep is None or keep(rec)]

@@ -7,8 +7,10 @@ auto``), nDCG@K points:
   row and its nDCG, and the gap (the best row minus ``auto``; the family's goal is at most 1.0, or the cell's
   in-sample minimax + 0.5 where that is above 0.5: ``benchmarks/results/budget_depth/goals.md``);
 - **more budget, more quality**: the largest fall of ``auto``'s nDCG as B grows from N/2 to 5N per cap (any earlier
-  budget to any later one, ``auto_falls.largest``), and the cells where ``auto`` spends less than 90% of B while
-  more than 1 point below the best row;
+  budget to any later one, ``auto_falls.largest``) with its paired 95% bootstrap CI over queries
+  (``regret_study.fall_ci``: a fall whose CI holds 0 may be the noise of one realisation; the CI does not correct
+  for picking the largest of the falls, so it leans towards a significant fall), and the cells where
+  ``auto`` spends less than 90% of B while more than 1 point below the best row;
 - the judge's ceiling (``allpairs``/``bidirectional``, no budget), to set beside the first stage.
 
 ``--set J1,J2,...`` prints instead the regret goal over those judges together (``set_goal``).
@@ -35,11 +37,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's packages
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import numpy as np  # noqa: E402
 from auto_falls import largest  # noqa: E402  (a judge's largest fall of a picked row, as printed in falls.md)
-from regret_study import cell_minimax, regret_goal  # noqa: E402
+from regret_study import cell_minimax, fall_ci, regret_goal  # noqa: E402
 
 from activeprp_bench.autotable import GOAL_CAPS, cells_by_cap, read_family, regret, table_choice  # noqa: E402
+from activeprp_bench.grid import read_csv  # noqa: E402
 from activeprp_bench.regret import label  # noqa: E402
+from activeprp_bench.report import Summary  # noqa: E402
 
 AUTO = "auto/auto"
 #: The goal budgets as multiples of N, and the span of the falls (N/2 to 5N).
@@ -51,8 +56,10 @@ def best_other(rows: dict) -> str:
     return max((r for r in rows if r != AUTO), key=rows.get)
 
 
-def report(judge: str, ndcg: dict, calls: dict, n: int, ceiling: float | None) -> list[str]:
-    """The markdown lines of one judge's figures (``ndcg``, ``calls``: cell -> row -> value)."""
+def report(judge: str, ndcg: dict, calls: dict, n: int, ceiling: float | None, auto: Summary | None = None
+           ) -> list[str]:
+    """The markdown lines of one judge's figures (``ndcg``, ``calls``: cell -> row -> value); ``auto``: the
+    judge's ``auto`` rows per query, for the falls' CIs (None: no CIs)."""
     out = [f"### {judge}" + ("" if ceiling is None else f" (ceiling {ceiling:.2f})"), "",
            "| B | cap | auto | best row | best | gap |", "|---:|---|---:|---|---:|---:|"]
     for cap in GOAL_CAPS:
@@ -64,11 +71,16 @@ def report(judge: str, ndcg: dict, calls: dict, n: int, ceiling: float | None) -
             out.append(f"| {b} | {label(cap)} | {rows[AUTO]:.2f} | {best} | {rows[best]:.2f} | "
                        f"{rows[best] - rows[AUTO]:+.2f} |")
     span = (SPAN[0] * n, SPAN[1] * n)
-    falls = [f"{label(cap)}: " + largest({judge: {c: ndcg[c] for c in cells}}, {c: AUTO for c in cells}, span)[judge]
-             for cap, cells in cells_by_cap({judge: ndcg}).items() if cap in GOAL_CAPS and len(cells) > 1]
+    falls = []
+    for cap, cells in cells_by_cap({judge: ndcg}).items():
+        if cap in GOAL_CAPS and len(cells) > 1:
+            scores, pick = {judge: {c: ndcg[c] for c in cells}}, {c: AUTO for c in cells}
+            ci = None if auto is None else fall_ci(auto, scores, pick, span, np.random.default_rng([n, cap + 1]))
+            falls.append(f"{label(cap)}: {largest(scores, pick, span)[judge]}"
+                         + ("" if ci is None else f" [{ci[1]:.2f}, {ci[2]:.2f}]"))
     if falls:  # a grid of one budget per cap has no fall to read
-        out += ["", f"Largest fall of auto's nDCG as B grows from {span[0]:g} to {span[1]:g}, per cap: "
-                + ", ".join(falls)]
+        out += ["", f"Largest fall of auto's nDCG as B grows from {span[0]:g} to {span[1]:g}, per cap"
+                + (" [paired 95% CI]" if auto is not None else "") + ": " + ", ".join(falls)]
     gaps = {c: rows[best_other(rows)] - rows[AUTO] for c, rows in ndcg.items() if AUTO in rows and len(rows) > 1}
     under = [f"B={b} cap {label(cap)}: {calls[(b, cap)][AUTO]:.0f} calls, {gap:.2f} below"
              for (b, cap), gap in sorted(gaps.items())
@@ -134,10 +146,15 @@ def main(argv: list[str] | None = None) -> None:
             for judges in args.set:
                 print("\n".join(set_goal(fam.ndcg, judges.split(","), table, n, k)))
         return
+    by_judge: dict[tuple[int, int, str], list] = {}
+    for path in args.rows:
+        for r in read_csv(path, keep=lambda rec: rec["ranker"] == "auto"):
+            by_judge.setdefault((r.n, r.top_k, r.judge), []).append(r)
     for (n, k), fam in families:
         print(f"## N={n}, K={k}: auto against the best measured row on judges outside the family (nDCG@{k})\n")
         for judge in sorted(fam.ndcg):
-            print("\n".join(report(judge, fam.ndcg[judge], fam.calls[judge], n, fam.ceiling(judge))))
+            auto = Summary(by_judge[(n, k, judge)], np.random.default_rng(0), resamples=1)
+            print("\n".join(report(judge, fam.ndcg[judge], fam.calls[judge], n, fam.ceiling(judge), auto)))
 
 
 if __name__ == "__main__":

@@ -33,6 +33,25 @@ def test_report_reads_the_gap_the_fall_and_the_under_spent_cells():
     assert "B=100 cap none: 80 calls, 1.50 below" in text and "B=500" not in text.split("Cells where")[1]
 
 
+def test_report_gives_the_largest_fall_a_paired_ci_from_the_auto_rows():
+    import numpy as np
+
+    from activeprp_bench.grid import Row
+    from activeprp_bench.report import Summary
+
+    # auto: 4 queries, each 0.2 lower at B=150 than at 100 except one 0.2 higher: the fall is 10 points (the mean)
+    change = {"q1": -0.2, "q2": -0.2, "q3": -0.2, "q4": 0.2}
+    rows = [Row(collection="dl19", qid=q, ranker="auto", oracle="auto", budget=b, seed=0, n=100, ndcg10=0.6 + d,
+                calls=b) for q, c in change.items() for b, d in ((100, 0.0), (150, c))]
+    auto = Summary(rows, np.random.default_rng(0), resamples=1)
+    ndcg = {(100, -1): {"auto/auto": 60.0, "x/y": 60.0}, (150, -1): {"auto/auto": 50.0, "x/y": 61.0}}
+    calls = {c: {"auto/auto": 100.0, "x/y": 100.0} for c in ndcg}
+    text = "\n".join(heldout_goals.report("j", ndcg, calls, 100, None, auto))
+    # the bootstrap resamples the per-query drops (+20, +20, +20, -20 points): 5% of its resampled means are -10
+    # or less, so the CI starts there
+    assert "per cap [paired 95% CI]: none: 10.00 (none, 100 -> 150) [-10.00, 20.00]" in text
+
+
 def test_report_of_a_grid_of_one_budget_has_no_fall():
     ndcg, calls = {(50, 6): {"auto/auto": 60.0, "x/y": 60.5}}, {(50, 6): {"auto/auto": 49.0, "x/y": 50.0}}
     text = "\n".join(heldout_goals.report("j", ndcg, calls, 20, None))
