@@ -10,7 +10,8 @@ Per (N, K) setting of the rows given: per judge, the largest fall of ``auto``'s 
 ``autotable.table_choice``) as B grows from N/2 to 5N, per cap (none, 6, 10), any earlier budget to any later
 one (``regret.falls``), per realisation and on the mean over realisations (cells and rows present in every one).
 Every judge of the rows is listed, those that do not beat the first stage too (the rows here lack the first stage
-and the ceiling that ``auto_goals.py`` reads to tell them).
+and the ceiling that ``auto_goals.py`` reads to tell them). The fall on the mean comes with its paired 95% bootstrap
+CI over queries (``mean_fall_ci``), which does not correct for picking the largest of the falls.
 
 ``--row RANKER/ORACLE`` reads that row in every cell instead of ``auto``'s (the commands in
 ``benchmarks/results/budget_depth/prior/README.md``). ``--steps`` adds where the falls above the goal's 0.2 are:
@@ -31,13 +32,18 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's packages
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from auto_goals import AXIS  # noqa: E402  (the budget axis as B/N: falls are read from N/2 to 5N)
 
 from activeprp_bench.autotable import GOAL_CAPS, cells_by_cap, core_row, read_family, table_choice  # noqa: E402
+from activeprp_bench.grid import read_csv  # noqa: E402
 from activeprp_bench.regret import falls, label, mean_scores  # noqa: E402
+from activeprp_bench.report import Summary  # noqa: E402
+from activeprp_bench.stats import macro_diff_ci  # noqa: E402
 
 #: The goal's largest fall of ``auto``'s nDCG as B grows (issue 31), in points.
 GOAL_FALL = 0.2
@@ -51,6 +57,19 @@ def largest(scores: dict, auto: dict, span: tuple[float, float]) -> dict[str, st
         out[j] = "0.00" if fall is None or fall[0] <= 0 else \
             f"{fall[0]:.2f} ({fall[2]}, {label(fall[3][0])} -> {label(fall[4][0])})"
     return out
+
+
+def mean_fall_ci(per_query: list[dict], judge: str, fall: tuple, auto: dict, rng: np.random.Generator
+                 ) -> tuple[float, float, float]:
+    """``(points, low, high)``: a ``fall`` of the mean curve (as ``regret.falls`` yields it: its earlier and later
+    cells last) on ``judge``, the earlier cell's row minus the later one's per query, averaged over the realisations
+    (``per_query``: one ``judge -> Summary.per_query`` per realisation), with its paired bootstrap CI over queries
+    (``stats.macro_diff_ci``: within each collection, macro mean; 10k resamples)."""
+    (ca, cb), runs = fall[3:5], [by_judge[judge] for by_judge in per_query]
+    a, b = ((*auto[c].split("/"), *c) for c in (ca, cb))
+    queries = sorted(set.intersection(*(set(run[a]) & set(run[b]) for run in runs)))
+    diff = {q: 100 * float(np.mean([run[a][q] - run[b][q] for run in runs])) for q in queries}
+    return macro_diff_ci([[d for q, d in diff.items() if q[0] == coll] for coll in sorted({q[0] for q in diff})], rng)
 
 
 def steps(families: list[dict], auto: dict, span: tuple[float, float], exclude: set[str]) -> list[str]:
@@ -94,15 +113,33 @@ def main(argv: list[str] | None = None) -> None:
         auto = dict.fromkeys(cells, args.row) if args.row else table_choice(table, n, k, cells)
         columns = [largest({j: {c: v for c, v in fam.ndcg[j].items() if c[1] in GOAL_CAPS} for j in scores}, auto, span)
                    for fam in families] + [largest(scores, auto, span)]
+        rows = set(auto.values())
+        per_query = [{j: Summary(rs, np.random.default_rng(0), resamples=1).per_query for j, rs in by_judge.items()}
+                     for by_judge in (_by_judge(p, n, k, rows) for p in args.rows)]
+        for j in scores:
+            fall = max(falls({j: scores[j]}, auto, span), default=None)
+            if fall is not None and fall[0] > 0:
+                _, low, high = mean_fall_ci(per_query, j, fall, auto, np.random.default_rng(0))
+                columns[-1][j] += f" [{low:.2f}, {high:.2f}]"
         print(f"## N={n}, K={k}: largest fall of {args.row or 'auto'}'s nDCG@{k} as B grows from {span[0]:g} to "
               f"{span[1]:g} (points; cap, budgets)\n")
-        print("| judge | " + " | ".join(f"realisation {i}" for i in range(len(families))) + " | mean |")
+        print("| judge | " + " | ".join(f"realisation {i}" for i in range(len(families)))
+              + " | mean [paired 95% CI] |")
         print("|---|" + "---:|" * (len(families) + 1))
         for j in sorted(scores):
             print(f"| {j} | " + " | ".join(col[j] for col in columns) + " |")
         print()
         if args.steps:
             print("\n".join(steps([fam.ndcg for fam in families], auto, span, set(args.exclude))))
+
+
+def _by_judge(path: str, n: int, k: int, rows: set[str]) -> dict[str, list]:
+    """The rows of ``path`` at (``n``, ``k``) whose ``ranker/oracle`` is in ``rows``, per judge."""
+    out: dict[str, list] = {}
+    for r in read_csv(path, keep=lambda rec: f"{rec['ranker']}/{rec['oracle']}" in rows):
+        if (r.n, r.top_k) == (n, k):
+            out.setdefault(r.judge, []).append(r)
+    return out
 
 
 if __name__ == "__main__":
