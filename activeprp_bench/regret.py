@@ -77,19 +77,23 @@ def label(v: int) -> str:
     return "none" if v < 0 else str(v)
 
 
-def diff_ci(summary: Summary, a: tuple, b: tuple, rng: np.random.Generator) -> tuple[float, float, float]:
+def diff_ci(summary: Summary | Sequence[Summary], a: tuple, b: tuple, rng: np.random.Generator
+            ) -> tuple[float, float, float]:
     """``(mean, low, high)`` in nDCG points of row key ``a`` minus row key ``b`` (each ``(ranker, oracle, budget,
     cap)``) on one judge: paired bootstrap over queries within each collection, macro mean
-    (``stats.macro_diff_ci``, 10k resamples, 95%).
+    (``stats.macro_diff_ci``, 10k resamples, 95%). ``summary``: the judge's ``Summary``, or one per noise
+    realisation of the judge, whose per-query differences are averaged first (over the queries all of them hold).
 
     Raises:
         KeyError: a key the judge's grid lacks.
     """
     from .stats import macro_diff_ci
 
-    qa, qb = summary.per_query[a], summary.per_query[b]
-    return macro_diff_ci([[100 * (qa[q] - qb[q]) for q in qa if q[0] == coll] for coll in sorted({q[0] for q in qa})],
-                         rng)
+    runs = [summary] if isinstance(summary, Summary) else list(summary)
+    pairs = [(s.per_query[a], s.per_query[b]) for s in runs]
+    queries = [q for q in pairs[0][0] if all(q in qa and q in qb for qa, qb in pairs)]  # the first one's order
+    diff = {q: 100 * float(np.mean([qa[q] - qb[q] for qa, qb in pairs])) for q in queries}
+    return macro_diff_ci([[d for q, d in diff.items() if q[0] == coll] for coll in sorted({q[0] for q in diff})], rng)
 
 
 def _ci(summaries: dict[str, Summary], judge: str, cell: Cell, best: str, name: str, rng) -> str:

@@ -11,7 +11,8 @@ Per (N, K) setting of the rows given: per judge, the largest fall of ``auto``'s 
 one (``regret.falls``), per realisation and on the mean over realisations (cells and rows present in every one).
 Every judge of the rows is listed, those that do not beat the first stage too (the rows here lack the first stage
 and the ceiling that ``auto_goals.py`` reads to tell them). The fall on the mean comes with its paired 95% bootstrap
-CI over queries (``mean_fall_ci``), which does not correct for picking the largest of the falls.
+CI over queries (``regret_study.fall_ci``: each query's difference averaged over the realisations), which does not
+correct for picking the largest of the falls.
 
 ``--row RANKER/ORACLE`` reads that row in every cell instead of ``auto``'s (the commands in
 ``benchmarks/results/budget_depth/prior/README.md``). ``--steps`` adds where the falls above the goal's 0.2 are:
@@ -38,12 +39,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from auto_goals import AXIS  # noqa: E402  (the budget axis as B/N: falls are read from N/2 to 5N)
+from regret_study import fall_ci  # noqa: E402
 
 from activeprp_bench.autotable import GOAL_CAPS, cells_by_cap, core_row, read_family, table_choice  # noqa: E402
-from activeprp_bench.grid import read_csv  # noqa: E402
+from activeprp_bench.grid import Row, read_csv  # noqa: E402
 from activeprp_bench.regret import falls, label, mean_scores  # noqa: E402
 from activeprp_bench.report import Summary  # noqa: E402
-from activeprp_bench.stats import macro_diff_ci  # noqa: E402
 
 #: The goal's largest fall of ``auto``'s nDCG as B grows (issue 31), in points.
 GOAL_FALL = 0.2
@@ -59,17 +60,13 @@ def largest(scores: dict, auto: dict, span: tuple[float, float]) -> dict[str, st
     return out
 
 
-def mean_fall_ci(per_query: list[dict], judge: str, fall: tuple, auto: dict, rng: np.random.Generator
-                 ) -> tuple[float, float, float]:
-    """``(points, low, high)``: a ``fall`` of the mean curve (as ``regret.falls`` yields it: its earlier and later
-    cells last) on ``judge``, the earlier cell's row minus the later one's per query, averaged over the realisations
-    (``per_query``: one ``judge -> Summary.per_query`` per realisation), with its paired bootstrap CI over queries
-    (``stats.macro_diff_ci``: within each collection, macro mean; 10k resamples)."""
-    (ca, cb), runs = fall[3:5], [by_judge[judge] for by_judge in per_query]
-    a, b = ((*auto[c].split("/"), *c) for c in (ca, cb))
-    queries = sorted(set.intersection(*(set(run[a]) & set(run[b]) for run in runs)))
-    diff = {q: 100 * float(np.mean([run[a][q] - run[b][q] for run in runs])) for q in queries}
-    return macro_diff_ci([[d for q, d in diff.items() if q[0] == coll] for coll in sorted({q[0] for q in diff})], rng)
+def rows_by_judge(paths: list[str], rows: set[str]) -> dict[tuple[int, int, str], list[Row]]:
+    """The rows of ``paths`` whose ``ranker/oracle`` is in ``rows``, per (N, K, judge)."""
+    out: dict[tuple[int, int, str], list[Row]] = {}
+    for path in paths:
+        for r in read_csv(path, keep=lambda rec: f"{rec['ranker']}/{rec['oracle']}" in rows):
+            out.setdefault((r.n, r.top_k, r.judge), []).append(r)
+    return out
 
 
 def steps(families: list[dict], auto: dict, span: tuple[float, float], exclude: set[str]) -> list[str]:
@@ -113,14 +110,11 @@ def main(argv: list[str] | None = None) -> None:
         auto = dict.fromkeys(cells, args.row) if args.row else table_choice(table, n, k, cells)
         columns = [largest({j: {c: v for c, v in fam.ndcg[j].items() if c[1] in GOAL_CAPS} for j in scores}, auto, span)
                    for fam in families] + [largest(scores, auto, span)]
-        rows = set(auto.values())
-        per_query = [{j: Summary(rs, np.random.default_rng(0), resamples=1).per_query for j, rs in by_judge.items()}
-                     for by_judge in (_by_judge(p, n, k, rows) for p in args.rows)]
+        runs = [rows_by_judge([p], set(auto.values())) for p in args.rows]
         for j in scores:
-            fall = max(falls({j: scores[j]}, auto, span), default=None)
-            if fall is not None and fall[0] > 0:
-                _, low, high = mean_fall_ci(per_query, j, fall, auto, np.random.default_rng(0))
-                columns[-1][j] += f" [{low:.2f}, {high:.2f}]"
+            summaries = [Summary(run[(n, k, j)], np.random.default_rng(0), resamples=1) for run in runs]
+            if (ci := fall_ci(summaries, {j: scores[j]}, auto, span, np.random.default_rng(0))) is not None:
+                columns[-1][j] += f" [{ci[1]:.2f}, {ci[2]:.2f}]"
         print(f"## N={n}, K={k}: largest fall of {args.row or 'auto'}'s nDCG@{k} as B grows from {span[0]:g} to "
               f"{span[1]:g} (points; cap, budgets)\n")
         print("| judge | " + " | ".join(f"realisation {i}" for i in range(len(families)))
@@ -131,15 +125,6 @@ def main(argv: list[str] | None = None) -> None:
         print()
         if args.steps:
             print("\n".join(steps([fam.ndcg for fam in families], auto, span, set(args.exclude))))
-
-
-def _by_judge(path: str, n: int, k: int, rows: set[str]) -> dict[str, list]:
-    """The rows of ``path`` at (``n``, ``k``) whose ``ranker/oracle`` is in ``rows``, per judge."""
-    out: dict[str, list] = {}
-    for r in read_csv(path, keep=lambda rec: f"{rec['ranker']}/{rec['oracle']}" in rows):
-        if (r.n, r.top_k) == (n, k):
-            out.setdefault(r.judge, []).append(r)
-    return out
 
 
 if __name__ == "__main__":

@@ -38,11 +38,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
-from auto_falls import largest  # noqa: E402  (a judge's largest fall of a picked row, as printed in falls.md)
+from auto_falls import largest, rows_by_judge  # noqa: E402  (as falls.md reads falls and rows)
 from regret_study import cell_minimax, fall_ci, regret_goal  # noqa: E402
 
 from activeprp_bench.autotable import GOAL_CAPS, cells_by_cap, read_family, regret, table_choice  # noqa: E402
-from activeprp_bench.grid import read_csv  # noqa: E402
 from activeprp_bench.regret import label  # noqa: E402
 from activeprp_bench.report import Summary  # noqa: E402
 
@@ -146,10 +145,7 @@ def main(argv: list[str] | None = None) -> None:
             for judges in args.set:
                 print("\n".join(set_goal(fam.ndcg, judges.split(","), table, n, k)))
         return
-    by_judge: dict[tuple[int, int, str], list] = {}
-    for path in args.rows:
-        for r in read_csv(path, keep=lambda rec: rec["ranker"] == "auto"):
-            by_judge.setdefault((r.n, r.top_k, r.judge), []).append(r)
+    by_judge = rows_by_judge(args.rows, {AUTO})
     for (n, k), fam in families:
         print(f"## N={n}, K={k}: auto against the best measured row on judges outside the family (nDCG@{k})\n")
         for judge in sorted(fam.ndcg):

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -65,11 +66,12 @@ def regret_bias(summary: Summary, cell: Cell, name: str, rng: np.random.Generato
     return in_sample, 2 * in_sample - float((top - boot[:, col]).mean()), float((top - boot[:, best]).mean())
 
 
-def fall_ci(summary: Summary, scores: Scores, pick: dict[Cell, str], span: tuple[float, float],
+def fall_ci(summary: Summary | Sequence[Summary], scores: Scores, pick: dict[Cell, str], span: tuple[float, float],
             rng: np.random.Generator) -> tuple[float, float, float, Cell, Cell] | None:
     """One judge's largest fall of the picked row's nDCG as the budget grows within ``span``, with its paired
     bootstrap CI (``regret.diff_ci``): ``(points, low, high, earlier cell, later cell)``; None when it never falls.
-    ``scores``: that judge's cell means alone (``{judge: cells}``)."""
+    ``scores``: that judge's cell means alone (``{judge: cells}``); ``summary``: its ``Summary``, or one per noise
+    realisation (``scores`` then the mean over them, ``regret.mean_scores``)."""
     fall, _, _, ca, cb = max(falls(scores, pick, span), default=(0.0, "", "", None, None))
     if fall <= 0:
         return None

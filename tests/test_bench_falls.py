@@ -6,8 +6,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import pytest
-
 from tests.conftest import documented_command, printed_from_root, skip_without_bench
 
 skip_without_bench()
@@ -53,18 +51,3 @@ def test_steps_counts_the_curves_that_fall_past_the_goal_and_where():
                         "1 of 4; per cap: none 1, 6 0, 10 0")
     assert lines[2] == "Where (cap, budgets of the largest fall: curves): none, 100 -> 150: 1"
 
-
-def test_mean_fall_ci_averages_each_query_over_the_realisations_before_the_bootstrap():
-    import numpy as np
-
-    a, b = ("budget_depth", "adaptive", 100, -1), ("budget_depth", "adaptive", 150, -1)
-    auto = {(100, -1): "budget_depth/adaptive", (150, -1): "budget_depth/adaptive"}
-    fall = (0.5, "j", "none", (100, -1), (150, -1))
-    qs = [("dl19", "q1"), ("dl19", "q2"), ("dl20", "q3")]
-    # realisation 1: every query falls 0.01; realisation 2: q1 and q3 fall 0.01, q2 rises 0.01 (and q4 is missing)
-    one = {"j": {a: dict.fromkeys(qs, 0.6), b: dict.fromkeys(qs, 0.59)}}
-    two = {"j": {a: {**dict.fromkeys(qs, 0.6), ("dl20", "q4"): 0.5}, b: {qs[0]: 0.59, qs[1]: 0.61, qs[2]: 0.59}}}
-    mean, low, high = auto_falls.mean_fall_ci([one, two], "j", fall, auto, np.random.default_rng(0))
-    # per query over both: q1 1.0, q2 0.0, q3 1.0 points; macro over dl19 (0.5) and dl20 (1.0)
-    assert mean == pytest.approx(0.75)
-    assert low == pytest.approx(0.5) and high == pytest.approx(1.0)  # dl20 holds one query; dl19 spans 0 to 1

@@ -141,6 +141,26 @@ def test_macro_diff_ci_resamples_within_collections():
         macro_diff_ci([[]], rng)
 
 
+def test_diff_ci_over_realisations_averages_each_query_over_them_before_the_bootstrap():
+    from activeprp_bench.regret import diff_ci
+    from activeprp_bench.report import Summary
+
+    def realisation(at_150: dict[tuple[str, str], float]) -> Summary:
+        at_100 = dict.fromkeys([*at_150, ("dl20", "q4")], 0.6)  # q4 is not asked at B=150: left out
+        rows = [Row(collection=c, qid=q, ranker="r", oracle="o", budget=b, seed=0, n=100, ndcg10=v)
+                for b, values in ((100, at_100), (150, at_150)) for (c, q), v in values.items()]
+        return Summary(rows, np.random.default_rng(0), resamples=1)
+
+    qs = [("dl19", "q1"), ("dl19", "q2"), ("dl20", "q3")]
+    one = realisation(dict.fromkeys(qs, 0.59))  # every query 1 point lower at B=150
+    two = realisation({qs[0]: 0.59, qs[1]: 0.61, qs[2]: 0.59})  # q2 1 point higher
+    mean, low, high = diff_ci([one, two], ("r", "o", 100, -1), ("r", "o", 150, -1), np.random.default_rng(0))
+    # per query over both: q1 1.0, q2 0.0, q3 1.0 points; the macro mean over dl19 (0.5) and dl20 (1.0)
+    assert mean == pytest.approx(0.75)
+    assert low == pytest.approx(0.5) and high == pytest.approx(1.0)  # dl20 holds one query; dl19 spans 0 to 1
+    assert diff_ci(one, ("r", "o", 100, -1), ("r", "o", 150, -1), np.random.default_rng(0))[0] == pytest.approx(1.0)
+
+
 @needs_data
 def test_bench_grid_judge_flags_label_rows_and_default_is_unchanged(tmp_path):
     base = ["bench", "grid", "--data", str(DATA), "--collections", "noveleval", "--rankers", "mohajer",
