@@ -102,3 +102,16 @@ def test_bundled_demo_data_is_small_and_judged():
     rows = load_demo_queries()
     assert len(rows) == 10 and all(len(r["hits"]) == 30 and r["qrels"] for r in rows)
     assert all(any(g > 0 for g in r["qrels"].values()) for r in rows)
+
+
+def test_the_docs_thread_table_quotes_the_committed_timings():
+    """docs/benchmarks.md's table of the demo's wall time by torch threads is ``threads.txt``, cell by cell."""
+    line = re.compile(r"^busy loops (\d+) \| torch threads: (\d) \((?:--threads|\d usable cores, load average "
+                      r"([\d.]+);.*?)\) \| total time [\d.]+ s \| wall ([\d.]+) s$", re.MULTILINE)
+    runs = line.findall((OUTPUT.parent / "threads.txt").read_text(encoding="utf-8"))
+    assert len(runs) == 6, runs
+    docs = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    for i in range(0, 6, 3):
+        (busy, chosen, load, own), (_, _, _, one), (_, _, _, two) = runs[i:i + 3]
+        threads = "1 thread" if chosen == "1" else f"{chosen} threads"
+        assert f"| {busy} | {own} ({threads}, load average {load}) | {one} | {two} |" in docs
