@@ -15,6 +15,7 @@ import lzma
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from functools import partial
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -182,13 +183,28 @@ def write_csv(rows: Sequence[Row], path: str | Path, columns: Sequence[str] | No
         writer.writerows({k: getattr(r, k) for k in names} for r in rows)
 
 
-def read_csv(path: str | Path, keep: Callable[[dict[str, str]], bool] | None = None) -> list[Row]:
+def read_csv(path: str | Path, keep: Callable[[str, str], bool] | None = None) -> list[Row]:
     """Read rows written by ``write_csv`` (plain, .gz or .xz). Columns a file lacks take their defaults, so files
-    written before a field was added still load (their ``wall_s`` column is read as ``wall_time_s``). ``keep``:
-    which records to load, read on the raw CSV record (column -> text); default all."""
+    written before a field was added still load (their ``wall_s`` column is read as ``wall_time_s``).
+    ``keep(ranker, oracle)``: which rows to load, as ``autotable.read_family``'s (default all); asked once per
+    pair, and a row left out costs no ``Row``."""
     parse = {"int": int, "float": float, "str": str, "bool": lambda v: v == "True"}
     column = {f.name: parse[f.type] for f in fields(Row)}
     column["wall_s"] = float
     with open_rows(path, "r") as f:
-        return [Row(**{("wall_time_s" if k == "wall_s" else k): column[k](v) for k, v in rec.items()})
-                for rec in csv.DictReader(f) if keep is None or keep(rec)]
+        records = csv.reader(f)
+        header = next(records, [])
+        names = ["wall_time_s" if k == "wall_s" else k for k in header]
+        types = [column[k] for k in header]
+        pair = itemgetter(header.index("ranker"), header.index("oracle")) if keep else None
+        wanted: dict[tuple[str, str], bool] = {}
+        rows = []
+        for rec in records:
+            if pair is not None:
+                key = pair(rec)
+                if key not in wanted:
+                    wanted[key] = keep(*key)
+                if not wanted[key]:
+                    continue
+            rows.append(Row(**{k: t(v) for k, t, v in zip(names, types, rec)}))
+        return rows

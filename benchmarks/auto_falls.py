@@ -64,7 +64,7 @@ def rows_by_judge(paths: list[str], rows: set[str]) -> dict[tuple[int, int, str]
     """The rows of ``paths`` whose ``ranker/oracle`` is in ``rows``, per (N, K, judge)."""
     out: dict[tuple[int, int, str], list[Row]] = {}
     for path in paths:
-        for r in read_csv(path, keep=lambda rec: f"{rec['ranker']}/{rec['oracle']}" in rows):
+        for r in read_csv(path, keep=lambda ranker, oracle: f"{ranker}/{oracle}" in rows):
             out.setdefault((r.n, r.top_k, r.judge), []).append(r)
     return out
 

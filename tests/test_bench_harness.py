@@ -28,7 +28,7 @@ from activeprp_bench.datasets import (
     load_trec_files,
     resort,
 )
-from activeprp_bench.grid import Row, run_grid, simulator_factory
+from activeprp_bench.grid import SLIM_COLUMNS, Row, read_csv, run_grid, simulator_factory, write_csv
 from activeprp_bench.instrumented import SleepingComparator
 from activeprp_bench.overhead import measured_wall_time
 from activeprp_bench.reference import ReferenceFallbackMohajer, ReferenceHeapSort
@@ -261,3 +261,28 @@ def test_pareto_front_drops_dominated_cells():
     assert "| worse/randomized/60/-1 | good/randomized/60/-1 | 65.00 | 70.00 | -5.00 | [-5.00, -5.00] |" in table
     with pytest.raises(ValueError):
         cell(summary, "good/randomized/61/-1")
+
+
+@pytest.mark.parametrize("suffix", ["csv", "csv.gz", "csv.xz"])
+def test_read_csv_gives_back_the_rows_written_and_keeps_only_the_pairs_asked(tmp_path, suffix):
+    rows = [Row(calls=c, comparisons=c, rounds=3, ranker=r, oracle=o, qid=str(c), ndcg10=c / 10, judge="j",
+                collection="dl19", budget=50, seed=0, n=20, wall_time_s=0.25, exhausted=c % 2 == 0)
+            for c, (r, o) in enumerate([("mohajer", "randomized"), ("auto", "auto"), ("mohajer", "adaptive")] * 2)]
+    path = tmp_path / f"rows.{suffix}"
+    write_csv(rows, path)
+    assert read_csv(path) == rows
+    asked = []
+    kept = read_csv(path, keep=lambda ranker, oracle: asked.append((ranker, oracle)) or ranker == "mohajer")
+    assert kept == [r for r in rows if r.ranker == "mohajer"] and len(asked) == 3  # once per pair
+    write_csv(rows, path, SLIM_COLUMNS)  # the other columns take their defaults
+    slim = read_csv(path)
+    assert [(r.qid, r.ndcg10, r.calls) for r in slim] == [(r.qid, r.ndcg10, r.calls) for r in rows]
+    assert all(r.wall_time_s == 0.0 and r.exhausted is False for r in slim)
+
+
+def test_read_csv_reads_the_old_wall_s_column(tmp_path):
+    path = tmp_path / "old.csv"
+    path.write_text("collection,qid,ranker,oracle,budget,seed,n,wall_s,ndcg10\n"
+                    "dl19,q1,mohajer,randomized,50,0,20,1.5,0.4\n")
+    (row,) = read_csv(path)
+    assert (row.qid, row.wall_time_s, row.ndcg10) == ("q1", 1.5, 0.4)
