@@ -5,7 +5,7 @@
 #   - README's set-up (scripts/install.sh), when a package of the `all` extra is missing;
 #   - the `test` extra;
 #   - llama-cpp-python's OpenAI-compatible server, the real endpoint of tests/test_core_comparators_openai.py. PyPI has
-#     no wheel of it, so the first run on a machine compiles llama.cpp from source (4 min on 2 idle cores, 22 min
+#     no wheel of it, so the first run on a machine compiles llama.cpp from source (4-5 min on 2 idle cores, 22 min
 #     on 2 cores busy with other jobs; most of the first run's time, see docs/testing.md) into a wheel kept in
 #     $ACTIVEPRP_WHEELS (default ~/.cache/activeprp/wheels), so later venvs install it in seconds. The build targets
 #     a generic x86-64 CPU with AVX2 (GGML_NATIVE=OFF): the native build of 0.3.36 crashed (SIGSEGV) on its first
@@ -28,7 +28,7 @@ mapfile -t missing < <(python scripts/missing_requirements.py ".[test]" "llama-c
 if [ "${#missing[@]}" -gt 0 ]; then
   if [[ "${missing[*]}" == *llama-cpp-python* ]] && ! compgen -G "$WHEELS/llama_cpp_python-$LLAMA_VERSION-*.whl" >/dev/null; then
     echo "scripts/test.sh: building llama-cpp-python $LLAMA_VERSION (llama.cpp from source, once per machine:" \
-      "4 min on 2 idle cores, up to 22 min on busy ones) into $WHEELS"
+      "4-5 min on 2 idle cores, up to 22 min on busy ones) into $WHEELS"
     CMAKE_ARGS="${CMAKE_ARGS:-$PORTABLE}" python -m pip wheel --no-deps --no-cache-dir -w "$WHEELS" \
       "llama-cpp-python==$LLAMA_VERSION"
   fi
