@@ -115,3 +115,10 @@ def test_the_docs_thread_table_quotes_the_committed_timings():
         (busy, chosen, load, own), (_, _, _, one), (_, _, _, two) = runs[i:i + 3]
         threads = "1 thread" if chosen == "1" else f"{chosen} threads"
         assert f"| {busy} | {own} ({threads}, load average {load}) | {one} | {two} |" in docs
+    (_, _, _, idle), (_, _, _, idle1), (_, _, _, idle2), (_, _, _, busy_own), (_, _, _, busy1), (_, _, _, busy2) = runs
+    flat = " ".join(docs.split())
+    assert f"took {float(idle) - float(idle2):.1f} s more than 2 would have" in flat
+    assert f"the other choice cost {float(busy2) - float(busy1):.1f} s" in flat
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    fast, slow = sorted(float(x) for x in (idle, idle1, idle2))[::2]
+    assert f"{fast:.0f}-{slow:.0f} s on 2 cores, {float(busy_own):.0f} s beside 2 busy loops" in readme
