@@ -50,4 +50,3 @@ def test_steps_counts_the_curves_that_fall_past_the_goal_and_where():
     assert lines[0] == ("Curves (judge x realisation x cap; left-out left out) whose largest fall is above 0.2: "
                         "1 of 4; per cap: none 1, 6 0, 10 0")
     assert lines[2] == "Where (cap, budgets of the largest fall: curves): none, 100 -> 150: 1"
-

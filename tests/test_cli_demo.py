@@ -110,15 +110,14 @@ def test_the_docs_thread_table_quotes_the_committed_timings():
                       r"([\d.]+);.*?)\) \| total time [\d.]+ s \| wall ([\d.]+) s$", re.MULTILINE)
     runs = line.findall((OUTPUT.parent / "threads.txt").read_text(encoding="utf-8"))
     assert len(runs) == 6, runs
+    walls = [float(run[3]) for run in runs]  # idle: own choice, 1, 2 threads; then the same beside 2 busy loops
     docs = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
-    for i in range(0, 6, 3):
-        (busy, chosen, load, own), (_, _, _, one), (_, _, _, two) = runs[i:i + 3]
+    for first in (0, 3):
+        (busy, chosen, load, _), (own, one, two) = runs[first], walls[first:first + 3]
         threads = "1 thread" if chosen == "1" else f"{chosen} threads"
-        assert f"| {busy} | {own} ({threads}, load average {load}) | {one} | {two} |" in docs
-    (_, _, _, idle), (_, _, _, idle1), (_, _, _, idle2), (_, _, _, busy_own), (_, _, _, busy1), (_, _, _, busy2) = runs
+        assert f"| {busy} | {own:.1f} ({threads}, load average {load}) | {one:.1f} | {two:.1f} |" in docs
     flat = " ".join(docs.split())
-    assert f"took {float(idle) - float(idle2):.1f} s more than 2 would have" in flat
-    assert f"the other choice cost {float(busy2) - float(busy1):.1f} s" in flat
+    assert f"took {walls[0] - walls[2]:.1f} s more than 2 would have" in flat
+    assert f"the other choice cost {walls[5] - walls[4]:.1f} s" in flat
     readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
-    fast, slow = sorted(float(x) for x in (idle, idle1, idle2))[::2]
-    assert f"{fast:.0f}-{slow:.0f} s on 2 cores, {float(busy_own):.0f} s beside 2 busy loops" in readme
+    assert f"{min(walls[:3]):.0f}-{max(walls[:3]):.0f} s on 2 cores, {walls[3]:.0f} s beside 2 busy loops" in readme
