@@ -7,7 +7,7 @@ from these declarations instead of restating them:
 
 - the keywords of ``rerank``, ``arerank``, ``rerank_many``, ``arerank_many``, ``arerank_stream`` and
   ``Reranking`` (``takes_settings``, ``RerankSettings.of``);
-- the fields of the LangChain and LlamaIndex wrappers (``activeprp_integrations._common.settings_fields``);
+- the fields of the LangChain and LlamaIndex wrappers (``activeprp_integrations._common.settings_model``);
 - the flags of ``activeprp rerank`` / ``rerank-run`` (``activeprp_cli.rerank.add_settings_args``);
 - the settings one request may carry (``PER_REQUEST``) and the caps a server bounds (``CAPS``);
 - the echo of the settings in ``RerankResult``, ``RerankResult.stats()`` and Ray's output columns.
