@@ -1,0 +1,120 @@
+"""Do the committed grids still come out of today's code?
+
+Each committed ``activeprp bench grid`` output (a directory under ``benchmarks/results/`` with ``config.json`` and
+``rows.csv.gz`` or ``rows.csv.xz``) is re-run from its own arguments (``config.json``'s ``argv``) on the first
+``--queries`` judged queries of each collection, and its rows are compared with the committed rows of the same
+queries: every column the committed file has, wall time left out (a query's rows do not depend on the other
+queries, so a subset reproduces the full run's rows). A bundled-model grid re-runs from a copy of its committed
+``answers.sqlite``. One markdown line per grid: rows compared, rows that differ, the first difference. Exit status
+1 when any row differs.
+
+Command (from the repository root; the committed grids' figures in docs/ and README quote these rows):
+
+    python benchmarks/rows_reproduce.py --data ../shared/data                 # every committed grid
+    python benchmarks/rows_reproduce.py --data ../shared/data benchmarks/results/sim_dl1920
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # this checkout's packages, not an installed copy
+
+from activeprp_bench.grid import open_rows, read_csv  # noqa: E402
+from activeprp_cli import main as activeprp  # noqa: E402
+
+#: ``argv`` options this script sets itself (each takes one value).
+REPLACED = {"--out", "--data", "--queries", "--rows-cache", "--cache", "--jobs"}
+#: Columns not compared: measured, not computed.
+MEASURED = {"wall_s", "wall_time_s"}
+KEY = ("judge", "collection", "qid", "ranker", "oracle", "budget", "max_rounds", "seed")
+
+
+def committed_grids(root: Path = ROOT / "benchmarks" / "results") -> list[Path]:
+    """The directories under ``root`` holding a grid's ``config.json`` and rows (not a ``--from-csv`` report)."""
+    out = []
+    for config in sorted(root.rglob("config.json")):
+        c = json.loads(config.read_text())
+        if c.get("bench_mode") == "grid" and not c.get("from_csv") and rows_file(config.parent):
+            out.append(config.parent)
+    return out
+
+
+def rows_file(grid: Path) -> Path | None:
+    return next((p for p in (grid / "rows.csv.xz", grid / "rows.csv.gz") if p.exists()), None)
+
+
+def rerun_argv(argv: list[str], data: str, queries: int, out: Path, jobs: int) -> list[str]:
+    """``argv`` with the options of ``REPLACED`` set for this re-run; a ``--sim-params`` file given by an absolute
+    path of another checkout is read from this one (its path from ``benchmarks/``)."""
+    kept, it = [], iter(argv)
+    for a in it:
+        if a in REPLACED:
+            next(it, None)
+        elif a != "--no-progress":
+            kept.append(a)
+    for i, a in enumerate(kept[:-1]):
+        if a == "--sim-params" and not Path(kept[i + 1]).exists() and "benchmarks/" in kept[i + 1]:
+            kept[i + 1] = str(ROOT / ("benchmarks/" + kept[i + 1].split("benchmarks/", 1)[1]))
+    extra = ["--jobs", str(jobs)] if "--judges" in kept or "--judge" in kept else []
+    return [*kept, "--data", data, "--queries", str(queries), "--out", str(out), "--no-progress", *extra]
+
+
+def compare(grid: Path, data: str, queries: int, jobs: int) -> tuple[int, int, str]:
+    """``(rows compared, rows that differ, the first difference)`` of ``grid`` re-run on ``queries`` queries."""
+    config = json.loads((grid / "config.json").read_text())
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "grid"
+        out.mkdir()
+        if (grid / "answers.sqlite").exists():
+            shutil.copy(grid / "answers.sqlite", out / "answers.sqlite")
+        with contextlib.redirect_stdout(io.StringIO()):
+            status = activeprp(rerun_argv(config["argv"], data, queries, out, jobs))
+        if status:
+            raise SystemExit(f"{grid}: the re-run exited with {status}")
+        fresh = read_csv(rows_file(out))
+    with open_rows(rows_file(grid), "r") as f:
+        header = f.readline().strip().split(",")
+    columns = [c for c in header if c not in MEASURED and c not in KEY]
+    key = [c for c in KEY if c in header]
+    queried = {(r.collection, r.qid) for r in fresh}
+    old = {tuple(getattr(r, c) for c in key): r for r in read_csv(rows_file(grid)) if (r.collection, r.qid) in queried}
+    differ, first = 0, ""
+    for r in fresh:
+        k = tuple(getattr(r, c) for c in key)
+        was = old.get(k)
+        diffs = ["missing"] if was is None else [
+            f"{c} {getattr(was, c)} -> {getattr(r, c)}" for c in columns
+            if (abs(getattr(was, c) - getattr(r, c)) > 1e-9 if c == "ndcg10" else getattr(was, c) != getattr(r, c))]
+        if diffs:
+            differ += 1
+            first = first or f"{dict(zip(key, k))}: {'; '.join(diffs)}"
+    return len(fresh), differ, first
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("grids", nargs="*", type=Path, help="grid directories (default: every committed grid)")
+    ap.add_argument("--data", required=True, help="the collections (../shared/data)")
+    ap.add_argument("--queries", type=int, default=1, help="judged queries per collection to re-run (default 1)")
+    ap.add_argument("--jobs", type=int, default=2, help="worker processes for a family grid (default 2)")
+    args = ap.parse_args(argv)
+    stale = 0
+    print("| grid | rows compared | rows that differ | first difference |\n|---|---:|---:|---|")
+    for grid in args.grids or committed_grids():
+        n, differ, first = compare(grid.resolve(), str(Path(args.data).resolve()), args.queries, args.jobs)
+        stale += differ > 0
+        print(f"| {grid.resolve().relative_to(ROOT)} | {n} | {differ} | {first or '-'} |", flush=True)
+    return 1 if stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

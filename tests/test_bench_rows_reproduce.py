@@ -1,0 +1,70 @@
+"""benchmarks/rows_reproduce.py: a committed grid re-run on a few queries from its own arguments gives its committed
+rows, a changed row is found, and docs/benchmarks.md's Table 1 is the committed grid's."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+from tests.conftest import SHARED_DATA, needs_data, skip_without_bench
+
+skip_without_bench()
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import rows_reproduce  # noqa: E402
+
+from activeprp_bench.grid import read_csv, write_csv  # noqa: E402
+
+TABLE_1 = ROOT / "benchmarks" / "results" / "sim_dl1920"
+
+
+def _table(text: str) -> list[str]:
+    """The first table of ``text`` that starts with the Table 1 header."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| Oracle | Ranker | 100"))
+    end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
+    return lines[start:end]
+
+
+def test_docs_table_1_is_the_committed_grid():
+    docs = _table((ROOT / "docs" / "benchmarks.md").read_text())
+    assert len(docs) == 14
+    assert docs == _table((TABLE_1 / "tables.md").read_text())
+
+
+def test_rerun_argv_replaces_what_the_script_sets_and_keeps_the_grid():
+    argv = ["bench", "grid", "--data", "/elsewhere", "--out", "benchmarks/results/x", "--no-progress", "--queries",
+            "120", "--judges", "family", "--jobs", "4", "--sim-params",
+            "/work/other-checkout/benchmarks/results/calibration/calibration_pair_noise_1.0.json", "--seeds", "3"]
+    out = rows_reproduce.rerun_argv(argv, "/data", 1, Path("/tmp/o"), 2)
+    assert out == ["bench", "grid", "--judges", "family", "--sim-params",
+                   str(ROOT / "benchmarks/results/calibration/calibration_pair_noise_1.0.json"), "--seeds", "3",
+                   "--data", "/data", "--queries", "1", "--out", "/tmp/o", "--no-progress", "--jobs", "2"]
+
+
+def test_committed_grids_are_the_grid_outputs():
+    grids = rows_reproduce.committed_grids()
+    assert TABLE_1 in grids
+    assert all(json.loads((g / "config.json").read_text())["bench_mode"] == "grid" for g in grids)
+    assert ROOT / "benchmarks" / "results" / "throughput" not in grids  # a config.json that is not a grid's
+
+
+@needs_data
+def test_table_1_rows_reproduce_and_a_changed_row_is_found(tmp_path):
+    n, differ, first = rows_reproduce.compare(TABLE_1, str(SHARED_DATA), 1, 1)
+    assert (n, differ, first) == (2 * 6 * 9 * (1 + 8), 0, "")  # queries x rankers x budgets x seeds (bi 1, rand 8)
+
+    grid = tmp_path / "sim_dl1920"
+    grid.mkdir()
+    shutil.copy(TABLE_1 / "config.json", grid)
+    rows = read_csv(TABLE_1 / "rows.csv.gz")
+    changed = next(r for r in rows if r.qid == rows[0].qid and r.ranker == "heapsort" and r.oracle == "randomized"
+                   and r.budget == 300)
+    changed.calls += 1
+    write_csv(rows, grid / "rows.csv.gz")
+    n, differ, first = rows_reproduce.compare(grid, str(SHARED_DATA), 1, 1)
+    assert differ == 1 and f"'qid': '{changed.qid}'" in first and "calls" in first
