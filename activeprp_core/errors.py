@@ -11,8 +11,8 @@ Everything else that goes wrong is an ``ActivePRPError``::
     │   │                              model (never retried)
     │   ├── ComparatorUnavailable      the endpoint keeps failing (timeouts, refused connections, 429 / 5xx after
     │   │                              their retries): the circuit breaker opened, or every call of a rerank failed
-    │   └── InvalidAnswer              also a ValueError: a comparator answered the wrong number of items or a
-    │                                  probability outside [0, 1] (a comparator bug)
+    │   └── InvalidAnswer              also a ValueError: a comparator answered the wrong number of items, or an
+    │                                  answer that is not a number in [0, 1] (a comparator bug)
     └── RankerError                    also a RuntimeError: a ranker returned something that is not a permutation
 
 Every ``ComparatorError`` carries ``status_code`` (the HTTP status, None without one), ``message`` (the
@@ -92,8 +92,8 @@ class ComparatorUnavailable(ComparatorError):
 
 
 class InvalidAnswer(ComparatorError, ValueError):
-    """A comparator answered the wrong number of items for a batch, or a probability outside [0, 1]. A bug in
-    the comparator, never clipped or imputed."""
+    """A comparator answered the wrong number of items for a batch, or an answer that is not a number in [0, 1]
+    (a str or a bool included). A bug in the comparator, never parsed, clipped or imputed."""
 
 
 class RankerError(ActivePRPError, RuntimeError):

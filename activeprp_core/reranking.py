@@ -121,7 +121,7 @@ class Reranking:
         """Answer the pending batch: one answer per prompt, in order.
 
         Raises:
-            InvalidAnswer: the wrong number of answers, or a probability outside [0, 1].
+            InvalidAnswer: the wrong number of answers, or an answer that is not a number in [0, 1].
         """
         if self._pending is None:
             raise RuntimeError("send() with no batch pending: call next_batch() first (or result() when DONE)")

@@ -57,8 +57,9 @@ class Judgment:
             deadline: cancelled, or its late answer discarded; a call spent, not a failed one). ``prob`` is None.
 
     Raises:
-        InvalidAnswer (a ValueError): ``prob`` is not a number, or lies outside [0, 1] (a comparator bug, never
-            silently clipped). A ``Judgment`` is valid once made: nothing downstream checks it again.
+        InvalidAnswer (a ValueError): ``prob`` is not a number (a str or a bool is not one), or lies outside
+            [0, 1] (a comparator bug, never silently parsed or clipped). A ``Judgment`` is valid once made: nothing
+            downstream checks it again.
     """
 
     prob: float | None
@@ -75,10 +76,12 @@ class Judgment:
         if self.prob is None:
             return
         try:
+            if isinstance(self.prob, (str, bytes, bool)):  # float() would parse "0.9" and True: a comparator bug
+                raise TypeError
             prob = float(self.prob)
         except (TypeError, ValueError):
             raise InvalidAnswer(f"comparator returned {type(self.prob).__name__} {self.prob!r}, not a probability "
-                                "in [0, 1] or None") from None
+                                "in [0, 1] (a number) or None") from None
         if math.isnan(prob):
             self.prob, self.error = None, self.error or "NaN answer"
         elif not 0.0 <= prob <= 1.0:

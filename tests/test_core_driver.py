@@ -53,6 +53,28 @@ def test_protocol_misuse_is_reported():
     assert sorted(reranking.result().order) == [0, 1, 2, 3]
 
 
+class Answers(Comparator):
+    """Answers every pair of a batch with ``answers`` (repeated to the batch's length)."""
+
+    def __init__(self, *answers):
+        self.answers = answers
+
+    def compare(self, query, pairs):
+        return [self.answers[i % len(self.answers)] for i in range(len(pairs))]
+
+
+@pytest.mark.parametrize("answer", ["0.9", True, b"1"])
+def test_an_answer_that_is_not_a_number_is_invalid_not_parsed(answer):
+    with pytest.raises(InvalidAnswer, match=f"comparator returned {type(answer).__name__} "):
+        rerank("q", cands(5), comparator=Answers(answer), budget=10)
+
+
+def test_numeric_answers_of_any_numeric_type_are_read_as_floats():
+    import numpy as np
+
+    typed = rerank("q", cands(6), comparator=Answers(np.float32(0.25), 1, np.float64(0.0)), budget=20)
+    assert typed.order == rerank("q", cands(6), comparator=Answers(0.25, 1.0, 0.0), budget=20).order
+
 class Failing(Comparator):
     """Raises ``error`` from the ``fail_at``-th call on (counting calls), else answers from ``inner``."""
 

@@ -335,7 +335,7 @@ class Comparator:
 
         Raises:
             ComparatorUnavailable / another ComparatorError: the guard stopped calls before a chunk.
-            InvalidAnswer: a chunk answered with the wrong number of items or a probability outside [0, 1].
+            InvalidAnswer: a chunk answered with the wrong number of items or an answer that is not a number in [0, 1].
         """
         guard = guard or CallGuard(self.max_concurrency, None)
         return run_blocking(_chunked(query, pairs, guard, blocking(self._send_chunk)))
