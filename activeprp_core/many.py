@@ -256,10 +256,20 @@ def _session(window: _Window):
         window.close()
 
 
+def check_requests(requests: Any) -> None:
+    """Raises TypeError unless ``requests`` is an iterable of requests: not a str or bytes (each character would be
+    a request), not one ``(query, candidates)`` pair itself (its query and its candidates would be two)."""
+    if isinstance(requests, (str, bytes)) or not isinstance(requests, Iterable):
+        raise TypeError(f"requests must be an iterable of (query, candidates) pairs, got {type(requests).__name__}")
+    if isinstance(requests, tuple) and len(requests) == 2 and isinstance(requests[0], str):
+        raise TypeError("requests must be an iterable of (query, candidates) pairs, got one pair: pass "
+                        "[(query, candidates)]")
+
 def _window(requests, settings, options, comparator, max_active, progress,
             carry_judge: bool = True) -> tuple[Comparator, _Window]:
     """The comparator and the window (on the clock of the loop it runs in, if any: ``engine.clock_now``); every
     shared setting is checked here, before any request is read."""
+    check_requests(requests)
     settings = RerankSettings.of(settings, **options)
     judge = as_comparator(comparator)
     max_active = check_count(max_active, "max_active", minimum=1)
@@ -290,7 +300,8 @@ def rerank_many(requests: Iterable[tuple[str, Sequence[Candidate]]], settings: R
         ``RerankResult`` per request, or ``RerankFailure`` for a request that failed on its own.
 
     Raises:
-        TypeError / ValueError: bad shared arguments (before any request is read). ``ComparatorAuthError`` /
+        TypeError / ValueError: bad shared arguments or ``requests`` not an iterable of pairs (``check_requests``),
+        before any request is read. ``ComparatorAuthError`` /
         ``ComparatorUnavailable``: the endpoint is dead (with ``on_failure="raise"``); ``accounting`` sums the
         queries in progress.
     """

@@ -184,6 +184,15 @@ def test_bad_shared_arguments_fail_before_any_request_is_read():
         next(rerank_many(never(), comparator=SimulatedComparator({}), budget=1, max_active=0))
 
 
+
+@pytest.mark.parametrize("requests, got", [("abc", "got str"), (None, "got NoneType"), (b"ab", "got bytes"),
+                                           (("q", [Candidate(id="a", text="x")]), "got one pair")])
+def test_requests_that_are_not_an_iterable_of_pairs_are_a_type_error(requests, got):
+    with pytest.raises(TypeError, match=f"requests must be an iterable of \\(query, candidates\\) pairs, {got}"):
+        next(rerank_many(requests, comparator=SimulatedComparator({}), budget=5))
+    with pytest.raises(TypeError, match=got):
+        asyncio.run(_collect(arerank_many(requests, comparator=SimulatedComparator({}), budget=5)))
+
 def test_a_failure_says_why_in_one_line():
     failure = RerankFailure(2, "q", ComparatorRequestError("prompt too long", status_code=400))
     assert failure.reason.startswith("ComparatorRequestError: prompt too long")
