@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from activeprp_core import Comparator
@@ -33,6 +33,34 @@ __all__ = ["RANK_KEY", "SCORE_KEY", "ActivePRPRerank", "ChatModelComparator"]
 SCORE_KEY, RANK_KEY = common.SCORE_KEY, common.RANK_KEY
 
 _RUN_NAME = "ActivePRPRerank"
+
+
+def _documents(documents: Any) -> list[Document]:
+    """``documents`` as a list, after checking that it is an iterable of ``Document`` (not a str, not None).
+
+    Raises:
+        TypeError: anything else, naming what to pass instead.
+    """
+    if documents is None or isinstance(documents, (str, bytes)) or not isinstance(documents, Iterable):
+        raise TypeError(f"documents must be a list of langchain_core Document, got {type(documents).__name__}")
+    docs = list(documents)
+    for d in docs:
+        if not isinstance(d, Document):
+            raise TypeError(f"documents must be langchain_core Document objects, got {type(d).__name__} (wrap a "
+                            "text as Document(page_content=text))")
+    return docs
+
+
+def _runnable_input(x: Any) -> tuple[list[Document], str]:
+    """``(documents, query)`` of ``as_runnable``'s input dict.
+
+    Raises:
+        TypeError: ``x`` is not a mapping with the keys ``documents`` and ``query``.
+    """
+    if not isinstance(x, Mapping) or "documents" not in x or "query" not in x:
+        keys = sorted(map(str, x)) if isinstance(x, Mapping) else type(x).__name__
+        raise TypeError(f"ActivePRPRerank.as_runnable() takes a dict with the keys 'documents' and 'query', got {keys}")
+    return x["documents"], x["query"]
 
 
 def _configure(manager_cls: Any, callbacks: Callbacks | None) -> Any:
@@ -121,7 +149,11 @@ class ActivePRPRerank(common.ComparatorFactories, BaseDocumentCompressor, common
         ``callbacks``: LangChain callbacks (None = those of the enclosing runnable, if any); the work runs in a
         child chain run. Empty input returns ``[]`` without any call. Errors of the core ``rerank`` (e.g. an
         ``activeprp_core.ComparatorError`` when the endpoint fails) are reported to the run and re-raised.
+
+        Raises:
+            TypeError: ``documents`` is not a list of ``Document`` (a str, None, a list of str).
         """
+        documents = _documents(documents)
         if not documents:
             return []
         manager = _configure(CallbackManager, callbacks)
@@ -140,6 +172,7 @@ class ActivePRPRerank(common.ComparatorFactories, BaseDocumentCompressor, common
     ) -> Sequence[Document]:
         """Async ``compress_documents`` (same result for the same seed) on ``activeprp_core.arerank``: each
         round's calls go to the comparator's ``ajudge``/``acompare`` at once, so they run concurrently."""
+        documents = _documents(documents)
         if not documents:
             return []
         manager = _configure(AsyncCallbackManager, callbacks)
@@ -159,7 +192,7 @@ class ActivePRPRerank(common.ComparatorFactories, BaseDocumentCompressor, common
         ``{"documents": retriever, "query": RunnablePassthrough()} | reranker.as_runnable()``."""
 
         async def _arun(x: dict) -> Sequence[Document]:
-            return await self.acompress_documents(x["documents"], x["query"])
+            return await self.acompress_documents(*_runnable_input(x))
 
-        return RunnableLambda(lambda x: self.compress_documents(x["documents"], x["query"]), afunc=_arun,
+        return RunnableLambda(lambda x: self.compress_documents(*_runnable_input(x)), afunc=_arun,
                               name=f"{_RUN_NAME}Runnable")

@@ -181,3 +181,24 @@ def test_lcel_chain(case):
         assert [d.id for d in lam.invoke(query, config={"tags": ["rag"], "metadata": {"user": "u1"}})] == ids
     (run,) = _runs(cb)
     assert "rag" in run.tags and run.extra["metadata"]["user"] == "u1"  # the enclosing config is inherited
+
+
+@pytest.mark.parametrize("documents, got", [(["a", "b"], "got str"), ("abc", "got str"), (None, "got NoneType"),
+                                            ([Document(page_content="a"), {"page_content": "b"}], "got dict")])
+def test_documents_that_are_not_documents_are_a_type_error(case, documents, got):
+    _, _, comparator = case
+    reranker = ActivePRPRerank(comparator=comparator, budget=10)
+    with pytest.raises(TypeError, match=f"langchain_core Document.*{got}"):
+        reranker.compress_documents(documents, "q")
+    with pytest.raises(TypeError, match=got):
+        asyncio.run(reranker.acompress_documents(documents, "q"))
+
+
+def test_the_runnable_names_the_input_keys_it_needs(case):
+    query, docs, comparator = case
+    runnable = ActivePRPRerank(comparator=comparator, budget=10).as_runnable()
+    with pytest.raises(TypeError, match=r"keys 'documents' and 'query', got \['docs', 'query'\]"):
+        runnable.invoke({"docs": docs, "query": query})
+    with pytest.raises(TypeError, match="keys 'documents' and 'query', got list"):
+        asyncio.run(runnable.ainvoke(docs))
+    assert len(runnable.invoke({"documents": tuple(docs), "query": query})) == 3  # any iterable of Document
