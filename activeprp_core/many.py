@@ -265,6 +265,7 @@ def check_requests(requests: Any) -> None:
         raise TypeError("requests must be an iterable of (query, candidates) pairs, got one pair: pass "
                         "[(query, candidates)]")
 
+
 def _window(requests, settings, options, comparator, max_active, progress,
             carry_judge: bool = True) -> tuple[Comparator, _Window]:
     """The comparator and the window (on the clock of the loop it runs in, if any: ``engine.clock_now``); every
