@@ -244,6 +244,33 @@ def test_budget_depth_takes_the_plan_that_reaches_deeper():
     assert ranker.plan(bidirectional)[1] < 100
 
 
+@pytest.mark.parametrize("k", [1, 3, 10])
+def test_a_plan_for_the_top_k_of_d_asks_at_least_d_minus_k_questions(k):
+    # the bound budget_depth.pays refuses a budget by without running the plan
+    from activeprp_core.rankers.base import plan_size
+    from activeprp_core.rankers.budget_depth import BudgetDepth
+
+    ranker = BudgetDepth()
+    for plan in (ranker.sequential, ranker.parallel):
+        for d in range(1, 161):
+            assert plan_size(plan, d, k)[0] >= d - k, (plan.name, d, k)
+
+
+@pytest.mark.parametrize("rounds", [None, 6])
+def test_budget_depth_sizes_no_plan_deeper_than_the_budget_pays_at_large_n(monkeypatch, rounds):
+    # sizing every depth of 5000 candidates took 20 s of CPU before a rerank's first call
+    from activeprp_core.rankers import base
+    from activeprp_core.rankers.budget_depth import CALLS_PER_QUESTION, BudgetDepth
+
+    monkeypatch.setattr(base, "_SIZES", {})
+    n, k, budget = 5000, 10, 500
+    inner, depth = BudgetDepth().plan(RankContext(n, k, caps=_view(budget, rounds)))
+    assert base._SIZES and max(size_n for (_, size_n, _) in base._SIZES) <= budget / CALLS_PER_QUESTION + k < n
+    fits = [d for (plan, d, _), (questions, steps) in base._SIZES.items() if plan == repr(inner)
+            and questions * CALLS_PER_QUESTION <= budget and (rounds is None or steps <= rounds)]
+    assert depth == max(fits) > k
+
+
 def test_budget_depth_ranks_the_true_top_k_of_its_depth_and_keeps_the_rest_in_prior_order():
     from activeprp_core.rankers.budget_depth import BudgetDepth
 

@@ -48,8 +48,28 @@ def parallel_depths(plan: Ranker, n: int, k: int, least: int, calls: float | Non
     benchmarks/results/budget_depth/depth_step.md). See ``BudgetDepth``, step 2."""
     levels = [k << lv for lv in range(n.bit_length()) if k << lv <= n]
     d = levels[-1] if levels else n
-    partial = n <= least or 2 * n >= 3 * d or calls is None or calls >= BOTH_ORDERS * plan_size(plan, n, k)[0]
+    partial = n <= least or 2 * n >= 3 * d or calls is None or pays(plan, n, k, calls, BOTH_ORDERS)
     return levels + ([n] if n not in levels and partial else [])
+
+
+def pays(plan: Ranker, d: int, k: int, calls: float, cost: float) -> bool:
+    """Whether ``calls`` pay every question of ``plan`` over ``d`` candidates for the top ``k`` (``plan_size``) at
+    ``cost`` calls each. A budget short of ``d - k`` questions is refused without running the plan: a plan that
+    finds the top ``k`` of ``d`` asks at least ``d - k`` questions (each has one loser, and every candidate left
+    out of the top ``k`` has lost once), which keeps the first rerank at large N from simulating plans over
+    thousands of candidates that no budget pays."""
+    return (d - k) * cost <= calls and plan_size(plan, d, k)[0] * cost <= calls
+
+
+def deepest(plan: Ranker, depths: list[int], k: int, calls: float | None, rounds: int | None,
+            cost: float) -> int | None:
+    """The largest of ``depths`` whose ``plan`` the ``calls`` pay at ``cost`` calls per question (``pays``; None:
+    no budget) and whose rounds fit ``rounds`` (None: no cap); None when none does. Scanned from the deepest, so
+    only the depths above the answer are sized."""
+    for d in sorted(depths, reverse=True):
+        if (calls is None or pays(plan, d, k, calls, cost)) and (rounds is None or plan_size(plan, d, k)[1] <= rounds):
+            return d
+    return None
 
 
 def question_cost(ctx: RankContext) -> float:
@@ -157,13 +177,10 @@ class BudgetDepth(Ranker):
         options = []
         for rank, (inner, depths) in enumerate(((self.sequential, [*range(k, n, k), n]),
                                                (self.parallel, parallel_depths(self.parallel, n, k, least, calls)))):
-            size = {d: plan_size(inner, d, k) for d in depths if least <= d <= n}
-            if rounds is not None and size[least][1] > rounds and rank == 0:
+            if rank == 0 and rounds is not None and plan_size(inner, least, k)[1] > rounds:
                 continue  # the round cap leaves the sequential plan no depth at all
-            fits = [d for d, (questions, steps) in size.items() if (calls is None or questions * cost <= calls)
-                    and (rounds is None or steps <= rounds)]
-            depth = max(fits, default=least)
-            paid = 1.0 if calls is None else min(1.0, calls / (size[depth][0] * cost or 1))
+            depth = deepest(inner, [d for d in depths if least <= d <= n], k, calls, rounds, cost) or least
+            paid = 1.0 if calls is None else min(1.0, calls / (plan_size(inner, depth, k)[0] * cost or 1))
             options.append((depth, paid, -rank, inner))
         depth, _, _, inner = max(options, key=lambda o: o[:3])
         return inner, depth
