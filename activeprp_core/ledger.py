@@ -89,9 +89,11 @@ class Ledger:
         most the rounds that fit in the time left at the estimated round latency (``RoundLatency.estimate``;
         none known yet: the round cap alone). So a ranker that plans its rounds plans a shallow plan that
         completes rather than a deep one the deadline cuts off."""
-        left = self.caps["max_rounds"].remaining
-        time_left, per_round = self.deadline.remaining, self.latency.estimate()
-        if time_left is None or not per_round:
+        left, time_left = self.caps["max_rounds"].remaining, self.deadline.remaining
+        if time_left is None:  # checked first: rankers ask this once per round, cache-answered ones included
+            return left
+        per_round = self.latency.estimate()
+        if not per_round:
             return left
         fit = int(time_left // per_round)
         return fit if left is None else min(left, fit)
