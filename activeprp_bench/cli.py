@@ -233,9 +233,15 @@ def _overhead(args) -> int:
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    lines = ["| Ranker | Oracle | calls/query | µs per call |", "|---|---|---:|---:|"]
-    for r in scheduling_overhead(args.rankers or PAPER_RANKERS, args.oracles, repeats=args.repeats):
-        lines.append(f"| {r['ranker']} | {r['oracle']} | {r['calls_per_query']:.1f} | {r['us_per_call']:.1f} |")
+    budgets = args.budgets != [None]  # a budget column only when budgets were asked for
+    lines = ["| Ranker | Oracle |" + (" budget |" if budgets else "") + " calls/query | µs per call |",
+             "|---|---|" + ("---:|" if budgets else "") + "---:|---:|"]
+    for budget in args.budgets:
+        for r in scheduling_overhead(args.rankers or PAPER_RANKERS, args.oracles, budget=budget,
+                                     repeats=args.repeats):
+            cap = f" {'none' if budget is None else budget} |" if budgets else ""
+            lines.append(f"| {r['ranker']} | {r['oracle']} |{cap} {r['calls_per_query']:.1f} | "
+                         f"{r['us_per_call']:.1f} |")
     if args.comparator == "bundled":
         from activeprp_core.comparators import TransformersComparator
 
@@ -388,6 +394,8 @@ def add_parser(subparsers) -> None:
     cal.set_defaults(func=_calibrate)
     over = modes.add_parser("overhead", parents=[common], help="scheduling µs/call; comparator calls/s")
     over.add_argument("--repeats", type=_count(), default=20)
+    over.add_argument("--budgets", nargs="+", type=_count(1, none=True), default=[None],
+                      help="per-query call budgets to measure at (none = unlimited, the default)")
     over.add_argument("--throughput-pairs", type=_count(), default=16)
     over.set_defaults(func=_overhead)
     flip = modes.add_parser("flip", parents=[common], help="measure a comparator's order-effect flip rate")

@@ -188,6 +188,11 @@ def test_bench_calibrate_check_and_overhead_modes(tmp_path):
     assert main(["bench", "overhead", "--rankers", "mohajer", "--oracles", "randomized", "--repeats", "2",
                  "--out", str(tmp_path)]) == 0
     assert "| mohajer | randomized |" in (tmp_path / "overhead.md").read_text()
+    assert main(["bench", "overhead", "--rankers", "mohajer", "--oracles", "randomized", "--repeats", "2",
+                 "--budgets", "50", "none", "--out", str(tmp_path)]) == 0
+    rows = [line.split(" | ") for line in (tmp_path / "overhead.md").read_text().splitlines()[2:4]]
+    assert [r[2] for r in rows] == ["50", "none"]  # the budget column, in the order asked
+    assert float(rows[0][3]) == 50.0 < float(rows[1][3])  # calls per query: the budget binds, then it does not
 
 
 def test_zero_cost_comparator_is_a_perfect_judge_for_the_engine():
