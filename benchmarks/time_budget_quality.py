@@ -13,7 +13,7 @@ request per ordered pair awaits ``asyncio.sleep(latency)`` and answers with the 
 of the machine and the round-latency estimate all run as they do against a real endpoint, in simulated seconds.
 
 Data: TREC DL19 + DL20 BM25 top-20 (97 judged queries); judges: ``activeprp_bench.judges.FAMILY`` minus
-``bundled-ql``; two latency seeds. Command (from the repository root; about 10 minutes on 2 busy cores):
+``bundled-ql``; two latency seeds. Command (from the repository root; about 3 minutes on 2 cores):
 
     python benchmarks/time_budget_quality.py --out benchmarks/results/time_budget
 """
