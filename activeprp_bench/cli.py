@@ -239,8 +239,8 @@ def _overhead(args) -> int:
     for budget in args.budgets:
         for r in scheduling_overhead(args.rankers or PAPER_RANKERS, args.oracles, budget=budget,
                                      repeats=args.repeats):
-            cap = f" {'none' if budget is None else budget} |" if budgets else ""
-            lines.append(f"| {r['ranker']} | {r['oracle']} |{cap} {r['calls_per_query']:.1f} | "
+            column = f" {'none' if budget is None else budget} |" if budgets else ""
+            lines.append(f"| {r['ranker']} | {r['oracle']} |{column} {r['calls_per_query']:.1f} | "
                          f"{r['us_per_call']:.1f} |")
     if args.comparator == "bundled":
         from activeprp_core.comparators import TransformersComparator
