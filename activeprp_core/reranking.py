@@ -250,7 +250,8 @@ class Reranking:
         waiting: list[list[Prompt]] = []
         while True:
             prompts, waiting = self._plan(waiting, source, fresh, lazy=not isinstance(pairs, Sequence))
-            self._record(prompts, (yield prompts))
+            # a round the cache answers whole sends nothing: answer it here, not through the driver (_advance)
+            self._record(prompts, (yield prompts) if prompts else [])
             if not waiting:
                 break
         reasks = self._reasks(asked, fresh, repair=single and self._repairs())
