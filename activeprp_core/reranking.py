@@ -225,9 +225,7 @@ class Reranking:
     # ---- driving the ranker -------------------------------------------------------------------------------
     def _advance(self, judgments: list[Judgment] | None) -> None:
         try:
-            prompts = self._steps.send(judgments)
-            while not prompts:  # a round the cache (or the caps) answered wholly: nothing to send
-                prompts = self._steps.send([])
+            prompts = self._steps.send(judgments)  # never empty: _round answers a round with nothing to send
         except StopIteration as stop:
             self._pending, self._order = None, stop.value
             return
@@ -250,7 +248,7 @@ class Reranking:
         waiting: list[list[Prompt]] = []
         while True:
             prompts, waiting = self._plan(waiting, source, fresh, lazy=not isinstance(pairs, Sequence))
-            # a round the cache answers whole sends nothing: answer it here, not through the driver (_advance)
+            # a round the cache (or the caps) answered wholly sends nothing: its empty answer is taken here
             self._record(prompts, (yield prompts) if prompts else [])
             if not waiting:
                 break
