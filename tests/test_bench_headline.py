@@ -23,7 +23,7 @@ def test_points_md_is_what_the_committed_rows_give():
     assert headline_plot.table(points) == (HEADLINE / "points.md").read_text(encoding="utf-8")
 
 
-def test_a_moved_row_changes_the_points(tmp_path):
+def test_a_moved_row_changes_the_points():
     points = headline_plot.means([headline_plot.AUTO_ROWS, headline_plot.CORE_ROWS])
     default = next(iter(headline_plot.LINES))
     calls, ndcg = points[default][100]

@@ -27,7 +27,7 @@ SCORES = json.loads((ROOT / "benchmarks/results/soft_default/scores.json").read_
 
 @needs_data
 @pytest.mark.parametrize(("judge", "budget"), [("ql-like", 250), ("overconfident", 100)])
-def test_first_queries_reproduce_the_committed_scores(judge, budget):
+def test_dl19_with_seed_0_reproduces_the_committed_scores(judge, budget):
     dl19 = [load_trec_dl(SHARED_DATA / "trec-dl-2019", 2019).subset(None, 100)]
     committed, queries = SCORES[f"{judge}/{budget}"], len(dl19[0].qids)
     soft = soft_default.scores(dl19, judge, budget, 0, False)
