@@ -41,7 +41,7 @@ def _documents(documents: Any) -> list[Document]:
     Raises:
         TypeError: anything else, naming what to pass instead.
     """
-    if documents is None or isinstance(documents, (str, bytes)) or not isinstance(documents, Iterable):
+    if isinstance(documents, (str, bytes)) or not isinstance(documents, Iterable):  # None is no Iterable
         raise TypeError(f"documents must be a list of langchain_core Document, got {type(documents).__name__}")
     docs = list(documents)
     for d in docs:
