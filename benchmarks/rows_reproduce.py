@@ -110,6 +110,9 @@ def main(argv: list[str] | None = None) -> int:
     stale = 0
     print("| grid | rows compared | rows that differ | first difference |\n|---|---:|---:|---|")
     for grid in args.grids or committed_grids():
+        if not (grid / "config.json").is_file():
+            raise SystemExit(f"{grid}: no config.json, so not a bench grid output (pass the directory that holds "
+                             "config.json and rows.csv.gz or rows.csv.xz)")
         n, differ, first = compare(grid.resolve(), str(Path(args.data).resolve()), args.queries, args.jobs)
         stale += differ > 0
         print(f"| {grid.resolve().relative_to(ROOT)} | {n} | {differ} | {first or '-'} |", flush=True)
