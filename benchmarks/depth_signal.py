@@ -16,6 +16,10 @@ A second signal, asked before any plan: the judge's mean answer that a candidate
 the top 10 (``PROBES`` random pairs per query, ``random.Random(qid)``; the row ``(grades)``: the share of those pairs
 whose deep candidate has the higher grade).
 
+A third, the same probe's contrast: how much less often a candidate from ranks 41-100 beats the top 10 than one
+from ranks 11-40 does. A judge's noise draws both answers towards 1/2 alike, so where the first stage's relevance
+falls off steeply the deep candidates should lose more often than the middle ones whatever the judge.
+
 Command (from the repository root; about 5 s), output in ``benchmarks/results/heldout/depth_signal.md``:
 
     python benchmarks/depth_signal.py --data ../shared/data
@@ -36,10 +40,11 @@ from activeprp_bench.judges import build_judge  # noqa: E402
 from activeprp_core import rerank  # noqa: E402
 
 #: (label, collections, queries per collection (None: all), judges)
-STAGES = (("BM25, DL19 + DL20", ("dl19", "dl20"), None, ("calibrated", "setwise-xl", "soft-calibrated", "weak")),
-          ("MiniLM order, DL19 + DL20", ("dl19-minilm", "dl20-minilm"), None,
-           ("calibrated", "setwise-xl", "soft-calibrated", "weak")),
-          ("BM25, Cranfield", ("cranfield",), 120, ("calibrated", "weak")))
+JUDGES = ("calibrated", "setwise-xl", "soft-calibrated", "weak", "doc-error", "strong-bias", "no-bias-noisy",
+          "consistent")
+STAGES = (("BM25, DL19 + DL20", ("dl19", "dl20"), None, JUDGES),
+          ("MiniLM order, DL19 + DL20", ("dl19-minilm", "dl20-minilm"), None, JUDGES),
+          ("BM25, Cranfield", ("cranfield",), 120, JUDGES))
 K, SHALLOW, TOP, BUDGET, PROBES = 10, 20, 40, 150, 20
 
 
@@ -55,14 +60,21 @@ def deep_share(coll, qid: str, judge: str | None) -> float:
     return sum(i >= SHALLOW for i in order[:K]) / K
 
 
-def deep_wins(coll, qid: str, judge: str | None) -> float:
-    """The mean answer of ``judge`` (None: by the grades) that a candidate past the top ``TOP`` beats one from the
-    top K, over ``PROBES`` random pairs."""
+def deep_wins(coll, qid: str, judge: str | None, ranks: tuple[int, int | None] = (TOP, None)) -> float:
+    """The mean answer of ``judge`` (None: by the grades) that a candidate of first-stage ``ranks`` (0-based, end
+    excluded; default: past the top ``TOP``) beats one from the top K, over ``PROBES`` random pairs."""
     cands, grades, rng = coll.candidates[qid], coll.qrels.get(qid, {}), random.Random(qid)
-    pairs = [(cands[rng.randrange(K)], cands[rng.randrange(TOP, len(cands))]) for _ in range(PROBES)]
+    lo, hi = ranks
+    pairs = [(cands[rng.randrange(K)], cands[rng.randrange(lo, hi or len(cands))]) for _ in range(PROBES)]
     if judge is None:
         return statistics.fmean(float(grades.get(d.id, 0) > grades.get(t.id, 0)) for t, d in pairs)
     return statistics.fmean(1.0 - p for p in build_judge(judge, grades, 0).compare(coll.queries[qid], pairs))
+
+
+def contrast(coll, qid: str, judge: str | None) -> float:
+    """``deep_wins`` of ranks K+1 to ``TOP`` less that of the ranks past ``TOP`` (the same top-K draws): how much
+    less often the deep candidates win than the middle ones, which a judge's noise shrinks but does not shift."""
+    return deep_wins(coll, qid, judge, (K, TOP)) - deep_wins(coll, qid, judge)
 
 
 def table(title: str, signal, data: str) -> None:
@@ -88,6 +100,8 @@ def main(argv: list[str] | None = None) -> None:
           deep_share, args.data)
     table(f"Mean answer that a candidate from ranks {TOP + 1}-100 beats one from the top {K} "
           f"({PROBES} pairs per query)", deep_wins, args.data)
+    table(f"The same for ranks {K + 1}-{TOP} less that for ranks {TOP + 1}-100 ({PROBES} pairs each)", contrast,
+          args.data)
 
 
 if __name__ == "__main__":
