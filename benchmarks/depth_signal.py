@@ -20,7 +20,7 @@ A third, the same probe's contrast: how much less often a candidate from ranks 4
 from ranks 11-40 does. A judge's noise draws both answers towards 1/2 alike, so where the first stage's relevance
 falls off steeply the deep candidates should lose more often than the middle ones whatever the judge.
 
-Command (from the repository root; about 5 s), output in ``benchmarks/results/heldout/depth_signal.md``:
+Command (from the repository root; about 20 s), output in ``benchmarks/results/heldout/depth_signal.md``:
 
     python benchmarks/depth_signal.py --data ../shared/data
 """

@@ -41,6 +41,16 @@ def test_deep_wins_reads_how_often_ranks_41_100_beat_the_top_10():
     assert depth_signal.deep_wins(coll, "q", "calibrated") < 0.5  # the judge sees the top 10 better
 
 
+def test_contrast_is_how_much_more_often_ranks_11_40_beat_the_top_10_than_ranks_41_100_do():
+    ids = [f"d{i}" for i in range(60)]
+    middle_best = {d: int(10 <= i < 40) for i, d in enumerate(ids)}
+    coll = Collection("toy", {"q": "query"}, {"q": [Candidate(d, d) for d in ids]}, {"q": middle_best})
+    assert depth_signal.contrast(coll, "q", None) == 1.0  # by the grades the middle always wins, the deep never
+    assert depth_signal.contrast(coll, "q", "calibrated") > 0  # the judge sees it too, less sharply
+    coll.qrels["q"] = {d: int(i >= 10) for i, d in enumerate(ids)}  # middle and deep alike: no contrast
+    assert depth_signal.contrast(coll, "q", None) == 0.0
+
+
 @needs_data
 def test_the_committed_depth_signal_is_made_again():
     args = documented_command(depth_signal.__doc__, "benchmarks/depth_signal.py")
