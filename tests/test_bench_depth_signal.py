@@ -43,7 +43,7 @@ def test_deep_wins_reads_how_often_ranks_41_100_beat_the_top_10():
 
 def test_contrast_is_how_much_more_often_ranks_11_40_beat_the_top_10_than_ranks_41_100_do():
     ids = [f"d{i}" for i in range(60)]
-    middle_best = {d: int(10 <= i < 40) for i, d in enumerate(ids)}
+    middle_best = {d: 3 * int(10 <= i < 40) for i, d in enumerate(ids)}
     coll = Collection("toy", {"q": "query"}, {"q": [Candidate(d, d) for d in ids]}, {"q": middle_best})
     assert depth_signal.contrast(coll, "q", None) == 1.0  # by the grades the middle always wins, the deep never
     assert depth_signal.contrast(coll, "q", "calibrated") > 0  # the judge sees it too, less sharply
