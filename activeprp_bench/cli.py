@@ -237,9 +237,9 @@ def _overhead(args) -> int:
     lines = ["| Ranker | Oracle |" + (" budget |" if budgets else "") + " calls/query | µs per call |",
              "|---|---|" + ("---:|" if budgets else "") + "---:|---:|"]
     for budget in args.budgets:
+        column = f" {'none' if budget is None else budget} |" if budgets else ""
         for r in scheduling_overhead(args.rankers or PAPER_RANKERS, args.oracles, budget=budget,
                                      repeats=args.repeats):
-            column = f" {'none' if budget is None else budget} |" if budgets else ""
             lines.append(f"| {r['ranker']} | {r['oracle']} |{column} {r['calls_per_query']:.1f} | "
                          f"{r['us_per_call']:.1f} |")
     if args.comparator == "bundled":
