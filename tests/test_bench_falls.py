@@ -1,10 +1,13 @@
 """benchmarks/auto_falls.py: the largest fall of ``auto``'s row along the budget per noise realisation and on
-their mean, and the committed ``falls.md`` re-made from the committed rows by the command in its docstring."""
+their mean, and the committed ``falls.md`` files (the family's, by the command in its docstring, and the held-out
+judges', by those of benchmarks/results/heldout/README.md) re-made from the committed rows."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
+
+import pytest
 
 from tests.conftest import documented_command, printed_from_root, skip_without_bench
 
@@ -50,3 +53,13 @@ def test_steps_counts_the_curves_that_fall_past_the_goal_and_where():
     assert lines[0] == ("Curves (judge x realisation x cap; left-out left out) whose largest fall is above 0.2: "
                         "1 of 4; per cap: none 1, 6 0, 10 0")
     assert lines[2] == "Where (cap, budgets of the largest fall: curves): none, 100 -> 150: 1"
+
+
+@pytest.mark.parametrize("stage, row", [("bm25", []), ("minilm", []), ("cranfield", []),
+                                        ("minilm40", ["--row", "budget_depth40/adaptive"])],
+                         ids=["bm25", "minilm", "cranfield", "minilm40"])
+def test_the_held_out_falls_are_made_again_from_the_committed_rows(stage, row):
+    # the commands of benchmarks/results/heldout/README.md ("Falls over ten noise realisations"), one per folder
+    folder = f"benchmarks/results/heldout/realisations/{stage}"
+    rows = [f"{folder}/r{r}/rows.csv.xz" for r in range(10)]
+    assert printed_from_root(auto_falls.main, [*rows, *row, "--steps"]) == (ROOT / folder / "falls.md").read_text()
