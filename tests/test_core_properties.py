@@ -218,3 +218,23 @@ def test_best_effort_permutation_at_the_deadline(ranker, oracle, n, rounds_in_ti
     assert res.rounds <= rounds_in_time + 1 and (budget is None or res.calls <= budget)
     if now[0] > deadline:
         assert "time_budget" in res.exhausted_by and not res.converged
+
+
+@pytest.mark.parametrize("oracle", ["adaptive", "randomized"])
+@settings(max_examples=10, deadline=None)
+@given(budget=st.sampled_from([50, 150, 300, None]), max_rounds=st.sampled_from([None, 6, 10]),
+       seed=st.integers(0, 2**16))
+def test_a_depth_cap_reranks_as_the_first_stages_top_sent_alone(oracle, budget, max_rounds, seed):
+    # docs/judges.md: where the ranker is a name (the service, the command line), send the first stage's top 40
+    from activeprp_core.rankers.depth import Depth
+
+    cands, labels = make_case(100, seed=seed % 97)
+    knobs = {"doc_noise": 0.3, "position_bias": 0.4, "pair_noise": 0.5}
+
+    def run(ranker, candidates):
+        return rerank("q", candidates, ranker=ranker, oracle=oracle, budget=budget, top_k=K, seed=seed,
+                      max_rounds=max_rounds, comparator=SimulatedComparator(labels, seed=seed, **knobs))
+
+    capped, top = run(Depth(get_ranker("budget_depth"), 40), cands), run("budget_depth", cands[:40])
+    assert capped.order == top.order + list(range(40, 100))
+    assert (capped.calls, capped.rounds) == (top.calls, top.rounds)
