@@ -55,11 +55,10 @@ def test_steps_counts_the_curves_that_fall_past_the_goal_and_where():
     assert lines[2] == "Where (cap, budgets of the largest fall: curves): none, 100 -> 150: 1"
 
 
-@pytest.mark.parametrize("stage, row", [("bm25", []), ("minilm", []), ("cranfield", []),
-                                        ("minilm40", ["--row", "budget_depth40/adaptive"])],
-                         ids=["bm25", "minilm", "cranfield", "minilm40"])
-def test_the_held_out_falls_are_made_again_from_the_committed_rows(stage, row):
+@pytest.mark.parametrize("stage", ["bm25", "minilm", "cranfield", "minilm40"])
+def test_the_held_out_falls_are_made_again_from_the_committed_rows(stage):
     # the commands of benchmarks/results/heldout/README.md ("Falls over ten noise realisations"), one per folder
     folder = f"benchmarks/results/heldout/realisations/{stage}"
     rows = [f"{folder}/r{r}/rows.csv.xz" for r in range(10)]
+    row = ["--row", "budget_depth40/adaptive"] if stage == "minilm40" else []
     assert printed_from_root(auto_falls.main, [*rows, *row, "--steps"]) == (ROOT / folder / "falls.md").read_text()

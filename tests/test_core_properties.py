@@ -17,6 +17,7 @@ BUDGETS = [0, 1, 7, 50, 150, 500, None]
 MAX_ROUNDS = [0, 1, 2, 5, None]
 SIZES = [0, 1, 2, K - 1, K, 37, 100]
 PAIRS = [(r, o) for r in sorted(RANKERS) for o in sorted(ORACLES)] + [("auto", "auto")]
+NOISE = {"doc_noise": 0.3, "position_bias": 0.4, "pair_noise": 0.5}  # a noisy, position-biased judge
 
 
 @pytest.mark.parametrize(("ranker", "oracle"), PAIRS)
@@ -32,7 +33,7 @@ PAIRS = [(r, o) for r in sorted(RANKERS) for o in sorted(ORACLES)] + [("auto", "
 def test_permutation_budget_determinism(ranker, oracle, n, budget, dup_every, seed, noise, max_rounds):
     cands, labels = make_case(n, seed=seed % 97, dup_every=dup_every)
     before = copy.deepcopy(cands)
-    knobs = {"doc_noise": 0.3, "position_bias": 0.4, "pair_noise": 0.5} if noise else {}
+    knobs = NOISE if noise else {}
 
     def run():
         comp = Recorder(labels, seed=seed, **knobs)
@@ -112,12 +113,11 @@ def test_prior_limited_rankers_exact_when_the_prior_holds_the_top_k(ranker, orac
 @pytest.mark.parametrize("ranker", sorted(RANKERS))
 def test_every_ranker_under_every_round_cap_and_budget(ranker):
     cands, labels = make_case(37, seed=3)
-    knobs = {"doc_noise": 0.3, "position_bias": 0.4, "pair_noise": 0.5}
     for oracle in sorted(ORACLES):
         for max_rounds in MAX_ROUNDS:
             for budget in (0, 10, 60, None):
                 runs = [rerank("q", cands, ranker=ranker, oracle=oracle, budget=budget, top_k=K, seed=4,
-                               comparator=SimulatedComparator(labels, seed=4, **knobs), max_rounds=max_rounds)
+                               comparator=SimulatedComparator(labels, seed=4, **NOISE), max_rounds=max_rounds)
                         for _ in range(2)]
                 res = runs[0]
                 assert sorted(res.order) == list(range(37))
@@ -229,11 +229,10 @@ def test_a_depth_cap_reranks_as_the_first_stages_top_sent_alone(oracle, budget, 
     from activeprp_core.rankers.depth import Depth
 
     cands, labels = make_case(100, seed=seed % 97)
-    knobs = {"doc_noise": 0.3, "position_bias": 0.4, "pair_noise": 0.5}
 
     def run(ranker, candidates):
         return rerank("q", candidates, ranker=ranker, oracle=oracle, budget=budget, top_k=K, seed=seed,
-                      max_rounds=max_rounds, comparator=SimulatedComparator(labels, seed=seed, **knobs))
+                      max_rounds=max_rounds, comparator=SimulatedComparator(labels, seed=seed, **NOISE))
 
     capped, top = run(Depth(get_ranker("budget_depth"), 40), cands), run("budget_depth", cands[:40])
     assert capped.order == top.order + list(range(40, 100))
