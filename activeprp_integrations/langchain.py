@@ -7,7 +7,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from activeprp_core import Comparator
@@ -22,6 +23,7 @@ try:
     from langchain_core.documents.compressor import BaseDocumentCompressor
     from langchain_core.language_models import BaseChatModel
     from langchain_core.runnables import RunnableLambda, ensure_config
+    from langchain_core.runnables.config import patch_config, var_child_runnable_config
     from pydantic import ConfigDict, field_validator
 except ImportError as exc:  # pragma: no cover - exercised by simulating the missing module
     raise ImportError(common.missing_extra("langchain-core", "langchain")) from exc
@@ -69,6 +71,19 @@ def _configure(manager_cls: Any, callbacks: Callbacks | None) -> Any:
     return manager_cls.configure(callbacks if callbacks is not None else ensure_config().get("callbacks"))
 
 
+@contextmanager
+def _child_runs_of(run: Any) -> Iterator[None]:
+    """Within it, runnables called without a config (the ``llm=`` judge's ``invoke`` / ``ainvoke``, also in the
+    comparator's worker threads, which copy the context) report to ``run``'s child callbacks, as LangChain's own
+    runnables hand their children ``run_manager.get_child()``: the judge's calls nest under the rerank's run and
+    the caller's handlers (token usage, tracing) see them."""
+    token = var_child_runnable_config.set(patch_config(ensure_config(), callbacks=run.get_child()))
+    try:
+        yield
+    finally:
+        var_child_runnable_config.reset(token)
+
+
 class ActivePRPRerank(common.ComparatorFactories, BaseDocumentCompressor, common.settings_model()):
     """Rerank retrieved ``Document`` objects with a pairwise LLM judge under a per-query call budget.
 
@@ -98,7 +113,7 @@ class ActivePRPRerank(common.ComparatorFactories, BaseDocumentCompressor, common
     documents: in (0, 1], higher is better; rank-based, not a probability) and ``metadata["rerank_rank"]``
     (1 = best). Each call is a child run named ``ActivePRPRerank`` in LangChain callbacks/tracing; its
     outputs hold the documents and ``stats`` (``RerankResult.stats()``: the settings, calls, rounds, exhausted,
-    ...).
+    ...), and the ``llm=`` judge's chat calls are its child runs (your handlers see their tokens).
 
     Raises:
         TypeError / ValueError: a bad field, at construction or assignment (the message says what to pass).
@@ -159,7 +174,8 @@ class ActivePRPRerank(common.ComparatorFactories, BaseDocumentCompressor, common
         manager = _configure(CallbackManager, callbacks)
         run = manager.on_chain_start(None, self._inputs(documents, query), name=_RUN_NAME)
         try:
-            result = common.rerank_fields(self, query, self._candidates(documents))
+            with _child_runs_of(run):
+                result = common.rerank_fields(self, query, self._candidates(documents))
             out = self._outputs(documents, result)
         except BaseException as e:
             run.on_chain_error(e)
@@ -178,7 +194,8 @@ class ActivePRPRerank(common.ComparatorFactories, BaseDocumentCompressor, common
         manager = _configure(AsyncCallbackManager, callbacks)
         run = await manager.on_chain_start(None, self._inputs(documents, query), name=_RUN_NAME)
         try:
-            result = await common.arerank_fields(self, query, self._candidates(documents))
+            with _child_runs_of(run):
+                result = await common.arerank_fields(self, query, self._candidates(documents))
             out = self._outputs(documents, result)
         except BaseException as e:
             await run.on_chain_error(e)

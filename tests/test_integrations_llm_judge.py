@@ -23,6 +23,7 @@ pytest.importorskip("llama_index.core", reason='pip install "activeprp[llama-ind
 lc = pytest.importorskip("activeprp_integrations.langchain")
 li = pytest.importorskip("activeprp_integrations.llama_index")
 
+from langchain_core.callbacks import BaseCallbackHandler  # noqa: E402
 from langchain_core.documents import Document  # noqa: E402
 from langchain_core.language_models import BaseChatModel, FakeListChatModel  # noqa: E402
 from langchain_core.messages import AIMessage  # noqa: E402
@@ -377,6 +378,43 @@ def test_async_reranks_equal_sync_with_a_framework_judge():
     kw = {"budget": 25, "seed": 1}
     assert rerank("q", CANDS, comparator=judge, **kw).order == asyncio.run(
         arerank("q", CANDS, comparator=judge, **kw)).order
+
+
+class RunTree(BaseCallbackHandler):
+    """The caller's handler: each chain run's name, and the parent run and token usage of each chat model run."""
+
+    def __init__(self) -> None:
+        self.chains, self.chats, self.tokens, self.stats = {}, [], 0, None
+
+    def on_chain_start(self, serialized, inputs, *, run_id, name=None, **kwargs):
+        self.chains[run_id] = name
+
+    def on_chain_end(self, outputs, **kwargs):
+        self.stats = outputs.get("stats", self.stats) if isinstance(outputs, dict) else self.stats
+
+    def on_chat_model_start(self, serialized, messages, *, run_id, parent_run_id=None, **kwargs):
+        self.chats.append(parent_run_id)
+
+    def on_llm_end(self, response, **kwargs):
+        self.tokens += sum(g.message.usage_metadata["total_tokens"] for gs in response.generations for g in gs)
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+@pytest.mark.parametrize("caps", [{}, {"max_concurrency": 4}, {"max_concurrency": 4, "time_budget": 30.0}])
+def test_the_judges_calls_reach_the_callers_callbacks_under_the_rerank_run(use_async, caps):
+    """The judge's chat calls are child runs of the rerank's run, so the callbacks given to ``compress_documents``
+    (or a ContextualCompressionRetriever's config) see every call and its tokens, also from the comparator's
+    worker threads (``max_concurrency``, ``time_budget``)."""
+    reranker = lc.ActivePRPRerank(llm=ScriptedChat(script=lambda text: ai(label(text)), seen=[]), budget=12, **caps)
+    docs = [Document(page_content=c.text, id=c.id) for c in CANDS]
+    seen = RunTree()
+    if use_async:
+        asyncio.run(reranker.acompress_documents(docs, "q", callbacks=[seen]))
+    else:
+        reranker.compress_documents(docs, "q", callbacks=[seen])
+    (rerank_run,) = [run for run, name in seen.chains.items() if name == "ActivePRPRerank"]
+    assert seen.chats == [rerank_run] * seen.stats["calls"] and seen.stats["calls"] > 0
+    assert seen.tokens == seen.stats["prompt_tokens"] + seen.stats["completion_tokens"]
 
 
 def test_chat_openai_and_openai_like_judges_work_across_event_loops_and_close_their_clients():

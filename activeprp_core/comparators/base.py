@@ -19,6 +19,7 @@ blocking call cannot be interrupted). Such calls come back as ``Judgment(None, c
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
@@ -188,8 +189,9 @@ async def gather_or_cancel(awaitables: Sequence[Awaitable[T]]) -> list[T]:
 
 
 def within(call: Callable[[], T], seconds: float) -> T | None:
-    """``call()`` run in a daemon worker thread and waited for at most ``seconds``: its value (or its exception,
-    raised here), or None when it has not returned by then (it runs on; what it returns later is discarded)."""
+    """``call()`` run in a daemon worker thread, in a copy of the caller's context (its ``contextvars``: tracing,
+    a framework's callbacks), and waited for at most ``seconds``: its value (or its exception, raised here), or
+    None when it has not returned by then (it runs on; what it returns later is discarded)."""
     box: dict[str, Any] = {}
     done = threading.Event()
 
@@ -201,7 +203,7 @@ def within(call: Callable[[], T], seconds: float) -> T | None:
         finally:
             done.set()
 
-    threading.Thread(target=run, name="activeprp-deadline", daemon=True).start()
+    threading.Thread(target=contextvars.copy_context().run, args=(run,), name="activeprp-deadline", daemon=True).start()
     if not done.wait(max(seconds, 0.0)):
         return None
     if "error" in box:

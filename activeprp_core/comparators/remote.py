@@ -5,6 +5,7 @@ says what a pair's request, a reply and a failure (``failures``) mean. See docs/
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import importlib.util
 import threading
 from collections.abc import Sequence
@@ -244,9 +245,11 @@ class RemoteComparator(Comparator):
 
 
 def _in_threads(call: Any, guard: CallGuard, items: Sequence[Item]) -> list[Judgment]:
-    """``call(guard, item, stop, abandoned)`` per item in ``guard.max_concurrency`` threads (see ``judge_batch``).
-    Under deadlines the batch is waited for until the last of its queries' deadlines: a call not started by then
-    is not sent, one still running is cut (its thread runs on; its late answer is discarded)."""
+    """``call(guard, item, stop, abandoned)`` per item in ``guard.max_concurrency`` threads (see ``judge_batch``),
+    each in a copy of the caller's context (its ``contextvars``, as ``asyncio.to_thread`` does: a framework's
+    callbacks and tracing see the calls). Under deadlines the batch is waited for until the last of its queries'
+    deadlines: a call not started by then is not sent, one still running is cut (its thread runs on; its late
+    answer is discarded)."""
     stop, abandoned = threading.Event(), threading.Event()
     workers = min(guard.max_concurrency or len(items), len(items))
     lefts = [guard.time_left(item[0]) for item in items]
@@ -254,7 +257,7 @@ def _in_threads(call: Any, guard: CallGuard, items: Sequence[Item]) -> list[Judg
     if workers <= 1 and timeout is None:
         return [call(guard, item, stop, abandoned) for item in items]
     pool = ThreadPoolExecutor(max(workers, 1), thread_name_prefix="activeprp-remote")
-    futures = [pool.submit(call, guard, item, stop, abandoned) for item in items]
+    futures = [pool.submit(contextvars.copy_context().run, call, guard, item, stop, abandoned) for item in items]
     try:
         wait(futures, timeout=timeout, return_when=FIRST_EXCEPTION)
         failed = next((f for f in futures if f.done() and not f.cancelled() and f.exception()), None)
