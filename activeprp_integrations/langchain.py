@@ -24,7 +24,7 @@ try:
     from langchain_core.language_models import BaseChatModel
     from langchain_core.runnables import RunnableLambda, ensure_config
     from langchain_core.runnables.config import patch_config, var_child_runnable_config
-    from pydantic import ConfigDict, field_validator
+    from pydantic import ConfigDict, PrivateAttr, field_validator, model_validator
 except ImportError as exc:  # pragma: no cover - exercised by simulating the missing module
     raise ImportError(common.missing_extra("langchain-core", "langchain")) from exc
 
@@ -94,7 +94,8 @@ class ActivePRPRerank(common.ComparatorFactories, BaseDocumentCompressor, common
             ChatAnthropic, ChatOllama ...) as the judge: ``comparator`` becomes ``ChatModelComparator(llm)``
             (the PRP prompt, P(A) from logprobs when the model gives them; see docs/frameworks-llm.md). The model
             object is never changed. Exactly one of ``comparator`` and ``llm``: both is a ValueError, neither a
-            TypeError.
+            TypeError, at construction and at assignment (a refused assignment changes nothing); assigning
+            another ``llm`` makes it the judge.
         top_n: how many documents to return (int >= 1, default 3; None = all, reranked). It is the core's top-K.
         Every other ``activeprp_core.RerankSettings`` field under its own name (``ranker``, ``oracle``,
         ``budget``, ``max_rounds``, ``token_budget``, ``time_budget``, ``seed``, ``cache``, ``on_failure``,
@@ -137,12 +138,31 @@ class ActivePRPRerank(common.ComparatorFactories, BaseDocumentCompressor, common
                             f"{type(value).__name__}; for another judge pass comparator=")
         return value
 
-    def model_post_init(self, context: Any) -> None:
-        super().model_post_init(context)
-        exactly_one_judge(self.comparator, self.llm)
+    _llm_judge: Any = PrivateAttr(default=None)  # the ChatModelComparator built from ``llm``, see ``_one_judge``
+
+    def _judges(self, **change: Any) -> tuple[Any, Any]:
+        """``(comparator, llm)`` as the user set them, with ``change`` applied: the judge built from ``llm``
+        counts as no comparator."""
+        judges = {"comparator": None if self.comparator is self._llm_judge else self.comparator, "llm": self.llm}
+        judges.update(change)
+        return judges["comparator"], judges["llm"]
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in ("comparator", "llm"):  # checked before the field changes, so a refused judge changes nothing
+            exactly_one_judge(*self._judges(**{name: value}))
+        super().__setattr__(name, value)
+
+    @model_validator(mode="after")
+    def _one_judge(self) -> ActivePRPRerank:
+        """At construction and at every assignment: ``comparator`` is ``ChatModelComparator(llm)`` while ``llm``
+        is set (rebuilt when another model is assigned), else the comparator passed; exactly one judge."""
+        exactly_one_judge(*self._judges())
         if self.llm is not None:
-            self.comparator = ChatModelComparator(self.llm)
+            if self._llm_judge is None or self._llm_judge.llm is not self.llm:
+                self._llm_judge = ChatModelComparator(self.llm)
+            self.__dict__["comparator"] = self._llm_judge  # not an assignment: no validation again
         common.judge_of(self)  # a comparator without compare() fails here, at construction
+        return self
 
     def _inputs(self, documents: Sequence[Document], query: str) -> dict[str, Any]:
         return {"query": query, "documents": list(documents), "model": comparator_name(self.comparator)}

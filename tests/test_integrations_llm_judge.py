@@ -309,6 +309,22 @@ def test_exactly_one_of_comparator_and_llm():
         li.ActivePRPRerank(llm=chat)
     reranker = lc.ActivePRPRerank(llm=chat)
     assert reranker.llm is chat and isinstance(reranker.comparator, ChatModelComparator)
+    # assignment: another llm becomes the judge; a second judge or none is refused and changes nothing
+    other = ScriptedChat(script=lambda t: ai("B"), seen=[])
+    reranker.llm = other
+    assert reranker.comparator.llm is other and reranker.llm is other
+    reranker.compress_documents([Document(page_content=c.text) for c in CANDS[:4]], "q")
+    assert other.seen and not chat.seen
+    judge = reranker.comparator
+    with pytest.raises(ValueError, match="both comparator= and llm="):
+        reranker.comparator = api
+    with pytest.raises(TypeError, match="needs a judge"):
+        reranker.llm = None
+    assert reranker.llm is other and reranker.comparator is judge
+    by_comparator = lc.ActivePRPRerank(comparator=api)
+    with pytest.raises(ValueError, match="both comparator= and llm="):
+        by_comparator.llm = chat
+    assert by_comparator.llm is None and by_comparator.comparator is api
     assert li.ActivePRPRerank(llm=llm).comparator.llm is llm
 
 
