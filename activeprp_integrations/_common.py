@@ -32,16 +32,18 @@ docs/judges.md)."""
 NAMES = {"top_k": "top_n"}
 """The wrappers' name of a setting where it differs from the ``RerankSettings`` field."""
 TOP_N = Count(minimum=1, allow_none=True)
-"""How ``top_n`` is checked: an int >= 1, or None = every document, reranked (LlamaIndex's type refuses None)."""
+"""How ``top_n`` is checked: an int >= 1, or None = every document, reranked (the LangChain wrapper)."""
+TOP_N_INT = Count(minimum=1)
+"""How the LlamaIndex wrapper's ``top_n`` (typed ``int``, as LlamaIndex's rerankers have it) is checked."""
 DEFAULT_RANKER, DEFAULT_ORACLE, DEFAULT_BUDGET, DEFAULT_MAX_ROUNDS = (ONLINE.ranker, ONLINE.oracle, ONLINE.budget,
                                                                       ONLINE.max_rounds)
 """The online preset's ranker, oracle, call cap and round cap (``activeprp_core.settings.ONLINE``)."""
 
 
-def check_field(value: Any, name: str) -> Any:
-    """A wrapper's settings field checked by its declaration (``check_setting``; ``top_n`` by ``TOP_N``): a
+def check_field(value: Any, name: str, top_n: Count = TOP_N) -> Any:
+    """A wrapper's settings field checked by its declaration (``check_setting``; ``top_n`` by ``top_n``): a
     TypeError / ValueError saying what to pass."""
-    return TOP_N(value, name) if name == "top_n" else check_setting(name, value)
+    return top_n(value, name) if name == "top_n" else check_setting(name, value)
 
 
 @cache
@@ -70,7 +72,7 @@ def settings_model(top_n: Any = int | None) -> type:
                                          Field(default=default, description=description))
 
     def check(cls: type, value: Any, info: Any) -> Any:
-        return check_field(value, info.field_name)
+        return check_field(value, info.field_name, TOP_N_INT if top_n is int else TOP_N)
 
     return create_model("RerankSettingsFields", __base__=Base, __module__=__name__,
                         __validators__={"check_settings": field_validator(*fields, mode="before")(check)}, **fields)

@@ -43,7 +43,8 @@ def _documents(documents: Any) -> list[Document]:
     Raises:
         TypeError: anything else, naming what to pass instead.
     """
-    if isinstance(documents, (str, bytes)) or not isinstance(documents, Iterable):  # None is no Iterable
+    # None is no Iterable; one Document (a pydantic model) or a dict iterates as (key, value) pairs
+    if isinstance(documents, (str, bytes, Document, Mapping)) or not isinstance(documents, Iterable):
         raise TypeError(f"documents must be a list of langchain_core Document, got {type(documents).__name__}")
     docs = list(documents)
     for d in docs:

@@ -39,9 +39,24 @@ PROMPT_ATTRS = {"prp_prompt": "prompt", "ql_prompt": "ql_prompt"}
 """Prompt keys of ``_get_prompts``/``_update_prompts`` -> the comparator attribute holding that prompt."""
 
 
-def _has_work(nodes: list, query_bundle: Any) -> bool:
+def _has_work(nodes: Any, query_bundle: Any) -> bool:
+    """Whether there are nodes to rerank, after checking the call's arguments.
+
+    Raises:
+        ValueError: no query. TypeError: ``nodes`` is not a list of ``NodeWithScore``, or ``query_bundle`` is not a
+            ``QueryBundle``; each message names what to pass instead.
+    """
     if query_bundle is None:
         raise ValueError("ActivePRPRerank needs a query_bundle (or query_str).")
+    if not isinstance(query_bundle, QueryBundle):
+        raise TypeError(f"query_bundle must be a QueryBundle, got {type(query_bundle).__name__} (pass a query text "
+                        "as query_str=)")
+    if not isinstance(nodes, list):
+        raise TypeError(f"nodes must be a list of NodeWithScore, got {type(nodes).__name__}")
+    for n in nodes:
+        if not isinstance(n, NodeWithScore):
+            raise TypeError(f"nodes must be NodeWithScore objects, got {type(n).__name__} (wrap a node as "
+                            "NodeWithScore(node=node))")
     return bool(nodes)
 
 

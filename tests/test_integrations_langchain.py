@@ -184,7 +184,9 @@ def test_lcel_chain(case):
 
 
 @pytest.mark.parametrize("documents, got", [(["a", "b"], "got str"), ("abc", "got str"), (None, "got NoneType"),
-                                            ([Document(page_content="a"), {"page_content": "b"}], "got dict")])
+                                            ([Document(page_content="a"), {"page_content": "b"}], "got dict"),
+                                            (Document(page_content="a"), "got Document"),
+                                            ({"page_content": "a"}, "got dict")])
 def test_documents_that_are_not_documents_are_a_type_error(case, documents, got):
     _, _, comparator = case
     reranker = ActivePRPRerank(comparator=comparator, budget=10)

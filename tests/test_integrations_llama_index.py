@@ -4,6 +4,7 @@ NovelEval passages), its events, prompts and the contract details."""
 from __future__ import annotations
 
 import asyncio
+import re
 import sys
 from pathlib import Path
 
@@ -124,6 +125,24 @@ def test_missing_query_and_empty_input(events):
         asyncio.run(reranker.apostprocess_nodes(nodes))
     assert reranker.postprocess_nodes([], QueryBundle("q")) == []
     assert asyncio.run(reranker.apostprocess_nodes([], QueryBundle("q"))) == []
+    assert comparator.calls == 0 and events == []
+
+
+@pytest.mark.parametrize("call, error, message", [
+    (lambda r, nodes: r.postprocess_nodes(None, query_str="q"), TypeError, "list of NodeWithScore, got NoneType"),
+    (lambda r, nodes: r.postprocess_nodes(nodes, "q"), TypeError,
+     "QueryBundle, got str .pass a query text as query_str"),
+    (lambda r, nodes: r.postprocess_nodes([n.node for n in nodes], query_str="q"), TypeError,
+     r"NodeWithScore objects, got TextNode .wrap a node as NodeWithScore\(node=node\)"),
+    (lambda r, nodes: ActivePRPRerank(comparator=r.comparator, top_n=None), TypeError, "top_n must be an int >= 1"),
+    (lambda r, nodes: ActivePRPRerank(comparator=r.comparator, top_n=0), ValueError, "top_n must be >= 1, got 0 "),
+])
+def test_a_callers_mistake_is_named(call, error, message, events):
+    comparator = SimulatedComparator({})
+    reranker, nodes = ActivePRPRerank(comparator=comparator), [NodeWithScore(node=TextNode(text="a passage"))] * 2
+    with pytest.raises(error) as info:
+        call(reranker, nodes)
+    assert any(re.search(message, line.strip()) for line in str(info.value).splitlines())
     assert comparator.calls == 0 and events == []
 
 
