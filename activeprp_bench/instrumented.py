@@ -14,6 +14,8 @@ class RoundRecorder(Comparator):
     """Wraps a comparator and notes in ``batches`` how many calls each batch (one round of the engine) holds;
     the answers are ``inner``'s."""
 
+    guards_calls = True  # its judge / ajudge apply the guard (passed on to the inner comparator)
+
     def __init__(self, inner: Any) -> None:
         self.inner, self.batches = as_comparator(inner), []
 

@@ -124,7 +124,7 @@ def rerank(query: str, candidates: Sequence[Candidate], settings: RerankSettings
             instead, with ``failure``/``errors`` set, ``converged=False`` and a WARNING logged.
     """
     judge, _, guard, steps = _start(query, candidates, settings, comparator, options)
-    return run_blocking(drive(steps, blocking(lambda batch: judge.judge(batch.query, batch.pairs, guard=guard))))
+    return run_blocking(drive(steps, blocking(lambda batch: judge.guarded_judge(batch.query, batch.pairs, guard))))
 
 
 @takes_settings
@@ -138,7 +138,7 @@ async def arerank(query: str, candidates: Sequence[Candidate], settings: RerankS
     judge, reranking, guard, steps = _start(query, candidates, settings, comparator, options)
 
     def ask(batch: Batch) -> Awaitable[Any]:
-        return bounded(judge.ajudge(batch.query, batch.pairs, guard=guard), reranking.time_left(), len(batch.pairs),
+        return bounded(judge.aguarded_judge(batch.query, batch.pairs, guard), reranking.time_left(), len(batch.pairs),
                        guard)
 
     return await drive(steps, ask)

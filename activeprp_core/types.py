@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -111,9 +111,14 @@ def to_judgments(answers: Sequence[Any], expected: int) -> list[Judgment]:
     objects: the one place raw answers become judgments.
 
     Raises:
-        InvalidAnswer (a ValueError): when the number of answers differs from the number of pairs, or an answer
-            is not a probability in [0, 1] or None (a comparator bug, never silently clipped).
+        InvalidAnswer (a ValueError): ``answers`` is not an iterable of answers (None, a number, a str, a dict),
+            their number differs from the number of pairs, or an answer is not a probability in [0, 1] or None (a
+            comparator bug, never silently clipped).
     """
+    if isinstance(answers, (str, bytes, Mapping)) or not isinstance(answers, Iterable):
+        raise InvalidAnswer(f"comparator returned {type(answers).__name__} {repr(answers)[:60]}, not one answer "
+                            f"per pair (a list of {expected} probabilities, None or Judgment objects)")
+    answers = list(answers)  # any iterable: a tuple, a numpy array, a generator
     if len(answers) != expected:
         raise InvalidAnswer(f"comparator returned {len(answers)} answers for {expected} pairs")
     return [a if isinstance(a, Judgment) else Judgment(None, error="no answer") if a is None else Judgment(a)

@@ -2,6 +2,7 @@
 (circuit breaker, fatal errors, concurrency slots) and the chunks a judge sends, sync and async."""
 
 import asyncio
+import time
 
 import pytest
 
@@ -84,6 +85,33 @@ def test_judge_subclass_keeps_retries_and_tokens_in_async():
 
     res = asyncio.run(arerank("q", cands(6), comparator=Judging(), budget=None, top_k=2))
     assert res.retries == res.calls == res.prompt_tokens / 5 > 0
+
+
+class DeadJudge(Comparator):
+    """A subclass implementing ``judge`` (without the guard keyword): every call fails, each takes ``delay`` s."""
+
+    def __init__(self, delay=0.0):
+        self.delay, self.sent = delay, 0
+
+    def judge(self, query, pairs):
+        self.sent += len(pairs)
+        time.sleep(self.delay * len(pairs))
+        return [Judgment(None, error="503") for _ in pairs]
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_a_judge_subclass_gets_the_guard_in_sync_and_async(use_async):
+    """The engine calls a subclass's ``judge`` inside the base class's guarded loop: the circuit breaker stops a
+    dead judge after 5 calls and a deadline stops a slow one, whichever driver runs it."""
+    run = (lambda **kw: asyncio.run(arerank(**kw))) if use_async else (lambda **kw: rerank(**kw))
+    dead = DeadJudge()
+    res = run(query="q", candidates=cands(20), comparator=dead, budget=60, ranker="bubblesort", top_k=3,
+              on_failure="prior", max_concurrency=2)
+    assert res.failure.startswith("ComparatorUnavailable: circuit breaker open") and res.calls == dead.sent <= 6
+    slow = DeadJudge(delay=0.05)
+    res = run(query="q", candidates=cands(10), comparator=slow, budget=None, ranker="allpairs", oracle="single",
+              top_k=3, time_budget=0.3, max_concurrency=2, max_consecutive_failures=None, on_failure="prior")
+    assert res.exhausted_by == ["time_budget"] and res.calls <= 8 and sorted(res.order) == list(range(10))
 
 
 def test_async_chunks_hold_the_guard_slots():

@@ -69,6 +69,43 @@ def test_an_answer_that_is_not_a_number_is_invalid_not_parsed(answer):
         rerank("q", cands(5), comparator=Answers(answer), budget=10)
 
 
+class Returns(Comparator):
+    """Returns ``make(pairs)`` for each batch, counting the pairs it was sent."""
+
+    def __init__(self, make):
+        self.make, self.sent = make, 0
+
+    def compare(self, query, pairs):
+        self.sent += len(pairs)
+        return self.make(pairs)
+
+
+@pytest.mark.parametrize("make, got", [(lambda p: None, "NoneType None"), (lambda p: 0.5, "float 0.5"),
+                                       (lambda p: {i: 1.0 for i in range(len(p))}, "dict"),
+                                       (lambda p: "AB", "str 'AB'")])
+@pytest.mark.parametrize("on_failure", ["raise", "prior"])
+def test_answers_that_are_not_one_per_pair_are_invalid_and_their_calls_counted(make, got, on_failure):
+    """Not a sequence of answers, or one short: a typed comparator error (``on_failure="prior"`` degrades on it),
+    and the calls that came back with it are counted as failed calls."""
+    for judge in (Returns(make), Returns(lambda p: [1.0] * (len(p) - 1))):
+        kw = dict(comparator=judge, budget=20, ranker="allpairs", oracle="single", on_failure=on_failure)
+        if on_failure == "raise":
+            with pytest.raises(InvalidAnswer) as info:
+                rerank("q", cands(6), **kw)
+            spent = info.value.accounting
+        else:
+            spent = rerank("q", cands(6), **kw)
+            assert spent.failure.startswith("InvalidAnswer") and sorted(spent.order) == list(range(6))
+        assert spent.calls == spent.failed_calls == judge.sent > 0
+    assert got in rerank("q", cands(6), comparator=Returns(make), budget=20, on_failure="prior").failure
+
+
+def test_answers_in_any_iterable_are_read():
+    one = rerank("q", cands(6), comparator=Returns(lambda p: [0.25] * len(p)), budget=20)
+    for make in (lambda p: tuple([0.25] * len(p)), lambda p: (0.25 for _ in p)):
+        assert rerank("q", cands(6), comparator=Returns(make), budget=20).order == one.order
+
+
 def test_numeric_answers_of_any_numeric_type_are_read_as_floats():
     import numpy as np
 

@@ -24,11 +24,12 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from ..blocking import blocking, run_blocking
 from ..budget import check_count
-from ..errors import ComparatorError, ComparatorUnavailable
+from ..errors import ComparatorError, ComparatorUnavailable, InvalidAnswer
 from ..slots import DeadlinePassed, FairSlots
 from ..types import IN_FLIGHT, UNSENT, Candidate, Judgment, Pair, to_judgments
 
@@ -233,6 +234,18 @@ def cut_calls(guard: CallGuard, n: int) -> list[Judgment]:
     return [cut_in_flight()] * n
 
 
+def answers_of(raw: Any, chunk: Sequence[Pair], guard: CallGuard) -> list[Judgment]:
+    """A chunk's answers as ``Judgment`` objects (``to_judgments``). Answers that are not usable (``InvalidAnswer``)
+    came back from calls that were sent: each is recorded on ``guard`` as a failed call before the error
+    propagates, so the rerank's accounting counts them."""
+    try:
+        return to_judgments(raw, len(chunk))
+    except InvalidAnswer as error:
+        for _ in chunk:
+            guard.record(False, str(error))
+        raise
+
+
 async def _chunked(query: str, pairs: Sequence[Pair], guard: CallGuard,
                    send: Callable[[str, Sequence[Pair], CallGuard], Awaitable[Any]]) -> list[Judgment]:
     """The chunk loop of ``Comparator.judge`` (``send`` a ``blocking`` call) and ``ajudge``: ``send`` each chunk
@@ -272,6 +285,11 @@ class Comparator:
             batch size); ``rerank_many`` merges the prompts of many queries up to it. None = no preference.
         max_concurrency: the default cap on calls in flight when the caller sets none (None = no cap).
         model_name: a readable name of the model for events, traces and logs (None = the class name).
+        guards_calls: whether this class's ``judge`` / ``ajudge`` apply the ``CallGuard`` they are given
+            themselves (chunks of ``max_concurrency``, the circuit breaker, deadlines), as ``RemoteComparator`` and
+            ``TransformersComparator`` do. False (default): a subclass's ``judge`` / ``ajudge`` answer the pairs
+            they are given, and the engine calls them chunk by chunk inside the base class's guarded loop
+            (``guarded_judge``), in sync and async alike.
 
     Raises:
         TypeError: an instance of a subclass that overrides neither ``compare`` nor ``judge``.
@@ -280,6 +298,7 @@ class Comparator:
     max_batch_size: int | None = None
     max_concurrency: int | None = None
     model_name: str | None = None
+    guards_calls: bool = False
 
     def __new__(cls, *args: Any, **kwargs: Any):
         # Checked when an instance is made, not when the class is defined: cloudpickle (Ray) rebuilds a class
@@ -323,9 +342,25 @@ class Comparator:
         return self.compare(query, chunk)
 
     async def _ajudge_chunk(self, query: str, chunk: Sequence[Pair]) -> Sequence[Any]:
+        """One chunk's raw answers: the subclass's ``ajudge``, else its ``acompare``, else ``_judge_chunk`` in a
+        worker thread."""
+        if type(self).ajudge is not Comparator.ajudge:
+            return await self.ajudge(query, chunk)
         if type(self).acompare is not Comparator.acompare:
             return await self.acompare(query, chunk)
         return await asyncio.to_thread(self._judge_chunk, query, chunk)
+
+    # ---- the engine's entry -------------------------------------------------------------------------
+    def guarded_judge(self, query: str, pairs: Sequence[Pair], guard: CallGuard) -> list[Judgment]:
+        """``judge`` under ``guard``: the class's own ``judge`` when it guards its calls (``guards_calls``), else
+        the base class's chunk loop around it, so a subclass's ``judge`` gets the same chunks, circuit breaker
+        and deadlines in ``rerank`` as in ``arerank``."""
+        return (self.judge if self.guards_calls else partial(Comparator.judge, self))(query, pairs, guard=guard)
+
+    async def aguarded_judge(self, query: str, pairs: Sequence[Pair], guard: CallGuard) -> list[Judgment]:
+        """Async ``guarded_judge``."""
+        return await (self.ajudge if self.guards_calls else partial(Comparator.ajudge, self))(query, pairs,
+                                                                                            guard=guard)
 
     # ---- what the engine calls ----------------------------------------------------------------------
     def judge(self, query: str, pairs: Sequence[Pair], *, guard: CallGuard | None = None) -> list[Judgment]:
@@ -346,11 +381,11 @@ class Comparator:
         guard.check()
         left = guard.time_left(query)
         if left is None:
-            return to_judgments(self._judge_chunk(query, chunk), len(chunk))
+            return answers_of(self._judge_chunk(query, chunk), chunk, guard)
         if guard.past(query):
             return None
-        answers = within(lambda: to_judgments(self._judge_chunk(query, chunk), len(chunk)), left)
-        return _CUT if answers is None else answers
+        answered = within(lambda: (self._judge_chunk(query, chunk),), left)  # a 1-tuple: None is "cut" here
+        return _CUT if answered is None else answers_of(answered[0], chunk, guard)
 
     async def ajudge(self, query: str, pairs: Sequence[Pair], *, guard: CallGuard | None = None) -> list[Judgment]:
         """Async ``judge``: chunks hold ``guard.slots`` (a cap shared by every query using the guard), and await
@@ -373,17 +408,19 @@ class Comparator:
                     raw = await _until(self._ajudge_chunk(query, chunk), left, guard, query)
         except DeadlinePassed:  # no slot before the deadline
             return None
-        return raw if raw is _CUT else to_judgments(raw, len(chunk))
+        return raw if raw is _CUT else answers_of(raw, chunk, guard)
 
     def judge_batch(self, items: Sequence[Item], *, guard: CallGuard | None = None) -> list[Judgment]:
         """One ``Judgment`` per ``(query, first, second)`` item, in order; items may belong to different
-        queries. Default: ``judge`` per run of consecutive items of one query."""
-        return [j for query, pairs in group_by_query(items) for j in self.judge(query, pairs, guard=guard)]
+        queries. Default: ``judge`` per run of consecutive items of one query (``guarded_judge``)."""
+        guard = guard or CallGuard(self.max_concurrency, None)
+        return [j for query, pairs in group_by_query(items) for j in self.guarded_judge(query, pairs, guard)]
 
     async def ajudge_batch(self, items: Sequence[Item], *, guard: CallGuard | None = None) -> list[Judgment]:
         """Async ``judge_batch``; by default the queries' ``ajudge`` calls run concurrently (the guard caps
         calls in flight across them)."""
-        parts = await gather_or_cancel([self.ajudge(q, pairs, guard=guard) for q, pairs in group_by_query(items)])
+        guard = guard or CallGuard(self.max_concurrency, None)
+        parts = await gather_or_cancel([self.aguarded_judge(q, pairs, guard) for q, pairs in group_by_query(items)])
         return [j for part in parts for j in part]
 
     # ---- lifetime -----------------------------------------------------------------------------------

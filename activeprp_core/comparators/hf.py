@@ -52,6 +52,8 @@ class TransformersComparator(SwappablePrompts, Comparator):
         TypeError: a count that is not an int (bools refused).
     """
 
+    guards_calls = True  # its judge / ajudge apply the guard
+
     mode: str = ""
     prompt_names = ("prompt", "ql_prompt")
 

@@ -50,6 +50,8 @@ class RemoteComparator(Comparator):
         TypeError / ValueError: a count that is not an int >= 1, a time that is not a finite number >= 0.
     """
 
+    guards_calls = True  # its judge / ajudge apply the guard
+
     model: str = ""
     """The model name (in messages; ``comparator_name``)."""
     endpoint: str = ""
