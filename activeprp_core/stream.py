@@ -15,9 +15,10 @@ rounds of the others (no shared lockstep step). What the requests share:
 Each request reads only its own answers (no running record of the judge is carried across requests), so its
 result equals ``arerank`` of it alone with the same settings and seed, whatever ran beside it. A request's
 ``time_budget`` is enforced as ``arerank`` enforces it (``activeprp_core.engine``): its calls read its deadline
-from their guard, a round still running at the deadline is cut, and a round waiting for a merged call when its
-deadline passes is not sent; its clock may start before the rerank (``RerankPool.rerank(started=...)``, e.g. at
-its arrival in a service's queue).
+from their guard, a round still running at the deadline is cut, a round waiting for a merged call when its
+deadline passes is not sent, and one in a merged call that runs on for other requests is cut at its deadline
+(``DEADLINE_GRACE`` after it; its calls count as cut: the pool cannot tell which of them the comparator sent); its
+clock may start before the rerank (``RerankPool.rerank(started=...)``, e.g. at its arrival in a service's queue).
 """
 
 from __future__ import annotations
@@ -26,12 +27,13 @@ import asyncio
 import contextlib
 import heapq
 import itertools
+import math
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .budget import check_count
-from .comparators.base import CallGuard, Comparator, Item, SupportsCompare, as_comparator, unsent
+from .comparators.base import CallGuard, Comparator, Item, SupportsCompare, as_comparator, cut_in_flight, unsent
 from .engine import DEADLINE_GRACE, Batch, Reranking, bounded, drive, exchange, guard_for
 from .errors import ComparatorAuthError, ComparatorError
 from .judging import RoundLatency
@@ -86,13 +88,15 @@ class RequestGuard(CallGuard):
 @dataclass(eq=False)
 class _Part:
     """One request's round waiting for a merged call: its items, its deadline (loop time, None = none), the
-    future of its answers, and whether a merged call has taken it."""
+    future of its answers, whether a merged call has taken it, and whether its request stopped waiting for that
+    call at its deadline (``cut``: its calls were counted then, the call's answers for it are discarded)."""
 
     items: list[Item]
     guard: RequestGuard
     deadline: float | None
     future: asyncio.Future
     taken: bool = False
+    cut: bool = False
 
 
 class _Merger:
@@ -120,8 +124,10 @@ class _Merger:
         try:
             return await asyncio.wait_for(asyncio.shield(part.future), left)
         except asyncio.TimeoutError:
-            if part.taken:  # in a merged call, bounded by the deadlines of its queries
-                return await part.future
+            if part.taken:  # sent in a merged call still running for other requests: cut, as arerank cuts a round
+                part.cut = True
+                guard.completed += len(items)
+                return [cut_in_flight()] * len(items)
             part.future.cancel()
             return [unsent()] * len(items)
         finally:
@@ -153,7 +159,7 @@ class _Merger:
     async def _send(self, parts: list[_Part]) -> None:
         loop = asyncio.get_running_loop()
         merged = RequestGuard(self.pool.guard, self.pool.slots, parts[0].guard.key, loop.time)
-        merged.deadlines = {p.items[0][0]: p.deadline for p in parts if p.deadline is not None and p.items}
+        merged.deadlines = _latest_deadlines(parts)
         lefts = [None if p.deadline is None else p.deadline - loop.time() for p in parts]
         items = [it for p in parts for it in p.items]
         try:
@@ -177,11 +183,26 @@ class _Merger:
             start += len(part.items)
 
 
+def _latest_deadlines(parts: list[_Part]) -> dict[str, float]:
+    """The deadline of each query text of a merged call, read by the comparator (``CallGuard.deadlines``): the
+    latest of the parts with that text, none when one of them has none. Requests with the same text may have
+    different deadlines; one whose deadline comes first stops waiting for the call then (``_Merger.ask``), so
+    the comparator must not cut the others' items at it."""
+    latest: dict[str, float | None] = {}
+    for p in parts:
+        if p.items:
+            query, seen = p.items[0][0], latest.get(p.items[0][0], -math.inf)
+            latest[query] = None if p.deadline is None or seen is None else max(seen, p.deadline)
+    return {query: at for query, at in latest.items() if at is not None}
+
+
 def _credit(parts: list[_Part], sent: int) -> None:
-    """Count the first ``sent`` calls of a merged call to its parts' requests, in order."""
+    """Count the first ``sent`` calls of a merged call to its parts' requests, in order (a part cut at its
+    request's deadline counted its calls then)."""
     for part in parts:
         calls = min(sent, len(part.items))
-        part.guard.completed += calls
+        if not part.cut:
+            part.guard.completed += calls
         sent -= calls
 
 

@@ -14,6 +14,7 @@ from activeprp_core import (
     RerankResult,
     RerankSettings,
     SimulatedComparator,
+    arerank,
     rerank,
 )
 from activeprp_core.stream import RerankPool, arerank_stream
@@ -209,6 +210,44 @@ def test_at_the_deadline_the_round_in_flight_is_cut_and_the_order_is_best_effort
     assert result.order == list(range(8)) and result.exhausted_by == ["time_budget"]
     assert result.time_budget == 0.3 and result.on_failure == "raise"
     assert judge.started > 0 and judge.cancelled == judge.started
+
+
+class SlowBatches(Comparator):
+    """A batching comparator whose chunks take 0.05 s each (one merged call serves several requests)."""
+
+    max_batch_size = 64
+
+    def compare(self, query, pairs):
+        raise AssertionError("async only")
+
+    async def acompare(self, query, pairs):
+        await asyncio.sleep(0.05)
+        return [1.0] * len(pairs)
+
+
+@pytest.mark.parametrize("other_query", ["q", "another query"])
+def test_a_request_stops_at_its_own_deadline_in_a_merged_call_and_leaves_the_others_alone(other_query):
+    """Merged with a request that has no deadline (the same query text or another), a request with a time budget
+    returns at its deadline (the merged call runs on for the other), and the other is not cut at it: its result
+    is that of ``arerank`` alone."""
+    settings = RerankSettings(budget=None, ranker="allpairs", oracle="single", top_k=3, max_concurrency=3)
+
+    async def run():
+        pool, loop = RerankPool(SlowBatches(), settings), asyncio.get_running_loop()
+        started = loop.time()
+
+        async def timed(query, per_request):
+            result = await pool.rerank(query, _cands(10), per_request)
+            return result, loop.time() - started
+
+        (short, took), (other, _) = await asyncio.gather(timed("q", {"time_budget": 0.2}), timed(other_query, {}))
+        await pool.aclose()
+        return short, took, other
+
+    short, took, other = asyncio.run(run())
+    alone = asyncio.run(arerank(other_query, _cands(10), settings, comparator=SlowBatches()))
+    assert took < 0.2 + 0.3 and short.exhausted_by == ["time_budget"] and short.cut_calls > 0
+    assert (other.order, other.calls, other.exhausted_by, other.cut_calls) == (alone.order, alone.calls, [], 0)
 
 
 def test_a_cancelled_request_cancels_its_calls_in_flight_and_sends_no_more():
