@@ -20,6 +20,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from .errors import InvalidAnswer
+
 
 def check_count(value: object, name: str, *, minimum: int | None = 0, allow_none: bool = False) -> int | None:
     """``value`` as an int when it is an integer >= ``minimum`` (any ``numbers.Integral``, e.g. a numpy integer;
@@ -183,6 +185,20 @@ RULES: dict[str, Rule] = {
 }
 
 
+def _prices(prices: Any, n: int, name: str) -> list[int]:
+    """A rule's ``price`` of ``n`` prompts, checked: one int >= 0 per prompt.
+
+    Raises:
+        InvalidAnswer: anything else (e.g. a comparator's ``estimate_tokens`` of the wrong length, or a negative
+            estimate, which would let prompts past the cap).
+    """
+    prices = list(prices)
+    if len(prices) != n or any(isinstance(p, bool) or not isinstance(p, numbers.Integral) or p < 0 for p in prices):
+        raise InvalidAnswer(f"the comparator priced {n} prompts for {name} as {prices[:5]!r}"
+                            f"{' ...' if len(prices) > 5 else ''}: one int >= 0 per prompt is needed")
+    return prices
+
+
 class Caps:
     """One query's caps (a ``Cap`` per ``RULES`` entry, a ``Deadline`` per time rule, from ``limits``, e.g. a
     ``RerankSettings``' values, checked there; a cap missing from ``limits`` is unlimited): reserve before sending,
@@ -218,7 +234,8 @@ class Caps:
         priced by ``comparator`` (see ``Rule.price``)."""
         if not self._priced:
             return [self._unit] * len(pairs)  # one shared dict: costs are never changed
-        columns = {name: price(comparator, query, pairs) for name, price in self._priced.items()}
+        columns = {name: _prices(price(comparator, query, pairs), len(pairs), name)
+                   for name, price in self._priced.items()}
         return [{**self._unit, **{name: c[i] for name, c in columns.items()}} for i in range(len(pairs))]
 
     def refusal(self, costs: Sequence[dict[str, int]], extra: Mapping[str, int] | None = None) -> str | None:

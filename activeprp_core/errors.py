@@ -93,7 +93,8 @@ class ComparatorUnavailable(ComparatorError):
 
 class InvalidAnswer(ComparatorError, ValueError):
     """A comparator answered the wrong number of items for a batch, or an answer that is not a number in [0, 1]
-    (a str or a bool included). A bug in the comparator, never parsed, clipped or imputed."""
+    (a str or a bool included), or reported counts (retries, tokens) or token estimates that are not ints >= 0.
+    A bug in the comparator, never parsed, clipped or imputed."""
 
 
 class RankerError(ActivePRPError, RuntimeError):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -58,8 +59,9 @@ class Judgment:
 
     Raises:
         InvalidAnswer (a ValueError): ``prob`` is not a number (a str or a bool is not one), or lies outside
-            [0, 1] (a comparator bug, never silently parsed or clipped). A ``Judgment`` is valid once made: nothing
-            downstream checks it again.
+            [0, 1] (a comparator bug, never silently parsed or clipped); ``retries`` or a token count is not an
+            int >= 0 (a negative count would let calls past ``token_budget``). A ``Judgment`` is valid once made:
+            nothing downstream checks it again.
     """
 
     prob: float | None
@@ -70,6 +72,10 @@ class Judgment:
     cut: str | None = None
 
     def __post_init__(self) -> None:
+        for name in COUNTS:
+            count = getattr(self, name)
+            if type(count) is not int or count < 0:  # the fast path: an int >= 0
+                setattr(self, name, _count(name, count))
         if self.cut is not None and (self.cut not in CUTS or self.prob is not None):
             raise ValueError(f"Judgment.cut must be one of {CUTS} with prob None, got cut={self.cut!r}, "
                              f"prob={self.prob!r}")
@@ -88,6 +94,21 @@ class Judgment:
             raise InvalidAnswer(f"comparator returned probability {prob} outside [0, 1]")
         else:
             self.prob = prob
+
+
+COUNTS = ("retries", "prompt_tokens", "completion_tokens")
+"""The counts a ``Judgment`` reports: ints >= 0."""
+
+
+def _count(name: str, value: Any) -> int:
+    """``value`` of a ``Judgment`` count as an int (a numpy integer is one).
+
+    Raises:
+        InvalidAnswer: not an integer >= 0 (a bool or a str is not one).
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+        raise InvalidAnswer(f"comparator reported {name}={value!r}: it must be an int >= 0")
+    return int(value)
 
 
 def check_candidates(query: Any, candidates: Any) -> list[Candidate]:

@@ -17,6 +17,7 @@ from activeprp_core import (
     SimulatedComparator,
     rerank,
 )
+from activeprp_core.types import Judgment
 from tests.conftest import make_case
 
 
@@ -104,6 +105,38 @@ def test_answers_in_any_iterable_are_read():
     one = rerank("q", cands(6), comparator=Returns(lambda p: [0.25] * len(p)), budget=20)
     for make in (lambda p: tuple([0.25] * len(p)), lambda p: (0.25 for _ in p)):
         assert rerank("q", cands(6), comparator=Returns(make), budget=20).order == one.order
+
+
+class Counts(Comparator):
+    """Answers 1.0, reporting ``tokens`` prompt tokens per call and pricing each prompt by ``estimate``."""
+
+    def __init__(self, tokens=7, estimate=lambda pairs: [100] * len(pairs)):
+        self.tokens, self.estimate = tokens, estimate
+
+    def estimate_tokens(self, query, pairs):
+        return self.estimate(pairs)
+
+    def compare(self, query, pairs):
+        return [Judgment(1.0, prompt_tokens=self.tokens) for _ in pairs]
+
+
+@pytest.mark.parametrize("judge, message", [
+    (Counts(tokens=-50), "reported prompt_tokens=-50: it must be an int >= 0"),
+    (Counts(tokens="7"), "reported prompt_tokens='7'"),
+    (Counts(estimate=lambda pairs: [-100] * len(pairs)), r"priced 1 prompts for token_budget as \[-100\]"),
+    (Counts(estimate=lambda pairs: [10] * (len(pairs) - 1)), "priced 1 prompts for token_budget as \\[\\]"),
+])
+def test_counts_and_token_estimates_that_are_not_ints_from_0_are_invalid(judge, message):
+    """A negative count or estimate would let calls past ``token_budget``: a comparator bug, raised typed."""
+    with pytest.raises(InvalidAnswer, match=message):
+        rerank("q", cands(30), comparator=judge, budget=None, token_budget=500, ranker="bubblesort")
+
+
+def test_counts_of_any_integer_type_are_read_as_ints():
+    import numpy as np
+
+    res = rerank("q", cands(6), comparator=Counts(tokens=np.int64(7)), budget=10, token_budget=5000)
+    assert res.prompt_tokens == 7 * res.calls > 0 and type(res.prompt_tokens) is int
 
 
 def test_numeric_answers_of_any_numeric_type_are_read_as_floats():
