@@ -98,4 +98,5 @@ class InvalidAnswer(ComparatorError, ValueError):
 
 
 class RankerError(ActivePRPError, RuntimeError):
-    """A ranker's schedule returned an order that is not a permutation of the candidates (a ranker bug)."""
+    """A ranker's schedule returned an order that is not a permutation of the candidates, or asked for a pair
+    that is not two distinct candidate indices (a ranker bug)."""

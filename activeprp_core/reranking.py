@@ -9,6 +9,7 @@ import contextlib
 import enum
 import itertools
 import logging
+import numbers
 import random
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
@@ -279,10 +280,14 @@ class Reranking:
         def known(p: Prompt) -> bool:
             return p in self.answers or p in planned
 
-        both = self._both_at_once()
+        both, n = self._both_at_once(), len(self.candidates)
         for pair in pairs:
             if pair[0] == pair[1]:
                 raise RankerError(f"ranker {self.ranker.name} asked to compare candidate {pair[0]} with itself")
+            if not all((type(i) is int or isinstance(i, numbers.Integral) and not isinstance(i, bool)) and 0 <= i < n
+                       for i in pair):
+                raise RankerError(f"ranker {self.ranker.name} asked for the pair {pair!r}, not two candidate "
+                                  f"indices in range({n})")
             need = self.oracle.question(BothOrders(*pair) if both else pair, known, rng)
             yield need, (self.ledger.costs(self._pairs(need)) if need else None)
 

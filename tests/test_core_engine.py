@@ -7,7 +7,15 @@ import threading
 
 import pytest
 
-from activeprp_core import Candidate, ComparatorUnavailable, SimulatedComparator, arerank, rerank, rerank_many
+from activeprp_core import (
+    Candidate,
+    ComparatorUnavailable,
+    RankerError,
+    SimulatedComparator,
+    arerank,
+    rerank,
+    rerank_many,
+)
 from activeprp_core.judging import JudgeStats
 from activeprp_core.oracles import BidirectionalOracle, BothOrders, RandomizedDirectionOracle, SingleDirectionOracle
 from activeprp_core.rankers import RankContext, Ranker
@@ -489,3 +497,38 @@ def test_a_sans_io_reranking_prices_prompts_with_the_comparator_it_is_given():
     assert default.next_batch() is DONE and default.result().exhausted_by == ["token_budget"]
     with pytest.raises(TypeError, match="compare"):
         Reranking("q", cands, comparator=object(), **kw)  # checked when given, not when a prompt is priced
+
+
+class Returns(Script):
+    """Asks its fixed rounds, then returns ``order``."""
+
+    def __init__(self, rounds, order):
+        super().__init__(rounds)
+        self.order = order
+
+    def schedule(self, ctx: RankContext):
+        yield from super().schedule(ctx)
+        return self.order
+
+
+@pytest.mark.parametrize("pair", [(1, 1), (0, 3), (-1, 0), (0, -3), (0, 1.0), (True, 0)])
+def test_a_ranker_asking_for_what_is_not_a_pair_of_candidates_is_a_ranker_error(pair):
+    """Caught before anything is sent: ``(0, -3)`` would compare the first candidate with itself."""
+    judge = SimulatedComparator({"d0": 1})
+    with pytest.raises(RankerError, match=r"ranker script asked .*(with itself|not two candidate indices)"):
+        rerank("q", cands(3), ranker=Returns([[pair]], [0, 1, 2]), oracle="single", comparator=judge, budget=5)
+    assert judge.calls == 0
+
+
+def test_a_ranker_returning_what_is_not_a_permutation_is_a_ranker_error():
+    with pytest.raises(RankerError, match=r"non-permutation of 3 candidates: \[0, 0, 2\]"):
+        rerank("q", cands(3), ranker=Returns([[(0, 1)]], [0, 0, 2]), comparator=SimulatedComparator({}), budget=5)
+
+
+def test_a_ranker_may_name_candidates_by_numpy_integers():
+    import numpy as np
+
+    plain = rerank("q", cands(3), ranker=Returns([[(0, 2)]], [2, 0, 1]), comparator=SimulatedComparator({}), budget=5)
+    typed = rerank("q", cands(3), ranker=Returns([[(np.int64(0), np.int64(2))]], [2, 0, 1]),
+                   comparator=SimulatedComparator({}), budget=5)
+    assert (typed.order, typed.calls) == (plain.order, plain.calls) and plain.calls > 0
