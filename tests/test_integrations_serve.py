@@ -556,6 +556,29 @@ def test_a_long_query_and_a_chunked_body_over_the_cap_get_413():
     assert ok.status_code == 200 and judge.calls == ok.json()["meta"]["activeprp"]["calls"]
 
 
+@pytest.mark.parametrize("prefix", ["", "/rerank-service"])
+def test_a_mounted_service_keeps_its_key_its_body_cap_and_its_metrics(prefix):
+    """Mounted in another app (``parent.mount(prefix, app)``, as docs/serve.md offers), the gate still guards
+    the routes: it matches them under the mount's ``root_path``."""
+    from fastapi import FastAPI
+    from prometheus_client import generate_latest
+
+    judge = WordJudge()
+    app = create_app(judge, **SERVER, auth_keys=["K"], max_body_bytes=2000)
+    parent = FastAPI()
+    parent.mount(prefix or "/", app)
+    key = {"Authorization": "Bearer K"}
+    with TestClient(parent) as client:
+        no_key = client.post(f"{prefix}/v2/rerank", json=GOOD)
+        too_big = client.post(f"{prefix}/v2/rerank", json={**GOOD, "documents": ["x" * 100] * 25}, headers=key)
+        ok = client.post(f"{prefix}/v2/rerank", json=GOOD, headers=key)
+    assert (no_key.status_code, too_big.status_code, ok.status_code) == (401, 413, 200)
+    assert judge.calls == ok.json()["meta"]["activeprp"]["calls"] > 0
+    metrics = generate_latest(app.state.metrics.registry).decode()
+    assert [metric(metrics, "activeprp_requests_total", route="/v2/rerank", status=s) for s in ("401", "413", "200")
+            ] == [1, 1, 1]
+
+
 class ShortAnswers(Comparator):
     def compare(self, query, pairs):
         return [0.5] * (len(pairs) - 1)  # one answer short: InvalidAnswer, a comparator bug

@@ -23,6 +23,14 @@ async def send_error(send: Any, status: int, message: str, kind: str, headers: I
     await send({"type": "http.response.body", "body": body})
 
 
+def route_path(scope: dict) -> str:
+    """The path the app's routes match: ``path`` less the ``root_path`` it starts with (where the app is mounted,
+    e.g. ``parent.mount("/rerank-service", app)``, or served under a proxy's prefix), as starlette's router reads
+    it."""
+    path, root = scope.get("path", ""), scope.get("root_path", "")
+    return path[len(root):] if root and path.startswith(root) else path
+
+
 class Gate:
     """ASGI middleware for the routes in ``routes`` (others pass through):
 
@@ -43,7 +51,7 @@ class Gate:
         self.keys, self.overloaded = [k.encode() for k in keys], overloaded
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        route = scope.get("path") if scope["type"] == "http" else None
+        route = route_path(scope) if scope["type"] == "http" else None
         if route not in self.routes:
             return await self.app(scope, receive, send)
         started, status = time.perf_counter(), [CLIENT_GONE]
