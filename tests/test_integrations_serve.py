@@ -4,6 +4,7 @@ graceful shutdown and the command."""
 
 import asyncio
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -20,7 +21,7 @@ from fastapi.testclient import TestClient  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from activeprp_core import Comparator, ComparatorAuthError, arerank  # noqa: E402
+from activeprp_core import Comparator, ComparatorAuthError, ComparatorRequestError, arerank  # noqa: E402
 from activeprp_integrations.serve import create_app  # noqa: E402
 from tests._llm_server import free_port  # noqa: E402
 from tests._serve_helpers import WordJudge, candidates, make_request, metric, serving  # noqa: E402
@@ -577,6 +578,24 @@ def test_a_mounted_service_keeps_its_key_its_body_cap_and_its_metrics(prefix):
     metrics = generate_latest(app.state.metrics.registry).decode()
     assert [metric(metrics, "activeprp_requests_total", route="/v2/rerank", status=s) for s in ("401", "413", "200")
             ] == [1, 1, 1]
+
+
+class Leaky(Comparator):
+    """A judge whose error quotes a key that only the service knows as a secret."""
+
+    def compare(self, query, pairs):
+        raise ComparatorRequestError("bad request for key sk-SECRET-9", status_code=400)
+
+
+@pytest.mark.parametrize("on_failure", ["prior", "raise"])
+def test_no_secret_in_a_degraded_answer_or_the_log(on_failure, caplog):
+    app = create_app(Leaky(), **SERVER, on_failure=on_failure, secrets=["sk-SECRET-9"], auth_keys=["K"])
+    with caplog.at_level(logging.WARNING, logger="activeprp"), TestClient(app) as client:
+        response = client.post("/v2/rerank", json=GOOD, headers={"Authorization": "Bearer K"})
+    assert response.status_code == (200 if on_failure == "prior" else 502)
+    assert "sk-SECRET-9" not in response.text and "key ***" in response.text
+    logged = [r.getMessage() for r in caplog.records if r.name.startswith("activeprp")]
+    assert logged and all("sk-SECRET-9" not in m and "key ***" in m for m in logged)
 
 
 class ShortAnswers(Comparator):

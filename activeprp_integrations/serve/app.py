@@ -35,7 +35,7 @@ from . import (
 )
 from .bodies import CAPPED, Limits
 from .gate import Gate
-from .routes import JudgeBlock, Routes, add_error_handlers
+from .routes import JudgeBlock, Routes, add_error_handlers, scrub_logs
 from .service import RerankService
 
 RERANK_ROUTES = ("/v1/rerank", "/v2/rerank", "/rerank")
@@ -114,7 +114,8 @@ def create_app(
             with JSON escaping, at most ``bodies.MAX_BODY_BYTES``.
         auth_keys: when any, the rerank routes need ``Authorization: Bearer <one of them>`` (else 401).
         cool_down: seconds the judge's breaker stays open before one probe call decides whether it closes.
-        secrets: strings (API keys) scrubbed from every error message (the ``auth_keys`` are added).
+        secrets: strings (API keys) scrubbed from every error message, from a degraded rerank's ``meta`` and from
+            the engine's log records (the ``auth_keys`` are added).
         judge_block: hook filling ``meta.activeprp.judge`` from a result (default: ``result.judge``, the
             ``JudgeStats`` of the query's answers, as a dict).
 
@@ -138,7 +139,9 @@ def create_app(
     metrics.watch(service)
     limits = Limits(max_documents, max_document_bytes, {name: getattr(settings, name) for name in CAPPED},
                     max_query_bytes, max_body_bytes)
-    return _app(Routes(service, limits, metrics, [s for s in [*secrets, *keys] if s], judge_block), keys)
+    secrets = [s for s in [*secrets, *keys] if s]
+    scrub_logs(secrets)
+    return _app(Routes(service, limits, metrics, secrets, judge_block), keys)
 
 
 def _app(routes: Routes, keys: list[str]) -> FastAPI:

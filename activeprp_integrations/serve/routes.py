@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import random
 import re
@@ -18,6 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from activeprp_core import Candidate, ComparatorError, ComparatorRequestError, ComparatorUnavailable, RerankResult
 from activeprp_core.errors import scrub
+from activeprp_core.reranking import log as engine_log
 
 from .bodies import CallerError, Limits, RerankRequest, TEIRequest
 from .service import Overloaded, RerankService
@@ -79,6 +81,31 @@ def add_error_handlers(app: FastAPI) -> None:
         app.add_exception_handler(kind, handler)
 
 
+class ScrubSecrets(logging.Filter):
+    """Scrubs the service's secrets (``secrets``: API keys, added by each app made in this process) from the
+    records of the engine's logger (``activeprp.engine``), e.g. the WARNING of a failed rerank, which quotes the
+    judge's error."""
+
+    secrets: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.secrets:
+            message = record.getMessage()
+            scrubbed = scrub(message, self.secrets)
+            if scrubbed != message:
+                record.msg, record.args = scrubbed, None
+        return True
+
+
+SCRUB_SECRETS = ScrubSecrets()
+
+
+def scrub_logs(secrets: list[str]) -> None:
+    """Scrub ``secrets`` from every record of the engine's logger from now on (``ScrubSecrets``)."""
+    SCRUB_SECRETS.secrets.update(secrets)
+    engine_log.addFilter(SCRUB_SECRETS)  # once: a logger keeps one copy of a filter
+
+
 class Routes:
     """The handlers of ``/v1/rerank``, ``/v2/rerank`` (Cohere), ``/rerank`` (Jina or TEI), ``/health``, ``/ready``
     and ``/metrics`` over one ``RerankService``; ``mount`` registers them on an app."""
@@ -135,6 +162,9 @@ class Routes:
 
     def meta(self, version: str, result: RerankResult, n: int) -> dict[str, Any]:
         stats = result.stats()
+        if stats.get("failure"):  # a degraded rerank (on_failure="prior") reports the judge's errors
+            stats["failure"] = scrub(stats["failure"], self.secrets)
+        stats["errors"] = [scrub(e, self.secrets) for e in stats.get("errors") or []]
         if self.judge_block is not None:  # default: the JudgeStats of result.stats()
             stats["judge"] = self.judge_block(result)
         return {
