@@ -236,14 +236,22 @@ class Failing(Comparator):
 
 
 class Buggy(Comparator):
+    def __init__(self, error):
+        self.error = error
+
     def compare(self, query, pairs):
-        raise ValueError("a bug in the judge")
+        raise self.error
 
 
-def test_a_bug_in_the_judge_is_a_500_not_the_callers_mistake():
-    with TestClient(create_app(Buggy(), **SERVER), raise_server_exceptions=False) as client:
+@pytest.mark.parametrize("error", [ValueError("a bug in the judge, key sk-X"),
+                                   RuntimeError("CUDA out of memory, sk-X")])
+def test_a_bug_in_the_judge_is_a_json_500_not_the_callers_mistake_nor_a_shutdown(error):
+    with TestClient(create_app(Buggy(error), **SERVER, secrets=["sk-X"]), raise_server_exceptions=False) as client:
         response = _post(client, "/v2/rerank", GOOD)
-    assert response.status_code == 500
+        ready = client.get("/ready")
+    assert response.status_code == 500 and "retry-after" not in response.headers and ready.status_code == 200
+    assert response.json() == {"message": f"internal error ({type(error).__name__}): the server's log has it",
+                               "type": "internal_error"}
 
 
 def _wait_until(predicate, timeout=10.0):

@@ -22,7 +22,7 @@ from activeprp_core.errors import scrub
 from activeprp_core.reranking import log as engine_log
 
 from .bodies import CallerError, Limits, RerankRequest, TEIRequest
-from .service import Overloaded, RerankService
+from .service import Overloaded, RerankService, ShuttingDown
 
 API_VERSIONS = {"v1": "1", "v2": "2"}
 SEARCH_UNIT_DOCUMENTS = 100  # Cohere bills one search unit per query and 100 documents
@@ -65,7 +65,8 @@ def _validation_message(exc: RequestValidationError | ValidationError) -> str:
 
 def add_error_handlers(app: FastAPI) -> None:
     """Every caller mistake as a 4xx ``{"message", "type": "invalid_request"}`` (400 for a body that does not
-    validate, the ``CallerError``'s own status otherwise)."""
+    validate, the ``CallerError``'s own status otherwise); any other exception (a bug, e.g. in a comparator) as a
+    500 ``{"message", "type": "internal_error"}`` that names only its type (its message may hold a secret)."""
 
     async def invalid(request: Request, exc: RequestValidationError | ValidationError) -> JSONResponse:
         return error_response(400, _validation_message(exc), "invalid_request")
@@ -76,8 +77,12 @@ def add_error_handlers(app: FastAPI) -> None:
     async def refused(request: Request, exc: CallerError) -> JSONResponse:
         return error_response(exc.status, str(exc), "invalid_request")
 
+    async def bug(request: Request, exc: Exception) -> JSONResponse:  # the server logs the exception too
+        return error_response(500, f"internal error ({type(exc).__name__}): the server's log has it",
+                              "internal_error")
+
     for kind, handler in ((RequestValidationError, invalid), (ValidationError, invalid),
-                          (StarletteHTTPException, http_error), (CallerError, refused)):
+                          (StarletteHTTPException, http_error), (CallerError, refused), (Exception, bug)):
         app.add_exception_handler(kind, handler)
 
 
@@ -140,7 +145,7 @@ class Routes:
             if getattr(err, "accounting", None) is not None:  # raised while judging: a comparator bug, not the caller's
                 raise
             raise CallerError(str(err)) from None
-        except RuntimeError as err:  # shutting down
+        except ShuttingDown as err:
             return error_response(503, str(err), "unavailable", 1)
         self.metrics.spent(result)
         order = result.order if top_n is None else result.order[:top_n]

@@ -40,6 +40,10 @@ class Overloaded(Exception):
         self.retry_after = retry_after
 
 
+class ShuttingDown(RuntimeError):
+    """The service is stopping (after ``RerankService.stop``): the request was refused without a judge call."""
+
+
 class Admission:
     """At most ``max_active`` requests hold a slot at once and at most ``max_queue`` wait for one, first come
     first served (``enter`` / ``leave``)."""
@@ -149,10 +153,10 @@ class RerankService:
         Raises:
             Overloaded: the queue is full. ComparatorUnavailable: the breaker is open (or opened during the
             request). TypeError / ValueError: bad settings. Another ``ComparatorError`` as ``arerank`` raises it.
-            RuntimeError: after ``stop``.
+            ShuttingDown (a RuntimeError): after ``stop``.
         """
         if self._stopping:
-            raise RuntimeError("the rerank service is shutting down")
+            raise ShuttingDown("the rerank service is shutting down")
         await self.start()
         loop = asyncio.get_running_loop()
         arrived = loop.time()
