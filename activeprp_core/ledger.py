@@ -18,6 +18,7 @@ prompt (``budget.Rule.price``; never called to judge), the clock (the deadline, 
 from __future__ import annotations
 
 import itertools
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -95,8 +96,10 @@ class Ledger:
         per_round = self.latency.estimate()
         if not per_round:
             return left
-        fit = int(time_left // per_round)
-        return fit if left is None else min(left, fit)
+        fit = time_left // per_round
+        if fit == math.inf:  # a deadline too far to count in rounds (e.g. a time budget of 1e308 s)
+            return left
+        return int(fit) if left is None else min(left, int(fit))
 
     def time_left(self) -> float | None:
         """Seconds until the deadline (None = no time budget; 0 once past)."""

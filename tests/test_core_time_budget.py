@@ -101,6 +101,18 @@ def test_a_known_round_latency_buys_a_plan_that_fits():
     assert results["unknown"].cut_calls > 0 and "time_budget" in results["unknown"].exhausted_by
 
 
+@pytest.mark.parametrize("time_budget", [1e308, 1e20])
+def test_a_time_budget_too_far_to_count_in_rounds_leaves_the_round_cap(time_budget):
+    """A known round latency and a time budget whose rounds do not fit in a float (1e308 s / 1 µs) or dwarf any
+    round cap: the round cap alone (it raised OverflowError)."""
+    known = RoundLatency()
+    known.record(1e-6)
+    cands, _ = make_case(10, seed=4)
+    timed, untimed = (Reranking("q", cands, ranker="mohajer", budget=30, max_rounds=7, clock=FakeClock(),
+                                latency=known, **caps) for caps in ({"time_budget": time_budget}, {}))
+    assert timed.ledger.rounds_left() == untimed.ledger.rounds_left() > 0
+
+
 def test_the_round_latency_estimate_is_a_high_quantile_of_the_rounds_seen():
     latency = RoundLatency()
     assert latency.estimate() is None
