@@ -142,10 +142,11 @@ def stats_line(result: RerankResult) -> str:
     return f"judge: {result.judge.summary()}\n{line}"
 
 
-def count(minimum: int | None = 0, allow_none: bool = False, none_words: tuple[str, ...] = ("none",)):
-    """An argparse ``type`` for an integer >= ``minimum`` (any integer when None), checked by ``check_count``;
-    with ``allow_none``, the ``none_words`` mean no cap (None). argparse turns its error into a one-line usage
-    error (exit 2)."""
+def count(minimum: int | None = 0, allow_none: bool = False, none_words: tuple[str, ...] = ("none",),
+          maximum: int | None = None):
+    """An argparse ``type`` for an integer >= ``minimum`` (any integer when None) and <= ``maximum`` (when set),
+    checked by ``check_count``; with ``allow_none``, the ``none_words`` mean no cap (None). argparse turns its
+    error into a one-line usage error (exit 2)."""
 
     def parse(text: str) -> int | None:
         if allow_none and text.lower() in none_words:
@@ -155,16 +156,20 @@ def count(minimum: int | None = 0, allow_none: bool = False, none_words: tuple[s
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
         try:
-            return check_count(value, "value", minimum=minimum)
+            value = check_count(value, "value", minimum=minimum)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {value}") from None
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"expected an integer <= {maximum}, got {value}")
+        return value
 
     return parse
 
 
-def seconds(allow_none: bool = True, none_words: tuple[str, ...] = ("none",)):
-    """An argparse ``type`` for a number of seconds >= 0, checked by ``check_seconds``; with ``allow_none``, the
-    ``none_words`` mean no cap (None). argparse turns its error into a one-line usage error (exit 2)."""
+def seconds(allow_none: bool = True, none_words: tuple[str, ...] = ("none",), unit: str = "seconds"):
+    """An argparse ``type`` for a finite number >= 0 (of ``unit``: seconds, checked by ``check_seconds``); with
+    ``allow_none``, the ``none_words`` mean no cap (None). argparse turns its error into a one-line usage error
+    (exit 2)."""
 
     def parse(text: str) -> float | None:
         if allow_none and text.lower() in none_words:
@@ -172,7 +177,7 @@ def seconds(allow_none: bool = True, none_words: tuple[str, ...] = ("none",)):
         try:
             return check_seconds(float(text), "value")
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a finite number of seconds >= 0, got {text!r}") from None
+            raise argparse.ArgumentTypeError(f"expected a finite number of {unit} >= 0, got {text!r}") from None
 
     return parse
 

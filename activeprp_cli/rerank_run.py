@@ -39,8 +39,8 @@ from activeprp_core.settings import RerankSettings
 from activeprp_core.types import Candidate, RerankResult
 
 from . import InputError, fail, printable
-from .rerank import add_comparator_args, add_settings_args, count, make_comparator, settings_from_args
-from .trecfiles import read_qrels, read_run_candidates, write_run
+from .rerank import add_comparator_args, add_settings_args, count, make_comparator, seconds, settings_from_args
+from .trecfiles import check_token, read_qrels, read_run_candidates, write_run
 
 Request = tuple[str, str, list[Candidate]]  # (qid, query text, candidates in input rank order)
 RUNNERS = "activeprp.runners"  # entry-point group: name -> a function running many queries elsewhere (ray)
@@ -134,6 +134,15 @@ def check_out(path: str) -> None:
         raise InputError(f"{path}: directory {str(parent)!r} is not writable")
 
 
+def run_tag(text: str) -> str:
+    """An argparse ``type`` for the run tag: a TREC run column (``trecfiles.check_token``), else a usage error."""
+    try:
+        check_token("tag", text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return text
+
+
 def add_parser(subparsers: Any) -> None:
     """Register ``activeprp rerank-run``."""
     p = subparsers.add_parser("rerank-run", help="rerank every query of a TREC run file; write the reranked run",
@@ -148,7 +157,7 @@ def add_parser(subparsers: Any) -> None:
                                        "graded labels of --comparator simulated")
     p.add_argument("--depth", type=count(minimum=1), default=None, metavar="N",
                    help="rerank (and write) each query's top N rows by rank (default: all)")
-    p.add_argument("--tag", default="activeprp", help="the run tag of OUT (6th column)")
+    p.add_argument("--tag", type=run_tag, default="activeprp", help="the run tag of OUT (6th column, no whitespace)")
     p.add_argument("--no-progress", action="store_true",
                    help="hide the progress bar over queries (stderr; shown only when tqdm is installed)")
     p.add_argument("--max-active", type=count(minimum=1), default=DEFAULT_MAX_ACTIVE, metavar="Q",
@@ -160,7 +169,8 @@ def add_parser(subparsers: Any) -> None:
                           "token in RAY_AUTH_TOKEN or ~/.ray/auth_token), none = a local Ray for this command")
     ray.add_argument("--ray-actors", type=count(minimum=1), default=2, metavar="N",
                      help="actors in the pool, each with its own comparator (default %(default)s)")
-    ray.add_argument("--ray-gpus", type=float, default=None, metavar="G", help="GPUs per actor (local models)")
+    ray.add_argument("--ray-gpus", type=seconds(allow_none=False, unit="GPUs"), default=None, metavar="G",
+                     help="GPUs per actor (local models)")
     add_settings_args(p, RerankSettings(budget=100))
     add_comparator_args(p)
     p.set_defaults(func=main)

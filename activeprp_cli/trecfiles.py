@@ -25,6 +25,7 @@ import json
 import math
 import os
 import re
+import stat
 import sys
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -311,18 +312,19 @@ def write_run(path: str | Path, ranked: Iterable[tuple[str, Sequence[str]]], tag
         ValueError: an empty or whitespace-containing qid, docid or tag; a docid twice within a query.
         OSError: the directory of ``path`` is missing or not writable.
     """
-    _check_token("tag", tag)
+    check_token("tag", tag)
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.chmod(tmp, _file_mode(path))  # mkstemp's file is 0600; the run gets the mode of the file it replaces
     written = 0
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
             for qid, docids in ranked:
-                _check_token("qid", qid)
+                check_token("qid", qid)
                 if len(set(docids)) != len(docids):
                     raise ValueError(f"qid {qid}: the ranked docids contain duplicates")
                 for rank, docid in enumerate(docids, 1):
-                    _check_token("docid", docid)
+                    check_token("docid", docid)
                     f.write(f"{qid} Q0 {docid} {rank} {len(docids) - rank + 1} {tag}\n")
                 written += len(docids)
         os.replace(tmp, path)
@@ -332,10 +334,23 @@ def write_run(path: str | Path, ranked: Iterable[tuple[str, Sequence[str]]], tag
     return written
 
 
-def _check_token(name: str, value: str) -> None:
+def _file_mode(path: Path) -> int:
+    """The permission bits a file written to ``path`` gets: those of the file there now, else what ``open`` gives a
+    new file (0666 less the process's umask)."""
+    with contextlib.suppress(FileNotFoundError):
+        return stat.S_IMODE(path.stat().st_mode)
+    umask = os.umask(0)  # read back at once: there is no other way to read it
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+def check_token(name: str, value: str) -> None:
+    """Raises ValueError unless ``value`` can be a column of a TREC run (``name``: qid, docid, tag): a non-empty
+    str without whitespace."""
     if not isinstance(value, str) or not value or any(c.isspace() for c in value):
         raise ValueError(f"a TREC run {name} must be a non-empty string without whitespace, got {value!r}")
 
 
-__all__ = ["Qrels", "Run", "RunRow", "iter_lines", "read_corpus", "read_qrels", "read_queries", "read_run",
+__all__ = ["Qrels", "Run", "RunRow", "check_token", "iter_lines", "read_corpus", "read_qrels", "read_queries",
+           "read_run",
            "read_run_candidates", "write_run"]

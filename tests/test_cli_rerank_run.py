@@ -184,10 +184,16 @@ def test_bad_paths_are_one_line_exit_2(files, tmp_path, capsys, monkeypatch, cha
     assert err == "activeprp: error: " + message.format(**files, parent=files["out"].parent) + "\n"
 
 
-def test_depth_must_be_positive(files, tmp_path, capsys):
+@pytest.mark.parametrize("flag, value, message", [
+    ("--depth", "0", "--depth: expected an integer >= 1, got 0"),
+    ("--tag", "my tag", "--tag: a TREC run tag must be a non-empty string without whitespace, got 'my tag'"),
+    ("--ray-gpus", "-1", "--ray-gpus: expected a finite number of GPUs >= 0, got '-1'"),
+])
+def test_flags_out_of_range_are_usage_errors(files, tmp_path, capsys, flag, value, message):
+    out = tmp_path / "out.run"
     with pytest.raises(SystemExit) as exit_:
-        main(cli_args(files, tmp_path / "out.run", "--depth", "0"))
-    assert exit_.value.code == 2 and "--depth: expected an integer >= 1, got 0" in capsys.readouterr().err
+        main(cli_args(files, out, flag, value))
+    assert exit_.value.code == 2 and message in capsys.readouterr().err and not out.exists()
 
 
 def test_queries_of_one_text_with_different_qrels_are_a_one_line_error(files, tmp_path, capsys):

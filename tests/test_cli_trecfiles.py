@@ -167,6 +167,21 @@ def test_write_run_round_trips_and_keeps_order_under_trec_sorting(tmp_path):
     assert {q: [d for _, d in sorted(v)] for q, v in by_score.items()} == dict(ranked)
 
 
+def test_write_run_gives_a_new_file_the_umask_mode_and_keeps_the_mode_it_replaces(tmp_path):
+    import os
+    import stat
+
+    out, umask = tmp_path / "out.run", os.umask(0o022)
+    try:
+        write_run(out, [("q1", ["d1"])])
+        first = stat.S_IMODE(out.stat().st_mode)
+        out.chmod(0o640)
+        write_run(out, [("q1", ["d2"])])
+    finally:
+        os.umask(umask)
+    assert (first, stat.S_IMODE(out.stat().st_mode)) == (0o644, 0o640) and "d2" in out.read_text()
+
+
 def test_write_run_refuses_bad_tokens_and_leaves_no_file(tmp_path):
     out = tmp_path / "out.run"
     for ranked, tag in [([("q 1", ["d1"])], "t"), ([("q1", ["d1", "d1"])], "t"), ([("q1", [""])], "t"),

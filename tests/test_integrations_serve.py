@@ -650,3 +650,16 @@ def test_each_kind_of_openai_judge_failure_gets_its_documented_status(reply, sta
         assert int(response.headers["retry-after"]) >= 1
     if status == 413:
         assert "shorten" in response.json()["message"]
+
+
+@pytest.mark.parametrize("flag, value, message", [
+    ("--port", "99999", "--port: expected an integer <= 65535"),
+    ("--shutdown-timeout", "nan", "--shutdown-timeout: expected a finite"),
+    ("--shutdown-timeout", "-5", "--shutdown-timeout: expected a finite"),
+])
+def test_serve_flags_out_of_range_are_usage_errors(flag, value, message, capsys):
+    from activeprp_cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["serve", "--comparator", "simulated", flag, value])
+    assert exit_.value.code == 2 and message in capsys.readouterr().err

@@ -105,7 +105,7 @@ def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser("serve", help="serve Cohere-compatible reranking over HTTP (/v2/rerank)",
                               description=__doc__.split("\n\n")[0])
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default %(default)s)")
-    p.add_argument("--port", type=count(minimum=0), default=8080, help="TCP port (default %(default)s)")
+    p.add_argument("--port", type=count(minimum=0, maximum=65535), default=8080, help="TCP port (default %(default)s)")
     add_settings_args(p.add_argument_group("settings of every request (each cap is also the most a request may ask "
                                            "for in its body; --time-budget counts from a request's arrival, its "
                                            "wait in the queue included)"), SERVE)
@@ -127,7 +127,7 @@ def add_parser(subparsers: Any) -> None:
     g.add_argument("--auth-key", action="append", metavar="KEY",
                    help="an API key the rerank routes accept as 'Authorization: Bearer KEY' (repeatable; also "
                         f"${AUTH_KEYS_ENV}, comma-separated); without any, no key is asked")
-    g.add_argument("--shutdown-timeout", type=float, default=60.0,
+    g.add_argument("--shutdown-timeout", type=seconds(allow_none=False), default=60.0,
                    help="seconds a graceful shutdown waits for requests in flight (default %(default)s)")
     j = p.add_argument_group("the judge's failures")
     j.add_argument("--judge-timeout", type=seconds(allow_none=False), default=DEFAULT_JUDGE_TIMEOUT,
