@@ -63,16 +63,26 @@ def _validation_message(exc: RequestValidationError | ValidationError) -> str:
     return "invalid request: " + "; ".join(parts)
 
 
+def _body_hint(request: Request) -> str:
+    """What to change when a request's body is not sent as JSON (e.g. curl's ``-d`` without a content type),
+    else ""."""
+    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media == "application/json" or request.method != "POST":
+        return ""
+    return f" (send the body as JSON with the header 'Content-Type: application/json'; got {media or 'none'!r})"
+
+
 def add_error_handlers(app: FastAPI) -> None:
     """Every caller mistake as a 4xx ``{"message", "type": "invalid_request"}`` (400 for a body that does not
     validate, the ``CallerError``'s own status otherwise); any other exception (a bug, e.g. in a comparator) as a
     500 ``{"message", "type": "internal_error"}`` that names only its type (its message may hold a secret)."""
 
     async def invalid(request: Request, exc: RequestValidationError | ValidationError) -> JSONResponse:
-        return error_response(400, _validation_message(exc), "invalid_request")
+        return error_response(400, _validation_message(exc) + _body_hint(request), "invalid_request")
 
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return error_response(exc.status_code, str(exc.detail), "invalid_request")
+        hint = _body_hint(request) or " (send the body as UTF-8 JSON)" if exc.status_code == 400 else ""
+        return error_response(exc.status_code, str(exc.detail) + hint, "invalid_request")
 
     async def refused(request: Request, exc: CallerError) -> JSONResponse:
         return error_response(exc.status, str(exc), "invalid_request")
