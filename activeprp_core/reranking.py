@@ -61,6 +61,13 @@ class Batch:
     pairs: list[tuple[Candidate, Candidate]]
 
 
+def check_pair(pair: tuple[Any, Any], n: int, ranker: str) -> None:
+    """Raises ``RankerError`` unless ``pair`` is two candidate indices in ``range(n)`` (integers; a numpy integer
+    is one, a bool is not)."""
+    if not all(isinstance(i, numbers.Integral) and not isinstance(i, bool) and 0 <= i < n for i in pair):
+        raise RankerError(f"ranker {ranker} asked for the pair {pair!r}, not two candidate indices in range({n})")
+
+
 class Reranking:
     """One query's reranking as a sans-I/O state machine (see ``activeprp_core.engine``).
 
@@ -284,10 +291,9 @@ class Reranking:
         for pair in pairs:
             if pair[0] == pair[1]:
                 raise RankerError(f"ranker {self.ranker.name} asked to compare candidate {pair[0]} with itself")
-            if not all((type(i) is int or isinstance(i, numbers.Integral) and not isinstance(i, bool)) and 0 <= i < n
-                       for i in pair):
-                raise RankerError(f"ranker {self.ranker.name} asked for the pair {pair!r}, not two candidate "
-                                  f"indices in range({n})")
+            a, b = pair
+            if not (type(a) is int and type(b) is int and 0 <= a < n and 0 <= b < n):  # the fast path: plain ints
+                check_pair(pair, n, self.ranker.name)
             need = self.oracle.question(BothOrders(*pair) if both else pair, known, rng)
             yield need, (self.ledger.costs(self._pairs(need)) if need else None)
 
