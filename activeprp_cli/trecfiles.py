@@ -352,5 +352,4 @@ def check_token(name: str, value: str) -> None:
 
 
 __all__ = ["Qrels", "Run", "RunRow", "check_token", "iter_lines", "read_corpus", "read_qrels", "read_queries",
-           "read_run",
-           "read_run_candidates", "write_run"]
+           "read_run", "read_run_candidates", "write_run"]

@@ -186,17 +186,20 @@ RULES: dict[str, Rule] = {
 
 
 def _prices(prices: Any, n: int, name: str) -> list[int]:
-    """A rule's ``price`` of ``n`` prompts, checked: one int >= 0 per prompt.
+    """A rule's ``price`` of ``n`` prompts, checked: one int >= 0 per prompt (``check_count``).
 
     Raises:
         InvalidAnswer: anything else (e.g. a comparator's ``estimate_tokens`` of the wrong length, or a negative
             estimate, which would let prompts past the cap).
     """
     prices = list(prices)
-    if len(prices) != n or any(isinstance(p, bool) or not isinstance(p, numbers.Integral) or p < 0 for p in prices):
-        raise InvalidAnswer(f"the comparator priced {n} prompts for {name} as {prices[:5]!r}"
-                            f"{' ...' if len(prices) > 5 else ''}: one int >= 0 per prompt is needed")
-    return prices
+    try:
+        if len(prices) == n:
+            return [check_count(p, f"a price for {name}") for p in prices]
+    except (TypeError, ValueError):
+        pass
+    raise InvalidAnswer(f"the comparator priced {n} prompts for {name} as {prices[:5]!r}"
+                        f"{' ...' if len(prices) > 5 else ''}: one int >= 0 per prompt is needed")
 
 
 class Caps:

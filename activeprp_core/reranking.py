@@ -9,14 +9,13 @@ import contextlib
 import enum
 import itertools
 import logging
-import numbers
 import random
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .budget import BudgetView
+from .budget import BudgetView, check_count
 from .comparators.base import Comparator, as_comparator
 from .errors import ComparatorError, ComparatorUnavailable, RankerError
 from .judging import Answers, JudgeTally, RoundLatency
@@ -62,10 +61,14 @@ class Batch:
 
 
 def check_pair(pair: tuple[Any, Any], n: int, ranker: str) -> None:
-    """Raises ``RankerError`` unless ``pair`` is two candidate indices in ``range(n)`` (integers; a numpy integer
-    is one, a bool is not)."""
-    if not all(isinstance(i, numbers.Integral) and not isinstance(i, bool) and 0 <= i < n for i in pair):
-        raise RankerError(f"ranker {ranker} asked for the pair {pair!r}, not two candidate indices in range({n})")
+    """Raises ``RankerError`` unless ``pair`` is two candidate indices in ``range(n)`` (``check_count``: a numpy
+    integer is one, a bool is not)."""
+    try:
+        if all(check_count(i, "a candidate index") < n for i in pair):
+            return
+    except (TypeError, ValueError):
+        pass
+    raise RankerError(f"ranker {ranker} asked for the pair {pair!r}, not two candidate indices in range({n})")
 
 
 class Reranking:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from .budget import check_count
 from .errors import InvalidAnswer
 from .judging import JudgeStats
 
@@ -101,14 +101,15 @@ COUNTS = ("retries", "prompt_tokens", "completion_tokens")
 
 
 def _count(name: str, value: Any) -> int:
-    """``value`` of a ``Judgment`` count as an int (a numpy integer is one).
+    """``value`` of a ``Judgment`` count as an int (``check_count``: a numpy integer is one).
 
     Raises:
         InvalidAnswer: not an integer >= 0 (a bool or a str is not one).
     """
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
-        raise InvalidAnswer(f"comparator reported {name}={value!r}: it must be an int >= 0")
-    return int(value)
+    try:
+        return check_count(value, name)
+    except (TypeError, ValueError) as error:
+        raise InvalidAnswer(f"comparator reported {name}={value!r}: {error}") from None
 
 
 def check_candidates(query: Any, candidates: Any) -> list[Candidate]:
