@@ -114,6 +114,25 @@ def test_a_judge_subclass_gets_the_guard_in_sync_and_async(use_async):
     assert res.exhausted_by == ["time_budget"] and res.calls <= 8 and sorted(res.order) == list(range(10))
 
 
+def test_a_subclass_ajudge_is_its_native_async_path_chunk_by_chunk():
+    class Native(Comparator):
+        def __init__(self):
+            self.sync, self.chunks = 0, []
+
+        def judge(self, query, pairs):
+            self.sync += len(pairs)
+            return [Judgment(1.0) for _ in pairs]
+
+        async def ajudge(self, query, pairs):
+            self.chunks.append(len(pairs))
+            return [Judgment(1.0, prompt_tokens=3) for _ in pairs]
+
+    judge = Native()
+    res = asyncio.run(arerank("q", cands(10), comparator=judge, budget=None, top_k=3, max_concurrency=4))
+    assert judge.sync == 0 and sum(judge.chunks) == res.calls == res.prompt_tokens / 3 > 0
+    assert max(judge.chunks) <= 4  # the base class's loop sends it chunks of max_concurrency
+
+
 def test_async_chunks_hold_the_guard_slots():
     inflight, peak = [0], [0]
 
