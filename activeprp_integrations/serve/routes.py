@@ -81,7 +81,7 @@ def add_error_handlers(app: FastAPI) -> None:
         return error_response(400, _validation_message(exc) + _body_hint(request), "invalid_request")
 
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        hint = _body_hint(request) or " (send the body as UTF-8 JSON)" if exc.status_code == 400 else ""
+        hint = (_body_hint(request) or " (send the body as UTF-8 JSON)") if exc.status_code == 400 else ""
         return error_response(exc.status_code, str(exc.detail) + hint, "invalid_request")
 
     async def refused(request: Request, exc: CallerError) -> JSONResponse:
@@ -101,7 +101,9 @@ class ScrubSecrets(logging.Filter):
     records of the engine's logger (``activeprp.engine``), e.g. the WARNING of a failed rerank, which quotes the
     judge's error."""
 
-    secrets: set[str] = set()
+    def __init__(self) -> None:
+        super().__init__()
+        self.secrets: set[str] = set()
 
     def filter(self, record: logging.LogRecord) -> bool:
         if self.secrets:
@@ -177,9 +179,9 @@ class Routes:
 
     def meta(self, version: str, result: RerankResult, n: int) -> dict[str, Any]:
         stats = result.stats()
-        if stats.get("failure"):  # a degraded rerank (on_failure="prior") reports the judge's errors
+        if stats["failure"]:  # a degraded rerank (on_failure="prior") reports the judge's errors
             stats["failure"] = scrub(stats["failure"], self.secrets)
-        stats["errors"] = [scrub(e, self.secrets) for e in stats.get("errors") or []]
+        stats["errors"] = [scrub(e, self.secrets) for e in stats["errors"]]
         if self.judge_block is not None:  # default: the JudgeStats of result.stats()
             stats["judge"] = self.judge_block(result)
         return {
