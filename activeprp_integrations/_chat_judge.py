@@ -34,6 +34,11 @@ greedy (``temperature``), a one-token answer (``max_tokens``; Ollama's ``num_pre
 retries, counts and bills each attempt itself). With ``logprobs=True`` also ``logprobs`` / ``top_logprobs``."""
 
 TOKEN_CAPS = ("max_tokens", "num_predict", "max_output_tokens")
+REASONING_KEEPS = ("temperature", *TOKEN_CAPS, "logprobs", "top_logprobs")
+"""The judge settings left as the model has them on a reasoning model (``FrameworkJudge.reasoning_model``): such a
+model takes only its default temperature (OpenAI's gpt-5 and o-series answer 400 to ``temperature=0``), its
+reasoning tokens count against the completion cap (a cap of 1 leaves no room for the answer), and it returns no
+logprobs."""
 UNCAPPED_COMPLETION_TOKENS = 16
 """Completion tokens assumed by ``estimate_tokens`` for a model whose answer length the judge cannot cap."""
 
@@ -102,7 +107,7 @@ class FrameworkJudge(SwappablePrompts, RemoteComparator):
 
     Subclasses name the model's class and its calls (``model_type``, ``call``/``acall``), implement
     ``framework_messages`` (chat messages in the framework's type) and ``parse``, and may override
-    ``provider_settings``, ``judge_copy`` and ``loop_copy`` / ``aclose_loop_copy``
+    ``reasoning_model``, ``provider_settings``, ``judge_copy`` and ``loop_copy`` / ``aclose_loop_copy``
     (a copy of the model per event loop, for SDK clients bound to one loop).
 
     Args:
@@ -111,8 +116,9 @@ class FrameworkJudge(SwappablePrompts, RemoteComparator):
             message; ``with_prompts(...)`` gives a copy with others.
         logprobs, top_logprobs: ask for the top ``top_logprobs`` alternatives of the answer token, on models that
             declare a ``logprobs`` field (ChatOpenAI, LlamaIndex's OpenAI / OpenAILike).
-        settings: fields of the judge's copy over ``JUDGE_SETTINGS``; a value None keeps the model's own (e.g.
-            ``{"temperature": None}``). Every key must be a field of the model.
+        settings: fields of the judge's copy over ``JUDGE_SETTINGS`` (less ``REASONING_KEEPS`` on a reasoning
+            model); a value None keeps the model's own (e.g. ``{"temperature": None}``). Every key must be a field
+            of the model.
         max_passage_words: passages are cut to this many whitespace-separated words.
         max_concurrency, max_attempts, backoff_initial, backoff_max, max_retry_after: the transport's
             (``RemoteComparator``): calls in flight, and the judge's own retry policy.
@@ -149,12 +155,21 @@ class FrameworkJudge(SwappablePrompts, RemoteComparator):
             raise ValueError(f"settings {unknown} are not fields of {type(llm).__name__}; its fields are "
                              f"{sorted(fields)[:40]}")
         wanted = dict(JUDGE_SETTINGS, **({"logprobs": True, "top_logprobs": top_logprobs} if logprobs else {}))
+        self.reasoning = self.reasoning_model(llm)
+        if self.reasoning:
+            wanted = {k: v for k, v in wanted.items() if k not in REASONING_KEEPS}
         merged = {k: v for k, v in wanted.items() if k in fields} | self.provider_settings(llm) | dict(settings or {})
         self.settings = {k: v for k, v in merged.items() if v is not None}
         self.judge_llm = self.judge_copy(llm, self.settings) if self.settings else llm
         self.timeout_keyword = self.request_timeout_keyword(llm)
 
     # ---- what a framework provider adds ---------------------------------------------------------------
+    def reasoning_model(self, llm: Any) -> bool:
+        """Whether the framework itself knows ``llm`` for a reasoning model (LangChain's model profile, LlamaIndex
+        OpenAI's list of reasoning models); the judge's copy then keeps the model's own ``REASONING_KEEPS``.
+        Default: False."""
+        return False
+
     def provider_settings(self, llm: Any) -> dict[str, Any]:
         """Settings of the judge's copy specific to a model class (over ``JUDGE_SETTINGS``). Default: none."""
         return {}
@@ -229,9 +244,10 @@ class FrameworkJudge(SwappablePrompts, RemoteComparator):
 
     def estimate_tokens(self, query: str, pairs: Sequence[tuple[Candidate, Candidate]]) -> list[int]:
         """An upper bound on prompt + completion tokens per ordered pair (``prompts.chat_token_bound``), with the
-        judge's answer cap as completion (``UNCAPPED_COMPLETION_TOKENS`` when the model has none)."""
-        cap = next((self.settings[k] for k in TOKEN_CAPS if isinstance(self.settings.get(k), int)),
-                   UNCAPPED_COMPLETION_TOKENS)
+        judge model's completion cap as completion (``UNCAPPED_COMPLETION_TOKENS`` when it has none: then, as for
+        a reasoning model left uncapped, reported tokens can pass ``token_budget``)."""
+        caps = (getattr(self.judge_llm, k, None) for k in TOKEN_CAPS)
+        cap = next((c for c in caps if isinstance(c, int) and not isinstance(c, bool)), UNCAPPED_COMPLETION_TOKENS)
         return [chat_token_bound(self.messages(query, a.text, b.text), cap) for a, b in pairs]
 
     def __repr__(self) -> str:

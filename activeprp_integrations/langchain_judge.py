@@ -5,6 +5,7 @@ Re-exported by ``activeprp_integrations.langchain``. Needs ``pip install 'active
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from activeprp_core.comparators.answers import Answer, answer_from, field, snippet
@@ -39,7 +40,8 @@ class ChatModelComparator(FrameworkJudge):
     ``_chat_judge.JUDGE_SETTINGS`` (greedy, one answer token, ``max_retries=0``) where the model declares those
     fields; ChatOpenAI's prebuilt openai clients are swapped, in the copy, for ``with_options(max_retries=0)``
     copies sharing their connection pool, and with a ``base_url`` it also sends ``max_tokens=1`` in
-    ``extra_body`` (``provider_settings``). Each event loop gets its own connection pool (``loop_copy``). The
+    ``extra_body`` (``provider_settings``); a reasoning model (its profile's ``reasoning_output``) keeps its own
+    ``_chat_judge.REASONING_KEEPS``. Each event loop gets its own connection pool (``loop_copy``). The
     judge retries itself (``max_attempts``), so every attempt is counted in ``Judgment.retries``; a model with
     retries of its own that the judge cannot see (a ``with_retry`` wrapper, a client passed in) makes one judge
     call cost several requests. Its callbacks still see every call.
@@ -58,11 +60,17 @@ class ChatModelComparator(FrameworkJudge):
     model_type, model_kind = BaseChatModel, "a LangChain BaseChatModel (ChatOpenAI, ChatAnthropic ...)"
     call, acall = "invoke", "ainvoke"
 
+    def reasoning_model(self, llm: BaseChatModel) -> bool:
+        """A model whose LangChain profile (``BaseChatModel.profile``) says ``reasoning_output``: OpenAI's gpt-5
+        and o-series, and the reasoning models of other providers' profiles."""
+        profile = getattr(llm, "profile", None)
+        return isinstance(profile, Mapping) and profile.get("reasoning_output") is True
+
     def provider_settings(self, llm: BaseChatModel) -> dict[str, Any]:
         """ChatOpenAI sends its ``max_tokens`` as ``max_completion_tokens``, which some OpenAI-compatible servers
         ignore (llama-cpp-python's generates a whole sentence, whose text then may not parse): with a ``base_url``
-        (not OpenAI itself) the copy also sends ``max_tokens=1`` in ``extra_body``."""
-        if "extra_body" in type(llm).model_fields and getattr(llm, "openai_api_base", None):
+        (not OpenAI itself) the copy also sends ``max_tokens=1`` in ``extra_body``, except to a reasoning model."""
+        if not self.reasoning and "extra_body" in type(llm).model_fields and getattr(llm, "openai_api_base", None):
             return {"extra_body": {**(getattr(llm, "extra_body", None) or {}), "max_tokens": 1}}
         return {}
 

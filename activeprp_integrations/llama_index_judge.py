@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from activeprp_core.comparators.answers import Answer, answer_from, field, snippet
@@ -45,7 +46,8 @@ class LLMComparator(FrameworkJudge):
     The model object is never changed: the judge calls ``model_copy(update=...)`` of it with
     ``_chat_judge.JUDGE_SETTINGS`` (greedy, one answer token, ``max_retries=0``, which turns off both LlamaIndex
     OpenAI's own retry decorator and its client's retries; a client it already cached is swapped, in the copy,
-    for a ``with_options(max_retries=0)`` copy). The judge retries itself (``max_attempts``), so every attempt
+    for a ``with_options(max_retries=0)`` copy); a reasoning model (``O1_MODELS``) keeps its own
+    ``_chat_judge.REASONING_KEEPS``. The judge retries itself (``max_attempts``), so every attempt
     is counted in ``Judgment.retries``.
 
     Failures follow ``OpenAIChatComparator``'s contract (``FrameworkJudge.classify``): 401/403 raise
@@ -61,6 +63,12 @@ class LLMComparator(FrameworkJudge):
 
     model_type, model_kind = LLM, "a LlamaIndex LLM (llama_index.core.llms.LLM: OpenAI, OpenAILike ...)"
     call, acall = "chat", "achat"
+
+    def reasoning_model(self, llm: LLM) -> bool:
+        """A model that LlamaIndex OpenAI lists as a reasoning model (``llama_index.llms.openai.utils.O1_MODELS``:
+        gpt-5, o1, o3, o4-mini ...), which its own constructor gives temperature 1."""
+        utils = sys.modules.get("llama_index.llms.openai.utils")  # loaded wherever such a model exists
+        return utils is not None and getattr(llm, "model", None) in getattr(utils, "O1_MODELS", ())
 
     def request_timeout_keyword(self, llm: LLM) -> str | None:
         """LlamaIndex OpenAI (and OpenAILike: an openai client in ``_client``) passes a ``timeout`` keyword of

@@ -461,3 +461,46 @@ def test_llama_index_mock_llm_echo_is_unparseable_and_prior_order_is_the_opt_in_
     assert [n.node.node_id for n in out] == [c.id for c in CANDS]
     with pytest.raises(ComparatorUnavailable):
         li.ActivePRPRerank(llm=MockLLM(), top_n=3, budget=20).postprocess_nodes(nodes, QueryBundle("q"))
+
+
+def test_a_reasoning_model_as_the_judge_keeps_its_own_temperature_cap_and_logprobs():
+    """OpenAI's reasoning models (gpt-5, o-series) answer 400 to a temperature other than the default and to
+    logprobs, and count reasoning tokens against the completion cap (a cap of 1 leaves an empty answer). The
+    endpoint here follows those rules; the frameworks say which models reason (LangChain's model profile,
+    LlamaIndex OpenAI's ``O1_MODELS``), and the judge's copy then leaves those settings as the model has them."""
+    langchain_openai = pytest.importorskip("langchain_openai")
+    llama_openai = pytest.importorskip("llama_index.llms.openai")
+    bodies: list[dict] = []
+
+    def reasoning_endpoint(r):
+        bodies.append(r.body)
+        if r.body.get("temperature") not in (None, 1) or r.body.get("logprobs") or r.body.get("top_logprobs"):
+            return Reply(status=400, body=error_body("Unsupported value: 'temperature' does not support 0 with "
+                                                     "this model. Only the default (1) value is supported."))
+        caps = [r.body[k] for k in ("max_tokens", "max_completion_tokens") if r.body.get(k) is not None]
+        extra = (r.body.get("extra_body") or {}).get("max_tokens")
+        if any(c < 64 for c in [*caps, *([extra] if extra is not None else [])]):
+            return Reply(body=completion("", None))  # the cap went to reasoning: finish_reason length, no text
+        return Reply(body=completion(label(r.text), None))
+
+    kw = {"budget": 20, "seed": 3, "top_n": 8}
+    docs = [Document(page_content=c.text, id=c.id) for c in CANDS]
+    nodes = [NodeWithScore(node=TextNode(text=c.text, id_=c.id)) for c in CANDS]
+    with FaultServer(reasoning_endpoint, max_requests=200) as server:
+        chat = langchain_openai.ChatOpenAI(model="gpt-5-mini", base_url=server.url, api_key="k")
+        got_lc = lc.ActivePRPRerank(llm=chat, **kw).compress_documents(docs, "q")
+        result = rerank("q", CANDS, comparator=ChatModelComparator(chat), budget=20, seed=3)
+        o3 = llama_openai.OpenAI(model="o3-mini", api_base=server.url, api_key="k")
+        got_li = li.ActivePRPRerank(llm=o3, **kw).postprocess_nodes(nodes, QueryBundle("q"))
+        plain = ChatModelComparator(langchain_openai.ChatOpenAI(model="gpt-4o-mini", base_url=server.url,
+                                                                api_key="k"))
+    assert got_lc[0].id == "d0" and got_li[0].node.node_id == "d0"
+    assert result.failed_calls == 0 and result.calls == 20 and len(bodies) == 60  # every call answered
+    assert ChatModelComparator(chat).reasoning and not plain.reasoning  # gpt-4o-mini: temperature 0, cap 1
+    assert plain.settings["temperature"] == 0 and plain.settings["max_tokens"] == 1
+    reasoning = ChatModelComparator(chat, settings={"reasoning_effort": "minimal"})
+    assert reasoning.settings == {"streaming": False, "max_retries": 0, "reasoning_effort": "minimal"}
+    assert chat.temperature is None and chat.max_tokens is None and chat.reasoning_effort is None  # unchanged
+    capped = ChatModelComparator(langchain_openai.ChatOpenAI(model="gpt-5-mini", api_key="k", max_tokens=2048))
+    assert capped.reasoning and capped.judge_llm.max_tokens == 2048  # the user's cap, kept and priced
+    assert capped.estimate_tokens("q", [pair()]) == [reasoning.estimate_tokens("q", [pair()])[0] - 16 + 2048]
