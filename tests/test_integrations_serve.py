@@ -189,9 +189,29 @@ def test_lone_surrogates_and_word_cuts_are_answered(client):
     response = _post(client, "/v1/rerank", body)
     assert response.status_code == 200
     assert {r["document"]["text"] for r in response.json()["results"]} == {"alpha \ufffd x", "beta"}
+    # the judge sees each document cut to one word; the answer returns the documents as sent, as Cohere does
     cut = _post(client, "/v1/rerank", {**GOOD, "max_tokens_per_doc": 1, "return_documents": True}).json()
-    assert sorted(r["document"]["text"] for r in cut["results"]) == ["alpha", "beta", "gamma"]
+    assert sorted(r["document"]["text"] for r in cut["results"]) == sorted(GOOD["documents"])
+    jina = _post(client, "/rerank", {**GOOD, "max_tokens_per_doc": 1}).json()
+    assert sorted(r["document"]["text"] for r in jina["results"]) == sorted(GOOD["documents"])
 
+
+def test_max_tokens_per_doc_cuts_what_the_judge_sees_not_what_comes_back():
+    """The judge reads each document cut to ``max_tokens_per_doc`` words; ``return_documents`` (Cohere v1, Jina)
+    returns the documents as sent, as Cohere's API does: the cut never loses the caller's text."""
+    seen: list[str] = []
+
+    class Recording(WordJudge):
+        def compare(self, query, pairs):
+            seen.extend(t for a, b in pairs for t in (a.text, b.text))
+            return super().compare(query, pairs)
+
+    docs = ["alpha " + "filler " * 6, "beta gamma  delta\nepsilon", "alpha alpha beta"]
+    body = {"query": "alpha beta", "documents": docs, "max_tokens_per_doc": 2, "return_documents": True}
+    with TestClient(create_app(Recording(), **SERVER)) as c:
+        got = {r["index"]: r["document"]["text"] for r in _post(c, "/v1/rerank", body).json()["results"]}
+    assert got == dict(enumerate(docs)) and seen
+    assert set(seen) <= {"alpha filler", "beta gamma", "alpha alpha"}  # two words each, whitespace collapsed
 
 JSON = st.recursive(st.none() | st.booleans() | st.integers(-5, 40) | st.floats(allow_nan=False) | st.text(max_size=8),
                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner,

@@ -95,8 +95,9 @@ class Limits:
             own["seed"] = request.seed
         return own
 
-    def texts(self, query: str, documents: list[Any], max_words: int | None) -> tuple[str, list[str]]:
-        """The query and document texts to judge (lone surrogates replaced, cut to ``max_words`` words)."""
+    def texts(self, query: str, documents: list[Any]) -> tuple[str, list[str]]:
+        """The query and document texts, checked against the caps, lone surrogates replaced (JSON answers cannot
+        carry them)."""
         if not query.strip():
             raise CallerError("query is empty: send the question the documents are ranked for")
         if not documents:
@@ -115,6 +116,5 @@ class Limits:
             if size > self.max_document_bytes:
                 raise CallerError(f"documents[{i}] has {size} bytes, over this server's cap of "
                                   f"{self.max_document_bytes} bytes per document: shorten it", 413)
-            text = model_text(text)
-            texts.append(text if max_words is None else " ".join(text.split()[:max_words]))
+            texts.append(model_text(text))
         return model_text(query), texts

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from activeprp_core import Candidate, ComparatorError, ComparatorRequestError, ComparatorUnavailable, RerankResult
+from activeprp_core.comparators.prompts import cut_words
 from activeprp_core.errors import scrub
 from activeprp_core.reranking import log as engine_log
 
@@ -142,17 +143,19 @@ class Routes:
 
     async def answer(self, query: str, documents: list, top_n: int | None, max_words: int | None,
                      own: dict[str, Any], respond: Respond) -> Response:
-        """Rerank ``documents`` with the request's ``own`` settings (see ``app`` for the statuses)."""
-        query, texts = self.limits.texts(query, documents, max_words)
+        """Rerank ``documents`` with the request's ``own`` settings (see ``app`` for the statuses): the judge sees
+        each text cut to ``max_words`` words; ``respond`` gets the whole texts, which the answer returns."""
+        query, texts = self.limits.texts(query, documents)
         if top_n is not None:
             own["top_k"] = top_n
-        candidates = [Candidate(str(i), t) for i, t in enumerate(texts)]
+        judged = texts if max_words is None else [cut_words(t, max_words) for t in texts]
+        candidates = [Candidate(str(i), t) for i, t in enumerate(judged)]
         try:
             result = await self.service.rerank(query, candidates, **own)
         except Overloaded as err:
             return error_response(429, str(err), "overloaded", err.retry_after)
         except ComparatorError as err:
-            return self.judge_failure(err, query, texts)
+            return self.judge_failure(err, query, judged)
         except (TypeError, ValueError) as err:
             if getattr(err, "accounting", None) is not None:  # raised while judging: a comparator bug, not the caller's
                 raise
