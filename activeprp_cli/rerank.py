@@ -32,12 +32,17 @@ def read_candidates(path: str) -> list[Candidate]:
     (``label`` is read by ``--comparator simulated``). Lone surrogates in a text become U+FFFD.
 
     Raises:
-        InputError: a file or line that cannot be read (see ``trecfiles.iter_json_objects``), or an object
-            without a usable id or text (the message names the file and line).
+        InputError: a file or line that cannot be read (see ``trecfiles.iter_json_objects``), an object
+            without a usable id or text, or an id an earlier line already has (the message names the file and
+            line).
     """
-    out = []
+    out, lines = [], {}
     for n, row in iter_json_objects(path):
         id_key, doc_id = field(path, n, row, _ID_KEYS, "id", allow_int=True)
+        if doc_id in lines:
+            raise InputError(f"{path}:{n}: id {doc_id!r} is also the id of line {lines[doc_id]}: give each "
+                             "candidate its own id")
+        lines[doc_id] = n
         text_key, text = field(path, n, row, _TEXT_KEYS, "text", allow_int=False)
         meta = {k: v for k, v in row.items() if k not in (id_key, text_key)}
         out.append(Candidate(doc_id, model_text(text), meta))

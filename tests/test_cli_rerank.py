@@ -32,6 +32,10 @@ def test_read_candidates_keeps_extra_fields_and_rejects_bad_lines(tmp_path, cand
     bad.write_text('{"id": "a", "text": "x"}\n{"title": "no id"}\n')
     with pytest.raises(ValueError, match="bad.jsonl:2"):
         read_candidates(str(bad))
+    twice = tmp_path / "twice.jsonl"
+    twice.write_text('{"id": 7, "text": "x"}\n{"id": "b", "text": "y"}\n{"docid": "7", "text": "z"}\n')
+    with pytest.raises(ValueError, match=r"twice.jsonl:3: id '7' is also the id of line 1"):
+        read_candidates(str(twice))
 
 
 def test_rerank_simulated_prints_top_k_by_label(candidates_file, capsys):
