@@ -27,6 +27,7 @@ order and reports the failure in the result (see ``activeprp_core.engine``).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -37,11 +38,19 @@ __all__ = ["ActivePRPError", "ComparatorAuthError", "ComparatorError", "Comparat
            "ComparatorUnavailable", "InputError", "InvalidAnswer", "RankerError", "scrub"]
 
 
+SHORT_SECRET = 8
+"""Secrets shorter than this (a placeholder key such as ``k`` or ``unused`` for a local server) are replaced only
+as whole words, so that scrubbing one does not garble the words it occurs in ("to***ens" for the key ``k``)."""
+
+
 def scrub(text: str, secrets: Iterable[str | None]) -> str:
-    """``text`` with every non-empty secret (e.g. an API key) replaced by ``***`` (for messages and logs)."""
+    """``text`` with every non-empty secret (e.g. an API key) replaced by ``***`` (for messages and logs):
+    anywhere, or as a whole word for a secret shorter than ``SHORT_SECRET`` characters."""
     for secret in secrets:
-        if secret:
+        if secret and len(secret) >= SHORT_SECRET:
             text = text.replace(secret, "***")
+        elif secret:
+            text = re.sub(rf"(?<![\w-]){re.escape(secret)}(?![\w-])", "***", text)
     return text
 
 

@@ -32,6 +32,7 @@ from activeprp_core import (
 )
 from activeprp_core.comparators import OpenAIChatComparator
 from activeprp_core.comparators.openai_chat import _parse
+from activeprp_core.errors import scrub
 
 pytest.importorskip("openai")
 pytest.importorskip("tenacity")
@@ -182,6 +183,17 @@ def test_on_failure_prior_degrades_with_scrubbed_reasons(caplog):
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and KEY not in warnings[0].getMessage()
 
+
+
+def test_a_placeholder_key_is_scrubbed_as_a_word_without_garbling_the_endpoints_message():
+    """A local server takes any key (``--api-key k``): the key is hidden where it stands as a word, and the words
+    that contain its letters are left whole; a real key is hidden wherever it occurs, inside a word too."""
+    message = "maximum context length is 2048 tokens; Bearer k, key=k"
+    with FaultServer(status(400, message)) as server, pytest.raises(ComparatorRequestError) as info:
+        rerank("q", candidates(), comparator=OpenAIChatComparator("m", base_url=server.url, api_key="k",
+                                                                  max_attempts=1), budget=5)
+    assert "2048 tokens; Bearer ***, key=***" in str(info.value)
+    assert scrub(f"key{KEY}!", [KEY]) == "key***!" and scrub("unusedly unused", ["unused"]) == "unusedly ***"
 
 def test_429_500_drop_and_timeout_are_retried_and_retry_after_is_honoured():
     seen: dict[str, list[float]] = {}
