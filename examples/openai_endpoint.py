@@ -100,7 +100,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--base-url", default=os.environ.get("OPENAI_BASE_URL"),
                    help="OpenAI-compatible endpoint; default: start a local llama.cpp server")
     p.add_argument("--model", default=os.environ.get("ACTIVEPRP_MODEL"), help="model name at the endpoint")
-    p.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY"))
+    p.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY"),
+                   help="default: $OPENAI_API_KEY, else a placeholder (a local server takes any key)")
     p.add_argument("--budget", type=int, default=4, help="LLM calls per query")
     p.add_argument("--docs", type=int, default=5, help="BM25 passages to rerank")
     p.add_argument("--top-n", type=int, default=3)
@@ -110,7 +111,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.base_url:
         if not args.model:
             p.error("--model (or ACTIVEPRP_MODEL) is required with --base-url")
-        return run(args.base_url, args.model, args.api_key)
+        return run(args.base_url, args.model, args.api_key or "local")
     if importlib.util.find_spec("llama_cpp") is None:  # installed by scripts/test.sh, not by README's set-up
         p.error('without --base-url this example starts llama.cpp on the bundled model: pip install '
                 '"llama-cpp-python[server]==0.3.36" (builds llama.cpp from source: 4 min on 2 idle cores, up to '

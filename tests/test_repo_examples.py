@@ -61,3 +61,17 @@ def test_openai_endpoint_on_a_local_llama_cpp_server(capsys, monkeypatch):
     assert len(out["documents"]) == 3
     _check_scores([d.metadata["relevance_score"] for d in out["documents"]])
     assert "endpoint http://127.0.0.1:" in capsys.readouterr().out
+
+
+def test_openai_endpoint_with_a_base_url_and_no_key(monkeypatch, capsys):
+    """``--base-url`` to a local server with no key anywhere (no ``--api-key``, no ``OPENAI_API_KEY``) runs: a local
+    server takes any key, so the example sends a placeholder instead of stopping at "no API key"."""
+    from _llm_server import FaultServer, Reply, completion
+
+    for var in ("OPENAI_BASE_URL", "ACTIVEPRP_MODEL", "OPENAI_API_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    with FaultServer(lambda request: Reply(body=completion("A")), max_requests=20) as server:
+        out = importlib.import_module("openai_endpoint").main(["--base-url", server.url, "--model", "m",
+                                                               "--budget", "3", "--docs", "4"])
+        assert server.requests == 3
+    assert out["stats"]["calls"] == 3 and out["stats"]["failed_calls"] == 0
