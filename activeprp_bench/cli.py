@@ -88,7 +88,7 @@ def _comparator_for(args, out: Path, judge: str | None = None):
     else:
         from activeprp_core.comparators import OpenAIChatComparator
 
-        inner = OpenAIChatComparator(args.model, base_url=args.base_url)
+        inner = OpenAIChatComparator(args.model, base_url=args.base_url, api_key=args.api_key)
         name = f"openai/{args.base_url}/{args.model}"
     cached = CachedComparator(inner, args.cache or out / "answers.sqlite", identity(inner, name))
     return lambda c: (lambda qid: cached)
@@ -350,6 +350,7 @@ def add_parser(subparsers) -> None:
                         "(default: the committed calibration)")
     common.add_argument("--model", help="model name for --comparator openai")
     common.add_argument("--base-url", help="endpoint for --comparator openai")
+    common.add_argument("--api-key", help="key for --comparator openai (default: $OPENAI_API_KEY)")
     common.add_argument("--cache", help="sqlite answer cache (default OUT/answers.sqlite)")
     common.add_argument("--judge-seed", type=_count(None), default=0,
                         help="simulated judge's noise realisation (default 0)")

@@ -179,6 +179,21 @@ def test_bench_cli_smoke(tmp_path):
 
 
 @needs_data
+def test_bench_grid_sends_the_api_key_given_on_the_command_line(tmp_path, monkeypatch):
+    """``--comparator openai --api-key KEY`` judges with that key (docs/judges.md's check of a judge against the
+    first stage); before, the key could only come from $OPENAI_API_KEY."""
+    from tests._llm_server import FaultServer, Reply, completion
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    keys = []
+    with FaultServer(lambda r: keys.append(r.api_key) or Reply(body=completion("A")), max_requests=50) as server:
+        code = main(["bench", "grid", "--data", str(DATA), "--collections", "noveleval", "--queries", "1",
+                     "--depth", "3", "--comparator", "openai", "--model", "m", "--base-url", server.url,
+                     "--api-key", "key-from-flag", "--rankers", "allpairs", "--oracles", "randomized",
+                     "--budgets", "none", "--seeds", "1", "--no-paper", "--out", str(tmp_path), "--no-progress"])
+    assert code == 0 and keys and set(keys) == {"key-from-flag"}
+
+@needs_data
 def test_bench_calibrate_check_and_overhead_modes(tmp_path):
     assert main(["bench", "calibrate", "--check", "--data", str(DATA), "--collections", "noveleval",
                  "--sim-params", '{"doc_noise": 1.0}', "--out", str(tmp_path)]) == 0
