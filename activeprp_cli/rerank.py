@@ -238,8 +238,9 @@ def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser("rerank", help="rerank one query's candidates (JSONL) with a pairwise LLM judge",
                               description=__doc__)
     p.add_argument("--query", required=True, help="the query text")
-    p.add_argument("--candidates", required=True, help="JSONL file (or - for stdin), one candidate per line, "
-                                                       "prior order; keys id/docid/_id and text/content/contents")
+    p.add_argument("--candidates", required=True,
+                   help="JSONL file (or - for stdin), one candidate per line, prior order; keys id/docid/_id/doc_id "
+                        "(each line its own) and text/content/contents/passage")
     add_settings_args(p, ONLINE)
     add_comparator_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object (top-K and stats) instead of text")
