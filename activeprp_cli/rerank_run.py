@@ -68,8 +68,9 @@ class Outcome(NamedTuple):
 def rerank_requests(requests: Sequence[Request], comparator: Any, args: argparse.Namespace,
                     progress: bool = False) -> Iterator[Outcome]:
     """One ``Outcome`` per request, in input order: ``rerank_many`` over all requests (``max_active`` =
-    ``--max-active``), or for ``--comparator openai`` ``arerank_many`` with ``max_concurrency`` =
-    ``--max-concurrency`` requests in flight across queries (run with ``asyncio.run``; results come at the end).
+    ``--max-active``, ``carry_judge=False``: each query's result is that of ``rerank`` of it alone), or for
+    ``--comparator openai`` ``arerank_many`` with ``max_concurrency`` = ``--max-concurrency`` requests in flight
+    across queries (run with ``asyncio.run``; results come at the end).
     ``progress``: a tqdm bar over queries on stderr.
 
     Raises:
@@ -77,7 +78,8 @@ def rerank_requests(requests: Sequence[Request], comparator: Any, args: argparse
     """
     pairs = [(query, candidates) for _, query, candidates in requests]
     settings = settings_from_args(args)
-    kw = {"comparator": comparator, "max_active": args.max_active, "progress": progress}
+    # each query reads only its own answers, as with --ray: --max-active bounds memory, never changes the run
+    kw = {"comparator": comparator, "max_active": args.max_active, "progress": progress, "carry_judge": False}
     if args.comparator != "openai":
         yield from map(Outcome.of, rerank_many(pairs, settings, **kw))
         return

@@ -293,7 +293,8 @@ def rerank_many(requests: Iterable[tuple[str, Sequence[Candidate]]], settings: R
         max_active: the most queries in progress (bounds memory; default 64).
         progress: show a tqdm bar over queries on stderr (needs tqdm).
         carry_judge: keep one running record of the comparator's answers across the queries (default), which
-            the confidence gate and ``adaptive`` read, so later queries do not start from nothing. With False
+            the confidence gate and ``adaptive`` read, so later queries do not start from nothing; queries in
+            progress together read each other's answers, so a result then depends on ``max_active``. With False
             each query reads only its own answers and its result equals ``rerank`` of it alone, whatever the
             other queries (with hard answers and a one- or two-call oracle it does anyway).
 

@@ -359,3 +359,28 @@ def test_without_tqdm_no_bar_is_shown(three_queries, tmp_path, capsys, monkeypat
     args = [a for a in cli_args(three_queries, tmp_path / "out.run") if a != "--no-progress"]
     assert main(args) == 0
     assert capsys.readouterr().err == ""
+
+
+def test_the_run_is_the_same_whatever_max_active_with_a_soft_judge(tmp_path, monkeypatch):
+    """Each query reads only its own answers (``carry_judge=False``, as with ``--ray``): with a soft judge, whose
+    answers the confidence gate reads, ``--max-active`` (how many queries are in progress at once) bounds memory
+    and does not change the run. Before, queries in progress together read each other's answers."""
+    from activeprp_core import SimulatedComparator
+
+    with (tmp_path / "run.txt").open("w") as run, (tmp_path / "queries.tsv").open("w") as queries, \
+            (tmp_path / "corpus.tsv").open("w") as corpus:
+        for q in range(8):
+            queries.write(f"q{q}\tquery {q}\n")
+            for r in range(20):
+                run.write(f"q{q} Q0 q{q}d{r} {r + 1} {100 - r} bm25\n")
+                corpus.write(f"q{q}d{r}\tpassage {r} of query {q}\n")
+    judge = SimulatedComparator({}, doc_noise=0.5, pair_noise=0.8, position_bias=0.4, hard=False)
+    use(monkeypatch, judge)
+    outs = []
+    for active in ("1", "8"):
+        outs.append(tmp_path / f"out{active}.run")
+        assert main(["rerank-run", "--run", str(tmp_path / "run.txt"), "--queries", str(tmp_path / "queries.tsv"),
+                     "--corpus", str(tmp_path / "corpus.tsv"), "--out", str(outs[-1]), "--comparator", "hf",
+                     "--model", "patched", "--budget", "40", "--no-progress", "--max-active", active]) == 0
+    first, second = (p.read_text().splitlines() for p in outs)
+    assert len(first) == 160 and first == second
