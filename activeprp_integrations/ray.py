@@ -76,10 +76,14 @@ def _stat_types() -> dict[str, Any]:
 
 
 def _candidate(record: Any) -> Candidate:
+    """A candidate record as a ``Candidate``: its other keys are the metadata, less those whose value is null.
+    Arrow gives every record of a column the keys of all of them, null where a record had none, so a null
+    cannot be told from a missing key; leaving it out gives the metadata ``rerank`` of the row would see."""
     if not isinstance(record, dict) or "id" not in record or "text" not in record:
         keys = sorted(record) if isinstance(record, dict) else type(record).__name__
         raise ValueError(f"each candidate must be a record with 'id' and 'text', got {keys}")
-    return Candidate(record["id"], record["text"], {k: v for k, v in record.items() if k not in ("id", "text")})
+    return Candidate(record["id"], record["text"],
+                     {k: v for k, v in record.items() if k not in ("id", "text") and v is not None})
 
 
 def _row(item: RerankResult | RerankFailure | Exception, types: dict[str, Any]) -> dict[str, Any]:

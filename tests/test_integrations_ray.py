@@ -46,6 +46,8 @@ def test_candidate_records_keep_extra_keys_as_metadata():
     from activeprp_integrations.ray import _candidate
 
     assert _candidate({"id": "d1", "text": "t", "rank": 3}) == Candidate("d1", "t", {"rank": 3})
+    # Arrow's merged struct gives a record the keys of the others, null: left out, as the row had no such key
+    assert _candidate({"id": "d1", "text": "t", "src": None, "rank": 0}) == Candidate("d1", "t", {"rank": 0})
     with pytest.raises(ValueError, match="'id' and 'text', got \\['id'\\]"):
         _candidate({"id": "d1"})
 
