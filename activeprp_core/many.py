@@ -93,15 +93,11 @@ class _Window:
             self.items[index] = self._start(index, request)
 
     def _start(self, index: int, request: Any) -> Reranking | RerankResult | RerankFailure:
-        query = request[0] if isinstance(request, tuple) and request and isinstance(request[0], str) else None
+        query = request_query(request)
         try:
-            if not isinstance(request, tuple) or len(request) not in (2, 3):
-                raise TypeError(f"request {index} must be a (query, candidates) pair, got {type(request).__name__}")
-            own = request[2] if len(request) == 3 else {}
-            if not isinstance(own, Mapping) or set(own) - set(PER_REQUEST):
-                raise TypeError(f"request {index}: its settings must be a dict with keys among {PER_REQUEST}")
+            query, candidates, own = split_request(index, request)
             settings = RerankSettings.of(self.settings, **own) if own else self.settings
-            reranking = Reranking(*request[:2], settings, comparator=self.comparator, prior_answers=self.judge,
+            reranking = Reranking(query, candidates, settings, comparator=self.comparator, prior_answers=self.judge,
                                   clock=self.clock, latency=self.latency)
             return self._finish(index, reranking)
         except Exception as error:
@@ -258,12 +254,44 @@ def _session(window: _Window):
 
 def check_requests(requests: Any) -> None:
     """Raises TypeError unless ``requests`` is an iterable of requests: not a str or bytes (each character would be
-    a request), not one ``(query, candidates)`` pair itself (its query and its candidates would be two)."""
+    a request), not a mapping (its keys would be the requests), not one ``(query, candidates)`` pair itself (its
+    query and its candidates would be two)."""
     if isinstance(requests, (str, bytes)) or not isinstance(requests, Iterable):
         raise TypeError(f"requests must be an iterable of (query, candidates) pairs, got {type(requests).__name__}")
+    if isinstance(requests, Mapping):
+        raise TypeError(f"requests must be an iterable of (query, candidates) pairs, got a {type(requests).__name__}:"
+                        " pass its .items()")
     if isinstance(requests, tuple) and len(requests) == 2 and isinstance(requests[0], str):
         raise TypeError("requests must be an iterable of (query, candidates) pairs, got one pair: pass "
                         "[(query, candidates)]")
+
+
+def split_request(index: int, request: Any) -> tuple[str, Sequence[Candidate], Mapping[str, Any]]:
+    """``(query, candidates, own settings)`` of request ``index``: a ``(query, candidates)`` or ``(query,
+    candidates, own)`` tuple or list (a list as JSON gives it).
+
+    Raises:
+        TypeError: another shape, or ``own`` that is not a dict with keys among ``PER_REQUEST`` (``check_own``).
+    """
+    if not isinstance(request, (tuple, list)) or len(request) not in (2, 3):
+        raise TypeError(f"request {index} must be a (query, candidates) pair, got {type(request).__name__}"
+                        + (f" of {len(request)} items" if isinstance(request, (tuple, list)) else ""))
+    own = request[2] if len(request) == 3 else {}
+    check_own(own, f"request {index}: its settings")
+    return request[0], request[1], own
+
+
+def request_query(request: Any) -> str | None:
+    """The query of a request, for its ``RerankFailure`` (None when the request has no usable one)."""
+    ok = isinstance(request, (tuple, list)) and request and isinstance(request[0], str)
+    return request[0] if ok else None
+
+
+def check_own(own: Any, what: str = "a request's own settings") -> None:
+    """Raises TypeError unless ``own`` (a request's own settings) is a dict with keys among ``PER_REQUEST``."""
+    if not isinstance(own, Mapping) or set(own) - set(PER_REQUEST):
+        got = sorted(set(own) - set(PER_REQUEST)) if isinstance(own, Mapping) else type(own).__name__
+        raise TypeError(f"{what} must be a dict with keys among {PER_REQUEST}, got {got}")
 
 
 def _window(requests, settings, options, comparator, max_active, progress,

@@ -37,8 +37,8 @@ from .comparators.base import CallGuard, Comparator, Item, SupportsCompare, as_c
 from .engine import DEADLINE_GRACE, Batch, Reranking, bounded, drive, exchange, guard_for
 from .errors import ComparatorAuthError, ComparatorError
 from .judging import RoundLatency
-from .many import DEFAULT_MAX_ACTIVE, RerankFailure
-from .settings import PER_REQUEST, RerankSettings, takes_settings
+from .many import DEFAULT_MAX_ACTIVE, RerankFailure, check_own, request_query, split_request
+from .settings import RerankSettings, takes_settings
 from .slots import FairSlots
 from .types import Candidate, Judgment, RerankResult
 
@@ -250,8 +250,8 @@ class RerankPool:
         Raises:
             TypeError / ValueError: bad input or settings. A ``ComparatorError`` as ``arerank`` raises it.
         """
-        if own and (not isinstance(own, Mapping) or set(own) - set(PER_REQUEST)):
-            raise TypeError(f"a request's own settings must be a dict with keys among {PER_REQUEST}")
+        if own is not None:
+            check_own(own)
         clock = asyncio.get_running_loop().time
         settings = RerankSettings.of(self.settings, **own) if own else self.settings
         reranking = Reranking(query, candidates, settings, comparator=self.judge, clock=clock, started=started,
@@ -276,12 +276,6 @@ class RerankPool:
             self._merger.running.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._merger.running
-
-
-def _request(index: int, request: Any) -> tuple[str, Sequence[Candidate], Mapping[str, Any]]:
-    if not isinstance(request, tuple) or len(request) not in (2, 3):
-        raise TypeError(f"request {index} must be a (query, candidates) pair, got {type(request).__name__}")
-    return request[0], request[1], (request[2] if len(request) == 3 else {})
 
 
 @takes_settings
@@ -334,7 +328,7 @@ async def arerank_stream(requests: AsyncIterable[tuple], settings: RerankSetting
 
 
 async def _one(pool: RerankPool, index: int, request: Any) -> RerankResult:
-    query, candidates, own = _request(index, request)
+    query, candidates, own = split_request(index, request)
     return await pool.rerank(query, candidates, own)
 
 
@@ -345,5 +339,4 @@ def _outcome(pool: RerankPool, index: int, request: Any, task: asyncio.Task) -> 
         return index, task.result()
     if pool.fatal(error) and pool.settings.on_failure == "raise":
         raise error
-    query = request[0] if isinstance(request, tuple) and request and isinstance(request[0], str) else None
-    return index, RerankFailure(index, query, error)
+    return index, RerankFailure(index, request_query(request), error)

@@ -137,6 +137,20 @@ def test_a_failing_query_is_isolated_and_the_others_finish(use_async):
                                           ranker="mohajer").order
 
 
+@pytest.mark.parametrize("use_async", [False, True])
+def test_a_request_may_be_a_list_as_json_gives_it_and_bad_own_settings_name_what_they_got(use_async):
+    reqs, labels = requests(2)
+    listed = [list(reqs[0]), [*reqs[1], {"budget": 7}], [*reqs[1], ["budget"]], [*reqs[1], {"budjet": 3}], ["q"]]
+    kw = dict(comparator=SimulatedComparator(labels), ranker="mohajer", budget=40, top_k=3)
+    out = asyncio.run(_collect(arerank_many(listed, **kw))) if use_async else list(rerank_many(listed, **kw))
+    fresh = {**kw, "comparator": SimulatedComparator(labels)}
+    tupled = list(rerank_many([reqs[0], (*reqs[1], {"budget": 7})], **fresh))
+    assert [o.order for o in out[:2]] == [o.order for o in tupled] and out[1].calls == 7
+    assert [type(o.error).__name__ for o in out[2:]] == ["TypeError"] * 3
+    assert "got list" in str(out[2].error) and "got ['budjet']" in str(out[3].error)
+    assert "got list of 1 items" in str(out[4].error) and out[4].query == "q"
+
+
 class Dead(Comparator):
     def __init__(self, error=None):
         self.error, self.calls = error, 0
@@ -186,7 +200,8 @@ def test_bad_shared_arguments_fail_before_any_request_is_read():
 
 
 @pytest.mark.parametrize("requests, got", [("abc", "got str"), (None, "got NoneType"), (b"ab", "got bytes"),
-                                           (("q", [Candidate(id="a", text="x")]), "got one pair")])
+                                           (("q", [Candidate(id="a", text="x")]), "got one pair"),
+                                           ({"q": [Candidate(id="a", text="x")]}, "got a dict: pass its .items()")])
 def test_requests_that_are_not_an_iterable_of_pairs_are_a_type_error(requests, got):
     with pytest.raises(TypeError, match=f"requests must be an iterable of \\(query, candidates\\) pairs, {got}"):
         next(rerank_many(requests, comparator=SimulatedComparator({}), budget=5))

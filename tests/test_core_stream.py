@@ -115,7 +115,7 @@ def test_a_queue_fed_stream_merges_requests_put_while_a_step_is_in_flight():
     assert any(len(set(b)) == 3 for b in judge.batches)
 
 
-@pytest.mark.parametrize("settings", [{"ranker": "quicksort"}, ["budget"], {"budget": -1}])
+@pytest.mark.parametrize("settings", [{"ranker": "quicksort"}, ["budget"], {"budget": -1}, [], ""])
 def test_bad_settings_of_one_request_fail_that_request_only(settings):
     reqs, labels = requests(3)
     items = [reqs[1], (*reqs[2], settings)]
