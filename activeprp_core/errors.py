@@ -46,10 +46,10 @@ as whole words, so that scrubbing one does not garble the words it occurs in ("t
 def scrub(text: str, secrets: Iterable[str | None]) -> str:
     """``text`` with every non-empty secret (e.g. an API key) replaced by ``***`` (for messages and logs):
     anywhere, or as a whole word for a secret shorter than ``SHORT_SECRET`` characters."""
-    for secret in secrets:
-        if secret and len(secret) >= SHORT_SECRET:
+    for secret in filter(None, secrets):
+        if len(secret) >= SHORT_SECRET:
             text = text.replace(secret, "***")
-        elif secret:
+        else:
             text = re.sub(rf"(?<![\w-]){re.escape(secret)}(?![\w-])", "***", text)
     return text
 
