@@ -1,38 +1,42 @@
 """Many queries at once: ``rerank_many`` / ``arerank_many`` drive one ``Reranking`` per query together.
 
-Each step collects the pending batch of every query in progress and sends all their prompts to the comparator
-in one ``judge_batch`` / ``ajudge_batch`` call, so a comparator that batches across queries (a local model) fills
-its forward passes and an endpoint comparator keeps up to ``max_concurrency`` requests in flight across
-queries. Every query keeps its own budget, round cap, pair cache and seeded streams, so its result is identical
-to ``rerank`` of that query alone with the same arguments. The input is streamed: at most ``max_active``
+Each step collects the pending batch of every query in progress. A comparator that batches across queries (a local
+model: ``Comparator.batches_queries``) gets all their prompts in one ``judge_batch`` / ``ajudge_batch`` call, which
+fills its forward passes; any other gets each query's calls on their own, all at once (``judge_each``; async,
+``aguarded_judge`` per query, concurrently), so an endpoint comparator keeps up to ``max_concurrency`` requests in
+flight across queries. Every query keeps its own budget, round cap, pair cache and seeded streams, so its result is
+identical to ``rerank`` of that query alone with the same arguments. The input is streamed: at most ``max_active``
 queries are in progress (started and not yet yielded), and results come out in input order.
 
 A request that fails on its own (bad input, a comparator error for its prompts, a ranker error) yields a
-``RerankFailure`` in its place and the others go on; when a merged call fails, its queries are asked again one
-by one to find the failing one (their calls are sent again, not charged twice to their budgets). A dead endpoint
-stops everything fast: a ``ComparatorAuthError`` or an open circuit breaker (shared by all queries) raises out
-of the iterator, unless ``on_failure="prior"``, with which every query degrades to its best-effort order.
+``RerankFailure`` in its place and the others go on, their answers in the same step kept: no call is sent twice.
+Only when a merged call fails (it returns no answer at all) are its queries asked again one by one to find the
+failing one (their calls are sent again, not charged twice to their budgets). A dead endpoint stops everything fast:
+a ``ComparatorAuthError`` or an open circuit breaker (shared by all queries) raises out of the iterator, unless
+``on_failure="prior"``, with which every query degrades to its best-effort order.
 
 ``activeprp_core.stream.arerank_stream`` is the service form (``activeprp serve``) of the same machinery.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from .budget import check_count
-from .comparators.base import CallGuard, Comparator, SupportsCompare, as_comparator
+from .comparators.base import CallGuard, Comparator, RequestGuard, SupportsCompare, as_comparator, stops_on_refusal
 from .engine import Batch, Reranking, blocking, bounded, clock_now, guard_for, iterate_blocking
 from .errors import ComparatorAuthError
 from .judging import JudgeTally, RoundLatency
 
 # PER_REQUEST: the settings one request may set for itself, ``(query, candidates, {"budget": 20, ...})``
 from .settings import PER_REQUEST, RerankSettings, takes_settings
-from .types import Accounting, Candidate, Judgment, RerankResult, to_judgments
+from .types import Accounting, Candidate, Judgment, Pair, RerankResult, to_judgments
 
 DEFAULT_MAX_ACTIVE = 64
 
@@ -146,20 +150,28 @@ class _Window:
             self._resolve(index, reranking, lambda r, part=part: r.send(part))
 
     def failed(self, step: Step, error: Exception, sent: int) -> list[Step]:
-        """Handle a step whose call raised (``sent`` of its calls reached the backend): a dead endpoint stops
-        everything (raises ``error``); a lone query fails on its own; else returns the queries' batches to ask
-        one by one, to find the failing query."""
+        """Handle a merged call for ``step`` that raised (``sent`` of its calls reached the backend): a dead
+        endpoint stops everything (raises ``error``); a lone query fails on its own; else returns the queries'
+        batches to ask one by one, to find the failing query."""
         if self.fatal(error):
-            self.stop(error, step, sent)
-            raise error
+            raise self.stop(error, step, _shares(step, sent))
         if len(step) == 1:
-            self.fail(step, error, sent)
+            index, reranking, _ = step[0]
+            self._resolve(index, reranking, lambda r: r.fail(error, sent))
             return []
         return [[part] for part in step]
 
-    def fail(self, step: Step, error: Exception, sent: int | None = None) -> None:
-        for index, reranking, _ in step:
-            self._resolve(index, reranking, lambda r: r.fail(error, sent))
+    def answered(self, step: Step, outcomes: Sequence[Sequence[Judgment] | Exception], sent: Sequence[int]) -> None:
+        """Hand each query of ``step`` its outcome (its judgments, or the exception its calls raised after ``sent``
+        of them reached the backend); an error that means the endpoint is dead stops everything (raises it)."""
+        fatal = next((o for o in outcomes if isinstance(o, Exception) and self.fatal(o)), None)
+        if fatal is not None:
+            raise self.stop(fatal, step, sent)
+        for (index, reranking, batch), outcome, calls in zip(step, outcomes, sent):
+            if isinstance(outcome, Exception):
+                self._resolve(index, reranking, partial(Reranking.fail, error=outcome, sent=calls))
+            else:
+                self._resolve(index, reranking, partial(_send, outcome, len(batch.prompts)))
 
     def _resolve(self, index: int, reranking: Reranking, action) -> None:
         try:
@@ -179,22 +191,21 @@ class _Window:
                 raise self.stop(error) from None
             return RerankFailure(index, reranking.query, error)
 
-    def spent(self, step: Step = (), sent: int = 0) -> Accounting:
-        """The accounting summed over the queries in progress, batches never answered left out, plus the first
-        ``sent`` calls of ``step`` as failed ones (for an error that stops everything)."""
+    def spent(self, step: Step = (), sent: Sequence[int] = ()) -> Accounting:
+        """The accounting summed over the queries in progress, batches never answered left out, plus the calls of
+        ``step`` that reached the backend (``sent``, per query) as failed ones (for an error that stops
+        everything)."""
         total = Accounting()
         for r in self.items.values():
             if isinstance(r, Reranking):
                 for k, v in r.settled.counts().items():
                     setattr(total, k, getattr(total, k) + v)
-        for _, _, batch in step:
-            calls = min(sent, len(batch.prompts))
+        for calls in sent:
             total.calls, total.failed_calls, total.rounds = \
                 total.calls + calls, total.failed_calls + calls, total.rounds + (calls > 0)
-            sent -= calls
         return total
 
-    def stop(self, error: Exception, step: Step = (), sent: int = 0) -> Exception:
+    def stop(self, error: Exception, step: Step = (), sent: Sequence[int] = ()) -> Exception:
         with contextlib.suppress(AttributeError):
             error.accounting = self.spent(step, sent)  # type: ignore[attr-defined]
         self.close()
@@ -203,6 +214,19 @@ class _Window:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+
+
+def _send(answers: Sequence[Any], n: int, reranking: Reranking) -> None:
+    reranking.send(to_judgments(answers, n))
+
+
+def _shares(step: Step, sent: int) -> list[int]:
+    """The first ``sent`` calls of a merged call for ``step``, per query (its prompts are the queries' in order)."""
+    shares = []
+    for _, _, batch in step:
+        shares.append(min(sent, len(batch.prompts)))
+        sent -= shares[-1]
+    return shares
 
 
 def _progress_bar(requests: Any, enabled: bool) -> Any:
@@ -225,8 +249,23 @@ class _Ask:
     time_left: float | None = None
 
 
+@dataclass(frozen=True)
+class _AskEach:
+    """The calls of a step the I/O-free session needs answered, each query's on its own (a comparator that does
+    not ``batches_queries``): ``(query, pairs, guard, time_left)`` per query, each query's calls counted by its
+    own guard. The answer: one outcome per query, its judgments or the exception its calls raised."""
+
+    asks: list[tuple[str, Sequence[Pair], RequestGuard, float | None]]
+
+
 def _answer(window: _Window, step: Step):
-    """Ask one merged call for ``step``; when it fails (not fatally), ask its queries one by one."""
+    """Ask the calls of ``step``: each query's on its own, or, for a comparator that ``batches_queries``, in one
+    merged call (when it fails, not fatally, its queries are asked one by one)."""
+    if not window.comparator.batches_queries:
+        guards = [RequestGuard(window.guard, None, index, window.clock, r.deadline) for index, r, _ in step]
+        outcomes = yield _AskEach([(b.query, b.pairs, g, r.time_left()) for (_, r, b), g in zip(step, guards)])
+        window.answered(step, outcomes, [g.completed for g in guards])
+        return
     sent_before = window.guard.completed
     items = [(batch.query, a, b) for _, _, batch in step for a, b in batch.pairs]
     try:
@@ -240,7 +279,8 @@ def _answer(window: _Window, step: Step):
 
 def _session(window: _Window):
     """The I/O-free body of ``rerank_many`` and ``arerank_many``: yields each finished item (answer: None) and
-    each ``_Ask`` (answer: its judgments, or the exception raised getting them, thrown in)."""
+    each ``_Ask`` (answer: its judgments, or the exception raised getting them, thrown in) and ``_AskEach`` (answer:
+    its outcomes)."""
     try:
         while not window.finished:
             window.fill()
@@ -336,9 +376,14 @@ def rerank_many(requests: Iterable[tuple[str, Sequence[Candidate]]], settings: R
         queries in progress.
     """
     judge, window = _window(requests, settings, options, comparator, max_active, progress, carry_judge)
-    ask = blocking(lambda item: judge.judge_batch(item.items, guard=item.guard))
+
+    def ask(item: _Ask | _AskEach) -> Any:
+        if isinstance(item, _AskEach):
+            return judge.judge_each([(query, pairs, guard) for query, pairs, guard, _ in item.asks])
+        return judge.judge_batch(item.items, guard=item.guard)
+
     with contextlib.closing(_session(window)) as session:
-        yield from iterate_blocking(_pump(session, ask))
+        yield from iterate_blocking(_pump(session, blocking(ask)))
 
 
 @takes_settings
@@ -350,7 +395,9 @@ async def arerank_many(requests: Iterable[tuple[str, Sequence[Candidate]]], sett
     so the calls of all queries in progress run concurrently (at most ``max_concurrency`` in flight)."""
     judge, window = _window(requests, settings, options, comparator, max_active, progress, carry_judge)
 
-    def ask(item: _Ask) -> Awaitable[Any]:
+    def ask(item: _Ask | _AskEach) -> Awaitable[Any]:
+        if isinstance(item, _AskEach):
+            return _each(judge, item)
         return bounded(judge.ajudge_batch(item.items, guard=item.guard), item.time_left, len(item.items), item.guard)
 
     with contextlib.closing(_session(window)) as session:
@@ -358,12 +405,26 @@ async def arerank_many(requests: Iterable[tuple[str, Sequence[Candidate]]], sett
             yield item
 
 
+async def _each(judge: Comparator, item: _AskEach) -> list[list[Judgment] | Exception]:
+    """Each query's calls of ``item`` concurrently, each within its own time left (``bounded``): one outcome per
+    query, its judgments or the exception its calls raised (the others go on)."""
+    async def one(query: str, pairs: Sequence[Pair], guard: RequestGuard, left: float | None) -> list[Judgment]:
+        with stops_on_refusal(guard):
+            return await bounded(judge.aguarded_judge(query, pairs, guard), left, len(pairs), guard)
+
+    outcomes = await asyncio.gather(*(one(*ask) for ask in item.asks), return_exceptions=True)
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException) and not isinstance(outcome, Exception):
+            raise outcome  # a cancellation: not a query's failure
+    return outcomes
+
+
 async def _pump(session, ask) -> AsyncIterator[RerankResult | RerankFailure]:
     """Run the I/O-free ``session``: yield its finished items, answer its ``_Ask`` with ``await ask(item)``
     (the shared body of ``rerank_many``, where ``ask`` never suspends, and ``arerank_many``)."""
     item = next(session, None)
     while item is not None:
-        if not isinstance(item, _Ask):
+        if not isinstance(item, (_Ask, _AskEach)):
             yield item
             item = next(session, None)
             continue

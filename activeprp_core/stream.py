@@ -28,14 +28,24 @@ import contextlib
 import heapq
 import itertools
 import math
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .budget import check_count
-from .comparators.base import CallGuard, Comparator, Item, SupportsCompare, as_comparator, cut_in_flight, unsent
+from .comparators.base import (
+    CallGuard,
+    Comparator,
+    Item,
+    RequestGuard,
+    SupportsCompare,
+    as_comparator,
+    cut_in_flight,
+    stops_on_refusal,
+    unsent,
+)
 from .engine import DEADLINE_GRACE, Batch, Reranking, bounded, drive, exchange, guard_for
-from .errors import ComparatorAuthError, ComparatorError
+from .errors import ComparatorAuthError
 from .judging import RoundLatency
 from .many import DEFAULT_MAX_ACTIVE, RerankFailure, check_own, request_query, split_request
 from .settings import RerankSettings, takes_settings
@@ -51,38 +61,6 @@ that a request's next round waits for at most about this many passes."""
 MERGE_TURNS = 4
 """Turns of the event loop a merged call waits for more rounds, while they keep coming (a request answered by the
 last merged call plans its next round within a turn or two)."""
-
-
-class RequestGuard(CallGuard):
-    """One request's view of a shared ``CallGuard``: its own count of the calls that reached the backend
-    (``completed``, what ``Reranking.fail`` is told), its deadlines (``deadline`` / ``deadlines`` on ``clock``,
-    read by the comparator through ``time_left``) and its calls' place in the queue for slots (``key``: lower
-    goes first); the breaker and the cap on calls in flight are the shared guard's."""
-
-    def __init__(self, shared: CallGuard, slots: FairSlots | None, key: Any, clock: Callable[[], float],
-                 deadline: float | None = None) -> None:  # the shared guard's state is not copied: no _setup
-        self.shared, self._fair, self.key = shared, slots, key
-        self.max_concurrency = shared.max_concurrency
-        self.max_consecutive_failures = shared.max_consecutive_failures
-        self.clock, self.deadline, self.deadlines = clock, deadline, {}
-        self.completed = 0
-
-    @property
-    def error(self) -> ComparatorError | None:
-        return self.shared.error
-
-    def check(self) -> None:
-        self.shared.check()
-
-    def trip(self, error: ComparatorError) -> None:
-        self.shared.trip(error)
-
-    def record(self, ok: bool | None, reason: str | None = None) -> None:
-        self.completed += 1
-        self.shared.record(ok, reason)
-
-    def slots(self, n: int = 1, timeout: float | None = None):
-        return contextlib.nullcontext() if self._fair is None else self._fair.take(n, self.key, timeout)
 
 
 @dataclass(eq=False)
@@ -259,15 +237,12 @@ class RerankPool:
         guard = RequestGuard(self.guard, self.slots, next(self._keys), clock, reranking.deadline)
 
         async def ask(batch: Batch) -> list[Judgment]:
-            try:
+            with stops_on_refusal(guard):
                 if self._merger is not None:
                     items = [(batch.query, a, b) for a, b in batch.pairs]
                     return await self._merger.ask(items, guard, reranking.deadline)
                 return await bounded(self.judge.ajudge(batch.query, batch.pairs, guard=guard), reranking.time_left(),
                                      len(batch.pairs), guard)
-            except ComparatorAuthError as error:  # refused for every request, whichever comparator said so
-                guard.trip(error)
-                raise
 
         return await drive(exchange(reranking, guard), ask)
 

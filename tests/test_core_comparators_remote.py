@@ -184,3 +184,31 @@ def test_openai_token_estimate_bounds_the_bundled_models_chat_template():
                 assert real + 1 <= estimate  # + the one completion token requested
                 if text.startswith("fleas"):
                     assert estimate <= 6 * (real + 1)
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_rerank_many_keeps_the_other_queries_answers_when_one_is_rejected(use_async):
+    """Sync: every query's calls share one pool of threads (``judge_each``); a rejected query stops its own calls
+    only, and no answered call of another query is asked again."""
+    from activeprp_core import RerankFailure, arerank_many, rerank_many
+
+    def answer(text: str):
+        if 'query "gamma"' in text:
+            return StatusError(400, "prompt too long")
+        first, second = (int(n) for n in re.findall(r"Passage [AB]: \"passage (\d+)", text))
+        return reply("A" if first < second else "B", None)
+
+    fake = FakeChatModel(answer)
+    cands = [Candidate(f"d{i}", f"passage {i}") for i in (5, 2, 7, 0, 3, 6, 1, 4)]
+    reqs = [(q, cands) for q in ("alpha", "beta", "gamma", "delta")]
+    kw = {"comparator": ChatModelJudge(fake, max_concurrency=4), "budget": 20, "ranker": "mohajer", "top_k": 3}
+    out = asyncio.run(_collect(arerank_many(reqs, **kw))) if use_async else list(rerank_many(reqs, **kw))
+    sent = {q: sum(f'query "{q}"' in text for text in fake.seen) for q, _ in reqs}
+    assert isinstance(out[2], RerankFailure) and isinstance(out[2].error, ComparatorRequestError)
+    assert [sent[q] for q in ("alpha", "beta", "delta")] == [out[i].calls for i in (0, 1, 3)]
+    assert all(0 < out[i].calls <= 20 and [c.id for c in out[i].top] == ["d0", "d1", "d2"] for i in (0, 1, 3))
+    assert 1 <= sent["gamma"] <= 4  # its first call failed: its queued calls were dropped
+
+
+async def _collect(agen):
+    return [item async for item in agen]

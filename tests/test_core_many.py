@@ -1,6 +1,7 @@
 """rerank_many / arerank_many: identical per-query results, merged batches, streaming, isolation, dead endpoints."""
 
 import asyncio
+import collections
 
 import pytest
 
@@ -109,14 +110,20 @@ def test_input_is_streamed_and_results_come_in_input_order():
 
 
 class FailsFor(Comparator):
-    """Raises ``error`` for the prompts of one query (any call that holds them), else simulates."""
+    """Raises ``error`` for the prompts of one query (any call that holds them) once it has answered ``after`` of
+    its batches, else simulates; ``sent`` / ``answered`` count the calls that reached it / were answered, per
+    query."""
 
-    def __init__(self, labels, query, error):
-        self.inner, self.query, self.error = SimulatedComparator(labels), query, error
+    def __init__(self, labels, query, error, after=0):
+        self.inner, self.query, self.error, self.after = SimulatedComparator(labels), query, error, after
+        self.sent, self.answered, self.batches = collections.Counter(), collections.Counter(), collections.Counter()
 
     def compare(self, query, pairs):
-        if query == self.query:
+        self.sent[query] += len(pairs)
+        self.batches[query] += 1
+        if query == self.query and self.batches[query] > self.after:
             raise self.error
+        self.answered[query] += len(pairs)
         return self.inner.compare(query, pairs)
 
 
@@ -135,6 +142,21 @@ def test_a_failing_query_is_isolated_and_the_others_finish(use_async):
         if i != 3:
             assert out[i].order == rerank(q, c, comparator=SimulatedComparator(labels), budget=40, top_k=3,
                                           ranker="mohajer").order
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_a_query_that_fails_midway_costs_the_others_no_call_twice(use_async):
+    """Each query's calls go out on their own: the others' answers in the same step are kept, not asked again, so
+    the backend gets at most each query's budget."""
+    reqs, labels = requests(6)
+    comp = FailsFor(labels, "query 5", ComparatorRequestError("prompt too long", status_code=400), after=2)
+    kw = dict(comparator=comp, ranker="mohajer", budget=40, top_k=3, carry_judge=False)
+    out = asyncio.run(_collect(arerank_many(reqs, **kw))) if use_async else list(rerank_many(reqs, **kw))
+    assert isinstance(out[5], RerankFailure) and comp.batches["query 5"] == 3  # its third round raised
+    assert 0 < out[5].error.accounting.calls == comp.answered["query 5"]
+    assert [comp.sent[q] for q, _ in reqs[:5]] == [r.calls for r in out[:5]] and max(comp.sent.values()) <= 40
+    assert [r.order for r in out[:5]] == [rerank(q, c, comparator=SimulatedComparator(labels), budget=40, top_k=3,
+                                                 ranker="mohajer").order for q, c in reqs[:5]]
 
 
 @pytest.mark.parametrize("use_async", [False, True])

@@ -23,13 +23,13 @@ import contextvars
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from functools import partial
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from ..blocking import blocking, run_blocking
 from ..budget import check_count
-from ..errors import ComparatorError, ComparatorUnavailable, InvalidAnswer
+from ..errors import ComparatorAuthError, ComparatorError, ComparatorUnavailable, InvalidAnswer
 from ..slots import DeadlinePassed, FairSlots
 from ..types import IN_FLIGHT, UNSENT, Candidate, Judgment, Pair, to_judgments
 
@@ -172,6 +172,39 @@ class CallGuard:
         return self._slots[1].take(n, timeout=timeout)
 
 
+class RequestGuard(CallGuard):
+    """One query's view of a shared ``CallGuard`` (a request of ``RerankPool``, a query of ``rerank_many``): its own
+    count of the calls that reached the backend (``completed``, what ``Reranking.fail`` is told), its deadlines
+    (``deadline`` / ``deadlines`` on ``clock``, read by the comparator through ``time_left``) and its calls' place
+    in the queue for slots (``key``: lower goes first, with ``slots``, a ``FairSlots``; None: the shared guard's
+    slots); the breaker and the cap on calls in flight are the shared guard's."""
+
+    def __init__(self, shared: CallGuard, slots: FairSlots | None, key: Any, clock: Callable[[], float],
+                 deadline: float | None = None) -> None:  # the shared guard's state is not copied: no _setup
+        self.shared, self._fair, self.key = shared, slots, key
+        self.max_concurrency = shared.max_concurrency
+        self.max_consecutive_failures = shared.max_consecutive_failures
+        self.clock, self.deadline, self.deadlines = clock, deadline, {}
+        self.completed = 0
+
+    @property
+    def error(self) -> ComparatorError | None:
+        return self.shared.error
+
+    def check(self) -> None:
+        self.shared.check()
+
+    def trip(self, error: ComparatorError) -> None:
+        self.shared.trip(error)
+
+    def record(self, ok: bool | None, reason: str | None = None) -> None:
+        self.completed += 1
+        self.shared.record(ok, reason)
+
+    def slots(self, n: int = 1, timeout: float | None = None):
+        return self.shared.slots(n, timeout) if self._fair is None else self._fair.take(n, self.key, timeout)
+
+
 @asynccontextmanager
 async def _no_slots():
     yield
@@ -265,6 +298,26 @@ async def _chunked(query: str, pairs: Sequence[Pair], guard: CallGuard,
         guard.record_all(answers)
         out.extend(answers)
     return out + [unsent()] * (len(pairs) - len(out))
+
+
+@contextmanager
+def stops_on_refusal(guard: CallGuard) -> Iterator[None]:
+    """Around one query's calls: a ``ComparatorAuthError`` raised inside (a refused key, whichever comparator
+    said so) stops every later call on ``guard`` (``trip``), the other queries' calls included."""
+    try:
+        yield
+    except ComparatorAuthError as error:
+        guard.trip(error)
+        raise
+
+
+def _outcome(call: Callable[[], T], guard: CallGuard) -> T | Exception:
+    """``call()`` (the calls of one query, under ``stops_on_refusal``), or the exception it raised."""
+    try:
+        with stops_on_refusal(guard):
+            return call()
+    except Exception as error:
+        return error
 
 
 def group_by_query(items: Sequence[Item]) -> list[tuple[str, list[Pair]]]:
@@ -422,6 +475,22 @@ class Comparator:
         guard = guard or CallGuard(self.max_concurrency, None)
         parts = await gather_or_cancel([self.aguarded_judge(q, pairs, guard) for q, pairs in group_by_query(items)])
         return [j for part in parts for j in part]
+
+    @property
+    def batches_queries(self) -> bool:
+        """Whether ``rerank_many`` sends this comparator one merged ``judge_batch`` / ``ajudge_batch`` per step, the
+        prompts of all its queries together (a local model whose forward passes mix queries), rather than each
+        query's calls on their own (``judge_each``; async: ``aguarded_judge`` per query, concurrently). Default:
+        whether the class overrides ``judge_batch`` or ``ajudge_batch``. A merged call that raises loses the
+        answers of every query in it: they are asked again query by query to find the failing one."""
+        return any(getattr(type(self), m) is not getattr(Comparator, m) for m in ("judge_batch", "ajudge_batch"))
+
+    def judge_each(self, asks: Sequence[tuple[str, Sequence[Pair], CallGuard]]) -> list[list[Judgment] | Exception]:
+        """Per ``(query, pairs, guard)``: one ``Judgment`` per pair, or the exception its calls raised. One query's
+        failure neither stops nor loses the others' answers (the sync entry of ``rerank_many`` when not
+        ``batches_queries``; each query has its own guard, a ``RequestGuard``, which counts its calls). Default:
+        ``guarded_judge`` per query, one after another."""
+        return [_outcome(partial(self.guarded_judge, query, pairs, guard), guard) for query, pairs, guard in asks]
 
     # ---- lifetime -----------------------------------------------------------------------------------
     def close(self) -> None:

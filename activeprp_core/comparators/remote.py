@@ -8,8 +8,9 @@ import asyncio
 import contextvars
 import importlib.util
 import threading
+import time
 from collections.abc import Sequence
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from typing import Any
 
 from ..budget import check_count, check_seconds  # noqa: F401 (check_seconds: importable here too)
@@ -51,6 +52,7 @@ class RemoteComparator(Comparator):
     """
 
     guards_calls = True  # its judge / ajudge apply the guard
+    batches_queries = False  # one request per pair: rerank_many sends each query's calls on their own (judge_each)
 
     model: str = ""
     """The model name (in messages; ``comparator_name``)."""
@@ -219,7 +221,16 @@ class RemoteComparator(Comparator):
             ComparatorError: a call raised (see ``failures``).
         """
         guard = guard or CallGuard(self.max_concurrency, None)
-        return _in_threads(self._call, guard, items)
+        answers = _in_threads(self._call, [(guard, items)])[0]
+        if isinstance(answers, Exception):
+            raise answers
+        return answers
+
+    def judge_each(self, asks: Sequence[tuple[str, Sequence[Pair], CallGuard]]) -> list[list[Judgment] | Exception]:
+        """``Comparator.judge_each`` with every query's calls in one pool of up to ``max_concurrency`` threads (the
+        queries' guards share the cap): a call that raises stops its own query's calls (see ``judge_batch``), and
+        every query's once the guard stops (a 401, an open breaker)."""
+        return _in_threads(self._call, [(guard, [(query, a, b) for a, b in pairs]) for query, pairs, guard in asks])
 
     async def ajudge_batch(self, items: Sequence[Item], *, guard: CallGuard | None = None) -> list[Judgment]:
         """Async ``judge_batch``: concurrent requests, at most ``guard.max_concurrency`` at a time; when one
@@ -246,36 +257,71 @@ class RemoteComparator(Comparator):
         await self._clients.aclose()
 
 
-def _in_threads(call: Any, guard: CallGuard, items: Sequence[Item]) -> list[Judgment]:
-    """``call(guard, item, stop, abandoned)`` per item in ``guard.max_concurrency`` threads (see ``judge_batch``),
-    each in a copy of the caller's context (its ``contextvars``, as ``asyncio.to_thread`` does: a framework's
-    callbacks and tracing see the calls). Under deadlines the batch is waited for until the last of its queries'
-    deadlines: a call not started by then is not sent, one still running is cut (its thread runs on; its late
-    answer is discarded)."""
-    stop, abandoned = threading.Event(), threading.Event()
-    workers = min(guard.max_concurrency or len(items), len(items))
-    lefts = [guard.time_left(item[0]) for item in items]
-    timeout = None if not items or None in lefts else max(0.0, max(lefts))
+def _in_threads(call: Any, asks: Sequence[tuple[CallGuard, Sequence[Item]]]) -> list[list[Judgment] | Exception]:
+    """``call(guard, item, stop, abandoned)`` per item of each ask ``(guard, items)``, in at most ``max_concurrency``
+    threads (the first guard's: the asks' guards share one cap), each in a copy of the caller's context (its
+    ``contextvars``, as ``asyncio.to_thread`` does: a framework's callbacks and tracing see the calls).
+
+    Returns per ask its judgments, or the exception of its call that raised: that drops the ask's queued calls and
+    starts no retry of its own (the other asks go on), and ends the wait at once when its guard stopped (a 401, an
+    open breaker). Under deadlines the calls are waited for until the last of the asks' deadlines: a call not
+    started by then is not sent, one still running is cut (its thread runs on; its late answer is discarded)."""
+    jobs = [(k, guard, item) for k, (guard, items) in enumerate(asks) for item in items]
+    stops, abandoned = [threading.Event() for _ in asks], threading.Event()
+    lefts = [guard.time_left(item[0]) for _, guard, item in jobs]
+    timeout = None if not jobs or None in lefts else max(0.0, max(lefts))
+    workers = min(asks[0][0].max_concurrency or len(jobs), len(jobs)) if jobs else 0
     if workers <= 1 and timeout is None:
-        return [call(guard, item, stop, abandoned) for item in items]
-    pool = ThreadPoolExecutor(max(workers, 1), thread_name_prefix="activeprp-remote")
-    futures = [pool.submit(contextvars.copy_context().run, call, guard, item, stop, abandoned) for item in items]
+        return [_in_turn(call, guard, items, stop, abandoned) for (guard, items), stop in zip(asks, stops)]
+    pool = ThreadPoolExecutor(workers, thread_name_prefix="activeprp-remote")
+    futures = [pool.submit(contextvars.copy_context().run, call, guard, item, stops[k], abandoned)
+               for k, guard, item in jobs]
+    owners = [[f for f, (k, _, _) in zip(futures, jobs) if k == ask] for ask in range(len(asks))]
     try:
-        wait(futures, timeout=timeout, return_when=FIRST_EXCEPTION)
-        failed = next((f for f in futures if f.done() and not f.cancelled() and f.exception()), None)
-        if failed is not None:
-            stop.set()
-            for f in futures:
-                f.cancel()  # the queued ones
-            if guard.error is None:
-                wait(futures, timeout=None if timeout is None else max(0.0, max(guard.time_left(item[0])
-                                                                                for item in items)))
-            raise failed.exception()
-        return [f.result() if f.done() else unsent() if f.cancel() else cut_calls(guard, 1)[0] for f in futures]
+        _wait(futures, [k for k, _, _ in jobs], owners, stops, [guard for _, guard, _ in jobs], timeout)
+        out: list[list[Judgment] | Exception] = []
+        for (guard, _), own in zip(asks, owners):
+            failed = next((f for f in own if f.done() and not f.cancelled() and f.exception()), None)
+            out.append(failed.exception() if failed is not None else  # type: ignore[arg-type]
+                       [f.result() if f.done() else unsent() if f.cancel() else cut_calls(guard, 1)[0] for f in own])
+        return out
     finally:
         abandoned.set()
-        stop.set()
+        for stop in stops:
+            stop.set()
         pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _in_turn(call: Any, guard: CallGuard, items: Sequence[Item], stop: threading.Event,
+             abandoned: threading.Event) -> list[Judgment] | Exception:
+    """``call`` per item of one ask in this thread: its judgments, or the exception of the first call that raised."""
+    try:
+        return [call(guard, item, stop, abandoned) for item in items]
+    except Exception as error:
+        return error
+
+
+def _wait(futures: list[Future], asks: list[int], owners: list[list[Future]], stops: list[threading.Event],
+          guards: list[CallGuard], timeout: float | None) -> None:
+    """Wait for ``futures`` (``asks[i]``: the ask of ``futures[i]``) for at most ``timeout`` seconds (None: no
+    limit); a call that raises stops its ask (``stops``) and drops its queued calls, and ends the wait when its
+    guard stopped (``guards[i].error``)."""
+    until = None if timeout is None else time.monotonic() + timeout
+    pending, index = set(futures), {f: i for i, f in enumerate(futures)}
+    while pending:
+        left = None if until is None else until - time.monotonic()
+        if left is not None and left <= 0:
+            return
+        done, pending = wait(pending, timeout=left, return_when=FIRST_EXCEPTION)
+        for future in done:
+            if future.cancelled() or future.exception() is None:
+                continue
+            i = index[future]
+            stops[asks[i]].set()
+            for queued in owners[asks[i]]:
+                queued.cancel()
+            if guards[i].error is not None:
+                return
 
 
 class _InFlight(Exception):
