@@ -183,6 +183,31 @@ def test_each_query_of_rerank_many_has_its_own_deadline():
     assert all(0.3 < w < 0.4 + 0.5 for w in walls)  # each from its own start, not from the first query's
 
 
+def test_a_compare_only_judge_in_sync_rerank_many_serves_the_queries_in_progress_in_turn():
+    """docs/many-queries.md: the queries in progress are judged one after another while all their clocks run, so
+    with ``max_active=2`` the second query's deadline passes during the first one's round; ``max_active=1`` or
+    ``arerank_many`` (the calls in worker threads) gives each query its own time."""
+    from activeprp_core import arerank_many
+
+    cands, labels = make_case(12, seed=7)
+
+    class Serial:  # a round takes longer than the time budget: cut at the deadline, its calls counted
+        def compare(self, query, pairs):
+            time.sleep(0.35)
+            return SimulatedComparator(labels).compare(query, pairs)
+
+    reqs = [(f"q{i}", cands) for i in range(4)]
+    kw = dict(budget=None, top_k=3, time_budget=0.3)
+
+    async def concurrently():
+        return [r async for r in arerank_many(reqs, comparator=Serial(), max_active=2, **kw)]
+
+    paired = [r.calls for r in rerank_many(reqs, comparator=Serial(), max_active=2, **kw)]
+    assert paired[1] == paired[3] == 0 < paired[0]
+    for out in (list(rerank_many(reqs, comparator=Serial(), max_active=1, **kw)), asyncio.run(concurrently())):
+        assert all(r.calls > 0 for r in out)
+
+
 @pytest.fixture
 def openai_timeouts(monkeypatch):
     """Every per-request ``timeout`` the openai SDK's chat-completions ``create`` got (sync and async)."""
