@@ -23,8 +23,8 @@ Phases (each prints and records its figures with the load average):
 3. ``breaker``: the judge down (HTTP 500, then hanging), requests until one gets 503, then 10 requests in a row
    (status and time each), ``/ready``; the judge back: time until ``/ready`` is 200 and until a request succeeds.
 4. ``abuse``: a server with a key: unauthenticated and wrong-key requests (judge calls they caused), a 2 MB query,
-   a 300 MB chunked body and a 300 MB body with Content-Length (statuses; the server's RSS and peak RSS, from
-   /proc, before and after).
+   a 300 MB chunked body, a 300 MB body with Content-Length and a 60 MB body of 12 M two-letter documents, under
+   the body cap (statuses, seconds; the server's RSS and peak RSS, from /proc, before and after).
 
 Run (repository root):
     PYTHONPATH=. python benchmarks/serve_production.py --out benchmarks/results/serve/production
@@ -412,9 +412,11 @@ async def abuse(server: Process, judge: Judge) -> dict:
         right = await http.post(url, json=body(82_000), headers=auth)
         out = {"unauthenticated_statuses": sorted({r.status_code for r in none + wrong}),
                "judge_calls_from_100_unauthenticated": unauth_calls, "with_the_key": right.status_code}
+        tiny = b'{"query": "q", "documents": [' + b",".join([b'"ab"'] * 12_000_000) + b"]}"
         for name, kw in [("query_2MB", {"json": {**body(83_000), "query": "word " * 400_000}}),
                          ("chunked_300MB", {"content": chunks(300 << 20)}),
-                         ("content_length_300MB", {"content": b" " * (300 << 20)})]:
+                         ("content_length_300MB", {"content": b" " * (300 << 20)}),
+                         ("tiny_documents_60MB", {"content": tiny})]:
             server.reset_peak()
             before = server.memory_kb()
             started = time.monotonic()

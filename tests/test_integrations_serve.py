@@ -566,6 +566,18 @@ def test_a_client_that_goes_away_stops_its_rerank():
     assert metric(metrics, "activeprp_requests_total", route="/v2/rerank", status="200") == 0
 
 
+def test_a_body_of_many_small_values_is_refused_before_it_is_parsed(client):
+    """Under the byte cap, a body whose JSON values (64 per document of the cap of 25, plus 1024) would make its
+    parse cost far more than its bytes gets 413 (the extra field would otherwise be ignored: 200); documents with
+    20 fields of metadata each still pass."""
+    for junk in ([0] * 3000, ["a"] * 3000, [[]] * 1500):
+        refused = _post(client, "/v2/rerank", {**GOOD, "junk": junk})
+        assert refused.status_code == 413 and "JSON values than this server's cap of 2624" in refused.json()["message"]
+    fields = {f"field{i}": f"value {i}" for i in range(20)}
+    rich = _post(client, "/v2/rerank", {**GOOD, "documents": [{"text": f"doc {i}", **fields} for i in range(25)]})
+    assert rich.status_code == 200 and len(rich.json()["results"]) == 25
+
+
 def test_a_long_query_and_a_chunked_body_over_the_cap_get_413():
     judge, sent = WordJudge(), [0]
 

@@ -157,6 +157,7 @@ def _app(routes: Routes, keys: list[str]) -> FastAPI:
     app.state.service, app.state.metrics = routes.service, routes.metrics
     add_error_handlers(app)
     app.add_middleware(Gate, routes=RERANK_ROUTES, keys=keys, max_body_bytes=routes.limits.max_body_bytes,
-                       metrics=routes.metrics, overloaded=routes.service.overloaded)
+                       max_body_values=routes.limits.max_body_values, metrics=routes.metrics,
+                       overloaded=routes.service.overloaded)
     routes.mount(app)
     return app

@@ -60,6 +60,9 @@ CAPPED = tuple(dict.fromkeys((*CAPS, "time_budget")))
 """The settings a request may ask for in its body, up to the server's value: the caps."""
 MAX_BODY_BYTES = 64_000_000
 """The most the default body cap may be (``Limits.default_body_bytes``)."""
+VALUES_PER_DOCUMENT = 64
+"""JSON values a body may hold per document of ``max_documents`` (``Limits.max_body_values``): a document object
+with about 20 fields of metadata fits."""
 
 
 class Limits:
@@ -72,6 +75,8 @@ class Limits:
         self.max_documents, self.max_document_bytes = max_documents, max_document_bytes
         self.max_query_bytes = max_query_bytes
         self.max_body_bytes = max_body_bytes or self.default_body_bytes(max_documents, max_document_bytes)
+        # values, not bytes, size a parse: checked on the raw body before it is parsed (``gate.json_values``)
+        self.max_body_values = VALUES_PER_DOCUMENT * max_documents + 1024
         self.caps = caps  # setting -> the server's value (None = no cap), for each of CAPPED
 
     @staticmethod

@@ -6,12 +6,32 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import re
 import time
 from collections.abc import Callable, Iterable
+from functools import partial
 from typing import Any
 
 CLIENT_GONE = 499
 """The status the metrics count for a request whose client went away before its answer (nginx's code)."""
+
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+"""A JSON string literal, escapes included."""
+
+SCAN_IN_THREAD_BYTES = 1 << 20
+"""Bodies over this many bytes are scanned by ``json_values`` in a worker thread, off the event loop."""
+
+
+def json_values(body: bytes, cap: int) -> int:
+    """About how many values parsing ``body`` as JSON would make: its strings (keys included), plus, when there are
+    at most ``cap`` of those, its commas, brackets and braces outside strings (an upper bound of the numbers,
+    literals, arrays and objects). Memory and time of a parse grow with the values, not only the bytes: a 60 MB
+    body of 12 M two-letter documents takes over 1 GB. The string scan stops past ``cap``, so a count over ``cap``
+    costs at most ``cap`` matches."""
+    stripped, strings = _STRING.subn(b"", body, count=cap + 1)
+    if strings > cap:
+        return strings
+    return strings + stripped.count(b",") + 2 * (stripped.count(b"[") + stripped.count(b"{")) + 1
 
 
 async def send_error(send: Any, status: int, message: str, kind: str, headers: Iterable[tuple[str, str]] = ()) -> None:
@@ -39,15 +59,17 @@ class Gate:
     2. the queue: when ``overloaded()`` returns an ``Overloaded`` (the service's queue is full), 429 with
        ``Retry-After`` before the body is read;
     3. the body cap: a body whose ``Content-Length`` or whose bytes read so far (chunked or not) pass
-       ``max_body_bytes`` gets 413 at once; at most the cap is held in memory;
+       ``max_body_bytes`` gets 413 at once; at most the cap is held in memory; a body read whole that holds more
+       than ``max_body_values`` JSON values (``json_values``) gets 413 before it is parsed;
     4. the disconnect: once the body is read, a client that goes away cancels the handler (so its rerank sends
        no further call) and is counted with status 499;
     5. ``metrics``: requests by route and status, their latency and how many are in progress.
     """
 
     def __init__(self, app: Any, *, routes: Iterable[str], keys: Iterable[str], max_body_bytes: int,
-                 metrics: Any, overloaded: Callable[[], Any]) -> None:
+                 max_body_values: int, metrics: Any, overloaded: Callable[[], Any]) -> None:
         self.app, self.routes, self.max_body_bytes, self.metrics = app, frozenset(routes), max_body_bytes, metrics
+        self.max_body_values = max_body_values
         self.keys, self.overloaded = [k.encode() for k in keys], overloaded
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
@@ -104,7 +126,14 @@ class Gate:
                 return await self._too_large(send)
             if not message.get("more_body", False):
                 break
-        await self._run(scope, bytes(body), receive, send)
+        body = bytes(body)
+        scan = partial(json_values, body, self.max_body_values)
+        values = await asyncio.to_thread(scan) if len(body) > SCAN_IN_THREAD_BYTES else scan()
+        if values > self.max_body_values:
+            return await send_error(send, 413, f"request body holds more JSON values than this server's cap of "
+                                    f"{self.max_body_values}: send fewer documents or fewer fields per document",
+                                    "too_large")
+        await self._run(scope, body, receive, send)
 
     async def _too_large(self, send: Any) -> None:
         await send_error(send, 413, f"request body over this server's cap of {self.max_body_bytes} bytes: send "
