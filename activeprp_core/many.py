@@ -30,7 +30,7 @@ from typing import Any
 
 from .budget import check_count
 from .comparators.base import CallGuard, Comparator, RequestGuard, SupportsCompare, as_comparator, stops_on_refusal
-from .engine import Batch, Reranking, blocking, bounded, clock_now, guard_for, iterate_blocking
+from .engine import Batch, Reranking, blocking, bounded, clock_now, drive, exchange, guard_for, iterate_blocking
 from .errors import ComparatorAuthError
 from .judging import JudgeTally, RoundLatency
 
@@ -154,7 +154,7 @@ class _Window:
         endpoint stops everything (raises ``error``); a lone query fails on its own; else returns the queries'
         batches to ask one by one, to find the failing query."""
         if self.fatal(error):
-            raise self.stop(error, step, _shares(step, sent))
+            raise self.stop(error, _shares(step, sent))
         if len(step) == 1:
             index, reranking, _ = step[0]
             self._resolve(index, reranking, lambda r: r.fail(error, sent))
@@ -166,12 +166,28 @@ class _Window:
         of them reached the backend); an error that means the endpoint is dead stops everything (raises it)."""
         fatal = next((o for o in outcomes if isinstance(o, Exception) and self.fatal(o)), None)
         if fatal is not None:
-            raise self.stop(fatal, step, sent)
+            raise self.stop(fatal, sent)
         for (index, reranking, batch), outcome, calls in zip(step, outcomes, sent):
             if isinstance(outcome, Exception):
                 self._resolve(index, reranking, partial(Reranking.fail, error=outcome, sent=calls))
             else:
                 self._resolve(index, reranking, partial(_send, outcome, len(batch.prompts)))
+
+    def settle(self, finished: Sequence[tuple[int, asyncio.Task]]) -> None:
+        """Hand each query ``index`` of ``finished`` the outcome of the task that ran it on its own: its result, or
+        the error it raised, a failure of its own or one that stops everything (raised here, its accounting
+        summed over the queries in progress and those that failed just now)."""
+        fatal, failed = None, []
+        for index, task in finished:
+            error = task.exception()
+            if error is None:
+                self.items[index] = task.result()
+                continue
+            self.items[index] = RerankFailure(index, self.items[index].query, error)
+            failed.append(getattr(error, "accounting", None) or Accounting())
+            fatal = fatal or (error if self.fatal(error) else None)
+        if fatal is not None:
+            raise self.stop(fatal, also=failed)
 
     def _resolve(self, index: int, reranking: Reranking, action) -> None:
         try:
@@ -191,23 +207,22 @@ class _Window:
                 raise self.stop(error) from None
             return RerankFailure(index, reranking.query, error)
 
-    def spent(self, step: Step = (), sent: Sequence[int] = ()) -> Accounting:
-        """The accounting summed over the queries in progress, batches never answered left out, plus the calls of
-        ``step`` that reached the backend (``sent``, per query) as failed ones (for an error that stops
-        everything)."""
+    def spent(self, sent: Sequence[int] = (), also: Sequence[Accounting] = ()) -> Accounting:
+        """The accounting summed over the queries in progress, batches never answered left out, plus ``also``
+        (queries that failed just now, with their own accounting) and the calls of a step whose call raised that
+        reached the backend (``sent``, per query) as failed ones (for an error that stops everything)."""
         total = Accounting()
-        for r in self.items.values():
-            if isinstance(r, Reranking):
-                for k, v in r.settled.counts().items():
-                    setattr(total, k, getattr(total, k) + v)
+        for account in [*(r.settled for r in self.items.values() if isinstance(r, Reranking)), *also]:
+            for k, v in account.counts().items():
+                setattr(total, k, getattr(total, k) + v)
         for calls in sent:
             total.calls, total.failed_calls, total.rounds = \
                 total.calls + calls, total.failed_calls + calls, total.rounds + (calls > 0)
         return total
 
-    def stop(self, error: Exception, step: Step = (), sent: Sequence[int] = ()) -> Exception:
+    def stop(self, error: Exception, sent: Sequence[int] = (), also: Sequence[Accounting] = ()) -> Exception:
         with contextlib.suppress(AttributeError):
-            error.accounting = self.spent(step, sent)  # type: ignore[attr-defined]
+            error.accounting = self.spent(sent, also)  # type: ignore[attr-defined]
         self.close()
         return error
 
@@ -391,9 +406,15 @@ async def arerank_many(requests: Iterable[tuple[str, Sequence[Candidate]]], sett
                        *, comparator: Comparator | SupportsCompare, max_active: int = DEFAULT_MAX_ACTIVE,
                        progress: bool = False, carry_judge: bool = True,
                        **options: Any) -> AsyncIterator[RerankResult | RerankFailure]:
-    """Async ``rerank_many`` (same arguments and results): each step awaits the comparator's ``ajudge_batch``,
-    so the calls of all queries in progress run concurrently (at most ``max_concurrency`` in flight)."""
+    """Async ``rerank_many`` (same arguments and results): the calls of all queries in progress run concurrently
+    (at most ``max_concurrency`` in flight). With ``carry_judge=False`` and a comparator that does not batch
+    queries (``Comparator.batches_queries``), each query sends its next round as soon as its last one is answered
+    (``_on_their_own``); otherwise the queries go in steps, each awaiting every query's round."""
     judge, window = _window(requests, settings, options, comparator, max_active, progress, carry_judge)
+    if not carry_judge and not judge.batches_queries:
+        async for item in _on_their_own(window, judge):
+            yield item
+        return
 
     def ask(item: _Ask | _AskEach) -> Awaitable[Any]:
         if isinstance(item, _AskEach):
@@ -405,14 +426,51 @@ async def arerank_many(requests: Iterable[tuple[str, Sequence[Candidate]]], sett
             yield item
 
 
+async def _judged(judge: Comparator, query: str, pairs: Sequence[Pair], guard: RequestGuard,
+                  left: float | None) -> list[Judgment]:
+    """One query's calls on their own, within its ``left`` seconds (``bounded``); a refused key stops every
+    query's calls (``stops_on_refusal``)."""
+    with stops_on_refusal(guard):
+        return await bounded(judge.aguarded_judge(query, pairs, guard), left, len(pairs), guard)
+
+
+async def _on_their_own(window: _Window, judge: Comparator) -> AsyncIterator[RerankResult | RerankFailure]:
+    """``arerank_many`` without lockstep steps: each query in progress runs in its own task and sends its next
+    round as soon as its last one is answered, so no query waits for the slowest round of the others (an endpoint
+    whose latency varies, budget 200, 32 calls in flight: half the wall time of steps,
+    ``benchmarks/results/throughput/lockstep.md``).
+    Results still come out in input order, at most ``max_active`` in progress; only for queries that read only
+    their own answers (``carry_judge=False``), whose results then do not depend on when the others' answers come."""
+    tasks: dict[asyncio.Task, int] = {}
+
+    async def run(index: int, reranking: Reranking) -> RerankResult:
+        guard = RequestGuard(window.guard, None, index, window.clock, reranking.deadline)
+        return await drive(exchange(reranking, guard), lambda batch: _judged(
+            judge, batch.query, batch.pairs, guard, reranking.time_left()))
+
+    try:
+        while not window.finished:
+            window.fill()
+            running = set(tasks.values())
+            for index, item in window.items.items():
+                if isinstance(item, Reranking) and index not in running:
+                    tasks[asyncio.ensure_future(run(index, item))] = index
+            for item in window.ready():
+                yield item
+            if tasks:
+                done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+                window.settle([(tasks.pop(task), task) for task in done])
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        window.close()
+
+
 async def _each(judge: Comparator, item: _AskEach) -> list[list[Judgment] | Exception]:
     """Each query's calls of ``item`` concurrently, each within its own time left (``bounded``): one outcome per
     query, its judgments or the exception its calls raised (the others go on)."""
-    async def one(query: str, pairs: Sequence[Pair], guard: RequestGuard, left: float | None) -> list[Judgment]:
-        with stops_on_refusal(guard):
-            return await bounded(judge.aguarded_judge(query, pairs, guard), left, len(pairs), guard)
-
-    outcomes = await asyncio.gather(*(one(*ask) for ask in item.asks), return_exceptions=True)
+    outcomes = await asyncio.gather(*(_judged(judge, *ask) for ask in item.asks), return_exceptions=True)
     for outcome in outcomes:
         if isinstance(outcome, BaseException) and not isinstance(outcome, Exception):
             raise outcome  # a cancellation: not a query's failure

@@ -144,13 +144,14 @@ def test_a_failing_query_is_isolated_and_the_others_finish(use_async):
                                           ranker="mohajer").order
 
 
+@pytest.mark.parametrize("carry_judge", [False, True])
 @pytest.mark.parametrize("use_async", [False, True])
-def test_a_query_that_fails_midway_costs_the_others_no_call_twice(use_async):
+def test_a_query_that_fails_midway_costs_the_others_no_call_twice(use_async, carry_judge):
     """Each query's calls go out on their own: the others' answers in the same step are kept, not asked again, so
     the backend gets at most each query's budget."""
     reqs, labels = requests(6)
     comp = FailsFor(labels, "query 5", ComparatorRequestError("prompt too long", status_code=400), after=2)
-    kw = dict(comparator=comp, ranker="mohajer", budget=40, top_k=3, carry_judge=False)
+    kw = dict(comparator=comp, ranker="mohajer", budget=40, top_k=3, carry_judge=carry_judge)
     out = asyncio.run(_collect(arerank_many(reqs, **kw))) if use_async else list(rerank_many(reqs, **kw))
     assert isinstance(out[5], RerankFailure) and comp.batches["query 5"] == 3  # its third round raised
     assert 0 < out[5].error.accounting.calls == comp.answered["query 5"]
@@ -184,12 +185,12 @@ class Dead(Comparator):
         return [None] * len(pairs)
 
 
-@pytest.mark.parametrize("use_async", [False, True])
+@pytest.mark.parametrize("use_async, carry_judge", [(False, True), (True, True), (True, False)])
 @pytest.mark.parametrize("error", [ComparatorAuthError("invalid key", status_code=401), None])
-def test_a_dead_endpoint_stops_everything(use_async, error):
+def test_a_dead_endpoint_stops_everything(use_async, carry_judge, error):
     reqs, labels = requests(30)
     dead = Dead(error)
-    kw = dict(comparator=dead, budget=40, top_k=3, max_concurrency=4)
+    kw = dict(comparator=dead, budget=40, top_k=3, max_concurrency=4, carry_judge=carry_judge)
     expected = ComparatorAuthError if dead.error else ComparatorUnavailable
     with pytest.raises(expected) as info:
         if use_async:
@@ -199,6 +200,35 @@ def test_a_dead_endpoint_stops_everything(use_async, error):
     assert dead.calls <= 8
     spent = info.value.accounting  # what had been spent when it stopped: no more than was sent, none answered
     assert spent.failed_calls == spent.calls <= dead.calls  # a comparator that raises sent nothing: refunded
+
+
+def test_async_queries_that_read_only_their_own_answers_do_not_wait_for_each_other():
+    """With ``carry_judge=False`` each query sends its next round once its last one is answered: the slow query's
+    first round is answered only after the fast one's second round went out (in steps, a deadlock)."""
+    reqs, labels = requests(3)  # 0, 7 and 14 candidates
+    slow, fast = reqs[1][0], reqs[2][0]
+
+    class SlowFirst(Comparator):
+        def __init__(self):
+            self.rounds, self.fast_went_on = collections.Counter(), asyncio.Event()
+
+        def compare(self, query, pairs):
+            raise AssertionError("async only")
+
+        async def acompare(self, query, pairs):
+            self.rounds[query] += 1
+            if self.rounds[fast] >= 2:
+                self.fast_went_on.set()
+            if query == slow:
+                await self.fast_went_on.wait()
+            return SimulatedComparator(labels).compare(query, pairs)
+
+    async def run():
+        return [r async for r in arerank_many(reqs, comparator=SlowFirst(), carry_judge=False, budget=40, top_k=3)]
+
+    out = asyncio.run(asyncio.wait_for(run(), 10))
+    assert [r.order for r in out] == [rerank(q, c, comparator=SimulatedComparator(labels), budget=40,
+                                             top_k=3).order for q, c in reqs]
 
 
 def test_a_dead_endpoint_with_on_failure_prior_degrades_every_query():
