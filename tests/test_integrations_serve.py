@@ -54,6 +54,27 @@ def test_cohere_sdk_v2_and_v1_work_unchanged():
     assert (v2.meta.api_version.version, v1.meta.api_version.version) == ("2", "1")
 
 
+def test_cohere_v1_semi_structured_documents_rank_on_their_rank_fields_and_come_back_whole():
+    """Cohere v1: a document may be an object; the judge reads its ``rank_fields`` (default ``text``), and
+    ``return_documents`` returns every field as sent."""
+    cohere = pytest.importorskip("cohere")
+    query, docs = make_request(3)
+    objects = [{"title": d, "url": f"https://example.org/{i}", "rank": i} for i, d in enumerate(docs)]
+    expected = reference(query, docs, top_k=3)
+    with serving(create_app(WordJudge(), **SERVER)) as (url, _):
+        v1 = cohere.Client(api_key="unused", base_url=url).rerank(
+            model="activeprp", query=query, documents=objects, rank_fields=["title"], top_n=3, return_documents=True)
+        both = httpx.post(f"{url}/v1/rerank", json={"query": query, "documents": objects, "top_n": 3,
+                                                    "rank_fields": ["title", "url"]}).json()
+        untitled = httpx.post(f"{url}/v1/rerank", json={"query": query, "documents": objects})
+    assert [r.index for r in v1.results] == expected.order[:3]
+    assert [{k: getattr(r.document, k) for k in ("title", "url", "rank")} for r in v1.results] == [
+        objects[i] for i in expected.order[:3]]
+    assert [r["index"] for r in both["results"]] == reference(
+        query, [f"title: {o['title']}\nurl: {o['url']}" for o in objects], top_k=3).order[:3]
+    assert untitled.status_code == 400 and "none of the fields ['text']" in untitled.json()["message"]
+
+
 def test_langchain_cohere_rerank_pointed_at_the_server():
     rerank_module = pytest.importorskip("langchain_cohere.rerank")
     from langchain_core.documents import Document

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -14,20 +15,19 @@ class _Body(BaseModel):
     model_config = ConfigDict(strict=True, extra="ignore")
 
 
-class TextDocument(_Body):
-    text: str
-
-
 class RerankRequest(_Body):
     """A Cohere rerank request (v1 and v2), plus ActivePRP's extensions ``budget``, ``max_rounds``,
     ``token_budget``, ``time_budget`` (seconds, counted from the request's arrival) and ``seed``.
 
-    ``max_tokens_per_doc`` cuts each document to that many whitespace-separated words before judging.
+    ``max_tokens_per_doc`` cuts each document to that many whitespace-separated words before judging. A document is
+    a string or an object (Cohere v1's semi-structured documents): the judge reads its ``rank_fields`` (default
+    ``["text"]``), and ``return_documents`` returns it whole (``document_text``).
     """
 
     model: str | None = None
     query: str
-    documents: list[str | TextDocument]
+    documents: list[str | dict[str, Any]]
+    rank_fields: list[str] | None = Field(None, min_length=1)
     top_n: int | None = Field(None, ge=1)
     return_documents: bool = False
     max_tokens_per_doc: int | None = Field(None, ge=1)
@@ -46,6 +46,44 @@ class TEIRequest(_Body):
     return_text: bool = False
     truncate: bool = False
     raw_scores: bool = False
+
+
+def document_text(index: int, document: str | dict[str, Any], rank_fields: list[str] | None = None) -> str:
+    """What the judge reads of ``documents[index]``: a string as is; of an object, its ``rank_fields`` (None:
+    ``["text"]``) that it has, one field's value alone, several as ``field: value`` lines in that order (values
+    that are not strings as JSON).
+
+    Raises:
+        CallerError: an object with none of those fields, or a ``text`` that is not a string.
+    """
+    if isinstance(document, str):
+        return document
+    fields = [f for f in rank_fields or ["text"] if f in document]
+    if not fields:
+        raise CallerError(f"documents[{index}] has none of the fields {rank_fields or ['text']}: send its text as "
+                          "'text', or name the fields to rank with rank_fields")
+    if rank_fields is None and not isinstance(document["text"], str):
+        raise CallerError(f"documents[{index}].text must be a string, got {type(document['text']).__name__}")
+    values = [v if isinstance(v, str) else json.dumps(v, ensure_ascii=False) for v in (document[f] for f in fields)]
+    return values[0] if len(values) == 1 else "\n".join(f"{f}: {v}" for f, v in zip(fields, values))
+
+
+def returned_document(document: str | dict[str, Any]) -> dict[str, Any]:
+    """A document as ``return_documents`` returns it: an object whole, a string as ``{"text": ...}``, lone
+    surrogates replaced in every string (JSON answers cannot carry them)."""
+    if isinstance(document, str):
+        return {"text": model_text(document)}
+    return _model_strings(document)
+
+
+def _model_strings(value: Any) -> Any:
+    if isinstance(value, str):
+        return model_text(value)
+    if isinstance(value, dict):
+        return {model_text(k): _model_strings(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_model_strings(v) for v in value]
+    return value
 
 
 class CallerError(ValueError):
@@ -100,9 +138,9 @@ class Limits:
             own["seed"] = request.seed
         return own
 
-    def texts(self, query: str, documents: list[Any]) -> tuple[str, list[str]]:
-        """The query and document texts, checked against the caps, lone surrogates replaced (JSON answers cannot
-        carry them)."""
+    def texts(self, query: str, documents: list[Any], rank_fields: list[str] | None = None) -> tuple[str, list[str]]:
+        """The query and document texts (``document_text``), checked against the caps, lone surrogates replaced
+        (JSON answers cannot carry them)."""
         if not query.strip():
             raise CallerError("query is empty: send the question the documents are ranked for")
         if not documents:
@@ -116,7 +154,7 @@ class Limits:
                               "per request: send fewer", 413)
         texts = []
         for i, doc in enumerate(documents):
-            text = doc if isinstance(doc, str) else doc.text
+            text = document_text(i, doc, rank_fields)
             size = len(text.encode("utf-8", "surrogatepass"))
             if size > self.max_document_bytes:
                 raise CallerError(f"documents[{i}] has {size} bytes, over this server's cap of "

@@ -22,7 +22,7 @@ from activeprp_core.comparators.prompts import cut_words
 from activeprp_core.errors import scrub
 from activeprp_core.reranking import log as engine_log
 
-from .bodies import CallerError, Limits, RerankRequest, TEIRequest
+from .bodies import CallerError, Limits, RerankRequest, TEIRequest, returned_document
 from .service import Overloaded, RerankService, ShuttingDown
 
 API_VERSIONS = {"v1": "1", "v2": "2"}
@@ -97,6 +97,13 @@ def add_error_handlers(app: FastAPI) -> None:
         app.add_exception_handler(kind, handler)
 
 
+def results(body: RerankRequest, result: RerankResult, order: list[int]) -> list[dict[str, Any]]:
+    """The ``results`` rows of a Cohere or Jina answer, best first: index, score, and with ``return_documents`` the
+    document as sent (``bodies.returned_document``)."""
+    return [{"index": i, "relevance_score": result.scores[i],
+             **({"document": returned_document(body.documents[i])} if body.return_documents else {})} for i in order]
+
+
 class ScrubSecrets(logging.Filter):
     """Scrubs the service's secrets (``secrets``: API keys, added by each app made in this process) from the
     records of the engine's logger (``activeprp.engine``), e.g. the WARNING of a failed rerank, which quotes the
@@ -142,10 +149,10 @@ class Routes:
         app.get("/metrics")(self.prometheus)
 
     async def answer(self, query: str, documents: list, top_n: int | None, max_words: int | None,
-                     own: dict[str, Any], respond: Respond) -> Response:
+                     own: dict[str, Any], respond: Respond, rank_fields: list[str] | None = None) -> Response:
         """Rerank ``documents`` with the request's ``own`` settings (see ``app`` for the statuses): the judge sees
-        each text cut to ``max_words`` words; ``respond`` gets the whole texts, which the answer returns."""
-        query, texts = self.limits.texts(query, documents)
+        each text (``bodies.document_text``) cut to ``max_words`` words; ``respond`` gets the whole texts."""
+        query, texts = self.limits.texts(query, documents, rank_fields)
         if top_n is not None:
             own["top_k"] = top_n
         judged = texts if max_words is None else [cut_words(t, max_words) for t in texts]
@@ -197,13 +204,11 @@ class Routes:
     def cohere(self, version: str) -> Callable[[RerankRequest], Any]:
         async def rerank(body: RerankRequest) -> Response:
             def respond(result: RerankResult, order: list[int], texts: list[str]) -> dict[str, Any]:
-                rows = [{"index": i, "relevance_score": result.scores[i],
-                         **({"document": {"text": texts[i]}} if body.return_documents else {})} for i in order]
-                return {"id": response_id(), "results": rows,
+                return {"id": response_id(), "results": results(body, result, order),
                         "meta": self.meta(API_VERSIONS[version], result, len(texts))}
 
             return await self.answer(body.query, body.documents, body.top_n, body.max_tokens_per_doc,
-                                     self.limits.own_settings(body), respond)
+                                     self.limits.own_settings(body), respond, body.rank_fields)
 
         rerank.__name__ = f"rerank_{version}"
         return rerank
@@ -218,14 +223,12 @@ class Routes:
         body = RerankRequest.model_validate({"return_documents": True, **raw} if isinstance(raw, dict) else raw)
 
         def jina(result: RerankResult, order: list[int], texts: list[str]) -> dict[str, Any]:
-            rows = [{"index": i, "relevance_score": result.scores[i],
-                     **({"document": {"text": texts[i]}} if body.return_documents else {})} for i in order]
             tokens = result.prompt_tokens + result.completion_tokens
-            return {"model": body.model, "results": rows, "usage": {"total_tokens": tokens},
+            return {"model": body.model, "results": results(body, result, order), "usage": {"total_tokens": tokens},
                     "meta": self.meta("jina", result, len(texts))}
 
         return await self.answer(body.query, body.documents, body.top_n, body.max_tokens_per_doc,
-                                 self.limits.own_settings(body), jina)
+                                 self.limits.own_settings(body), jina, body.rank_fields)
 
     async def tei(self, body: TEIRequest) -> Response:
         def respond(result: RerankResult, order: list[int], texts: list[str]) -> list[dict[str, Any]]:
