@@ -175,6 +175,12 @@ def test_every_caller_mistake_is_a_4xx_with_a_json_message(client, route, body):
     assert response.json()["message"]
 
 
+def test_malformed_json_says_where(client):
+    response = _post(client, "/v2/rerank", b'{"query": "q", "documents": [,]}')
+    assert response.status_code == 400
+    assert response.json()["message"] == "invalid request: the body is not valid JSON (Expecting value at character 29)"
+
+
 def test_caps_say_what_to_change(client):
     over = _post(client, "/v2/rerank", {**GOOD, "budget": 31})
     assert over.status_code == 400 and "at most 30" in over.json()["message"]

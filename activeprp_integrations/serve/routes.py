@@ -59,6 +59,9 @@ def too_long(error: ComparatorError) -> bool:
 def _validation_message(exc: RequestValidationError | ValidationError) -> str:
     parts = []
     for err in exc.errors()[:10]:
+        if err.get("type") == "json_invalid":  # loc is ("body", character offset)
+            at, why = err.get("loc", ("body", "?"))[-1], err.get("ctx", {}).get("error", "JSON decode error")
+            return f"invalid request: the body is not valid JSON ({why} at character {at})"
         loc = ".".join(str(p) for p in err.get("loc", ()) if p != "body") or "body"
         parts.append(f"{loc}: {err.get('msg', 'invalid')}")
     return "invalid request: " + "; ".join(parts)
