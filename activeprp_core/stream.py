@@ -209,7 +209,7 @@ class RerankPool:
         cap = self.guard.max_concurrency
         self.slots = None if cap is None else FairSlots(cap)
         self.latency = RoundLatency()
-        self._merger = _Merger(self) if self.judge.max_batch_size else None
+        self._merger = _Merger(self) if self.judge.batches_queries else None
         self._keys = itertools.count()
 
     def fatal(self, error: BaseException) -> bool:

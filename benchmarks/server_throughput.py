@@ -40,7 +40,10 @@ from activeprp_core.comparators.hf import bundled_gguf_path  # noqa: E402
 
 
 class Steps(Comparator):
-    """Forwards ``ajudge_batch`` to ``inner`` and records how many prompts each step held."""
+    """Forwards ``ajudge_batch`` to ``inner`` and records how many prompts each step held (``batches_queries``:
+    ``arerank_many`` sends it each step as one merged call, as it sent every comparator before 9c6b656)."""
+
+    batches_queries = True
 
     def __init__(self, inner: Comparator) -> None:
         self.inner, self.max_concurrency, self.sizes = inner, inner.max_concurrency, []

@@ -306,6 +306,8 @@ def test_max_active_sets_how_many_queries_share_a_call(three_queries, tmp_path, 
     from activeprp_core import Comparator
 
     class Batches(Comparator):  # a comparator that batches across queries (like a local model)
+        max_batch_size = 8
+
         def __init__(self):
             self.inner, self.calls = Recorder(), []
 

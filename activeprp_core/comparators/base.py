@@ -478,12 +478,13 @@ class Comparator:
 
     @property
     def batches_queries(self) -> bool:
-        """Whether ``rerank_many`` sends this comparator one merged ``judge_batch`` / ``ajudge_batch`` per step, the
-        prompts of all its queries together (a local model whose forward passes mix queries), rather than each
-        query's calls on their own (``judge_each``; async: ``aguarded_judge`` per query, concurrently). Default:
-        whether the class overrides ``judge_batch`` or ``ajudge_batch``. A merged call that raises loses the
-        answers of every query in it: they are asked again query by query to find the failing one."""
-        return any(getattr(type(self), m) is not getattr(Comparator, m) for m in ("judge_batch", "ajudge_batch"))
+        """Whether this comparator batches across queries (it sets ``max_batch_size``: a local model whose forward
+        passes mix queries). ``rerank_many`` then sends it one merged ``judge_batch`` / ``ajudge_batch`` per step,
+        the prompts of all its queries together, and ``RerankPool`` merges the rounds of concurrent requests;
+        otherwise each query's calls go out on their own (``judge_each``; async: ``aguarded_judge`` per query,
+        concurrently). A merged call that raises loses the answers of every query in it: they are asked again
+        query by query to find the failing one."""
+        return self.max_batch_size is not None
 
     def judge_each(self, asks: Sequence[tuple[str, Sequence[Pair], CallGuard]]) -> list[list[Judgment] | Exception]:
         """Per ``(query, pairs, guard)``: one ``Judgment`` per pair, or the exception its calls raised. One query's

@@ -52,7 +52,6 @@ class RemoteComparator(Comparator):
     """
 
     guards_calls = True  # its judge / ajudge apply the guard
-    batches_queries = False  # one request per pair: rerank_many sends each query's calls on their own (judge_each)
 
     model: str = ""
     """The model name (in messages; ``comparator_name``)."""
