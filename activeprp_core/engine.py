@@ -36,6 +36,7 @@ from .budget import check_count
 from .comparators.base import CallGuard, Comparator, SupportsCompare, as_comparator, cut_calls
 from .reranking import DONE, Batch, Done, Reranking, check_candidates  # noqa: F401 (re-exported)
 from .settings import MAX_CONSECUTIVE_FAILURES, ON_FAILURE, OnFailure, RerankSettings, takes_settings  # noqa: F401
+from .slots import wait_for
 from .types import Candidate, RerankResult
 
 DEADLINE_GRACE = 0.1
@@ -60,7 +61,7 @@ async def bounded(awaitable: Awaitable[Any], seconds: float | None, n: int, guar
     loop = asyncio.get_running_loop()
     until = loop.time() + max(0.0, seconds) + DEADLINE_GRACE
     try:
-        return await asyncio.wait_for(awaitable, until - loop.time())
+        return await wait_for(awaitable, until - loop.time())
     except asyncio.TimeoutError:
         if loop.time() < until:
             raise  # the batch's own timeout, not the deadline's

@@ -7,9 +7,42 @@ import asyncio
 import contextlib
 import heapq
 import itertools
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
 from .budget import check_count
+
+T = TypeVar("T")
+
+
+async def wait_done(future: asyncio.Future, seconds: float | None) -> bool:
+    """Wait for ``future`` (owned elsewhere: never cancelled here) at most ``seconds`` (None: no limit); whether it
+    is done. A cancellation of the waiting task always propagates: ``asyncio.wait_for(asyncio.shield(future))``
+    before Python 3.12 drops it when ``future`` completes in the same turn of the loop, so a request whose client
+    had gone took its slot and ran on."""
+    done, _ = await asyncio.wait({future}, timeout=seconds)
+    return bool(done)
+
+
+async def wait_for(awaitable: Awaitable[T], seconds: float | None) -> T:
+    """``asyncio.wait_for`` (the awaitable cancelled and awaited at the timeout, then ``asyncio.TimeoutError``;
+    None: no limit) that never drops a cancellation of the waiting task, which the built-in does before Python
+    3.12 when the awaitable completes in the same turn of the loop (a cancelled rerank then sent its next round)."""
+    if seconds is None:
+        return await awaitable
+    task = asyncio.ensure_future(awaitable)
+    try:
+        done = await wait_done(task, seconds)
+    except asyncio.CancelledError:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        raise
+    if not done:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        if task.cancelled():
+            raise asyncio.TimeoutError
+    return task.result()
 
 
 class DeadlinePassed(Exception):
@@ -39,16 +72,16 @@ class FairSlots:
             future = asyncio.get_running_loop().create_future()
             heapq.heappush(self._waiters, (key, next(self._arrivals), n, future))
             try:
-                await asyncio.wait_for(asyncio.shield(future), timeout)
-            except (asyncio.TimeoutError, asyncio.CancelledError) as stop:
-                if not future.done():
-                    future.cancel()  # left waiting: skipped at the next release
-                elif isinstance(stop, asyncio.CancelledError):
+                granted = await wait_done(future, timeout)
+            except asyncio.CancelledError:
+                if future.done():
                     self._release(n)  # granted as it was cancelled: give the slots back
-                if isinstance(stop, asyncio.CancelledError):
-                    raise
-                if not future.done() or future.cancelled():
-                    raise DeadlinePassed from None
+                else:
+                    future.cancel()  # left waiting: skipped at the next release
+                raise
+            if not granted:
+                future.cancel()
+                raise DeadlinePassed
         else:
             self.free -= n
         try:

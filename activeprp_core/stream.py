@@ -49,7 +49,7 @@ from .errors import ComparatorAuthError
 from .judging import RoundLatency
 from .many import DEFAULT_MAX_ACTIVE, RerankFailure, check_own, request_query, split_request
 from .settings import RerankSettings, takes_settings
-from .slots import FairSlots
+from .slots import FairSlots, wait_done
 from .types import Candidate, Judgment, RerankResult
 
 MERGE_PASSES = 8
@@ -100,8 +100,8 @@ class _Merger:
             return await part.future  # cancelled: dropped if not sent yet, else its answers are discarded
         left = max(0.0, deadline - loop.time()) + DEADLINE_GRACE
         try:
-            return await asyncio.wait_for(asyncio.shield(part.future), left)
-        except asyncio.TimeoutError:
+            if await wait_done(part.future, left):
+                return part.future.result()
             if part.taken:  # sent in a merged call still running for other requests: cut, as arerank cuts a round
                 part.cut = True
                 guard.completed += len(items)

@@ -3,7 +3,9 @@ order, none overtaken."""
 
 import asyncio
 
-from activeprp_core.slots import FairSlots
+import pytest
+
+from activeprp_core.slots import FairSlots, wait_for
 
 
 def test_fair_slots_serve_lower_keys_first_and_never_let_a_waiter_be_overtaken():
@@ -30,3 +32,63 @@ def test_fair_slots_serve_lower_keys_first_and_never_let_a_waiter_be_overtaken()
     order, free = asyncio.run(scenario())
     assert order == [0, 1, 2, 3]  # key 1 needs both slots: keys 2 and 3 wait behind it
     assert free == 2
+
+
+
+async def _cancelled_as_it_goes_on(wait, go_on):
+    """Start ``wait()`` in a task; once it waits, ``go_on()`` (what lets it proceed) and cancel it in the same turn
+    of the loop (a request whose client has gone). Returns "cancelled" or "went on"."""
+    outcome = []
+
+    async def waiter():
+        try:
+            await wait()
+        except asyncio.CancelledError:
+            outcome.append("cancelled")
+            raise
+        outcome.append("went on")
+
+    task = asyncio.ensure_future(waiter())
+    await asyncio.sleep(0.01)
+    await go_on()
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    return outcome[0]
+
+
+@pytest.mark.parametrize("timeout", [None, 30.0])
+def test_a_waiter_cancelled_as_its_slot_is_handed_over_is_cancelled_and_the_slot_given_back(timeout):
+    """Before Python 3.12 ``asyncio.wait_for(shield(future), timeout)`` dropped that cancellation: the waiter took
+    the slot and ran on (in the service, a request whose client had gone was reranked and counted as a 200)."""
+    async def scenario():
+        slots = FairSlots(1)
+        held = slots.take(1)
+        await held.__aenter__()
+
+        async def wait():
+            async with slots.take(1, key=1, timeout=timeout):
+                pass
+
+        outcome = await _cancelled_as_it_goes_on(wait, lambda: held.__aexit__(None, None, None))
+        return outcome, slots.free
+
+    assert asyncio.run(scenario()) == ("cancelled", 1)
+
+
+def test_wait_for_never_drops_a_cancellation_and_times_out_as_asyncio_does():
+    async def scenario():
+        answer = asyncio.get_running_loop().create_future()
+
+        async def go_on():
+            answer.set_result(1)
+
+        async def wait():
+            return await wait_for(asyncio.shield(answer), 30.0)
+
+        cancelled = await _cancelled_as_it_goes_on(wait, go_on)
+        slow = asyncio.ensure_future(asyncio.sleep(10))
+        with pytest.raises(asyncio.TimeoutError):
+            await wait_for(slow, 0.01)
+        return cancelled, slow.cancelled(), await wait_for(asyncio.sleep(0, "done"), 1.0)
+
+    assert asyncio.run(scenario()) == ("cancelled", True, "done")

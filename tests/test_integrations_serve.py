@@ -733,3 +733,26 @@ def test_a_body_not_sent_as_json_is_told_what_to_send(client):
     latin1 = client.post("/v2/rerank", content=b'{"query": "q", "documents": ["\xe9"]}',
                          headers={"content-type": "application/json"})
     assert latin1.status_code == 400 and latin1.json()["message"].endswith("(send the body as UTF-8 JSON)")
+
+
+@pytest.mark.parametrize("timeout", [None, 30.0])
+def test_a_queued_request_cancelled_as_its_turn_comes_is_cancelled_and_passes_its_turn_on(timeout):
+    """The Gate cancels a request whose client has gone; when that happens as the request leaves the queue, it
+    must not be reranked (before Python 3.12, ``asyncio.wait_for`` dropped the cancellation: counted as a 200)."""
+    from activeprp_integrations.serve.service import Admission
+    from tests.test_core_slots import _cancelled_as_it_goes_on
+
+    async def scenario():
+        admission = Admission(max_active=1, max_queue=10)
+        assert await admission.enter(timeout, lambda: 1)
+
+        async def wait():
+            assert await admission.enter(timeout, lambda: 1)
+
+        async def finish_the_first():
+            admission.leave()
+
+        outcome = await _cancelled_as_it_goes_on(wait, finish_the_first)
+        return outcome, admission.active, admission.queued
+
+    assert asyncio.run(scenario()) == ("cancelled", 0, 0)

@@ -30,7 +30,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 from ..blocking import blocking, run_blocking
 from ..budget import check_count
 from ..errors import ComparatorAuthError, ComparatorError, ComparatorUnavailable, InvalidAnswer
-from ..slots import DeadlinePassed, FairSlots
+from ..slots import DeadlinePassed, FairSlots, wait_for
 from ..types import IN_FLIGHT, UNSENT, Candidate, Judgment, Pair, to_judgments
 
 Item = tuple[str, Candidate, Candidate]
@@ -252,7 +252,7 @@ async def _until(awaitable: Awaitable[T], seconds: float, guard: CallGuard, quer
     """``await awaitable`` for at most ``seconds``: its value, or ``_CUT`` when the deadline of ``query`` came
     first (it is cancelled). A timeout of the awaitable's own, before the deadline, propagates."""
     try:
-        return await asyncio.wait_for(awaitable, seconds)
+        return await wait_for(awaitable, seconds)
     except asyncio.TimeoutError:
         if not guard.past(query):
             raise

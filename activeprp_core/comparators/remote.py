@@ -15,6 +15,7 @@ from typing import Any
 
 from ..budget import check_count, check_seconds  # noqa: F401 (check_seconds: importable here too)
 from ..errors import ComparatorError, scrub
+from ..slots import wait_for
 from ..types import Judgment, Pair
 from .answers import Answer
 from .base import CallGuard, Comparator, DeadlinePassed, Item, cut_calls, cut_in_flight, gather_or_cancel, unsent
@@ -367,7 +368,7 @@ class _Attempts:
         try:
             if left is None:
                 return await attempt()
-            return await asyncio.wait_for(attempt(), left)
+            return await wait_for(attempt(), left)
         except asyncio.TimeoutError as error:
             if not self.guard.past(self.query):  # the attempt's own timeout, before the deadline
                 self._failed(error)

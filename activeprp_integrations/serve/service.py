@@ -23,6 +23,7 @@ from typing import Any
 
 from activeprp_core import Candidate, ComparatorUnavailable, RerankResult, RerankSettings
 from activeprp_core.comparators.base import CallGuard, as_comparator
+from activeprp_core.slots import wait_done, wait_for
 from activeprp_core.stream import RerankPool
 
 from .breaker import Breaker
@@ -80,20 +81,22 @@ class Admission:
         future = asyncio.get_running_loop().create_future()
         self._waiting.append(future)
         try:
-            await asyncio.wait_for(asyncio.shield(future), timeout)
-            return True
-        except (asyncio.TimeoutError, asyncio.CancelledError) as stop:
-            if future.done() and not future.cancelled():  # the slot was handed over meanwhile
-                if isinstance(stop, asyncio.TimeoutError):
-                    return True
+            if await wait_done(future, timeout):
+                return True
+        except asyncio.CancelledError:
+            if future.done():  # the slot was handed over as the request was cancelled: pass it on
                 self.leave()
             else:
-                future.cancel()
-                with contextlib.suppress(ValueError):
-                    self._waiting.remove(future)
-            if isinstance(stop, asyncio.CancelledError):
-                raise
-            return False
+                self._forget(future)
+            raise
+        self._forget(future)
+        return False
+
+    def _forget(self, future: asyncio.Future) -> None:
+        """A request that stopped waiting in the queue: out of it."""
+        future.cancel()
+        with contextlib.suppress(ValueError):
+            self._waiting.remove(future)
 
     def leave(self) -> None:
         """Give the slot back: to the first request waiting, if any."""
@@ -193,7 +196,7 @@ class RerankService:
     async def _probe(self) -> bool:
         query, first, second = PROBE
         call = self.pool.judge.ajudge(query, [(first, second)], guard=CallGuard(1, None))
-        answers = await asyncio.wait_for(call, max(self.breaker.cool_down, 10.0))
+        answers = await wait_for(call, max(self.breaker.cool_down, 10.0))
         return answers[0].prob is not None
 
     async def stop(self) -> None:
