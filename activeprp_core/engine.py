@@ -93,7 +93,7 @@ def _start(query: Any, candidates: Any, settings: RerankSettings | None, compara
     judge = as_comparator(comparator)
     reranking = Reranking(query, candidates, settings, comparator=judge, clock=clock_now(), **options)
     guard = guard_for(judge, reranking.settings)
-    guard.clock, guard.deadline = reranking.clock, reranking.deadline
+    guard.clock, guard.deadline, guard.latency = reranking.clock, reranking.deadline, reranking.ledger.latency
     return judge, reranking, guard, exchange(reranking, guard)
 
 

@@ -201,10 +201,18 @@ class RoundLatency:
 
     def __init__(self) -> None:
         self.seconds: deque[float] = deque(maxlen=LATENCY_WINDOW)
+        self.answered: deque[float] = deque(maxlen=LATENCY_WINDOW)
 
-    def record(self, seconds: float) -> None:
-        """Note one round that took ``seconds``."""
+    def record(self, seconds: float, answered: bool = True) -> None:
+        """Note one round that took ``seconds`` (``answered``: every call came back, none cut at a deadline)."""
         self.seconds.append(max(0.0, seconds))
+        if answered:
+            self.answered.append(max(0.0, seconds))
+
+    def fastest(self) -> float | None:
+        """The fastest answered round observed (seconds; None before the first): a call started with less time
+        left than this is not answered before its deadline (``CallGuard.too_late``)."""
+        return min(self.answered, default=None)
 
     def estimate(self) -> float | None:
         """One round's latency in seconds: the ``LATENCY_QUANTILE`` quantile (lower) of the rounds observed;

@@ -155,7 +155,7 @@ class Ledger:
         if unsent:
             self._refund(unsent)
         if self._opened is not None and any(held is not None for held in self._held):  # calls went out
-            self.latency.record(self.clock() - self._opened)
+            self.latency.record(self.clock() - self._opened, answered=not any(j.cut for j in judgments))
         for j, held in zip(judgments, self._held):
             if held is None:
                 continue

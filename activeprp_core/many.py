@@ -75,7 +75,7 @@ class _Window:
         self.source = enumerate(requests)
         self.settings, self.comparator, self.max_active, self.guard = settings, comparator, max_active, guard
         self.clock = guard.clock = clock  # each query's time_budget counts from its own start on it
-        self.latency = RoundLatency()  # the round latencies of every query, to plan the rounds that fit
+        self.latency = guard.latency = RoundLatency()  # the round latencies of every query: the rounds that fit
         self.items: dict[int, Reranking | RerankResult | RerankFailure] = {}
         self.next_out = 0
         # the comparator's answers so far, read by every query; None: each query reads only its own
@@ -277,7 +277,8 @@ def _answer(window: _Window, step: Step):
     """Ask the calls of ``step``: each query's on its own, or, for a comparator that ``batches_queries``, in one
     merged call (when it fails, not fatally, its queries are asked one by one)."""
     if not window.comparator.batches_queries:
-        guards = [RequestGuard(window.guard, None, index, window.clock, r.deadline) for index, r, _ in step]
+        guards = [RequestGuard(window.guard, None, index, window.clock, r.deadline, window.latency)
+                  for index, r, _ in step]
         outcomes = yield _AskEach([(b.query, b.pairs, g, r.time_left()) for (_, r, b), g in zip(step, guards)])
         window.answered(step, outcomes, [g.completed for g in guards])
         return
@@ -444,7 +445,7 @@ async def _on_their_own(window: _Window, judge: Comparator) -> AsyncIterator[Rer
     tasks: dict[asyncio.Task, int] = {}
 
     async def run(index: int, reranking: Reranking) -> RerankResult:
-        guard = RequestGuard(window.guard, None, index, window.clock, reranking.deadline)
+        guard = RequestGuard(window.guard, None, index, window.clock, reranking.deadline, window.latency)
         return await drive(exchange(reranking, guard), lambda batch: _judged(
             judge, batch.query, batch.pairs, guard, reranking.time_left()))
 

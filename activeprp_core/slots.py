@@ -73,9 +73,9 @@ class FairSlots:
             heapq.heappush(self._waiters, (key, next(self._arrivals), n, future))
             try:
                 granted = await wait_done(future, timeout)
-            except asyncio.CancelledError:
+            except BaseException:  # cancelled, or any failure: no slot held
                 if future.done():
-                    self._release(n)  # granted as it was cancelled: give the slots back
+                    self._release(n)  # granted meanwhile: give the slots back
                 else:
                     future.cancel()  # left waiting: skipped at the next release
                 raise

@@ -136,7 +136,8 @@ class _Merger:
 
     async def _send(self, parts: list[_Part]) -> None:
         loop = asyncio.get_running_loop()
-        merged = RequestGuard(self.pool.guard, self.pool.slots, parts[0].guard.key, loop.time)
+        merged = RequestGuard(self.pool.guard, self.pool.slots, parts[0].guard.key, loop.time,
+                              latency=self.pool.latency)
         merged.deadlines = _latest_deadlines(parts)
         lefts = [None if p.deadline is None else p.deadline - loop.time() for p in parts]
         items = [it for p in parts for it in p.items]
@@ -234,7 +235,7 @@ class RerankPool:
         settings = RerankSettings.of(self.settings, **own) if own else self.settings
         reranking = Reranking(query, candidates, settings, comparator=self.judge, clock=clock, started=started,
                               latency=self.latency)
-        guard = RequestGuard(self.guard, self.slots, next(self._keys), clock, reranking.deadline)
+        guard = RequestGuard(self.guard, self.slots, next(self._keys), clock, reranking.deadline, self.latency)
 
         async def ask(batch: Batch) -> list[Judgment]:
             with stops_on_refusal(guard):

@@ -362,3 +362,42 @@ def test_no_retry_past_the_deadline_and_the_call_fails_with_its_last_error(use_a
     out = asyncio.run(judge.ajudge("q", [pair], guard=guard)) if use_async else judge.judge("q", [pair], guard=guard)
     assert judge.sent == 1 and out[0].prob is None and out[0].cut is None
     assert "connection refused" in out[0].error and guard.completed == 1
+
+
+@pytest.mark.parametrize("use_async", [True, False])
+def test_a_call_that_could_not_be_answered_in_time_is_not_sent(use_async):
+    """A chunk that gets its slot with less time left than the fastest answered round is not sent (UNSENT,
+    refunded), rather than sent and cut at the deadline (IN_FLIGHT, spent): under load, such doomed calls took the
+    judge's slots from calls that could be answered."""
+    from activeprp_core.comparators.base import CallGuard, as_comparator
+
+    cands, labels = make_case(3, seed=1)
+    hanging, pairs = Hanging(labels, delay=0.2), [(cands[0], cands[1]), (cands[1], cands[2])]
+    judge = as_comparator(hanging)
+    guard = CallGuard(1, None)  # one call in flight: the second waits for the first
+    guard.latency = RoundLatency()
+    guard.latency.record(0.2)  # a round answered in 0.2 s seen before
+    guard.latency.record(0.01, answered=False)  # a round cut at its deadline tells nothing about a call's time
+    guard.deadline = guard.clock() + 0.3
+    out = asyncio.run(judge.ajudge("q", pairs, guard=guard)) if use_async else judge.judge("q", pairs, guard=guard)
+    assert [j.cut for j in out] == [None, UNSENT] and out[0].prob is not None and len(hanging.started) == 1
+    assert guard.completed == 1
+
+
+def test_calls_cancelled_in_flight_are_counted_as_sent():
+    """A rerank cancelled while its calls are out (its client went away): the calls reached the judge, so the
+    guard counts them (outcome unknown), as it counts calls cut at a deadline."""
+    from activeprp_core.comparators.base import CallGuard, as_comparator
+
+    cands, labels = make_case(3, seed=1)
+    hanging, guard = Hanging(labels, delay=5.0), CallGuard(None, None)
+    judge = as_comparator(hanging)
+
+    async def scenario():
+        task = asyncio.ensure_future(judge.ajudge("q", [(cands[0], cands[1]), (cands[1], cands[2])], guard=guard))
+        await asyncio.sleep(0.05)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(scenario())
+    assert len(hanging.started) == 1 and guard.completed == 2  # one chunk of two calls, sent then cancelled

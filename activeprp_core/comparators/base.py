@@ -99,6 +99,7 @@ class CallGuard:
         self.clock: Callable[[], float] = time.monotonic
         self.deadline: float | None = None
         self.deadlines: dict[str, float] = {}
+        self.latency: Any = None  # the rerank's judging.RoundLatency, read by too_late
         self._lock = threading.Lock()
         self.completed = 0
         self._failures = 0
@@ -116,6 +117,18 @@ class CallGuard:
         """Whether the deadline of ``query`` has passed (within ``DEADLINE_SLACK``)."""
         left = self.time_left(query)
         return left is not None and left <= DEADLINE_SLACK
+
+    def too_late(self, query: str | None = None) -> bool:
+        """Whether a call of ``query`` started now would end past its deadline: ``past``, or less time left than
+        the fastest answered round seen (``latency``, a ``judging.RoundLatency``, set by the engine). Calls wait for
+        their slots after their round is planned; under load, a request's calls could otherwise go out with 20 ms
+        left to a judge that takes 300 ms, each cut at the deadline and its slot taken from calls that could be
+        answered."""
+        left = self.time_left(query)
+        if left is None:
+            return False
+        fastest = self.latency.fastest() if self.latency is not None else None
+        return left <= max(DEADLINE_SLACK, fastest or 0.0)
 
     def chunks(self, pairs: Sequence[T]) -> Iterator[Sequence[T]]:
         """``pairs`` cut into consecutive chunks of at most ``max_concurrency`` (one chunk when uncapped)."""
@@ -180,8 +193,8 @@ class RequestGuard(CallGuard):
     slots); the breaker and the cap on calls in flight are the shared guard's."""
 
     def __init__(self, shared: CallGuard, slots: FairSlots | None, key: Any, clock: Callable[[], float],
-                 deadline: float | None = None) -> None:  # the shared guard's state is not copied: no _setup
-        self.shared, self._fair, self.key = shared, slots, key
+                 deadline: float | None = None, latency: Any = None) -> None:  # no _setup: the shared state stays
+        self.shared, self._fair, self.key, self.latency = shared, slots, key, latency
         self.max_concurrency = shared.max_concurrency
         self.max_consecutive_failures = shared.max_consecutive_failures
         self.clock, self.deadline, self.deadlines = clock, deadline, {}
@@ -287,7 +300,7 @@ async def _chunked(query: str, pairs: Sequence[Pair], guard: CallGuard,
     ``Judgment`` per pair, in order, the pairs not sent as ``unsent()``."""
     out: list[Judgment] = []
     for chunk in guard.chunks(pairs):
-        if guard.past(query):
+        if guard.too_late(query):
             break
         answers = await send(query, chunk, guard)
         if answers is None:
@@ -435,7 +448,7 @@ class Comparator:
         left = guard.time_left(query)
         if left is None:
             return answers_of(self._judge_chunk(query, chunk), chunk, guard)
-        if guard.past(query):
+        if guard.too_late(query):
             return None
         answered = within(lambda: (self._judge_chunk(query, chunk),), left)  # a 1-tuple: None is "cut" here
         return _CUT if answered is None else answers_of(answered[0], chunk, guard)
@@ -453,12 +466,14 @@ class Comparator:
             async with guard.slots(len(chunk), guard.time_left(query)):
                 guard.check()  # after the wait for slots: the breaker may have opened meanwhile
                 left = guard.time_left(query)
-                if left is None:
-                    raw = await self._ajudge_chunk(query, chunk)
-                elif guard.past(query):
+                if left is not None and guard.too_late(query):
                     return None
-                else:
-                    raw = await _until(self._ajudge_chunk(query, chunk), left, guard, query)
+                try:
+                    sending = self._ajudge_chunk(query, chunk)
+                    raw = await (sending if left is None else _until(sending, left, guard, query))
+                except asyncio.CancelledError:  # sent, its outcome unknown (e.g. the client went away)
+                    cut_calls(guard, len(chunk))
+                    raise
         except DeadlinePassed:  # no slot before the deadline
             return None
         return raw if raw is _CUT else answers_of(raw, chunk, guard)

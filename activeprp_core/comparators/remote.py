@@ -133,7 +133,7 @@ class RemoteComparator(Comparator):
         if stop.is_set():
             return Judgment(None, error="not sent: the batch already failed")
         query = item[0]
-        if guard.past(query):
+        if guard.too_late(query):
             return unsent()
         guard.check()
         request, client = self.request(query, item[1].text, item[2].text), self._clients.sync()
@@ -343,7 +343,7 @@ class _Attempts:
     def _left(self) -> float | None:
         """Seconds until the deadline (None: no deadline); ``DeadlinePassed`` once it has passed."""
         left = self.guard.time_left(self.query)
-        if left is not None and self.guard.past(self.query):
+        if left is not None and self.guard.too_late(self.query):
             raise DeadlinePassed
         return left
 

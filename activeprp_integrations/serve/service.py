@@ -83,8 +83,8 @@ class Admission:
         try:
             if await wait_done(future, timeout):
                 return True
-        except asyncio.CancelledError:
-            if future.done():  # the slot was handed over as the request was cancelled: pass it on
+        except BaseException:  # cancelled (its client has gone), or any failure: it leaves the queue
+            if future.done():  # the slot was handed over meanwhile: pass it on
                 self.leave()
             else:
                 self._forget(future)
