@@ -128,7 +128,8 @@ def add_parser(subparsers: Any) -> None:
                    help="an API key the rerank routes accept as 'Authorization: Bearer KEY' (repeatable; also "
                         f"${AUTH_KEYS_ENV}, comma-separated); without any, no key is asked")
     g.add_argument("--shutdown-timeout", type=seconds(allow_none=False), default=60.0,
-                   help="seconds a graceful shutdown waits for requests in flight (default %(default)s)")
+                   help="seconds a graceful shutdown waits for requests in flight; those still running then get no "
+                        "answer (their connection is closed), so keep it over --time-budget (default %(default)s)")
     j = p.add_argument_group("the judge's failures")
     j.add_argument("--judge-timeout", type=seconds(allow_none=False), default=DEFAULT_JUDGE_TIMEOUT,
                    help="openai: seconds per call attempt (default %(default)s)")
