@@ -22,7 +22,9 @@ Phases (each prints and records its figures with the load average):
    judge call with its query after it closed.
 3. ``breaker``: the judge down (HTTP 500, then hanging), requests until one gets 503, then 10 requests in a row
    (status and time each), ``/ready``; the judge back: time until ``/ready`` is 200 and until a request succeeds.
-4. ``abuse``: a server with a key: unauthenticated and wrong-key requests (judge calls they caused), a 2 MB query,
+4. ``late``: a judge taking 0.3 s a call, 60 requests 50 ms apart with ``time_budget`` 2 s (``--max-active 32``):
+   the judge's calls and how many the answers report as cut at the deadline.
+5. ``abuse``: a server with a key: unauthenticated and wrong-key requests (judge calls they caused), a 2 MB query,
    a 300 MB chunked body, a 300 MB body with Content-Length and a 60 MB body of 12 M two-letter documents, under
    the body cap (statuses, seconds; the server's RSS and peak RSS, from /proc, before and after).
 
@@ -394,6 +396,24 @@ async def breaker(server: Process, judge: Judge, down: str, cool_down: float) ->
             "within_cool_down_plus_1s": response.status_code == 200 and ok_s <= cool_down + 1}
 
 
+async def late_calls(server: Process, judge: Judge, n: int = 60, spread: float = 0.05,
+                     time_budget: float = 2.0) -> dict:
+    """``n`` requests ``spread`` s apart with ``time_budget``: the judge's calls, and those the answers report as
+    cut at the deadline (sent too late to come back: their slot taken from calls that could be answered)."""
+    url, since = f"{server.url}/v2/rerank", len(judge.calls())
+
+    async def one(http: httpx.AsyncClient, i: int) -> dict:
+        await asyncio.sleep(i * spread)
+        response = await http.post(url, json=body(90_000 + i, 16, time_budget=time_budget))
+        return response.json()["meta"]["activeprp"] if response.status_code == 200 else {}
+
+    async with Load(n) as http:
+        metas = await asyncio.gather(*(one(http[i], i) for i in range(n)))
+    return {"requests": n, "spread_s": spread, "time_budget_s": time_budget, "judge_calls": len(judge.calls(since)),
+            "answered_200": sum("calls" in m for m in metas), "calls_reported": sum(m.get("calls", 0) for m in metas),
+            "cut_calls_reported": sum(m.get("cut_calls", 0) for m in metas)}
+
+
 async def chunks(total: int, size: int = 1 << 20):
     block = b" " * size
     for _ in range(total // size):
@@ -492,6 +512,11 @@ def main() -> None:
                 judge.mode("ok")
                 print(json.dumps(row, indent=1), flush=True)
                 results["breaker"].append(row)
+        if "late" in args.phases:
+            flags = ("--max-active", "32", "--max-queue", "256", "--budget", "30")
+            with Judge(0.3) as slow, service(slow, *flags) as server:
+                results["late"] = {"loadavg": load(), "judge_delay_s": 0.3, **asyncio.run(late_calls(server, slow))}
+            print(json.dumps(results["late"], indent=1), flush=True)
         if "abuse" in args.phases:
             with service(judge, "--auth-key", KEY) as server:
                 results["abuse"] = {"loadavg": load(), **asyncio.run(abuse(server, judge))}
