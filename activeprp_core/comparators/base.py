@@ -75,8 +75,9 @@ class CallGuard:
     Comparators call ``check()`` before sending, ``record(ok, reason)`` for every call that reached the backend
     (``completed`` counts them, so the engine can refund the calls of a failed batch that never went out), and
     ``trip(error)`` on an error that must stop every later call (e.g. a 401). They read ``time_left(query)``
-    (seconds; None = no deadline) to send nothing past a query's deadline and to wait no longer than it: the
-    engine sets the deadlines (``deadline`` for every query, ``deadlines`` per query text, both on ``clock``).
+    (seconds; None = no deadline) to wait no longer than a query's deadline, and ``too_late(query)`` to send
+    nothing that could not come back before it: the engine sets the deadlines (``deadline`` for every query,
+    ``deadlines`` per query text, both on ``clock``) and the record of round latencies (``latency``).
     Thread-safe; its async slots belong to one event loop at a time.
 
     Raises:
