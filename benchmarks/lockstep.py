@@ -19,6 +19,7 @@ import asyncio
 import math
 import random
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -81,9 +82,10 @@ def main() -> None:
     budgets, caps = " ".join(map(str, args.budgets)), " ".join(map(str, args.caps))
     command = (f"python benchmarks/lockstep.py --data ../shared/data --queries {args.queries} --median {args.median} "
                f"--sigma {args.sigma} --budgets {budgets} --caps {caps}")
-    lines = ["# arerank_many: steps or each query on its own\n", f"Command: `{command}`\n",
-             f"{len(requests)} queries (DL19 + DL20, BM25 top-100), the default ranker, top_k 10, max_active 16; "
-             f"per-call latency log-normal, median {args.median} s, log-sd {args.sigma}.\n",
+    setting = (f"{len(requests)} queries (DL19 + DL20, BM25 top-100), the default ranker, top_k 10, max_active 16; "
+               f"per-call latency log-normal, median {args.median} s, log-sd {args.sigma}.")
+    lines = ["# arerank_many: steps or each query on its own\n", "Command:\n", f"    {command}\n",
+             textwrap.fill(setting, 118) + "\n",
              "| budget | max_concurrency | mode | wall s | calls | most rounds |", "|---|---|---|---|---|---|"]
     for budget in args.budgets:
         for cap in args.caps:
