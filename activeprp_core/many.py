@@ -437,11 +437,10 @@ async def _judged(judge: Comparator, query: str, pairs: Sequence[Pair], guard: R
 
 async def _on_their_own(window: _Window, judge: Comparator) -> AsyncIterator[RerankResult | RerankFailure]:
     """``arerank_many`` without lockstep steps: each query in progress runs in its own task and sends its next
-    round as soon as its last one is answered, so no query waits for the slowest round of the others (an endpoint
-    whose latency varies, budget 200, 32 calls in flight: half the wall time of steps,
-    ``benchmarks/results/throughput/lockstep.md``). Results still come out in input order, at most ``max_active``
-    in progress. Only for queries that read only their own answers (``carry_judge=False``): their results do not
-    depend on when the others' answers come."""
+    round as soon as its last one is answered, so no query waits for the slowest round of the others
+    (docs/many-queries.md, ``benchmarks/lockstep.py``). Results still come out in input order, at most
+    ``max_active`` in progress. Only for queries that read only their own answers (``carry_judge=False``): their
+    results do not depend on when the others' answers come."""
     tasks: dict[asyncio.Task, int] = {}
 
     async def run(index: int, reranking: Reranking) -> RerankResult:

@@ -122,9 +122,8 @@ class CallGuard:
     def too_late(self, query: str | None = None) -> bool:
         """Whether a call of ``query`` started now would end past its deadline: ``past``, or less time left than
         the fastest answered round seen (``latency``, a ``judging.RoundLatency``, set by the engine). Calls wait for
-        their slots after their round is planned; under load, a request's calls could otherwise go out with 20 ms
-        left to a judge that takes 300 ms, each cut at the deadline and its slot taken from calls that could be
-        answered."""
+        their slots after their round is planned; under load they would otherwise go out too late, each cut at the
+        deadline and its slot taken from a call that could be answered (docs/latency.md)."""
         left = self.time_left(query)
         if left is None:
             return False
@@ -325,8 +324,9 @@ def stops_on_refusal(guard: CallGuard) -> Iterator[None]:
         raise
 
 
-def _outcome(call: Callable[[], T], guard: CallGuard) -> T | Exception:
-    """``call()`` (the calls of one query, under ``stops_on_refusal``), or the exception it raised."""
+def outcome_of(call: Callable[[], T], guard: CallGuard) -> T | Exception:
+    """``call()`` (the calls of one query, under ``stops_on_refusal``), or the exception it raised: a query's
+    outcome in ``judge_each``."""
     try:
         with stops_on_refusal(guard):
             return call()
@@ -507,7 +507,7 @@ class Comparator:
         failure neither stops nor loses the others' answers (the sync entry of ``rerank_many`` when not
         ``batches_queries``; each query has its own guard, a ``RequestGuard``, which counts its calls). Default:
         ``guarded_judge`` per query, one after another."""
-        return [_outcome(partial(self.guarded_judge, query, pairs, guard), guard) for query, pairs, guard in asks]
+        return [outcome_of(partial(self.guarded_judge, query, pairs, guard), guard) for query, pairs, guard in asks]
 
     # ---- lifetime -----------------------------------------------------------------------------------
     def close(self) -> None:

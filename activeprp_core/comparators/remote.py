@@ -18,7 +18,17 @@ from ..errors import ComparatorError, scrub
 from ..slots import wait_for
 from ..types import Judgment, Pair
 from .answers import Answer
-from .base import CallGuard, Comparator, DeadlinePassed, Item, cut_calls, cut_in_flight, gather_or_cancel, unsent
+from .base import (
+    CallGuard,
+    Comparator,
+    DeadlinePassed,
+    Item,
+    cut_calls,
+    cut_in_flight,
+    gather_or_cancel,
+    outcome_of,
+    unsent,
+)
 from .clients import LoopClients
 from .failures import MAX_MESSAGE, Failure, Fault
 
@@ -278,7 +288,7 @@ def _in_threads(call: Any, asks: Sequence[tuple[CallGuard, Sequence[Item]]]) -> 
                for k, guard, item in jobs]
     owners = [[f for f, (k, _, _) in zip(futures, jobs) if k == ask] for ask in range(len(asks))]
     try:
-        _wait(futures, [k for k, _, _ in jobs], owners, stops, [guard for _, guard, _ in jobs], timeout)
+        _wait(owners, stops, [guard for guard, _ in asks], timeout)
         out: list[list[Judgment] | Exception] = []
         for (guard, _), own in zip(asks, owners):
             failed = next((f for f in own if f.done() and not f.cancelled() and f.exception()), None)
@@ -295,19 +305,17 @@ def _in_threads(call: Any, asks: Sequence[tuple[CallGuard, Sequence[Item]]]) -> 
 def _in_turn(call: Any, guard: CallGuard, items: Sequence[Item], stop: threading.Event,
              abandoned: threading.Event) -> list[Judgment] | Exception:
     """``call`` per item of one ask in this thread: its judgments, or the exception of the first call that raised."""
-    try:
-        return [call(guard, item, stop, abandoned) for item in items]
-    except Exception as error:
-        return error
+    return outcome_of(lambda: [call(guard, item, stop, abandoned) for item in items], guard)
 
 
-def _wait(futures: list[Future], asks: list[int], owners: list[list[Future]], stops: list[threading.Event],
-          guards: list[CallGuard], timeout: float | None) -> None:
-    """Wait for ``futures`` (``asks[i]``: the ask of ``futures[i]``) for at most ``timeout`` seconds (None: no
-    limit); a call that raises stops its ask (``stops``) and drops its queued calls, and ends the wait when its
-    guard stopped (``guards[i].error``)."""
+def _wait(owners: list[list[Future]], stops: list[threading.Event], guards: list[CallGuard],
+          timeout: float | None) -> None:
+    """Wait for the calls of every ask (``owners[k]``: ask k's futures) for at most ``timeout`` seconds (None: no
+    limit); a call that raises stops its ask (``stops[k]``) and drops its queued calls, and ends the wait when the
+    ask's guard stopped (``guards[k].error``)."""
     until = None if timeout is None else time.monotonic() + timeout
-    pending, index = set(futures), {f: i for i, f in enumerate(futures)}
+    ask_of = {future: k for k, own in enumerate(owners) for future in own}
+    pending = set(ask_of)
     while pending:
         left = None if until is None else until - time.monotonic()
         if left is not None and left <= 0:
@@ -316,11 +324,11 @@ def _wait(futures: list[Future], asks: list[int], owners: list[list[Future]], st
         for future in done:
             if future.cancelled() or future.exception() is None:
                 continue
-            i = index[future]
-            stops[asks[i]].set()
-            for queued in owners[asks[i]]:
+            k = ask_of[future]
+            stops[k].set()
+            for queued in owners[k]:
                 queued.cancel()
-            if guards[i].error is not None:
+            if guards[k].error is not None:
                 return
 
 

@@ -25,9 +25,9 @@ SCAN_IN_THREAD_BYTES = 1 << 20
 def json_values(body: bytes, cap: int) -> int:
     """About how many values parsing ``body`` as JSON would make: its strings (keys included), plus, when there are
     at most ``cap`` of those, its commas, brackets and braces outside strings (an upper bound of the numbers,
-    literals, arrays and objects). Memory and time of a parse grow with the values, not only the bytes: a 60 MB
-    body of 12 M two-letter documents takes over 1 GB. The string scan stops past ``cap``, so a count over ``cap``
-    costs at most ``cap`` matches."""
+    literals, arrays and objects). Memory and time of a parse grow with the values more than with the bytes
+    (docs/serve.md, "Size caps"). The string scan stops past ``cap``, so a count over ``cap`` costs at most ``cap``
+    matches."""
     stripped, strings = _STRING.subn(b"", body, count=cap + 1)
     if strings > cap:
         return strings
