@@ -756,3 +756,22 @@ def test_a_queued_request_cancelled_as_its_turn_comes_is_cancelled_and_passes_it
         return outcome, admission.active, admission.queued
 
     assert asyncio.run(scenario()) == ("cancelled", 0, 0)
+
+
+def test_a_request_that_fails_while_queued_leaves_the_queue_and_no_slot_behind(monkeypatch):
+    from activeprp_integrations.serve import service
+
+    async def broken(future, timeout):
+        raise RuntimeError("injected")
+
+    async def scenario():
+        admission = service.Admission(max_active=1, max_queue=4)
+        assert await admission.enter(None, lambda: 1)
+        monkeypatch.setattr(service, "wait_done", broken)
+        with pytest.raises(RuntimeError, match="injected"):
+            await admission.enter(5.0, lambda: 1)
+        queued = admission.queued
+        admission.leave()
+        return queued, admission.active
+
+    assert asyncio.run(scenario()) == (0, 0)
