@@ -71,9 +71,7 @@ def document_text(index: int, document: str | dict[str, Any], rank_fields: list[
 def returned_document(document: str | dict[str, Any]) -> dict[str, Any]:
     """A document as ``return_documents`` returns it: an object whole, a string as ``{"text": ...}``, lone
     surrogates replaced in every string (JSON answers cannot carry them)."""
-    if isinstance(document, str):
-        return {"text": model_text(document)}
-    return _model_strings(document)
+    return _model_strings({"text": document} if isinstance(document, str) else document)
 
 
 def _model_strings(value: Any) -> Any:
