@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from activeprp_core.budget import check_count, check_seconds
+from activeprp_core.comparators.prompts import model_text
 from activeprp_core.comparators.remote import RemoteComparator
 from activeprp_core.engine import arerank, rerank
 from activeprp_core.rankers.auto import AUTO
@@ -16,7 +17,7 @@ from activeprp_core.settings import FIELDS, ONLINE, SPECS, Count, Flag, RerankSe
 from activeprp_core.types import Candidate, RerankResult
 
 from . import InputError, printable
-from .trecfiles import field, iter_json_objects, model_text
+from .trecfiles import field, iter_json_objects
 
 COMPARATORS = ("bundled", "hf", "openai", "simulated")
 _ID_KEYS, _TEXT_KEYS = ("id", "docid", "_id", "doc_id"), ("text", "content", "contents", "passage")

@@ -24,7 +24,6 @@ import contextlib
 import json
 import math
 import os
-import re
 import stat
 import sys
 import tempfile
@@ -32,6 +31,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
+from activeprp_core.comparators.prompts import model_text
 from activeprp_core.errors import InputError
 from activeprp_core.types import Candidate
 
@@ -53,18 +53,11 @@ Qrels = dict[str, dict[str, int]]  # {qid: {docid: grade}}
 
 _JSON_TYPES = {type(None): "null", bool: "a boolean", int: "a number", float: "a number", str: "a string",
                list: "an array", dict: "an object"}
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def json_type(value: object) -> str:
     """The JSON name of a decoded value's type, for messages ("null", "an array", ...)."""
     return _JSON_TYPES.get(type(value), type(value).__name__)
-
-
-def model_text(text: str) -> str:
-    """``text`` as a model can take it: lone surrogates (only JSON escapes such as ``"\\ud800"`` can produce them;
-    tokenizers and HTTP clients refuse them) become U+FFFD."""
-    return _SURROGATE.sub("\ufffd", text)
 
 
 def _open(path: str | Path):

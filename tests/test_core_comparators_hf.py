@@ -98,6 +98,16 @@ def test_truncation_keeps_prompts_inside_the_context(model_dir):
         too_small.ab_prompt_ids("fleas", long_a, long_b)
 
 
+@pytest.mark.parametrize("mode", ["ab", "query_likelihood"])
+def test_lone_surrogates_are_tokenized_as_replacement_characters(model_dir, mode):
+    # the tokenizer refuses a str with a lone surrogate (what a JSON escape such as "\\ud800" gives)
+    comp = TransformersComparator(model_dir, mode=mode, max_passage_tokens=16)
+    cands = [Candidate("a", "fleas \ud800 " * 30), Candidate("b", "dogs\udc80")]
+    result = rerank("fleas\udfff", cands, comparator=comp, budget=2, token_budget=10_000)
+    assert result.calls > 0 and not result.errors and result.failure is None
+    assert comp.lm.ids("x\ud800") == comp.lm.ids("x\ufffd")
+
+
 def test_engine_reranks_with_the_bundled_model(ql, judged_pairs):
     query, good, bad = judged_pairs[2]
     cands = [bad, Candidate("x", "Recipes for chocolate cake."), good]

@@ -564,6 +564,19 @@ def test_a_prompt_with_literal_braces_substitutes_only_its_placeholders():
                     "Answer with the single letter A or B."]
 
 
+@pytest.mark.parametrize("use_async", [False, True])
+def test_lone_surrogates_reach_the_judge_as_replacement_characters(use_async):
+    # a JSON escape such as "\\ud800" gives a str that UTF-8 (the HTTP body, the token estimate) refuses
+    seen = []
+    cands = [Candidate("a", "x\ud800y"), Candidate("b", "z\udc80"), Candidate("c", "plain")]
+    with FaultServer(lambda r: seen.append(r.text) or Reply()) as server:
+        result = run(use_async, "q\udfff", cands, comparator=comparator(server.url), budget=6, token_budget=10_000)
+    assert result.failure is None and 0 < result.calls == len(seen)
+    assert result.prompt_tokens > 0
+    assert all("\ufffd" in text and "q\ufffd" in text for text in seen)
+    assert [c.text for c in sorted(result.candidates, key=lambda c: c.id)] == [c.text for c in cands]  # as given
+
+
 def test_with_prompts_gives_a_copy_sharing_the_clients():
     comp = comparator("http://127.0.0.1:9/v1")
     before = dict(vars(comp))

@@ -4,7 +4,7 @@ import itertools
 
 import pytest
 
-from activeprp_core import Candidate, SimulatedComparator
+from activeprp_core import Candidate, SimulatedComparator, rerank
 
 IDS = [f"d{i}" for i in range(30)]
 LABELS = {d: i % 4 for i, d in enumerate(IDS)}
@@ -20,6 +20,18 @@ def test_deterministic_per_seed_and_ordered_pair():
     a = answers(SimulatedComparator(LABELS, seed=1, **noisy), pairs)
     assert a == answers(SimulatedComparator(LABELS, seed=1, **noisy), pairs[::-1])[::-1]
     assert a != answers(SimulatedComparator(LABELS, seed=2, **noisy), pairs)
+
+
+def test_ids_with_lone_surrogates_get_their_own_stable_draws():
+    ids = ["s\ud800", "s\udc80", "s\ufffd"]  # distinct ids stay distinct (not all U+FFFD)
+    noisy = dict(doc_noise=0.5, pair_noise=1.0, hard=False)
+    comp = SimulatedComparator(dict.fromkeys(ids, 1), **noisy)
+    a = answers(comp, list(itertools.permutations(ids, 2)))
+    assert len(set(a)) == 6 and a == answers(SimulatedComparator(dict.fromkeys(ids, 1), **noisy),
+                                             list(itertools.permutations(ids, 2)))
+    # and the default token estimate (the UTF-8 of the prompt) reads their texts as the model gets them
+    result = rerank("q\udfff", [Candidate(i, f"text {i}") for i in ids], comparator=comp, budget=4, token_budget=10**4)
+    assert result.calls > 0 and sorted(result.order) == [0, 1, 2]
 
 
 def test_perfect_judge_has_no_order_effects_or_cycles():

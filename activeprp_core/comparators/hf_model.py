@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .prompts import model_text
 from .remote import require
 
 HF_EXTRA = 'pip install "activeprp[hf]"'
@@ -141,8 +142,9 @@ class LocalModel:
         self.pad_id = next(v for v in (self.tokenizer.pad_token_id, self.tokenizer.eos_token_id, 0) if v is not None)
 
     def ids(self, text: str, special: bool = False) -> list[int]:
-        """Token ids of ``text``, with the model's own special tokens (e.g. T5's ``</s>``) only when ``special``."""
-        return self.tokenizer(text, add_special_tokens=special)["input_ids"]
+        """Token ids of ``text`` (``model_text`` of it), with the model's own special tokens (e.g. T5's ``</s>``) only
+        when ``special``."""
+        return self.tokenizer(model_text(text), add_special_tokens=special)["input_ids"]
 
     def chat(self, user_text: str) -> str:
         """The encoder text (seq2seq) or the whole prompt up to the answer (causal, via the chat template)."""

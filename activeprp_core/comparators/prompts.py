@@ -30,12 +30,21 @@ PLACEHOLDERS: dict[str, tuple[str, ...]] = {"prompt": ("query", "first", "second
 """Prompt attribute of a comparator -> the placeholders its template must contain (``system_prompt`` may be None)."""
 
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_]\w*)\}")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def model_text(text: str) -> str:
+    """``text`` as a model can take it: lone surrogates (only JSON escapes such as ``"\\ud800"`` can produce them;
+    tokenizers, UTF-8 and HTTP clients refuse them) become U+FFFD."""
+    return _SURROGATE.sub("\ufffd", text)
 
 
 def render(template: str, **values: str) -> str:
-    """``template`` with each ``{name}`` placeholder whose name is a keyword of ``values`` replaced by that value,
-    in one pass (a value containing ``{second}`` is not substituted again); every other brace is kept as is."""
-    return _PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), template)
+    """``template`` with each ``{name}`` placeholder whose name is a keyword of ``values`` replaced by that value
+    (``model_text`` of it), in one pass (a value containing ``{second}`` is not substituted again); every other
+    brace is kept as is."""
+    return _PLACEHOLDER.sub(lambda m: model_text(values[m.group(1)]) if m.group(1) in values else m.group(0),
+                            template)
 
 
 def check_prompt(name: str, template: Any) -> Any:

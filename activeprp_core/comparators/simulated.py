@@ -22,7 +22,7 @@ CALIBRATED_PARAMS: dict[str, float] = {"strength": 1.0, "doc_noise": 1.172, "pos
 
 def _gauss(*key: object) -> float:
     """A standard normal draw that is a pure function of ``key`` (stable across runs and processes)."""
-    digest = hashlib.blake2b("\x1f".join(map(str, key)).encode(), digest_size=8).digest()
+    digest = hashlib.blake2b("\x1f".join(map(str, key)).encode("utf-8", "surrogatepass"), digest_size=8).digest()
     u = (int.from_bytes(digest, "big") + 0.5) / 2.0**64
     return _STD_NORMAL.inv_cdf(u)
 

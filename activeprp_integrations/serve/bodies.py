@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from activeprp_cli.trecfiles import model_text
+from activeprp_core.comparators.prompts import model_text
 from activeprp_core.settings import CAPS
 
 
