@@ -15,8 +15,9 @@ temperature (a quantile, unlike a fixed margin, does not depend on it); before `
 from __future__ import annotations
 
 import bisect
+import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -192,34 +193,48 @@ LATENCY_QUANTILE = 0.75
 the median, so the rounds planned to fit a time budget fit it more often than not (see docs/latency.md)."""
 LATENCY_WINDOW = 256
 """The most recent round latencies a ``RoundLatency`` keeps (older ones age out as the judge's latency drifts)."""
+LATENCY_HORIZON = 60.0
+"""Seconds a round latency counts for ``RoundLatency``: after a slow spell of the judge, a time budget shorter than
+its rounds plans no round at all, so no faster round is observed to replace them; once they are this old the
+estimate starts again from the rounds sent since (none: the round cap alone), as on a fresh start."""
 
 
 class RoundLatency:
     """The comparator's observed round latencies (seconds from a batch's send to its answers, a cut round's
-    time to the deadline as a lower bound), carried across the queries of a ``rerank_many`` like the judge's
-    record; one per rerank otherwise. ``estimate`` plans the rounds that fit a ``time_budget``."""
+    time to the deadline as a lower bound), carried across the queries of a ``rerank_many`` (and the requests of
+    ``activeprp serve``) like the judge's record; one per rerank otherwise. ``estimate`` plans the rounds that fit a
+    ``time_budget``. Only the last ``LATENCY_WINDOW`` rounds observed within ``LATENCY_HORIZON`` seconds count
+    (on ``clock``)."""
 
-    def __init__(self) -> None:
-        self.seconds: deque[float] = deque(maxlen=LATENCY_WINDOW)
-        self.answered: deque[float] = deque(maxlen=LATENCY_WINDOW)
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.seconds: deque[tuple[float, float]] = deque(maxlen=LATENCY_WINDOW)  # (when observed, seconds)
+        self.answered: deque[tuple[float, float]] = deque(maxlen=LATENCY_WINDOW)
 
     def record(self, seconds: float, answered: bool = True) -> None:
         """Note one round that took ``seconds`` (``answered``: every call came back, none cut at a deadline)."""
-        self.seconds.append(max(0.0, seconds))
+        entry = (self.clock(), max(0.0, seconds))
+        self.seconds.append(entry)
         if answered:
-            self.answered.append(max(0.0, seconds))
+            self.answered.append(entry)
+
+    def _recent(self, rounds: deque[tuple[float, float]]) -> list[float]:
+        oldest = self.clock() - LATENCY_HORIZON
+        while rounds and rounds[0][0] < oldest:
+            rounds.popleft()
+        return [seconds for _, seconds in rounds]
 
     def fastest(self) -> float | None:
         """The fastest answered round observed (seconds; None before the first): a call started with less time
         left than this is not answered before its deadline (``CallGuard.too_late``)."""
-        return min(self.answered, default=None)
+        return min(self._recent(self.answered), default=None)
 
     def estimate(self) -> float | None:
         """One round's latency in seconds: the ``LATENCY_QUANTILE`` quantile (lower) of the rounds observed;
         None before the first."""
-        if not self.seconds:
+        ordered = sorted(self._recent(self.seconds))
+        if not ordered:
             return None
-        ordered = sorted(self.seconds)
         return ordered[min(len(ordered) - 1, int(LATENCY_QUANTILE * len(ordered)))]
 
 

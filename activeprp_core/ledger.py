@@ -60,7 +60,7 @@ class Ledger:
         self.started = clock() if started is None else started
         self.caps = Caps(settings.as_dict(), clock, self.started)
         self.deadline: Deadline = self.caps["time_budget"]
-        self.latency = RoundLatency() if latency is None else latency
+        self.latency = RoundLatency(clock) if latency is None else latency
         self._opened: float | None = None  # when the round in flight went out
         self.counts = Accounting()
         self.exhausted_by: list[str] = []

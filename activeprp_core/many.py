@@ -75,7 +75,7 @@ class _Window:
         self.source = enumerate(requests)
         self.settings, self.comparator, self.max_active, self.guard = settings, comparator, max_active, guard
         self.clock = guard.clock = clock  # each query's time_budget counts from its own start on it
-        self.latency = guard.latency = RoundLatency()  # the round latencies of every query: the rounds that fit
+        self.latency = guard.latency = RoundLatency(clock)  # the round latencies of every query: the rounds that fit
         self.items: dict[int, Reranking | RerankResult | RerankFailure] = {}
         self.next_out = 0
         # the comparator's answers so far, read by every query; None: each query reads only its own

@@ -15,6 +15,7 @@ from activeprp_core import (
     RerankSettings,
     SimulatedComparator,
     arerank,
+    judging,
     rerank,
 )
 from activeprp_core.stream import RerankPool, arerank_stream
@@ -267,3 +268,53 @@ def test_a_cancelled_request_cancels_its_calls_in_flight_and_sends_no_more():
 
     started = asyncio.run(run())
     assert judge.started == started and judge.cancelled == started
+
+
+class Slowed(Comparator):
+    """An async judge whose calls take ``delay`` seconds (settable between requests)."""
+
+    def __init__(self, delay: float):
+        self.delay, self.calls = delay, 0
+
+    def compare(self, query, pairs):
+        raise AssertionError("async only")
+
+    async def acompare(self, query, pairs):
+        self.calls += len(pairs)
+        await asyncio.sleep(self.delay)
+        return [1.0] * len(pairs)
+
+
+def test_after_a_slow_spell_of_the_judge_short_budgets_rank_again_once_its_rounds_age_out(monkeypatch):
+    """A slow spell's rounds make a time budget shorter than them plan no round (nothing sent, so nothing faster is
+    observed); once they are ``LATENCY_HORIZON`` old they no longer count and the requests send calls again."""
+    monkeypatch.setattr(judging, "LATENCY_HORIZON", 0.5)
+    judge = Slowed(0.3)
+    settings = RerankSettings(budget=20, top_k=3, ranker="mohajer", oracle="single")
+
+    async def run():
+        pool = RerankPool(judge, settings)
+        await pool.rerank("q", _cands(), {"time_budget": 1.0})  # the slow spell: rounds of about 0.3 s
+        judge.delay, sent = 0.0, judge.calls
+        during = await pool.rerank("q", _cands(), {"time_budget": 0.2})  # no round of 0.3 s fits in 0.2 s
+        await asyncio.sleep(0.6)
+        after = await pool.rerank("q", _cands(), {"time_budget": 0.2})
+        await pool.aclose()
+        return sent, during, after
+
+    sent, during, after = asyncio.run(run())
+    assert sent > 0 and during.calls == 0 and during.order == list(range(8))
+    assert after.calls > 0 and after.order != list(range(8)) and after.cut_calls == 0
+
+
+def test_round_latencies_count_for_latency_horizon_seconds():
+    now = [0.0]
+    latency = judging.RoundLatency(lambda: now[0])
+    latency.record(2.5)
+    now[0] = judging.LATENCY_HORIZON - 1
+    latency.record(0.1, answered=False)
+    assert latency.estimate() == 2.5 and latency.fastest() == 2.5
+    now[0] = judging.LATENCY_HORIZON + 1  # the 2.5 s round is too old now
+    assert latency.estimate() == 0.1 and latency.fastest() is None
+    now[0] = 3 * judging.LATENCY_HORIZON
+    assert latency.estimate() is None
