@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from activeprp_core.comparators.prompts import model_text
 from activeprp_core.settings import CAPS
@@ -37,6 +38,14 @@ class RerankRequest(_Body):
     seed: int | None = None
     time_budget: float | None = Field(None, ge=0, allow_inf_nan=False)
 
+    @field_validator("documents")
+    @classmethod
+    def _returnable(cls, documents: list[str | dict[str, Any]]) -> list[str | dict[str, Any]]:
+        for index, document in enumerate(documents):
+            if isinstance(document, dict):
+                check_returnable(document, f"documents[{index}]")
+        return documents
+
 
 class TEIRequest(_Body):
     """A Hugging Face text-embeddings-inference ``/rerank`` request (``truncate``/``raw_scores`` are accepted)."""
@@ -66,6 +75,25 @@ def document_text(index: int, document: str | dict[str, Any], rank_fields: list[
         raise CallerError(f"documents[{index}].text must be a string, got {type(document['text']).__name__}")
     values = [v if isinstance(v, str) else json.dumps(v, ensure_ascii=False) for v in (document[f] for f in fields)]
     return values[0] if len(values) == 1 else "\n".join(f"{f}: {v}" for f, v in zip(fields, values))
+
+
+MAX_DOCUMENT_DEPTH = 32
+"""The deepest nesting of arrays and objects a document object may hold (``check_returnable``)."""
+
+
+def check_returnable(document: dict[str, Any], where: str) -> None:
+    """Raises ValueError (a 400) when a document object cannot be returned as JSON: a NaN or infinite number
+    (Python's parser takes ``NaN`` and ``Infinity``, which are not JSON) or nesting deeper than
+    ``MAX_DOCUMENT_DEPTH``. Checked with the body, before any judge call."""
+    stack: list[tuple[Any, int]] = [(document, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"{where} holds {value}, which is not a JSON number: send a finite number or null")
+        children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+        if children and depth >= MAX_DOCUMENT_DEPTH:
+            raise ValueError(f"{where} is nested more than {MAX_DOCUMENT_DEPTH} levels deep: flatten it")
+        stack.extend((child, depth + 1) for child in children)
 
 
 def returned_document(document: str | dict[str, Any]) -> dict[str, Any]:
