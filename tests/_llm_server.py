@@ -87,14 +87,25 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, *args) -> None:  # quiet
         pass
 
-    def send(self, status: int, body: bytes, ctype: str = "application/json", **headers: str) -> None:
+    def send(self, status: int, body: bytes, ctype: str = "application/json", drip_s: float = 0.0,
+             **headers: str) -> None:
+        """Answer ``body`` at once, or with ``drip_s`` one byte every ``drip_s`` seconds after the headers."""
         self.send_response(status)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(body)))
         for k, v in headers.items():
             self.send_header(k.replace("_", "-"), v)
         self.end_headers()
-        self.wfile.write(body)
+        if not drip_s:
+            self.wfile.write(body)
+            return
+        for i in range(len(body)):
+            try:
+                self.wfile.write(body[i : i + 1])
+                self.wfile.flush()
+            except OSError:  # the client gave up
+                return
+            time.sleep(drip_s)
 
     def do_GET(self) -> None:
         self.server.owner.get(self)
@@ -253,12 +264,14 @@ def error_body(message: str, kind: str = "invalid_request_error") -> dict[str, A
 @dataclass
 class Reply:
     """What ``FaultServer`` answers to one request: ``status`` with ``body`` (a dict/list is sent as JSON, str or
-    bytes as is) after ``delay_s`` seconds; ``drop`` closes the connection without answering."""
+    bytes as is) after ``delay_s`` seconds, one byte every ``drip_s`` seconds when set; ``drop`` closes the
+    connection without answering."""
 
     status: int = 200
     body: Any = field(default_factory=completion)
     headers: dict[str, str] = field(default_factory=dict)
     delay_s: float = 0.0
+    drip_s: float = 0.0
     drop: bool = False
     content_type: str = "application/json"
 
@@ -320,7 +333,7 @@ class FaultServer(LoopbackServer):
         if not isinstance(payload, (bytes, str)):
             payload = json.dumps(payload)
         handler.send(reply.status, payload.encode() if isinstance(payload, str) else payload, reply.content_type,
-                     **reply.headers)
+                     reply.drip_s, **reply.headers)
 
 
 def closed_port_url() -> str:

@@ -211,6 +211,23 @@ def test_429_500_drop_and_timeout_are_retried_and_retry_after_is_honoured():
     assert times[1] - times[0] >= 0.4  # Retry-After honoured (the backoff alone is at most 0.02 s)
 
 
+def test_an_answer_dripped_a_byte_at_a_time_times_out_whole_on_the_async_path():
+    """The SDK's timeout is per read, so a judge that sends its answer a byte every 50 ms never tripped it: a call
+    took as long as the drip (10 s here) and the circuit breaker never saw a failure. ``timeout`` bounds the whole
+    attempt (``attempt_timeout``): retried, then a failed call."""
+    with FaultServer(lambda r: Reply(drip_s=0.05), max_seconds=30) as server:
+        comp = comparator(server.url, timeout=0.5, max_attempts=2, **FAST)
+
+        async def run():
+            start = time.monotonic()
+            judgments = await comp.ajudge("q", [tuple(candidates(2))])
+            return judgments, time.monotonic() - start
+
+        (j,), took = asyncio.run(run())
+    assert j.prob is None and "timed out after 0.5 s" in j.error and j.retries == 1
+    assert took < 2.5 and server.requests == 2
+
+
 # ---- any 200 body that is not a usable answer is a failed call ------------------------------------------------------
 def body_with(**choice_fields) -> dict:
     body = completion()

@@ -63,7 +63,8 @@ class OpenAIChatComparator(SwappablePrompts, RemoteComparator):
             braces stay literal); ``system_prompt`` optional. ``with_prompts(...)`` gives a copy with others.
         logprobs, top_logprobs: ask for the top ``top_logprobs`` (0..20) alternatives of the answer token.
         max_passage_words: passages are cut to this many whitespace-separated words.
-        timeout: seconds per request attempt (> 0); under a ``time_budget`` an attempt gets at most the time left.
+        timeout: seconds per request attempt (> 0), whole on the async path (``attempt_timeout``; the SDK's own
+            is per read); under a ``time_budget`` an attempt gets at most the time left.
         max_concurrency, max_attempts, backoff_initial, backoff_max, max_retry_after: see ``RemoteComparator``.
 
     Raises:
@@ -100,6 +101,7 @@ class OpenAIChatComparator(SwappablePrompts, RemoteComparator):
         self.prompt, self.system_prompt = check_prompt("prompt", prompt), check_prompt("system_prompt", system_prompt)
         self.endpoint = _public_url(base_url)
         self._client_kw = {"base_url": base_url, "api_key": api_key, "timeout": timeout, "max_retries": 0}
+        self.attempt_timeout = timeout  # the SDK's is per read: a judge dripping its answer never trips it
 
     @property
     def client(self) -> Any:

@@ -68,6 +68,11 @@ class RemoteComparator(Comparator):
     """The model name (in messages; ``comparator_name``)."""
     endpoint: str = ""
     """Where requests go, for messages (never with credentials)."""
+    attempt_timeout: float | None = None
+    """The most seconds one attempt may take, whole, on the async path (``ajudge``: ``arerank``, ``activeprp serve``);
+    past it the attempt is cancelled and fails as a timeout (retried, then a failed call for the circuit breaker).
+    An HTTP client's own timeout is per read, so a judge that sends its answer a byte at a time never trips it.
+    None: no cap but the deadline. A provider sets it to its ``timeout``."""
 
     def __init__(self, *, max_concurrency: int = 8, max_attempts: int = 3, backoff_initial: float = 0.5,
                  backoff_max: float = 8.0, max_retry_after: float = 60.0, secrets: Sequence[str] = ()) -> None:
@@ -131,6 +136,8 @@ class RemoteComparator(Comparator):
         return scrub(text, self._secrets)[:MAX_MESSAGE]
 
     def _fault(self, error: BaseException) -> Failure | None:
+        if isinstance(error, AttemptTimedOut):
+            return Failure(Fault.RETRY, str(error))
         return None if isinstance(error, ComparatorError) or not isinstance(error, Exception) else self.classify(error)
 
     def _handled(self, error: Exception) -> bool:
@@ -171,7 +178,7 @@ class RemoteComparator(Comparator):
         from tenacity import AsyncRetrying
 
         query = item[0]
-        request, tries = self.request(query, item[1].text, item[2].text), _Attempts(guard, query)
+        request, tries = self.request(query, item[1].text, item[2].text), _Attempts(guard, query, self.attempt_timeout)
 
         async def attempt() -> Any:  # a plain coroutine function, so tenacity awaits it
             if tries.count:  # a retry: not once the rerank has stopped
@@ -336,13 +343,19 @@ class _InFlight(Exception):
     """Raised by an attempt still waiting for its answer at the deadline (it was cancelled)."""
 
 
+class AttemptTimedOut(Exception):
+    """Raised by an attempt that took ``RemoteComparator.attempt_timeout`` seconds before the deadline (it was
+    cancelled): a transport failure that retries."""
+
+
 class _Attempts:
     """The attempts of one call to ``query`` under ``guard``: how many went out, the last one's error, and whether
     the deadline cut the last one. An attempt is not sent past the deadline (``DeadlinePassed``) and is sent with
-    the time left as its timeout (the provider's ``timed``)."""
+    the time left as its timeout (the provider's ``timed``); on the async path it is cancelled after ``cap`` seconds
+    (``RemoteComparator.attempt_timeout``) or at the deadline, whichever comes first."""
 
-    def __init__(self, guard: CallGuard, query: str) -> None:
-        self.guard, self.query = guard, query
+    def __init__(self, guard: CallGuard, query: str, cap: float | None = None) -> None:
+        self.guard, self.query, self.cap = guard, query, cap
         self.count, self.last, self.late = 0, None, False  # late: the last attempt failed past the deadline
 
     def _failed(self, error: Exception) -> None:
@@ -373,14 +386,14 @@ class _Attempts:
             return await call(self._start(request, timed)[0])
 
         left = self._left()
+        limit = self.cap if left is None else left if self.cap is None else min(left, self.cap)
         try:
-            if left is None:
-                return await attempt()
-            return await wait_for(attempt(), left)
-        except asyncio.TimeoutError as error:
-            if not self.guard.past(self.query):  # the attempt's own timeout, before the deadline
+            return await wait_for(attempt(), limit)
+        except asyncio.TimeoutError:
+            if not self.guard.past(self.query):  # before the deadline: the attempt's own timeout, or the cap
+                error = AttemptTimedOut("the attempt timed out" + (f" after {limit:.3g} s" if limit else ""))
                 self._failed(error)
-                raise
+                raise error from None
             raise _InFlight from None
         except DeadlinePassed:
             raise
