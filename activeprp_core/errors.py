@@ -45,13 +45,26 @@ as whole words, so that scrubbing one does not garble the words it occurs in ("t
 
 def scrub(text: str, secrets: Iterable[str | None]) -> str:
     """``text`` with every non-empty secret (e.g. an API key) replaced by ``***`` (for messages and logs):
-    anywhere, or as a whole word for a secret shorter than ``SHORT_SECRET`` characters."""
+    anywhere, or as a whole word for a secret shorter than ``SHORT_SECRET`` characters. A secret's first
+    ``SHORT_SECRET`` characters and as many of the next as follow are replaced too: a message quoting a judge's
+    answer cuts it, and a cut key must not show its first part."""
     for secret in filter(None, secrets):
         if len(secret) >= SHORT_SECRET:
-            text = text.replace(secret, "***")
+            text = _scrub_prefixes(text, secret)
         else:
             text = re.sub(rf"(?<![\w-]){re.escape(secret)}(?![\w-])", "***", text)
     return text
+
+
+def _scrub_prefixes(text: str, secret: str) -> str:
+    head, out, start = secret[:SHORT_SECRET], [], 0
+    while (at := text.find(head, start)) >= 0:
+        end = at + SHORT_SECRET
+        while end - at < len(secret) and end < len(text) and text[end] == secret[end - at]:
+            end += 1
+        out.append(text[start:at] + "***")
+        start = end
+    return "".join(out) + text[start:]
 
 
 class InputError(ValueError):

@@ -195,6 +195,17 @@ def test_a_placeholder_key_is_scrubbed_as_a_word_without_garbling_the_endpoints_
     assert "2048 tokens; Bearer ***, key=***" in str(info.value)
     assert scrub(f"key{KEY}!", [KEY]) == "key***!" and scrub("unusedly unused", ["unused"]) == "unusedly ***"
 
+def test_a_key_cut_short_in_a_quoted_answer_is_scrubbed_too():
+    """A failed call's reason quotes the start of the judge's answer; a judge (or proxy) echoing the Authorization
+    header put the key's first 23 characters in it, past the scrub of whole keys."""
+    echo = completion(content="I cannot. Bearer " + KEY, top_logprobs=None)
+    with FaultServer(lambda r: Reply(body=echo)) as server:
+        (j,) = comparator(server.url, max_attempts=1).judge("q", [tuple(candidates(2))])
+    assert j.prob is None and "unparseable answer" in j.error and KEY[:8] not in j.error and "***" in j.error
+    assert scrub(f"'{KEY[:12]}' and {KEY}!", [KEY]) == "'***' and ***!"
+    assert scrub(f"{KEY[:7]}", [KEY]) == KEY[:7]  # fewer than SHORT_SECRET characters: a key's public prefix
+
+
 def test_429_500_drop_and_timeout_are_retried_and_retry_after_is_honoured():
     seen: dict[str, list[float]] = {}
 
