@@ -310,6 +310,18 @@ def test_bad_200_bodies_become_failed_calls_over_http(use_async):
     assert {k: got[k] for k in expected} == pytest.approx(expected)
 
 
+@pytest.mark.parametrize("use_async", [True, False])
+def test_an_unusable_answer_still_counts_the_tokens_the_endpoint_billed(use_async):
+    def plan(request):
+        return Reply(body=completion("Maybe" if request.n % 3 == 0 else "A", None, prompt_tokens=137))
+
+    with FaultServer(plan) as server:
+        result = run(use_async, "q", candidates(6), comparator=comparator(server.url, max_attempts=1), budget=12,
+                     max_consecutive_failures=None)
+    assert result.failed_calls > 0 and result.calls == server.requests
+    assert (result.prompt_tokens, result.completion_tokens) == (137 * server.requests, server.requests)
+
+
 # ---- hypothesis: random JSON shapes, types and values in every field the parser reads ------------------------------
 
 ANY_JSON = st.recursive(

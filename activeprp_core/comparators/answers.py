@@ -19,6 +19,14 @@ class Answer(NamedTuple):
     completion_tokens: int = 0
 
 
+class UnusableAnswer(ValueError):
+    """A reply that is no usable answer, with the tokens the endpoint reported for it (it billed them)."""
+
+    def __init__(self, message: str, prompt_tokens: int = 0, completion_tokens: int = 0) -> None:
+        super().__init__(message)
+        self.prompt_tokens, self.completion_tokens = prompt_tokens, completion_tokens
+
+
 def field(obj: Any, name: str) -> Any:
     """``obj.name`` for a client's model objects, ``obj[name]`` for a dict, else None (str, number, list ...)."""
     if isinstance(obj, dict):
@@ -76,9 +84,13 @@ def answer_from(logprobs: Any, content: Any, prompt_tokens: Any, completion_toke
     counts that are not ints >= 0 count 0.
 
     Raises:
-        ValueError: see ``prob_from_logprobs`` and ``prob_from_text``.
+        UnusableAnswer: with the reply's tokens; why: see ``prob_from_logprobs`` and ``prob_from_text``.
     """
-    prob = prob_from_logprobs(logprobs)
-    if prob is None:
-        prob = prob_from_text(content)
-    return Answer(prob, token_count(prompt_tokens), token_count(completion_tokens))
+    tokens = token_count(prompt_tokens), token_count(completion_tokens)
+    try:
+        prob = prob_from_logprobs(logprobs)
+        if prob is None:
+            prob = prob_from_text(content)
+    except ValueError as err:
+        raise UnusableAnswer(str(err), *tokens) from None
+    return Answer(prob, *tokens)

@@ -17,7 +17,7 @@ from ..budget import check_count, check_seconds  # noqa: F401 (check_seconds: im
 from ..errors import ComparatorError, scrub
 from ..slots import wait_for
 from ..types import Judgment, Pair
-from .answers import Answer
+from .answers import Answer, UnusableAnswer
 from .base import (
     CallGuard,
     Comparator,
@@ -443,8 +443,9 @@ def _settle(comp: RemoteComparator, guard: CallGuard, retrying: Any, response: A
         try:
             prob, prompt_tokens, completion_tokens = comp.parse(response)
             outcome = Judgment(prob, retries, prompt_tokens, completion_tokens)
-        except ValueError as err:
-            outcome = Judgment(prob=None, retries=retries, error=comp._message(f"unusable answer: {err}"))
+        except ValueError as err:  # billed all the same when the endpoint reported tokens (UnusableAnswer)
+            tokens = (err.prompt_tokens, err.completion_tokens) if isinstance(err, UnusableAnswer) else (0, 0)
+            outcome = Judgment(None, retries, *tokens, error=comp._message(f"unusable answer: {err}"))
         ok, reason = outcome.prob is not None, outcome.error
     elif isinstance(error, ComparatorError):  # the guard stopped the retries
         outcome, ok, reason = error, False, error.message
