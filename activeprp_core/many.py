@@ -285,7 +285,9 @@ def _answer(window: _Window, step: Step):
     sent_before = window.guard.completed
     items = [(batch.query, a, b) for _, _, batch in step for a, b in batch.pairs]
     try:
-        judgments = to_judgments((yield _Ask(items, window.guard, window.time_left(step))), len(items))
+        with stops_on_refusal(window.guard):  # a refused key stops every query's calls, as on their own
+            answers = yield _Ask(items, window.guard, window.time_left(step))
+        judgments = to_judgments(answers, len(items))
     except Exception as error:
         for part in window.failed(step, error, sent=window.guard.completed - sent_before):
             yield from _answer(window, part)

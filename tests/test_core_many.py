@@ -239,6 +239,33 @@ def test_a_dead_endpoint_with_on_failure_prior_degrades_every_query():
     assert all(r.failure and "invalid key" in r.failure for r, (_, c) in zip(out, reqs) if len(c) > 1)
 
 
+class RefusesOne(Comparator):
+    """Refuses the key on query ``refused`` (401) and answers the others; counts each query's calls."""
+
+    def __init__(self, refused, max_batch_size=None):
+        self.refused, self.max_batch_size, self.calls = refused, max_batch_size, collections.Counter()
+
+    def compare(self, query, pairs):
+        self.calls[query] += 1
+        if query == self.refused:
+            raise ComparatorAuthError("invalid key", status_code=401)
+        return [1.0] * len(pairs)
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+@pytest.mark.parametrize("max_batch_size", [None, 16])
+def test_a_refused_key_on_one_query_sends_no_further_call_with_on_failure_prior(use_async, max_batch_size):
+    """The first round of every query goes out together; once one query's key is refused no query sends another
+    call, and every one degrades. A batching comparator's merged call raising the 401 went on query by query:
+    each query was asked again and the others went on ranking."""
+    reqs, _ = requests(4)
+    judge = RefusesOne(reqs[2][0], max_batch_size)
+    kw = dict(comparator=judge, budget=30, top_k=3, on_failure="prior")
+    out = asyncio.run(_collect(arerank_many(reqs, **kw))) if use_async else list(rerank_many(reqs, **kw))
+    assert max(judge.calls.values()) == 1
+    assert all(isinstance(r, RerankResult) and "invalid key" in r.failure for r in out[1:])
+
+
 def test_bad_shared_arguments_fail_before_any_request_is_read():
     def never():
         raise AssertionError("read")
