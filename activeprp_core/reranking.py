@@ -147,10 +147,13 @@ class Reranking:
         With ``on_failure="prior"`` and a ``ComparatorError``, no further call is asked for and the ranker
         finishes on what it knows. Otherwise ``error`` is raised again, with this reranking's partial
         accounting attached as ``error.accounting``.
+
+        Raises:
+            TypeError / ValueError: ``sent`` is not None or an int >= 0 (nothing changed).
         """
         ledger, batch = self.ledger, self._pending
         n = 0 if batch is None else len(batch.prompts)
-        sent = n if sent is None else min(sent, n)
+        sent = n if sent is None else min(check_count(sent, "sent"), n)
         if batch is not None:
             ledger.refund_unsent(sent)
         message = f"{type(error).__name__}: {error}"

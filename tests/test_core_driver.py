@@ -54,6 +54,19 @@ def test_protocol_misuse_is_reported():
     assert sorted(reranking.result().order) == [0, 1, 2, 3]
 
 
+@pytest.mark.parametrize(("sent", "error"), [(-3, ValueError), (1.5, TypeError), (True, TypeError)])
+def test_fail_refuses_a_sent_count_that_is_not_a_count_and_changes_nothing(sent, error):
+    """``sent=-3`` raised a bare IndexError half-way, and the reranking went on sending calls as if unfailed."""
+    reranking = Reranking("q", cands(6), budget=20, top_k=2, on_failure="prior")
+    batch, before = reranking.next_batch(), reranking.accounting
+    with pytest.raises(error, match="sent"):
+        reranking.fail(ComparatorUnavailable("down"), sent=sent)
+    after = reranking.accounting
+    assert reranking.next_batch() is batch and (after.calls, after.failed_calls) == (before.calls, 0)
+    reranking.fail(ComparatorUnavailable("down"), sent=1)
+    assert reranking.done and reranking.result().failure == "ComparatorUnavailable: down"
+
+
 class Answers(Comparator):
     """Answers every pair of a batch with ``answers`` (repeated to the batch's length)."""
 
