@@ -5,18 +5,19 @@
 the rounds of all queries of a batch are merged, as in a single process, and the actors work in parallel.
 
 Input rows: ``query`` (str) and ``candidates`` (a list of ``{"id": str, "text": str, ...}`` records in prior order,
-best first; other keys become ``Candidate.metadata``). Every input column is kept. Output columns added (replacing
-input columns of the same name): ``order`` (list of int: indices into ``candidates``, best first), one column per
-``RerankResult.stats()`` key, typed from the ``RerankResult`` declaration: every ``RerankSettings`` field
-(``ranker``, ``oracle``, ``budget``, ``max_rounds``, ``token_budget``, ``time_budget``, ``top_k``, ``seed``,
-``cache``, ``on_failure``, ``max_concurrency``, ``max_consecutive_failures``), the ``Accounting`` fields (``calls``,
-``comparisons``, ``rounds``, ``cache_hits``, ``ties``, ``failed_calls``, ``retries``, ``prompt_tokens``,
-``completion_tokens``, ``wall_time_s``), the status (``exhausted``, ``exhausted_by``, ``converged``, ``failure``,
-``errors``) and ``judge`` (a struct of ``JudgeStats``), then ``error``. A row that failed on its own (a
-``RerankFailure``: bad candidates, a comparator error for its prompts, a ranker error) has ``order`` null,
-``error`` = ``"<ErrorType>: <message>"``, the accounting columns (``calls`` ...) filled where the error carried them
-and the other stats null; a row that succeeded has ``error`` null. A dead endpoint (authentication error, open
-circuit breaker; with ``on_failure="raise"``) fails the whole dataset, as it stops ``rerank_many``.
+best first; other keys become ``Candidate.metadata``). Every input column is kept; an input column named like an
+output column raises ``ValueError`` (nothing is reranked; rename it). Output columns added: ``order`` (list of int:
+indices into ``candidates``, best first), one column per ``RerankResult.stats()`` key, typed from the
+``RerankResult`` declaration: every ``RerankSettings`` field (``ranker``, ``oracle``, ``budget``, ``max_rounds``,
+``token_budget``, ``time_budget``, ``top_k``, ``seed``, ``cache``, ``on_failure``, ``max_concurrency``,
+``max_consecutive_failures``), the ``Accounting`` fields (``calls``, ``comparisons``, ``rounds``, ``cache_hits``,
+``ties``, ``failed_calls``, ``retries``, ``prompt_tokens``, ``completion_tokens``, ``wall_time_s``), the status
+(``exhausted``, ``exhausted_by``, ``converged``, ``failure``, ``errors``) and ``judge`` (a struct of ``JudgeStats``),
+then ``error``. A row that failed on its own (a ``RerankFailure``: bad candidates, a comparator error for its
+prompts, a ranker error) has ``order`` null, ``error`` = ``"<ErrorType>: <message>"``, the accounting columns
+(``calls`` ...) filled where the error carried them and the other stats null; a row that succeeded has ``error``
+null. A dead endpoint (authentication error, open circuit breaker; with ``on_failure="raise"``) fails the whole
+dataset, as it stops ``rerank_many``.
 
 Results per row are identical to ``rerank`` with the same arguments and seed, however rows are split into batches
 and actors: each row's confidence gate and ``adaptive`` oracle read only that row's answers (``rerank_many`` with
@@ -129,6 +130,10 @@ class _Reranker:
         if missing:
             raise ValueError(f"rerank_dataset: every row needs 'query' and 'candidates'; the dataset lacks {missing} "
                              f"(columns: {table.column_names})")
+        taken = [c for c in self.types if c in table.column_names]
+        if taken:
+            raise ValueError(f"rerank_dataset adds the columns {taken}, which the dataset already has: rename them "
+                             "first (Dataset.rename_columns), or drop them (Dataset.drop_columns)")
         rows = table.to_pylist()
         items: list[Any] = [None] * len(rows)
         good: list[int] = []
@@ -143,11 +148,7 @@ class _Reranker:
             items[i] = item
         added = [_row(item, self.types) for item in items]
         for name, kind in self.types.items():
-            column = pa.array([r[name] for r in added], type=kind)
-            if name in table.column_names:
-                table = table.set_column(table.column_names.index(name), name, column)
-            else:
-                table = table.append_column(name, column)
+            table = table.append_column(name, pa.array([r[name] for r in added], type=kind))
         return table
 
 

@@ -52,6 +52,28 @@ def test_candidate_records_keep_extra_keys_as_metadata():
         _candidate({"id": "d1"})
 
 
+def test_an_input_column_named_like_an_output_column_is_refused_not_overwritten():
+    pa = pytest.importorskip("pyarrow")
+    from activeprp_core import RerankSettings
+    from activeprp_integrations.ray import _Reranker
+
+    asked = []
+
+    class Judge:
+        def compare(self, query, pairs):
+            asked.append(query)
+            return [1.0] * len(pairs)
+
+    rows = [{"query": "q", "candidates": [{"id": "a", "text": "x"}, {"id": "b", "text": "y"}], "order": "po-17",
+             "error": "upstream note"}]
+    reranker = _Reranker(Judge, RerankSettings(budget=4), 4, False)
+    with pytest.raises(ValueError, match=r"already has: \['order', 'error'\]|\['order', 'error'\], which"):
+        reranker(pa.Table.from_pylist(rows))
+    assert not asked
+    out = reranker(pa.Table.from_pylist([{k: v for k, v in rows[0].items() if k in ("query", "candidates")}]))
+    assert out.column_names[:3] == ["query", "candidates", "order"] and asked
+
+
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # read when Ray is imported: loopback only (above)
 ray = pytest.importorskip("ray", reason='Ray Data is not installed (pip install "activeprp[ray]")')
 pytestmark = pytest.mark.skipif(not DL19.is_dir(), reason="../shared/data not present")
