@@ -50,6 +50,25 @@ class DeadlinePassed(Exception):
     the comparator turns it into ``Judgment(None, cut=...)``, it never leaves the comparator."""
 
 
+class Hold:
+    """What ``FairSlots.take`` yields: its slots are released when the ``async with`` block ends, or, after
+    ``keep_until(future)``, once ``future`` is done if that is later (a call that runs on in a thread after the
+    wait for it was cut still occupies the endpoint)."""
+
+    def __init__(self) -> None:
+        self.until: asyncio.Future | None = None
+
+    def keep_until(self, future: asyncio.Future) -> None:
+        self.until = future
+
+    def release_then(self, release: Any) -> None:
+        """``release()`` now, or once the future kept is done (its outcome then retrieved: nobody awaits it)."""
+        if self.until is None or self.until.done():
+            release()
+            return
+        self.until.add_done_callback(lambda f: (f.cancelled() or f.exception(), release()))
+
+
 class FairSlots:
     """A weighted semaphore of one event loop whose waiters are served in ``(key, arrival)`` order: a lower
     ``key`` (an older request) goes first, and a waiter never overtakes one ahead of it.
@@ -65,8 +84,8 @@ class FairSlots:
 
     @contextlib.asynccontextmanager
     async def take(self, n: int, key: Any = 0, timeout: float | None = None):
-        """Hold ``min(n, total)`` slots; waits while others with a lower key (or the same key, earlier) wait, at
-        most ``timeout`` seconds (then ``DeadlinePassed``, holding nothing)."""
+        """Hold ``min(n, total)`` slots (yields a ``Hold``); waits while others with a lower key (or the same key,
+        earlier) wait, at most ``timeout`` seconds (then ``DeadlinePassed``, holding nothing)."""
         n = min(n, self.total)
         if self._waiters or self.free < n:
             future = asyncio.get_running_loop().create_future()
@@ -84,10 +103,11 @@ class FairSlots:
                 raise DeadlinePassed
         else:
             self.free -= n
+        hold = Hold()
         try:
-            yield
+            yield hold
         finally:
-            self._release(n)
+            hold.release_then(lambda: self._release(n))
 
     def _release(self, n: int) -> None:
         self.free += n

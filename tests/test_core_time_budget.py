@@ -11,7 +11,16 @@ import time
 
 import pytest
 
-from activeprp_core import DONE, Candidate, Reranking, SimulatedComparator, arerank, rerank, rerank_many
+from activeprp_core import (
+    DONE,
+    Candidate,
+    Reranking,
+    SimulatedComparator,
+    arerank,
+    arerank_many,
+    rerank,
+    rerank_many,
+)
 from activeprp_core.judging import RoundLatency
 from activeprp_core.rankers.auto import choose
 from activeprp_core.types import IN_FLIGHT, UNSENT, Judgment
@@ -159,6 +168,54 @@ def test_late_answers_of_a_blocking_comparator_are_discarded():
     assert time.monotonic() - began < 0.9  # it returned while the call was still running
     assert res.order == list(range(20)) and res.cut_calls == res.calls > 0 and res.judge.answers == 0
     time.sleep(1.0)  # the abandoned call ends; nothing it returns reaches a result
+
+
+class BlockingOnly:
+    """A compare-only judge whose calls take ``delay`` seconds; notes its peak of calls in flight."""
+
+    def __init__(self, delay: float) -> None:
+        self.delay, self.in_flight, self.peak, self.lock = delay, 0, 0, threading.Lock()
+
+    def compare(self, query, pairs):
+        with self.lock:
+            self.in_flight += len(pairs)
+            self.peak = max(self.peak, self.in_flight)
+        time.sleep(self.delay)
+        with self.lock:
+            self.in_flight -= len(pairs)
+        return [0.6] * len(pairs)
+
+
+def test_a_blocking_call_cut_in_arerank_holds_neither_the_exit_nor_the_loop_s_executor():
+    """Its thread ran in the loop's default executor: ``asyncio.run`` waited for it at the exit (1.5 s here, for a
+    0.2 s time budget), and enough hung calls left other ``to_thread`` users of the app waiting behind them."""
+    cands, _ = make_case(10, seed=2)
+
+    async def main():
+        await asyncio.gather(*(arerank("q", cands, comparator=BlockingOnly(1.5), budget=20, time_budget=0.2,
+                                       max_concurrency=1) for _ in range(8)))
+        began = time.monotonic()
+        await asyncio.to_thread(lambda: None)
+        return time.monotonic() - began
+
+    began = time.monotonic()
+    waited = asyncio.run(main())
+    assert waited < 0.5 and time.monotonic() - began < 1.0
+
+
+def test_a_blocking_call_cut_at_its_deadline_keeps_its_slot_until_it_returns():
+    """``max_concurrency`` caps the calls the endpoint has, across queries: the slot of a call cut at a query's
+    deadline went to the next query's call while the endpoint still ran the cut one (3 in flight with a cap of 1)."""
+    reqs = [(f"q{i}", make_case(6, seed=i)[0]) for i in range(4)]
+    judge = BlockingOnly(0.5)
+
+    async def run():
+        return [r async for r in arerank_many(reqs, comparator=judge, budget=20, max_concurrency=1, time_budget=0.2,
+                                              carry_judge=False, max_active=1)]
+
+    out = asyncio.run(run())
+    assert judge.peak == 1 and out[0].cut_calls == 1 and sum(r.calls for r in out) < 4
+    time.sleep(0.5)
 
 
 def test_each_query_of_rerank_many_has_its_own_deadline():

@@ -19,6 +19,7 @@ blocking call cannot be interrupted). Such calls come back as ``Judgment(None, c
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import threading
 import time
@@ -30,7 +31,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 from ..blocking import blocking, run_blocking
 from ..budget import check_count
 from ..errors import ComparatorAuthError, ComparatorError, ComparatorUnavailable, InvalidAnswer
-from ..slots import DeadlinePassed, FairSlots, wait_for
+from ..slots import DeadlinePassed, FairSlots, Hold, wait_for
 from ..types import IN_FLIGHT, UNSENT, Candidate, Judgment, Pair, to_judgments
 
 Item = tuple[str, Candidate, Candidate]
@@ -220,7 +221,7 @@ class RequestGuard(CallGuard):
 
 @asynccontextmanager
 async def _no_slots():
-    yield
+    yield Hold()
 
 
 async def gather_or_cancel(awaitables: Sequence[Awaitable[T]]) -> list[T]:
@@ -235,27 +236,59 @@ async def gather_or_cancel(awaitables: Sequence[Awaitable[T]]) -> list[T]:
         raise
 
 
-def within(call: Callable[[], T], seconds: float) -> T | None:
-    """``call()`` run in a daemon worker thread, in a copy of the caller's context (its ``contextvars``: tracing,
-    a framework's callbacks), and waited for at most ``seconds``: its value (or its exception, raised here), or
-    None when it has not returned by then (it runs on; what it returns later is discarded)."""
-    box: dict[str, Any] = {}
-    done = threading.Event()
+def _in_daemon_thread(call: Callable[[], T], done: Callable[[T | None, BaseException | None], None]) -> None:
+    """Start ``call()`` in a daemon thread, in a copy of the caller's context (its ``contextvars``: tracing, a
+    framework's callbacks); ``done(value, error)`` in that thread when it returns. A daemon thread, not an
+    executor's: a call cut at a deadline runs on without holding a worker others wait for, or the exit."""
 
     def run() -> None:
         try:
-            box["value"] = call()
-        except BaseException as error:  # handed to the waiting thread
-            box["error"] = error
-        finally:
-            done.set()
+            value, error = call(), None
+        except BaseException as exc:  # handed to the waiting side
+            value, error = None, exc
+        done(value, error)
 
-    threading.Thread(target=contextvars.copy_context().run, args=(run,), name="activeprp-deadline", daemon=True).start()
-    if not done.wait(max(seconds, 0.0)):
+    threading.Thread(target=contextvars.copy_context().run, args=(run,), name="activeprp-call", daemon=True).start()
+
+
+def within(call: Callable[[], T], seconds: float) -> T | None:
+    """``call()`` run in a daemon worker thread (``_in_daemon_thread``) and waited for at most ``seconds``: its
+    value (or its exception, raised here), or None when it has not returned by then (it runs on; what it returns
+    later is discarded)."""
+    box: dict[str, Any] = {}
+    finished = threading.Event()
+
+    def done(value: Any, error: BaseException | None) -> None:
+        box.update(value=value, error=error)
+        finished.set()
+
+    _in_daemon_thread(call, done)
+    if not finished.wait(max(seconds, 0.0)):
         return None
-    if "error" in box:
+    if box["error"] is not None:
         raise box["error"]
     return box["value"]
+
+
+async def in_thread(call: Callable[[], T], hold: Hold | None = None) -> T:
+    """``await call()`` run in a daemon thread (``_in_daemon_thread``; cancelling the wait leaves it running,
+    outside the loop's default executor, which ``asyncio.run`` waits for at its exit). With ``hold``, the slots it
+    holds stay taken until the thread returns, even when the wait is cut: the endpoint still has those calls."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future = loop.create_future()
+
+    def settle(value: Any, error: BaseException | None) -> None:
+        if not future.done():
+            future.set_result(value) if error is None else future.set_exception(error)
+
+    def done(value: Any, error: BaseException | None) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop has closed meanwhile
+            loop.call_soon_threadsafe(settle, value, error)
+
+    _in_daemon_thread(call, done)
+    if hold is not None:
+        hold.keep_until(future)
+    return await asyncio.shield(future)
 
 
 _CUT = object()
@@ -408,14 +441,19 @@ class Comparator:
             return self.judge(query, chunk)
         return self.compare(query, chunk)
 
-    async def _ajudge_chunk(self, query: str, chunk: Sequence[Pair]) -> Sequence[Any]:
-        """One chunk's raw answers: the subclass's ``ajudge``, else its ``acompare``, else ``_judge_chunk`` in a
-        worker thread."""
+    def _native_async(self) -> Callable[[str, Sequence[Pair]], Awaitable[Sequence[Any]]] | None:
+        """The subclass's ``ajudge``, else its ``acompare``; None: its chunks run ``_judge_chunk`` in a thread."""
         if type(self).ajudge is not Comparator.ajudge:
-            return await self.ajudge(query, chunk)
+            return self.ajudge
         if type(self).acompare is not Comparator.acompare:
-            return await self.acompare(query, chunk)
-        return await asyncio.to_thread(self._judge_chunk, query, chunk)
+            return self.acompare
+        return None
+
+    def _ajudge_chunk(self, query: str, chunk: Sequence[Pair], hold: Hold | None = None) -> Awaitable[Sequence[Any]]:
+        """One chunk's raw answers: natively async (``_native_async``), else ``_judge_chunk`` in a daemon thread
+        whose slots (``hold``) stay taken until it returns (``in_thread``)."""
+        native = self._native_async()
+        return native(query, chunk) if native is not None else in_thread(partial(self._judge_chunk, query, chunk), hold)
 
     # ---- the engine's entry -------------------------------------------------------------------------
     def guarded_judge(self, query: str, pairs: Sequence[Pair], guard: CallGuard) -> list[Judgment]:
@@ -464,13 +502,13 @@ class Comparator:
 
     async def _asend_chunk(self, query: str, chunk: Sequence[Pair], guard: CallGuard) -> list[Judgment] | object | None:
         try:
-            async with guard.slots(len(chunk), guard.time_left(query)):
+            async with guard.slots(len(chunk), guard.time_left(query)) as hold:
                 guard.check()  # after the wait for slots: the breaker may have opened meanwhile
                 left = guard.time_left(query)
                 if left is not None and guard.too_late(query):
                     return None
                 try:
-                    sending = self._ajudge_chunk(query, chunk)
+                    sending = self._ajudge_chunk(query, chunk, hold)
                     raw = await (sending if left is None else _until(sending, left, guard, query))
                 except asyncio.CancelledError:  # sent, its outcome unknown (e.g. the client went away)
                     cut_calls(guard, len(chunk))
@@ -551,10 +589,8 @@ class _Wrapped(Comparator):
     def _judge_chunk(self, query: str, chunk: Sequence[Pair]) -> Sequence[Any]:
         return self._judge(query, chunk)
 
-    async def _ajudge_chunk(self, query: str, chunk: Sequence[Pair]) -> Sequence[Any]:
-        if self._ajudge is not None:
-            return await self._ajudge(query, chunk)
-        return await asyncio.to_thread(self._judge, query, chunk)
+    def _native_async(self) -> Callable[[str, Sequence[Pair]], Awaitable[Sequence[Any]]] | None:
+        return self._ajudge
 
     def __repr__(self) -> str:
         return repr(self.inner)
