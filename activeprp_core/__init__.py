@@ -5,6 +5,8 @@ and sorting baselines (section 4) as round-based schedulers, and a hard per-quer
 RAG framework; the benchmark harness is the separate ``activeprp_bench`` package.
 """
 
+import logging
+
 from .comparators.base import Comparator
 from .comparators.simulated import SimulatedComparator
 from .engine import DONE, Batch, Reranking, arerank, rerank
@@ -31,3 +33,7 @@ __all__ = [
     "Ranker", "RankerError", "RerankFailure", "RerankResult", "RerankSettings", "Reranking", "SimulatedComparator",
     "arerank", "arerank_many", "rerank", "rerank_many",
 ]
+
+# A library's loggers print nothing until the application configures logging (Python's logging HOWTO): without
+# this, Python's last-resort handler printed each WARNING on stderr, beside the error the caller already gets.
+logging.getLogger("activeprp").addHandler(logging.NullHandler())

@@ -2,6 +2,8 @@
 ``on_failure``."""
 
 import logging
+import subprocess
+import sys
 
 import pytest
 
@@ -183,6 +185,20 @@ def test_a_comparator_error_propagates_with_the_partial_accounting(error, caplog
                          "(HTTP 401)"] if isinstance(error, ComparatorError) else [])  # a bug is raised, not logged
     # the failing third batch reached no backend: its calls and round are refunded
     assert comp.calls == 3 and spent.rounds == 2 and spent.calls > 0 and spent.failed_calls == 0
+
+
+def test_the_library_prints_nothing_until_the_application_configures_logging():
+    """Python's last-resort handler printed the WARNING of a failed rerank on stderr, beside the error itself (the
+    CLI said it twice)."""
+    code = ("from activeprp_core import Candidate, ComparatorUnavailable, rerank\n"
+            "class Dead:\n    def compare(self, query, pairs):\n        return [None] * len(pairs)\n"
+            "try:\n    rerank('q', [Candidate(str(i), 't') for i in range(5)], comparator=Dead(), budget=10)\n"
+            "except ComparatorUnavailable:\n    print('raised')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert (done.stdout, done.stderr) == ("raised\n", "")
+    configured = subprocess.run([sys.executable, "-c", "import logging; logging.basicConfig()\n" + code],
+                                capture_output=True, text=True, timeout=60)
+    assert "WARNING:activeprp.engine:rerank of 5 candidates failed" in configured.stderr
 
 
 def test_on_failure_prior_degrades_reports_and_warns(caplog):

@@ -665,6 +665,16 @@ def test_a_mounted_service_keeps_its_key_its_body_cap_and_its_metrics(prefix):
             ] == [1, 1, 1]
 
 
+def test_serve_logs_the_package_s_warnings_on_uvicorn_s_stderr_handler():
+    """The library prints nothing by itself (a NullHandler); ``activeprp serve`` configures its logger beside
+    uvicorn's, so a failed or degraded rerank still shows in the server's log."""
+    code = ("import logging, logging.config\nfrom activeprp_integrations.serve import log_config\n"
+            "logging.config.dictConfig(log_config())\nlogging.getLogger('activeprp.engine').warning('rerank failed')\n"
+            "logging.getLogger('activeprp.engine').info('not shown')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "rerank failed" in done.stderr and "WARNING" in done.stderr and "not shown" not in done.stderr
+
+
 class Leaky(Comparator):
     """A judge whose error quotes a key that only the service knows as a secret."""
 

@@ -141,6 +141,18 @@ def add_parser(subparsers: Any) -> None:
     p.set_defaults(func=main)
 
 
+def log_config() -> dict[str, Any]:
+    """uvicorn's logging configuration plus the package's logger (``activeprp``, WARNING and up: a failed or
+    degraded rerank, scrubbed of secrets) on uvicorn's stderr handler: the library itself prints nothing."""
+    import copy
+
+    from uvicorn.config import LOGGING_CONFIG
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config["loggers"]["activeprp"] = {"handlers": ["default"], "level": "WARNING", "propagate": False}
+    return config
+
+
 def main(args: argparse.Namespace) -> int:
     """Handler of ``activeprp serve``: builds the comparator and serves until interrupted (Ctrl-C / SIGTERM),
     finishing the requests in flight (at most ``--shutdown-timeout`` seconds); exit status 0 after Ctrl-C.
@@ -168,7 +180,7 @@ def main(args: argparse.Namespace) -> int:
         except (TypeError, ValueError) as err:
             raise InputError(str(err)) from None
         config = uvicorn.Config(app, host=args.host, port=args.port, timeout_graceful_shutdown=args.shutdown_timeout,
-                                log_level="info")
+                                log_level="info", log_config=log_config())
         with contextlib.suppress(KeyboardInterrupt):  # uvicorn re-raises Ctrl-C after its graceful shutdown
             uvicorn.Server(config).run()
     return 0
