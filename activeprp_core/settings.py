@@ -128,7 +128,8 @@ def _setting(check: Check, help: str, default: Any = MISSING, *, none: str = "",
 
 @dataclass(frozen=True, kw_only=True)
 class RerankSettings:
-    """The settings of one query's rerank (the same for every query of a ``rerank_many``).
+    """The settings of one query's rerank (in a ``rerank_many``, shared by every query but those among
+    ``PER_REQUEST`` that a request carries itself).
 
     Attributes:
         ranker: a name of ``activeprp_core.rankers.RANKERS`` (``"auto"`` included) or a ``Ranker`` instance.

@@ -803,3 +803,15 @@ def test_a_request_that_fails_while_queued_leaves_the_queue_and_no_slot_behind(m
         return queued, admission.active
 
     assert asyncio.run(scenario()) == (0, 0)
+
+
+def test_serve_help_says_what_its_time_budget_counts_from(capsys):
+    """``--time-budget``'s help came from the library's setting ("from the start of its rerank"); the service counts
+    from a request's arrival, as its group header and docs/serve.md say."""
+    from activeprp_cli import main
+
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "--time-budget TIME_BUDGET most seconds per request from its arrival" in help_text
+    assert "from the start of its rerank" not in help_text

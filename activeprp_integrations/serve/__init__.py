@@ -108,7 +108,9 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--port", type=count(minimum=0, maximum=65535), default=8080, help="TCP port (default %(default)s)")
     add_settings_args(p.add_argument_group("settings of every request (each cap is also the most a request may ask "
                                            "for in its body; --time-budget counts from a request's arrival, its "
-                                           "wait in the queue included)"), SERVE)
+                                           "wait in the queue included)"), SERVE,
+                      helps={"time_budget": "most seconds per request from its arrival (its wait in the queue "
+                                            "included): 0 = no call at all"})
     add_comparator_args(p)
     g = p.add_argument_group("server limits (a request over them is refused with a 4xx)")
     g.add_argument("--max-documents", type=count(minimum=1), default=DEFAULT_MAX_DOCUMENTS,
