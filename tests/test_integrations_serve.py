@@ -675,6 +675,30 @@ def test_serve_logs_the_package_s_warnings_on_uvicorn_s_stderr_handler():
     assert "rerank failed" in done.stderr and "WARNING" in done.stderr and "not shown" not in done.stderr
 
 
+def test_the_judge_s_retries_are_a_metric():
+    """Each HTTP request to the judge shows in the metrics: the calls, and now the retries beyond them (a judge
+    answering 500 once per prompt got twice the requests that activeprp_judge_calls_total showed)."""
+    pytest.importorskip("openai")
+    from activeprp_core.comparators import OpenAIChatComparator
+    from tests._llm_server import FaultServer, Reply, completion, error_body
+
+    seen: set[str] = set()
+
+    def plan(request):
+        if request.text not in seen:
+            seen.add(request.text)
+            return Reply(500, error_body("busy"))
+        return Reply(body=completion("A"))
+
+    with FaultServer(plan, max_requests=200, max_seconds=60) as endpoint, \
+            OpenAIChatComparator("m", base_url=endpoint.url, api_key="k", backoff_initial=0.01,
+                                 backoff_max=0.02) as judge, TestClient(create_app(judge, **SERVER)) as client:
+        spent = _post(client, "/v2/rerank", GOOD).json()["meta"]["activeprp"]
+        metrics = client.get("/metrics").text
+    assert spent["retries"] == spent["calls"] > 0 and endpoint.requests == 2 * spent["calls"]
+    assert f"activeprp_judge_retries_total {float(spent['retries'])}" in metrics
+
+
 class Leaky(Comparator):
     """A judge whose error quotes a key that only the service knows as a secret."""
 

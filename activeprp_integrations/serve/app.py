@@ -54,6 +54,8 @@ class Metrics:
         self.failed_calls = Counter("judge_failed_calls", "LLM calls that failed after their retries", **kw)
         self.tokens = Counter("judge_tokens", "tokens the judge reported for the answered requests", ["kind"], **kw)
         self.rounds = Counter("rounds", "sequential rounds of judge calls, summed over the answered requests", **kw)
+        self.retries = Counter("judge_retries", "transport retries of judge calls (HTTP requests beyond the calls; "
+                               "never billed), summed over the answered requests", **kw)
         self.latency = Histogram("request_seconds", "wall time of a rerank request", ["route"], **kw,
                                  buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120))
         self.in_progress = Gauge("requests_in_progress", "rerank requests being answered", **kw)
@@ -75,6 +77,7 @@ class Metrics:
 
     def spent(self, result: RerankResult) -> None:
         self.rounds.inc(result.rounds)
+        self.retries.inc(result.retries)
         self.tokens.labels("prompt").inc(result.prompt_tokens)
         self.tokens.labels("completion").inc(result.completion_tokens)
 
