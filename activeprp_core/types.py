@@ -82,7 +82,8 @@ class Judgment:
         if self.prob is None:
             return
         try:
-            if isinstance(self.prob, (str, bytes, bool)):  # float() would parse "0.9" and True: a comparator bug
+            # float() would parse "0.9", True and numpy's True: a comparator bug
+            if isinstance(self.prob, (str, bytes, bool)) or type(self.prob).__name__ in ("bool", "bool_"):
                 raise TypeError
             prob = float(self.prob)
         except (TypeError, ValueError):

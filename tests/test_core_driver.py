@@ -5,6 +5,7 @@ import logging
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from activeprp_core import (
@@ -79,7 +80,7 @@ class Answers(Comparator):
         return [self.answers[i % len(self.answers)] for i in range(len(pairs))]
 
 
-@pytest.mark.parametrize("answer", ["0.9", True, b"1"])
+@pytest.mark.parametrize("answer", ["0.9", True, b"1", np.True_])  # numpy's bool: a mask passed for answers
 def test_an_answer_that_is_not_a_number_is_invalid_not_parsed(answer):
     with pytest.raises(InvalidAnswer, match=f"comparator returned {type(answer).__name__} "):
         rerank("q", cands(5), comparator=Answers(answer), budget=10)
