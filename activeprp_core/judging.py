@@ -15,6 +15,7 @@ temperature (a quantile, unlike a fixed margin, does not depend on it); before `
 from __future__ import annotations
 
 import bisect
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -204,25 +205,26 @@ class RoundLatency:
     time to the deadline as a lower bound), carried across the queries of a ``rerank_many`` (and the requests of
     ``activeprp serve``) like the judge's record; one per rerank otherwise. ``estimate`` plans the rounds that fit a
     ``time_budget``. Only the last ``LATENCY_WINDOW`` rounds observed within ``LATENCY_HORIZON`` seconds count
-    (on ``clock``)."""
+    (on ``clock``). Thread-safe: a sync comparator's worker threads read it (``CallGuard.too_late``)."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
         self.seconds: deque[tuple[float, float]] = deque(maxlen=LATENCY_WINDOW)  # (when observed, seconds)
         self.answered: deque[tuple[float, float]] = deque(maxlen=LATENCY_WINDOW)
+        self._lock = threading.Lock()
 
     def record(self, seconds: float, answered: bool = True) -> None:
         """Note one round that took ``seconds`` (``answered``: every call came back, none cut at a deadline)."""
         entry = (self.clock(), max(0.0, seconds))
-        self.seconds.append(entry)
-        if answered:
-            self.answered.append(entry)
+        with self._lock:
+            self.seconds.append(entry)
+            if answered:
+                self.answered.append(entry)
 
     def _recent(self, rounds: deque[tuple[float, float]]) -> list[float]:
         oldest = self.clock() - LATENCY_HORIZON
-        while rounds and rounds[0][0] < oldest:
-            rounds.popleft()
-        return [seconds for _, seconds in rounds]
+        with self._lock:
+            return [seconds for at, seconds in rounds if at >= oldest]
 
     def fastest(self) -> float | None:
         """The fastest answered round observed (seconds; None before the first): a call started with less time

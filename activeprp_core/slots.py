@@ -24,10 +24,15 @@ async def wait_done(future: asyncio.Future, seconds: float | None) -> bool:
     return bool(done)
 
 
+class TimedOut(asyncio.TimeoutError):
+    """Raised by ``wait_for`` when it cut the awaitable at its timeout (not a TimeoutError the awaitable raised)."""
+
+
 async def wait_for(awaitable: Awaitable[T], seconds: float | None) -> T:
-    """``asyncio.wait_for`` (the awaitable cancelled and awaited at the timeout, then ``asyncio.TimeoutError``;
-    None: no limit) that never drops a cancellation of the waiting task, which the built-in does before Python
-    3.12 when the awaitable completes in the same turn of the loop (a cancelled rerank then sent its next round)."""
+    """``asyncio.wait_for`` (the awaitable cancelled and awaited at the timeout, then ``TimedOut``, an
+    ``asyncio.TimeoutError``; None: no limit) that never drops a cancellation of the waiting task, which the built-in
+    does before Python 3.12 when the awaitable completes in the same turn of the loop (a cancelled rerank then sent
+    its next round)."""
     if seconds is None:
         return await awaitable
     task = asyncio.ensure_future(awaitable)
@@ -41,7 +46,7 @@ async def wait_for(awaitable: Awaitable[T], seconds: float | None) -> T:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         if task.cancelled():
-            raise asyncio.TimeoutError
+            raise TimedOut
     return task.result()
 
 
@@ -62,11 +67,16 @@ class Hold:
         self.until = future
 
     def release_then(self, release: Any) -> None:
-        """``release()`` now, or once the future kept is done (its outcome then retrieved: nobody awaits it)."""
-        if self.until is None or self.until.done():
+        """``release()`` now, or once the future kept is done; its outcome is retrieved either way (nobody may
+        await it any more: asyncio would log an exception never retrieved)."""
+        until = self.until
+        if until is None:
             release()
-            return
-        self.until.add_done_callback(lambda f: (f.cancelled() or f.exception(), release()))
+        elif until.done():
+            until.cancelled() or until.exception()
+            release()
+        else:
+            until.add_done_callback(lambda f: (f.cancelled() or f.exception(), release()))
 
 
 class FairSlots:

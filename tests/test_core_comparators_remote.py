@@ -212,3 +212,35 @@ def test_rerank_many_keeps_the_other_queries_answers_when_one_is_rejected(use_as
 
 async def _collect(agen):
     return [item async for item in agen]
+
+
+class OwnTimeout(RemoteComparator):
+    """A provider whose transport raises a TimeoutError of its own at once, which its ``classify`` calls a failed
+    call (not retried)."""
+
+    model, endpoint = "m", "127.0.0.1"
+
+    def __init__(self):
+        super().__init__(max_concurrency=1, max_attempts=3, backoff_initial=0.0, backoff_max=0.0)
+        self.attempt_timeout, self.sent = 30.0, 0
+
+    def request(self, query, first, second):
+        return query
+
+    async def asend(self, client, request):
+        self.sent += 1
+        raise TimeoutError("gateway: queue full")
+
+    def classify(self, error):
+        from activeprp_core.comparators.failures import Fault
+
+        return Failure(Fault.FAIL, str(error))
+
+
+@pytest.mark.parametrize("use_async", [True, False])
+def test_a_provider_s_own_timeout_error_goes_to_its_classify_not_to_the_attempt_timeout(use_async):
+    """On Python >= 3.11 asyncio.TimeoutError is TimeoutError: the provider's own was taken for the cut of
+    ``attempt_timeout`` (retried, its message replaced by "timed out after 30 s")."""
+    judge, pair = OwnTimeout(), (Candidate("a", "a"), Candidate("b", "b"))
+    (j,) = asyncio.run(judge.ajudge("q", [pair])) if use_async else judge.judge("q", [pair])
+    assert judge.sent == 1 and j.prob is None and "gateway: queue full" in j.error

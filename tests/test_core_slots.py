@@ -92,3 +92,45 @@ def test_wait_for_never_drops_a_cancellation_and_times_out_as_asyncio_does():
         return cancelled, slow.cancelled(), await wait_for(asyncio.sleep(0, "done"), 1.0)
 
     assert asyncio.run(scenario()) == ("cancelled", True, "done")
+
+
+def test_a_thread_whose_wait_was_cut_keeps_its_slot_and_its_failure_is_retrieved(caplog):
+    """``in_thread`` under a ``Hold``: the wait is cancelled (a deadline, a client gone), the slot stays taken
+    until the thread returns; the thread then fails before the block is left, and asyncio logged "Future
+    exception was never retrieved" (a backend's error text on stderr)."""
+    import gc
+    import threading
+
+    from activeprp_core.comparators.base import in_thread
+
+    go = threading.Event()
+
+    def call():
+        go.wait(5)
+        raise RuntimeError("backend died")
+
+    async def main():
+        slots = FairSlots(1)
+        async with slots.take(1) as hold:
+            task = asyncio.ensure_future(in_thread(call, hold))
+            await asyncio.sleep(0.01)
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            go.set()
+            await asyncio.sleep(0.05)
+        return slots.free
+
+    with caplog.at_level("ERROR", logger="asyncio"):
+        assert asyncio.run(main()) == 1
+        gc.collect()
+    assert not [r for r in caplog.records if "never retrieved" in r.getMessage()]
+
+
+def test_a_thread_raising_stopiteration_fails_its_wait_instead_of_hanging_it():
+    from activeprp_core.comparators.base import in_thread
+
+    def call():
+        raise StopIteration
+
+    with pytest.raises(RuntimeError, match="StopIteration"):
+        asyncio.run(asyncio.wait_for(in_thread(call), 5))

@@ -318,3 +318,38 @@ def test_round_latencies_count_for_latency_horizon_seconds():
     assert latency.estimate() == 0.1 and latency.fastest() is None
     now[0] = 3 * judging.LATENCY_HORIZON
     assert latency.estimate() is None
+
+
+def test_round_latencies_are_read_and_recorded_from_several_threads():
+    """A sync comparator's worker threads read the record (``CallGuard.too_late``) while rounds are recorded."""
+    import sys
+    import threading
+    import time
+
+    now, errors = [0.0], []
+    latency = judging.RoundLatency(lambda: now[0])
+    stop = time.monotonic() + 0.5
+
+    def reader():
+        while time.monotonic() < stop:
+            try:
+                latency.fastest(), latency.estimate()
+            except Exception as error:  # 'deque mutated during iteration' before the lock
+                errors.append(error)
+
+    def writer():
+        while time.monotonic() < stop:
+            now[0] += 1.0  # the oldest rounds age out as new ones come
+            latency.record(0.5)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # makes the race quick to hit; it exists at the default interval too
+    try:
+        threads = [threading.Thread(target=reader) for _ in range(3)] + [threading.Thread(target=writer)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert not errors and latency.estimate() == 0.5

@@ -184,7 +184,7 @@ def test_malformed_json_says_where(client):
 @pytest.mark.parametrize("route", ["/v1/rerank", "/rerank"])
 @pytest.mark.parametrize(("document", "says"), [
     (b'{"text": "a", "score": NaN}', "not a JSON number"), (b'{"text": "a", "score": -Infinity}', "not a JSON number"),
-    (b'{"text": "a", "meta": ' + b"[" * 40 + b"]" * 40 + b"}", "nested more than 32")])
+    (b'{"text": "a", "meta": ' + b"[" * 32 + b"]" * 32 + b"}", "nested more than 32")])  # 33 levels, itself too
 def test_a_document_that_cannot_be_returned_is_refused_before_any_judge_call(route, document, says):
     """Python's parser takes NaN, Infinity and deep nesting; returning them (return_documents, Jina's default)
     answered 500 after the judge calls were spent, and the 500 closed the client's connection."""
@@ -193,7 +193,7 @@ def test_a_document_that_cannot_be_returned_is_refused_before_any_judge_call(rou
     with TestClient(create_app(judge, **SERVER)) as c:
         response = _post(c, route, body)
         assert response.status_code == 400 and says in response.json()["message"] and judge.asked == judge.calls == 0
-        meta = b"[" * 30 + b"1.5" + b"]" * 30
+        meta = b"[" * 31 + b"1.5" + b"]" * 31  # 32 levels with the document itself: the most allowed
         ok = _post(c, route, body.replace(document, b'{"text": "alpha", "meta": ' + meta + b"}"))
     returned = [r["document"] for r in ok.json()["results"] if r["index"] == 0]
     assert ok.status_code == 200 and returned == [{"text": "alpha", "meta": json.loads(meta)}]

@@ -244,6 +244,8 @@ def _in_daemon_thread(call: Callable[[], T], done: Callable[[T | None, BaseExcep
     def run() -> None:
         try:
             value, error = call(), None
+        except StopIteration as exc:  # a future cannot hold it (the wait for it would never end)
+            value, error = None, RuntimeError(f"the comparator raised StopIteration: {exc!r}")
         except BaseException as exc:  # handed to the waiting side
             value, error = None, exc
         done(value, error)

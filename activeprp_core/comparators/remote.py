@@ -15,7 +15,7 @@ from typing import Any
 
 from ..budget import check_count, check_seconds  # noqa: F401 (check_seconds: importable here too)
 from ..errors import ComparatorError, scrub
-from ..slots import wait_for
+from ..slots import TimedOut, wait_for
 from ..types import Judgment, Pair
 from .answers import Answer, UnusableAnswer
 from .base import (
@@ -389,12 +389,13 @@ class _Attempts:
         limit = self.cap if left is None else left if self.cap is None else min(left, self.cap)
         try:
             return await wait_for(attempt(), limit)
-        except asyncio.TimeoutError:
-            if not self.guard.past(self.query):  # before the deadline: the attempt's own timeout, or the cap
-                error = AttemptTimedOut("the attempt timed out" + (f" after {limit:.3g} s" if limit else ""))
-                self._failed(error)
-                raise error from None
-            raise _InFlight from None
+        except asyncio.TimeoutError as error:  # the cap or the deadline cut it, or the provider's own timeout
+            if self.guard.past(self.query):
+                raise _InFlight from None
+            if isinstance(error, TimedOut):  # the cap (``attempt_timeout``), before the deadline
+                error = AttemptTimedOut(f"the attempt timed out after {limit:.3g} s")
+            self._failed(error)
+            raise error from None
         except DeadlinePassed:
             raise
         except Exception as error:

@@ -78,7 +78,7 @@ def document_text(index: int, document: str | dict[str, Any], rank_fields: list[
 
 
 MAX_DOCUMENT_DEPTH = 32
-"""The deepest nesting of arrays and objects a document object may hold (``check_returnable``)."""
+"""The deepest nesting of objects and arrays in a document object, itself included (``check_returnable``)."""
 
 
 def check_returnable(document: dict[str, Any], where: str) -> None:
@@ -90,10 +90,10 @@ def check_returnable(document: dict[str, Any], where: str) -> None:
         value, depth = stack.pop()
         if isinstance(value, float) and not math.isfinite(value):
             raise ValueError(f"{where} holds {value}, which is not a JSON number: send a finite number or null")
-        children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
-        if children and depth >= MAX_DOCUMENT_DEPTH:
-            raise ValueError(f"{where} is nested more than {MAX_DOCUMENT_DEPTH} levels deep: flatten it")
-        stack.extend((child, depth + 1) for child in children)
+        if isinstance(value, (dict, list)):
+            if depth > MAX_DOCUMENT_DEPTH:
+                raise ValueError(f"{where} is nested more than {MAX_DOCUMENT_DEPTH} levels deep: flatten it")
+            stack.extend((child, depth + 1) for child in (value.values() if isinstance(value, dict) else value))
 
 
 def returned_document(document: str | dict[str, Any]) -> dict[str, Any]:
