@@ -356,6 +356,29 @@ def test_a_dead_judge_opens_one_breaker_ready_follows_it_and_a_probe_closes_it(k
         assert metric(metrics, "activeprp_judge_failed_calls_total") >= SERVER_BREAKER
 
 
+def test_a_judge_asking_to_retry_later_is_not_probed_sooner_and_clients_are_told_so():
+    """A judge answering 429 with Retry-After: 120 got the breaker's probe after --cool-down (here 0.3 s), and the
+    service's 503 said Retry-After: 1. Now both follow what the judge asked, capped by max_retry_after (45 s)."""
+    pytest.importorskip("openai")
+    from activeprp_core.comparators import OpenAIChatComparator
+    from tests._llm_server import FaultServer, Reply, error_body
+
+    body = {"query": "alpha", "documents": [f"alpha doc {i}" for i in range(8)]}
+    with FaultServer(lambda r: Reply(429, error_body("rate limited"), headers={"Retry-After": "120"}),
+                     max_requests=100, max_seconds=60) as endpoint, \
+            OpenAIChatComparator("m", base_url=endpoint.url, api_key="k", max_attempts=1,
+                                 max_retry_after=45) as judge, \
+            TestClient(create_app(judge, **SERVER, cool_down=0.3)) as client:
+        first = _post(client, "/v2/rerank", body)
+        ready = client.get("/ready")
+        sent = endpoint.requests
+        time.sleep(0.6)  # past --cool-down: no probe yet
+        probes = endpoint.requests - sent
+    assert first.status_code == 503 and 44 <= int(first.headers["retry-after"]) <= 45
+    assert ready.status_code == 503 and 44 <= int(ready.headers["retry-after"]) <= 45
+    assert sent >= SERVER_BREAKER and probes == 0
+
+
 def test_graceful_shutdown_finishes_the_requests_in_flight():
     judge = WordJudge(delay=0.1)
     query, docs = make_request(1)

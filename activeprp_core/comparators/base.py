@@ -153,9 +153,10 @@ class CallGuard:
             if self._error is None:
                 self._error = error
 
-    def record(self, ok: bool | None, reason: str | None = None) -> None:
+    def record(self, ok: bool | None, reason: str | None = None, retry_after: float | None = None) -> None:
         """Note one call that reached the backend; ``max_consecutive_failures`` failures in a row open the breaker.
-        ``ok=None``: it was sent but its outcome is unknown (cancelled in flight): counted, streak unchanged."""
+        ``ok=None``: it was sent but its outcome is unknown (cancelled in flight): counted, streak unchanged.
+        ``retry_after``: the seconds a failed call's backend asked to wait (read by a breaker that probes back)."""
         with self._lock:
             self.completed += 1
             if ok is None:
@@ -211,9 +212,9 @@ class RequestGuard(CallGuard):
     def trip(self, error: ComparatorError) -> None:
         self.shared.trip(error)
 
-    def record(self, ok: bool | None, reason: str | None = None) -> None:
+    def record(self, ok: bool | None, reason: str | None = None, retry_after: float | None = None) -> None:
         self.completed += 1
-        self.shared.record(ok, reason)
+        self.shared.record(ok, reason, retry_after)
 
     def slots(self, n: int = 1, timeout: float | None = None):
         return self.shared.slots(n, timeout) if self._fair is None else self._fair.take(n, self.key, timeout)

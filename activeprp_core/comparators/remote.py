@@ -460,5 +460,7 @@ def _settle(comp: RemoteComparator, guard: CallGuard, retrying: Any, response: A
             guard.trip(outcome)
         ok, reason = failure.fault is Fault.REJECT, outcome.message  # a REJECT (e.g. too long): the endpoint is up
     if record:
-        guard.record(ok, reason)
+        asked = None if failure is None or failure.retry_after is None else min(failure.retry_after,
+                                                                               comp.max_retry_after)
+        guard.record(ok, reason, asked)
     return outcome

@@ -139,7 +139,7 @@ def add_parser(subparsers: Any) -> None:
                    help="openai: retries of a call that timed out or failed transiently (default %(default)s)")
     j.add_argument("--cool-down", type=seconds(allow_none=False), default=DEFAULT_COOL_DOWN,
                    help="seconds the judge's circuit breaker stays open before one probe call decides whether it "
-                        "closes (default %(default)s)")
+                        "closes; longer when the judge asked so with Retry-After (default %(default)s)")
     p.set_defaults(func=main)
 
 

@@ -18,9 +18,10 @@ class Breaker(CallGuard):
 
     It opens when ``threshold`` calls in a row fail (after their retries) or on an error that refuses every call
     (``trip``, e.g. a 401). While it is open ``check`` raises (no call is sent) and ``retry_after()`` says when
-    the next probe decides. ``watch()`` (a task the service runs) probes ``cool_down`` seconds after it opened:
-    one call through ``probe`` (True when the judge answered); the breaker closes on success, else waits another
-    ``cool_down``. So it recovers on a timer, with no request traffic.
+    the next probe decides. ``watch()`` (a task the service runs) probes ``cool_down`` seconds after it opened
+    (or as long as the judge's failed calls asked with Retry-After, if longer: ``asked``): one call through
+    ``probe`` (True when the judge answered); the breaker closes on success, else waits as long again. So it
+    recovers on a timer, with no request traffic.
 
     Args:
         max_concurrency: the most calls in flight across requests (None = no cap).
@@ -36,6 +37,7 @@ class Breaker(CallGuard):
         super().__init__(max_concurrency, threshold)
         self.cool_down, self.probe, self.on_call = cool_down, probe, on_call
         self.opened_at: float | None = None
+        self.asked: float | None = None  # the longest Retry-After of the failed calls since the last answer
         self.probes = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._opened: asyncio.Event | None = None
@@ -44,8 +46,12 @@ class Breaker(CallGuard):
     def open(self) -> bool:
         return self.error is not None
 
-    def record(self, ok: bool | None, reason: str | None = None) -> None:
-        super().record(ok, reason)
+    def record(self, ok: bool | None, reason: str | None = None, retry_after: float | None = None) -> None:
+        if ok:
+            self.asked = None
+        elif retry_after is not None and ok is False:
+            self.asked = max(self.asked or 0.0, retry_after)
+        super().record(ok, reason, retry_after)
         if self.on_call is not None:
             self.on_call(ok)
         self._noticed()
@@ -54,16 +60,20 @@ class Breaker(CallGuard):
         super().trip(error)
         self._noticed()
 
+    def pause(self) -> float:
+        """Seconds from opening (or a failed probe) to the next probe: ``cool_down``, or what the judge asked."""
+        return self.cool_down if self.asked is None else max(self.cool_down, self.asked)
+
     def retry_after(self) -> int:
         """Whole seconds until the next probe decides (at least 1)."""
         opened = self.opened_at
-        wait = self.cool_down if opened is None else opened + self.cool_down - time.monotonic()
+        wait = self.pause() if opened is None else opened + self.pause() - time.monotonic()
         return max(1, math.ceil(wait))
 
     def close(self) -> None:
         """Close the breaker: calls go out again (the count of failures in a row starts afresh)."""
         with self._lock:
-            self._error, self._failures, self.opened_at = None, 0, None
+            self._error, self._failures, self.opened_at, self.asked = None, 0, None, None
 
     def _noticed(self) -> None:
         """Start the cool-down when the breaker has just opened, and wake ``watch``."""
@@ -88,7 +98,7 @@ class Breaker(CallGuard):
             self._opened.clear()
             while self.open:
                 opened = self.opened_at or time.monotonic()  # None only for a moment, while another thread opens it
-                await asyncio.sleep(max(0.0, opened + self.cool_down - time.monotonic()))
+                await asyncio.sleep(max(0.0, opened + self.pause() - time.monotonic()))
                 if await self._probe_once():
                     self.close()
                 else:
