@@ -67,16 +67,11 @@ class Hold:
         self.until = future
 
     def release_then(self, release: Any) -> None:
-        """``release()`` now, or once the future kept is done; its outcome is retrieved either way (nobody may
-        await it any more: asyncio would log an exception never retrieved)."""
-        until = self.until
-        if until is None:
-            release()
-        elif until.done():
-            until.cancelled() or until.exception()
+        """``release()`` now, or once the future kept is done."""
+        if self.until is None or self.until.done():
             release()
         else:
-            until.add_done_callback(lambda f: (f.cancelled() or f.exception(), release()))
+            self.until.add_done_callback(lambda _: release())
 
 
 class FairSlots:

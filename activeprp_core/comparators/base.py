@@ -289,6 +289,8 @@ async def in_thread(call: Callable[[], T], hold: Hold | None = None) -> T:
             loop.call_soon_threadsafe(settle, value, error)
 
     _in_daemon_thread(call, done)
+    # once the wait is cut nobody awaits it: its outcome is retrieved here (asyncio logs an exception never retrieved)
+    future.add_done_callback(lambda f: f.cancelled() or f.exception())
     if hold is not None:
         hold.keep_until(future)
     return await asyncio.shield(future)
