@@ -799,12 +799,17 @@ def test_serve_flags_out_of_range_are_usage_errors(flag, value, message, capsys)
     assert exit_.value.code == 2 and message in capsys.readouterr().err
 
 
-def test_a_body_not_sent_as_json_is_told_what_to_send(client):
+@pytest.mark.parametrize("route", ["/v2/rerank", "/v1/rerank", "/rerank"])
+def test_a_body_not_sent_as_json_is_told_what_to_send(client, route):
+    """Every rerank route takes only a JSON body (FastAPI's strict content type): a web page can POST text/plain or
+    a form to a server on the user's machine without a CORS preflight, and must not spend its judge."""
     body = json.dumps(GOOD).encode()
     for media in (None, "text/plain", "application/x-www-form-urlencoded"):
-        response = client.post("/v2/rerank", content=body, headers={"content-type": media} if media else {})
+        response = client.post(route, content=body, headers={"content-type": media} if media else {})
         assert response.status_code == 400
         assert f"'Content-Type: application/json'; got {media or 'none'!r}" in response.json()["message"]
+    for media in ("application/json; charset=utf-8", "application/vnd.api+json"):
+        assert client.post(route, content=body, headers={"content-type": media}).status_code == 200
     latin1 = client.post("/v2/rerank", content=b'{"query": "q", "documents": ["\xe9"]}',
                          headers={"content-type": "application/json"})
     assert latin1.status_code == 400 and latin1.json()["message"].endswith("(send the body as UTF-8 JSON)")

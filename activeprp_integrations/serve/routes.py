@@ -67,13 +67,25 @@ def _validation_message(exc: RequestValidationError | ValidationError) -> str:
     return "invalid request: " + "; ".join(parts)
 
 
+def _media(request: Request) -> str:
+    return request.headers.get("content-type", "").split(";")[0].strip().lower()
+
+
+def _sent_as_json(request: Request) -> bool:
+    """FastAPI's rule for a JSON body (its ``strict_content_type``): ``application/json`` or ``application/*+json``.
+    A body of another type (``text/plain``, a form, none) is refused, since a web page may send those to a server on
+    the user's machine without asking (no CORS preflight) and spend its judge."""
+    media = _media(request)
+    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
+
+
 def _body_hint(request: Request) -> str:
     """What to change when a request's body is not sent as JSON (e.g. curl's ``-d`` without a content type),
     else ""."""
-    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if media == "application/json" or request.method != "POST":
+    if _sent_as_json(request) or request.method != "POST":
         return ""
-    return f" (send the body as JSON with the header 'Content-Type: application/json'; got {media or 'none'!r})"
+    got = _media(request) or "none"
+    return f" (send the body as JSON with the header 'Content-Type: application/json'; got {got!r})"
 
 
 def add_error_handlers(app: FastAPI) -> None:
@@ -217,6 +229,9 @@ class Routes:
         return rerank
 
     async def rerank_jina_tei(self, request: Request) -> Response:
+        if not _sent_as_json(request):
+            return error_response(400, "invalid request: the body is not JSON" + _body_hint(request),
+                                  "invalid_request")
         try:
             raw = await request.json()
         except Exception:
