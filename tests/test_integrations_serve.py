@@ -646,6 +646,33 @@ def test_a_body_of_many_small_values_is_refused_before_it_is_parsed(client):
     assert rich.status_code == 200 and len(rich.json()["results"]) == 25
 
 
+@given(st.binary(max_size=64))
+@settings(max_examples=200, deadline=None)
+def test_the_value_scan_never_reads_bytes_twice(tail):
+    """Every quote the scan reaches starts a match (an open string runs to the end of the body), so no match fails
+    and starts again at the next quote: with a pattern that needed the closing quote, ``'"' + '\\"' * k`` cost
+    k**2 steps (k=20000, a 40 KB body, held the event loop for seconds)."""
+    from activeprp_integrations.serve.gate import _STRING
+
+    assert _STRING.match(b'"' + tail) is not None
+
+
+@given(st.lists(st.text(max_size=8), max_size=8))
+@settings(max_examples=100, deadline=None)
+def test_the_value_scan_counts_the_strings_of_a_body(texts):
+    from activeprp_integrations.serve.gate import json_values
+
+    body = json.dumps(texts).encode()
+    assert json_values(body, 1000) == len(texts) + max(len(texts) - 1, 0) + 3
+
+
+def test_a_body_of_escaped_quotes_is_refused_as_not_json():
+    body = b'{"query": "' + b'\\"' * 20_000  # under the default caps; the scan took 6 s of the event loop
+    with TestClient(create_app(WordJudge(), **SERVER)) as server:
+        refused = server.post("/v2/rerank", content=body, headers={"content-type": "application/json"})
+    assert refused.status_code == 400 and "not valid JSON" in refused.json()["message"]
+
+
 def test_a_long_query_and_a_chunked_body_over_the_cap_get_413():
     judge, sent = WordJudge(), [0]
 
