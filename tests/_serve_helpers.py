@@ -69,13 +69,13 @@ def candidates(docs: list[str]) -> list[Candidate]:
 
 
 @contextlib.contextmanager
-def serving(app, timeout: float = 30.0, graceful: float = 10.0):
-    """Run ``app`` under uvicorn on 127.0.0.1 (a free port) in a daemon thread; yields its base URL and the
-    ``uvicorn.Server``; stops it (graceful shutdown) on exit."""
+def serving(app, timeout: float = 30.0, graceful: float = 10.0, **options):
+    """Run ``app`` under uvicorn on 127.0.0.1 (a free port) in a daemon thread, with ``options`` for
+    ``uvicorn.Config``; yields its base URL and the ``uvicorn.Server``; stops it (graceful shutdown) on exit."""
     import uvicorn
 
     config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on",
-                            timeout_graceful_shutdown=graceful)
+                            timeout_graceful_shutdown=graceful, **options)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

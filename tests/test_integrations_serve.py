@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -684,6 +685,73 @@ def test_a_body_of_escaped_quotes_is_refused_as_not_json():
     assert refused.status_code == 400 and "not valid JSON" in refused.json()["message"]
 
 
+def _connect(url: str, data: bytes = b"") -> socket.socket:
+    host, port = url.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)), timeout=10)
+    sock.sendall(data)
+    return sock
+
+
+def _until_closed(sock: socket.socket) -> bytes:
+    """What the server sends until it closes the connection (socket.timeout after 10 s: it never did)."""
+    received = b""
+    while chunk := sock.recv(65536):
+        received += chunk
+    sock.close()
+    return received
+
+
+HEAD = (b"POST /v2/rerank HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n")
+
+
+def test_a_connection_that_sends_no_whole_request_head_in_time_is_closed():
+    """uvicorn closes an idle connection only after a response: a client that connects and sends nothing, or
+    its head a part at a time, held a file descriptor for as long as it liked."""
+    from activeprp_integrations.serve.protocol import head_timeout_protocol
+
+    with serving(create_app(WordJudge(), **SERVER), http=head_timeout_protocol(0.5)) as (url, _):
+        silent, partial = _connect(url), _connect(url, b"POST /v2/rerank HTTP/1.1\r\nHost: test\r\n")
+        body = json.dumps(GOOD).encode()
+        served = _connect(url, HEAD % len(body) + body)
+        assert _until_closed(silent) == b"" and _until_closed(partial) == b""
+        answer = _until_closed(served)  # answered, then idle: closed (uvicorn's keep-alive timeout, 5 s)
+        assert answer.startswith(b"HTTP/1.1 200") and b'"results"' in answer
+
+
+def test_a_body_that_does_not_arrive_in_time_gets_408_and_the_connection_closes():
+    with serving(create_app(WordJudge(), **SERVER, client_timeout=0.5)) as (url, _):
+        answer = _until_closed(_connect(url, HEAD % 1000 + b'{"query": '))
+    assert answer.startswith(b"HTTP/1.1 408") and b"connection: close" in answer.lower()
+    assert b"--client-timeout" in answer
+
+
+def test_bodies_received_at_once_are_capped_by_the_queue():
+    """At most max_active + max_queue bodies are read at once: stalled uploads cannot hold more memory than that
+    many bodies, and they were not counted by the admission (the queue) at all."""
+    with serving(create_app(WordJudge(), **SERVER, max_active=1, max_queue=1)) as (url, _):
+        stalled = [_connect(url, HEAD % 1000 + b'{"query": ') for _ in range(2)]
+        time.sleep(0.3)
+        refused = httpx.post(f"{url}/v2/rerank", json=GOOD)
+        for sock in stalled:
+            sock.close()
+        time.sleep(0.3)
+        served = httpx.post(f"{url}/v2/rerank", json=GOOD)
+    assert refused.status_code == 429 and refused.headers["retry-after"] == "1"
+    assert "2 request bodies are being received" in refused.json()["message"]
+    assert served.status_code == 200
+
+
+@pytest.mark.parametrize("status", [401, 413])
+def test_a_refusal_before_the_body_is_read_closes_the_connection(status):
+    """Else the server reads and drops whatever the client goes on sending (1 GB at a core's full speed)."""
+    with serving(create_app(WordJudge(), **SERVER, max_body_bytes=1000, auth_keys=["k"])) as (url, _):
+        key = b"Authorization: Bearer k\r\n" if status == 413 else b""
+        sock = _connect(url, HEAD.replace(b"Host: test\r\n", b"Host: test\r\n" + key) % 10**9 + b"x" * 65536)
+        answer = _until_closed(sock)
+    assert answer.startswith(b"HTTP/1.1 %d" % status) and b"connection: close" in answer.lower()
+
+
 def test_a_long_query_and_a_chunked_body_over_the_cap_get_413():
     judge, sent = WordJudge(), [0]
 
@@ -828,6 +896,7 @@ def test_each_kind_of_openai_judge_failure_gets_its_documented_status(reply, sta
     ("--port", "99999", "--port: expected an integer <= 65535"),
     ("--shutdown-timeout", "nan", "--shutdown-timeout: expected a finite"),
     ("--shutdown-timeout", "-5", "--shutdown-timeout: expected a finite"),
+    ("--client-timeout", "none", "--client-timeout: expected a finite"),
 ])
 def test_serve_flags_out_of_range_are_usage_errors(flag, value, message, capsys):
     from activeprp_cli import main

@@ -55,6 +55,9 @@ DEFAULT_JUDGE_TIMEOUT = 10.0
 DEFAULT_JUDGE_RETRIES = 1
 """The judge's per-call timeout and retries by default: a dead judge's call fails in about 21 s (two attempts and
 a backoff), inside the default time budget, so the breaker opens rather than every request running out of time."""
+DEFAULT_CLIENT_TIMEOUT = 30.0
+"""Seconds a client may take to send a request's head (from connecting or its previous answer) and, then, its
+body, by default: a stalled or trickling client holds a connection and up to a body's cap of memory that long."""
 AUTH_KEYS_ENV = "ACTIVEPRP_AUTH_KEYS"
 """The environment variable holding API keys the service accepts (comma-separated), beside ``--auth-key``."""
 EXTRA_HINT = ('activeprp serve needs the serve extra: pip install "activeprp[serve]" '
@@ -129,6 +132,10 @@ def add_parser(subparsers: Any) -> None:
     g.add_argument("--auth-key", action="append", metavar="KEY",
                    help="an API key the rerank routes accept as 'Authorization: Bearer KEY' (repeatable; also "
                         f"${AUTH_KEYS_ENV}, comma-separated); without any, no key is asked")
+    g.add_argument("--client-timeout", type=seconds(allow_none=False), default=DEFAULT_CLIENT_TIMEOUT,
+                   help="seconds a client may take to send a request's head, from connecting or from its previous "
+                        "answer (else the connection is closed), and then its whole body (else 408); at most "
+                        "--max-active plus --max-queue bodies are received at once (default %(default)s)")
     g.add_argument("--shutdown-timeout", type=seconds(allow_none=False), default=60.0,
                    help="seconds a graceful shutdown waits for requests in flight; those still running then get no "
                         "answer (their connection is closed), so keep it over --time-budget (default %(default)s)")
@@ -166,6 +173,7 @@ def main(args: argparse.Namespace) -> int:
         import uvicorn
 
         from .app import create_app as create
+        from .protocol import head_timeout_protocol
     except ImportError as err:
         raise InputError(f"{EXTRA_HINT} ({err})") from None
     keys = auth_keys(args)
@@ -178,11 +186,12 @@ def main(args: argparse.Namespace) -> int:
                          max_queue=args.max_queue, max_documents=args.max_documents,
                          max_document_bytes=args.max_document_bytes, max_query_bytes=args.max_query_bytes,
                          max_body_bytes=args.max_body_bytes, auth_keys=keys, cool_down=args.cool_down,
-                         secrets=[args.api_key, os.environ.get("OPENAI_API_KEY")])
+                         secrets=[args.api_key, os.environ.get("OPENAI_API_KEY")], client_timeout=args.client_timeout)
         except (TypeError, ValueError) as err:
             raise InputError(str(err)) from None
         config = uvicorn.Config(app, host=args.host, port=args.port, timeout_graceful_shutdown=args.shutdown_timeout,
-                                log_level="info", log_config=log_config())
+                                log_level="info", log_config=log_config(),
+                                http=head_timeout_protocol(args.client_timeout))
         with contextlib.suppress(KeyboardInterrupt):  # uvicorn re-raises Ctrl-C after its graceful shutdown
             uvicorn.Server(config).run()
     return 0

@@ -24,6 +24,7 @@ from activeprp_core.budget import check_count
 from activeprp_core.comparators.remote import check_seconds
 
 from . import (
+    DEFAULT_CLIENT_TIMEOUT,
     DEFAULT_COOL_DOWN,
     DEFAULT_MAX_ACTIVE,
     DEFAULT_MAX_DOCUMENT_BYTES,
@@ -97,6 +98,7 @@ def create_app(
     cool_down: float = DEFAULT_COOL_DOWN,
     secrets: Iterable[str | None] = (),
     judge_block: JudgeBlock | None = None,
+    client_timeout: float | None = DEFAULT_CLIENT_TIMEOUT,
     **options: Any,
 ) -> FastAPI:
     """A FastAPI app serving Cohere-compatible reranking with ``comparator`` as the judge.
@@ -121,6 +123,9 @@ def create_app(
             the engine's log records (the ``auth_keys`` are added).
         judge_block: hook filling ``meta.activeprp.judge`` from a result (default: ``result.judge``, the
             ``JudgeStats`` of the query's answers, as a dict).
+        client_timeout: seconds a request's body may take to arrive whole after its head (else 408; None = no
+            limit). At most ``max_active + max_queue`` bodies are received at once (one more: 429), so the bodies
+            held in memory are bounded by that times the body cap, each for at most these seconds.
 
     Returns:
         the app; its lifespan starts the breaker's probes and stops the service after the requests in flight
@@ -135,6 +140,7 @@ def create_app(
                                  ("max_query_bytes", max_query_bytes, 1)]:
         check_count(value, name, minimum=minimum)
     check_count(max_body_bytes, "max_body_bytes", minimum=1, allow_none=True)
+    client_timeout = check_seconds(client_timeout, "client_timeout", positive=True, allow_none=True)
     keys = [k for k in auth_keys if k]
     metrics = Metrics()
     service = RerankService(comparator, settings, max_active=max_active, max_queue=max_queue,
@@ -144,10 +150,11 @@ def create_app(
                     max_query_bytes, max_body_bytes)
     secrets = [s for s in [*secrets, *keys] if s]
     scrub_logs(secrets)
-    return _app(Routes(service, limits, metrics, secrets, judge_block), keys)
+    gate = dict(keys=keys, max_uploads=max_active + max_queue, body_timeout=client_timeout)
+    return _app(Routes(service, limits, metrics, secrets, judge_block), gate)
 
 
-def _app(routes: Routes, keys: list[str]) -> FastAPI:
+def _app(routes: Routes, gate: dict[str, Any]) -> FastAPI:
     """The app serving ``routes``, with the error handlers and the ``Gate`` middleware."""
 
     @asynccontextmanager
@@ -159,8 +166,8 @@ def _app(routes: Routes, keys: list[str]) -> FastAPI:
     app = FastAPI(title="ActivePRP rerank", lifespan=lifespan)
     app.state.service, app.state.metrics = routes.service, routes.metrics
     add_error_handlers(app)
-    app.add_middleware(Gate, routes=RERANK_ROUTES, keys=keys, max_body_bytes=routes.limits.max_body_bytes,
+    app.add_middleware(Gate, routes=RERANK_ROUTES, max_body_bytes=routes.limits.max_body_bytes,
                        max_body_values=routes.limits.max_body_values, metrics=routes.metrics,
-                       overloaded=routes.service.overloaded)
+                       overloaded=routes.service.overloaded, **gate)
     routes.mount(app)
     return app

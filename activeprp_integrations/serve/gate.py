@@ -32,11 +32,15 @@ def json_values(body: bytes, cap: int) -> int:
     return strings + outside.count(b",") + 2 * (outside.count(b"[") + outside.count(b"{")) + 1
 
 
-async def send_error(send: Any, status: int, message: str, kind: str, headers: Iterable[tuple[str, str]] = ()) -> None:
-    """Send a whole JSON error response ``{"message", "type"}`` through ASGI ``send``."""
+async def send_error(send: Any, status: int, message: str, kind: str, headers: Iterable[tuple[str, str]] = (),
+                     close: bool = False) -> None:
+    """Send a whole JSON error response ``{"message", "type"}`` through ASGI ``send``; ``close``: with
+    ``Connection: close``, for a refusal before the body was read whole (the server would otherwise go on reading
+    and dropping whatever the client still sends on the connection)."""
     body = json.dumps({"message": message, "type": kind}).encode()
     head = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-            *((k.encode("latin-1"), v.encode("latin-1")) for k, v in headers)]
+            *((k.encode("latin-1"), v.encode("latin-1")) for k, v in headers),
+            *([(b"connection", b"close")] if close else [])]
     await send({"type": "http.response.start", "status": status, "headers": head})
     await send({"type": "http.response.body", "body": body})
 
@@ -56,19 +60,23 @@ class Gate:
        with ``hmac.compare_digest``, every key tried);
     2. the queue: when ``overloaded()`` returns an ``Overloaded`` (the service's queue is full), 429 with
        ``Retry-After`` before the body is read;
-    3. the body cap: a body whose ``Content-Length`` or whose bytes read so far (chunked or not) pass
-       ``max_body_bytes`` gets 413 at once; at most the cap is held in memory; a body read whole that holds more
-       than ``max_body_values`` JSON values (``json_values``) gets 413 before it is parsed;
+    3. the body: at most ``max_uploads`` bodies are read at once (one more gets 429 with ``Retry-After: 1``), each
+       within ``body_timeout`` seconds of its head (else 408); a body whose ``Content-Length`` or whose bytes read
+       so far (chunked or not) pass ``max_body_bytes`` gets 413 at once; at most the cap is held in memory; a body
+       read whole that holds more than ``max_body_values`` JSON values (``json_values``) gets 413 before it is
+       parsed. Every refusal before the body was read whole closes the connection;
     4. the disconnect: once the body is read, a client that goes away cancels the handler (so its rerank sends
        no further call) and is counted with status 499;
     5. ``metrics``: requests by route and status, their latency and how many are in progress.
     """
 
     def __init__(self, app: Any, *, routes: Iterable[str], keys: Iterable[str], max_body_bytes: int,
-                 max_body_values: int, metrics: Any, overloaded: Callable[[], Any]) -> None:
+                 max_body_values: int, metrics: Any, overloaded: Callable[[], Any], max_uploads: int,
+                 body_timeout: float | None) -> None:
         self.app, self.routes, self.max_body_bytes, self.metrics = app, frozenset(routes), max_body_bytes, metrics
-        self.max_body_values = max_body_values
+        self.max_body_values, self.max_uploads, self.body_timeout = max_body_values, max_uploads, body_timeout
         self.keys, self.overloaded = [k.encode() for k in keys], overloaded
+        self.uploads = 0
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         route = route_path(scope) if scope["type"] == "http" else None
@@ -107,24 +115,31 @@ class Gate:
         if not self.authorized(headers):
             return await send_error(send, 401, "missing or wrong API key: send the header 'Authorization: Bearer "
                                     "<key>' with a key this server was started with", "unauthorized",
-                                    [("www-authenticate", "Bearer")])
+                                    [("www-authenticate", "Bearer")], close=True)
         refusal = self.overloaded()
         if refusal is not None:
-            return await send_error(send, 429, str(refusal), "overloaded", [("retry-after", str(refusal.retry_after))])
+            return await send_error(send, 429, str(refusal), "overloaded", [("retry-after", str(refusal.retry_after))],
+                                    close=True)
+        if self.uploads >= self.max_uploads:
+            return await send_error(send, 429, f"{self.uploads} request bodies are being received, this server's cap "
+                                    "(--max-active plus --max-queue): retry later", "overloaded",
+                                    [("retry-after", "1")], close=True)
         length = next((v for k, v in headers if k.lower() == b"content-length"), None)
         if length is not None and (not length.isdigit() or int(length) > self.max_body_bytes):
             return await self._too_large(send)
-        body = bytearray()
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            body += message.get("body", b"")
-            if len(body) > self.max_body_bytes:
-                return await self._too_large(send)
-            if not message.get("more_body", False):
-                break
-        body = bytes(body)
+        self.uploads += 1
+        try:
+            body = await asyncio.wait_for(self._read(receive), self.body_timeout)
+        except asyncio.TimeoutError:
+            return await send_error(send, 408, f"the request body did not arrive whole within {self.body_timeout:g} "
+                                    "s (this server's --client-timeout): send it faster or make it smaller",
+                                    "timeout", close=True)
+        finally:
+            self.uploads -= 1
+        if body is None:  # the client went away
+            return
+        if len(body) > self.max_body_bytes:
+            return await self._too_large(send)
         scan = partial(json_values, body, self.max_body_values)
         values = await asyncio.to_thread(scan) if len(body) > SCAN_IN_THREAD_BYTES else scan()
         if values > self.max_body_values:
@@ -133,9 +148,20 @@ class Gate:
                                     "too_large")
         await self._run(scope, body, receive, send)
 
+    async def _read(self, receive: Any) -> bytes | None:
+        """The body (None: the client went away), or its first bytes as soon as they pass ``max_body_bytes``."""
+        body = bytearray()
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            body += message.get("body", b"")
+            if len(body) > self.max_body_bytes or not message.get("more_body", False):
+                return bytes(body)
+
     async def _too_large(self, send: Any) -> None:
         await send_error(send, 413, f"request body over this server's cap of {self.max_body_bytes} bytes: send "
-                                    "fewer or shorter documents", "too_large")
+                                    "fewer or shorter documents", "too_large", close=True)
 
     async def _run(self, scope: dict, body: bytes, receive: Any, send: Any) -> None:
         """Run the app on ``body``; cancel it when the client goes away before the response starts."""

@@ -1,0 +1,54 @@
+"""``head_timeout_protocol``: uvicorn's h11 protocol with a deadline for each request's head.
+
+uvicorn closes an idle keep-alive connection only after a response: a connection that never sends a request, or
+sends its head a byte at a time, holds a file descriptor for as long as the client likes (1030 of them made a server
+under ``ulimit -n 1024`` unreachable). Each connection here must send a request's head (its request line and
+headers) within ``seconds`` of connecting or of its previous response, or it is closed; the body's deadline is the
+``Gate``'s (``body_timeout``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import h11
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+
+class _HeadTimeoutH11(H11Protocol):
+    head_timeout: float = 30.0
+    _head_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._expect_head()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._expect_head()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+        super().connection_lost(exc)
+
+    def _expect_head(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+        cycle = self.cycle
+        self._head_timer = self.loop.call_later(self.head_timeout, self._head_overdue, cycle)
+
+    def _head_overdue(self, cycle: Any) -> None:
+        """No new request's head arrived since the timer started (the cycle is the one it started with)."""
+        if self.cycle is cycle and not self.transport.is_closing():
+            try:
+                self.timeout_keep_alive_handler()  # uvicorn's own way of closing an idle connection
+            except h11.LocalProtocolError:
+                self.transport.close()
+
+
+def head_timeout_protocol(seconds: float) -> type[H11Protocol]:
+    """uvicorn's ``H11Protocol`` closing a connection that has not sent a whole request head within ``seconds`` of
+    connecting or of its previous response (pass it as ``uvicorn.Config(http=...)``)."""
+    return type("HeadTimeoutH11", (_HeadTimeoutH11,), {"head_timeout": seconds})
