@@ -337,7 +337,7 @@ def test_a_dead_judge_opens_one_breaker_ready_follows_it_and_a_probe_closes_it(k
         failed = _post(client, "/v2/rerank", GOOD)
         calls = judge.inner.calls + judge.failed
         fast = [_post(client, "/v2/rerank", GOOD) for _ in range(3)]
-        ready = client.get("/ready")
+        ready, ready_head, health_head = client.get("/ready"), client.head("/ready"), client.head("/health")
         assert judge.failed == calls  # no call while the breaker is open (a probe is 0.3 s away)
         judge.fixed = True
         _wait_until(lambda: client.get("/ready").status_code == 200)  # no request needed: the probe closes it
@@ -350,6 +350,7 @@ def test_a_dead_judge_opens_one_breaker_ready_follows_it_and_a_probe_closes_it(k
         assert "circuit breaker open" in response.json()["message"] and "SECRET" not in response.text
     assert ready.status_code == 503 and int(ready.headers["retry-after"]) >= 1 and "SECRET" not in ready.text
     assert client.get("/health").json() == {"status": "ok"}
+    assert ready_head.status_code == 503 and health_head.status_code == 200 and not ready_head.content
     assert ok.status_code == 200
     assert f'activeprp_requests_total{{route="/v2/rerank",status="503"}} {3.0 + (status == 503)}' in metrics
     assert 'activeprp_judge_breaker_open 0.0' in metrics

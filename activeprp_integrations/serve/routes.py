@@ -159,8 +159,8 @@ class Routes:
         for version in API_VERSIONS:
             app.post(f"/{version}/rerank", summary=f"Cohere rerank API {version}")(self.cohere(version))
         app.post("/rerank", summary="Jina (documents) or TEI (texts) rerank API")(self.rerank_jina_tei)
-        app.get("/health")(self.health)
-        app.get("/ready")(self.ready)
+        app.api_route("/health", methods=["GET", "HEAD"])(self.health)  # HEAD: probes that send it (HAProxy's)
+        app.api_route("/ready", methods=["GET", "HEAD"])(self.ready)
         app.get("/metrics")(self.prometheus)
 
     async def answer(self, query: str, documents: list, top_n: int | None, max_words: int | None,
