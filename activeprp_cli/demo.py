@@ -13,12 +13,14 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from activeprp_core.comparators.simulated import CALIBRATED_PARAMS, SimulatedComparator
 from activeprp_core.types import Candidate
 
 from .metrics import ndcg_at_k, ranking_to_run
 from .rerank import add_comparator_args, add_ranking_args, count, make_comparator, run_rerank
 
-DATA = "dl19_demo.jsonl"  # 10 queries x 30 BM25 hits + qrels; see activeprp_cli/data/SOURCE.md
+DATA = "dl19_demo.jsonl"  # DEMO_QUERIES queries x DEMO_HITS BM25 hits + qrels; see activeprp_cli/data/SOURCE.md
+DEMO_QUERIES, DEMO_HITS = 10, 30
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # set by the user: torch reads them, the demo leaves it be
 LOCAL = ("bundled", "hf")  # the comparators that run torch in this process
 PROC_LOADAVG = Path("/proc/loadavg")
@@ -86,14 +88,27 @@ def torch_threads(args: argparse.Namespace) -> Iterator[str]:
         torch.set_num_threads(previous)
 
 
+def demo_judge(args: argparse.Namespace, rows: list[dict[str, Any]]) -> Any:
+    """The comparator of ``args``; ``--comparator simulated`` is the judge calibrated to the paper's
+    (``CALIBRATED_PARAMS``) over the bundled judgments of ``rows``, as ``rerank-run`` builds it from qrels.
+
+    Raises:
+        InputError: as ``make_comparator``.
+    """
+    if args.comparator != "simulated":
+        return make_comparator(args)
+    return SimulatedComparator.from_qrels({r["qid"]: r["qrels"] for r in rows}, {r["qid"]: r["query"] for r in rows},
+                                          **CALIBRATED_PARAMS)
+
+
 def add_parser(subparsers: Any) -> None:
     """Register ``activeprp demo`` (defaults sized to finish in under a minute on a busy 2-core CPU)."""
     p = subparsers.add_parser("demo", help="rerank bundled TREC DL19 queries with the bundled model; print NDCG@10",
                               description=__doc__)
-    p.add_argument("--queries", type=count(minimum=1), default=4,
-                   help="number of bundled queries (at most 10; default: %(default)s)")
-    p.add_argument("--candidates", type=count(minimum=1), default=16,
-                   help="BM25 top candidates per query (at most 30; default: %(default)s)")
+    p.add_argument("--queries", type=count(minimum=1, maximum=DEMO_QUERIES), default=4,
+                   help=f"number of bundled queries (at most {DEMO_QUERIES}; default: %(default)s)")
+    p.add_argument("--candidates", type=count(minimum=1, maximum=DEMO_HITS), default=16,
+                   help=f"BM25 top candidates per query (at most {DEMO_HITS}; default: %(default)s)")
     add_ranking_args(p, budget=40, top_k=10, ranker="mohajer", oracle="randomized")
     add_comparator_args(p)
     p.set_defaults(func=main, passage_tokens=64)
@@ -121,7 +136,7 @@ def main(args: argparse.Namespace) -> int:
             print("loading the bundled model (its first use converts the GGUF once: ~20 s, longer on busy cores)")
         if threads:
             print(threads)
-        comparator = stack.enter_context(make_comparator(args))  # closed however the loop ends
+        comparator = stack.enter_context(demo_judge(args, rows))  # closed however the loop ends
         print(f"{comparator!r} ready in {time.perf_counter() - started:.1f} s\n")
         print(f"{'qid':>8}  {'query':<40} {'BM25':>6} {'rerank':>6} {'calls':>5} {'rounds':>6} {'time_s':>6}",
               flush=True)

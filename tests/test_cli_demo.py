@@ -48,6 +48,28 @@ def test_a_fresh_demo_prints_the_committed_figures(capsys):
     assert figures(capsys.readouterr().out) == figures(OUTPUT.read_text(encoding="utf-8"))
 
 
+def test_the_simulated_demo_judges_with_the_bundled_judgments(capsys):
+    """``--comparator simulated`` is the calibrated judge over the demo's qrels (it had no labels: it judged on
+    noise alone and the demo printed BM25 0.6201 -> reranked 0.5527), named by its settings."""
+    assert main(["demo", "--comparator", "simulated", "--no-progress", "--queries", "10"]) == 0
+    out = capsys.readouterr().out
+    _, rows, (bm25, reranked, *_) = figures(out)
+    assert len(rows) == 10 and float(reranked) > float(bm25) + 0.05
+    assert "SimulatedComparator(strength=1.0, doc_noise=1.172" in out
+    args = argparse.Namespace(comparator="simulated")
+    for row in load_demo_queries():
+        assert demo.demo_judge(args, [row]).labels_of(row["query"]) == {d: max(0, g) for d, g in row["qrels"].items()}
+
+
+def test_the_demo_refuses_more_queries_or_candidates_than_it_bundles(capsys):
+    rows = load_demo_queries()
+    assert len(rows) == demo.DEMO_QUERIES and {len(r["hits"]) for r in rows} == {demo.DEMO_HITS}
+    for flag, value in (("--queries", demo.DEMO_QUERIES + 1), ("--candidates", demo.DEMO_HITS + 1)):
+        with pytest.raises(SystemExit) as exit_:
+            main(["demo", "--comparator", "simulated", flag, str(value)])
+        assert exit_.value.code == 2 and f"{flag}: expected an integer <= " in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(("usable", "load", "free"),
                          [(2, 3.1, 1), (2, 0.4, 2), (2, 0.6, 1), (16, 3.4, 13), (4, 9.0, 1)])
 def test_free_cores_are_the_usable_ones_less_the_load(monkeypatch, usable, load, free):

@@ -71,6 +71,11 @@ class SimulatedComparator(Comparator):
         self.labels_by_query: dict[str, dict[str, float]] | None = None  # set by from_qrels
         self._doc_error: dict[str, float] = {}
 
+    def __repr__(self) -> str:
+        knobs = ", ".join(f"{k}={getattr(self, k)!r}" for k in ("strength", "doc_noise", "position_bias",
+                                                                "pair_noise", "hard", "temperature", "seed"))
+        return f"SimulatedComparator({knobs})"
+
     @classmethod
     def from_qrels(cls, qrels: Mapping[str, Mapping[str, float]], queries: Mapping[str, str] | None = None, *,
                    seed: int = 0, **knobs: float) -> SimulatedComparator:
