@@ -24,9 +24,10 @@ import json
 import random
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from activeprp_cli.rerank import count
-from activeprp_core.errors import InputError
+from activeprp_core.errors import InputError, scrub
 
 
 def _sim_params(spec: str | None) -> dict[str, float]:
@@ -164,8 +165,7 @@ def _grid(args) -> int:
             (out / "rows.csv.gz").unlink(missing_ok=True)
         else:
             write_csv(rows, out / "rows.csv.gz")
-        (out / "config.json").write_text(json.dumps({"argv": sys.argv[1:], "budgets": budgets, **{
-            k: v for k, v in vars(args).items() if k != "func"}}, indent=1, default=str))
+        (out / "config.json").write_text(json.dumps(_config(args, budgets), indent=1, default=str))
     baseline = _baseline(args) if not args.from_csv else ""
     caps = {r.max_rounds for r in rows}
     paper = not (args.no_paper or args.scale_budgets) and caps == {-1}  # the paper's columns: N = 100, no cap
@@ -184,6 +184,20 @@ def _grid(args) -> int:
     (out / "tables.md").write_text(text)
     print(baseline + text)
     return 0
+
+
+def _config(args, budgets) -> dict:
+    """What OUT/config.json records: the command line, the budgets run and every option, with the API key and a
+    password in ``--base-url`` replaced by ``***`` (the project commits these files)."""
+    secrets = [args.api_key, urlsplit(args.base_url or "").password]
+
+    def clean(value):
+        if isinstance(value, list):
+            return [clean(v) for v in value]
+        return scrub(value, secrets) if isinstance(value, str) else value
+
+    options = {k: clean(v) for k, v in vars(args).items() if k != "func"}
+    return {"argv": clean(sys.argv[1:]), "budgets": budgets, **options}
 
 
 def _baseline(args) -> str:

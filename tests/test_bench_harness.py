@@ -8,6 +8,7 @@ import csv
 import gzip
 import json
 import random
+import sys
 
 import pytest
 
@@ -192,6 +193,32 @@ def test_bench_grid_sends_the_api_key_given_on_the_command_line(tmp_path, monkey
                      "--api-key", "key-from-flag", "--rankers", "allpairs", "--oracles", "randomized",
                      "--budgets", "none", "--seeds", "1", "--no-paper", "--out", str(tmp_path), "--no-progress"])
     assert code == 0 and keys and set(keys) == {"key-from-flag"}
+
+@needs_data
+def test_bench_grid_writes_no_secret(tmp_path, capsys, monkeypatch):
+    """Neither the ``--api-key`` nor a password in ``--base-url`` reaches OUT (config.json records the key as ***
+    and keeps the command line with it scrubbed) or the printed tables."""
+    from tests._llm_server import FaultServer, Reply, completion
+
+    key, password = "sk-KEYSECRET42", "PWSECRET99"
+    monkeypatch.setattr(sys, "argv", ["activeprp"])
+    with FaultServer(lambda r: Reply(body=completion("A")), max_requests=50) as server:
+        url = server.url.replace("//", f"//user:{password}@")
+        argv = ["bench", "grid", "--data", str(DATA), "--collections", "noveleval", "--queries", "1", "--depth", "3",
+                "--comparator", "openai", "--model", "m", "--base-url", url, f"--api-key={key}", "--rankers",
+                "allpairs", "--oracles", "randomized", "--budgets", "none", "--seeds", "1", "--no-paper", "--out",
+                str(tmp_path), "--no-progress"]
+        monkeypatch.setattr(sys, "argv", ["activeprp", *argv])
+        assert main(argv) == 0
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["api_key"] == "***" and "--api-key=***" in config["argv"]
+    assert config["base_url"] == url.replace(password, "***") and config["base_url"] in config["argv"]
+    files = [f.read_bytes() if f.suffix != ".gz" else gzip.decompress(f.read_bytes())
+             for f in tmp_path.rglob("*") if f.is_file()]
+    assert len(files) >= 3 and not any(s.encode() in f for f in files for s in (key, password))
+    out, err = capsys.readouterr()
+    assert not any(s in out + err for s in (key, password))
+
 
 @needs_data
 def test_bench_calibrate_check_and_overhead_modes(tmp_path):
