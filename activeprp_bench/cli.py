@@ -30,22 +30,88 @@ from activeprp_cli.rerank import count
 from activeprp_core.errors import InputError, scrub
 
 
-def _sim_params(spec: str | None) -> dict[str, float]:
+def _sim_knobs(spec: str) -> dict[str, float]:
+    """``--sim-params``' type: the simulator knobs of a JSON object or of a calibration JSON file (its
+    ``params``), checked by building a ``SimulatedComparator`` with them."""
+    from activeprp_core.comparators.simulated import SimulatedComparator
+
+    try:
+        data = json.loads(Path(spec).read_text() if Path(spec).is_file() else spec)
+        knobs = dict(data.get("params", data))
+        SimulatedComparator({}, **knobs)
+    except (ValueError, TypeError, AttributeError) as err:
+        raise argparse.ArgumentTypeError(f"expected simulator knobs as a JSON object or file ({err})") from None
+    return knobs
+
+
+def _sim_params(args) -> dict[str, float]:
+    """``--sim-params``' knobs, or the committed calibration when it is not given."""
     from activeprp_core.comparators.simulated import CALIBRATED_PARAMS
 
-    if not spec:
-        return dict(CALIBRATED_PARAMS)
-    path = Path(spec)
-    data = json.loads(path.read_text()) if path.is_file() else json.loads(spec)
-    return dict(data.get("params", data))
+    return dict(CALIBRATED_PARAMS if args.sim_params is None else args.sim_params)
+
+
+def _existing_file(path: str) -> str:
+    """An argparse type: ``path`` unchanged when it names a file."""
+    if not Path(path).is_file():
+        raise argparse.ArgumentTypeError(f"no such file: {path!r}")
+    return path
+
+
+def _pair(spec: str) -> str:
+    """``--paired``' type: ``A:B``, two ranker names."""
+    if len(spec.split(":")) != 2 or not all(spec.split(":")):
+        raise argparse.ArgumentTypeError(f"expected A:B, two rankers, got {spec!r}")
+    return spec
+
+
+def _cell_pair(spec: str) -> str:
+    """``--compare``' type: ``A:B``, two cells ``ranker/oracle/budget/max_rounds`` (``report.parse_cell``)."""
+    from .report import parse_cell
+
+    try:
+        if len(spec.split(":")) != 2:
+            raise ValueError(f"expected A:B, two cells, got {spec!r}")
+        for cell in spec.split(":"):
+            parse_cell(cell)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return spec
+
+
+def _check_compare(specs: list[str], rankers, oracles, budgets, caps) -> None:
+    """Raises InputError for a ``--compare`` cell outside the grid's rankers, oracles, budgets and round caps
+    (budgets and caps as rows hold them: -1 = no cap), so that a misspelt cell stops the run before it starts."""
+    from .report import parse_cell
+
+    for spec in specs:
+        for cell in spec.split(":"):
+            ranker, oracle, budget, cap = parse_cell(cell)
+            if (ranker not in {*rankers, "best"} or (ranker != "best" and oracle not in oracles)
+                    or budget not in budgets or cap not in caps):
+                raise InputError(f"--compare {spec}: the grid has no cell {cell}")
 
 
 def _collections(args):
+    """The collections of ``--collections`` under ``--data``, cut to ``--queries`` and ``--depth``.
+
+    Raises:
+        InputError: no ``--data``, or a file a collection needs is not there.
+    """
     from .datasets import load_named
 
     if not args.data:
         raise InputError("--data DIR is required: the directory holding the collections (e.g. ../shared/data)")
-    return [load_named(n, args.data).subset(args.queries, args.depth) for n in args.collections]
+    try:
+        return [load_named(n, args.data).subset(args.queries, args.depth) for n in args.collections]
+    except FileNotFoundError as err:
+        raise InputError(f"--data {args.data}: no such file: {err.filename}") from None
+
+
+def _check_judge(args) -> None:
+    """Raises InputError for ``--comparator openai`` without ``--model``."""
+    if args.comparator == "openai" and not args.model:
+        raise InputError("--comparator openai needs --model NAME")
 
 
 def _judges(args) -> list[str]:
@@ -77,7 +143,7 @@ def _comparator_for(args, out: Path, judge: str | None = None):
 
         return comparator_for(judge, args.judge_seed)
     if args.comparator == "simulated":
-        params = _sim_params(args.sim_params)
+        params = _sim_params(args)
         return lambda c: simulator_factory(c, params, args.judge_seed)
     from .cached import CachedComparator, identity
 
@@ -136,13 +202,16 @@ def _report(rows, out: Path, seed: int, paper: bool, paired: list[str], top_k: i
 
 
 def _grid(args) -> int:
-    from .grid import SLIM_COLUMNS, read_csv, run_grid, write_csv
+    from .grid import SLIM_COLUMNS, _cap, read_csv, run_grid, write_csv
 
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     if args.from_csv:
         rows = [r for path in args.from_csv for r in read_csv(path)]
+        _check_compare(args.compare, {r.ranker for r in rows}, {r.oracle for r in rows}, {r.budget for r in rows},
+                       {r.max_rounds for r in rows})
+        out.mkdir(parents=True, exist_ok=True)
     else:
+        _check_judge(args)
         colls = _collections(args)
         budgets = args.budgets
         if args.scale_budgets:
@@ -150,6 +219,9 @@ def _grid(args) -> int:
             budgets = [None if b is None else max(1, round(b * n / 100)) for b in dict.fromkeys(budgets)]
         seeds = {"bidirectional": [0], "single": [0], "randomized": list(range(args.seeds))}
         judges = _judges(args)
+        _check_compare(args.compare, args.rankers, args.oracles, set(map(_cap, budgets)),
+                       set(map(_cap, args.max_rounds)))
+        out.mkdir(parents=True, exist_ok=True)
         if judges:  # the family grid: worker processes, rows cached per judge x ranker x oracle
             from .family import run_family_grid
 
@@ -210,17 +282,18 @@ def _baseline(args) -> str:
 def _calibrate(args) -> int:
     from .calibration import calibrate
 
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    colls = _collections(args)
     if args.check:
         from .calibration import Calibration, converged_quality, flip_rate
 
-        params, colls = _sim_params(args.sim_params), _collections(args)
+        params = _sim_params(args)
         conv = converged_quality(colls, params)
         cal, name = Calibration(params, flip_rate(colls, params), conv.pop("mean"), conv), "check"
     else:
-        cal, name = calibrate(_collections(args), pair_noise=args.pair_noise), f"pair_noise_{args.pair_noise}"
+        cal, name = calibrate(colls, pair_noise=args.pair_noise), f"pair_noise_{args.pair_noise}"
     text = json.dumps(vars(cal), indent=1)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
     (out / f"calibration_{name}.json").write_text(text + "\n")
     print(text)
     return 0
@@ -229,10 +302,12 @@ def _calibrate(args) -> int:
 def _flip(args) -> int:
     from .calibration import measured_flip_rate
 
+    _check_judge(args)
+    colls, judges = _collections(args), _judges(args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    for judge in _judges(args) or [""]:
-        rate, pairs = measured_flip_rate(_comparator_for(args, out, judge), _collections(args),
+    for judge in judges or [""]:
+        rate, pairs = measured_flip_rate(_comparator_for(args, out, judge), colls,
                                          args.pairs_per_query, random.Random(args.seed))
         name = judge or args.comparator + (args.mode if args.comparator == "bundled" else "")
         text = f"{name}: flip rate {100 * rate:.1f}% of {pairs} pairs (both slot orders asked)\n"
@@ -282,15 +357,16 @@ def _walltime(args) -> int:
     from .instrumented import SleepingComparator
     from .overhead import measured_wall_time
 
+    colls, judges = _collections(args), _judges(args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     lines = [f"Sleeping comparator: {args.latency} s per call, {args.in_flight} calls in flight (arerank); modelled "
              "= sum over rounds of ceil(calls / in_flight) x latency.", "",
              "| judge | collection | qid | N | K | ranker | oracle | runs as | budget | max_rounds | rounds | calls "
              "| measured s | modelled s |", "|---|---|---|---:|---:|---|---|---|---:|---:|---:|---:|---:|---:|"]
-    for judge_name, coll in product(_judges(args) or [""], _collections(args)):
+    for judge_name, coll in product(judges or [""], colls):
         judge_for = (_comparator_for(args, out, judge_name)(coll) if judge_name
-                     else simulator_factory(coll, _sim_params(args.sim_params), args.judge_seed))
+                     else simulator_factory(coll, _sim_params(args), args.judge_seed))
         for qid, ranker, oracle, budget, cap in product(coll.qids, args.rankers, args.oracles, args.budgets,
                                                         args.max_rounds):
             judge = SleepingComparator(judge_for(qid), args.latency, args.in_flight)
@@ -342,7 +418,10 @@ def _count(minimum: int | None = 1, none: bool = False):
 
 def add_parser(subparsers) -> None:
     """Register ``activeprp bench {grid,calibrate,overhead,flip,walltime,auto-table}``; each sets ``func``."""
-    from .grid import PAPER_BUDGETS, PAPER_RANKERS
+    from activeprp_core.settings import SPECS
+
+    from .datasets import COLLECTIONS
+    from .grid import PAPER_BUDGETS, PAPER_RANKERS, VARIANTS
 
     bench = subparsers.add_parser("bench", help="benchmark rankers x oracles x budgets on test collections",
                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -350,17 +429,20 @@ def add_parser(subparsers) -> None:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--data", help="the directory holding the collections, needed by every mode that reads one "
                         "(e.g. ../shared/data: trec-dl-2019/, trec-dl-2020/, beir-scifact/, noveleval/, cranfield/)")
-    common.add_argument("--collections", nargs="+", default=["dl19", "dl20"],
-                        help="dl19 dl20 scifact noveleval cranfield dl19-minilm dl20-minilm")
+    common.add_argument("--collections", nargs="+", default=["dl19", "dl20"], choices=COLLECTIONS, metavar="NAME",
+                        help=" ".join(COLLECTIONS))
     common.add_argument("--queries", type=_count(), help="first N judged queries per collection (default: all)")
     common.add_argument("--depth", type=_count(), help="rerank the top DEPTH candidates (default: all, 100)")
     common.add_argument("--out", default="benchmarks/results/latest", help="output directory")
-    common.add_argument("--rankers", nargs="+", default=list(PAPER_RANKERS))
-    common.add_argument("--oracles", nargs="+", default=["bidirectional", "randomized"])
+    rankers, oracles = sorted({*SPECS["ranker"].check.choices, *VARIANTS}), SPECS["oracle"].check.choices
+    common.add_argument("--rankers", nargs="+", default=list(PAPER_RANKERS), choices=rankers, metavar="NAME",
+                        help="the core's rankers and the bench's variants: " + " ".join(rankers))
+    common.add_argument("--oracles", nargs="+", default=["bidirectional", "randomized"], choices=oracles,
+                        metavar="NAME", help=" ".join(oracles))
     common.add_argument("--comparator", choices=["simulated", "bundled", "openai"], default="simulated")
     common.add_argument("--mode", default="query_likelihood", help="bundled model mode: query_likelihood or ab")
     common.add_argument("--batch-size", type=_count(), default=8, help="bundled model batch size")
-    common.add_argument("--sim-params", help="simulator knobs as JSON or a calibration JSON file "
+    common.add_argument("--sim-params", type=_sim_knobs, help="simulator knobs as JSON or a calibration JSON file "
                         "(default: the committed calibration)")
     common.add_argument("--model", help="model name for --comparator openai")
     common.add_argument("--base-url", help="endpoint for --comparator openai")
@@ -383,13 +465,15 @@ def add_parser(subparsers) -> None:
                             help="run the grid; write rows.csv.gz (rows.csv.xz with judges), tables.md and plots")
     grid.add_argument("--scale-budgets", action="store_true", help="multiply budgets by DEPTH/100")
     grid.add_argument("--seeds", type=_count(), default=8, help="seeds for the randomized oracle (default 8)")
-    grid.add_argument("--from-csv", nargs="+", help="re-make the tables and plots from rows.csv[.gz|.xz] files")
+    grid.add_argument("--from-csv", nargs="+", type=_existing_file,
+                      help="re-make the tables and plots from rows.csv[.gz|.xz] files")
     grid.add_argument("--no-paper", action="store_true", help="do not print the paper's values in the table")
     grid.add_argument("--bootstrap-seed", type=_count(None), default=0)
-    grid.add_argument("--paired", nargs="*", default=["mohajer_bubble:bubblesort", "mohajer_bubble:heapsort"],
-                      metavar="A:B", help="rankers to compare by paired bootstrap over queries")
+    grid.add_argument("--paired", nargs="*", type=_pair,
+                      default=["mohajer_bubble:bubblesort", "mohajer_bubble:heapsort"], metavar="A:B",
+                      help="rankers to compare by paired bootstrap over queries")
     grid.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
-    grid.add_argument("--compare", nargs="*", default=[], metavar="A:B",
+    grid.add_argument("--compare", nargs="*", type=_cell_pair, default=[], metavar="A:B",
                       help="cells compared by paired bootstrap, each ranker/oracle/budget/max_rounds (-1 = no cap; "
                            "ranker 'best' = the best non-auto row at that budget and cap)")
     grid.add_argument("--jobs", type=_count(), default=1,
@@ -423,7 +507,8 @@ def add_parser(subparsers) -> None:
     wall.add_argument("--in-flight", type=_count(), default=16, help="calls in flight at once (default 16)")
     wall.set_defaults(func=_walltime)
     auto = modes.add_parser("auto-table", help="build the table behind ranker/oracle 'auto' from grid rows")
-    auto.add_argument("--from-csv", nargs="+", required=True, help="rows.csv[.gz|.xz] files of bench grid runs")
+    auto.add_argument("--from-csv", nargs="+", required=True, type=_existing_file,
+                      help="rows.csv[.gz|.xz] files of bench grid runs")
     auto.add_argument("--out", default="activeprp_core/data/auto_table.json",
                       help="where to write the table (default: %(default)s, the shipped one: overwritten)")
     auto.add_argument("--tolerance", type=float, default=None,

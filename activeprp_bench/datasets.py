@@ -202,6 +202,10 @@ def load_cranfield(data_dir: str | Path, depth: int = 100) -> Collection:
     return bm25_top("cranfield", queries, docs, qrels, depth)
 
 
+COLLECTIONS = ("dl19", "dl20", "scifact", "noveleval", "cranfield", "dl19-minilm", "dl20-minilm")
+"""The names ``load_named`` loads."""
+
+
 def load_named(name: str, data_root: str | Path) -> Collection:
     """Load a collection by name (``dl19``, ``dl20``, ``scifact``, ``noveleval``, ``cranfield``; ``dl19-minilm`` and
     ``dl20-minilm``: the BM25 top-100 re-ordered by all-MiniLM-L6-v2's cosine of query and passage, a dense first
@@ -224,8 +228,8 @@ def load_named(name: str, data_root: str | Path) -> Collection:
         "noveleval": lambda: load_noveleval(root / "noveleval"),
         "cranfield": lambda: load_cranfield(root / "cranfield"),
     }
-    if name not in loaders:
-        raise ValueError(f"unknown collection {name!r}; choose one of {sorted(loaders)}")
+    if name not in COLLECTIONS:
+        raise ValueError(f"unknown collection {name!r}; choose one of {list(COLLECTIONS)}")
     return loaders[name]()
 
 

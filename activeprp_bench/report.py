@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
+from activeprp_core.budget import check_count
+
 from .grid import Row
 from .stats import bootstrap_ci, paired_bootstrap
 
@@ -191,6 +193,24 @@ def paired_table(s: Summary, a: str, b: str, rng: np.random.Generator, resamples
     return "\n".join(lines)
 
 
+def parse_cell(spec: str) -> Key:
+    """``(ranker, oracle, budget, max_rounds)`` of ``spec`` = ``ranker/oracle/budget/max_rounds``, a budget or cap
+    of -1, ``none`` or ``inf`` as -1 (no cap).
+
+    Raises:
+        ValueError: not four parts, or a budget or cap that is not an integer >= -1 or a word for no cap.
+    """
+    parts = spec.split("/")
+    if len(parts) != 4 or not all(parts):
+        raise ValueError(f"a cell is ranker/oracle/budget/max_rounds, got {spec!r}")
+    try:
+        budget, cap = (-1 if p.lower() in ("none", "inf", "-1") else check_count(int(p), "budget")
+                       for p in parts[2:])
+    except ValueError:
+        raise ValueError(f"a cell's budget and max_rounds are integers >= 0 or none, got {spec!r}") from None
+    return parts[0], parts[1], budget, cap
+
+
 def cell(s: Summary, spec: str) -> Key:
     """The cell named by ``spec`` = ``ranker/oracle/budget/max_rounds`` (-1 or ``none`` = no cap). ``best/*/B/R``
     names the cell of the highest mean nDCG among the rows at budget B and cap R other than ``auto``.
@@ -198,11 +218,7 @@ def cell(s: Summary, spec: str) -> Key:
     Raises:
         ValueError: a malformed spec, or no such cell in the grid.
     """
-    parts = spec.split("/")
-    if len(parts) != 4:
-        raise ValueError(f"a cell is ranker/oracle/budget/max_rounds, got {spec!r}")
-    ranker, oracle = parts[:2]
-    budget, cap = (-1 if p.lower() in ("none", "inf", "-1") else int(p) for p in parts[2:])
+    ranker, oracle, budget, cap = parse_cell(spec)
     if ranker == "best":
         rows = [k for k in s.keys if k[2:] == (budget, cap) and "auto" not in k[:2]]
         if not rows:

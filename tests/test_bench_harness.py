@@ -220,6 +220,45 @@ def test_bench_grid_writes_no_secret(tmp_path, capsys, monkeypatch):
     assert not any(s in out + err for s in (key, password))
 
 
+_GRID = ["bench", "grid", "--collections", "noveleval", "--queries", "2", "--depth", "5", "--rankers", "mohajer",
+         "--oracles", "bidirectional", "--budgets", "10", "--seeds", "1", "--no-progress"]
+
+
+@needs_data
+@pytest.mark.parametrize(("args", "says"), [
+    (["--rankers", "mohajr"], "argument --rankers: invalid choice: 'mohajr'"),
+    (["--oracles", "bidirectonal"], "argument --oracles: invalid choice: 'bidirectonal'"),
+    (["--collections", "novel"], "argument --collections: invalid choice: 'novel'"),
+    (["--data", "/nonexistent"], "--data /nonexistent: no such file: /nonexistent/noveleval/data.json"),
+    (["--sim-params", "{bad"], "argument --sim-params: expected simulator knobs as a JSON object or file"),
+    (["--sim-params", '{"noise": 1}'], "argument --sim-params: expected simulator knobs"),
+    (["--comparator", "openai"], "--comparator openai needs --model NAME"),
+    (["--from-csv", "/nonexistent.csv.gz"], "argument --from-csv: no such file: '/nonexistent.csv.gz'"),
+    (["--paired", "mohajer"], "argument --paired: expected A:B, two rankers, got 'mohajer'"),
+    (["--compare", "foo:bar"], "argument --compare: a cell is ranker/oracle/budget/max_rounds, got 'foo'"),
+    (["--compare", "mohajer/bidirectional/ten/-1:mohajer/bidirectional/10/-1"], "budget and max_rounds are integers"),
+    (["--compare", "mohajer/bidirectional/20/-1:mohajer/bidirectional/10/-1"],
+     ": the grid has no cell mohajer/bidirectional/20/-1"),
+])
+def test_bench_bad_input_is_one_line_and_exit_2_before_any_work(tmp_path, capsys, args, says):
+    """A caller's mistake ends in ``activeprp ...: error: ...`` and exit status 2, no traceback, checked before the
+    grid runs: OUT is not even created."""
+    out = tmp_path / "out"
+    try:
+        code = main([*_GRID, "--data", str(DATA), *args, "--out", str(out)])
+    except SystemExit as exit_:  # argparse's own error
+        code = exit_.code
+    err = capsys.readouterr().err
+    assert code == 2 and says in err.splitlines()[-1] and "error: " in err.splitlines()[-1]
+    assert "Traceback" not in err and not out.exists()
+
+
+def test_bench_auto_table_refuses_a_missing_rows_file(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["bench", "auto-table", "--from-csv", "/nonexistent.csv.gz", "--out", "/nonexistent/auto.json"])
+    assert exit_.value.code == 2 and "argument --from-csv: no such file" in capsys.readouterr().err
+
+
 @needs_data
 def test_bench_calibrate_check_and_overhead_modes(tmp_path):
     assert main(["bench", "calibrate", "--check", "--data", str(DATA), "--collections", "noveleval",
