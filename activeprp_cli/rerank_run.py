@@ -217,15 +217,18 @@ def build_comparator(args: argparse.Namespace, requests: Sequence[Request],
 
 def ndcg_line(qrels: Mapping[str, Mapping[str, int]], before: Mapping[str, Iterable[str]],
               after: Mapping[str, Iterable[str]], input_label: str = "input") -> str:
-    """``nDCG@10 (ir-measures, N judged queries): input X -> reranked Y``: means over the queries of ``after``
-    that have judgments; ``before``/``after`` are ``{qid: docids best first}``."""
+    """``nDCG@10 (ir-measures, N judged queries): input X -> reranked Y``: both means over the same queries, those
+    of ``after`` that have judgments; ``before``/``after`` are ``{qid: docids best first}``. Queries of ``before``
+    missing from ``after`` (failed ones) are left out of both, and the line says how many."""
     from .metrics import ndcg_at_k, ranking_to_run
 
     means = []
-    for ranked in (before, after):
+    for ranked in ({q: before[q] for q in after}, after):
         per_query = ndcg_at_k(qrels, {q: ranking_to_run(list(d)) for q, d in ranked.items()}, 10)
         means.append(sum(per_query.values()) / len(per_query) if per_query else float("nan"))
-    return (f"nDCG@10 (ir-measures, {len(per_query)} judged queries): {input_label} {means[0]:.4f} -> "
+    left_out = len(set(before) - set(after))
+    return (f"nDCG@10 (ir-measures, {len(per_query)} judged queries"
+            f"{f'; {left_out} failed left out of both' if left_out else ''}): {input_label} {means[0]:.4f} -> "
             f"reranked {means[1]:.4f}")
 
 

@@ -277,6 +277,9 @@ def test_a_failing_query_is_reported_the_others_written_and_exit_1(three_queries
     assert captured.err.endswith(f"activeprp: error: 1 of 3 queries failed (q2); {out} holds the other 2\n")
     assert sorted({line.split()[0] for line in out.read_text().splitlines()}) == ["q1", "q3"]
     assert "wrote 4 lines (2 queries)" in captured.out
+    # both figures over q1 alone (q2, judged, failed; q3 has no judgments): not the input's mean over q1 and q2
+    assert "nDCG@10 (ir-measures, 1 judged queries; 1 failed left out of both): input 0.6309 -> reranked 1.0000\n" \
+        in captured.out
 
 
 def test_with_on_failure_prior_a_failing_query_is_written_in_input_order(three_queries, tmp_path, capsys,
@@ -289,6 +292,7 @@ def test_with_on_failure_prior_a_failing_query_is_written_in_input_order(three_q
     assert [line.split()[2] for line in out.read_text().splitlines() if line.startswith("q2 ")] == ["d3", "d4"]
     assert "wrote 6 lines (3 queries)" in captured.out and "1 failed queries were written in their input order" in \
         captured.out
+    assert "nDCG@10 (ir-measures, 2 judged queries): input 0.8155 -> reranked 1.0000\n" in captured.out
 
 
 def test_a_dead_endpoint_stops_with_exit_1_and_no_output(three_queries, tmp_path, capsys, monkeypatch):
