@@ -8,12 +8,15 @@ so the core never imports them (``activeprp serve`` from ``activeprp_integration
 plugin is imported for a core command (``activeprp rerank ...`` loads no other package). Errors end in one line
 on stderr, never a traceback: ``activeprp: error: <reason>`` with exit code 2 for bad input (argparse's own
 convention, ``InputError``) and 1 for a failure while running (an ``ActivePRPError``, e.g. a dead endpoint).
+When the reader of stdout goes away (``activeprp ... | head``), the command ends quietly with exit code 141
+(128 + SIGPIPE, what a shell shows for a command a closed pipe stopped).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import re
 import sys
 from importlib.metadata import PackageNotFoundError, entry_points, version
@@ -71,14 +74,29 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+CLOSED_STDOUT = 141
+"""The exit status when stdout's reader went away: 128 + SIGPIPE, as for a command the signal stopped."""
+
+
+def _stdout_closed() -> int:
+    # Python's "Note on SIGPIPE": point stdout at devnull, so that the flush at exit cannot fail again
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return CLOSED_STDOUT
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run one ``activeprp`` command; returns the exit status (0 ok, 1 runtime failure, 2 bad input)."""
+    """Run one ``activeprp`` command; returns the exit status (0 ok, 1 runtime failure, 2 bad input,
+    ``CLOSED_STDOUT`` when stdout's reader went away)."""
     from activeprp_core.errors import ActivePRPError
 
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser(argv[0] if argv else None).parse_args(argv)
     try:
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()  # output still buffered fails here, not at exit
+        return code
+    except BrokenPipeError:
+        return _stdout_closed()
     except InputError as err:
         return fail(str(err), 2)
     except ActivePRPError as err:
