@@ -90,12 +90,24 @@ def rerank_requests(requests: Sequence[Request], comparator: Any, args: argparse
     yield from map(Outcome.of, asyncio.run(collect()))
 
 
+LOCAL_RAY = "local"
+"""``--ray``'s value for a Ray started for this command on this machine."""
+
+
+def ray_address(text: str) -> str:
+    """``--ray``'s type: ``LOCAL_RAY`` for ``none`` or ``local`` (any case), else ``text``, a cluster's address.
+    argparse turns its error (an empty address) into a usage error (exit 2)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, ray://HOST:PORT, none or local, got {text!r}")
+    return LOCAL_RAY if text.lower() in ("none", "local") else text
+
+
 def ray_outcomes(requests: Sequence[Request], factory: Callable[[], Any], args: argparse.Namespace
                  ) -> Iterator[Outcome]:
     """One ``Outcome`` per request, in input order, from the Ray integration (``rerank_records`` of
     ``activeprp_integrations.ray``, found through the ``activeprp.runners`` entry point ``ray``) on the Ray cluster
-    at ``--ray ADDRESS`` (``local``: a Ray started for this command on this machine and stopped after it; a Ray
-    already running in this process is used as it is).
+    at ``--ray ADDRESS`` (``LOCAL_RAY``: a Ray started for this command on this machine and stopped after it; a
+    Ray already running in this process is used as it is).
 
     Raises:
         InputError: the integration or Ray is not installed (names ``activeprp[ray]``).
@@ -113,7 +125,7 @@ def ray_outcomes(requests: Sequence[Request], factory: Callable[[], Any], args: 
     records = [{"qid": qid, "query": query, "candidates": [{"id": c.id, "text": c.text} for c in candidates]}
                for qid, query, candidates in requests]
     try:
-        rows = rerank_records(records, factory, address=None if args.ray == "local" else args.ray,
+        rows = rerank_records(records, factory, address=None if args.ray == LOCAL_RAY else args.ray,
                               columns=["qid", *Outcome._fields], progress=not args.no_progress,
                               num_actors=args.ray_actors, num_gpus=args.ray_gpus, max_active=args.max_active,
                               use_async=args.comparator == "openai", settings=settings_from_args(args))
@@ -166,9 +178,10 @@ def add_parser(subparsers: Any) -> None:
                    help="queries in progress at once: their rounds are merged into shared batches (default "
                         "%(default)s); bounds memory")
     ray = p.add_argument_group("Ray Data (pip install \"activeprp[ray]\")")
-    ray.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
+    ray.add_argument("--ray", nargs="?", const=LOCAL_RAY, type=ray_address, default=None, metavar="ADDRESS",
                      help="rerank on a Ray cluster: ADDRESS of an existing one (HOST:PORT or ray://HOST:10001; its "
-                          "token in RAY_AUTH_TOKEN or ~/.ray/auth_token), none = a local Ray for this command")
+                          "token in RAY_AUTH_TOKEN or ~/.ray/auth_token); no ADDRESS, none or local = a local Ray for "
+                          "this command")
     ray.add_argument("--ray-actors", type=count(minimum=1), default=2, metavar="N",
                      help="actors in the pool, each with its own comparator (default %(default)s)")
     ray.add_argument("--ray-gpus", type=seconds(allow_none=False, unit="GPUs"), default=None, metavar="G",

@@ -217,6 +217,35 @@ def test_ray_without_the_ray_integration_is_a_one_line_error(files, tmp_path, ca
     assert seen == [{"group": "activeprp.runners", "name": "ray"}] and not (tmp_path / "out.run").exists()
 
 
+@pytest.mark.parametrize(("given", "address"), [([], None), (["none"], None), (["NONE"], None), (["local"], None),
+                                               (["10.0.0.1:6379"], "10.0.0.1:6379"),
+                                               (["ray://head:10001"], "ray://head:10001")])
+def test_ray_none_or_no_address_starts_a_local_ray(files, tmp_path, capsys, monkeypatch, given, address):
+    """``--ray``, ``--ray none`` (as the help says) and ``--ray local`` ask the Ray runner for a local Ray (address
+    None); any other word is the cluster's address. A stand-in runner records the address: no Ray starts."""
+    pytest.importorskip("ir_measures", reason='pip install "activeprp[eval]"')  # --qrels
+    seen = []
+
+    def runner(records, factory, *, address, **kw):
+        seen.append(address)
+        return [{"qid": r["qid"], "order": list(range(len(r["candidates"]))), "calls": 0, "error": None,
+                 "failure": None} for r in records]
+
+    class EntryPoint:
+        def load(self):
+            return runner
+
+    monkeypatch.setattr(cli, "entry_points", lambda **select: [EntryPoint()])
+    assert main(cli_args(files, tmp_path / "out.run", "--ray", *given)) == 0
+    assert seen == [address] and (tmp_path / "out.run").is_file()
+
+
+def test_ray_with_an_empty_address_is_a_usage_error(files, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(cli_args(files, tmp_path / "out.run", "--ray", ""))
+    assert exit_.value.code == 2 and "argument --ray: expected HOST:PORT" in capsys.readouterr().err
+
+
 # ---- many queries at once: rerank_many / arerank_many behind the command --------------------------------------
 
 @needs_data
