@@ -9,7 +9,8 @@ plugin is imported for a core command (``activeprp rerank ...`` loads no other p
 on stderr, never a traceback: ``activeprp: error: <reason>`` with exit code 2 for bad input (argparse's own
 convention, ``InputError``) and 1 for a failure while running (an ``ActivePRPError``, e.g. a dead endpoint).
 When the reader of stdout goes away (``activeprp ... | head``), the command ends quietly with exit code 141
-(128 + SIGPIPE, what a shell shows for a command a closed pipe stopped).
+(128 + SIGPIPE, what a shell shows for a command a closed pipe stopped); Ctrl-C ends it with
+``activeprp: error: interrupted`` and exit code 130 (128 + SIGINT).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import argparse
 import importlib
 import os
 import re
+import signal
 import sys
 from importlib.metadata import PackageNotFoundError, entry_points, version
 
@@ -85,7 +87,7 @@ def _stdout_closed() -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one ``activeprp`` command; returns the exit status (0 ok, 1 runtime failure, 2 bad input,
+    """Run one ``activeprp`` command; returns the exit status (0 ok, 1 runtime failure, 2 bad input, 130 Ctrl-C,
     ``CLOSED_STDOUT`` when stdout's reader went away)."""
     from activeprp_core.errors import ActivePRPError
 
@@ -97,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
         return code
     except BrokenPipeError:
         return _stdout_closed()
+    except KeyboardInterrupt:
+        return fail("interrupted", 128 + signal.SIGINT)
     except InputError as err:
         return fail(str(err), 2)
     except ActivePRPError as err:

@@ -21,10 +21,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import functools
 import importlib.util
 import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from importlib.metadata import entry_points
@@ -327,6 +330,25 @@ def report(args: argparse.Namespace, requests: Sequence[Request], qrels: Mapping
     return 0
 
 
+@contextlib.contextmanager
+def sigterm_exits() -> Iterator[None]:
+    """Within the block, SIGTERM raises ``SystemExit(143)`` (128 + SIGTERM), so that cleanups run as for Ctrl-C
+    (``write_run`` removes OUT's temporary file); outside the main thread, nothing changes (no handler can be
+    set there)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def exit_(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    before = signal.signal(signal.SIGTERM, exit_)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
 def main(args: argparse.Namespace) -> int:
     """Handler of ``activeprp rerank-run``: check every input, rerank all queries (``rerank_many`` or Ray), write
     OUT, print counts (and nDCG@10 with ``--qrels``); report failed queries (see the module docstring)."""
@@ -334,7 +356,8 @@ def main(args: argparse.Namespace) -> int:
     comparator, started, outcomes = start(args, requests, qrels)
     written = Written()
     try:
-        lines = write_run(args.out, written.ranked_lists(requests, outcomes, args.on_failure), tag=args.tag)
+        with sigterm_exits():
+            lines = write_run(args.out, written.ranked_lists(requests, outcomes, args.on_failure), tag=args.tag)
     finally:
         if comparator is not None:  # comparators holding a client or a file
             comparator.close()

@@ -324,6 +324,47 @@ def test_with_on_failure_prior_a_failing_query_is_written_in_input_order(three_q
     assert "nDCG@10 (ir-measures, 2 judged queries): input 0.8155 -> reranked 1.0000\n" in captured.out
 
 
+class Interrupting:
+    """A judge whose first call is interrupted by Ctrl-C."""
+
+    def compare(self, query, pairs):
+        raise KeyboardInterrupt
+
+
+def test_ctrl_c_is_one_line_exit_130_and_no_output(three_queries, tmp_path, capsys, monkeypatch):
+    use(monkeypatch, Interrupting())
+    out = tmp_path / "out.run"
+    assert main(cli_args(three_queries, out)) == 130
+    assert capsys.readouterr().err == "activeprp: error: interrupted\n"
+    assert not out.exists() and not list(tmp_path.glob(".out.run.*"))
+
+
+def test_sigterm_leaves_no_temporary_file(three_queries, tmp_path):
+    """SIGTERM (a timeout, a batch scheduler) while OUT's temporary file is open: it is removed, as for Ctrl-C,
+    and the exit status is 143 (128 + SIGTERM)."""
+    import subprocess
+    import sys
+
+    script = """if True:
+        import os, signal, sys
+        from activeprp_cli import main
+        from activeprp_cli import rerank_run as cli
+
+        class Terminated:
+            def compare(self, query, pairs):
+                os.kill(os.getpid(), signal.SIGTERM)
+                return [0.5] * len(pairs)
+
+        cli.comparator_factory = lambda *a: Terminated
+        sys.exit(main(sys.argv[1:]))
+    """
+    out = tmp_path / "out.run"
+    proc = subprocess.run([sys.executable, "-c", script, *cli_args(three_queries, out)], capture_output=True,
+                          text=True, timeout=120, cwd=Path(__file__).resolve().parents[1])
+    assert proc.returncode == 143 and "Traceback" not in proc.stderr
+    assert not out.exists() and not list(tmp_path.glob(".out.run.*"))
+
+
 def test_a_dead_endpoint_stops_with_exit_1_and_no_output(three_queries, tmp_path, capsys, monkeypatch):
     from activeprp_core import ComparatorAuthError
 
