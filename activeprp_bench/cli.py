@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from activeprp_cli.rerank import count
+from activeprp_cli.rerank import count, seconds
 from activeprp_core.errors import InputError, scrub
 
 
@@ -487,7 +487,8 @@ def add_parser(subparsers) -> None:
                       "judge on other collections is another member of the family in the regret reports")
     grid.set_defaults(func=_grid)
     cal = modes.add_parser("calibrate", parents=[common], help="fit the simulator to the paper's judge")
-    cal.add_argument("--pair-noise", type=float, default=0.5)
+    cal.add_argument("--pair-noise", type=seconds(allow_none=False, unit="noise"), default=0.5,
+                     help="the simulator's noise per ordered prompt, >= 0 (default %(default)s)")
     cal.add_argument("--check", action="store_true", help="no fit: measure flip rate and converged quality of "
                      "--sim-params (default: the committed calibration)")
     cal.set_defaults(func=_calibrate)
@@ -503,7 +504,7 @@ def add_parser(subparsers) -> None:
     flip.set_defaults(func=_flip)
     wall = modes.add_parser("walltime", parents=[common, cells],
                             help="wall time per query against a sleeping comparator")
-    wall.add_argument("--latency", type=float, default=0.5, help="seconds per call (default 0.5)")
+    wall.add_argument("--latency", type=seconds(allow_none=False), default=0.5, help="seconds per call (default 0.5)")
     wall.add_argument("--in-flight", type=_count(), default=16, help="calls in flight at once (default 16)")
     wall.set_defaults(func=_walltime)
     auto = modes.add_parser("auto-table", help="build the table behind ranker/oracle 'auto' from grid rows")
@@ -511,7 +512,7 @@ def add_parser(subparsers) -> None:
                       help="rows.csv[.gz|.xz] files of bench grid runs")
     auto.add_argument("--out", default="activeprp_core/data/auto_table.json",
                       help="where to write the table (default: %(default)s, the shipped one: overwritten)")
-    auto.add_argument("--tolerance", type=float, default=None,
+    auto.add_argument("--tolerance", type=seconds(allow_none=False, unit="nDCG points"), default=None,
                       help="family grids (rows with a judge): nDCG points within which rows count as equally good "
                       "and the previous budget's choice is kept (default autotable.TOLERANCE)")
     # autotable.RULES, spelled out: building the parser must not import numpy (tests/test_repo_import_hygiene.py)

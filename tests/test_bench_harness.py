@@ -259,6 +259,16 @@ def test_bench_auto_table_refuses_a_missing_rows_file(capsys):
     assert exit_.value.code == 2 and "argument --from-csv: no such file" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("mode", "flag"), [("walltime", "--latency"), ("calibrate", "--pair-noise"),
+                                           ("auto-table", "--tolerance")])
+@pytest.mark.parametrize("value", ["-1", "nan"])
+def test_bench_float_options_refuse_negative_and_nan(capsys, mode, flag, value):
+    """``walltime --latency -1`` modelled negative seconds and ``calibrate --pair-noise nan`` wrote NaN (not JSON)."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["bench", mode, flag, value])
+    assert exit_.value.code == 2 and f"argument {flag}: expected a finite number" in capsys.readouterr().err
+
+
 @needs_data
 def test_bench_calibrate_check_and_overhead_modes(tmp_path):
     assert main(["bench", "calibrate", "--check", "--data", str(DATA), "--collections", "noveleval",
