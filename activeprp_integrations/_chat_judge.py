@@ -158,7 +158,8 @@ class FrameworkJudge(SwappablePrompts, RemoteComparator):
         self.reasoning = self.reasoning_model(llm)
         if self.reasoning:
             wanted = {k: v for k, v in wanted.items() if k not in REASONING_KEEPS}
-        merged = {k: v for k, v in wanted.items() if k in fields} | self.provider_settings(llm) | dict(settings or {})
+        merged = {k: v for k, v in wanted.items() if k in fields} | dict(settings or {})
+        merged = self.provider_settings(llm, merged)
         self.settings = {k: v for k, v in merged.items() if v is not None}
         self.judge_llm = self.judge_copy(llm, self.settings) if self.settings else llm
         self.timeout_keyword = self.request_timeout_keyword(llm)
@@ -170,9 +171,10 @@ class FrameworkJudge(SwappablePrompts, RemoteComparator):
         Default: False."""
         return False
 
-    def provider_settings(self, llm: Any) -> dict[str, Any]:
-        """Settings of the judge's copy specific to a model class (over ``JUDGE_SETTINGS``). Default: none."""
-        return {}
+    def provider_settings(self, llm: Any, settings: dict[str, Any]) -> dict[str, Any]:
+        """The judge's settings (``JUDGE_SETTINGS`` with the caller's ``settings`` over them; a value None keeps the
+        model's own) as a model class should get them. Default: unchanged."""
+        return settings
 
     def request_timeout_keyword(self, llm: Any) -> str | None:
         """The keyword of the model's chat call that takes a per-request timeout in seconds, under a
@@ -244,9 +246,12 @@ class FrameworkJudge(SwappablePrompts, RemoteComparator):
 
     def estimate_tokens(self, query: str, pairs: Sequence[tuple[Candidate, Candidate]]) -> list[int]:
         """An upper bound on prompt + completion tokens per ordered pair (``prompts.chat_token_bound``), with the
-        judge model's completion cap as completion (``UNCAPPED_COMPLETION_TOKENS`` when it has none: then, as for
-        a reasoning model left uncapped, reported tokens can pass ``token_budget``)."""
-        caps = (getattr(self.judge_llm, k, None) for k in TOKEN_CAPS)
+        judge model's completion cap (a field of ``TOKEN_CAPS``, or ``max_tokens`` in its ``extra_body``) as
+        completion (``UNCAPPED_COMPLETION_TOKENS`` when it has none: then, as for a reasoning model left uncapped,
+        reported tokens can pass ``token_budget``)."""
+        extra_body = getattr(self.judge_llm, "extra_body", None)
+        caps = [getattr(self.judge_llm, k, None) for k in TOKEN_CAPS]
+        caps.append(extra_body.get("max_tokens") if isinstance(extra_body, Mapping) else None)
         cap = next((c for c in caps if isinstance(c, int) and not isinstance(c, bool)), UNCAPPED_COMPLETION_TOKENS)
         return [chat_token_bound(self.messages(query, a.text, b.text), cap) for a, b in pairs]
 

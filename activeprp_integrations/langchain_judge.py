@@ -39,12 +39,12 @@ class ChatModelComparator(FrameworkJudge):
     The model object is never changed: the judge calls ``model_copy(update=...)`` of it with
     ``_chat_judge.JUDGE_SETTINGS`` (greedy, one answer token, ``max_retries=0``) where the model declares those
     fields; ChatOpenAI's prebuilt openai clients are swapped, in the copy, for ``with_options(max_retries=0)``
-    copies sharing their connection pool, and with a ``base_url`` it also sends ``max_tokens=1`` in
-    ``extra_body`` (``provider_settings``); a reasoning model (its profile's ``reasoning_output``) keeps its own
-    ``_chat_judge.REASONING_KEEPS``. Each event loop gets its own connection pool (``loop_copy``). The
-    judge retries itself (``max_attempts``), so every attempt is counted in ``Judgment.retries``; a model with
-    retries of its own that the judge cannot see (a ``with_retry`` wrapper, a client passed in) makes one judge
-    call cost several requests. Its callbacks still see every call.
+    copies sharing their connection pool, and with a ``base_url`` it sends ``max_tokens=1`` in ``extra_body``
+    instead of ``max_completion_tokens=1`` (``provider_settings``); a reasoning model (its profile's
+    ``reasoning_output``) keeps its own ``_chat_judge.REASONING_KEEPS``. Each event loop gets its own connection
+    pool (``loop_copy``). The judge retries itself (``max_attempts``), so every attempt is counted in
+    ``Judgment.retries``; a model with retries of its own that the judge cannot see (a ``with_retry`` wrapper, a
+    client passed in) makes one judge call cost several requests. Its callbacks still see every call.
 
     Failures follow ``OpenAIChatComparator``'s contract (``FrameworkJudge.classify``): 401/403 raise
     ``ComparatorAuthError`` at once and stop the rerank, timeouts/429/5xx are retried then fail the call, the
@@ -66,13 +66,18 @@ class ChatModelComparator(FrameworkJudge):
         profile = getattr(llm, "profile", None)
         return isinstance(profile, Mapping) and profile.get("reasoning_output") is True
 
-    def provider_settings(self, llm: BaseChatModel) -> dict[str, Any]:
+    def provider_settings(self, llm: BaseChatModel, settings: dict[str, Any]) -> dict[str, Any]:
         """ChatOpenAI sends its ``max_tokens`` as ``max_completion_tokens``, which some OpenAI-compatible servers
-        ignore (llama-cpp-python's generates a whole sentence, whose text then may not parse): with a ``base_url``
-        (not OpenAI itself) the copy also sends ``max_tokens=1`` in ``extra_body``, except to a reasoning model."""
-        if not self.reasoning and "extra_body" in type(llm).model_fields and getattr(llm, "openai_api_base", None):
-            return {"extra_body": {**(getattr(llm, "extra_body", None) or {}), "max_tokens": 1}}
-        return {}
+        ignore (llama-cpp-python's generates a whole sentence, whose text then may not parse), and OpenAI answers
+        400 to both at once: with a ``base_url`` (maybe a proxy in front of OpenAI) the cap goes as ``max_tokens``
+        alone, in ``extra_body`` (``judge_copy`` clears the copy's own), except to a reasoning model or when the
+        caller's ``settings`` name ``extra_body``."""
+        cap = settings.get("max_tokens")
+        if (cap is None or "extra_body" in settings or self.reasoning or "extra_body" not in type(llm).model_fields
+                or not getattr(llm, "openai_api_base", None)):
+            return settings
+        return {**settings, "max_tokens": None,
+                "extra_body": {**(getattr(llm, "extra_body", None) or {}), "max_tokens": cap}}
 
     def request_timeout_keyword(self, llm: BaseChatModel) -> str | None:
         """ChatOpenAI (and the models built on its openai client, ``root_client``) passes a ``timeout`` keyword of
@@ -81,6 +86,8 @@ class ChatModelComparator(FrameworkJudge):
 
     def judge_copy(self, llm: BaseChatModel, settings: dict[str, Any]) -> BaseChatModel:
         update = dict(settings)
+        if "max_tokens" in (settings.get("extra_body") or {}):
+            update["max_tokens"] = None  # one cap: ChatOpenAI would also send its own as max_completion_tokens
         if settings.get("max_retries") == 0:
             for root, leaf in _SDK_CLIENTS:
                 client = getattr(llm, root, None)

@@ -497,10 +497,37 @@ def test_a_reasoning_model_as_the_judge_keeps_its_own_temperature_cap_and_logpro
     assert got_lc[0].id == "d0" and got_li[0].node.node_id == "d0"
     assert result.failed_calls == 0 and result.calls == 20 and len(bodies) == 60  # every call answered
     assert ChatModelComparator(chat).reasoning and not plain.reasoning  # gpt-4o-mini: temperature 0, cap 1
-    assert plain.settings["temperature"] == 0 and plain.settings["max_tokens"] == 1
+    assert plain.settings["temperature"] == 0 and plain.settings["extra_body"] == {"max_tokens": 1}
     reasoning = ChatModelComparator(chat, settings={"reasoning_effort": "minimal"})
     assert reasoning.settings == {"streaming": False, "max_retries": 0, "reasoning_effort": "minimal"}
     assert chat.temperature is None and chat.max_tokens is None and chat.reasoning_effort is None  # unchanged
     capped = ChatModelComparator(langchain_openai.ChatOpenAI(model="gpt-5-mini", api_key="k", max_tokens=2048))
     assert capped.reasoning and capped.judge_llm.max_tokens == 2048  # the user's cap, kept and priced
     assert capped.estimate_tokens("q", [pair()]) == [reasoning.estimate_tokens("q", [pair()])[0] - 16 + 2048]
+
+
+def test_chat_openai_with_a_base_url_sends_one_token_cap():
+    """ChatOpenAI sends its ``max_tokens`` as ``max_completion_tokens``, which llama-cpp-python's server ignores, so
+    with a ``base_url`` the judge caps with ``max_tokens``, and only with it: the URL may be a proxy in front of
+    OpenAI, which answers 400 to both at once (as this endpoint does), even when the model has a cap of its own."""
+    langchain_openai = pytest.importorskip("langchain_openai")
+    caps: list[dict] = []
+
+    def openai_rules(r):
+        caps.append({k: r.body[k] for k in ("max_tokens", "max_completion_tokens") if k in r.body})
+        if "max_tokens" in r.body and "max_completion_tokens" in r.body:
+            return Reply(status=400, body=error_body("Setting 'max_tokens' and 'max_completion_tokens' at the same "
+                                                     "time is not supported."))
+        return Reply(body=completion(label(r.text), tops(label(r.text))))
+
+    with FaultServer(openai_rules, max_requests=20) as server:
+        plain = langchain_openai.ChatOpenAI(model="gpt-4.1-mini", base_url=server.url, api_key="k")
+        capped = langchain_openai.ChatOpenAI(model="gpt-4.1-mini", base_url=server.url, api_key="k", max_tokens=256)
+        judges = [ChatModelComparator(plain), ChatModelComparator(capped),
+                  ChatModelComparator(plain, settings={"extra_body": None})]  # the caller's extra_body: max_tokens
+        probs = [j.prob for judge in judges for j in judge.judge("q", [pair()])]
+    assert probs == [pytest.approx(P_A)] * 3
+    assert caps == [{"max_tokens": 1}, {"max_tokens": 1}, {"max_completion_tokens": 1}]
+    assert capped.max_tokens == 256 and capped.extra_body is None  # the user's model, unchanged
+    api = OpenAIChatComparator("m", base_url="http://127.0.0.1:9/v1", api_key="k")
+    assert [judge.estimate_tokens("q", [pair()]) for judge in judges] == [api.estimate_tokens("q", [pair()])] * 3
