@@ -39,6 +39,9 @@ REASONING_KEEPS = ("temperature", *TOKEN_CAPS, "logprobs", "top_logprobs")
 model takes only its default temperature (OpenAI's gpt-5 and o-series answer 400 to ``temperature=0``), its
 reasoning tokens count against the completion cap (a cap of 1 leaves no room for the answer), and it returns no
 logprobs."""
+RESPONSES_MIN_OUTPUT_TOKENS = 16
+"""The smallest ``max_output_tokens`` OpenAI's Responses API accepts (it answers 400 below): the judge's cap on a
+model that calls that API (``FrameworkJudge.responses_api``)."""
 UNCAPPED_COMPLETION_TOKENS = 16
 """Completion tokens assumed by ``estimate_tokens`` for a model whose answer length the judge cannot cap."""
 
@@ -107,15 +110,16 @@ class FrameworkJudge(SwappablePrompts, RemoteComparator):
 
     Subclasses name the model's class and its calls (``model_type``, ``call``/``acall``), implement
     ``framework_messages`` (chat messages in the framework's type) and ``parse``, and may override
-    ``reasoning_model``, ``provider_settings``, ``judge_copy`` and ``loop_copy`` / ``aclose_loop_copy``
-    (a copy of the model per event loop, for SDK clients bound to one loop).
+    ``reasoning_model``, ``responses_api``, ``provider_settings``, ``judge_copy`` and ``loop_copy`` /
+    ``aclose_loop_copy`` (a copy of the model per event loop, for SDK clients bound to one loop).
 
     Args:
         llm: the framework's model; never changed (the judge calls ``judge_copy(llm)``).
         prompt, system_prompt: the PRP template (``{query}``, ``{first}``, ``{second}``) and an optional system
             message; ``with_prompts(...)`` gives a copy with others.
         logprobs, top_logprobs: ask for the top ``top_logprobs`` alternatives of the answer token, on models that
-            declare a ``logprobs`` field (ChatOpenAI, LlamaIndex's OpenAI / OpenAILike).
+            declare a ``logprobs`` field (ChatOpenAI, LlamaIndex's OpenAI / OpenAILike), except on OpenAI's
+            Responses API (``responses_api``), which has none.
         settings: fields of the judge's copy over ``JUDGE_SETTINGS`` (less ``REASONING_KEEPS`` on a reasoning
             model); a value None keeps the model's own (e.g. ``{"temperature": None}``). Every key must be a field
             of the model.
@@ -155,6 +159,10 @@ class FrameworkJudge(SwappablePrompts, RemoteComparator):
             raise ValueError(f"settings {unknown} are not fields of {type(llm).__name__}; its fields are "
                              f"{sorted(fields)[:40]}")
         wanted = dict(JUDGE_SETTINGS, **({"logprobs": True, "top_logprobs": top_logprobs} if logprobs else {}))
+        self.responses = self.responses_api(llm)
+        if self.responses:
+            wanted = {k: RESPONSES_MIN_OUTPUT_TOKENS if k in TOKEN_CAPS else v for k, v in wanted.items()
+                      if k not in ("logprobs", "top_logprobs")}
         self.reasoning = self.reasoning_model(llm)
         if self.reasoning:
             wanted = {k: v for k, v in wanted.items() if k not in REASONING_KEEPS}
@@ -169,6 +177,12 @@ class FrameworkJudge(SwappablePrompts, RemoteComparator):
         """Whether the framework itself knows ``llm`` for a reasoning model (LangChain's model profile, LlamaIndex
         OpenAI's list of reasoning models); the judge's copy then keeps the model's own ``REASONING_KEEPS``.
         Default: False."""
+        return False
+
+    def responses_api(self, llm: Any) -> bool:
+        """Whether ``llm`` calls OpenAI's Responses API, which has no ``logprobs`` parameter and caps an answer at
+        ``RESPONSES_MIN_OUTPUT_TOKENS`` or more: the judge's copy then asks for no logprobs, has that cap, and the
+        answer's text is parsed. Default: False."""
         return False
 
     def provider_settings(self, llm: Any, settings: dict[str, Any]) -> dict[str, Any]:

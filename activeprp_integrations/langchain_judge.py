@@ -66,15 +66,26 @@ class ChatModelComparator(FrameworkJudge):
         profile = getattr(llm, "profile", None)
         return isinstance(profile, Mapping) and profile.get("reasoning_output") is True
 
+    def responses_api(self, llm: BaseChatModel) -> bool:
+        """ChatOpenAI's ``use_responses_api``, which langchain-openai sets at construction where the model's own
+        settings route it to the Responses API (``output_version="responses/v1"``, ``reasoning``, ``include``,
+        ``truncation``, codex and -pro models); left None, langchain-openai's routing decides per request, from the
+        model's ``model_kwargs`` here."""
+        routed = getattr(llm, "use_responses_api", None)
+        if isinstance(routed, bool):
+            return routed
+        decide = getattr(llm, "_use_responses_api", None)  # langchain-openai's own routing
+        return callable(decide) and bool(decide(dict(getattr(llm, "model_kwargs", None) or {})))
+
     def provider_settings(self, llm: BaseChatModel, settings: dict[str, Any]) -> dict[str, Any]:
         """ChatOpenAI sends its ``max_tokens`` as ``max_completion_tokens``, which some OpenAI-compatible servers
         ignore (llama-cpp-python's generates a whole sentence, whose text then may not parse), and OpenAI answers
         400 to both at once: with a ``base_url`` (maybe a proxy in front of OpenAI) the cap goes as ``max_tokens``
-        alone, in ``extra_body`` (``judge_copy`` clears the copy's own), except to a reasoning model or when the
-        caller's ``settings`` name ``extra_body``."""
+        alone, in ``extra_body`` (``judge_copy`` clears the copy's own), except to a reasoning model, on the
+        Responses API (which has no ``max_tokens``) or when the caller's ``settings`` name ``extra_body``."""
         cap = settings.get("max_tokens")
-        if (cap is None or "extra_body" in settings or self.reasoning or "extra_body" not in type(llm).model_fields
-                or not getattr(llm, "openai_api_base", None)):
+        if (cap is None or "extra_body" in settings or self.reasoning or self.responses
+                or "extra_body" not in type(llm).model_fields or not getattr(llm, "openai_api_base", None)):
             return settings
         return {**settings, "max_tokens": None,
                 "extra_body": {**(getattr(llm, "extra_body", None) or {}), "max_tokens": cap}}

@@ -70,6 +70,11 @@ class LLMComparator(FrameworkJudge):
         utils = sys.modules.get("llama_index.llms.openai.utils")  # loaded wherever such a model exists
         return utils is not None and getattr(llm, "model", None) in getattr(utils, "O1_MODELS", ())
 
+    def responses_api(self, llm: LLM) -> bool:
+        """LlamaIndex's ``OpenAIResponses`` (``llama_index.llms.openai``)."""
+        module = sys.modules.get("llama_index.llms.openai.responses")  # loaded wherever such a model exists
+        return module is not None and isinstance(llm, module.OpenAIResponses)
+
     def request_timeout_keyword(self, llm: LLM) -> str | None:
         """LlamaIndex OpenAI (and OpenAILike: an openai client in ``_client``) passes a ``timeout`` keyword of
         ``chat`` on to the SDK's request; other models get none (the transport bounds the wait)."""

@@ -256,6 +256,17 @@ def completion(content: Any = "A", top_logprobs: list[tuple[str, float]] | None 
                          "message": {"role": "assistant", "content": content}}]}
 
 
+def responses_body(text: str = "A", input_tokens: int = 50) -> dict[str, Any]:
+    """A body of OpenAI's Responses API (``/v1/responses``) answering ``text``, without logprobs."""
+    content = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+    return {"id": "resp_1", "object": "response", "created_at": 0, "status": "completed", "model": "fault",
+            "output": [{"type": "message", "id": "msg_1", "status": "completed", "role": "assistant",
+                        "content": [content]}],
+            "parallel_tool_calls": False, "tool_choice": "auto", "tools": [],
+            "usage": {"input_tokens": input_tokens, "output_tokens": 1, "total_tokens": input_tokens + 1,
+                      "input_tokens_details": {"cached_tokens": 0}, "output_tokens_details": {"reasoning_tokens": 0}}}
+
+
 def error_body(message: str, kind: str = "invalid_request_error") -> dict[str, Any]:
     """An OpenAI-style error body."""
     return {"error": {"message": message, "type": kind, "param": None, "code": None}}
@@ -279,7 +290,8 @@ class Reply:
 @dataclass
 class Request:
     """One request as ``FaultServer``'s plan sees it: ``n`` (0-based arrival index), the parsed JSON ``body``
-    (None when not JSON), the ``api_key`` from the Authorization header, the last user message's ``text``."""
+    (None when not JSON), the ``api_key`` from the Authorization header, the last message's ``text`` (of
+    ``messages``, or of the Responses API's ``input``)."""
 
     n: int
     body: Any
@@ -309,8 +321,10 @@ class FaultServer(LoopbackServer):
             body = json.loads(raw)
         except ValueError:
             body = None
-        messages = body.get("messages") if isinstance(body, dict) else None
-        text = messages[-1].get("content", "") if isinstance(messages, list) and messages else ""
+        messages = body.get("messages", body.get("input")) if isinstance(body, dict) else None  # chat, responses
+        text = messages[-1].get("content", "") if isinstance(messages, list) and messages else messages or ""
+        if isinstance(text, list):  # content parts ({"type": "input_text", "text": ...})
+            text = "".join(part.get("text", "") for part in text if isinstance(part, dict))
         return Request(n, body, auth.removeprefix("Bearer "), text if isinstance(text, str) else "")
 
     def _tag_body(self, raw: bytes) -> Any:

@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 import pytest
-from _llm_server import FaultServer, Reply, completion, error_body
+from _llm_server import FaultServer, Reply, completion, error_body, responses_body
 
 from activeprp_core import Candidate, ComparatorAuthError, ComparatorUnavailable, arerank, rerank
 from activeprp_core.comparators import OpenAIChatComparator
@@ -531,3 +531,35 @@ def test_chat_openai_with_a_base_url_sends_one_token_cap():
     assert capped.max_tokens == 256 and capped.extra_body is None  # the user's model, unchanged
     api = OpenAIChatComparator("m", base_url="http://127.0.0.1:9/v1", api_key="k")
     assert [judge.estimate_tokens("q", [pair()]) for judge in judges] == [api.estimate_tokens("q", [pair()])] * 3
+
+
+def test_chat_openai_and_openai_responses_on_the_responses_api_are_judged_by_their_text():
+    """OpenAI's Responses API has no ``logprobs`` (the openai SDK's ``Responses.create`` raises TypeError on it) and
+    answers 400 to ``max_output_tokens`` below 16, as this endpoint does. A ChatOpenAI that langchain-openai routes
+    there, and LlamaIndex's OpenAIResponses, get no logprobs, the cap of 16, and their answer's text is parsed."""
+    langchain_openai = pytest.importorskip("langchain_openai")
+    llama_openai = pytest.importorskip("llama_index.llms.openai")
+    bodies: list[dict] = []
+
+    def responses_rules(r):
+        bodies.append(r.body)
+        if r.body.get("max_output_tokens", 16) < 16:
+            return Reply(status=400, body=error_body("Invalid 'max_output_tokens': integer below minimum value. "
+                                                     "Expected a value >= 16, but got 1 instead."))
+        return Reply(body=responses_body(label(r.text)))
+
+    with FaultServer(responses_rules, max_requests=20) as server:
+        kw = {"base_url": server.url, "api_key": "k"}
+        judges = [ChatModelComparator(langchain_openai.ChatOpenAI(model="gpt-4o-mini", use_responses_api=True, **kw)),
+                  ChatModelComparator(langchain_openai.ChatOpenAI(model="gpt-4o-mini", output_version="responses/v1",
+                                                                  **kw)),
+                  ChatModelComparator(langchain_openai.ChatOpenAI(model="gpt-5.1-codex", **kw)),
+                  LLMComparator(llama_openai.OpenAIResponses(model="gpt-4o-mini", api_base=server.url, api_key="k"))]
+        (a, b) = pair()
+        probs = [[j.prob for j in judge.judge("q", [(a, b), (b, a)])] for judge in judges]
+    assert probs == [[1.0, 0.0]] * 4 and len(bodies) == 8
+    for body in bodies:  # the Responses API's input, with no Chat Completions keyword
+        assert "input" in body and body["max_output_tokens"] == 16
+        assert not {"logprobs", "top_logprobs", "max_tokens", "max_completion_tokens"} & set(body)
+    api = OpenAIChatComparator("m", base_url="http://127.0.0.1:9/v1", api_key="k")
+    assert judges[0].estimate_tokens("q", [pair()]) == [api.estimate_tokens("q", [pair()])[0] - 1 + 16]
