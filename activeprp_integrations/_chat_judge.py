@@ -102,6 +102,14 @@ def no_sdk_retries(client: Any) -> Any:
     return with_options(max_retries=0) if callable(with_options) and hasattr(client, "max_retries") else client
 
 
+def own_pool(client: Any) -> Any:
+    """A copy of an openai async client with a connection pool of its own (``with_options(http_client=...)``), for
+    one event loop."""
+    import openai  # only called with an openai client
+
+    return client.with_options(http_client=openai.DefaultAsyncHttpxClient())
+
+
 class FrameworkJudge(SwappablePrompts, RemoteComparator):
     """A ``RemoteComparator`` provider over a framework's model object: the PRP prompt of
     ``OpenAIChatComparator`` (the same messages: ``prompts.prp_messages``), one call per ordered pair through

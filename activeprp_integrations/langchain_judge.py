@@ -10,7 +10,7 @@ from typing import Any
 
 from activeprp_core.comparators.answers import Answer, answer_from, field, snippet
 
-from ._chat_judge import FrameworkJudge, no_sdk_retries
+from ._chat_judge import FrameworkJudge, no_sdk_retries, own_pool
 from ._common import missing_extra
 
 try:
@@ -118,9 +118,7 @@ class ChatModelComparator(FrameworkJudge):
         if root is None or not callable(getattr(root, "with_options", None)) or getattr(
                 judge, "http_async_client", None) is not None:
             return None
-        import openai  # the client is an openai client
-
-        fresh = root.with_options(http_client=openai.DefaultAsyncHttpxClient())
+        fresh = own_pool(root)
         return judge.model_copy(update={"root_async_client": fresh, "async_client": fresh.chat.completions})
 
     async def aclose_loop_copy(self, judge: BaseChatModel) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 from activeprp_core.comparators.answers import Answer, answer_from, field, snippet
 
-from ._chat_judge import FrameworkJudge, no_sdk_retries
+from ._chat_judge import FrameworkJudge, no_sdk_retries, own_pool
 from ._common import missing_extra
 
 try:
@@ -94,13 +94,16 @@ class LLMComparator(FrameworkJudge):
 
     def loop_copy(self, judge: LLM) -> LLM | None:
         """LlamaIndex OpenAI caches one ``AsyncOpenAI`` whose pool belongs to the loop that opened it, so a second
-        ``asyncio.run`` would reuse dead connections: each loop gets a copy that opens its own (unless you gave
-        ``async_http_client``, which is then yours to manage)."""
+        ``asyncio.run`` would reuse dead connections: each loop gets a copy with a pool of its own (unless you gave
+        ``async_http_client``, which is then yours to manage). A copy without a client opens one on its first call
+        (OpenAI, OpenAILike); OpenAIResponses opens its client at construction only, so its copy gets a copy of
+        that client with its own pool."""
         if "_aclient" not in (type(judge).__private_attributes__ or {}) or getattr(
                 judge, "_async_http_client", None) is not None:
             return None
         copy = judge.model_copy()
-        copy._aclient = None  # the copy's own private state: it opens a client on its first call
+        client = getattr(judge, "_aclient", None)
+        copy._aclient = None if client is None else own_pool(client)  # the copy's own private state
         return copy
 
     async def aclose_loop_copy(self, judge: LLM) -> None:

@@ -433,21 +433,31 @@ def test_the_judges_calls_reach_the_callers_callbacks_under_the_rerank_run(use_a
     assert seen.tokens == seen.stats["prompt_tokens"] + seen.stats["completion_tokens"]
 
 
-def test_chat_openai_and_openai_like_judges_work_across_event_loops_and_close_their_clients():
+def test_openai_client_judges_work_across_event_loops_and_close_their_clients():
     """The SDK clients pool connections per event loop: each ``asyncio.run`` gets its own, closed at its end (a
-    second ``asyncio.run`` on one shared pool fails with "Event loop is closed")."""
+    second ``asyncio.run`` on one shared pool fails with "Event loop is closed"). LlamaIndex's OpenAIResponses
+    opens its client at construction only (OpenAI and OpenAILike on their first call)."""
     langchain_openai = pytest.importorskip("langchain_openai")
     openai_like = pytest.importorskip("llama_index.llms.openai_like")
-    with FaultServer(lambda r: Reply(body=completion(label(r.text), tops(label(r.text)))), max_requests=50) as server:
+    llama_openai = pytest.importorskip("llama_index.llms.openai")
+
+    def plan(r):
+        if "input" in r.body:  # the Responses API
+            return Reply(body=responses_body(label(r.text)))
+        return Reply(body=completion(label(r.text), tops(label(r.text))))
+
+    with FaultServer(plan, max_requests=50) as server:
         judges = [ChatModelComparator(langchain_openai.ChatOpenAI(model="m", base_url=server.url, api_key="k")),
                   LLMComparator(openai_like.OpenAILike(model="m", api_base=server.url, api_key="k",
-                                                       is_chat_model=True))]
-        for judge in judges:
+                                                       is_chat_model=True)),
+                  LLMComparator(llama_openai.OpenAIResponses(model="gpt-4o-mini", api_base=server.url,
+                                                             api_key="k"))]
+        for judge, prob in zip(judges, (P_A, P_A, 1.0)):
             for _ in range(3):
                 judgments = asyncio.run(judge.ajudge("q", [pair(), pair("x")]))
-                assert [j.prob for j in judgments] == [pytest.approx(P_A)] * 2
+                assert [j.prob for j in judgments] == [pytest.approx(prob)] * 2
                 assert judge._clients.live_async_clients() == 0  # closed when its loop shut down
-        assert server.requests == 12
+        assert server.requests == 18
 
 
 def test_llama_index_mock_llm_echo_is_unparseable_and_prior_order_is_the_opt_in_fallback():
