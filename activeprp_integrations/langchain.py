@@ -95,8 +95,8 @@ class ActivePRPRerank(common.ComparatorFactories, BaseDocumentCompressor, common
             ChatAnthropic, ChatOllama ...) as the judge: ``comparator`` becomes ``ChatModelComparator(llm)``
             (the PRP prompt, P(A) from logprobs when the model gives them; see docs/frameworks-llm.md). The model
             object is never changed. Exactly one of ``comparator`` and ``llm``: both is a ValueError, neither a
-            TypeError, at construction and at assignment (a refused assignment changes nothing); assigning
-            another ``llm`` makes it the judge.
+            TypeError, at construction, at assignment and in ``model_copy(update=...)`` (a refused assignment
+            changes nothing); assigning another ``llm``, or a copy's update of it, makes it the judge.
         top_n: how many documents to return (int >= 1, default 3; None = all, reranked). It is the core's top-K.
         Every other ``activeprp_core.RerankSettings`` field under its own name (``ranker``, ``oracle``,
         ``budget``, ``max_rounds``, ``token_budget``, ``time_budget``, ``seed``, ``cache``, ``on_failure``,
@@ -164,6 +164,19 @@ class ActivePRPRerank(common.ComparatorFactories, BaseDocumentCompressor, common
             self.__dict__["comparator"] = self._llm_judge  # not an assignment: no validation again
         common.judge_of(self)  # a comparator without compare() fails here, at construction
         return self
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> ActivePRPRerank:
+        """pydantic's ``model_copy``, with an ``update`` of ``llm`` or ``comparator`` checked as an assignment is
+        (pydantic skips validators there): the copy judges with the ``llm`` it shows.
+
+        Raises:
+            ValueError / TypeError: the update leaves both judges or none (as ``exactly_one_judge``), or its
+                ``llm`` is not a ``BaseChatModel``.
+        """
+        copy = super().model_copy(update=update, deep=deep)
+        if update and {"comparator", "llm"} & set(update):
+            copy._one_judge()
+        return copy
 
     def _inputs(self, documents: Sequence[Document], query: str) -> dict[str, Any]:
         return {"query": query, "documents": list(documents), "model": comparator_name(self.comparator)}

@@ -328,6 +328,23 @@ def test_exactly_one_of_comparator_and_llm():
     assert li.ActivePRPRerank(llm=llm).comparator.llm is llm
 
 
+def test_a_model_copy_with_another_llm_judges_with_that_llm():
+    """``model_copy(update=...)`` skips pydantic's validators; a judge update is checked as an assignment is, so the
+    copy calls the model it shows (a cheaper model swapped in this way is the one billed)."""
+    chat, other = (ScriptedChat(script=lambda t: ai(label(t)), seen=[]) for _ in range(2))
+    api = OpenAIChatComparator("m", base_url="http://127.0.0.1:9/v1", api_key="k")
+    reranker = lc.ActivePRPRerank(llm=chat, budget=4, top_n=2)
+    docs = [Document(page_content=c.text, id=c.id) for c in CANDS[:4]]
+    copy = reranker.model_copy(update={"llm": other, "budget": 3})
+    assert copy.llm is other and copy.comparator.llm is other and copy.budget == 3
+    copy.compress_documents(docs, "q")
+    assert 0 < len(other.seen) <= 3 and not chat.seen
+    assert reranker.comparator.llm is chat  # the original keeps its judge
+    with pytest.raises(ValueError, match="both comparator= and llm="):
+        reranker.model_copy(update={"comparator": api})
+    assert reranker.model_copy(update={"comparator": api, "llm": None}).comparator is api
+
+
 def test_wrappers_with_llm_rank_like_the_openai_comparator_on_the_same_endpoint():
     """Same answers, same ranking: ChatOpenAI(logprobs) and OpenAILike through ``llm=`` send the same messages
     as OpenAIChatComparator to the same endpoint and return the same order for the same budget and seed."""
