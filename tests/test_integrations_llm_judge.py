@@ -8,6 +8,7 @@ import asyncio
 import json
 import math
 import re
+import threading
 import time
 from typing import Any
 
@@ -418,6 +419,7 @@ class RunTree(BaseCallbackHandler):
 
     def __init__(self) -> None:
         self.chains, self.chats, self.tokens, self.stats = {}, [], 0, None
+        self.lock = threading.Lock()  # on_llm_end runs in the comparator's worker threads
 
     def on_chain_start(self, serialized, inputs, *, run_id, name=None, **kwargs):
         self.chains[run_id] = name
@@ -429,7 +431,9 @@ class RunTree(BaseCallbackHandler):
         self.chats.append(parent_run_id)
 
     def on_llm_end(self, response, **kwargs):
-        self.tokens += sum(g.message.usage_metadata["total_tokens"] for gs in response.generations for g in gs)
+        tokens = sum(g.message.usage_metadata["total_tokens"] for gs in response.generations for g in gs)
+        with self.lock:
+            self.tokens += tokens
 
 
 @pytest.mark.parametrize("use_async", [False, True])
