@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -202,8 +202,24 @@ def load_cranfield(data_dir: str | Path, depth: int = 100) -> Collection:
     return bm25_top("cranfield", queries, docs, qrels, depth)
 
 
-COLLECTIONS = ("dl19", "dl20", "scifact", "noveleval", "cranfield", "dl19-minilm", "dl20-minilm")
-"""The names ``load_named`` loads."""
+def _minilm(root: Path, year: int) -> Collection:
+    from .judges import MINILM_CACHE, similarities
+
+    return resort(load_trec_dl(root / f"trec-dl-{year}", year), similarities(str(MINILM_CACHE)),
+                  f"dl{year % 100}-minilm")
+
+
+LOADERS: dict[str, Callable[[Path], Collection]] = {
+    "dl19": lambda root: load_trec_dl(root / "trec-dl-2019", 2019),
+    "dl20": lambda root: load_trec_dl(root / "trec-dl-2020", 2020),
+    "scifact": lambda root: load_beir(root / "beir-scifact", "scifact"),
+    "noveleval": lambda root: load_noveleval(root / "noveleval"),
+    "cranfield": lambda root: load_cranfield(root / "cranfield"),
+    "dl19-minilm": lambda root: _minilm(root, 2019),
+    "dl20-minilm": lambda root: _minilm(root, 2020),
+}
+"""The collections ``load_named`` loads, by name, each from the ``shared/data`` directory."""
+COLLECTIONS = tuple(LOADERS)
 
 
 def load_named(name: str, data_root: str | Path) -> Collection:
@@ -211,26 +227,9 @@ def load_named(name: str, data_root: str | Path) -> Collection:
     ``dl20-minilm``: the BM25 top-100 re-ordered by all-MiniLM-L6-v2's cosine of query and passage, a dense first
     stage over the same candidates, from the bench's cache ``judges.MINILM_CACHE``) from ``data_root`` (the
     ``shared/data`` directory). Raises ValueError for an unknown name."""
-    root = Path(data_root)
-
-    def minilm(year: int) -> Collection:
-        from .judges import MINILM_CACHE, similarities
-
-        return resort(load_trec_dl(root / f"trec-dl-{year}", year), similarities(str(MINILM_CACHE)),
-                      f"dl{year % 100}-minilm")
-
-    loaders = {
-        "dl19": lambda: load_trec_dl(root / "trec-dl-2019", 2019),
-        "dl20": lambda: load_trec_dl(root / "trec-dl-2020", 2020),
-        "dl19-minilm": lambda: minilm(2019),
-        "dl20-minilm": lambda: minilm(2020),
-        "scifact": lambda: load_beir(root / "beir-scifact", "scifact"),
-        "noveleval": lambda: load_noveleval(root / "noveleval"),
-        "cranfield": lambda: load_cranfield(root / "cranfield"),
-    }
-    if name not in COLLECTIONS:
+    if name not in LOADERS:
         raise ValueError(f"unknown collection {name!r}; choose one of {list(COLLECTIONS)}")
-    return loaders[name]()
+    return LOADERS[name](Path(data_root))
 
 
 __all__ = ["Collection", "bm25_top", "load_beir", "load_cranfield", "load_named", "load_noveleval", "load_rankgpt",
