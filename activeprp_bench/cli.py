@@ -202,7 +202,7 @@ def _report(rows, out: Path, seed: int, paper: bool, paired: list[str], top_k: i
 
 
 def _grid(args) -> int:
-    from .grid import SLIM_COLUMNS, _cap, read_csv, run_grid, write_csv
+    from .grid import SLIM_COLUMNS, read_csv, row_cap, run_grid, write_csv
 
     out = Path(args.out)
     if args.from_csv:
@@ -219,8 +219,8 @@ def _grid(args) -> int:
             budgets = [None if b is None else max(1, round(b * n / 100)) for b in dict.fromkeys(budgets)]
         seeds = {"bidirectional": [0], "single": [0], "randomized": list(range(args.seeds))}
         judges = _judges(args)
-        _check_compare(args.compare, args.rankers, args.oracles, set(map(_cap, budgets)),
-                       set(map(_cap, args.max_rounds)))
+        _check_compare(args.compare, args.rankers, args.oracles, set(map(row_cap, budgets)),
+                       set(map(row_cap, args.max_rounds)))
         out.mkdir(parents=True, exist_ok=True)
         if judges:  # the family grid: worker processes, rows cached per judge x ranker x oracle
             from .family import run_family_grid

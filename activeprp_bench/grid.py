@@ -87,7 +87,8 @@ class Row(Accounting):
     judge: str = ""
 
 
-def _cap(value: int | None) -> int:
+def row_cap(value: int | None) -> int:
+    """A budget or round cap as a ``Row`` holds it: None (no cap) as -1."""
     return -1 if value is None else value
 
 
@@ -144,8 +145,8 @@ def run_grid(
                          budget=budget, top_k=top_k, seed=seed, max_rounds=cap)
             runs[qid] = ranking_to_run([cands[i].id for i in res.order])
             counts = {**res.counts(), "wall_time_s": round(res.wall_time_s, 4)}
-            batch.append(Row(collection=coll.name, qid=qid, ranker=ranker, oracle=oracle, budget=_cap(budget),
-                             max_rounds=_cap(cap), seed=seed, n=len(cands), top_k=top_k, exhausted=res.exhausted,
+            batch.append(Row(collection=coll.name, qid=qid, ranker=ranker, oracle=oracle, budget=row_cap(budget),
+                             max_rounds=row_cap(cap), seed=seed, n=len(cands), top_k=top_k, exhausted=res.exhausted,
                              converged=res.converged, round_calls=" ".join(map(str, recorder.batches)),
                              resolved=f"{res.ranker}/{res.oracle}", judge=judge, **counts))
             bar.update(1)
