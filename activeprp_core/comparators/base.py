@@ -153,10 +153,13 @@ class CallGuard:
             if self._error is None:
                 self._error = error
 
-    def record(self, ok: bool | None, reason: str | None = None, retry_after: float | None = None) -> None:
+    def record(self, ok: bool | None, reason: str | None = None, retry_after: float | None = None,
+               unusable: bool = False) -> None:
         """Note one call that reached the backend; ``max_consecutive_failures`` failures in a row open the breaker.
         ``ok=None``: it was sent but its outcome is unknown (cancelled in flight): counted, streak unchanged.
-        ``retry_after``: the seconds a failed call's backend asked to wait (read by a breaker that probes back)."""
+        ``retry_after``: the seconds a failed call's backend asked to wait (read by a breaker that probes back).
+        ``unusable``: the failed call was answered, but with no usable answer (what the prompt, and so a caller's
+        documents, can cause; a breaker shared by strangers checks the judge before it opens on that)."""
         with self._lock:
             self.completed += 1
             if ok is None:
@@ -168,8 +171,17 @@ class CallGuard:
             self._last_reason = reason or self._last_reason
             limit = self.max_consecutive_failures
             if limit is not None and self._failures >= limit and self._error is None:
-                self._error = ComparatorUnavailable(
-                    f"circuit breaker open: {self._failures} calls in a row failed (last: {self._last_reason})")
+                self._streak_full(unusable)
+
+    def _streak_full(self, unusable: bool) -> None:
+        """``max_consecutive_failures`` calls in a row failed, the last one ``unusable`` or not (called holding the
+        lock): open the breaker."""
+        self._error = self._unavailable()
+
+    def _unavailable(self, why: str = "") -> ComparatorUnavailable:
+        """The error of an open breaker: the streak of failed calls and the last one's reason, then ``why``."""
+        return ComparatorUnavailable(
+            f"circuit breaker open: {self._failures} calls in a row failed (last: {self._last_reason}){why}")
 
     def record_all(self, judgments: Sequence[Judgment]) -> None:
         """``record`` each judgment in order (a failed call is one with ``prob is None``)."""
@@ -212,9 +224,10 @@ class RequestGuard(CallGuard):
     def trip(self, error: ComparatorError) -> None:
         self.shared.trip(error)
 
-    def record(self, ok: bool | None, reason: str | None = None, retry_after: float | None = None) -> None:
+    def record(self, ok: bool | None, reason: str | None = None, retry_after: float | None = None,
+               unusable: bool = False) -> None:
         self.completed += 1
-        self.shared.record(ok, reason, retry_after)
+        self.shared.record(ok, reason, retry_after, unusable)
 
     def slots(self, n: int = 1, timeout: float | None = None):
         return self.shared.slots(n, timeout) if self._fair is None else self._fair.take(n, self.key, timeout)

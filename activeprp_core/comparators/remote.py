@@ -440,6 +440,7 @@ def _settle(comp: RemoteComparator, guard: CallGuard, retrying: Any, response: A
     the attempts after the first (default: tenacity's count)."""
     retries = retrying.statistics.get("attempt_number", 1) - 1 if retries is None else retries
     failure = None if error is None else comp._fault(error)
+    unusable = False
     if error is None:
         try:
             prob, prompt_tokens, completion_tokens = comp.parse(response)
@@ -447,7 +448,7 @@ def _settle(comp: RemoteComparator, guard: CallGuard, retrying: Any, response: A
         except ValueError as err:  # billed all the same when the endpoint reported tokens (UnusableAnswer)
             tokens = (err.prompt_tokens, err.completion_tokens) if isinstance(err, UnusableAnswer) else (0, 0)
             outcome = Judgment(None, retries, *tokens, error=comp._message(f"unusable answer: {err}"))
-        ok, reason = outcome.prob is not None, outcome.error
+        ok, reason, unusable = outcome.prob is not None, outcome.error, outcome.prob is None
     elif isinstance(error, ComparatorError):  # the guard stopped the retries
         outcome, ok, reason = error, False, error.message
     elif failure is None or failure.fault in (Fault.RETRY, Fault.FAIL):
@@ -462,5 +463,5 @@ def _settle(comp: RemoteComparator, guard: CallGuard, retrying: Any, response: A
     if record:
         asked = None if failure is None or failure.retry_after is None else min(failure.retry_after,
                                                                                comp.max_retry_after)
-        guard.record(ok, reason, asked)
+        guard.record(ok, reason, asked, unusable)
     return outcome

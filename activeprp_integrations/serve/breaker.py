@@ -23,6 +23,11 @@ class Breaker(CallGuard):
     ``probe`` (True when the judge answered); the breaker closes on success, else waits as long again. So it
     recovers on a timer, with no request traffic.
 
+    A streak that ends in an unusable answer (the judge replied, but neither A nor B) opens it only when a probe
+    at once gets no answer either: a caller's documents can make a judge answer off the point (a planted
+    instruction), and one caller must not take the judge away from all. If the probe is answered the streak starts
+    afresh, so such a caller costs one probe per ``threshold`` failed calls of its own.
+
     Args:
         max_concurrency: the most calls in flight across requests (None = no cap).
         threshold: failed calls in a row that open it (int >= 1; None = only ``trip`` opens it).
@@ -38,20 +43,22 @@ class Breaker(CallGuard):
         self.cool_down, self.probe, self.on_call = cool_down, probe, on_call
         self.opened_at: float | None = None
         self.asked: float | None = None  # the longest Retry-After of the failed calls since the last answer
-        self.probes = 0
+        self.probes = 0  # the probes made, each counted once it ended
+        self._suspect = False  # a streak ended in an unusable answer: watch() probes before it opens
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._opened: asyncio.Event | None = None
+        self._wake: asyncio.Event | None = None
 
     @property
     def open(self) -> bool:
         return self.error is not None
 
-    def record(self, ok: bool | None, reason: str | None = None, retry_after: float | None = None) -> None:
+    def record(self, ok: bool | None, reason: str | None = None, retry_after: float | None = None,
+               unusable: bool = False) -> None:
         if ok:
             self.asked = None
         elif retry_after is not None and ok is False:
             self.asked = max(self.asked or 0.0, retry_after)
-        super().record(ok, reason, retry_after)
+        super().record(ok, reason, retry_after, unusable)
         if self.on_call is not None:
             self.on_call(ok)
         self._noticed()
@@ -59,6 +66,12 @@ class Breaker(CallGuard):
     def trip(self, error: ComparatorError) -> None:
         super().trip(error)
         self._noticed()
+
+    def _streak_full(self, unusable: bool) -> None:
+        if unusable:
+            self._suspect = True  # _noticed wakes watch() to probe first
+        else:
+            super()._streak_full(unusable)
 
     def pause(self) -> float:
         """Seconds from opening (or a failed probe) to the next probe: ``cool_down``, or what the judge asked."""
@@ -76,26 +89,35 @@ class Breaker(CallGuard):
             self._error, self._failures, self.opened_at, self.asked = None, 0, None, None
 
     def _noticed(self) -> None:
-        """Start the cool-down when the breaker has just opened, and wake ``watch``."""
-        if self._error is None or self.opened_at is not None:
+        """Wake ``watch`` when the breaker has just opened (starting the cool-down) or a streak awaits its probe."""
+        if self._error is None:
+            if self._suspect:
+                self._wake_watch()
+            return
+        if self.opened_at is not None:
             return
         with self._lock:
             if self.opened_at is not None:
                 return
             self.opened_at = time.monotonic()
-        if self._loop is not None and self._opened is not None:
-            self._loop.call_soon_threadsafe(self._opened.set)
+        self._wake_watch()
+
+    def _wake_watch(self) -> None:
+        if self._loop is not None and self._wake is not None:
+            self._loop.call_soon_threadsafe(self._wake.set)
 
     async def watch(self) -> None:
-        """Probe while the breaker is open, every ``cool_down`` seconds, until one call is answered; runs until
-        cancelled."""
-        self._loop, self._opened = asyncio.get_running_loop(), asyncio.Event()
+        """Probe while the breaker is open, every ``cool_down`` seconds, until one call is answered, and once when
+        a streak ends in an unusable answer; runs until cancelled."""
+        self._loop, self._wake = asyncio.get_running_loop(), asyncio.Event()
         self._noticed()
-        if self.open:
-            self._opened.set()
+        if self.open or self._suspect:
+            self._wake.set()
         while True:
-            await self._opened.wait()
-            self._opened.clear()
+            await self._wake.wait()
+            self._wake.clear()
+            if self._suspect and not self.open:
+                await self._check_judge()
             while self.open:
                 opened = self.opened_at or time.monotonic()  # None only for a moment, while another thread opens it
                 await asyncio.sleep(max(0.0, opened + self.pause() - time.monotonic()))
@@ -104,11 +126,23 @@ class Breaker(CallGuard):
                 else:
                     self.opened_at = time.monotonic()
 
+    async def _check_judge(self) -> None:
+        """Probe after a streak that ended in an unusable answer: open the breaker only if the judge does not
+        answer the probe either, else start the streak afresh."""
+        answered = await self._probe_once()
+        with self._lock:
+            self._suspect = False
+            if answered:
+                self._failures = 0
+            elif self._error is None:
+                self._error = self._unavailable(", and the breaker's probe got no answer either")
+        self._noticed()
+
     async def _probe_once(self) -> bool:
-        self.probes += 1
         ok = False
         with contextlib.suppress(Exception):
             ok = bool(await self.probe())
+        self.probes += 1
         if self.on_call is not None:
             self.on_call(ok)
         return ok
