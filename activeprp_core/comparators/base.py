@@ -71,7 +71,10 @@ class CallGuard:
         max_concurrency: the most LLM calls in flight at once (None = no cap). Batch comparators get their
             batches in chunks of at most this many pairs; endpoint comparators hold one of ``slots`` per request.
         max_consecutive_failures: the circuit breaker: after this many calls in a row failed (after their
-            retries), ``check`` raises ``ComparatorUnavailable`` and no further call is sent (None = never).
+            retries), ``check`` raises ``ComparatorUnavailable`` and no further call is sent (None = never). A
+            streak that ends in an unusable answer (the judge replied, but not A or B) opens it only while no call
+            on this guard has been answered: once the judge has answered, such replies come from the prompts (a
+            document can carry an instruction), and the calls fail one by one, within the budget.
 
     Comparators call ``check()`` before sending, ``record(ok, reason)`` for every call that reached the backend
     (``completed`` counts them, so the engine can refund the calls of a failed batch that never went out), and
@@ -105,6 +108,7 @@ class CallGuard:
         self._lock = threading.Lock()
         self.completed = 0
         self._failures = 0
+        self._answered = False  # a call on this guard got a usable answer
         self._last_reason: str | None = None
         self._error: ComparatorError | None = None
         self._slots: tuple[asyncio.AbstractEventLoop, FairSlots] | None = None
@@ -165,7 +169,7 @@ class CallGuard:
             if ok is None:
                 return
             if ok:
-                self._failures = 0
+                self._failures, self._answered = 0, True
                 return
             self._failures += 1
             self._last_reason = reason or self._last_reason
@@ -175,8 +179,9 @@ class CallGuard:
 
     def _streak_full(self, unusable: bool) -> None:
         """``max_consecutive_failures`` calls in a row failed, the last one ``unusable`` or not (called holding the
-        lock): open the breaker."""
-        self._error = self._unavailable()
+        lock): open the breaker, unless the judge has answered before and this reply was unusable."""
+        if not (unusable and self._answered):
+            self._error = self._unavailable()
 
     def _unavailable(self, why: str = "") -> ComparatorUnavailable:
         """The error of an open breaker: the streak of failed calls and the last one's reason, then ``why``."""
