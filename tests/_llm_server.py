@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -106,6 +106,23 @@ class _Handler(BaseHTTPRequestHandler):
             except OSError:  # the client gave up
                 return
             time.sleep(drip_s)
+
+    def send_chunks(self, status: int, chunks: Iterable[bytes], ctype: str = "application/json") -> int:
+        """Answer ``chunks`` with chunked transfer encoding until they end or the client hangs up; returns the body
+        bytes written (handed to the socket: some may still sit in its buffers when the client hangs up)."""
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        sent = 0
+        try:
+            for chunk in chunks:
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                sent += len(chunk)
+            self.wfile.write(b"0\r\n\r\n")
+        except OSError:  # the client gave up
+            self.close_connection = True
+        return sent
 
     def do_GET(self) -> None:
         self.server.owner.get(self)
@@ -276,7 +293,8 @@ def error_body(message: str, kind: str = "invalid_request_error") -> dict[str, A
 class Reply:
     """What ``FaultServer`` answers to one request: ``status`` with ``body`` (a dict/list is sent as JSON, str or
     bytes as is) after ``delay_s`` seconds, one byte every ``drip_s`` seconds when set; ``drop`` closes the
-    connection without answering."""
+    connection without answering; ``chunks``, when set, is sent instead of ``body``, chunked, until it ends or the
+    client hangs up (an endless body: ``itertools.repeat(...)`` with a count, to bound it)."""
 
     status: int = 200
     body: Any = field(default_factory=completion)
@@ -285,6 +303,7 @@ class Reply:
     drip_s: float = 0.0
     drop: bool = False
     content_type: str = "application/json"
+    chunks: Iterable[bytes] | None = None
 
 
 @dataclass
@@ -302,15 +321,16 @@ class Request:
 class FaultServer(LoopbackServer):
     """A tiny OpenAI-compatible chat endpoint on 127.0.0.1 that answers ``plan(request) -> Reply``.
 
-    It counts ``requests`` (POSTs seen) and the peak in flight (``max_inflight``, and ``peak[tag]`` per
-    ``tag(request)``), and bounds itself: after ``max_requests`` requests it answers 503 without asking the plan,
-    and it shuts down after ``max_seconds``. Use it as a context manager.
+    It counts ``requests`` (POSTs seen), ``sent_bytes`` (the body bytes of ``Reply.chunks`` replies written) and
+    the peak in flight (``max_inflight``, and ``peak[tag]`` per ``tag(request)``), and bounds itself: after
+    ``max_requests`` requests it answers 503 without asking the plan, and it shuts down after ``max_seconds``. Use
+    it as a context manager.
     """
 
     def __init__(self, plan: Callable[[Request], Reply], *, max_requests: int = 200, max_seconds: float = 60.0,
                  tag: Callable[[Request], Any] | None = None) -> None:
         self.plan, self.max_requests = plan, max_requests
-        self.requests = 0
+        self.requests = self.sent_bytes = 0
         self.seen: list[Request] = []
         self._request_tag = tag
         super().__init__(max_seconds, tag=self._tag_body if tag else None)
@@ -342,6 +362,11 @@ class FaultServer(LoopbackServer):
             time.sleep(reply.delay_s)
         if reply.drop:
             handler.close_connection = True
+            return
+        if reply.chunks is not None:
+            sent = handler.send_chunks(reply.status, reply.chunks, reply.content_type)
+            with self.lock:
+                self.sent_bytes += sent
             return
         payload = reply.body
         if not isinstance(payload, (bytes, str)):
