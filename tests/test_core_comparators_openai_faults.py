@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import itertools
 import json
 import logging
 import math
@@ -237,6 +238,47 @@ def test_an_answer_dripped_a_byte_at_a_time_times_out_whole_on_the_async_path():
         (j,), took = asyncio.run(run())
     assert j.prob is None and "timed out after 0.5 s" in j.error and j.retries == 1
     assert took < 2.5 and server.requests == 2
+
+
+ENDLESS = 256 << 20  # what an endless judge would send (bounded: its reply stops there)
+
+
+@pytest.mark.parametrize("use_async", [True, False])
+@pytest.mark.parametrize("kind", ["endless, chunked", "announced"])
+def test_a_reply_over_max_reply_bytes_is_a_failed_call_read_no_further(use_async, kind):
+    """A judge that streams an endless body was read into memory until ``timeout`` (per read on the sync path: no
+    end at all). Its reply is read up to ``max_reply_bytes``, then the call fails, not retried, its connection
+    closed: the server wrote a fraction of its 256 MiB (the cap plus the sockets' buffers) before the client
+    hung up. A body whose Content-Length is over the cap is not read at all."""
+    chunks = itertools.repeat(b"x" * (64 << 10), ENDLESS // (64 << 10))
+    reply = Reply(chunks=chunks) if kind.startswith("endless") else Reply(body=b"x" * (2 << 20))
+    with FaultServer(lambda r: reply, max_requests=5, max_seconds=60) as server:
+        comp = comparator(server.url, timeout=30.0, max_reply_bytes=1 << 20)
+        pairs = [tuple(candidates(2))]
+        (j,) = asyncio.run(comp.ajudge("q", pairs)) if use_async else comp.judge("q", pairs)
+        assert j.prob is None and j.retries == 0 and server.requests == 1  # a FAIL: not retried
+        assert "reply too large" in j.error and "cap of 1048576 bytes (max_reply_bytes)" in j.error
+        assert server.sent_bytes < ENDLESS // 4  # the cap and what the sockets' buffers took: measured 1 to 7 MiB
+        # (at most ~37 MiB with this machine's largest socket buffers: 32 MiB to receive, 4 MiB to send)
+
+
+def test_the_reply_cap_counts_the_bytes_read_and_passes_a_body_at_the_cap():
+    import httpx
+
+    from activeprp_core.comparators.reply_cap import ReplyTooLarge, hooks
+
+    def serve(request):  # with a Content-Length, or streamed without one
+        body = b"x" * int(request.url.params["size"])
+        chunked = "stream" in request.url.params
+        return httpx.Response(200, stream=httpx.ByteStream(body)) if chunked else httpx.Response(200, content=body)
+
+    with httpx.Client(transport=httpx.MockTransport(serve), event_hooks=hooks(100)) as client:
+        assert len(client.get("http://judge/?size=100").content) == 100
+        assert len(client.get("http://judge/?size=100&stream=1").content) == 100
+        with pytest.raises(ReplyTooLarge, match="its body of 101 bytes is over the cap of 100"):
+            client.get("http://judge/?size=101")
+        with pytest.raises(ReplyTooLarge, match="its body passed the cap of 100"):
+            client.get("http://judge/?size=101&stream=1")
 
 
 # ---- any 200 body that is not a usable answer is a failed call ------------------------------------------------------
@@ -616,6 +658,7 @@ def test_close_and_context_managers_close_the_clients(capfd):
     ({"max_attempts": 0}, ValueError), ({"max_attempts": 2.5}, TypeError), ({"max_concurrency": 0}, ValueError),
     ({"top_logprobs": 21}, ValueError), ({"top_logprobs": -1}, ValueError), ({"backoff_initial": -0.1}, ValueError),
     ({"max_retry_after": float("nan")}, ValueError), ({"max_passage_words": 0}, ValueError),
+    ({"max_reply_bytes": 0}, ValueError), ({"max_reply_bytes": 1.5}, TypeError),
     ({"prompt": "no placeholders"}, ValueError), ({"prompt": None}, TypeError),
 ])
 def test_nonsense_settings_are_refused_at_construction(bad, error):

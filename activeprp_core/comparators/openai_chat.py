@@ -15,7 +15,12 @@ from .failures import MAX_MESSAGE, Failure, Fault, error_message, retry_after_s,
 from .prompts import PRP_PROMPT, SwappablePrompts, chat_token_bound, check_prompt, cut_words, prp_messages
 from .remote import RemoteComparator, check_seconds, require
 
-__all__ = ["MAX_MESSAGE", "OpenAIChatComparator"]
+MAX_REPLY_BYTES = 1 << 20
+"""The default ``max_reply_bytes`` (1 MiB). A judge's reply to a PRP question is one token with at most 20 top
+logprobs: about 3 KB of JSON; an error body (a 4xx/5xx, a proxy's HTML page) is a few KB to a few dozen. 1 MiB is
+far above any of them and still bounds what one call holds."""
+
+__all__ = ["MAX_MESSAGE", "MAX_REPLY_BYTES", "OpenAIChatComparator"]
 
 OPENAI_EXTRA = 'pip install "activeprp[openai]"'
 
@@ -53,7 +58,8 @@ class OpenAIChatComparator(SwappablePrompts, RemoteComparator):
     Failures (``failures``): 401/403 ``ComparatorAuthError`` and 404 ``ComparatorRequestError`` stop the rerank,
     another 4xx raises ``ComparatorRequestError`` for its call; timeouts, connection errors, 408/409/429
     (Retry-After honoured) and 5xx are retried by ``RemoteComparator`` (the clients have ``max_retries=0``; the
-    defaults wait at most 2.5 s per call). With an event loop you close yourself, ``await aclose()`` first.
+    defaults wait at most 2.5 s per call). A reply's body is read up to ``max_reply_bytes``: one over it is a failed
+    call, not retried (``reply_cap``). With an event loop you close yourself, ``await aclose()`` first.
 
     Args:
         model: the model name sent to the endpoint.
@@ -65,6 +71,10 @@ class OpenAIChatComparator(SwappablePrompts, RemoteComparator):
         max_passage_words: passages are cut to this many whitespace-separated words.
         timeout: seconds per request attempt (> 0), whole on the async path (``attempt_timeout``; the SDK's own
             is per read); under a ``time_budget`` an attempt gets at most the time left.
+        max_reply_bytes: the most bytes of one reply's body that are read (>= 1; default 1 MiB, some 300 times
+            a reply with 20 top logprobs: ``MAX_REPLY_BYTES``). A judge that sends more (an endless or
+            runaway body) has the call fail at the cap, its connection closed, instead of filling memory until
+            ``timeout``. The clients are the comparator's own; it takes none of yours.
         max_concurrency, max_attempts, backoff_initial, backoff_max, max_retry_after: see ``RemoteComparator``.
 
     Raises:
@@ -80,7 +90,8 @@ class OpenAIChatComparator(SwappablePrompts, RemoteComparator):
                  prompt: str = PRP_PROMPT, system_prompt: str | None = None, logprobs: bool = True,
                  top_logprobs: int = 5, max_passage_words: int = 200, max_concurrency: int = 8,
                  timeout: float = 60.0, max_attempts: int = 3, backoff_initial: float = 0.5,
-                 backoff_max: float = 8.0, max_retry_after: float = 60.0) -> None:
+                 backoff_max: float = 8.0, max_retry_after: float = 60.0,
+                 max_reply_bytes: int = MAX_REPLY_BYTES) -> None:
         require("OpenAIChatComparator", OPENAI_EXTRA, "openai", "tenacity")
         import openai  # noqa: F401 - now, not in the first call (a first call under a deadline must not import)
         if not isinstance(model, str):
@@ -92,6 +103,7 @@ class OpenAIChatComparator(SwappablePrompts, RemoteComparator):
                          backoff_max=backoff_max, max_retry_after=max_retry_after, secrets=(api_key or "",))
         self.max_passage_words = check_count(max_passage_words, "max_passage_words", minimum=1)
         self.top_logprobs = check_count(top_logprobs, "top_logprobs", minimum=0)
+        self.max_reply_bytes = check_count(max_reply_bytes, "max_reply_bytes", minimum=1)
         if self.top_logprobs > 20:
             raise ValueError(f"top_logprobs must be <= 20 (the API's limit), got {top_logprobs}")
         timeout = check_seconds(timeout, "timeout", positive=True)
@@ -132,11 +144,16 @@ class OpenAIChatComparator(SwappablePrompts, RemoteComparator):
     parse = staticmethod(_parse)
 
     def classify(self, error: Exception) -> Failure | None:
-        """Timeouts and connection errors retry; a status error by its status (``status_failure``); another
-        client error or an undecodable body (ValueError) is a failed call; anything else is not ours."""
+        """Timeouts and connection errors retry; a status error by its status (``status_failure``); a reply over
+        ``max_reply_bytes``, another client error or an undecodable body (ValueError) is a failed call; anything
+        else is not ours."""
         import openai
 
+        from .reply_cap import ReplyTooLarge
+
         message = error_message(error)
+        if isinstance(error.__cause__, ReplyTooLarge):  # the SDK raises APIConnectionError from what the read raised
+            return Failure(Fault.FAIL, str(error.__cause__))
         if isinstance(error, openai.APIConnectionError):  # includes APITimeoutError
             return Failure(Fault.RETRY, message)
         if isinstance(error, openai.APIStatusError):
@@ -152,12 +169,18 @@ class OpenAIChatComparator(SwappablePrompts, RemoteComparator):
     def open_client(self) -> Any:
         import openai
 
-        return _with_chat_loaded(openai.OpenAI(**self._client_kw))
+        from .reply_cap import hooks
+
+        http_client = openai.DefaultHttpxClient(event_hooks=hooks(self.max_reply_bytes))
+        return _with_chat_loaded(openai.OpenAI(**self._client_kw, http_client=http_client))
 
     def open_async_client(self) -> Any:
         import openai
 
-        return _with_chat_loaded(openai.AsyncOpenAI(**self._client_kw))
+        from .reply_cap import async_hooks
+
+        http_client = openai.DefaultAsyncHttpxClient(event_hooks=async_hooks(self.max_reply_bytes))
+        return _with_chat_loaded(openai.AsyncOpenAI(**self._client_kw, http_client=http_client))
 
     def close_client(self, client: Any) -> None:
         client.close()
