@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TextIO
 
 from activeprp_core.comparators.base import Comparator, as_comparator
 from activeprp_core.comparators.simulated import CALIBRATED_PARAMS, SimulatedComparator
@@ -43,7 +43,7 @@ from activeprp_core.types import Candidate, RerankResult
 
 from . import InputError, fail, printable
 from .rerank import add_comparator_args, add_settings_args, count, make_comparator, seconds, settings_from_args
-from .trecfiles import check_token, read_qrels, read_run_candidates, write_run
+from .trecfiles import STDOUT, check_token, read_qrels, read_run_candidates, write_run
 
 Request = tuple[str, str, list[Candidate]]  # (qid, query text, candidates in input rank order)
 RUNNERS = "activeprp.runners"  # entry-point group: name -> a function running many queries elsewhere (ray)
@@ -140,8 +140,11 @@ def ray_outcomes(requests: Sequence[Request], factory: Callable[[], Any], args: 
 
 
 def check_out(path: str) -> None:
-    """Raise ``InputError`` unless ``path`` can be written as a file (its directory exists and is writable)."""
-    out = Path(path)
+    """Raise ``InputError`` unless ``path`` can be written as a file (its directory exists and is writable) or is
+    ``-`` (stdout)."""
+    if path == STDOUT:
+        return
+    out = Path(os.path.realpath(path))  # write_run writes through a symlink
     if out.is_dir():
         raise InputError(f"{path}: is a directory, not a file")
     parent = out.parent
@@ -149,6 +152,15 @@ def check_out(path: str) -> None:
         raise InputError(f"{path}: no such directory {str(parent)!r}")
     if not os.access(parent, os.W_OK):
         raise InputError(f"{path}: directory {str(parent)!r} is not writable")
+
+
+def notes(args: argparse.Namespace) -> TextIO:
+    """Where the command's notes go: stdout, or stderr when the run itself goes to stdout (``--out -``)."""
+    return sys.stderr if args.out == STDOUT else sys.stdout
+
+
+def out_name(args: argparse.Namespace) -> str:
+    return "stdout" if args.out == STDOUT else args.out
 
 
 def run_tag(text: str) -> str:
@@ -169,7 +181,8 @@ def add_parser(subparsers: Any) -> None:
     files.add_argument("--queries", required=True, help="queries: qid<TAB>text, or JSONL with _id/qid and text")
     files.add_argument("--corpus", required=True, help="passages: docid<TAB>text, or JSONL with _id/docid/id, "
                                                        "text/contents and an optional title")
-    files.add_argument("--out", required=True, help="the reranked TREC run to write")
+    files.add_argument("--out", required=True, help="the reranked TREC run to write (- for stdout; the notes then go "
+                       "to stderr)")
     files.add_argument("--qrels", help="TREC qrels: print nDCG@10 of the input and the output (ir-measures); the "
                                        "graded labels of --comparator simulated")
     p.add_argument("--depth", type=count(minimum=1), default=None, metavar="N",
@@ -207,11 +220,11 @@ def comparator_factory(args: argparse.Namespace, requests: Sequence[Request],
     if args.comparator != "simulated":
         return functools.partial(make_comparator, args)
     label = " ".join(f"{k}={v}" for k, v in CALIBRATED_PARAMS.items())
-    print(f"simulated judge: labels from {args.qrels}, noise calibrated {label}")
+    print(f"simulated judge: labels from {args.qrels}, noise calibrated {label}", file=notes(args))
     unjudged = [qid for qid, _, _ in requests if not (qrels or {}).get(qid)]
     if unjudged:
         print(f"note: {len(unjudged)} queries (e.g. {unjudged[0]}) have no judgments in {args.qrels}; the simulated "
-              "judge sees all their passages as grade 0")
+              "judge sees all their passages as grade 0", file=notes(args))
     factory = functools.partial(SimulatedComparator.from_qrels, qrels or {}, {qid: q for qid, q, _ in requests},
                                 **CALIBRATED_PARAMS)
     try:
@@ -264,7 +277,7 @@ def read_inputs(args: argparse.Namespace) -> tuple[list[Request], dict[str, dict
     read, kept = sum(map(len, run.values())), sum(len(c) for _, _, c in requests)
     print(f"read {read} lines ({len(run)} queries) from {args.run}; reranking {kept} "
           f"(depth {args.depth or 'all'}) with ranker={args.ranker} oracle={args.oracle} budget={args.budget} "
-          f"top_k={args.top_k} comparator={args.comparator}")
+          f"top_k={args.top_k} comparator={args.comparator}", file=notes(args))
     return requests, qrels
 
 
@@ -319,13 +332,14 @@ def report(args: argparse.Namespace, requests: Sequence[Request], qrels: Mapping
     failed, reranked = written.failed, written.reranked
     if written.degraded or (failed and args.on_failure == "prior"):
         print(f"note: {written.degraded} queries degraded to the prior order for what was unknown; {len(failed)} "
-              "failed queries were written in their input order (--on-failure prior)")
+              "failed queries were written in their input order (--on-failure prior)", file=notes(args))
     if qrels is not None and reranked:
         before = {q: [c.id for c in cands] for q, _, cands in requests}
-        print(ndcg_line(qrels, before, reranked, "input" if args.depth is None else f"input top {args.depth}"))
+        label = "input" if args.depth is None else f"input top {args.depth}"
+        print(ndcg_line(qrels, before, reranked, label), file=notes(args))
     if failed and args.on_failure != "prior":
         shown = ", ".join(failed[:10]) + (", ..." if len(failed) > 10 else "")
-        return fail(f"{len(failed)} of {len(requests)} queries failed ({shown}); {args.out} holds the other "
+        return fail(f"{len(failed)} of {len(requests)} queries failed ({shown}); {out_name(args)} holds the other "
                     f"{len(reranked)}", 1)
     return 0
 
@@ -362,8 +376,8 @@ def main(args: argparse.Namespace) -> int:
         if comparator is not None:  # comparators holding a client or a file
             comparator.close()
     calls = written.calls
-    print(f"wrote {lines} lines ({len(written.reranked)} queries) to {args.out} in "
+    print(f"wrote {lines} lines ({len(written.reranked)} queries) to {out_name(args)} in "
           f"{time.perf_counter() - started:.1f} s; LLM calls: {sum(calls)} total, at most {max(calls, default=0)} "
-          "per query")
-    print(f"judge (all queries): {pooled(written.judges).summary()}")
+          "per query", file=notes(args))
+    print(f"judge (all queries): {pooled(written.judges).summary()}", file=notes(args))
     return report(args, requests, qrels, written)

@@ -29,11 +29,14 @@ import sys
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, TextIO
 
 from activeprp_core.comparators.prompts import model_text
 from activeprp_core.errors import InputError
 from activeprp_core.types import Candidate
+
+STDOUT = "-"
+"""The path that names stdout (``write_run``; ``rerank-run --out -``)."""
 
 QUERY_ID_KEYS, DOC_ID_KEYS, DOC_TEXT_KEYS = ("_id", "qid"), ("_id", "docid", "id"), ("text", "contents")
 
@@ -298,32 +301,40 @@ def read_run_candidates(run_path: str | Path, queries_path: str | Path, corpus: 
 def write_run(path: str | Path, ranked: Iterable[tuple[str, Sequence[str]]], tag: str = "activeprp") -> int:
     """Write a TREC run: for each ``(qid, docids best first)``, lines ``qid Q0 docid rank score tag`` with rank
     1..n and score n..1 (strictly decreasing, so trec_eval's sort by score keeps the order). ``ranked`` is
-    consumed lazily; the file appears (atomically replacing ``path``) only when it is exhausted. Returns the
-    number of lines written.
+    consumed lazily; the file appears (atomically replacing ``path``, or the file a symlink there points to) only
+    when it is exhausted. ``path`` ``"-"`` (``STDOUT``) writes the lines to stdout as they come instead. Returns
+    the number of lines written.
 
     Raises:
         ValueError: an empty or whitespace-containing qid, docid or tag; a docid twice within a query.
         OSError: the directory of ``path`` is missing or not writable.
     """
     check_token("tag", tag)
-    path = Path(path)
+    if str(path) == STDOUT:
+        return _write_lines(sys.stdout, ranked, tag)
+    path = Path(os.path.realpath(path))  # through a symlink, as a shell's > does: the link stays
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.chmod(tmp, _file_mode(path))  # mkstemp's file is 0600; the run gets the mode of the file it replaces
-    written = 0
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            for qid, docids in ranked:
-                check_token("qid", qid)
-                if len(set(docids)) != len(docids):
-                    raise ValueError(f"qid {qid}: the ranked docids contain duplicates")
-                for rank, docid in enumerate(docids, 1):
-                    check_token("docid", docid)
-                    f.write(f"{qid} Q0 {docid} {rank} {len(docids) - rank + 1} {tag}\n")
-                written += len(docids)
+            written = _write_lines(f, ranked, tag)
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)
         raise
+    return written
+
+
+def _write_lines(f: TextIO, ranked: Iterable[tuple[str, Sequence[str]]], tag: str) -> int:
+    written = 0
+    for qid, docids in ranked:
+        check_token("qid", qid)
+        if len(set(docids)) != len(docids):
+            raise ValueError(f"qid {qid}: the ranked docids contain duplicates")
+        for rank, docid in enumerate(docids, 1):
+            check_token("docid", docid)
+            f.write(f"{qid} Q0 {docid} {rank} {len(docids) - rank + 1} {tag}\n")
+        written += len(docids)
     return written
 
 
@@ -344,5 +355,5 @@ def check_token(name: str, value: str) -> None:
         raise ValueError(f"a TREC run {name} must be a non-empty string without whitespace, got {value!r}")
 
 
-__all__ = ["Qrels", "Run", "RunRow", "check_token", "iter_lines", "read_corpus", "read_qrels", "read_queries",
+__all__ = ["STDOUT", "Qrels", "Run", "RunRow", "check_token", "iter_lines", "read_corpus", "read_qrels", "read_queries",
            "read_run", "read_run_candidates", "write_run"]

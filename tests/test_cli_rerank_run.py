@@ -131,6 +131,31 @@ def test_small_valid_files_with_bom_rerank(files, tmp_path, capsys):
     assert "read 3 lines (2 queries)" in capsys.readouterr().out
 
 
+def test_out_dash_writes_the_run_to_stdout_and_the_notes_to_stderr(files, tmp_path, capsys, monkeypatch):
+    """``--out -`` wrote a file named ``-``."""
+    pytest.importorskip("ir_measures", reason='pip install "activeprp[eval]"')  # --qrels
+    monkeypatch.chdir(tmp_path)
+    reference = tmp_path / "out.run"
+    assert main(cli_args(files, reference)) == 0
+    capsys.readouterr()
+    assert main(cli_args(files, "-")) == 0
+    captured = capsys.readouterr()
+    assert captured.out == reference.read_text() and not (tmp_path / "-").exists()
+    assert "read 3 lines (2 queries)" in captured.err and "wrote 3 lines (2 queries) to stdout" in captured.err
+
+
+def test_out_through_a_symlink_writes_its_target_and_keeps_the_link(files, tmp_path, capsys):
+    """The run replaced the symlink with a file, and the file it pointed to kept its old content."""
+    pytest.importorskip("ir_measures", reason='pip install "activeprp[eval]"')  # --qrels
+    (tmp_path / "runs").mkdir()
+    target, link = tmp_path / "runs" / "latest.run", tmp_path / "latest.run"
+    target.write_text("old\n")
+    link.symlink_to(target)
+    assert main(cli_args(files, link)) == 0
+    assert link.is_symlink() and target.read_text().startswith("q1 Q0 ")
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["latest.run"]  # no temporary file left
+
+
 BAD_INPUTS = [
     ("run", "q1 Q0 d1 1 3.0\n", "{run}:1: expected 6 columns (qid Q0 docid rank score tag), got 5"),
     ("run", "q1 Q0 d1 1 3.0 t\n\nq1 Q0 d2 x 2.0 t\n", "{run}:3: rank 'x' is not an integer"),
