@@ -1,12 +1,15 @@
 """``FairSlots``: the weighted semaphore that caps calls in flight, for a comparator's ``CallGuard`` (waiters in
-arrival order) and for ``RerankPool``'s requests (oldest request first)."""
+arrival order; the tasks of an event loop, or the threads of the sync path) and for ``RerankPool``'s requests
+(oldest request first)."""
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import heapq
 import itertools
+import threading
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
@@ -55,15 +58,19 @@ class DeadlinePassed(Exception):
     the comparator turns it into ``Judgment(None, cut=...)``, it never leaves the comparator."""
 
 
+Returned = asyncio.Future | concurrent.futures.Future
+"""A future that says when a call has returned: an event loop's, or one a thread sets (the sync path)."""
+
+
 class Hold:
     """What ``FairSlots.take`` yields: its slots are released when the ``async with`` block ends, or, after
     ``keep_until(future)``, once ``future`` is done if that is later (a call that runs on in a thread after the
     wait for it was cut still occupies the endpoint)."""
 
     def __init__(self) -> None:
-        self.until: asyncio.Future | None = None
+        self.until: Returned | None = None
 
-    def keep_until(self, future: asyncio.Future) -> None:
+    def keep_until(self, future: Returned) -> None:
         self.until = future
 
     def release_then(self, release: Any) -> None:
@@ -75,54 +82,75 @@ class Hold:
 
 
 class FairSlots:
-    """A weighted semaphore of one event loop whose waiters are served in ``(key, arrival)`` order: a lower
-    ``key`` (an older request) goes first, and a waiter never overtakes one ahead of it.
+    """A weighted semaphore whose waiters are served in ``(key, arrival)`` order: a lower ``key`` (an older request)
+    goes first, and a waiter never overtakes one ahead of it.
 
     Args:
         total: the slots (int >= 1).
+        threads: waited for by threads without an event loop (the sync path): ``take`` never suspends (its wait
+            blocks the thread, so it runs under ``blocking.run_blocking``). Else waited for by the tasks of one
+            event loop. Slots may be released from any thread (a call's own, when it returns).
     """
 
-    def __init__(self, total: int) -> None:
+    def __init__(self, total: int, threads: bool = False) -> None:
         self.total = self.free = check_count(total, "total", minimum=1)
-        self._waiters: list[tuple[Any, int, int, asyncio.Future]] = []
+        self.threads = threads
+        self._waiters: list[tuple[Any, int, int, Returned]] = []
         self._arrivals = itertools.count()
+        self._lock = threading.Lock()
 
     @contextlib.asynccontextmanager
     async def take(self, n: int, key: Any = 0, timeout: float | None = None):
         """Hold ``min(n, total)`` slots (yields a ``Hold``); waits while others with a lower key (or the same key,
         earlier) wait, at most ``timeout`` seconds (then ``DeadlinePassed``, holding nothing)."""
         n = min(n, self.total)
-        if self._waiters or self.free < n:
-            future = asyncio.get_running_loop().create_future()
-            heapq.heappush(self._waiters, (key, next(self._arrivals), n, future))
+        future = self._queue(n, key)
+        if future is not None:
             try:
-                granted = await wait_done(future, timeout)
+                granted = await self._granted(future, timeout)
             except BaseException:  # cancelled, or any failure: no slot held
-                if future.done():
+                if not self._leave(future):
                     self._release(n)  # granted meanwhile: give the slots back
-                else:
-                    future.cancel()  # left waiting: skipped at the next release
                 raise
-            if not granted:
-                future.cancel()
+            if not granted and self._leave(future):
                 raise DeadlinePassed
-        else:
-            self.free -= n
         hold = Hold()
         try:
             yield hold
         finally:
             hold.release_then(lambda: self._release(n))
 
+    def _queue(self, n: int, key: Any) -> Returned | None:
+        """Take ``n`` slots now (None), or queue a waiter for them: its future, set once they are granted."""
+        with self._lock:
+            if not self._waiters and self.free >= n:
+                self.free -= n
+                return None
+            future = concurrent.futures.Future() if self.threads else asyncio.get_running_loop().create_future()
+            heapq.heappush(self._waiters, (key, next(self._arrivals), n, future))
+            return future
+
+    async def _granted(self, future: Returned, timeout: float | None) -> bool:
+        """Whether the waiter's slots were granted within ``timeout`` seconds (a thread blocks here)."""
+        if self.threads:
+            return bool(concurrent.futures.wait({future}, timeout).done)
+        return await wait_done(future, timeout)
+
+    def _leave(self, future: Returned) -> bool:
+        """Take a waiter out of the queue (skipped at the next release): False when its slots were granted first."""
+        with self._lock:
+            return future.cancel()
+
     def _release(self, n: int) -> None:
-        self.free += n
-        while self._waiters:
-            _, _, want, future = self._waiters[0]
-            if future.done():  # its holder was cancelled while waiting
+        with self._lock:
+            self.free += n
+            while self._waiters:
+                _, _, want, future = self._waiters[0]
+                if future.done():  # its holder left while waiting
+                    heapq.heappop(self._waiters)
+                    continue
+                if self.free < want:
+                    return
                 heapq.heappop(self._waiters)
-                continue
-            if self.free < want:
-                return
-            heapq.heappop(self._waiters)
-            self.free -= want
-            future.set_result(None)
+                self.free -= want
+                future.set_result(None)

@@ -2,10 +2,13 @@
 order, none overtaken."""
 
 import asyncio
+import contextlib
+import threading
 
 import pytest
 
-from activeprp_core.slots import FairSlots, wait_for
+from activeprp_core.blocking import run_blocking
+from activeprp_core.slots import DeadlinePassed, FairSlots, wait_for
 
 
 def test_fair_slots_serve_lower_keys_first_and_never_let_a_waiter_be_overtaken():
@@ -134,3 +137,37 @@ def test_a_thread_raising_stopiteration_fails_its_wait_instead_of_hanging_it():
 
     with pytest.raises(RuntimeError, match="StopIteration"):
         asyncio.run(asyncio.wait_for(in_thread(call), 5))
+
+
+@contextlib.contextmanager
+def _held(take):
+    """A ``take`` of ``FairSlots(threads=True)`` entered without an event loop (it never suspends)."""
+    hold = run_blocking(take.__aenter__())
+    try:
+        yield hold
+    finally:
+        run_blocking(take.__aexit__(None, None, None))
+
+
+def test_thread_slots_keep_a_cut_call_s_slot_until_its_thread_returns():
+    """The sync path's slots (``threads``): a call cut by ``within`` keeps its slot until its thread returns, as
+    ``in_thread`` does on the async path; a waiter whose timeout passes first holds nothing (``DeadlinePassed``),
+    one that waits meanwhile gets the slot once the thread returns. A call's own TimeoutError is no cut."""
+    from activeprp_core.comparators.base import within
+
+    go, slots = threading.Event(), FairSlots(1, threads=True)
+    with _held(slots.take(1)) as hold:
+        assert within(lambda: go.wait(5), 0.01, hold) is None  # cut: the thread runs on
+    assert slots.free == 0
+    with pytest.raises(DeadlinePassed), _held(slots.take(1, timeout=0.01)):
+        pass
+    threading.Timer(0.05, go.set).start()
+    with _held(slots.take(1, timeout=5.0)):
+        assert slots.free == 0
+    assert slots.free == 1 and not slots._waiters
+
+    def times_out():
+        raise TimeoutError("the call's own")
+
+    with pytest.raises(TimeoutError, match="own"):
+        within(times_out, 1.0)

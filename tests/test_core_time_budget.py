@@ -171,13 +171,15 @@ def test_late_answers_of_a_blocking_comparator_are_discarded():
 
 
 class BlockingOnly:
-    """A compare-only judge whose calls take ``delay`` seconds; notes its peak of calls in flight."""
+    """A compare-only judge whose calls take ``delay`` seconds; notes the calls sent and its peak of calls in
+    flight."""
 
     def __init__(self, delay: float) -> None:
-        self.delay, self.in_flight, self.peak, self.lock = delay, 0, 0, threading.Lock()
+        self.delay, self.sent, self.in_flight, self.peak, self.lock = delay, 0, 0, 0, threading.Lock()
 
     def compare(self, query, pairs):
         with self.lock:
+            self.sent += len(pairs)
             self.in_flight += len(pairs)
             self.peak = max(self.peak, self.in_flight)
         time.sleep(self.delay)
@@ -203,19 +205,28 @@ def test_a_blocking_call_cut_in_arerank_holds_neither_the_exit_nor_the_loop_s_ex
     assert waited < 0.5 and time.monotonic() - began < 1.0
 
 
-def test_a_blocking_call_cut_at_its_deadline_keeps_its_slot_until_it_returns():
-    """``max_concurrency`` caps the calls the endpoint has, across queries: the slot of a call cut at a query's
-    deadline went to the next query's call while the endpoint still ran the cut one (3 in flight with a cap of 1)."""
+@pytest.mark.parametrize("use_async", [False, True])
+def test_a_blocking_call_cut_at_its_deadline_keeps_its_slot_until_it_returns(use_async):
+    """``max_concurrency`` caps the calls the endpoint has, across queries, sync and async: the slot of a call cut
+    at a query's deadline went to the next query's call while the endpoint still ran the cut one (3 in flight with
+    a cap of 1; the sync path had no slots at all). A query whose deadline passes before the slot frees sends
+    nothing and spends nothing."""
+    before = set(threading.enumerate())
     reqs = [(f"q{i}", make_case(6, seed=i)[0]) for i in range(4)]
     judge = BlockingOnly(0.5)
+    kw = dict(comparator=judge, budget=20, max_concurrency=1, time_budget=0.2, carry_judge=False, max_active=1)
 
     async def run():
-        return [r async for r in arerank_many(reqs, comparator=judge, budget=20, max_concurrency=1, time_budget=0.2,
-                                              carry_judge=False, max_active=1)]
+        return [r async for r in arerank_many(reqs, **kw)]
 
-    out = asyncio.run(run())
-    assert judge.peak == 1 and out[0].cut_calls == 1 and sum(r.calls for r in out) < 4
-    time.sleep(0.5)
+    out = asyncio.run(run()) if use_async else list(rerank_many(reqs, **kw))
+    for thread in set(threading.enumerate()) - before:  # the cut calls: their count at the judge is final
+        thread.join(5.0)
+    assert judge.peak == 1 and judge.in_flight == 0 and out[0].cut_calls == 1
+    assert all(sorted(r.order) == list(range(len(cands))) and r.candidates == list(cands)
+               for r, (_, cands) in zip(out, reqs))
+    assert sum(r.calls for r in out) == sum(r.cut_calls for r in out) == judge.sent  # every call took 0.5 s
+    assert all(r.failed_calls == 0 and r.exhausted_by == ["time_budget"] for r in out)
 
 
 def test_each_query_of_rerank_many_has_its_own_deadline():

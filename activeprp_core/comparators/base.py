@@ -13,12 +13,14 @@ Deadlines (``time_budget``): the ``CallGuard`` tells a comparator the time left 
 (``CallGuard.time_left``). The base class sends no chunk once it is past, and waits for a chunk no longer than
 the time left: the async path cancels the chunk (``asyncio.wait_for``), the sync path runs it in a worker thread
 and stops waiting for it (its late answers are discarded; the call itself runs on until it returns, since a
-blocking call cannot be interrupted). Such calls come back as ``Judgment(None, cut=...)``.
+blocking call cannot be interrupted, and keeps its ``max_concurrency`` slots until then, on both paths). Such
+calls come back as ``Judgment(None, cut=...)``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import contextvars
 import threading
@@ -82,7 +84,7 @@ class CallGuard:
     (seconds; None = no deadline) to wait no longer than a query's deadline, and ``too_late(query)`` to send
     nothing that could not come back before it: the engine sets the deadlines (``deadline`` for every query,
     ``deadlines`` per query text, both on ``clock``) and the record of round latencies (``latency``).
-    Thread-safe; its async slots belong to one event loop at a time.
+    Thread-safe; its async slots belong to one event loop at a time, its sync slots to any threads.
 
     Raises:
         TypeError / ValueError: a limit that is not an int >= 1 or None.
@@ -112,6 +114,7 @@ class CallGuard:
         self._last_reason: str | None = None
         self._error: ComparatorError | None = None
         self._slots: tuple[asyncio.AbstractEventLoop, FairSlots] | None = None
+        self._thread_slots = None if max_concurrency is None else FairSlots(max_concurrency, threads=True)
 
     def time_left(self, query: str | None = None) -> float | None:
         """Seconds until the deadline of ``query`` (its entry in ``deadlines``, else ``deadline``) on ``clock``;
@@ -193,11 +196,14 @@ class CallGuard:
         for j in judgments:
             self.record(j.prob is not None, j.error)
 
-    def slots(self, n: int = 1, timeout: float | None = None):
-        """An async context manager holding ``n`` of the ``max_concurrency`` slots of the running loop
-        (no wait when uncapped); it raises ``DeadlinePassed`` when they are not free within ``timeout`` seconds."""
+    def slots(self, n: int = 1, timeout: float | None = None, threads: bool = False):
+        """An async context manager holding ``n`` of the ``max_concurrency`` slots of the running loop, or with
+        ``threads`` those of the sync path (it never suspends: its wait blocks the thread); no wait when uncapped.
+        It raises ``DeadlinePassed`` when they are not free within ``timeout`` seconds."""
         if self.max_concurrency is None:
             return _no_slots()
+        if threads:
+            return self._thread_slots.take(n, timeout=timeout)
         loop = asyncio.get_running_loop()
         if self._slots is None or self._slots[0] is not loop:
             self._slots = (loop, FairSlots(self.max_concurrency))
@@ -234,8 +240,12 @@ class RequestGuard(CallGuard):
         self.completed += 1
         self.shared.record(ok, reason, retry_after, unusable)
 
-    def slots(self, n: int = 1, timeout: float | None = None):
-        return self.shared.slots(n, timeout) if self._fair is None else self._fair.take(n, self.key, timeout)
+    def slots(self, n: int = 1, timeout: float | None = None, threads: bool = False):
+        if self._fair is None:
+            return self.shared.slots(n, timeout, threads)
+        if threads != self._fair.threads:
+            raise RuntimeError("this request's slots are waited for " + ("by tasks" if threads else "by threads"))
+        return self._fair.take(n, self.key, timeout)
 
 
 @asynccontextmanager
@@ -272,23 +282,21 @@ def _in_daemon_thread(call: Callable[[], T], done: Callable[[T | None, BaseExcep
     threading.Thread(target=contextvars.copy_context().run, args=(run,), name="activeprp-call", daemon=True).start()
 
 
-def within(call: Callable[[], T], seconds: float) -> T | None:
+def within(call: Callable[[], T], seconds: float, hold: Hold | None = None) -> T | None:
     """``call()`` run in a daemon worker thread (``_in_daemon_thread``) and waited for at most ``seconds``: its
     value (or its exception, raised here), or None when it has not returned by then (it runs on; what it returns
-    later is discarded)."""
-    box: dict[str, Any] = {}
-    finished = threading.Event()
+    later is discarded). With ``hold``, the slots it holds stay taken until the thread returns (as ``in_thread``)."""
+    future: concurrent.futures.Future = concurrent.futures.Future()
 
     def done(value: Any, error: BaseException | None) -> None:
-        box.update(value=value, error=error)
-        finished.set()
+        future.set_result(value) if error is None else future.set_exception(error)
 
     _in_daemon_thread(call, done)
-    if not finished.wait(max(seconds, 0.0)):
+    if hold is not None:
+        hold.keep_until(future)
+    if not concurrent.futures.wait({future}, max(seconds, 0.0)).done:
         return None
-    if box["error"] is not None:
-        raise box["error"]
-    return box["value"]
+    return future.result()
 
 
 async def in_thread(call: Callable[[], T], hold: Hold | None = None) -> T:
@@ -350,7 +358,7 @@ def answers_of(raw: Any, chunk: Sequence[Pair], guard: CallGuard) -> list[Judgme
 
 async def _chunked(query: str, pairs: Sequence[Pair], guard: CallGuard,
                    send: Callable[[str, Sequence[Pair], CallGuard], Awaitable[Any]]) -> list[Judgment]:
-    """The chunk loop of ``Comparator.judge`` (``send`` a ``blocking`` call) and ``ajudge``: ``send`` each chunk
+    """The chunk loop of ``Comparator.judge`` (``send`` never suspends) and ``ajudge``: ``send`` each chunk
     of ``guard.chunks(pairs)`` until the deadline of ``query``; ``send`` returns the chunk's judgments, ``_CUT``
     (cut in flight at the deadline: the rest is not sent) or None (not sent: no time or slot left). Returns one
     ``Judgment`` per pair, in order, the pairs not sent as ``unsent()``."""
@@ -493,27 +501,18 @@ class Comparator:
     # ---- what the engine calls ----------------------------------------------------------------------
     def judge(self, query: str, pairs: Sequence[Pair], *, guard: CallGuard | None = None) -> list[Judgment]:
         """One ``Judgment`` per ordered pair of ``query``, in order, sent in chunks of at most
-        ``guard.max_concurrency`` pairs with the circuit breaker checked before each chunk. With a deadline
-        (``guard.time_left``), no chunk is sent past it and each runs in a worker thread that is waited for at
-        most the time left: a chunk still running then is cut (its late answers discarded), the chunks after it
-        are not sent.
+        ``guard.max_concurrency`` pairs, each holding as many of the guard's sync slots (a cap shared by every
+        query using the guard), with the circuit breaker checked before each chunk. With a deadline
+        (``guard.time_left``), no chunk is sent past it (nor once no slot frees before it) and each runs in a
+        worker thread that is waited for at most the time left: a chunk still running then is cut (its late answers
+        discarded; its slots stay taken until its thread returns), the chunks after it are not sent.
 
         Raises:
             ComparatorUnavailable / another ComparatorError: the guard stopped calls before a chunk.
             InvalidAnswer: a chunk answered with the wrong number of items or an answer that is not a number in [0, 1].
         """
         guard = guard or CallGuard(self.max_concurrency, None)
-        return run_blocking(_chunked(query, pairs, guard, blocking(self._send_chunk)))
-
-    def _send_chunk(self, query: str, chunk: Sequence[Pair], guard: CallGuard) -> list[Judgment] | object | None:
-        guard.check()
-        left = guard.time_left(query)
-        if left is None:
-            return answers_of(self._judge_chunk(query, chunk), chunk, guard)
-        if guard.too_late(query):
-            return None
-        answered = within(lambda: (self._judge_chunk(query, chunk),), left)  # a 1-tuple: None is "cut" here
-        return _CUT if answered is None else answers_of(answered[0], chunk, guard)
+        return run_blocking(_chunked(query, pairs, guard, partial(self._send_chunk, threads=True)))
 
     async def ajudge(self, query: str, pairs: Sequence[Pair], *, guard: CallGuard | None = None) -> list[Judgment]:
         """Async ``judge``: chunks hold ``guard.slots`` (a cap shared by every query using the guard), and await
@@ -521,24 +520,42 @@ class Comparator:
         before the next chunk; the thread finishes the chunk it is in). With a deadline, no chunk is sent past
         it and a chunk still running at the deadline is cancelled (cut)."""
         guard = guard or CallGuard(self.max_concurrency, None)
-        return await _chunked(query, pairs, guard, self._asend_chunk)
+        return await _chunked(query, pairs, guard, self._send_chunk)
 
-    async def _asend_chunk(self, query: str, chunk: Sequence[Pair], guard: CallGuard) -> list[Judgment] | object | None:
+    async def _send_chunk(self, query: str, chunk: Sequence[Pair], guard: CallGuard,
+                          threads: bool = False) -> list[Judgment] | object | None:
+        """One chunk under ``guard``, for ``_chunked``: its slots (``threads``: the sync path's, and this never
+        suspends), then its answers, ``_CUT`` or None (not sent: no slot before the deadline, or too late)."""
         try:
-            async with guard.slots(len(chunk), guard.time_left(query)) as hold:
+            async with guard.slots(len(chunk), guard.time_left(query), threads) as hold:
                 guard.check()  # after the wait for slots: the breaker may have opened meanwhile
                 left = guard.time_left(query)
                 if left is not None and guard.too_late(query):
                     return None
                 try:
-                    sending = self._ajudge_chunk(query, chunk, hold)
-                    raw = await (sending if left is None else _until(sending, left, guard, query))
+                    raw = await (blocking(self._judge_within) if threads else self._ajudge_within)(
+                        query, chunk, guard, hold, left)
                 except asyncio.CancelledError:  # sent, its outcome unknown (e.g. the client went away)
                     cut_calls(guard, len(chunk))
                     raise
         except DeadlinePassed:  # no slot before the deadline
             return None
         return raw if raw is _CUT else answers_of(raw, chunk, guard)
+
+    def _judge_within(self, query: str, chunk: Sequence[Pair], guard: CallGuard, hold: Hold,
+                      left: float | None) -> Sequence[Any] | object:
+        """A chunk's raw answers, here (no deadline), or from a worker thread waited for ``left`` seconds at most
+        (``within``; its slots stay taken until it returns): ``_CUT`` when it did not return by then."""
+        if left is None:
+            return self._judge_chunk(query, chunk)
+        answered = within(lambda: (self._judge_chunk(query, chunk),), left, hold)  # a 1-tuple: None is "cut" here
+        return _CUT if answered is None else answered[0]
+
+    def _ajudge_within(self, query: str, chunk: Sequence[Pair], guard: CallGuard, hold: Hold,
+                       left: float | None) -> Awaitable[Sequence[Any] | object]:
+        """Async ``_judge_within``: the chunk cancelled (``_until``) when it has not returned within ``left``."""
+        sending = self._ajudge_chunk(query, chunk, hold)
+        return sending if left is None else _until(sending, left, guard, query)
 
     def judge_batch(self, items: Sequence[Item], *, guard: CallGuard | None = None) -> list[Judgment]:
         """One ``Judgment`` per ``(query, first, second)`` item, in order; items may belong to different
