@@ -400,6 +400,21 @@ def test_a_query_whose_documents_make_the_judge_answer_off_the_point_fails_alone
     assert "unusable answer" in results[1].reason and results[1].error.accounting.calls > 5
 
 
+@pytest.mark.parametrize("max_active", [1, 8])
+def test_a_judge_that_turns_off_the_point_for_every_query_still_opens_the_breaker_of_rerank_many(max_active):
+    """Once the judge has answered, unusable answers open the shared breaker when a streak of them spans two
+    queries: a judge that turned to prose for all is not paid each query's whole budget."""
+    def plan(request):
+        return Reply(body=completion() if request.n < 10 else completion("I", [("I", -0.1)]))
+
+    requests = [(f"query {i}", candidates(8, words=3)) for i in range(6)]
+    with FaultServer(plan, max_requests=300) as server, \
+            pytest.raises(ComparatorUnavailable, match="calls in a row failed .last: unusable answer"):
+        list(rerank_many(requests, comparator=comparator(server.url, max_attempts=1, max_concurrency=1), budget=20,
+                         max_active=max_active))
+    assert server.requests <= 10 + 20 + 5  # the good calls, at most one query's budget, one streak
+
+
 # ---- hypothesis: random JSON shapes, types and values in every field the parser reads ------------------------------
 
 ANY_JSON = st.recursive(

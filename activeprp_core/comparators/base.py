@@ -75,8 +75,10 @@ class CallGuard:
         max_consecutive_failures: the circuit breaker: after this many calls in a row failed (after their
             retries), ``check`` raises ``ComparatorUnavailable`` and no further call is sent (None = never). A
             streak that ends in an unusable answer (the judge replied, but not A or B) opens it only while no call
-            on this guard has been answered: once the judge has answered, such replies come from the prompts (a
-            document can carry an instruction), and the calls fail one by one, within the budget.
+            on this guard has been answered, or when its failed calls came from two queries or more (the
+            ``RequestGuard`` views of a shared guard): once the judge has answered, one query's unusable answers
+            come from its prompts (a document can carry an instruction), and its calls fail one by one, within its
+            budget.
 
     Comparators call ``check()`` before sending, ``record(ok, reason)`` for every call that reached the backend
     (``completed`` counts them, so the engine can refund the calls of a failed batch that never went out), and
@@ -111,6 +113,7 @@ class CallGuard:
         self.completed = 0
         self._failures = 0
         self._answered = False  # a call on this guard got a usable answer
+        self._sources: set[Any] = set()  # the queries (RequestGuard keys) of the failed calls in a row
         self._last_reason: str | None = None
         self._error: ComparatorError | None = None
         self._slots: tuple[asyncio.AbstractEventLoop, FairSlots] | None = None
@@ -161,29 +164,38 @@ class CallGuard:
                 self._error = error
 
     def record(self, ok: bool | None, reason: str | None = None, retry_after: float | None = None,
-               unusable: bool = False) -> None:
+               unusable: bool = False, source: Any = None) -> None:
         """Note one call that reached the backend; ``max_consecutive_failures`` failures in a row open the breaker.
         ``ok=None``: it was sent but its outcome is unknown (cancelled in flight): counted, streak unchanged.
         ``retry_after``: the seconds a failed call's backend asked to wait (read by a breaker that probes back).
         ``unusable``: the failed call was answered, but with no usable answer (what the prompt, and so a caller's
-        documents, can cause; a breaker shared by strangers checks the judge before it opens on that)."""
+        documents, can cause; a breaker shared by strangers checks the judge before it opens on that).
+        ``source``: the query the call belongs to (a ``RequestGuard`` passes its ``key``)."""
         with self._lock:
             self.completed += 1
             if ok is None:
                 return
             if ok:
-                self._failures, self._answered = 0, True
+                self._answered = True
+                self._new_streak()
                 return
             self._failures += 1
+            self._sources.add(source)
             self._last_reason = reason or self._last_reason
             limit = self.max_consecutive_failures
             if limit is not None and self._failures >= limit and self._error is None:
                 self._streak_full(unusable)
 
+    def _new_streak(self) -> None:
+        """Start the count of failed calls in a row afresh (called holding the lock)."""
+        self._failures = 0
+        self._sources.clear()
+
     def _streak_full(self, unusable: bool) -> None:
         """``max_consecutive_failures`` calls in a row failed, the last one ``unusable`` or not (called holding the
-        lock): open the breaker, unless the judge has answered before and this reply was unusable."""
-        if not (unusable and self._answered):
+        lock): open the breaker, unless this reply was unusable, the judge has answered before, and the streak is
+        one query's."""
+        if not (unusable and self._answered and len(self._sources) < 2):
             self._error = self._unavailable()
 
     def _unavailable(self, why: str = "") -> ComparatorUnavailable:
@@ -236,9 +248,9 @@ class RequestGuard(CallGuard):
         self.shared.trip(error)
 
     def record(self, ok: bool | None, reason: str | None = None, retry_after: float | None = None,
-               unusable: bool = False) -> None:
+               unusable: bool = False, source: Any = None) -> None:
         self.completed += 1
-        self.shared.record(ok, reason, retry_after, unusable)
+        self.shared.record(ok, reason, retry_after, unusable, self.key)
 
     def slots(self, n: int = 1, timeout: float | None = None, threads: bool = False):
         if self._fair is None:

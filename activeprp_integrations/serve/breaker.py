@@ -7,6 +7,7 @@ import contextlib
 import math
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from activeprp_core.comparators.base import CallGuard
 from activeprp_core.errors import ComparatorError
@@ -53,12 +54,12 @@ class Breaker(CallGuard):
         return self.error is not None
 
     def record(self, ok: bool | None, reason: str | None = None, retry_after: float | None = None,
-               unusable: bool = False) -> None:
+               unusable: bool = False, source: Any = None) -> None:
         if ok:
             self.asked = None
         elif retry_after is not None and ok is False:
             self.asked = max(self.asked or 0.0, retry_after)
-        super().record(ok, reason, retry_after, unusable)
+        super().record(ok, reason, retry_after, unusable, source)
         if self.on_call is not None:
             self.on_call(ok)
         self._noticed()
@@ -86,7 +87,8 @@ class Breaker(CallGuard):
     def close(self) -> None:
         """Close the breaker: calls go out again (the count of failures in a row starts afresh)."""
         with self._lock:
-            self._error, self._failures, self.opened_at, self.asked = None, 0, None, None
+            self._error, self.opened_at, self.asked = None, None, None
+            self._new_streak()
 
     def _noticed(self) -> None:
         """Wake ``watch`` when the breaker has just opened (starting the cool-down) or a streak awaits its probe."""
@@ -133,7 +135,7 @@ class Breaker(CallGuard):
         with self._lock:
             self._suspect = False
             if answered:
-                self._failures = 0
+                self._new_streak()
             elif self._error is None:
                 self._error = self._unavailable(", and the breaker's probe got no answer either")
         self._noticed()
