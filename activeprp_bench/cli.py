@@ -26,6 +26,7 @@ import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from activeprp_cli import require_extra
 from activeprp_cli.rerank import count, seconds
 from activeprp_core.errors import InputError, scrub
 
@@ -525,3 +526,18 @@ def add_parser(subparsers) -> None:
                       "shipped one)")
     auto.add_argument("--report", help="family grids: write the regret report (Markdown) here")
     auto.set_defaults(func=_auto_table)
+    for mode in modes.choices.values():  # a missing extra is one line before any work, not a traceback at the end
+        mode.set_defaults(func=_with_bench_extra(mode.get_default("func")))
+
+
+BENCH_EXTRA = 'pip install "activeprp[bench]"'
+BENCH_MODULES = ("numpy", "matplotlib", "bm25s", "ir_measures")
+"""What the bench extra installs that its modes import (checked, not imported, when the parser is built)."""
+
+
+def _with_bench_extra(handler):
+    def run(args: argparse.Namespace) -> int:
+        require_extra(f"activeprp bench {args.bench_mode}", BENCH_EXTRA, *BENCH_MODULES)
+        return handler(args)
+
+    return run

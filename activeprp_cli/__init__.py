@@ -25,7 +25,7 @@ from importlib.metadata import PackageNotFoundError, entry_points, version
 
 from activeprp_core.errors import InputError
 
-__all__ = ["InputError", "build_parser", "fail", "main", "package_version", "printable"]
+__all__ = ["InputError", "build_parser", "fail", "main", "package_version", "printable", "require_extra"]
 
 SUBCOMMANDS = ("rerank", "rerank_run", "demo")  # module names (rerank_run registers rerank-run)
 COMMAND_GROUP = "activeprp.commands"
@@ -47,6 +47,17 @@ def fail(message: str, code: int) -> int:
     """Print ``activeprp: error: <message>`` (made ``printable``) on stderr and return ``code`` (the exit status)."""
     print(f"activeprp: error: {printable(message, sys.stderr)}", file=sys.stderr)
     return code
+
+
+def require_extra(what: str, extra: str, *modules: str) -> None:
+    """Raise ``InputError`` (one line, exit 2) saying ``extra`` installs ``modules`` when one is missing: checked
+    before a command does any work, so that it does not fail at its end."""
+    from activeprp_core.comparators.remote import require
+
+    try:
+        require(what, extra, *modules)
+    except ImportError as err:
+        raise InputError(str(err)) from None
 
 
 def package_version() -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import json
 import os
 import time
@@ -16,7 +17,8 @@ from typing import Any
 from activeprp_core.comparators.simulated import CALIBRATED_PARAMS, SimulatedComparator
 from activeprp_core.types import Candidate
 
-from .metrics import ndcg_at_k, ranking_to_run
+from . import require_extra
+from .metrics import EVAL_EXTRA, ndcg_at_k, ranking_to_run
 from .rerank import add_comparator_args, add_ranking_args, count, make_comparator, run_rerank
 
 DATA = "dl19_demo.jsonl"  # DEMO_QUERIES queries x DEMO_HITS BM25 hits + qrels; see activeprp_cli/data/SOURCE.md
@@ -101,6 +103,12 @@ def demo_judge(args: argparse.Namespace, rows: list[dict[str, Any]]) -> Any:
                                           **CALIBRATED_PARAMS)
 
 
+def _bar(rows: list[dict[str, Any]]) -> Any:
+    from tqdm import tqdm
+
+    return tqdm(rows, desc="queries", unit="q")
+
+
 def add_parser(subparsers: Any) -> None:
     """Register ``activeprp demo`` (defaults sized to finish in under a minute on a busy 2-core CPU)."""
     p = subparsers.add_parser("demo", help="rerank bundled TREC DL19 queries with the bundled model; print NDCG@10",
@@ -116,14 +124,15 @@ def add_parser(subparsers: Any) -> None:
                    help="torch CPU threads for bundled/hf (default: the usable cores less the load (the 1-minute "
                         "average or the processes running now, the larger), at least 1; left to torch when "
                         "OMP_NUM_THREADS or MKL_NUM_THREADS is set)")
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar (shown only when tqdm is "
+                   "installed)")
 
 
 def main(args: argparse.Namespace) -> int:
     """Handler of ``activeprp demo``: the settings, each query's row as it finishes (above a progress bar), then
     the mean NDCG@10 before and after."""
-    from tqdm import tqdm
-
+    require_extra("activeprp demo", EVAL_EXTRA, "ir_measures")  # its nDCG, before a model is loaded
+    progress = not args.no_progress and importlib.util.find_spec("tqdm") is not None
     rows = load_demo_queries()[: args.queries]
     print(f"activeprp demo: {len(rows)} TREC DL 2019 queries x {args.candidates} BM25 candidates, "
           f"passages cut to {args.passage_tokens} tokens, ranker={args.ranker} oracle={args.oracle} "
@@ -140,17 +149,19 @@ def main(args: argparse.Namespace) -> int:
         print(f"{comparator!r} ready in {time.perf_counter() - started:.1f} s\n")
         print(f"{'qid':>8}  {'query':<40} {'BM25':>6} {'rerank':>6} {'calls':>5} {'rounds':>6} {'time_s':>6}",
               flush=True)
-        bar = tqdm(rows, desc="queries", unit="q", disable=args.no_progress)
-        for row in bar:
+        bar = _bar(rows) if progress else None
+        for row in rows if bar is None else bar:
             qid, qrels = row["qid"], {row["qid"]: row["qrels"]}
             candidates = [Candidate(h["docid"], h["content"]) for h in row["hits"][: args.candidates]]
             result = run_rerank(row["query"], candidates, comparator, args)
             before[qid] = ndcg_at_k(qrels, {qid: ranking_to_run([c.id for c in candidates])})[qid]
             after[qid] = ndcg_at_k(qrels, {qid: ranking_to_run([c.id for c in result.ranked])})[qid]
             table.append(result)
-            bar.write(f"{qid:>8}  {row['query'][:40]:<40} {before[qid]:>6.3f} {after[qid]:>6.3f} {result.calls:>5} "
-                      f"{result.rounds:>6} {result.wall_time_s:>6.1f}")
-        bar.close()
+            line = (f"{qid:>8}  {row['query'][:40]:<40} {before[qid]:>6.3f} {after[qid]:>6.3f} {result.calls:>5} "
+                    f"{result.rounds:>6} {result.wall_time_s:>6.1f}")
+            print(line) if bar is None else bar.write(line)
+        if bar is not None:
+            bar.close()
     n = max(len(table), 1)
     calls, rounds = sum(r.calls for r in table), sum(r.rounds for r in table)
     failed = sum(r.failed_calls for r in table)

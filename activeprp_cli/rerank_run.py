@@ -41,7 +41,8 @@ from activeprp_core.many import DEFAULT_MAX_ACTIVE, RerankFailure, arerank_many,
 from activeprp_core.settings import RerankSettings
 from activeprp_core.types import Candidate, RerankResult
 
-from . import InputError, fail, printable
+from . import InputError, fail, printable, require_extra
+from .metrics import EVAL_EXTRA
 from .rerank import add_comparator_args, add_settings_args, count, make_comparator, seconds, settings_from_args
 from .trecfiles import STDOUT, check_token, read_qrels, read_run_candidates, write_run
 
@@ -271,8 +272,8 @@ def read_inputs(args: argparse.Namespace) -> tuple[list[Request], dict[str, dict
         raise InputError("--comparator simulated needs --qrels QRELS (its graded labels)")
     run, requests = read_run_candidates(args.run, args.queries, args.corpus, args.depth)
     qrels = read_qrels(args.qrels) if args.qrels else None
-    if qrels is not None and importlib.util.find_spec("ir_measures") is None:
-        raise InputError("--qrels needs the ir-measures package (pip install ir-measures)")
+    if qrels is not None:
+        require_extra("--qrels", EVAL_EXTRA, "ir_measures")
     check_out(args.out)
     read, kept = sum(map(len, run.values())), sum(len(c) for _, _, c in requests)
     print(f"read {read} lines ({len(run)} queries) from {args.run}; reranking {kept} "

@@ -253,6 +253,19 @@ def test_bench_bad_input_is_one_line_and_exit_2_before_any_work(tmp_path, capsys
     assert "Traceback" not in err and not out.exists()
 
 
+@pytest.mark.parametrize("missing", ["numpy", "matplotlib"])
+def test_bench_without_its_extra_is_one_line_and_exit_2_before_any_work(tmp_path, capsys, monkeypatch, missing):
+    """Without numpy a traceback; without matplotlib the whole grid ran, then a traceback at the plots."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, missing, None)  # as if not installed
+    out = tmp_path / "out"
+    assert main(["bench", "overhead", "--repeats", "1", "--out", str(out)]) == 2
+    assert capsys.readouterr().err == (f"activeprp: error: activeprp bench overhead needs {missing}: install it with "
+                                       'pip install "activeprp[bench]"\n')
+    assert not out.exists()
+
+
 def test_bench_auto_table_refuses_a_missing_rows_file(capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["bench", "auto-table", "--from-csv", "/nonexistent.csv.gz", "--out", "/nonexistent/auto.json"])

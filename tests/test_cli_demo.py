@@ -61,6 +61,24 @@ def test_the_simulated_demo_judges_with_the_bundled_judgments(capsys):
         assert demo.demo_judge(args, [row]).labels_of(row["query"]) == {d: max(0, g) for d, g in row["qrels"].items()}
 
 
+def test_without_ir_measures_the_demo_stops_in_one_line_before_any_model_and_without_tqdm_it_runs(capsys,
+                                                                                                   monkeypatch):
+    """From a wheel, the demo loaded and ran the model for 30 s, then raised an ImportError traceback at its first
+    nDCG (ir-measures, the eval extra); without tqdm it raised ModuleNotFoundError at once."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # as if not installed
+    assert main(["demo", "--comparator", "simulated", "--queries", "2"]) == 0
+    out = capsys.readouterr().out
+    assert len(figures(out)[1]) == 2
+    monkeypatch.setitem(sys.modules, "ir_measures", None)
+    monkeypatch.setattr(demo, "demo_judge", lambda *a: pytest.fail("a judge was built"))
+    assert main(["demo"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == ('activeprp: error: activeprp demo needs ir_measures: install it '
+                                                   'with pip install "activeprp[eval]"\n')
+
+
 def test_the_demo_refuses_more_queries_or_candidates_than_it_bundles(capsys):
     rows = load_demo_queries()
     assert len(rows) == demo.DEMO_QUERIES and {len(r["hits"]) for r in rows} == {demo.DEMO_HITS}

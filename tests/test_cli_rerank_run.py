@@ -209,6 +209,15 @@ def test_bad_paths_are_one_line_exit_2(files, tmp_path, capsys, monkeypatch, cha
     assert err == "activeprp: error: " + message.format(**files, parent=files["out"].parent) + "\n"
 
 
+def test_qrels_without_ir_measures_names_the_eval_extra(files, tmp_path, capsys, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "ir_measures", None)  # as if not installed
+    assert main(cli_args(files, tmp_path / "out.run")) == 2
+    assert capsys.readouterr().err == ('activeprp: error: --qrels needs ir_measures: install it with '
+                                       'pip install "activeprp[eval]"\n')
+
+
 @pytest.mark.parametrize("flag, value, message", [
     ("--depth", "0", "--depth: expected an integer >= 1, got 0"),
     ("--tag", "my tag", "--tag: a TREC run tag must be a non-empty string without whitespace, got 'my tag'"),
