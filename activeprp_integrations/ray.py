@@ -38,7 +38,7 @@ from dataclasses import fields
 from typing import Any
 
 from activeprp_core import Candidate, RerankFailure, RerankResult, RerankSettings, arerank_many, rerank_many
-from activeprp_core.budget import check_count
+from activeprp_core.budget import check_count, check_real
 from activeprp_core.judging import JudgeStats
 from activeprp_core.many import DEFAULT_MAX_ACTIVE
 
@@ -211,9 +211,8 @@ def _check(comparator_factory, num_actors, batch_size, max_active, num_cpus, num
                         f"{type(comparator_factory).__name__}")
     for name, value in (("num_actors", num_actors), ("batch_size", batch_size), ("max_active", max_active)):
         check_count(value, name, minimum=1)
-    for name, value in (("num_cpus", num_cpus), ("num_gpus", num_gpus)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
-            raise ValueError(f"{name} must be a number >= 0, got {value!r}")
+    check_real(num_cpus, "num_cpus", unit="CPUs")
+    check_real(num_gpus, "num_gpus", unit="GPUs", allow_none=True)
     reserved = sorted(set(rerank_kwargs) & set(_RESERVED))
     if reserved:
         raise TypeError(f"rerank_dataset sets {reserved} itself: pass comparator_factory, and no {reserved}")

@@ -6,7 +6,7 @@ import dataclasses
 import pytest
 
 from activeprp_core import RerankSettings
-from activeprp_core.budget import RULES, BudgetView, Cap, Caps, check_count
+from activeprp_core.budget import RULES, BudgetView, Cap, Caps, check_count, check_real, check_seconds
 from activeprp_core.types import Judgment
 
 np = pytest.importorskip("numpy")
@@ -28,6 +28,28 @@ def test_check_count_bounds_and_none():
     assert check_count(-5, "seed", minimum=None) == -5
     with pytest.raises(ValueError, match="top_k must be >= 1, got 0"):
         check_count(0, "top_k", minimum=1)
+
+
+@pytest.mark.parametrize("value", [0, 2, 0.5, np.float32(0.25), np.int64(3)])
+def test_check_real_accepts_finite_numbers_numpy_too(value):
+    assert check_real(value, "w") == float(value) and type(check_real(value, "w")) is float
+
+
+@pytest.mark.parametrize("value, error, message", [
+    (True, TypeError, "w must be a number of CPUs >= 0, got bool"), ("1", TypeError, "got str"),
+    (None, TypeError, "got NoneType"), (float("nan"), ValueError, "w must be a finite number of CPUs >= 0, got nan"),
+    (float("inf"), ValueError, "finite"), (-1, ValueError, "w must be a number of CPUs >= 0, got -1")])
+def test_check_real_refuses_bools_strings_nan_inf_and_negatives_naming_the_unit(value, error, message):
+    with pytest.raises(error, match=message):
+        check_real(value, "w", unit="CPUs")
+
+
+def test_check_seconds_is_check_real_in_seconds():
+    assert check_real(None, "t", allow_none=True) is None
+    with pytest.raises(ValueError, match="t must be a number of seconds > 0 or None, got 0"):
+        check_seconds(0, "t", positive=True, allow_none=True)
+    with pytest.raises(ValueError, match="w must be a number >= 0, got -1"):
+        check_real(-1, "w")
 
 
 def test_cap_reserves_refunds_and_settles():

@@ -95,6 +95,17 @@ def test_depth_rejects_a_bad_depth(depth, error):
         Depth(get_ranker("mohajer"), depth=depth)
 
 
+def test_depth_and_pool_multiplier_take_any_integer_type_and_refuse_the_rest():
+    from activeprp_core.rankers.pac import PACBubble
+
+    np = pytest.importorskip("numpy")
+    assert Depth(get_ranker("mohajer"), depth=np.int64(10)).depth == 10
+    assert PACBubble(np.int32(2)).pool_multiplier == 2 and type(PACBubble(np.int32(2)).pool_multiplier) is int
+    for bad, error in ((True, TypeError), (2.5, TypeError), ("3", TypeError), (0, ValueError)):
+        with pytest.raises(error, match="pool_multiplier must be"):
+            PACBubble(bad)
+
+
 def test_depth_rejects_a_ranker_name_for_inner():
     with pytest.raises(TypeError, match="inner must be a Ranker instance"):
         Depth("mohajer", depth=5)
@@ -416,6 +427,13 @@ def test_budget_depth_rejects_a_prior_weight_that_is_not_a_finite_number_at_leas
 
     with pytest.raises(error, match="prior_weight"):
         BudgetDepth(prior_weight=bad)
+
+
+def test_budget_depth_takes_a_numpy_prior_weight():
+    from activeprp_core.rankers.budget_depth import BudgetDepth
+
+    np = pytest.importorskip("numpy")
+    assert BudgetDepth(prior_weight=np.float32(0.25)).prior_weight == 0.25
 
 
 def test_parallel_select_asks_each_pair_in_one_slot_order_and_finds_the_top_k():

@@ -196,6 +196,19 @@ def test_a_dead_endpoint_fails_the_dataset_with_its_own_error(local_ray, dl19):
     assert 0 < spent.calls <= KW["budget"] * 2 and spent.failed_calls <= spent.calls
 
 
+@pytest.mark.parametrize("resources, error, message", [
+    ({"num_cpus": float("nan")}, ValueError, "num_cpus must be a finite number of CPUs >= 0"),
+    ({"num_gpus": float("inf")}, ValueError, "num_gpus must be a finite number of GPUs >= 0 or None"),
+    ({"num_cpus": "1"}, TypeError, "num_cpus must be a number of CPUs >= 0, got str"),
+    ({"num_gpus": True}, TypeError, "num_gpus must be a number of GPUs"), ({"num_cpus": -1}, ValueError, "got -1")])
+def test_bad_resources_fail_before_ray_is_asked(resources, error, message):
+    from activeprp_integrations.ray import DEFAULT_NUM_CPUS, _check
+
+    args = {"num_cpus": DEFAULT_NUM_CPUS, "num_gpus": None} | resources
+    with pytest.raises(error, match=message):
+        _check(dict, 1, 64, 8, args["num_cpus"], args["num_gpus"], None, {"budget": 1})
+
+
 def test_bad_arguments_fail_before_anything_runs(local_ray):
     from activeprp_integrations.ray import rerank_dataset
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ..budget import check_real
 from ..oracles import BothOrders
 from .base import RankContext, Ranker, Schedule, bubble_passes, complete, plan_size, schedule_size
 from .mohajer import MohajerBubble
@@ -158,14 +159,9 @@ class BudgetDepth(Ranker):
             if inner is not None and not isinstance(inner, Ranker):
                 raise TypeError(f"{name} must be a Ranker instance (e.g. get_ranker('mohajer')), "
                                 f"got {type(inner).__name__}")
-        if isinstance(prior_weight, bool) or not isinstance(prior_weight, (int, float)):
-            raise TypeError(f"prior_weight must be a number, got {type(prior_weight).__name__}")
-        if not 0 <= prior_weight < float("inf"):
-            raise ValueError(f"prior_weight must be a finite number >= 0 (0: the plan's order alone), "
-                             f"got {prior_weight}")
         self.sequential = sequential or MohajerBubble()
         self.parallel = parallel or ParallelMohajer()
-        self.prior_weight = prior_weight
+        self.prior_weight = check_real(prior_weight, "prior_weight")  # 0: the plan's order alone
 
     def plan(self, ctx: RankContext) -> tuple[Ranker, int]:
         """``(ranker, depth)`` for this query, from ``ctx.caps`` (calls and rounds left) at the start (see the class

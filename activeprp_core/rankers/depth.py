@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ..budget import check_count
 from .base import RankContext, Ranker, Schedule, complete
 from .parallel import ParallelMohajer
 
@@ -30,7 +31,8 @@ class Depth(Ranker):
     cap and oracle apply as to ``inner`` (it is scheduled with ``n`` = the depth).
 
     Raises:
-        TypeError: ``inner`` not a ``Ranker``, or ``depth`` not an int or None. ValueError: ``depth`` < 1.
+        TypeError: ``inner`` not a ``Ranker``, or ``depth`` not an int (any integer type) or None.
+        ValueError: ``depth`` < 1.
     """
 
     name = "depth"
@@ -38,11 +40,7 @@ class Depth(Ranker):
     def __init__(self, inner: Ranker, depth: int | None = None) -> None:
         if not isinstance(inner, Ranker):
             raise TypeError(f"inner must be a Ranker instance (e.g. get_ranker('mohajer')), got {type(inner).__name__}")
-        if depth is not None and (isinstance(depth, bool) or not isinstance(depth, int)):
-            raise TypeError(f"depth must be an int or None, got {type(depth).__name__}")
-        if depth is not None and depth < 1:
-            raise ValueError(f"depth must be >= 1 (candidates to rerank), got {depth}")
-        self.inner, self.depth = inner, depth
+        self.inner, self.depth = inner, check_count(depth, "depth", minimum=1, allow_none=True)
         self.plans_rounds = inner.plans_rounds
 
     def depth_for(self, ctx: RankContext) -> int:

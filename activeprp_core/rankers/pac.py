@@ -4,6 +4,7 @@ and a candidate pool from the zero-cost prior, then BubbleSort of the selected K
 
 from __future__ import annotations
 
+from ..budget import check_count
 from .base import RankContext, Ranker, Schedule, beats, bubble_passes, complete
 
 
@@ -24,15 +25,13 @@ class PACBubble(Ranker):
         pool_multiplier: m, the pool is the prior top K*m (default 3).
 
     Raises:
-        ValueError: ``pool_multiplier`` < 1.
+        TypeError: ``pool_multiplier`` not an int (any integer type; bools refused). ValueError: it is < 1.
     """
 
     name = "pac_bubble"
 
     def __init__(self, pool_multiplier: int = 3) -> None:
-        if pool_multiplier < 1:
-            raise ValueError(f"pool_multiplier must be >= 1, got {pool_multiplier}")
-        self.pool_multiplier = pool_multiplier
+        self.pool_multiplier = check_count(pool_multiplier, "pool_multiplier", minimum=1)
 
     def schedule(self, ctx: RankContext) -> Schedule:
         n, k = ctx.n, ctx.top
