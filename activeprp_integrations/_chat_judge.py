@@ -20,6 +20,7 @@ from activeprp_core.comparators.prompts import (
     SwappablePrompts,
     chat_token_bound,
     check_prompt,
+    check_top_logprobs,
     cut_words,
     prp_messages,
 )
@@ -160,7 +161,7 @@ class FrameworkJudge(SwappablePrompts, RemoteComparator):
         self.model, self.endpoint = model_label(llm), type(llm).__name__
         self.prompt, self.system_prompt = check_prompt("prompt", prompt), check_prompt("system_prompt", system_prompt)
         self.max_passage_words = check_count(max_passage_words, "max_passage_words", minimum=1)
-        top_logprobs = check_count(top_logprobs, "top_logprobs", minimum=0)
+        top_logprobs = check_top_logprobs(top_logprobs)
         fields = getattr(type(llm), "model_fields", {})
         unknown = sorted(set(settings or {}) - set(fields))
         if unknown:

@@ -17,7 +17,7 @@ from _llm_server import FaultServer, Reply, completion, error_body, responses_bo
 
 from activeprp_core import Candidate, ComparatorAuthError, ComparatorUnavailable, arerank, rerank
 from activeprp_core.comparators import OpenAIChatComparator
-from activeprp_core.comparators.prompts import PRP_PROMPT
+from activeprp_core.comparators.prompts import MAX_TOP_LOGPROBS, PRP_PROMPT
 
 pytest.importorskip("langchain_core", reason='pip install "activeprp[langchain]"')
 pytest.importorskip("llama_index.core", reason='pip install "activeprp[llama-index]"')
@@ -220,6 +220,15 @@ def test_settings_are_checked_against_the_models_fields():
         ChatModelComparator(ScriptedLLM(script=label))
     with pytest.raises(TypeError, match="LlamaIndex LLM"):
         LLMComparator(llm)
+
+
+def test_top_logprobs_has_the_openai_comparators_limit():
+    llm = ScriptedChat(script=lambda t: ai("A"), seen=[])
+    assert ChatModelComparator(llm, top_logprobs=MAX_TOP_LOGPROBS).settings["top_logprobs"] == MAX_TOP_LOGPROBS == 20
+    with pytest.raises(ValueError, match="top_logprobs must be <= 20 \\(the API's limit\\), got 25"):
+        ChatModelComparator(llm, top_logprobs=25)
+    with pytest.raises(ValueError, match="top_logprobs must be <= 20"):
+        OpenAIChatComparator("m", base_url="http://127.0.0.1:9/v1", api_key="k", top_logprobs=25)
 
 
 # ---- errors -------------------------------------------------------------------------------------------

@@ -12,7 +12,15 @@ from ..budget import check_count
 from ..types import Candidate
 from .answers import Answer, answer_from, field, snippet
 from .failures import MAX_MESSAGE, Failure, Fault, error_message, retry_after_s, status_failure
-from .prompts import PRP_PROMPT, SwappablePrompts, chat_token_bound, check_prompt, cut_words, prp_messages
+from .prompts import (
+    PRP_PROMPT,
+    SwappablePrompts,
+    chat_token_bound,
+    check_prompt,
+    check_top_logprobs,
+    cut_words,
+    prp_messages,
+)
 from .remote import RemoteComparator, check_seconds, require
 
 MAX_REPLY_BYTES = 1 << 20
@@ -67,7 +75,8 @@ class OpenAIChatComparator(SwappablePrompts, RemoteComparator):
         api_key: the key; None = ``$OPENAI_API_KEY``.
         prompt: the PRP template with ``{query}``, ``{first}``, ``{second}`` (only these are substituted; other
             braces stay literal); ``system_prompt`` optional. ``with_prompts(...)`` gives a copy with others.
-        logprobs, top_logprobs: ask for the top ``top_logprobs`` (0..20) alternatives of the answer token.
+        logprobs, top_logprobs: ask for the top ``top_logprobs`` (0..20: ``prompts.MAX_TOP_LOGPROBS``) alternatives
+            of the answer token.
         max_passage_words: passages are cut to this many whitespace-separated words.
         timeout: seconds per request attempt (> 0), whole on the async path (``attempt_timeout``; the SDK's own
             is per read); under a ``time_budget`` an attempt gets at most the time left.
@@ -102,10 +111,8 @@ class OpenAIChatComparator(SwappablePrompts, RemoteComparator):
         super().__init__(max_concurrency=max_concurrency, max_attempts=max_attempts, backoff_initial=backoff_initial,
                          backoff_max=backoff_max, max_retry_after=max_retry_after, secrets=(api_key or "",))
         self.max_passage_words = check_count(max_passage_words, "max_passage_words", minimum=1)
-        self.top_logprobs = check_count(top_logprobs, "top_logprobs", minimum=0)
+        self.top_logprobs = check_top_logprobs(top_logprobs)
         self.max_reply_bytes = check_count(max_reply_bytes, "max_reply_bytes", minimum=1)
-        if self.top_logprobs > 20:
-            raise ValueError(f"top_logprobs must be <= 20 (the API's limit), got {top_logprobs}")
         timeout = check_seconds(timeout, "timeout", positive=True)
         if not api_key:
             raise ValueError("no API key: pass api_key= or set OPENAI_API_KEY (any string for a local server)")

@@ -10,6 +10,8 @@ import copy
 import re
 from typing import Any, TypeVar
 
+from ..budget import check_count
+
 #: The pairwise ranking prompt (PRP, Qin et al. 2024, "Large Language Models are Effective Text Rankers with
 #: Pairwise Ranking Prompting"), with a one-letter answer so that the first generated token is the label.
 PRP_PROMPT = (
@@ -102,6 +104,21 @@ CHAT_TOKENS_PER_MESSAGE = 8
 """Tokens a chat template adds around one message at most (role markers, the role name, separators)."""
 CHAT_TOKENS_PER_PROMPT = 64
 """Tokens a chat template adds once per prompt at most: BOS, the generation prompt, a default system message."""
+MAX_TOP_LOGPROBS = 20
+"""The most ``top_logprobs`` an OpenAI-compatible chat endpoint takes (OpenAI answers 400 above it): the limit of
+every chat judge that asks for them (``OpenAIChatComparator``, the framework judges)."""
+
+
+def check_top_logprobs(value: object) -> int:
+    """``value`` as the ``top_logprobs`` of a chat judge: an int from 0 to ``MAX_TOP_LOGPROBS`` (``check_count``).
+
+    Raises:
+        TypeError: not an int (bools refused). ValueError: below 0 or above ``MAX_TOP_LOGPROBS``.
+    """
+    top = check_count(value, "top_logprobs", minimum=0)
+    if top > MAX_TOP_LOGPROBS:
+        raise ValueError(f"top_logprobs must be <= {MAX_TOP_LOGPROBS} (the API's limit), got {top}")
+    return top
 
 
 def cut_words(text: str, max_words: int) -> str:
