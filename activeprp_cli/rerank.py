@@ -21,8 +21,6 @@ from .trecfiles import field, iter_json_objects
 
 COMPARATORS = ("bundled", "hf", "openai", "simulated")
 _ID_KEYS, _TEXT_KEYS = ("id", "docid", "_id", "doc_id"), ("text", "content", "contents", "passage")
-OPENAI_MAX_CONCURRENCY = 8
-"""Requests in flight of ``--comparator openai`` when ``--max-concurrency`` is none (the comparator's default)."""
 
 
 def read_candidates(path: str) -> list[Candidate]:
@@ -94,10 +92,9 @@ def _make_comparator(args: argparse.Namespace, candidates: list[Candidate] | Non
         from activeprp_core.comparators import OpenAIChatComparator
 
         cap = getattr(args, "max_concurrency", None)  # the --max-concurrency setting (add_settings_args)
+        own = {} if cap is None else {"max_concurrency": cap}  # none: the comparator's own (remote.MAX_CONCURRENCY)
         return OpenAIChatComparator(args.model, base_url=args.base_url, api_key=args.api_key,
-                                    max_passage_words=args.passage_tokens,
-                                    max_concurrency=OPENAI_MAX_CONCURRENCY if cap is None else cap,
-                                    **judge_timing(args))
+                                    max_passage_words=args.passage_tokens, **own, **judge_timing(args))
     from activeprp_core.comparators import TransformersComparator
 
     kw = {"batch_size": args.batch_size, "max_passage_tokens": args.passage_tokens}

@@ -108,6 +108,12 @@ class ComparatorRequestError(ComparatorError):
     first such answer, before any further call is sent; never retried."""
 
 
+MAX_CONSECUTIVE_FAILURES = 5
+"""The circuit breaker's default: calls in a row that may fail (after their retries) before a rerank stops with
+``ComparatorUnavailable``. Its one home, below every module that uses it: ``settings`` (the setting's default,
+re-exported there), ``comparators.base.CallGuard`` and ``types.RerankResult``."""
+
+
 class ComparatorUnavailable(ComparatorError):
     """The endpoint keeps failing: ``max_consecutive_failures`` calls in a row failed after their retries (the
     circuit breaker opened and no further call was sent), or every call of a rerank failed."""

@@ -25,6 +25,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Literal
 
 from .budget import RULES, check_count, check_seconds
+from .errors import MAX_CONSECUTIVE_FAILURES  # its home is errors.py (below types and comparators); also read here
 from .oracles import ORACLES, Oracle
 from .rankers import RANKERS, Ranker
 from .rankers.auto import AUTO
@@ -32,8 +33,6 @@ from .registry import check_name
 
 OnFailure = Literal["raise", "prior"]
 ON_FAILURE = ("raise", "prior")
-MAX_CONSECUTIVE_FAILURES = 5
-"""The circuit breaker's default: calls in a row that may fail (after their retries) before a rerank stops."""
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from .budget import check_count
-from .errors import InvalidAnswer
+from .errors import MAX_CONSECUTIVE_FAILURES, InvalidAnswer
 from .judging import JudgeStats
 
 
@@ -224,7 +224,7 @@ class RerankResult(Accounting):
     cache: bool = field(default=True, metadata=SETTING)
     on_failure: str = field(default="raise", metadata=SETTING)
     max_concurrency: int | None = field(default=None, metadata=SETTING)
-    max_consecutive_failures: int | None = field(default=5, metadata=SETTING)
+    max_consecutive_failures: int | None = field(default=MAX_CONSECUTIVE_FAILURES, metadata=SETTING)
     exhausted: bool = False
     exhausted_by: list[str] = field(default_factory=list)
     converged: bool = False

@@ -16,7 +16,10 @@ from activeprp_core.budget import check_count
 from activeprp_core.comparators.answers import field
 from activeprp_core.comparators.failures import Failure, Fault, error_message, retry_after_s, status_failure
 from activeprp_core.comparators.prompts import (
+    ANSWER_TOKENS,
+    MAX_PASSAGE_WORDS,
     PRP_PROMPT,
+    TOP_LOGPROBS,
     SwappablePrompts,
     chat_token_bound,
     check_prompt,
@@ -24,11 +27,18 @@ from activeprp_core.comparators.prompts import (
     cut_words,
     prp_messages,
 )
-from activeprp_core.comparators.remote import RemoteComparator
+from activeprp_core.comparators.remote import (
+    BACKOFF_INITIAL,
+    BACKOFF_MAX,
+    MAX_ATTEMPTS,
+    MAX_CONCURRENCY,
+    MAX_RETRY_AFTER,
+    RemoteComparator,
+)
 from activeprp_core.types import Candidate
 
-JUDGE_SETTINGS: dict[str, Any] = {"temperature": 0, "max_tokens": 1, "num_predict": 1, "max_output_tokens": 1,
-                                  "streaming": False, "max_retries": 0}
+JUDGE_SETTINGS: dict[str, Any] = {"temperature": 0, "max_tokens": ANSWER_TOKENS, "num_predict": ANSWER_TOKENS,
+                                  "max_output_tokens": ANSWER_TOKENS, "streaming": False, "max_retries": 0}
 """The settings of the judge's copy of the model, each applied only when the model's class declares that field:
 greedy (``temperature``), a one-token answer (``max_tokens``; Ollama's ``num_predict``, Google's
 ``max_output_tokens``), no streaming, and the framework's own retries off (``max_retries=0``: the judge
@@ -150,9 +160,10 @@ class FrameworkJudge(SwappablePrompts, RemoteComparator):
     """The model's sync and async chat methods, called with the framework's messages (e.g. ``invoke``/``ainvoke``)."""
 
     def __init__(self, llm: Any, *, prompt: str = PRP_PROMPT, system_prompt: str | None = None,
-                 logprobs: bool = True, top_logprobs: int = 5, settings: Mapping[str, Any] | None = None,
-                 max_passage_words: int = 200, max_concurrency: int = 8, max_attempts: int = 3,
-                 backoff_initial: float = 0.5, backoff_max: float = 8.0, max_retry_after: float = 60.0) -> None:
+                 logprobs: bool = True, top_logprobs: int = TOP_LOGPROBS, settings: Mapping[str, Any] | None = None,
+                 max_passage_words: int = MAX_PASSAGE_WORDS, max_concurrency: int = MAX_CONCURRENCY,
+                 max_attempts: int = MAX_ATTEMPTS, backoff_initial: float = BACKOFF_INITIAL,
+                 backoff_max: float = BACKOFF_MAX, max_retry_after: float = MAX_RETRY_AFTER) -> None:
         if not isinstance(llm, self.model_type):
             raise TypeError(f"llm must be {self.model_kind}, got {type(llm).__name__}")
         super().__init__(max_concurrency=max_concurrency, max_attempts=max_attempts, backoff_initial=backoff_initial,

@@ -171,3 +171,17 @@ def test_a_dead_endpoint_exits_1_and_on_failure_prior_degrades(candidates_file, 
         assert main([*args, "--base-url", server.url, "--on-failure", "prior"]) == 0
     out = capsys.readouterr().out
     assert "failure=ComparatorAuthError: AuthenticationError from " in out.splitlines()[-1]
+
+
+def test_the_openai_judge_keeps_its_own_max_concurrency_unless_the_flag_sets_one():
+    pytest.importorskip("openai")
+    from activeprp_cli import build_parser
+    from activeprp_cli.rerank import make_comparator
+    from activeprp_core.comparators.remote import MAX_CONCURRENCY
+
+    base = ["rerank", "--query", "q", "--candidates", "c.jsonl", "--comparator", "openai", "--model", "m",
+            "--api-key", "k", "--base-url", "http://127.0.0.1:9/v1"]
+    with make_comparator(build_parser().parse_args(base)) as judge:
+        assert judge.max_concurrency == MAX_CONCURRENCY
+    with make_comparator(build_parser().parse_args([*base, "--max-concurrency", "3"])) as judge:
+        assert judge.max_concurrency == 3

@@ -246,6 +246,23 @@ def test_the_declarations_derive_the_lists():
     assert ONLINE.max_rounds == ONLINE_MAX_ROUNDS
 
 
+def test_each_default_of_the_echo_and_the_breaker_has_one_home():
+    import inspect
+    from dataclasses import MISSING, fields
+
+    from activeprp_core import errors, settings
+    from activeprp_core.comparators.base import CallGuard
+    from activeprp_core.types import RerankResult
+
+    declared = {f.name: f.default for f in fields(RerankSettings)}
+    echoed = {f.name: f.default for f in fields(RerankResult) if f.metadata.get("setting") and f.default is not MISSING}
+    assert echoed and all(echoed[name] == declared[name] for name in echoed), (echoed, declared)
+    assert settings.MAX_CONSECUTIVE_FAILURES is errors.MAX_CONSECUTIVE_FAILURES == 5
+    assert declared["max_consecutive_failures"] == echoed["max_consecutive_failures"] == errors.MAX_CONSECUTIVE_FAILURES
+    guard = inspect.signature(CallGuard).parameters["max_consecutive_failures"].default
+    assert guard == errors.MAX_CONSECUTIVE_FAILURES
+
+
 @pytest.mark.parametrize("bad, error, says", [
     (True, TypeError, "number of seconds"), ("3", TypeError, "number of seconds"), (math.inf, ValueError, "finite"),
     (math.nan, ValueError, "finite"), (-0.5, ValueError, ">= 0"), ([1], TypeError, "number of seconds")])

@@ -222,6 +222,25 @@ def test_settings_are_checked_against_the_models_fields():
         LLMComparator(llm)
 
 
+def test_the_remote_judges_share_their_defaults():
+    import inspect
+
+    from activeprp_core.comparators import prompts, remote
+    from activeprp_integrations._chat_judge import JUDGE_SETTINGS, FrameworkJudge
+
+    homes = {"max_concurrency": remote.MAX_CONCURRENCY, "max_attempts": remote.MAX_ATTEMPTS,
+             "backoff_initial": remote.BACKOFF_INITIAL, "backoff_max": remote.BACKOFF_MAX,
+             "max_retry_after": remote.MAX_RETRY_AFTER}
+    chat = homes | {"top_logprobs": prompts.TOP_LOGPROBS, "max_passage_words": prompts.MAX_PASSAGE_WORDS}
+    assert tuple(homes.values()) + tuple(chat.values())[-2:] == (8, 3, 0.5, 8.0, 60.0, 5, 200)
+    for cls, wanted in ((remote.RemoteComparator, homes), (OpenAIChatComparator, chat), (FrameworkJudge, chat)):
+        params = inspect.signature(cls).parameters
+        assert {name: params[name].default for name in wanted} == wanted, cls
+    assert JUDGE_SETTINGS["max_tokens"] == prompts.ANSWER_TOKENS == 1
+    judge = OpenAIChatComparator("m", base_url="http://127.0.0.1:9/v1", api_key="k")
+    assert judge.request("q", "a", "b")["max_tokens"] == prompts.ANSWER_TOKENS
+
+
 def test_top_logprobs_has_the_openai_comparators_limit():
     llm = ScriptedChat(script=lambda t: ai("A"), seen=[])
     assert ChatModelComparator(llm, top_logprobs=MAX_TOP_LOGPROBS).settings["top_logprobs"] == MAX_TOP_LOGPROBS == 20

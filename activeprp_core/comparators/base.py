@@ -32,7 +32,13 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from ..blocking import blocking, run_blocking
 from ..budget import check_count
-from ..errors import ComparatorAuthError, ComparatorError, ComparatorUnavailable, InvalidAnswer
+from ..errors import (
+    MAX_CONSECUTIVE_FAILURES,
+    ComparatorAuthError,
+    ComparatorError,
+    ComparatorUnavailable,
+    InvalidAnswer,
+)
 from ..slots import DeadlinePassed, FairSlots, Hold, wait_for
 from ..types import IN_FLIGHT, UNSENT, Candidate, Judgment, Pair, to_judgments
 
@@ -92,7 +98,8 @@ class CallGuard:
         TypeError / ValueError: a limit that is not an int >= 1 or None.
     """
 
-    def __init__(self, max_concurrency: int | None = None, max_consecutive_failures: int | None = 5) -> None:
+    def __init__(self, max_concurrency: int | None = None,
+                 max_consecutive_failures: int | None = MAX_CONSECUTIVE_FAILURES) -> None:
         self._setup(check_count(max_concurrency, "max_concurrency", minimum=1, allow_none=True),
                     check_count(max_consecutive_failures, "max_consecutive_failures", minimum=1, allow_none=True))
 

@@ -13,7 +13,10 @@ from ..types import Candidate
 from .answers import Answer, answer_from, field, snippet
 from .failures import MAX_MESSAGE, Failure, Fault, error_message, retry_after_s, status_failure
 from .prompts import (
+    ANSWER_TOKENS,
+    MAX_PASSAGE_WORDS,
     PRP_PROMPT,
+    TOP_LOGPROBS,
     SwappablePrompts,
     chat_token_bound,
     check_prompt,
@@ -21,7 +24,16 @@ from .prompts import (
     cut_words,
     prp_messages,
 )
-from .remote import RemoteComparator, check_seconds, require
+from .remote import (
+    BACKOFF_INITIAL,
+    BACKOFF_MAX,
+    MAX_ATTEMPTS,
+    MAX_CONCURRENCY,
+    MAX_RETRY_AFTER,
+    RemoteComparator,
+    check_seconds,
+    require,
+)
 
 MAX_REPLY_BYTES = 1 << 20
 """The default ``max_reply_bytes`` (1 MiB). A judge's reply to a PRP question is one token with at most 20 top
@@ -97,10 +109,10 @@ class OpenAIChatComparator(SwappablePrompts, RemoteComparator):
 
     def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None,
                  prompt: str = PRP_PROMPT, system_prompt: str | None = None, logprobs: bool = True,
-                 top_logprobs: int = 5, max_passage_words: int = 200, max_concurrency: int = 8,
-                 timeout: float = 60.0, max_attempts: int = 3, backoff_initial: float = 0.5,
-                 backoff_max: float = 8.0, max_retry_after: float = 60.0,
-                 max_reply_bytes: int = MAX_REPLY_BYTES) -> None:
+                 top_logprobs: int = TOP_LOGPROBS, max_passage_words: int = MAX_PASSAGE_WORDS,
+                 max_concurrency: int = MAX_CONCURRENCY, timeout: float = 60.0, max_attempts: int = MAX_ATTEMPTS,
+                 backoff_initial: float = BACKOFF_INITIAL, backoff_max: float = BACKOFF_MAX,
+                 max_retry_after: float = MAX_RETRY_AFTER, max_reply_bytes: int = MAX_REPLY_BYTES) -> None:
         require("OpenAIChatComparator", OPENAI_EXTRA, "openai", "tenacity")
         import openai  # noqa: F401 - now, not in the first call (a first call under a deadline must not import)
         if not isinstance(model, str):
@@ -132,7 +144,8 @@ class OpenAIChatComparator(SwappablePrompts, RemoteComparator):
         """The keyword arguments of ``chat.completions.create`` for one ordered pair."""
         messages = prp_messages(self.prompt, self.system_prompt, query, cut_words(first, self.max_passage_words),
                                 cut_words(second, self.max_passage_words))
-        kw: dict[str, Any] = {"model": self.model, "messages": messages, "max_tokens": 1, "temperature": 0}
+        kw: dict[str, Any] = {"model": self.model, "messages": messages, "max_tokens": ANSWER_TOKENS,
+                              "temperature": 0}
         if self.logprobs:
             kw.update(logprobs=True, top_logprobs=self.top_logprobs)
         return kw

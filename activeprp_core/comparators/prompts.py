@@ -104,6 +104,12 @@ CHAT_TOKENS_PER_MESSAGE = 8
 """Tokens a chat template adds around one message at most (role markers, the role name, separators)."""
 CHAT_TOKENS_PER_PROMPT = 64
 """Tokens a chat template adds once per prompt at most: BOS, the generation prompt, a default system message."""
+TOP_LOGPROBS = 5
+"""The default ``top_logprobs`` of the chat judges: the answer token's alternatives asked for."""
+MAX_PASSAGE_WORDS = 200
+"""The default ``max_passage_words`` of the chat judges: each passage is cut to this many words (``cut_words``)."""
+ANSWER_TOKENS = 1
+"""The completion tokens a chat judge asks for (``max_tokens``): a one-token answer, A or B."""
 MAX_TOP_LOGPROBS = 20
 """The most ``top_logprobs`` an OpenAI-compatible chat endpoint takes (OpenAI answers 400 above it): the limit of
 every chat judge that asks for them (``OpenAIChatComparator``, the framework judges)."""

@@ -40,6 +40,18 @@ def require(owner: str, extra: str, *modules: str) -> None:
         raise ImportError(f"{owner} needs {', '.join(missing)}: install it with {extra}")
 
 
+MAX_CONCURRENCY = 8
+"""The default ``max_concurrency`` of a remote judge: its cap on requests in flight when the rerank sets none."""
+MAX_ATTEMPTS = 3
+"""The default ``max_attempts``: attempts of a call on a retried failure (timeouts, 429, 5xx ...)."""
+BACKOFF_INITIAL = 0.5
+"""The default ``backoff_initial`` (seconds): the first wait between attempts, doubled after each."""
+BACKOFF_MAX = 8.0
+"""The default ``backoff_max`` (seconds): the longest wait between attempts."""
+MAX_RETRY_AFTER = 60.0
+"""The default ``max_retry_after`` (seconds): the most of an endpoint's Retry-After that is honoured."""
+
+
 class _Abandoned(Exception):
     """Raised inside a sync worker whose batch already raised: no further attempt is made."""
 
@@ -51,7 +63,9 @@ class RemoteComparator(Comparator):
     client methods when it holds clients.
 
     Args (keyword, passed on by the provider's ``__init__``):
-        max_concurrency: the default cap on requests in flight when the rerank sets none.
+        max_concurrency: the default cap on requests in flight when the rerank sets none. The defaults of these
+            five are the module's constants (``MAX_CONCURRENCY`` 8, ``MAX_ATTEMPTS`` 3, ``BACKOFF_INITIAL`` 0.5 s,
+            ``BACKOFF_MAX`` 8 s, ``MAX_RETRY_AFTER`` 60 s), the defaults of every remote judge too.
         max_attempts, backoff_initial, backoff_max, max_retry_after: up to ``max_attempts`` attempts on a
             ``Fault.RETRY``, exponential backoff with jitter (``backoff_initial`` x 2^k s plus up to
             ``backoff_initial``, at most ``backoff_max``), at least an asked Retry-After (capped at
@@ -74,8 +88,9 @@ class RemoteComparator(Comparator):
     An HTTP client's own timeout is per read, so a judge that sends its answer a byte at a time never trips it.
     None: no cap but the deadline. A provider sets it to its ``timeout``."""
 
-    def __init__(self, *, max_concurrency: int = 8, max_attempts: int = 3, backoff_initial: float = 0.5,
-                 backoff_max: float = 8.0, max_retry_after: float = 60.0, secrets: Sequence[str] = ()) -> None:
+    def __init__(self, *, max_concurrency: int = MAX_CONCURRENCY, max_attempts: int = MAX_ATTEMPTS,
+                 backoff_initial: float = BACKOFF_INITIAL, backoff_max: float = BACKOFF_MAX,
+                 max_retry_after: float = MAX_RETRY_AFTER, secrets: Sequence[str] = ()) -> None:
         self.max_concurrency = check_count(max_concurrency, "max_concurrency", minimum=1)
         self.max_attempts = check_count(max_attempts, "max_attempts", minimum=1)
         self.backoff_initial = check_seconds(backoff_initial, "backoff_initial")

@@ -38,8 +38,8 @@ DEFAULT_MAX_DOCUMENTS = 1000
 DEFAULT_MAX_DOCUMENT_BYTES = 32 * 1024
 DEFAULT_MAX_ACTIVE = 32
 """Requests reranked at once by default: enough to keep the judge's calls in flight busy (each request's round
-holds a few calls; 8 in flight by default) and a local model's batches full, few enough that the requests that came
-first finish first (benchmarks/results/serve/)."""
+holds a few calls; a remote judge has ``comparators.remote.MAX_CONCURRENCY``, 8, in flight by default) and a local
+model's batches full, few enough that the requests that came first finish first (benchmarks/results/serve/)."""
 DEFAULT_MAX_QUEUE = 256
 """Requests waiting for a slot by default; one more is refused at once with 429."""
 SERVE = RerankSettings.of(ONLINE, time_budget=30.0)
