@@ -21,6 +21,17 @@ from .trecfiles import field, iter_json_objects
 
 COMPARATORS = ("bundled", "hf", "openai", "simulated")
 _ID_KEYS, _TEXT_KEYS = ("id", "docid", "_id", "doc_id"), ("text", "content", "contents", "passage")
+DEFAULT_PASSAGE_TOKENS = 128
+"""``--passage-tokens``' default: a local model (bundled, hf) cuts each passage to 128 tokens
+(``max_passage_tokens``), openai to 128 whitespace-separated words (``max_passage_words``). Below the comparators'
+own defaults on purpose (``TransformersComparator``: 256 tokens; ``OpenAIChatComparator``: 200 words,
+``prompts.MAX_PASSAGE_WORDS``): shorter prompts keep the bundled model quick on a CPU, and the figures measured
+through the command line (docs/serve.md's example, benchmarks/results/serve/) or with its cut
+(benchmarks/forward_cost.py, scripts/measure_comparators.py) used 128. From Python the comparators' own apply."""
+DEFAULT_BATCH_SIZE = 4
+"""``--batch-size``' default (bundled, hf: prompts per forward pass). Below ``TransformersComparator``'s own 8: on a
+CPU batching gains little (docs/comparators.md), and the demo's committed figures and wall times
+(benchmarks/results/demo/) were measured with 4."""
 
 
 def read_candidates(path: str) -> list[Candidate]:
@@ -60,10 +71,14 @@ def add_comparator_args(p: argparse.ArgumentParser, default: str = "bundled") ->
     g.add_argument("--model", help="hf: model directory; openai: model name")
     g.add_argument("--base-url", help="openai: endpoint, e.g. http://127.0.0.1:8000/v1")
     g.add_argument("--api-key", help="openai: key (default: $OPENAI_API_KEY)")
-    g.add_argument("--batch-size", type=count(minimum=1), default=4,
-                   help="local models: prompts per forward pass (default: %(default)s)")
-    g.add_argument("--passage-tokens", type=count(minimum=1), default=128,
-                   help="local models: passage cut (tokens); openai: cut in words (default: %(default)s)")
+    g.add_argument("--batch-size", type=count(minimum=1), default=DEFAULT_BATCH_SIZE,
+                   help="bundled/hf: prompts per forward pass (default: %(default)s, below the Python "
+                        "TransformersComparator's 8: on a CPU batching gains little)")
+    g.add_argument("--passage-tokens", type=count(minimum=1), default=DEFAULT_PASSAGE_TOKENS,
+                   help="cut each passage before judging: bundled/hf to this many tokens (max_passage_tokens), "
+                        "openai to this many words (max_passage_words) (default: %(default)s, below the Python "
+                        "defaults of 256 tokens and 200 words: shorter prompts keep the bundled model quick on a "
+                        "CPU)")
 
 
 def make_comparator(args: argparse.Namespace, candidates: list[Candidate] | None = None) -> Any:

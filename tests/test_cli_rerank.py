@@ -185,3 +185,29 @@ def test_the_openai_judge_keeps_its_own_max_concurrency_unless_the_flag_sets_one
         assert judge.max_concurrency == MAX_CONCURRENCY
     with make_comparator(build_parser().parse_args([*base, "--max-concurrency", "3"])) as judge:
         assert judge.max_concurrency == 3
+
+
+def test_the_comparator_flags_say_what_they_mean_for_each_comparator(capsys):
+    import inspect
+
+    from activeprp_cli import build_parser
+    from activeprp_cli.rerank import DEFAULT_BATCH_SIZE, DEFAULT_PASSAGE_TOKENS
+    from activeprp_core.comparators.hf import TransformersComparator
+    from activeprp_core.comparators.prompts import MAX_PASSAGE_WORDS
+
+    with pytest.raises(SystemExit):
+        build_parser("rerank").parse_args(["rerank", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    local = inspect.signature(TransformersComparator.__init__).parameters
+    assert (f"bundled/hf to this many tokens (max_passage_tokens), openai to this many words (max_passage_words) "
+            f"(default: {DEFAULT_PASSAGE_TOKENS}, below the Python defaults of "
+            f"{local['max_passage_tokens'].default} tokens and {MAX_PASSAGE_WORDS} words") in text
+    assert (f"bundled/hf: prompts per forward pass (default: {DEFAULT_BATCH_SIZE}, below the Python "
+            f"TransformersComparator's {local['batch_size'].default}") in text
+    pytest.importorskip("openai")
+    from activeprp_cli.rerank import make_comparator
+
+    args = build_parser("rerank").parse_args(["rerank", "--query", "q", "--candidates", "c.jsonl", "--comparator",
+                                              "openai", "--model", "m", "--api-key", "k"])
+    with make_comparator(args) as judge:  # openai reads the flag in words
+        assert judge.max_passage_words == args.passage_tokens == DEFAULT_PASSAGE_TOKENS
