@@ -10,7 +10,7 @@ import numpy as np
 
 from activeprp_core.budget import check_count
 
-from .grid import Row
+from .grid import PAPER_BUDGETS, Row
 from .stats import bootstrap_ci, paired_bootstrap
 
 LABELS = {"bubblesort": "BubbleSort", "heapsort": "HeapSort", "quicksort": "QuickSort", "pac_bubble": "PAC + Bubble",
@@ -30,7 +30,6 @@ PAPER_TABLE1: dict[tuple[str, str], list[float]] = {
     ("mohajer_bubble", "randomized"): [61.36, 65.84, 67.66, 67.59, 68.14, 68.25, 68.08, 68.08, 68.08],
     ("mohajer", "randomized"): [61.36, 65.84, 67.66, 68.00, 68.00, 68.00, 68.00, 68.00, 68.00],
 }
-PAPER_BUDGETS = list(range(100, 501, 50))
 
 
 Key = tuple[str, str, int, int]  # (ranker, oracle, budget, max_rounds); -1 = no cap

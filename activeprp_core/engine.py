@@ -68,13 +68,22 @@ async def bounded(awaitable: Awaitable[Any], seconds: float | None, n: int, guar
         return cut_calls(guard, n)
 
 
+def guard_cap(comparator: Any, settings: RerankSettings) -> int | None:
+    """The cap on calls in flight of a guard: the settings' ``max_concurrency`` (checked already), else the
+    comparator's (checked here; None = no cap). Used by ``guard_for`` and by ``activeprp serve``'s breaker.
+
+    Raises:
+        TypeError / ValueError: the comparator's ``max_concurrency`` is not an int >= 1 or None.
+    """
+    if settings.max_concurrency is not None:
+        return settings.max_concurrency
+    return check_count(comparator.max_concurrency, "the comparator's max_concurrency", minimum=1, allow_none=True)
+
+
 def guard_for(comparator: Comparator, settings: RerankSettings) -> CallGuard:
-    """The ``CallGuard`` of one rerank call: the caller's cap on calls in flight (else the comparator's
-    ``max_concurrency``, checked here) and the circuit breaker (the settings' values, checked already)."""
-    cap = settings.max_concurrency
-    if cap is None:
-        cap = check_count(comparator.max_concurrency, "the comparator's max_concurrency", minimum=1, allow_none=True)
-    return CallGuard.of_checked(cap, settings.max_consecutive_failures)
+    """The ``CallGuard`` of one rerank call: the cap on calls in flight (``guard_cap``) and the circuit breaker
+    (the settings' values, checked already)."""
+    return CallGuard.of_checked(guard_cap(comparator, settings), settings.max_consecutive_failures)
 
 
 def exchange(reranking: Reranking, guard: CallGuard) -> Generator[Batch, Any, RerankResult]:

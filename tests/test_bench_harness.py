@@ -395,3 +395,9 @@ def test_read_csv_reads_the_old_wall_s_column(tmp_path):
                     "dl19,q1,mohajer,randomized,50,0,20,1.5,0.4\n")
     (row,) = read_csv(path)
     assert (row.qid, row.wall_time_s, row.ndcg10) == ("q1", 1.5, 0.4)
+
+
+def test_the_bench_has_one_list_of_the_papers_budgets():
+    from activeprp_bench import grid, report
+
+    assert report.PAPER_BUDGETS is grid.PAPER_BUDGETS

@@ -1010,3 +1010,24 @@ def test_serve_help_says_what_its_time_budget_counts_from(capsys):
     help_text = " ".join(capsys.readouterr().out.split())
     assert "--time-budget TIME_BUDGET most seconds per request from its arrival" in help_text
     assert "from the start of its rerank" not in help_text
+
+
+def test_the_service_resolves_its_cap_and_defaults_where_the_library_does():
+    import inspect
+
+    from activeprp_core.engine import guard_cap, guard_for
+    from activeprp_core.settings import RerankSettings
+    from activeprp_integrations.serve import DEFAULT_COOL_DOWN
+    from activeprp_integrations.serve.service import RerankService
+
+    class Judge(WordJudge):
+        max_concurrency = 3
+
+    service = lambda judge, **kw: RerankService(judge, RerankSettings(budget=5, **kw), max_active=2, max_queue=2)  # noqa: E731
+    assert service(Judge()).breaker.max_concurrency == guard_cap(Judge(), RerankSettings(budget=5)) == 3
+    assert service(Judge(), max_concurrency=2).breaker.max_concurrency == 2
+    Judge.max_concurrency = 0
+    for build in (lambda: service(Judge()), lambda: guard_for(Judge(), RerankSettings(budget=5))):
+        with pytest.raises(ValueError, match="the comparator's max_concurrency must be >= 1 or None, got 0"):
+            build()
+    assert inspect.signature(RerankService).parameters["cool_down"].default == DEFAULT_COOL_DOWN

@@ -17,7 +17,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 
 class _HeadTimeoutH11(H11Protocol):
-    head_timeout: float = 30.0
+    head_timeout: float  # set by head_timeout_protocol (the command's --client-timeout)
     _head_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: Any) -> None:  # type: ignore[override]

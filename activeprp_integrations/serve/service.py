@@ -23,14 +23,20 @@ from typing import Any
 
 from activeprp_core import Candidate, ComparatorUnavailable, RerankResult, RerankSettings
 from activeprp_core.comparators.base import CallGuard, as_comparator
+from activeprp_core.engine import guard_cap
 from activeprp_core.slots import wait_done, wait_for
 from activeprp_core.stream import RerankPool
 
+from . import DEFAULT_COOL_DOWN
 from .breaker import Breaker
 
 PROBE = ("probe: which passage mentions a probe?", Candidate("probe-a", "A passage about a probe."),
          Candidate("probe-b", "A passage about the weather."))
 """The breaker's probe: one judge call on this (query, first, second)."""
+PROBE_TIMEOUT = 10.0
+"""The least seconds the breaker's probe call is given, retries included (the breaker's ``cool_down`` when that is
+longer); past it the probe failed. The judge's own timeout still bounds each attempt. The same figure as
+``serve.DEFAULT_JUDGE_TIMEOUT`` today, not tied to it."""
 
 
 class Overloaded(Exception):
@@ -125,10 +131,10 @@ class RerankService:
     """
 
     def __init__(self, comparator: Any, settings: RerankSettings, *, max_active: int, max_queue: int,
-                 cool_down: float = 5.0, on_call: Callable[[bool | None], None] | None = None) -> None:
+                 cool_down: float = DEFAULT_COOL_DOWN, on_call: Callable[[bool | None], None] | None = None) -> None:
         judge = as_comparator(comparator)
-        cap = settings.max_concurrency if settings.max_concurrency is not None else judge.max_concurrency
-        self.breaker = Breaker(cap, settings.max_consecutive_failures, cool_down, self._probe, on_call)
+        self.breaker = Breaker(guard_cap(judge, settings), settings.max_consecutive_failures, cool_down, self._probe,
+                               on_call)
         self.pool = RerankPool(judge, settings, self.breaker)
         self.admission = Admission(max_active, max_queue)
         self.mean_active_s = 1.0  # running mean of the seconds a request holds its slot (for Retry-After)
@@ -197,7 +203,7 @@ class RerankService:
     async def _probe(self) -> bool:
         query, first, second = PROBE
         call = self.pool.judge.ajudge(query, [(first, second)], guard=CallGuard(1, None))
-        answers = await wait_for(call, max(self.breaker.cool_down, 10.0))
+        answers = await wait_for(call, max(self.breaker.cool_down, PROBE_TIMEOUT))
         return answers[0].prob is not None
 
     async def stop(self) -> None:
