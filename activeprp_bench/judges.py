@@ -31,16 +31,15 @@ from __future__ import annotations
 
 import functools
 import gzip
-import hashlib
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from statistics import NormalDist
 from typing import Any
 
 from activeprp_core import Comparator
+from activeprp_core.comparators.simulated import keyed_gauss, keyed_uniform
 from activeprp_core.types import Pair
 
 Grades = Mapping[str, float]
@@ -52,20 +51,11 @@ DATA_DIR = Path(__file__).with_name("data")
 BUNDLED_QL_CACHE = DATA_DIR / "bundled_ql_dl1920_top20.json.gz"
 #: all-MiniLM-L6-v2's cosine of query and passage, DL19 + DL20 BM25 top-100 (``benchmarks/embedding_cache.py``).
 MINILM_CACHE = DATA_DIR / "minilm_dl1920_top100.json.gz"
-_STD_NORMAL = NormalDist()
 
 
-def _uniform(*key: object) -> float:
-    """A uniform draw in (0, 1) that is a pure function of ``key`` (BLAKE2b of the key: stable across runs,
-    processes and asking orders; a counter-based generator, as ``SimulatedComparator``'s, 5x faster than seeding a
-    ``random.Random`` per draw, which matters in the bench's grids of millions of prompts)."""
-    digest = hashlib.blake2b("\x1f".join(map(str, key)).encode(), digest_size=8).digest()
-    return (int.from_bytes(digest, "big") + 0.5) / 2.0**64
-
-
-def _gauss(*key: object) -> float:
-    """A standard normal draw that is a pure function of ``key`` (inverse CDF of ``_uniform``)."""
-    return _STD_NORMAL.inv_cdf(_uniform(*key))
+# The keyed draws are SimulatedComparator's (a counter-based generator, 5x faster than seeding a ``random.Random``
+# per draw, which matters in the bench's grids of millions of prompts), so that the two stay one model.
+_uniform, _gauss = keyed_uniform, keyed_gauss
 
 
 def _sigmoid(x: float) -> float:

@@ -73,6 +73,17 @@ def test_registry_names_and_errors():
 
 
 @pytest.mark.parametrize("name", SIMULATED)
+def test_a_query_or_id_with_a_lone_surrogate_is_judged_as_the_core_judge_does(name):
+    from activeprp_core.comparators.simulated import SimulatedComparator, keyed_gauss, keyed_uniform
+
+    query, docs = "lone \ud800 surrogate", [Candidate("d\udfff", "x"), Candidate("d2", "y")]
+    answers = J.build_judge(name, {"d\udfff": 2, "d2": 0}, seed=1).compare(query, [tuple(docs), tuple(docs[::-1])])
+    assert all(0.0 <= p <= 1.0 for p in answers)
+    assert SimulatedComparator({"d\udfff": 2}, doc_noise=1.0).compare(query, [tuple(docs)])[0] in (0.0, 1.0)
+    assert (J._uniform, J._gauss) == (keyed_uniform, keyed_gauss)  # one keyed draw for both judges
+
+
+@pytest.mark.parametrize("name", SIMULATED)
 def test_deterministic_per_seed_and_independent_of_asking_order(name):
     (query, grades, docs), = synthetic(1, 30)
     rng = random.Random(1)

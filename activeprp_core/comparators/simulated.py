@@ -20,11 +20,20 @@ _STD_NORMAL = NormalDist()
 CALIBRATED_PARAMS: dict[str, float] = {"strength": 1.0, "doc_noise": 1.172, "position_bias": 0.484, "pair_noise": 0.5}
 
 
-def _gauss(*key: object) -> float:
-    """A standard normal draw that is a pure function of ``key`` (stable across runs and processes)."""
+def keyed_uniform(*key: object) -> float:
+    """A uniform draw in (0, 1) that is a pure function of ``key`` (BLAKE2b of the key's parts: stable across runs,
+    processes and asking orders; a text with a lone surrogate, e.g. a query cut inside a pair, hashes too). The
+    one keyed draw of the simulated judges, this one's and the bench's (``activeprp_bench.judges``)."""
     digest = hashlib.blake2b("\x1f".join(map(str, key)).encode("utf-8", "surrogatepass"), digest_size=8).digest()
-    u = (int.from_bytes(digest, "big") + 0.5) / 2.0**64
-    return _STD_NORMAL.inv_cdf(u)
+    return (int.from_bytes(digest, "big") + 0.5) / 2.0**64
+
+
+def keyed_gauss(*key: object) -> float:
+    """A standard normal draw that is a pure function of ``key`` (inverse CDF of ``keyed_uniform``)."""
+    return _STD_NORMAL.inv_cdf(keyed_uniform(*key))
+
+
+_gauss = keyed_gauss  # its name here before the bench shared it
 
 
 class SimulatedComparator(Comparator):
