@@ -90,3 +90,18 @@ def serving(app, timeout: float = 30.0, graceful: float = 10.0, **options):
     finally:
         server.should_exit = True
         thread.join(timeout)
+
+
+def serve_command(monkeypatch, argv: list[str]) -> list:
+    """Run ``activeprp serve ARGV`` without binding a port: the list of apps the command built (one per call).
+    uvicorn's logging set-up is skipped too: it binds the ``activeprp`` logger to the sys.stderr of the moment, a
+    capture that pytest closes after the test, and later tests' warnings then hit a closed file."""
+    import uvicorn
+
+    from activeprp_cli import main
+
+    apps: list = []
+    monkeypatch.setattr(uvicorn.Server, "run", lambda server: apps.append(server.config.app))
+    monkeypatch.setattr(uvicorn.Config, "configure_logging", lambda config: None)
+    assert main(["serve", *argv]) == 0
+    return apps

@@ -196,12 +196,11 @@ def via_serve(name, value, monkeypatch):
     server is not started: the test client drives the app the command built)."""
     pytest.importorskip("fastapi", reason='pip install "activeprp[serve]"')
     pytest.importorskip("prometheus_client", reason='pip install "activeprp[serve]"')
-    import uvicorn
     from fastapi.testclient import TestClient
 
-    apps = []
-    monkeypatch.setattr(uvicorn.Server, "run", lambda server: apps.append(server.config.app))
-    assert main(["serve", "--comparator", "simulated", *flags(name, value)]) == 0
+    from tests._serve_helpers import serve_command
+
+    apps = serve_command(monkeypatch, ["--comparator", "simulated", *flags(name, value)])
     with TestClient(apps[0]) as client:
         response = client.post("/v2/rerank", json={"query": QUERY, "documents": [c.text for c in candidates()]})
     assert response.status_code == 200, response.text

@@ -25,7 +25,7 @@ from hypothesis import strategies as st  # noqa: E402
 from activeprp_core import Comparator, ComparatorAuthError, ComparatorRequestError, arerank  # noqa: E402
 from activeprp_integrations.serve import create_app  # noqa: E402
 from tests._llm_server import free_port  # noqa: E402
-from tests._serve_helpers import WordJudge, candidates, make_request, metric, serving  # noqa: E402
+from tests._serve_helpers import WordJudge, candidates, make_request, metric, serve_command, serving  # noqa: E402
 
 SERVER = dict(budget=30, max_rounds=6)
 LIMITS = dict(max_documents=25, max_document_bytes=200)
@@ -631,22 +631,16 @@ def test_keys_guard_the_rerank_routes_only():
 
 
 def test_the_command_takes_keys_from_flags_and_the_environment_and_warns_without_one(monkeypatch, capsys):
-    import uvicorn
-
-    from activeprp_cli import main
-
-    apps = []
-    monkeypatch.setattr(uvicorn.Server, "run", lambda server: apps.append(server.config.app))  # nothing binds
     monkeypatch.setenv("ACTIVEPRP_AUTH_KEYS", " env-key, ,other-key ")
-    assert main(["serve", "--comparator", "simulated", "--auth-key", "flag-key", "--host", "0.0.0.0"]) == 0
+    apps = serve_command(monkeypatch, ["--comparator", "simulated", "--auth-key", "flag-key", "--host", "0.0.0.0"])
     assert "without an API key" not in capsys.readouterr().err
     with TestClient(apps[-1]) as client:
         statuses = [_post_with(client, key).status_code for key in ("env-key", "other-key", "flag-key", "nope")]
     assert statuses == [200, 200, 200, 401]
     monkeypatch.delenv("ACTIVEPRP_AUTH_KEYS")
-    assert main(["serve", "--comparator", "simulated", "--host", "0.0.0.0"]) == 0
+    serve_command(monkeypatch, ["--comparator", "simulated", "--host", "0.0.0.0"])
     assert "without an API key" in capsys.readouterr().err
-    assert main(["serve", "--comparator", "simulated"]) == 0  # loopback: no warning
+    serve_command(monkeypatch, ["--comparator", "simulated"])  # loopback: no warning
     assert "without an API key" not in capsys.readouterr().err
 
 
