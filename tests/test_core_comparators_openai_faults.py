@@ -388,6 +388,20 @@ def test_documents_that_make_the_judge_answer_off_the_point_fail_their_calls_not
     assert server.requests == 5
 
 
+def test_a_gateway_that_answers_200_without_a_reply_after_one_answer_still_opens_the_breaker():
+    """Only a reply with neither A nor B is an unusable answer that a prompt can cause; a 200 body with no reply
+    (a gateway whose upstream died) is the endpoint down. It was taken for an unusable answer, so once the judge
+    had answered the breaker never opened and the rerank sent its whole budget to the dead upstream."""
+    def plan(request):
+        return Reply(body=completion() if request.n == 0 else {"error": {"message": "upstream connect error"}})
+
+    with FaultServer(plan, max_requests=100) as server, \
+            pytest.raises(ComparatorUnavailable, match="5 calls in a row failed .last: unusable answer: no choices"):
+        rerank("q", candidates(12, words=3), comparator=comparator(server.url, max_attempts=1, max_concurrency=1),
+               budget=60)
+    assert server.requests == 1 + 5
+
+
 def test_a_query_whose_documents_make_the_judge_answer_off_the_point_fails_alone_in_rerank_many():
     """Before, its streak opened the breaker the queries share and the whole batch raised."""
     def plan(request):

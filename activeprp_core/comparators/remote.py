@@ -461,9 +461,12 @@ def _settle(comp: RemoteComparator, guard: CallGuard, retrying: Any, response: A
             prob, prompt_tokens, completion_tokens = comp.parse(response)
             outcome = Judgment(prob, retries, prompt_tokens, completion_tokens)
         except ValueError as err:  # billed all the same when the endpoint reported tokens (UnusableAnswer)
-            tokens = (err.prompt_tokens, err.completion_tokens) if isinstance(err, UnusableAnswer) else (0, 0)
+            # an UnusableAnswer is a reply with neither A nor B, which a prompt can cause; any other ValueError is
+            # a body that is no reply at all (a gateway's error page with a 200): the endpoint is down
+            unusable = isinstance(err, UnusableAnswer)
+            tokens = (err.prompt_tokens, err.completion_tokens) if unusable else (0, 0)
             outcome = Judgment(None, retries, *tokens, error=comp._message(f"unusable answer: {err}"))
-        ok, reason, unusable = outcome.prob is not None, outcome.error, outcome.prob is None
+        ok, reason = outcome.prob is not None, outcome.error
     elif isinstance(error, ComparatorError):  # the guard stopped the retries
         outcome, ok, reason = error, False, error.message
     elif failure is None or failure.fault in (Fault.RETRY, Fault.FAIL):
