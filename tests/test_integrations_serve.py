@@ -416,6 +416,67 @@ def test_one_callers_documents_cannot_open_the_breaker_for_all_but_a_judge_off_t
         assert len(after.json()["results"]) == 6 and probed >= 3 * SERVER_BREAKER
 
 
+def _breaker_run(scenario):
+    """Run ``scenario(breaker, probe_answers)`` with a ``Breaker`` (threshold 3) whose ``watch`` runs and whose
+    probes answer what the scenario puts in ``probe_answers`` (an asyncio.Queue of bools)."""
+    from activeprp_integrations.serve.breaker import Breaker
+
+    async def main():
+        answers = asyncio.Queue()
+
+        async def probe():
+            return await answers.get()
+
+        breaker = Breaker(None, 3, 0.05, probe)
+        watch = asyncio.ensure_future(breaker.watch())
+        await asyncio.sleep(0)
+        try:
+            return await asyncio.wait_for(scenario(breaker, answers), 10)
+        finally:
+            watch.cancel()
+
+    return asyncio.run(main())
+
+
+def test_a_probe_answered_for_one_callers_unusable_answers_forgives_only_them():
+    """The probe's answer erased the transport failures recorded while it was out: 3 503s in a row (threshold 3)
+    did not open the breaker."""
+    async def scenario(breaker, answers):
+        for _ in range(3):
+            breaker.record(False, "unusable answer: I", unusable=True, source="stranger")
+        await asyncio.sleep(0.01)  # the probe is out
+        breaker.record(True, source="caller")
+        breaker.record(False, "HTTP 503", source="caller")
+        breaker.record(False, "HTTP 503", source="other")
+        await answers.put(True)
+        await asyncio.sleep(0.01)
+        closed_after_probe = not breaker.open
+        breaker.record(False, "HTTP 503", source="caller")
+        return closed_after_probe, breaker.open, breaker.probes
+
+    assert _breaker_run(scenario) == (True, True, 1)
+
+
+def test_a_suspicion_overtaken_by_an_open_breaker_is_dropped_when_it_closes():
+    """A transport failure opened the breaker before watch() sent the suspicion's probe; the cool-down probe closed
+    it, but the suspicion stayed, and the next answered call sent one more probe, whose one failure opened the
+    breaker on '0 calls in a row failed'."""
+    async def scenario(breaker, answers):
+        for _ in range(3):  # a suspicion: watch() is to probe
+            breaker.record(False, "unusable answer: I", unusable=True, source=1)
+        breaker.record(False, "HTTP 503", source=2)  # the fourth in a row opens it before watch() runs
+        opened = breaker.open
+        await answers.put(True)  # the cool-down probe is answered
+        await asyncio.sleep(0.2)
+        closed = not breaker.open
+        await answers.put(False)  # a probe sent now would open the breaker
+        breaker.record(True, source=3)
+        await asyncio.sleep(0.1)
+        return opened, closed, breaker.open, breaker.probes
+
+    assert _breaker_run(scenario) == (True, True, False, 1)
+
+
 def test_graceful_shutdown_finishes_the_requests_in_flight():
     judge = WordJudge(delay=0.1)
     query, docs = make_request(1)

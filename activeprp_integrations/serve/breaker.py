@@ -46,6 +46,7 @@ class Breaker(CallGuard):
         self.asked: float | None = None  # the longest Retry-After of the failed calls since the last answer
         self.probes = 0  # the probes made, each counted once it ended
         self._suspect = False  # a streak ended in an unusable answer: watch() probes before it opens
+        self._streaks = 0  # streaks started (so that a probe's answer forgives only the streak it was sent for)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
 
@@ -74,6 +75,10 @@ class Breaker(CallGuard):
         else:
             super()._streak_full(unusable)
 
+    def _new_streak(self) -> None:
+        super()._new_streak()
+        self._streaks += 1
+
     def pause(self) -> float:
         """Seconds from opening (or a failed probe) to the next probe: ``cool_down``, or what the judge asked."""
         return self.cool_down if self.asked is None else max(self.cool_down, self.asked)
@@ -87,7 +92,7 @@ class Breaker(CallGuard):
     def close(self) -> None:
         """Close the breaker: calls go out again (the count of failures in a row starts afresh)."""
         with self._lock:
-            self._error, self.opened_at, self.asked = None, None, None
+            self._error, self.opened_at, self.asked, self._suspect = None, None, None, False
             self._new_streak()
 
     def _noticed(self) -> None:
@@ -130,13 +135,16 @@ class Breaker(CallGuard):
 
     async def _check_judge(self) -> None:
         """Probe after a streak that ended in an unusable answer: open the breaker only if the judge does not
-        answer the probe either, else start the streak afresh."""
+        answer the probe either, else forgive that streak (the failures recorded while the probe was out count
+        on)."""
+        with self._lock:
+            streak, failed = self._streaks, self._failures
         answered = await self._probe_once()
         with self._lock:
             self._suspect = False
-            if answered:
-                self._new_streak()
-            elif self._error is None:
+            if answered and self._streaks == streak:
+                self._failures -= failed
+            elif not answered and self._error is None:
                 self._error = self._unavailable(", and the breaker's probe got no answer either")
         self._noticed()
 
