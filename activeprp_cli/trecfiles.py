@@ -302,8 +302,8 @@ def write_run(path: str | Path, ranked: Iterable[tuple[str, Sequence[str]]], tag
     """Write a TREC run: for each ``(qid, docids best first)``, lines ``qid Q0 docid rank score tag`` with rank
     1..n and score n..1 (strictly decreasing, so trec_eval's sort by score keeps the order). ``ranked`` is
     consumed lazily; the file appears (atomically replacing ``path``, or the file a symlink there points to) only
-    when it is exhausted. ``path`` ``"-"`` (``STDOUT``) writes the lines to stdout as they come instead. Returns
-    the number of lines written.
+    when it is exhausted. ``path`` ``"-"`` (``STDOUT``), a FIFO or a device gets the lines as they come instead.
+    Returns the number of lines written.
 
     Raises:
         ValueError: an empty or whitespace-containing qid, docid or tag; a docid twice within a query.
@@ -313,6 +313,9 @@ def write_run(path: str | Path, ranked: Iterable[tuple[str, Sequence[str]]], tag
     if str(path) == STDOUT:
         return _write_lines(sys.stdout, ranked, tag)
     path = Path(os.path.realpath(path))  # through a symlink, as a shell's > does: the link stays
+    if path.exists() and not path.is_file():  # a FIFO or a device (/dev/null): written into, never replaced
+        with open(path, "w", encoding="utf-8", newline="\n") as f:
+            return _write_lines(f, ranked, tag)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.chmod(tmp, _file_mode(path))  # mkstemp's file is 0600; the run gets the mode of the file it replaces
     try:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 
 import pytest
 
@@ -189,3 +191,20 @@ def test_write_run_refuses_bad_tokens_and_leaves_no_file(tmp_path):
         with pytest.raises(ValueError):
             write_run(out, ranked, tag=tag)
         assert list(tmp_path.iterdir()) == []
+
+
+def test_a_fifo_out_is_written_into_not_replaced(tmp_path):
+    """Through a symlink (or given directly), a FIFO or a device such as /dev/null was replaced by a regular file
+    (as root, /dev/null itself)."""
+    fifo, link = tmp_path / "run.fifo", tmp_path / "run.link"
+    os.mkfifo(fifo)
+    link.symlink_to(fifo)
+    for out in (fifo, link):
+        reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # a reader, so that the writer's open does not wait
+        try:
+            assert write_run(out, [("q1", ["d1", "d2"])]) == 2
+            assert os.read(reader, 4096) == b"q1 Q0 d1 1 2 activeprp\nq1 Q0 d2 2 1 activeprp\n"
+        finally:
+            os.close(reader)
+        assert stat.S_ISFIFO(os.stat(fifo).st_mode) and link.is_symlink()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.fifo", "run.link"]  # no temporary file left
