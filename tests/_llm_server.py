@@ -310,12 +310,13 @@ class Reply:
 class Request:
     """One request as ``FaultServer``'s plan sees it: ``n`` (0-based arrival index), the parsed JSON ``body``
     (None when not JSON), the ``api_key`` from the Authorization header, the last message's ``text`` (of
-    ``messages``, or of the Responses API's ``input``)."""
+    ``messages``, or of the Responses API's ``input``) and its ``headers`` (names in lower case)."""
 
     n: int
     body: Any
     api_key: str
     text: str
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 class FaultServer(LoopbackServer):
@@ -355,6 +356,7 @@ class FaultServer(LoopbackServer):
             n = self.requests
             self.requests += 1
         request = self._request(n, body, handler.headers.get("Authorization", ""))
+        request.headers = {k.lower(): v for k, v in handler.headers.items()}
         with self.lock:
             self.seen.append(request)
         reply = self.plan(request) if n < self.max_requests else Reply(503, error_body("fault server: request limit"))

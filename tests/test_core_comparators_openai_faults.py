@@ -262,6 +262,21 @@ def test_a_reply_over_max_reply_bytes_is_a_failed_call_read_no_further(use_async
         # (at most ~37 MiB with this machine's largest socket buffers: 32 MiB to receive, 4 MiB to send)
 
 
+@pytest.mark.parametrize("use_async", [True, False])
+def test_replies_are_asked_uncompressed_and_a_compressed_one_is_refused_like_one_over_the_cap(use_async):
+    """The cap counted the bytes on the wire: a 259 KB gzip body under a 256 KiB cap decoded into 254 MiB (+571 MiB
+    of memory), and the call succeeded."""
+    import gzip
+
+    body = gzip.compress(json.dumps(completion()).encode() + b" " * (8 << 20))
+    with FaultServer(lambda r: Reply(body=body, headers={"Content-Encoding": "gzip"}), max_requests=5) as server:
+        comp = comparator(server.url, max_reply_bytes=256 << 10)
+        pairs = [tuple(candidates(2))]
+        (j,) = asyncio.run(comp.ajudge("q", pairs)) if use_async else comp.judge("q", pairs)
+    assert len(body) < 256 << 10 and server.seen[0].headers["accept-encoding"] == "identity"
+    assert j.prob is None and j.retries == 0 and "its body came gzip-compressed (asked for none)" in j.error
+
+
 def test_the_reply_cap_counts_the_bytes_read_and_passes_a_body_at_the_cap():
     import httpx
 

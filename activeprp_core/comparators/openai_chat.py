@@ -189,17 +189,17 @@ class OpenAIChatComparator(SwappablePrompts, RemoteComparator):
     def open_client(self) -> Any:
         import openai
 
-        from .reply_cap import hooks
+        from .reply_cap import client_options
 
-        http_client = openai.DefaultHttpxClient(event_hooks=hooks(self.max_reply_bytes))
+        http_client = openai.DefaultHttpxClient(**client_options(self.max_reply_bytes))
         return _with_chat_loaded(openai.OpenAI(**self._client_kw, http_client=http_client))
 
     def open_async_client(self) -> Any:
         import openai
 
-        from .reply_cap import async_hooks
+        from .reply_cap import client_options
 
-        http_client = openai.DefaultAsyncHttpxClient(event_hooks=async_hooks(self.max_reply_bytes))
+        http_client = openai.DefaultAsyncHttpxClient(**client_options(self.max_reply_bytes, async_=True))
         return _with_chat_loaded(openai.AsyncOpenAI(**self._client_kw, http_client=http_client))
 
     def close_client(self, client: Any) -> None:

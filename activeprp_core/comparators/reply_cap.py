@@ -9,8 +9,9 @@ back to the pool, and no more than ``cap`` bytes and one network read of it were
 client's own settings alone (pool, proxies from the environment, the openai SDK's defaults), where a custom
 transport would replace them.
 
-The bytes counted are those on the wire: a compressed body (``Content-Encoding: gzip``) is decoded by httpx
-afterwards, into more.
+The bytes counted are those on the wire, and a compressed body (``Content-Encoding: gzip``) is decoded by httpx
+afterwards, into up to ~1000 times more: so the clients ask for uncompressed replies (``client_options``), and a
+reply that comes compressed all the same is refused like one over the cap.
 """
 
 from __future__ import annotations
@@ -20,12 +21,20 @@ from typing import Any
 
 import httpx
 
+UNCOMPRESSED = {"Accept-Encoding": "identity"}
+"""The header the capped clients send: a compressed body is decoded after the bytes on the wire are counted, into
+up to ~1000 times more (a 1 MiB gzip body of blanks is 1 GiB), so replies must come uncompressed."""
+
 
 class ReplyTooLarge(Exception):
-    """A reply's body passed the cap: it was not read further (a failed call, not retried)."""
+    """A reply's body passed the cap, or came compressed and so could: it was not read further (a failed call,
+    not retried)."""
 
-    def __init__(self, cap: int, announced: int | None = None) -> None:
-        size = "its body passed" if announced is None else f"its body of {announced} bytes is over"
+    def __init__(self, cap: int, announced: int | None = None, encoding: str | None = None) -> None:
+        if encoding is not None:
+            size = f"its body came {encoding}-compressed (asked for none), so it could expand past"
+        else:
+            size = "its body passed" if announced is None else f"its body of {announced} bytes is over"
         super().__init__(f"reply too large: {size} the cap of {cap} bytes (max_reply_bytes); not read further")
 
 
@@ -58,10 +67,19 @@ class _CappedStream(httpx.SyncByteStream, httpx.AsyncByteStream):
 
 
 def _cap(response: httpx.Response, cap: int) -> None:
+    encoding = response.headers.get("content-encoding", "").strip().lower()
+    if encoding not in ("", "identity"):
+        raise ReplyTooLarge(cap, encoding=encoding)
     length = response.headers.get("content-length", "")
     if length.isdigit() and int(length) > cap:
         raise ReplyTooLarge(cap, int(length))
     response.stream = _CappedStream(response.stream, cap)
+
+
+def client_options(cap: int, async_: bool = False) -> dict[str, Any]:
+    """The options of an ``httpx.Client`` (``async_``: ``httpx.AsyncClient``) whose replies are read up to ``cap``
+    bytes: its ``event_hooks`` and the ``headers`` asking for uncompressed replies."""
+    return {"event_hooks": async_hooks(cap) if async_ else hooks(cap), "headers": UNCOMPRESSED}
 
 
 def hooks(cap: int) -> dict[str, list]:
