@@ -4,20 +4,19 @@
 ``Dataset.map_batches`` on a pool of actors, each holding one comparator built once from ``comparator_factory``:
 the rounds of all queries of a batch are merged, as in a single process, and the actors work in parallel.
 
-Input rows: ``query`` (str) and ``candidates`` (a list of ``{"id": str, "text": str, ...}`` records in prior order,
-best first; other keys become ``Candidate.metadata``). Every input column is kept; an input column named like an
-output column raises ``ValueError`` (nothing is reranked; rename it). Output columns added: ``order`` (list of int:
-indices into ``candidates``, best first), one column per ``RerankResult.stats()`` key, typed from the
-``RerankResult`` declaration: every ``RerankSettings`` field (``ranker``, ``oracle``, ``budget``, ``max_rounds``,
-``token_budget``, ``time_budget``, ``top_k``, ``seed``, ``cache``, ``on_failure``, ``max_concurrency``,
-``max_consecutive_failures``), the ``Accounting`` fields (``calls``, ``comparisons``, ``rounds``, ``cache_hits``,
-``ties``, ``failed_calls``, ``retries``, ``prompt_tokens``, ``completion_tokens``, ``wall_time_s``), the status
-(``exhausted``, ``exhausted_by``, ``converged``, ``failure``, ``errors``) and ``judge`` (a struct of ``JudgeStats``),
-then ``error``. A row that failed on its own (a ``RerankFailure``: bad candidates, a comparator error for its
-prompts, a ranker error) has ``order`` null, ``error`` = ``"<ErrorType>: <message>"``, the accounting columns
-(``calls`` ...) filled where the error carried them and the other stats null; a row that succeeded has ``error``
-null. A dead endpoint (authentication error, open circuit breaker; with ``on_failure="raise"``) fails the whole
-dataset, as it stops ``rerank_many``.
+Input rows: ``query`` (str) and ``candidates`` (a list of ``{"id": str, "text": str, ...}`` records in prior order, best
+first; other keys become ``Candidate.metadata``). Every input column is kept; an input column named like an output
+column raises ``ValueError`` (nothing is reranked; rename it). Output columns added: ``order`` (list of int: indices
+into ``candidates``, best first), one column per ``RerankResult.stats()`` key, typed from the ``RerankResult``
+declaration: every ``RerankSettings`` field (``ranker``, ``oracle``, ``budget``, ``max_rounds``, ``token_budget``,
+``time_budget``, ``top_k``, ``seed``, ``cache``, ``on_failure``, ``max_concurrency``, ``max_consecutive_failures``), the
+``Accounting`` fields (``calls``, ``comparisons``, ``rounds``, ``cache_hits``, ``ties``, ``failed_calls``,
+``cut_calls``, ``retries``, ``prompt_tokens``, ``completion_tokens``, ``wall_time_s``), the status (``exhausted``,
+``exhausted_by``, ``converged``, ``failure``, ``errors``) and ``judge`` (a struct of ``JudgeStats``), then ``error``. A
+row that failed on its own (a ``RerankFailure``: bad candidates, a comparator error for its prompts, a ranker error) has
+``order`` null, ``error`` = ``"<ErrorType>: <message>"``, the accounting columns (``calls`` ...) filled where the error
+carried them and the other stats null; a row that succeeded has ``error`` null. A dead endpoint (authentication error,
+open circuit breaker; with ``on_failure="raise"``) fails the whole dataset, as it stops ``rerank_many``.
 
 Results per row are identical to ``rerank`` with the same arguments and seed, however rows are split into batches
 and actors: each row's confidence gate and ``adaptive`` oracle read only that row's answers (``rerank_many`` with
