@@ -150,6 +150,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"{'qid':>8}  {'query':<40} {'BM25':>6} {'rerank':>6} {'calls':>5} {'rounds':>6} {'time_s':>6}",
               flush=True)
         bar = _bar(rows) if progress else None
+        write = print if bar is None else bar.write  # a row above the bar, if there is one
         for row in rows if bar is None else bar:
             qid, qrels = row["qid"], {row["qid"]: row["qrels"]}
             candidates = [Candidate(h["docid"], h["content"]) for h in row["hits"][: args.candidates]]
@@ -159,7 +160,7 @@ def main(args: argparse.Namespace) -> int:
             table.append(result)
             line = (f"{qid:>8}  {row['query'][:40]:<40} {before[qid]:>6.3f} {after[qid]:>6.3f} {result.calls:>5} "
                     f"{result.rounds:>6} {result.wall_time_s:>6.1f}")
-            print(line) if bar is None else bar.write(line)
+            write(line)
         if bar is not None:
             bar.close()
     n = max(len(table), 1)

@@ -26,8 +26,9 @@ class Breaker(CallGuard):
 
     A streak that ends in an unusable answer (the judge replied, but neither A nor B) opens it only when a probe
     at once gets no answer either: a caller's documents can make a judge answer off the point (a planted
-    instruction), and one caller must not take the judge away from all. If the probe is answered the streak starts
-    afresh, so such a caller costs one probe per ``threshold`` failed calls of its own.
+    instruction), and one caller must not take the judge away from all. If the probe is answered that streak is
+    forgiven (failures recorded while the probe was out still count), so such a caller costs one probe per
+    ``threshold`` failed calls of its own.
 
     Args:
         max_concurrency: the most calls in flight across requests (None = no cap).
