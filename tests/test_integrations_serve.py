@@ -23,7 +23,9 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from activeprp_core import Comparator, ComparatorAuthError, ComparatorRequestError, arerank  # noqa: E402
+from activeprp_core.settings import PER_REQUEST  # noqa: E402
 from activeprp_integrations.serve import create_app  # noqa: E402
+from activeprp_integrations.serve.bodies import BODY_FIELDS, CAPPED, Limits, RerankRequest  # noqa: E402
 from tests._llm_server import free_port  # noqa: E402
 from tests._serve_helpers import WordJudge, candidates, make_request, metric, serve_command, serving  # noqa: E402
 
@@ -210,6 +212,16 @@ def test_caps_say_what_to_change(client):
     tei = _post(client, "/rerank", {"query": "q", "texts": "not a list"})
     assert tei.status_code == 400 and "texts" in tei.json()["message"]
     assert client.get("/v2/rerank").status_code == 405 and client.get("/v2/rerank").json()["message"]
+
+
+def test_every_setting_a_request_may_carry_is_a_body_field_that_reaches_the_rerank():
+    """The body ignores fields it does not know (``extra="ignore"``), so a per-request setting it lacked would be
+    dropped silently."""
+    values = {"budget": 7, "max_rounds": 3, "token_budget": 900, "time_budget": 2.5, "top_k": 4, "seed": 11}
+    assert set(values) == set(PER_REQUEST)  # a new per-request setting: give it a value here
+    body = RerankRequest.model_validate({"query": "q", "documents": ["a"],
+                                         **{BODY_FIELDS[name]: v for name, v in values.items()}})
+    assert Limits(5, 100, dict.fromkeys(CAPPED)).own_settings(body) == values
 
 
 @pytest.mark.parametrize("bad", [{"budget": -1}, {"max_rounds": "3"}, {"ranker": "nope"}, {"max_active": 0},

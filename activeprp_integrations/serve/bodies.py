@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from activeprp_core.comparators.prompts import model_text
-from activeprp_core.settings import CAPS
+from activeprp_core.settings import CAPS, PER_REQUEST
 
 
 class _Body(BaseModel):
@@ -122,6 +122,9 @@ class CallerError(ValueError):
 
 CAPPED = tuple(dict.fromkeys((*CAPS, "time_budget")))
 """The settings a request may ask for in its body, up to the server's value: the caps."""
+BODY_FIELDS: dict[str, str] = {name: {"top_k": "top_n"}.get(name, name) for name in PER_REQUEST}
+"""Each setting a request may carry (``settings.PER_REQUEST``) and the ``RerankRequest`` field that carries it: the
+setting's name, except Cohere's ``top_n`` for ``top_k``."""
 MAX_BODY_BYTES = 64_000_000
 """The most the default body cap may be (``Limits.default_body_bytes``)."""
 VALUES_PER_DOCUMENT = 64
@@ -150,18 +153,21 @@ class Limits:
         return min(6 * max_documents * max_document_bytes + 65536, MAX_BODY_BYTES)
 
     def own_settings(self, request: RerankRequest) -> dict[str, Any]:
-        """The request's own settings for ``RerankService.rerank``, checked against the server's caps."""
+        """The request's own settings for ``RerankService.rerank`` (``BODY_FIELDS`` that it sends), checked against
+        the server's caps.
+
+        Raises:
+            CallerError: a setting over the server's cap.
+        """
         own: dict[str, Any] = {}
-        for name in self.caps:
-            value = getattr(request, name)
+        for name, field in BODY_FIELDS.items():
+            value = getattr(request, field)
             if value is None:
                 continue
-            cap = self.caps[name]
+            cap = self.caps.get(name)
             if cap is not None and value > cap:
-                raise CallerError(f"{name} {value} is over this server's cap of {cap}: ask for at most {cap}")
+                raise CallerError(f"{field} {value} is over this server's cap of {cap}: ask for at most {cap}")
             own[name] = value
-        if request.seed is not None:
-            own["seed"] = request.seed
         return own
 
     def texts(self, query: str, documents: list[Any], rank_fields: list[str] | None = None) -> tuple[str, list[str]]:

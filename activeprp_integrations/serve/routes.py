@@ -168,8 +168,6 @@ class Routes:
         """Rerank ``documents`` with the request's ``own`` settings (see ``app`` for the statuses): the judge sees
         each text (``bodies.document_text``) cut to ``max_words`` words; ``respond`` gets the whole texts."""
         query, texts = self.limits.texts(query, documents, rank_fields)
-        if top_n is not None:
-            own["top_k"] = top_n
         judged = texts if max_words is None else [cut_words(t, max_words) for t in texts]
         candidates = [Candidate(str(i), t) for i, t in enumerate(judged)]
         try:
