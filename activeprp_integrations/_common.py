@@ -11,7 +11,7 @@ flight) go to the rerank as arguments.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from functools import cache
 from typing import Any, get_type_hints
 
@@ -98,6 +98,28 @@ def judge_of(wrapper: Any) -> Comparator:
     if judged is None or judged[0] is not comparator:
         judged = wrapper._judge = (comparator, as_comparator(comparator))
     return judged[1]
+
+
+def checked_copy(model: Any, copy: Callable[..., Any], update: Mapping[str, Any] | None, deep: bool) -> Any:
+    """``copy(update=update, deep=deep)`` (pydantic's ``model_copy`` of ``model``, which checks nothing it is
+    given), with each updated field then checked on the copy as an assignment is: its field validator, its type and
+    the model's after-validators, against the copy's values with the whole update applied. A refused update leaves
+    ``model`` as it was (only the copy, discarded, saw it).
+
+    Raises:
+        TypeError: a name in ``update`` that is no field of ``model`` (pydantic would add it silently), or a value
+            the field refuses with a TypeError. ValueError: a value the field refuses (a pydantic
+            ``ValidationError``).
+    """
+    update = dict(update or {})
+    unknown = sorted(set(update) - set(type(model).model_fields))
+    if unknown:
+        raise TypeError(f"{type(model).__name__}.model_copy(update=...) has no field {', '.join(unknown)}; its fields: "
+                        f"{', '.join(type(model).model_fields)}")
+    copied = copy(update=update, deep=deep)
+    for name in update:
+        copied.__pydantic_validator__.validate_assignment(copied, name, copied.__dict__[name])
+    return copied
 
 
 def missing_extra(package: str, extra: str) -> str:

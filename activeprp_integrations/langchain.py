@@ -96,7 +96,9 @@ class ActivePRPRerank(common.ComparatorFactories, BaseDocumentCompressor, common
             (the PRP prompt, P(A) from logprobs when the model gives them; see docs/frameworks-llm.md). The model
             object is never changed. Exactly one of ``comparator`` and ``llm``: both is a ValueError, neither a
             TypeError, at construction, at assignment and in ``model_copy(update=...)`` (a refused assignment
-            changes nothing); assigning another ``llm``, or a copy's update of it, makes it the judge.
+            changes nothing); assigning another ``llm``, or a copy's update of it, makes it the judge. A
+            ``ChatModelComparator`` of that same model object beside it is its judge, not a second one (it is
+            the one used), so ``ActivePRPRerank(**dict(r))`` rebuilds ``r`` with its judge.
         top_n: how many documents to return (int >= 1, default 3; None = all, reranked). It is the core's top-K.
         Every other ``activeprp_core.RerankSettings`` field under its own name (``ranker``, ``oracle``,
         ``budget``, ``max_rounds``, ``token_budget``, ``time_budget``, ``seed``, ``cache``, ``on_failure``,
@@ -117,8 +119,14 @@ class ActivePRPRerank(common.ComparatorFactories, BaseDocumentCompressor, common
     outputs hold the documents and ``stats`` (``RerankResult.stats()``: the settings, calls, rounds, exhausted,
     ...), and the ``llm=`` judge's chat calls are its child runs (your handlers see their tokens).
 
+    Copies: ``model_copy(update=...)`` checks every updated field on the copy as an assignment is (pydantic's
+    own checks nothing, so a copy could hold a budget or judge the constructor refuses) and refuses a name that is
+    no field; ``copy.copy`` and ``model_copy()`` share the judge object. ``model_dump()`` turns ``llm`` into a
+    dict, which is no chat model: rebuild from ``dict(r)`` instead.
+
     Raises:
-        TypeError / ValueError: a bad field, at construction or assignment (the message says what to pass).
+        TypeError / ValueError: a bad field, at construction, assignment or ``model_copy(update=...)`` (the message
+            says what to pass).
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
@@ -135,18 +143,29 @@ class ActivePRPRerank(common.ComparatorFactories, BaseDocumentCompressor, common
     @classmethod
     def _check_llm(cls, value: Any) -> Any:
         if value is not None and not isinstance(value, BaseChatModel):
+            hint = (" (model_dump() turns the model into a dict; rebuild with ActivePRPRerank(**dict(reranker)) or "
+                    "reranker.model_copy(update=...))") if isinstance(value, Mapping) else ""
             raise TypeError(f"llm must be a LangChain BaseChatModel (ChatOpenAI, ChatAnthropic ...), got "
-                            f"{type(value).__name__}; for another judge pass comparator=")
+                            f"{type(value).__name__}{hint}; for another judge pass comparator=")
         return value
 
-    _llm_judge: Any = PrivateAttr(default=None)  # the ChatModelComparator built from ``llm``, see ``_one_judge``
+    _llm_judge: Any = PrivateAttr(default=None)  # the judge of ``llm`` while it is set, see ``_one_judge``
+
+    @staticmethod
+    def _judges_with(comparator: Any, llm: Any) -> bool:
+        """Whether ``comparator`` is a judge of the model ``llm`` (a ``ChatModelComparator`` calling that object),
+        as the one built from ``llm=`` is: not a second judge beside it."""
+        return llm is not None and isinstance(comparator, ChatModelComparator) and comparator.llm is llm
 
     def _judges(self, **change: Any) -> tuple[Any, Any]:
-        """``(comparator, llm)`` as the user set them, with ``change`` applied: the judge built from ``llm``
-        counts as no comparator."""
-        judges = {"comparator": None if self.comparator is self._llm_judge else self.comparator, "llm": self.llm}
-        judges.update(change)
-        return judges["comparator"], judges["llm"]
+        """``(comparator, llm)`` as the user set them, with ``change`` applied: the judge of ``llm`` (the one built
+        from it, or one of that same model object) and the judge of the ``llm`` being replaced count as no
+        comparator."""
+        judges = {"comparator": self.comparator, "llm": self.llm, **change}
+        comparator, llm = judges["comparator"], judges["llm"]
+        if comparator is self._llm_judge or self._judges_with(comparator, llm):
+            comparator = None
+        return comparator, llm
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name in ("comparator", "llm"):  # checked before the field changes, so a refused judge changes nothing
@@ -155,28 +174,31 @@ class ActivePRPRerank(common.ComparatorFactories, BaseDocumentCompressor, common
 
     @model_validator(mode="after")
     def _one_judge(self) -> ActivePRPRerank:
-        """At construction and at every assignment: ``comparator`` is ``ChatModelComparator(llm)`` while ``llm``
-        is set (rebuilt when another model is assigned), else the comparator passed; exactly one judge."""
+        """At construction, at every assignment and in ``model_copy``: exactly one judge; while ``llm`` is set,
+        ``comparator`` is a judge of it (the one given, else ``ChatModelComparator(llm)``, built again only when
+        another model is set)."""
         exactly_one_judge(*self._judges())
-        if self.llm is not None:
-            if self._llm_judge is None or self._llm_judge.llm is not self.llm:
-                self._llm_judge = ChatModelComparator(self.llm)
-            self.__dict__["comparator"] = self._llm_judge  # not an assignment: no validation again
+        if self.llm is None:
+            self._llm_judge = None  # the comparator is the user's, whatever object it is
+        else:
+            if not self._judges_with(self.comparator, self.llm):
+                keep = self._judges_with(self._llm_judge, self.llm)
+                judge = self._llm_judge if keep else ChatModelComparator(self.llm)
+                self.__dict__["comparator"] = judge  # not an assignment: no validation again
+            self._llm_judge = self.comparator
         common.judge_of(self)  # a comparator without compare() fails here, at construction
         return self
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> ActivePRPRerank:
-        """pydantic's ``model_copy``, with an ``update`` of ``llm`` or ``comparator`` checked as an assignment is
-        (pydantic skips validators there): the copy judges with the ``llm`` it shows.
+        """pydantic's ``model_copy`` (which validates nothing), with every updated field checked on the copy as an
+        assignment is (``_common.checked_copy``): the copy judges with the ``llm`` it shows and holds only settings
+        the constructor would take. The original is never changed.
 
         Raises:
-            ValueError / TypeError: the update leaves both judges or none (as ``exactly_one_judge``), or its
-                ``llm`` is not a ``BaseChatModel``.
+            TypeError: a name that is no field; an ``llm`` that is no ``BaseChatModel``; no judge left. ValueError:
+                both judges (as ``exactly_one_judge``), a bad setting.
         """
-        copy = super().model_copy(update=update, deep=deep)
-        if update and {"comparator", "llm"} & set(update):
-            copy._one_judge()
-        return copy
+        return common.checked_copy(self, super().model_copy, update, deep)
 
     def _inputs(self, documents: Sequence[Document], query: str) -> dict[str, Any]:
         return {"query": query, "documents": list(documents), "model": comparator_name(self.comparator)}

@@ -204,3 +204,63 @@ def test_the_runnable_names_the_input_keys_it_needs(case):
     with pytest.raises(TypeError, match="keys 'documents' and 'query', got list"):
         asyncio.run(runnable.ainvoke(docs))
     assert len(runnable.invoke({"documents": tuple(docs), "query": query})) == 3  # any iterable of Document
+
+
+# ---- rebuilding and copying the compressor -------------------------------------------------------------------
+def _judges():
+    """A chat model and a comparator, and their state, to check that nothing below changes them."""
+    from langchain_core.language_models import FakeListChatModel
+
+    chat, comparator = FakeListChatModel(responses=["A"]), SimulatedComparator({}, seed=2)
+    return chat, comparator, (chat.model_dump(), dict(vars(comparator)))
+
+
+def test_rebuilt_from_its_own_fields_it_keeps_the_judge(case):
+    """``ActivePRPRerank(**dict(r))`` and ``model_validate(dict(r))``: ``dict(r)`` holds ``llm`` and the judge built
+    from it as ``comparator``; that judge is recognised as the llm's own (not a second judge) and kept."""
+    from activeprp_integrations.langchain import ChatModelComparator
+
+    query, docs, _ = case
+    chat, comparator, before = _judges()
+    for reranker in (ActivePRPRerank(llm=chat, budget=4, top_n=2, seed=5), ActivePRPRerank(comparator=comparator)):
+        for rebuilt in (ActivePRPRerank(**dict(reranker)), ActivePRPRerank.model_validate(dict(reranker))):
+            assert dict(rebuilt) == dict(reranker) and rebuilt.comparator is reranker.comparator
+    rebuilt = ActivePRPRerank(**dict(ActivePRPRerank(llm=chat, budget=4, top_n=2)))
+    assert rebuilt.llm is chat and rebuilt.comparator.llm is chat
+    assert len(rebuilt.compress_documents(docs[:4], query)) == 2
+    # a judge of that same model built by the user (other options) is that model's judge too: it is the one used
+    own = ChatModelComparator(chat, max_attempts=1)
+    assert ActivePRPRerank(comparator=own, llm=chat).comparator is own
+    # a judge of another model, or another comparator, beside llm= is still two judges
+    for second in (ChatModelComparator(chat.model_copy()), comparator):
+        with pytest.raises(ValueError, match="both comparator= and llm="):
+            ActivePRPRerank(comparator=second, llm=chat)
+    # model_dump() turns the model into a dict, which no longer is a chat model: refused, saying what to do
+    with pytest.raises(TypeError, match=r"got dict.*dict\(reranker\)"):
+        ActivePRPRerank(**ActivePRPRerank(llm=chat).model_dump())
+    assert ActivePRPRerank(**ActivePRPRerank(comparator=comparator).model_dump()).comparator is comparator
+    assert (chat.model_dump(), dict(vars(comparator))) == before
+
+
+def test_model_copy_checks_its_update_as_an_assignment_is():
+    """pydantic's ``model_copy(update=...)`` validates nothing; the compressor's checks every updated field as an
+    assignment does and refuses a name that is no field, so no copy holds a setting a constructor would refuse."""
+    chat, comparator, before = _judges()
+    reranker = ActivePRPRerank(llm=chat, budget=4)
+    for update, error, message in (({"budget": -1}, ValueError, "budget"), ({"top_n": 0}, ValueError, "top_n"),
+                                   ({"on_failure": "ignore"}, ValueError, "on_failure"),
+                                   ({"budget": True}, TypeError, "budget"),
+                                   ({"budgett": 3}, TypeError, r"no field.*budgett"),
+                                   ({"llm": "gpt"}, TypeError, "BaseChatModel"),
+                                   ({"comparator": comparator}, ValueError, "both comparator= and llm="),
+                                   ({"llm": None}, TypeError, "needs a judge")):
+        with pytest.raises(error, match=message):
+            reranker.model_copy(update=update)
+    copy = reranker.model_copy(update={"budget": 7, "top_n": None})
+    assert (copy.budget, copy.top_n, copy.comparator) == (7, None, reranker.comparator)
+    assert (reranker.budget, reranker.top_n) == (4, 3)  # the original is untouched
+    switched = reranker.model_copy(update={"comparator": comparator, "llm": None})
+    assert switched.comparator is comparator and switched.llm is None
+    switched.comparator = reranker.comparator  # once llm is None, the old judge object is a comparator like any other
+    assert switched.comparator is reranker.comparator
+    assert (chat.model_dump(), dict(vars(comparator))) == before
