@@ -6,6 +6,7 @@ retriever). Needs ``pip install 'activeprp[llama-index]'``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from activeprp_core import Comparator
@@ -87,10 +88,18 @@ class ActivePRPRerank(common.ComparatorFactories, BaseNodePostprocessor, common.
     the legacy ``CBEventType.RERANKING`` event, whose end payload also carries ``"stats"``
     (``RerankResult.stats()``: the settings, calls, rounds, exhausted, ...).
 
+    Copies and rebuilds: the judge is no field, so ``model_copy(update=...)`` takes ``comparator`` or ``llm`` as
+    the constructor does (exactly one; the copy's judge replaces this one's; without either the copy shares this
+    judge) and checks every other updated field as an assignment is (pydantic's own checks nothing) and refuses a
+    name that is no field. ``dict(p)``, ``p.model_dump()`` and ``p.to_dict()`` hold no judge: rebuild with it
+    passed again, e.g. ``ActivePRPRerank(**p.model_dump(), comparator=p.comparator)`` (the ``class_name`` that
+    LlamaIndex's dump adds is accepted).
+
     Raises:
-        ValueError: ``query_bundle`` missing; a bad field value (at construction or assignment), or both
-            ``comparator`` and ``llm`` (at construction). TypeError: neither of them, ``llm`` is not a LlamaIndex
-            ``LLM``, a comparator without ``compare``, or a field of the wrong type.
+        ValueError: ``query_bundle`` missing; a bad field value (at construction, assignment or ``model_copy``),
+            or both ``comparator`` and ``llm`` (at construction or in ``model_copy``). TypeError: neither of them,
+            ``llm`` is not a LlamaIndex ``LLM``, a comparator without ``compare``, a field of the wrong type, or a
+            name in ``model_copy``'s update that is no field.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
@@ -100,9 +109,37 @@ class ActivePRPRerank(common.ComparatorFactories, BaseNodePostprocessor, common.
     def __init__(self, comparator: Comparator | SupportsCompare | None = None, *, llm: LLM | None = None,
                  **fields: Any) -> None:
         exactly_one_judge(comparator, llm)
+        if fields.get("class_name") == self.class_name():  # model_dump() / to_dict() add it; not a field
+            del fields["class_name"]
         super().__init__(**fields)
+        self._set_judge(comparator, llm)
+
+    def _set_judge(self, comparator: Any, llm: Any) -> None:
+        """Judge with ``comparator``, or ``LLMComparator(llm)``: exactly one of them.
+
+        Raises:
+            TypeError: neither; ``llm`` is no LlamaIndex ``LLM``; a comparator without ``compare``. ValueError: both.
+        """
+        exactly_one_judge(comparator, llm)
         self._comparator = comparator if llm is None else LLMComparator(llm)
         common.judge_of(self)  # a comparator without compare() fails here, at construction
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> ActivePRPRerank:
+        """pydantic's ``model_copy`` (which validates nothing, and knows no judge: it is no field), taking
+        ``comparator`` or ``llm`` in ``update`` as the constructor does, as the copy's judge (exactly one of them;
+        without either the copy keeps this judge), and checking every other updated field on the copy as an
+        assignment is (``_common.checked_copy``). The original is never changed.
+
+        Raises:
+            TypeError: a name that is no field, neither judge left, an ``llm`` that is no LlamaIndex ``LLM``, a
+                comparator without ``compare``. ValueError: both judges, a bad setting.
+        """
+        fields = dict(update or {})
+        judges = {name: fields.pop(name) for name in ("comparator", "llm") if name in fields}
+        copied = common.checked_copy(self, super().model_copy, fields, deep)
+        if judges:
+            copied._set_judge(judges.get("comparator"), judges.get("llm"))
+        return copied
 
     @property
     def comparator(self) -> Any:

@@ -215,3 +215,44 @@ def test_class_name_fields_and_serialisation():
     assert reranker.top_n == 3
     d = reranker.to_dict()
     assert d["class_name"] == "ActivePRPRerank" and d["budget"] == 12 and d["seed"] == 3 and "comparator" not in d
+
+
+def test_model_copy_replaces_the_judge_and_checks_its_update():
+    """pydantic's ``model_copy(update=...)`` validates nothing, and the judge is no field (a private attribute): the
+    postprocessor's takes ``comparator=`` or ``llm=`` as the constructor does (the copy's judge) and checks every
+    other updated field as an assignment does, so a copy never shows one judge and calls another."""
+    from activeprp_integrations.llama_index import LLMComparator
+
+    llm, other, comparator = MockLLM(), MockLLM(max_tokens=7), SimulatedComparator({}, seed=2)
+    before = (llm.model_dump(), other.model_dump(), dict(vars(comparator)))
+    reranker = ActivePRPRerank(llm=llm, budget=4)
+    judge = reranker.comparator
+    by_llm = reranker.model_copy(update={"llm": other, "budget": 3})
+    assert isinstance(by_llm.comparator, LLMComparator) and by_llm.comparator.llm is other and by_llm.budget == 3
+    assert reranker.model_copy(update={"comparator": comparator}).comparator is comparator
+    assert reranker.model_copy(update={"comparator": comparator, "llm": None}).comparator is comparator
+    assert reranker.model_copy(update={"top_n": 2}).comparator is judge  # no judge in the update: the same one
+    for update, error, message in (({"comparator": comparator, "llm": other}, ValueError, "both comparator="),
+                                   ({"comparator": None}, TypeError, "needs a judge"),
+                                   ({"llm": "gpt"}, TypeError, "LlamaIndex LLM"),
+                                   ({"comparator": object()}, TypeError, "compare"),
+                                   ({"budget": -1}, ValueError, "budget"), ({"top_n": None}, TypeError, "top_n"),
+                                   ({"budgett": 3}, TypeError, r"no field.*budgett")):
+        with pytest.raises(error, match=message):
+            reranker.model_copy(update=update)
+    assert reranker.comparator is judge and reranker.budget == 4  # the original is untouched
+    assert (llm.model_dump(), other.model_dump(), dict(vars(comparator))) == before
+
+
+def test_rebuilt_from_its_fields_with_the_judge_passed_again():
+    """The judge is not a field, so ``dict(p)``, ``p.model_dump()`` and ``p.to_dict()`` rebuild with it passed again;
+    without it the rebuild is refused (no default judge). ``model_dump`` adds LlamaIndex's ``class_name``."""
+    comparator = SimulatedComparator({})
+    reranker = ActivePRPRerank(comparator=comparator, budget=12, seed=3)
+    for fields in (dict(reranker), reranker.model_dump(), reranker.to_dict()):
+        rebuilt = ActivePRPRerank(**fields, comparator=reranker.comparator)
+        assert rebuilt.model_dump() == reranker.model_dump() and rebuilt.comparator is comparator  # no callbacks
+        with pytest.raises(TypeError, match="needs a judge"):
+            ActivePRPRerank(**fields)
+    with pytest.raises(ValueError, match="class_name"):  # another class's dump is not this postprocessor's fields
+        ActivePRPRerank(**{**reranker.model_dump(), "class_name": "LLMRerank"}, comparator=comparator)
