@@ -154,8 +154,8 @@ def load_beir(data_dir: str | Path, name: str | None = None, split: str = "test"
 def load_trec_files(name: str, topics: str | Path, qrels: str | Path, run: str | Path,
                     corpus: str | Path | Mapping[str, str], depth: int = 100) -> Collection:
     """TREC files: topics or queries (``qid<TAB>text`` or JSONL), qrels, a run (``qid Q0 docid rank score tag``,
-    cut to its top ``depth`` by rank) and the passages (a corpus file or ``{docid: text}``); read by
-    ``trecfiles.read_run_candidates``.
+    cut to its top ``depth`` by score as trec_eval orders it) and the passages (a corpus file or ``{docid: text}``);
+    read by ``trecfiles.read_run_candidates``.
 
     Raises:
         InputError (a ValueError): a malformed line, a run qid without a topic, a run docid without a passage.

@@ -6,8 +6,10 @@ Example (TREC DL19, a corpus JSONL made from the BM25 hits, the simulated judge)
         --corpus corpus.jsonl --qrels qrels.dl19-passage.txt --comparator simulated --out reranked.run
 
 Every input file is read and checked before the comparator is built, so bad input costs no LLM call: it ends in
-one line ``activeprp: error: FILE:LINE: reason`` and exit status 2. Each query's top ``--depth`` rows by rank
-are reranked; OUT holds exactly those (qid, docid) pairs, ranks 1.. and strictly decreasing scores.
+one line ``activeprp: error: FILE:LINE: reason`` and exit status 2. Each query's rows are taken in the order
+trec_eval and ir-measures evaluate (score descending, ties by docid descending; the rank column is not used, and a
+note says when it disagrees); its top ``--depth`` rows in that order are reranked, and OUT holds exactly those
+(qid, docid) pairs, ranks 1.. and strictly decreasing scores.
 
 All queries go through ``rerank_many`` (``arerank_many`` for ``--comparator openai``, at most
 ``--max-concurrency`` requests in flight across queries; ``--max-active`` queries in progress), or through Ray Data
@@ -44,9 +46,9 @@ from activeprp_core.types import Candidate, RerankResult
 from . import InputError, fail, printable, require_extra
 from .metrics import EVAL_EXTRA
 from .rerank import add_comparator_args, add_settings_args, count, make_comparator, seconds, settings_from_args
-from .trecfiles import STDOUT, check_token, read_qrels, read_run_candidates, write_run
+from .trecfiles import STDOUT, check_token, rank_disagreements, read_qrels, read_run_candidates, write_run
 
-Request = tuple[str, str, list[Candidate]]  # (qid, query text, candidates in input rank order)
+Request = tuple[str, str, list[Candidate]]  # (qid, query text, candidates in the run's trec_eval order)
 RUNNERS = "activeprp.runners"  # entry-point group: name -> a function running many queries elsewhere (ray)
 
 
@@ -178,7 +180,8 @@ def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser("rerank-run", help="rerank every query of a TREC run file; write the reranked run",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     files = p.add_argument_group("files (.jsonl/.json names are read as JSONL, others as TSV)")
-    files.add_argument("--run", required=True, help="TREC run: qid Q0 docid rank score tag")
+    files.add_argument("--run", required=True, help="TREC run: qid Q0 docid rank score tag; each query's rows "
+                       "in trec_eval's order (score descending, ties by docid descending; rank is not used)")
     files.add_argument("--queries", required=True, help="queries: qid<TAB>text, or JSONL with _id/qid and text")
     files.add_argument("--corpus", required=True, help="passages: docid<TAB>text, or JSONL with _id/docid/id, "
                                                        "text/contents and an optional title")
@@ -187,7 +190,8 @@ def add_parser(subparsers: Any) -> None:
     files.add_argument("--qrels", help="TREC qrels: print nDCG@10 of the input and the output (ir-measures); the "
                                        "graded labels of --comparator simulated")
     p.add_argument("--depth", type=count(minimum=1), default=None, metavar="N",
-                   help="rerank (and write) each query's top N rows by rank (default: all)")
+                   help="rerank (and write) each query's top N rows by score, as trec_eval orders them (default: "
+                        "all)")
     p.add_argument("--tag", type=run_tag, default="activeprp", help="the run tag of OUT (6th column, no whitespace)")
     p.add_argument("--no-progress", action="store_true",
                    help="hide the progress bar over queries (stderr; shown only when tqdm is installed)")
@@ -279,6 +283,11 @@ def read_inputs(args: argparse.Namespace) -> tuple[list[Request], dict[str, dict
     print(f"read {read} lines ({len(run)} queries) from {args.run}; reranking {kept} "
           f"(depth {args.depth or 'all'}) with ranker={args.ranker} oracle={args.oracle} budget={args.budget} "
           f"top_k={args.top_k} comparator={args.comparator}", file=notes(args))
+    disagree = rank_disagreements(run)
+    if disagree:
+        print(printable(f"note: the rank column of {len(disagree)} queries (e.g. {disagree[0]}) disagrees with their "
+                        "scores; their rows are taken by score, as trec_eval and ir-measures read them",
+                        notes(args)), file=notes(args))
     return requests, qrels
 
 

@@ -3,7 +3,9 @@
 Formats (blank lines are skipped; line numbers are the file's own; a UTF-8 BOM is accepted; anything else that
 is not UTF-8 is an error):
 
-- run: ``qid Q0 docid rank score tag``, six whitespace-separated columns, integer rank, finite score;
+- run: ``qid Q0 docid rank score tag``, six whitespace-separated columns, integer rank, finite score; each
+  query's rows are taken in trec_eval's order (score descending, ties by docid descending), not by the rank
+  column, so that the first stage is the order that trec_eval and ir-measures evaluate;
 - qrels: ``qid iteration docid grade``, four columns, integer grade;
 - queries: TSV ``qid<TAB>text``, or JSONL ``{"_id" | "qid": ..., "text": ...}``;
 - corpus: TSV ``docid<TAB>text``, or JSONL ``{"_id" | "docid" | "id": ..., "text" | "contents": ..., "title"?}``
@@ -14,8 +16,9 @@ A file whose name ends in ``.jsonl`` or ``.json`` is read as JSONL, any other as
 for a file-level problem). Nothing here needs the evaluation extra: metrics live in ``activeprp_cli.metrics``.
 
 Why not ``ir_measures.read_trec_run``/``read_trec_qrels``: they raise a bare unpacking error without the line,
-keep a BOM inside the first qid, and decode whole chunks, so they cannot say which line is wrong; the library
-is used where it is strong, for the measures.
+keep a BOM inside the first qid, and decode whole chunks, so they cannot say which line is wrong; and the run
+reader yields rows in file order (each ir-measures provider sorts them itself). The library is used where it is
+strong, for the measures.
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ class RunRow(NamedTuple):
     line: int
 
 
-Run = dict[str, list[RunRow]]  # {qid: rows sorted by rank (ties keep file order)}
+Run = dict[str, list[RunRow]]  # {qid: rows in trec_eval's order, see read_run}
 Qrels = dict[str, dict[str, int]]  # {qid: {docid: grade}}
 
 
@@ -162,8 +165,17 @@ def _check_once(first_lines: dict[str, int], key: str, path: str | Path, n: int,
         raise InputError(f"{path}:{n}: {what} {key} appears twice (first at line {first})")
 
 
+def trec_eval_key(row: RunRow) -> tuple[float, str]:
+    """The sort key, with ``reverse=True``, of trec_eval's order of one query's rows: score descending, ties by
+    docid descending (trec_eval's ``comp_sim_docno``; ir-measures' pytrec_eval measures read a run the same way).
+    Python compares str by code point, which orders UTF-8 text as ``strcmp`` orders its bytes."""
+    return row.score, row.docid
+
+
 def read_run(path: str | Path) -> Run:
-    """A TREC run file: ``{qid: [RunRow, ...]}``, qids in file order, rows sorted by rank (ties keep file order).
+    """A TREC run file: ``{qid: [RunRow, ...]}``, qids in file order, each query's rows in trec_eval's order
+    (``trec_eval_key``: score descending, ties by docid descending); the rank column is checked and kept in each
+    row but does not order them, as trec_eval ignores it (see ``rank_disagreements``).
 
     Raises:
         InputError: a line without six columns, a non-integer rank, a score that is not a finite number, a
@@ -193,8 +205,15 @@ def read_run(path: str | Path) -> Run:
     if not run:
         raise InputError(f"{path}: no run lines")
     for rows in run.values():
-        rows.sort(key=lambda r: r.rank)
+        rows.sort(key=trec_eval_key, reverse=True)
     return run
+
+
+def rank_disagreements(run: Run) -> list[str]:
+    """The qids (file order) of ``run`` (from ``read_run``) whose rank column contradicts the order its rows are
+    taken in: a row ranked after (a larger rank than) a row it comes before. Equal ranks (all 0 or 1, as some
+    tools write) contradict nothing."""
+    return [qid for qid, rows in run.items() if any(a.rank > b.rank for a, b in zip(rows, rows[1:]))]
 
 
 def read_qrels(path: str | Path) -> Qrels:
@@ -269,9 +288,9 @@ def read_corpus(path: str | Path, wanted: Iterable[str] | None = None) -> dict[s
 def read_run_candidates(run_path: str | Path, queries_path: str | Path, corpus: str | Path | Mapping[str, str],
                         depth: int | None = None) -> tuple[Run, list[tuple[str, str, list[Candidate]]]]:
     """Everything a reranking of a run needs, checked before any LLM call: the run (all its lines), and per qid
-    (run order) ``(qid, query text, candidates)`` where the candidates are the top ``depth`` rows by rank (all
-    when None), with their passage text. ``corpus`` is a corpus file (only the passages of these rows are kept
-    in memory) or a ready ``{docid: text}`` mapping.
+    (run order) ``(qid, query text, candidates)`` where the candidates are the first ``depth`` rows in
+    ``read_run``'s order (trec_eval's: by score; all when None), with their passage text. ``corpus`` is a corpus
+    file (only the passages of these rows are kept in memory) or a ready ``{docid: text}`` mapping.
 
     Raises:
         InputError: any reader error; ``RUN:LINE`` of the first row of a qid that has no query, or of the first
@@ -358,5 +377,5 @@ def check_token(name: str, value: str) -> None:
         raise ValueError(f"a TREC run {name} must be a non-empty string without whitespace, got {value!r}")
 
 
-__all__ = ["STDOUT", "Qrels", "Run", "RunRow", "check_token", "iter_lines", "read_corpus", "read_qrels", "read_queries",
-           "read_run", "read_run_candidates", "write_run"]
+__all__ = ["STDOUT", "Qrels", "Run", "RunRow", "check_token", "iter_lines", "rank_disagreements", "read_corpus",
+           "read_qrels", "read_queries", "read_run", "read_run_candidates", "trec_eval_key", "write_run"]

@@ -471,6 +471,30 @@ def test_without_tqdm_no_bar_is_shown(three_queries, tmp_path, capsys, monkeypat
     assert capsys.readouterr().err == ""
 
 
+def test_the_first_stage_is_the_order_trec_eval_evaluates(files, tmp_path, capsys):
+    """A run whose rank column disagrees with its scores (fused: every rank 1; or ranks against the scores) was
+    taken in rank order (ties in file order), so ``--depth`` kept, and the "input" nDCG@10 scored, another first
+    stage than the one trec_eval and ir-measures evaluate on the same file. Every document and its data stay."""
+    ir_measures = pytest.importorskip("ir_measures", reason='pip install "activeprp[eval]"')  # --qrels
+    files["run"].write_text("q1 Q0 d1 1 1.0 fused\nq1 Q0 d2 1 3.0 fused\nq1 Q0 d3 1 2.0 fused\n"
+                            "q2 Q0 d4 1 0.5 bm25\nq2 Q0 d5 2 9.0 bm25\nq2 Q0 d6 3 9.0 bm25\n")
+    files["queries"].write_text("q1\tfirst query\nq2\tsecond query\n")
+    files["corpus"].write_text("\n".join(json.dumps({"_id": f"d{i}", "text": f"passage {i}"}) for i in range(1, 7)))
+    files["qrels"].write_text("q1 0 d2 1\nq2 0 d5 2\nq2 0 d4 1\n")
+    out = tmp_path / "top1.run"
+    assert main(cli_args(files, out, "--depth", "1")) == 0
+    assert [line.split()[:3] for line in out.read_text().splitlines()] == [["q1", "Q0", "d2"], ["q2", "Q0", "d6"]]
+    printed = capsys.readouterr().out
+    assert "note: the rank column of 1 queries (e.g. q2) disagrees with their scores" in printed
+    assert main(cli_args(files, tmp_path / "all.run")) == 0
+    printed = capsys.readouterr().out
+    assert "read 6 lines (2 queries)" in printed and "wrote 6 lines (2 queries)" in printed
+    evaluated = ir_measures.calc_aggregate([ir_measures.nDCG @ 10], ir_measures.read_trec_qrels(str(files["qrels"])),
+                                           ir_measures.read_trec_run(str(files["run"])))[ir_measures.nDCG @ 10]
+    found = re.search(r"\): input ([0-9.]+) ->", printed)
+    assert found and float(found.group(1)) == pytest.approx(evaluated, abs=1e-4), printed
+
+
 def test_the_run_is_the_same_whatever_max_active_with_a_soft_judge(tmp_path, monkeypatch):
     """Each query reads only its own answers (``carry_judge=False``, as with ``--ray``): with a soft judge, whose
     answers the confidence gate reads, ``--max-active`` (how many queries are in progress at once) bounds memory

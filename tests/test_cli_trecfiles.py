@@ -11,6 +11,7 @@ import pytest
 from activeprp_cli import InputError
 from activeprp_cli.trecfiles import (
     iter_lines,
+    rank_disagreements,
     read_corpus,
     read_qrels,
     read_queries,
@@ -53,6 +54,32 @@ def test_run_sorted_by_rank_with_bom_and_blank_lines(tmp_path):
     run = read_run(path)
     assert list(run) == ["q1", "q0"]  # file order of qids
     assert [(r.docid, r.rank, r.score, r.line) for r in run["q1"]] == [("d1", 1, 3.0, 4), ("d2", 2, 2.0, 1)]
+
+
+#: a fused run (every rank 1), a run with ranks 0 and a score tie, a run whose ranks contradict its scores, and
+#: one whose ranks agree; the docids are not in score order in the file, and "é" > "z" as in trec_eval's strcmp
+ORDER_RUN = ("f Q0 a 1 1.0 fused\nf Q0 b 1 3.0 fused\nf Q0 c 1 2.0 fused\n"
+             "t Q0 d 0 5 x\nt Q0 e 0 5 x\nt Q0 g 0 9 x\nt Q0 \u00e9 0 5 x\nt Q0 z 0 5 x\n"
+             "r Q0 h 1 1.5 x\nr Q0 i 2 2.5 x\nr Q0 j 3 0.5 x\n"
+             "ok Q0 k 2 2 x\nok Q0 l 1 4 x\n")
+
+
+def test_run_rows_follow_the_scores_as_trec_eval_and_ir_measures_read_them(tmp_path):
+    """The rank column does not order a query's rows: trec_eval orders them by score, ties by docid descending, and
+    so do ir-measures' measures. Before, rows were sorted by rank (ties in file order): a fused run's (every rank 1)
+    first stage was its file order, not the one evaluated."""
+    path = write(tmp_path, "run.txt", ORDER_RUN)
+    run = read_run(path)
+    order = {q: [r.docid for r in rows] for q, rows in run.items()}
+    assert order == {"f": ["b", "c", "a"], "t": ["g", "\u00e9", "z", "e", "d"], "r": ["i", "h", "j"], "ok": ["l", "k"]}
+    assert [(r.docid, r.rank, r.score, r.line) for r in run["r"]] == [("i", 2, 2.5, 10), ("h", 1, 1.5, 9),
+                                                                   ("j", 3, 0.5, 11)]  # every row, as written
+    assert rank_disagreements(run) == ["r"]  # equal ranks (f, t) contradict nothing
+    ir_measures = pytest.importorskip("ir_measures")
+    for qid, docids in order.items():  # the evaluator's position of each docid: 1 / RR with it the only relevant one
+        for position, docid in enumerate(docids, 1):
+            rr = ir_measures.calc_aggregate([ir_measures.RR], {qid: {docid: 1}}, ir_measures.read_trec_run(str(path)))
+            assert 1 / rr[ir_measures.RR] == pytest.approx(position), (qid, docid)
 
 
 @pytest.mark.parametrize(("data", "reason"), [
