@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import os
 import re
 import signal
@@ -25,7 +26,8 @@ from importlib.metadata import PackageNotFoundError, entry_points, version
 
 from activeprp_core.errors import InputError
 
-__all__ = ["InputError", "build_parser", "fail", "main", "package_version", "printable", "require_extra"]
+__all__ = ["InputError", "build_parser", "fail", "main", "package_version", "printable", "progress_wanted",
+           "require_extra"]
 
 SUBCOMMANDS = ("rerank", "rerank_run", "demo")  # module names (rerank_run registers rerank-run)
 COMMAND_GROUP = "activeprp.commands"
@@ -58,6 +60,14 @@ def require_extra(what: str, extra: str, *modules: str) -> None:
         require(what, extra, *modules)
     except ImportError as err:
         raise InputError(str(err)) from None
+
+
+def progress_wanted(no_progress: bool) -> bool:
+    """Whether a command shows its tqdm bar over queries on stderr: not ``--no-progress``, tqdm installed, and
+    stderr a terminal. Redirected to a file or a pipe, a bar's frames would land there as ``\\r`` garbage, so none is
+    drawn (tqdm's own ``disable=None`` rule, taken here because the bar of ``rerank-run`` is the core's, which
+    library callers, in notebooks too, ask for explicitly)."""
+    return not no_progress and importlib.util.find_spec("tqdm") is not None and sys.stderr.isatty()
 
 
 def package_version() -> str:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import json
 import os
 import time
@@ -17,7 +16,7 @@ from typing import Any
 from activeprp_core.comparators.simulated import CALIBRATED_PARAMS, SimulatedComparator
 from activeprp_core.types import Candidate
 
-from . import require_extra
+from . import progress_wanted, require_extra
 from .metrics import EVAL_EXTRA, ndcg_at_k, ranking_to_run
 from .rerank import add_comparator_args, add_ranking_args, count, make_comparator, run_rerank
 
@@ -124,15 +123,15 @@ def add_parser(subparsers: Any) -> None:
                    help="torch CPU threads for bundled/hf (default: the usable cores less the load (the 1-minute "
                         "average or the processes running now, the larger), at least 1; left to torch when "
                         "OMP_NUM_THREADS or MKL_NUM_THREADS is set)")
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar (shown only when tqdm is "
-                   "installed)")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar (stderr; shown only when tqdm "
+                   "is installed and stderr is a terminal)")
 
 
 def main(args: argparse.Namespace) -> int:
     """Handler of ``activeprp demo``: the settings, each query's row as it finishes (above a progress bar), then
     the mean NDCG@10 before and after."""
     require_extra("activeprp demo", EVAL_EXTRA, "ir_measures")  # its nDCG, before a model is loaded
-    progress = not args.no_progress and importlib.util.find_spec("tqdm") is not None
+    progress = progress_wanted(args.no_progress)
     rows = load_demo_queries()[: args.queries]
     print(f"activeprp demo: {len(rows)} TREC DL 2019 queries x {args.candidates} BM25 candidates, "
           f"passages cut to {args.passage_tokens} tokens, ranker={args.ranker} oracle={args.oracle} "

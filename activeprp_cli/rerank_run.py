@@ -25,7 +25,6 @@ import argparse
 import asyncio
 import contextlib
 import functools
-import importlib.util
 import os
 import signal
 import sys
@@ -43,7 +42,7 @@ from activeprp_core.many import DEFAULT_MAX_ACTIVE, RerankFailure, arerank_many,
 from activeprp_core.settings import RerankSettings
 from activeprp_core.types import Candidate, RerankResult
 
-from . import InputError, fail, printable, require_extra
+from . import InputError, fail, printable, progress_wanted, require_extra
 from .metrics import EVAL_EXTRA
 from .rerank import add_comparator_args, add_settings_args, count, make_comparator, seconds, settings_from_args
 from .trecfiles import STDOUT, check_token, rank_disagreements, read_qrels, read_run_candidates, write_run
@@ -194,7 +193,8 @@ def add_parser(subparsers: Any) -> None:
                         "all)")
     p.add_argument("--tag", type=run_tag, default="activeprp", help="the run tag of OUT (6th column, no whitespace)")
     p.add_argument("--no-progress", action="store_true",
-                   help="hide the progress bar over queries (stderr; shown only when tqdm is installed)")
+                   help="hide the progress bar over queries (stderr; shown only when tqdm is installed and stderr "
+                        "is a terminal)")
     p.add_argument("--max-active", type=count(minimum=1), default=DEFAULT_MAX_ACTIVE, metavar="Q",
                    help="queries in progress at once: their rounds are merged into shared batches (default "
                         "%(default)s); bounds memory")
@@ -297,8 +297,8 @@ def start(args: argparse.Namespace, requests: Sequence[Request], qrels: Mapping[
     the lazy outcomes (``rerank_requests`` or ``ray_outcomes``)."""
     if args.ray is None:
         comparator = as_comparator(build_comparator(args, requests, qrels))
-        progress = not args.no_progress and importlib.util.find_spec("tqdm") is not None
-        return comparator, time.perf_counter(), rerank_requests(requests, comparator, args, progress)
+        return comparator, time.perf_counter(), rerank_requests(requests, comparator, args,
+                                                                progress_wanted(args.no_progress))
     factory = comparator_factory(args, requests, qrels)
     if args.comparator in ("simulated", "openai"):  # cheap to build: its errors show here, before Ray starts
         factory().close()

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -77,6 +79,21 @@ def test_without_ir_measures_the_demo_stops_in_one_line_before_any_model_and_wit
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err == ('activeprp: error: activeprp demo needs ir_measures: install it '
                                                    'with pip install "activeprp[eval]"\n')
+
+
+def test_stderr_to_a_file_gets_no_bar_frames_and_a_terminal_gets_the_bar(tmp_path, capsys, monkeypatch):
+    """``activeprp demo 2> FILE`` (or ``2>&1 | tee``) wrote tqdm's ``\\r`` frames into FILE (8 for 2 queries); the
+    bar is now drawn on a terminal only (``progress_wanted``, shared with ``rerank-run``)."""
+    pytest.importorskip("tqdm")
+    err = tmp_path / "err.txt"
+    with err.open("wb") as f:
+        done = subprocess.run([sys.executable, "-m", "activeprp_cli", "demo", "--comparator", "simulated", "--queries",
+                               "2"], stdout=subprocess.DEVNULL, stderr=f, cwd=ROOT, timeout=120)
+    assert done.returncode == 0 and err.read_bytes().count(b"\r") == 0, err.read_bytes()
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    assert main(["demo", "--comparator", "simulated", "--queries", "2"]) == 0
+    captured = capsys.readouterr()
+    assert "2/2" in captured.err and len(figures(captured.out)[1]) == 2  # the rows above the bar, on stdout
 
 
 def test_the_demo_refuses_more_queries_or_candidates_than_it_bundles(capsys):

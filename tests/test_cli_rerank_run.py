@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -68,7 +69,8 @@ def test_simulated_full_depth_keeps_every_pair_and_beats_bm25(corpus, tmp_path, 
 
 
 @needs_data
-def test_depth_cuts_each_query_to_its_top_n_and_progress_shows(corpus, tmp_path, capsys):
+def test_depth_cuts_each_query_to_its_top_n_and_progress_shows(corpus, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # the bar is drawn on a terminal only
     out = tmp_path / "top10.run"
     assert main(["rerank-run", "--run", str(RUN), "--queries", str(TOPICS), "--corpus", str(corpus), "--out", str(out),
                  "--qrels", str(QRELS), "--comparator", "simulated", "--depth", "10", "--ranker", "allpairs",
@@ -469,6 +471,18 @@ def test_without_tqdm_no_bar_is_shown(three_queries, tmp_path, capsys, monkeypat
     args = [a for a in cli_args(three_queries, tmp_path / "out.run") if a != "--no-progress"]
     assert main(args) == 0
     assert capsys.readouterr().err == ""
+
+
+def test_redirected_stderr_gets_no_bar_frames(three_queries, tmp_path, capsys, monkeypatch):
+    """Without ``--no-progress``, stderr redirected to a file or a pipe (not a terminal, as captured here) got the
+    tqdm bar's ``\\r`` frames; now it gets none, and a terminal still gets the bar."""
+    args = [a for a in cli_args(three_queries, tmp_path / "out.run") if a != "--no-progress"]
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert "\r" not in err and "queries" not in err
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    assert main(args) == 0
+    assert "3/3" in capsys.readouterr().err
 
 
 def test_the_first_stage_is_the_order_trec_eval_evaluates(files, tmp_path, capsys):
