@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from activeprp_cli import require_extra
+from activeprp_cli import progress_wanted, require_extra
 from activeprp_cli.rerank import count, seconds
 from activeprp_core.errors import InputError, scrub
 
@@ -232,7 +232,7 @@ def _grid(args) -> int:
                                    jobs=args.jobs, refresh=args.refresh, tag=args.judge_tag)
         else:
             rows = run_grid(colls, _comparator_for(args, out), args.rankers, args.oracles, budgets, seeds,
-                            args.top_k, progress=not args.no_progress, max_rounds=args.max_rounds)
+                            args.top_k, progress=progress_wanted(args.no_progress), max_rounds=args.max_rounds)
         if judges:  # millions of slim rows: xz, a third of gzip's size; it replaces this grid's older .gz file
             write_csv(rows, out / "rows.csv.xz", SLIM_COLUMNS)
             (out / "rows.csv.gz").unlink(missing_ok=True)
@@ -473,7 +473,8 @@ def add_parser(subparsers) -> None:
     grid.add_argument("--paired", nargs="*", type=_pair,
                       default=["mohajer_bubble:bubblesort", "mohajer_bubble:heapsort"], metavar="A:B",
                       help="rankers to compare by paired bootstrap over queries")
-    grid.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
+    grid.add_argument("--no-progress", action="store_true", help="no tqdm progress bar (stderr; drawn only when "
+                      "stderr is a terminal)")
     grid.add_argument("--compare", nargs="*", type=_cell_pair, default=[], metavar="A:B",
                       help="cells compared by paired bootstrap, each ranker/oracle/budget/max_rounds (-1 = no cap; "
                            "ranker 'best' = the best non-auto row at that budget and cap)")

@@ -162,6 +162,19 @@ def test_grid_with_a_perfect_judge_converges_to_ideal_and_flip_rate_helper():
 
 
 @needs_data
+def test_bench_grid_draws_no_bar_frames_into_a_stderr_that_is_no_terminal(tmp_path, capsys, monkeypatch):
+    """``activeprp bench grid 2> FILE`` wrote tqdm's ``\\r`` frames into FILE; like ``rerank-run`` and ``demo`` it
+    draws the bar on a terminal only (``activeprp_cli.progress_wanted``)."""
+    argv = ["bench", "grid", "--data", str(DATA), "--collections", "noveleval", "--rankers", "mohajer", "--oracles",
+            "bidirectional", "--budgets", "20", "--seeds", "1", "--no-paper"]
+    assert main([*argv, "--out", str(tmp_path / "file")]) == 0
+    assert "\r" not in capsys.readouterr().err
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    assert main([*argv, "--out", str(tmp_path / "terminal")]) == 0
+    assert "\r" in capsys.readouterr().err
+
+
+@needs_data
 def test_bench_cli_smoke(tmp_path):
     out = tmp_path / "bench"
     code = main(["bench", "grid", "--data", str(DATA), "--collections", "noveleval", "--rankers", "mohajer",
