@@ -129,8 +129,9 @@ class FrameworkJudge(SwappablePrompts, RemoteComparator):
 
     Subclasses name the model's class and its calls (``model_type``, ``call``/``acall``), implement
     ``framework_messages`` (chat messages in the framework's type) and ``parse``, and may override
-    ``reasoning_model``, ``responses_api``, ``provider_settings``, ``judge_copy`` and ``loop_copy`` /
-    ``aclose_loop_copy`` (a copy of the model per event loop, for SDK clients bound to one loop).
+    ``reasoning_model``, ``responses_api``, ``provider_settings``, ``request_timeout_keyword`` / ``timed_call``
+    (the time left as each request's timeout), ``judge_copy`` and ``loop_copy`` / ``aclose_loop_copy`` (a copy of
+    the model per event loop, for SDK clients bound to one loop).
 
     Args:
         llm: the framework's model; never changed (the judge calls ``judge_copy(llm)``).
@@ -216,6 +217,12 @@ class FrameworkJudge(SwappablePrompts, RemoteComparator):
         (async) or no longer waiting for it (sync)."""
         return None
 
+    def timed_call(self, model: Any, seconds: float) -> tuple[Any, dict[str, Any]]:
+        """The model to call and the keywords of its chat call for an attempt with ``seconds`` left before the
+        deadline, on a model with a ``request_timeout_keyword``. Default: ``model`` itself, with the seconds as that
+        keyword."""
+        return model, {self.timeout_keyword: seconds}
+
     def judge_copy(self, llm: Any, settings: dict[str, Any]) -> Any:
         """The model the judge calls: a copy of ``llm`` with ``settings`` (``llm`` is not changed)."""
         return llm.model_copy(update=settings)
@@ -241,17 +248,25 @@ class FrameworkJudge(SwappablePrompts, RemoteComparator):
         await self.aclose_loop_copy(client)
 
     def timed(self, request: Any, seconds: float) -> Any:
-        """The messages and the time left as the call's timeout (``request_timeout_keyword``), when the model
-        takes one."""
-        return request if self.timeout_keyword is None else (request, {self.timeout_keyword: seconds})
+        """The messages and the time left, ``(messages, seconds)``, when the model takes a per-request timeout
+        (``request_timeout_keyword``): ``send``/``asend`` hand it to the call through ``timed_call``."""
+        return request if self.timeout_keyword is None else (request, seconds)
+
+    def _call_of(self, model: Any, request: Any) -> tuple[Any, Any, dict[str, Any]]:
+        """The model to call, the messages and the call's keywords for ``request`` (``request`` or ``timed``'s)."""
+        if not isinstance(request, tuple):
+            return model, request, {}
+        messages, seconds = request
+        model, kw = self.timed_call(model, seconds)
+        return model, messages, kw
 
     async def asend(self, client: Any, request: Any) -> Any:
-        messages, kw = request if isinstance(request, tuple) else (request, {})
-        return await getattr(client or self.judge_llm, self.acall)(messages, **kw)
+        model, messages, kw = self._call_of(client or self.judge_llm, request)
+        return await getattr(model, self.acall)(messages, **kw)
 
     def send(self, client: Any, request: Any) -> Any:
-        messages, kw = request if isinstance(request, tuple) else (request, {})
-        return getattr(self.judge_llm, self.call)(messages, **kw)
+        model, messages, kw = self._call_of(self.judge_llm, request)
+        return getattr(model, self.call)(messages, **kw)
 
     def request(self, query: str, first: str, second: str) -> Any:
         """The PRP prompt of one ordered pair as the framework's chat messages (the same messages as

@@ -5,7 +5,7 @@ Re-exported by ``activeprp_integrations.langchain``. Needs ``pip install 'active
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from activeprp_core.comparators.answers import Answer, answer_from, field, snippet
@@ -25,6 +25,19 @@ _MESSAGE = {"system": SystemMessage, "user": HumanMessage}
 _SDK_CLIENTS = (("root_client", "client"), ("root_async_client", "async_client"))
 """ChatOpenAI's (and AzureChatOpenAI's) openai clients, built at construction with its ``max_retries``: the
 root client and its ``chat.completions`` resource that the model calls."""
+
+
+def _sdk_clients(llm: BaseChatModel, change: Callable[[Any], Any]) -> dict[str, Any]:
+    """The openai clients of ``_SDK_CLIENTS`` that ``llm`` holds, each root client (one with ``with_options``)
+    replaced by ``change(root)`` and its resource by that one's, as a ``model_copy`` update (empty for a model
+    without them)."""
+    update: dict[str, Any] = {}
+    for root, leaf in _SDK_CLIENTS:
+        client = getattr(llm, root, None)
+        if callable(getattr(client, "with_options", None)) and leaf in type(llm).model_fields:
+            update[root] = change(client)
+            update[leaf] = update[root].chat.completions
+    return update
 
 
 class ChatModelComparator(FrameworkJudge):
@@ -92,19 +105,26 @@ class ChatModelComparator(FrameworkJudge):
 
     def request_timeout_keyword(self, llm: BaseChatModel) -> str | None:
         """ChatOpenAI (and the models built on its openai client, ``root_client``) passes a ``timeout`` keyword of
-        ``invoke`` on to the SDK's request; other models get none (the transport bounds the wait)."""
+        ``invoke`` on to the SDK's request; other models get none (the transport bounds the wait). The judge
+        gives the time left to the model's openai clients instead (``timed_call``)."""
         return "timeout" if "root_client" in type(llm).model_fields else None
+
+    def timed_call(self, model: BaseChatModel, seconds: float) -> tuple[BaseChatModel, dict[str, Any]]:
+        """A copy of ``model`` whose openai clients take ``seconds`` as their timeout (``with_options``, sharing
+        their connection pool), called with no keyword. Not ``invoke(..., timeout=seconds)``: LangChain puts a
+        call's keywords into the key of its LLM cache (``BaseChatModel._get_llm_string``), so a timeout that
+        changes with every call makes every lookup miss (the model's ``cache=``, ``set_llm_cache``); the clients
+        are not part of the key (fields excluded from the model's serialization). A client that is no openai client
+        (no ``with_options``; a ``client`` given without its ``root_client``) gets no timeout: the transport alone
+        bounds its wait."""
+        return model.model_copy(update=_sdk_clients(model, lambda c: c.with_options(timeout=seconds))), {}
 
     def judge_copy(self, llm: BaseChatModel, settings: dict[str, Any]) -> BaseChatModel:
         update = dict(settings)
         if "max_tokens" in (settings.get("extra_body") or {}):
             update["max_tokens"] = None  # one cap: ChatOpenAI would also send its own as max_completion_tokens
         if settings.get("max_retries") == 0:
-            for root, leaf in _SDK_CLIENTS:
-                client = getattr(llm, root, None)
-                if client is not None and leaf in type(llm).model_fields:
-                    update[root] = no_sdk_retries(client)
-                    update[leaf] = update[root].chat.completions
+            update |= _sdk_clients(llm, no_sdk_retries)
         return llm.model_copy(update=update)
 
     def framework_messages(self, messages: list[dict[str, str]]) -> list[BaseMessage]:

@@ -278,7 +278,9 @@ def test_a_compare_only_judge_in_sync_rerank_many_serves_the_queries_in_progress
 
 @pytest.fixture
 def openai_timeouts(monkeypatch):
-    """Every per-request ``timeout`` the openai SDK's chat-completions ``create`` got (sync and async)."""
+    """The timeout of every request of the openai SDK's chat-completions ``create`` (sync and async): its
+    ``timeout`` keyword, else its client's own (``with_options(timeout=...)``; the SDK's default is an
+    ``httpx.Timeout``)."""
     openai = pytest.importorskip("openai")
     from openai.resources.chat import completions
 
@@ -287,7 +289,8 @@ def openai_timeouts(monkeypatch):
         original = cls.create
 
         def create(self, *args, _original=original, **kwargs):
-            seen.append(kwargs.get("timeout", openai.NOT_GIVEN))
+            timeout = kwargs.get("timeout", openai.NOT_GIVEN)
+            seen.append(self._client.timeout if timeout is openai.NOT_GIVEN else timeout)
             return _original(self, *args, **kwargs)
 
         monkeypatch.setattr(cls, "create", create)

@@ -482,6 +482,46 @@ def test_the_judges_calls_reach_the_callers_callbacks_under_the_rerank_run(use_a
     assert seen.tokens == seen.stats["prompt_tokens"] + seen.stats["completion_tokens"]
 
 
+@pytest.mark.parametrize("use_async", [False, True])
+@pytest.mark.parametrize("where", ["model", "global"])
+def test_a_langchain_cache_answers_a_repeated_rerank_under_a_time_budget(use_async, where):
+    """LangChain's LLM cache (the model's ``cache=``, or ``set_llm_cache``) answers every call of a repeated rerank
+    under a ``time_budget``. The judge gave ChatOpenAI the time left as ``invoke(..., timeout=...)``, and LangChain
+    puts a call's keywords into the cache's key: each call's key differed, and every lookup missed. The requests
+    still carry the time left as their timeout (the openai SDK's ``x-stainless-read-timeout`` header), and a cached
+    answer still counts as a call (the same budget gives the same order with or without a cache)."""
+    langchain_openai = pytest.importorskip("langchain_openai")
+    from langchain_core.caches import InMemoryCache
+    from langchain_core.globals import get_llm_cache, set_llm_cache
+
+    cache, docs = InMemoryCache(), [Document(page_content=c.text, id=c.id) for c in CANDS]
+    plan = lambda r: Reply(body=completion(label(r.text), tops(label(r.text))))  # noqa: E731
+    with FaultServer(plan, max_requests=100) as server:
+        llm = langchain_openai.ChatOpenAI(model="m", base_url=server.url, api_key="k",
+                                          cache=cache if where == "model" else None)
+        reranker = lc.ActivePRPRerank(llm=llm, budget=12, time_budget=30.0)
+
+        def run() -> tuple[list[str], int]:
+            seen = RunTree()
+            if use_async:
+                out = asyncio.run(reranker.acompress_documents(docs, "q", callbacks=[seen]))
+            else:
+                out = reranker.compress_documents(docs, "q", callbacks=[seen])
+            return [d.id for d in out], seen.stats["calls"]
+
+        previous = get_llm_cache()
+        set_llm_cache(cache if where == "global" else None)
+        try:
+            first = run()
+            sent = server.requests
+            second = run()
+        finally:
+            set_llm_cache(previous)
+    assert sent == first[1] > 0 and server.requests == sent  # the second rerank: every call answered by the cache
+    assert second == first
+    assert all(0 < float(r.headers["x-stainless-read-timeout"]) <= 30.0 for r in server.seen)
+
+
 def test_openai_client_judges_work_across_event_loops_and_close_their_clients():
     """The SDK clients pool connections per event loop: each ``asyncio.run`` gets its own, closed at its end (a
     second ``asyncio.run`` on one shared pool fails with "Event loop is closed"). LlamaIndex's OpenAIResponses
