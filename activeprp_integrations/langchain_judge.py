@@ -6,6 +6,7 @@ Re-exported by ``activeprp_integrations.langchain``. Needs ``pip install 'active
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from functools import cached_property
 from typing import Any
 
 from activeprp_core.comparators.answers import Answer, answer_from, field, snippet
@@ -125,7 +126,13 @@ class ChatModelComparator(FrameworkJudge):
             update["max_tokens"] = None  # one cap: ChatOpenAI would also send its own as max_completion_tokens
         if settings.get("max_retries") == 0:
             update |= _sdk_clients(llm, no_sdk_retries)
-        return llm.model_copy(update=update)
+        copy = llm.model_copy(update=update)
+        # model_copy keeps the values of llm's cached properties, among them BaseChatModel._serialized, the model
+        # part of LangChain's cache key: once llm was called, the copy's key would carry llm's settings, not the
+        # judge's, and a judge with other settings (logprobs=False) would get this one's cached answers.
+        for name in [n for n in vars(copy) if isinstance(getattr(type(copy), n, None), cached_property)]:
+            del vars(copy)[name]
+        return copy
 
     def framework_messages(self, messages: list[dict[str, str]]) -> list[BaseMessage]:
         return [_MESSAGE[m["role"]](content=m["content"]) for m in messages]

@@ -522,6 +522,26 @@ def test_a_langchain_cache_answers_a_repeated_rerank_under_a_time_budget(use_asy
     assert all(0 < float(r.headers["x-stainless-read-timeout"]) <= 30.0 for r in server.seen)
 
 
+def test_judges_with_other_settings_do_not_share_cached_answers_of_a_model_already_called():
+    """LangChain's cache key holds the model's serialized settings, which ``model_copy`` carried over from a model
+    already called: the judge copies of such a model had its key, so a letters-only judge's cached answer (1.0)
+    answered a judge asking for logprobs. Each judge copy now has its own settings' key."""
+    langchain_openai = pytest.importorskip("langchain_openai")
+    from langchain_core.caches import InMemoryCache
+
+    def plan(r):
+        return Reply(body=completion("A", tops("A") if r.body.get("logprobs") else None))
+
+    with FaultServer(plan, max_requests=20) as server:
+        llm = langchain_openai.ChatOpenAI(model="m", base_url=server.url, api_key="k", cache=InMemoryCache())
+        llm.invoke("hello")  # the caller's own call, before the model becomes a judge
+        (letters,) = ChatModelComparator(llm, logprobs=False).judge("q", [pair()])
+        (graded,) = ChatModelComparator(llm).judge("q", [pair()])
+        (again,) = ChatModelComparator(llm).judge("q", [pair()])
+    assert letters.prob == 1.0 and graded.prob == again.prob == pytest.approx(P_A)
+    assert server.requests == 3  # hello, one call per judge's settings; the repeat is cached
+
+
 def test_openai_client_judges_work_across_event_loops_and_close_their_clients():
     """The SDK clients pool connections per event loop: each ``asyncio.run`` gets its own, closed at its end (a
     second ``asyncio.run`` on one shared pool fails with "Event loop is closed"). LlamaIndex's OpenAIResponses
