@@ -147,12 +147,18 @@ class FrameworkJudge(SwappablePrompts, RemoteComparator):
         max_concurrency, max_attempts, backoff_initial, backoff_max, max_retry_after: the transport's
             (``RemoteComparator``): calls in flight, and the judge's own retry policy.
 
+    Copies (``RemoteComparator``): ``copy.copy`` / ``with_prompts`` share ``llm``; ``copy.deepcopy`` and pickling
+    copy ``llm`` (deep) and make the judge's model again from that copy. A model whose client cannot be copied
+    (LangChain's ``ChatOpenAI``) makes ``copy.deepcopy`` raise a ``TypeError`` saying to share the judge or build a
+    new one, and pickling raise pickle's own error: build the judge where it runs (Ray: ``comparator_factory``).
+
     Raises:
         ValueError: a ``settings`` key that is not a field of the model, a prompt without its placeholders, a count
             below its minimum. TypeError: a prompt that is not a str, a count that is not an int.
     """
 
     prompt_names = ("prompt", "system_prompt")
+    fresh_state = (*RemoteComparator.fresh_state, "judge_llm")  # made from ``llm``: its clients are (or share) yours
     model_type: type
     model_kind: str
     """``llm`` must be a ``model_type``; ``model_kind`` names it in the ``TypeError`` otherwise."""
@@ -190,8 +196,19 @@ class FrameworkJudge(SwappablePrompts, RemoteComparator):
         merged = {k: v for k, v in wanted.items() if k in fields} | dict(settings or {})
         merged = self.provider_settings(llm, merged)
         self.settings = {k: v for k, v in merged.items() if v is not None}
-        self.judge_llm = self.judge_copy(llm, self.settings) if self.settings else llm
         self.timeout_keyword = self.request_timeout_keyword(llm)
+        self.judge_llm = self.judged_model()
+
+
+    def judged_model(self) -> Any:
+        """The model the judge calls: ``judge_copy(llm, settings)``, else ``llm`` itself (no settings)."""
+        return self.judge_copy(self.llm, self.settings) if self.settings else self.llm
+
+    def renew_state(self) -> None:
+        """Fresh clients (``RemoteComparator.renew_state``) and a judge model made again from this comparator's
+        ``llm`` (on a deep copy or an unpickled judge: the copied model, so the copy shares nothing with yours)."""
+        super().renew_state()
+        self.judge_llm = self.judged_model()
 
     # ---- what a framework provider adds ---------------------------------------------------------------
     def reasoning_model(self, llm: Any) -> bool:

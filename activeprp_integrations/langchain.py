@@ -121,8 +121,12 @@ class ActivePRPRerank(common.ComparatorFactories, BaseDocumentCompressor, common
 
     Copies: ``model_copy(update=...)`` checks every updated field on the copy as an assignment is (pydantic's
     own checks nothing, so a copy could hold a budget or judge the constructor refuses) and refuses a name that is
-    no field; ``copy.copy`` and ``model_copy()`` share the judge object. ``model_dump()`` turns ``llm`` into a
-    dict, which is no chat model: rebuild from ``dict(r)`` instead.
+    no field; ``copy.copy`` and ``model_copy()`` share the judge object (safe: a rerank's caps and counters are its
+    own). ``copy.deepcopy``, ``model_copy(deep=True)`` and pickling copy the judge and the ``llm`` (the copy's judge
+    calls the copy's model; a remote judge's copy opens clients of its own: see ``RemoteComparator``); a model that
+    cannot be copied (``ChatOpenAI``: its client holds a lock) makes a deep copy raise a TypeError that says to share
+    the judge or build a new reranker. ``model_dump()`` turns ``llm`` into a dict, which is no chat model: rebuild
+    from ``dict(r)`` instead.
 
     Raises:
         TypeError / ValueError: a bad field, at construction, assignment or ``model_copy(update=...)`` (the message

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import copy
 import itertools
 import json
 import logging
 import math
 import os
+import pickle
 import threading
 import time
 
@@ -751,6 +753,27 @@ def test_with_prompts_gives_a_copy_sharing_the_clients():
         comp.with_prompts(prompt="{query} only")
     with pytest.raises(ValueError, match="no prompt 'ql_prompt'"):
         comp.with_prompts(ql_prompt="{passage}")
+
+
+@pytest.mark.parametrize("how", ["deepcopy", "pickle"])
+def test_a_deep_copy_or_a_pickle_copies_the_settings_and_opens_clients_of_its_own(how):
+    """A comparator is configuration plus this process's clients (and their lock): ``copy.deepcopy`` and pickling
+    (Ray ships pickles to its workers) copy the configuration and give the copy clients of its own; the original
+    keeps its clients, untouched, and both judge. ``copy.copy`` shares the clients, as ``with_prompts`` does."""
+    with FaultServer(lambda r: Reply()) as server:
+        comp = comparator(server.url, max_attempts=2, timeout=7.0, **FAST).with_prompts(prompt=JSON_PROMPT)
+        comp.judge("q", [tuple(candidates(2))])  # opens its sync client
+        clients, client, before = comp._clients, comp.client, dict(vars(comp))
+        other = copy.deepcopy(comp) if how == "deepcopy" else pickle.loads(pickle.dumps(comp))
+        assert vars(comp) == before and comp._clients is clients and comp.client is client
+        settings = {k: v for k, v in before.items() if k != "_clients"}
+        assert {k: v for k, v in vars(other).items() if k != "_clients"} == settings  # the key too
+        assert other._clients is not clients and other.client is not client
+        for judge in (other, comp):
+            assert [j.prob is not None for j in judge.judge("q", [tuple(candidates(2))])] == [True]
+        assert [j.prob is not None for j in asyncio.run(other.ajudge("q", [tuple(candidates(2))]))] == [True]
+        assert server.requests == 4
+    assert copy.copy(comp)._clients is clients
 
 
 # ---- logging: quiet by default, one WARNING per failed or degraded rerank, DEBUG per round; no secret, no passage ----

@@ -5,8 +5,10 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import math
+import pickle
 import re
 import threading
 import time
@@ -50,6 +52,11 @@ def label(text: str) -> str:
     """The judge of these tests prefers the passage with the lower number."""
     first, second = (int(n) for n in re.findall(r"Passage [AB]: \"passage (\d+)", text))
     return "A" if first < second else "B"
+
+
+def labelled(text: str) -> AIMessage:
+    """``label``'s answer as an AIMessage with logprobs: a module-level script, so a pickle holds it by name."""
+    return ai(label(text))
 
 
 def tops(answer: str) -> list[tuple[str, float]]:
@@ -372,6 +379,75 @@ def test_a_model_copy_with_another_llm_judges_with_that_llm():
     with pytest.raises(ValueError, match="both comparator= and llm="):
         reranker.model_copy(update={"comparator": api})
     assert reranker.model_copy(update={"comparator": api, "llm": None}).comparator is api
+
+
+def pickled(obj: Any) -> Any:
+    return pickle.loads(pickle.dumps(obj))
+
+
+@pytest.mark.parametrize("how", [copy.deepcopy, pickled])
+@pytest.mark.parametrize("framework", ["langchain", "llama_index"])
+def test_a_deep_copied_or_pickled_framework_judge_calls_its_own_copy_of_the_model(framework, how):
+    """``copy.deepcopy`` and pickling copy the judge's model (deep) and make the judge's own model (its settings,
+    greedy, one token) again from that copy, with clients of its own; the original judge and your model are
+    untouched, and the copy's calls never reach them."""
+    llm = ScriptedChat(script=labelled, seen=[]) if framework == "langchain" else ScriptedLLM(script=label)
+    judge = ChatModelComparator(llm) if framework == "langchain" else LLMComparator(llm)
+    state, dump = dict(vars(judge)), llm.model_dump()
+    other = how(judge)
+    assert vars(judge) == state and llm.model_dump() == dump
+    assert other.llm is not llm and other.llm.model_dump() == dump and other.settings == judge.settings
+    assert other.judge_llm is not judge.judge_llm and other.judge_llm is not other.llm
+    assert other._clients is not judge._clients
+    assert other.judge_llm.model_dump() == judge.judge_llm.model_dump()  # greedy, one token, no retries
+    assert [j.prob for j in other.judge("q", [pair()])] == [pytest.approx(P_A)]
+    assert [j.prob for j in asyncio.run(other.ajudge("q", [pair()]))] == [pytest.approx(P_A)]
+    if framework == "langchain":  # the judge's model is a model_copy of its llm: they share ``seen``
+        assert len(other.llm.seen) == 2 and llm.seen == []
+    else:
+        assert other.judge_llm.calls == 2 and judge.judge_llm.calls == 0
+
+
+def test_a_deep_copied_reranker_judges_with_its_own_copy():
+    """A pipeline's deep copy of either reranker (``copy.deepcopy``, ``model_copy(deep=True)``, a pickle) judges
+    with a copy of the model and ranks as the original does; the original is untouched."""
+    docs = [Document(page_content=c.text, id=c.id) for c in CANDS]
+    chat = ScriptedChat(script=labelled, seen=[])
+    reranker = lc.ActivePRPRerank(llm=chat, budget=6, top_n=4)
+    judge, order = reranker.comparator, [d.id for d in reranker.compress_documents(docs, "q")]
+    calls = len(chat.seen)
+    for other in (copy.deepcopy(reranker), reranker.model_copy(deep=True), pickled(reranker)):
+        assert other.llm is not chat and other.comparator is not judge and other.comparator.llm is other.llm
+        assert [d.id for d in other.compress_documents(docs, "q")] == order
+        other.llm = ScriptedChat(script=labelled, seen=[])  # the copy's judge is its llm's: replaced with it
+        assert other.comparator.llm is other.llm
+    assert reranker.comparator is judge and judge.llm is chat and reranker.llm is chat and len(chat.seen) == calls
+    nodes = [NodeWithScore(node=TextNode(text=c.text, id_=c.id)) for c in CANDS]
+    llm = ScriptedLLM(script=label)
+    postprocessor = li.ActivePRPRerank(llm=llm, budget=6, top_n=4)
+    judge, order = postprocessor.comparator, [n.node.node_id for n in postprocessor.postprocess_nodes(nodes, None, "q")]
+    for other in (copy.deepcopy(postprocessor), postprocessor.model_copy(deep=True), pickled(postprocessor)):
+        assert other.comparator is not judge and other.comparator.llm is not llm
+        assert [n.node.node_id for n in other.postprocess_nodes(nodes, None, "q")] == order
+    assert postprocessor.comparator is judge and judge.llm is llm
+
+
+def test_a_judge_whose_model_cannot_be_deep_copied_says_so_and_to_share_it():
+    """LangChain's ``ChatOpenAI`` cannot be deep-copied (its openai client holds a lock), so neither can its judge:
+    the error names the model and says what to do (share the judge, or build a new one), without the key."""
+    langchain_openai = pytest.importorskip("langchain_openai")
+    chat = langchain_openai.ChatOpenAI(model="m", base_url="http://127.0.0.1:9/v1", api_key=SECRET)
+    reranker = lc.ActivePRPRerank(llm=chat, budget=4)
+    judge = reranker.comparator
+    for deep in (lambda: copy.deepcopy(judge), lambda: copy.deepcopy(reranker), lambda: reranker.model_copy(deep=True)):
+        with pytest.raises(TypeError, match=r"ChatModelComparator cannot be deep-copied: its llm \(ChatOpenAI\) "
+                                            r"cannot be \(TypeError: cannot pickle.*model_copy\(\) without deep=True"
+                           ) as err:
+            deep()
+        assert SECRET not in str(err.value)
+    assert reranker.comparator is judge and judge.llm is chat and reranker.llm is chat
+    shallow = reranker.model_copy(update={"budget": 3})
+    assert shallow.comparator is judge and shallow.llm is chat and copy.copy(judge).llm is chat
 
 
 def test_wrappers_with_llm_rank_like_the_openai_comparator_on_the_same_endpoint():

@@ -80,6 +80,8 @@ class OpenAIChatComparator(SwappablePrompts, RemoteComparator):
     (Retry-After honoured) and 5xx are retried by ``RemoteComparator`` (the clients have ``max_retries=0``; the
     defaults wait at most 2.5 s per call). A reply's body is read up to ``max_reply_bytes``: one over it is a failed
     call, not retried (``reply_cap``). With an event loop you close yourself, ``await aclose()`` first.
+    ``copy.deepcopy`` and a pickle copy the settings (the API key too) and open clients of their own; ``copy.copy``
+    and ``with_prompts`` share the clients (``RemoteComparator``).
 
     Args:
         model: the model name sent to the endpoint.
