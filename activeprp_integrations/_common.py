@@ -100,11 +100,13 @@ def judge_of(wrapper: Any) -> Comparator:
     return judged[1]
 
 
-def checked_copy(model: Any, copy: Callable[..., Any], update: Mapping[str, Any] | None, deep: bool) -> Any:
+def checked_copy(model: Any, copy: Callable[..., Any], update: Mapping[str, Any] | None, deep: bool,
+                 also: tuple[str, ...] = ()) -> Any:
     """``copy(update=update, deep=deep)`` (pydantic's ``model_copy`` of ``model``, which checks nothing it is
     given), with each updated field then checked on the copy as an assignment is: its field validator, its type and
     the model's after-validators, against the copy's values with the whole update applied. A refused update leaves
-    ``model`` as it was (only the copy, discarded, saw it).
+    ``model`` as it was (only the copy, discarded, saw it). ``also``: names the caller takes out of the update
+    itself (the LlamaIndex judge, which is no field), listed with the fields in the error.
 
     Raises:
         TypeError: a name in ``update`` that is no field of ``model`` (pydantic would add it silently), or a value
@@ -115,7 +117,7 @@ def checked_copy(model: Any, copy: Callable[..., Any], update: Mapping[str, Any]
     unknown = sorted(set(update) - set(type(model).model_fields))
     if unknown:
         raise TypeError(f"{type(model).__name__}.model_copy(update=...) has no field {', '.join(unknown)}; its fields: "
-                        f"{', '.join(type(model).model_fields)}")
+                        f"{', '.join([*type(model).model_fields, *also])}")
     copied = copy(update=update, deep=deep)
     for name in update:
         copied.__pydantic_validator__.validate_assignment(copied, name, copied.__dict__[name])

@@ -6,6 +6,7 @@ retriever). Needs ``pip install 'activeprp[llama-index]'``.
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Mapping
 from typing import Any
 
@@ -35,6 +36,9 @@ from .llama_index_judge import LLMComparator  # noqa: E402
 __all__ = ["PROMPT_ATTRS", "ActivePRPRerank", "LLMComparator"]
 
 dispatcher = get_dispatcher(__name__)
+
+_JUDGES = ("comparator", "llm")
+"""The judge's names: no fields (the judge is a private attribute), yet taken by ``__init__`` and ``model_copy``."""
 
 PROMPT_ATTRS = {"prp_prompt": "prompt", "ql_prompt": "ql_prompt"}
 """Prompt keys of ``_get_prompts``/``_update_prompts`` -> the comparator attribute holding that prompt."""
@@ -93,13 +97,16 @@ class ActivePRPRerank(common.ComparatorFactories, BaseNodePostprocessor, common.
     judge) and checks every other updated field as an assignment is (pydantic's own checks nothing) and refuses a
     name that is no field. ``dict(p)``, ``p.model_dump()`` and ``p.to_dict()`` hold no judge: rebuild with it
     passed again, e.g. ``ActivePRPRerank(**p.model_dump(), comparator=p.comparator)`` (the ``class_name`` that
-    LlamaIndex's dump adds is accepted).
+    LlamaIndex's dump adds is accepted). ``copy.deepcopy`` and ``model_copy(deep=True)`` copy the judge too, and a
+    pickle holds it: a remote judge's copy opens clients of its own, an ``llm=`` judge's calls a copy of the model
+    (see ``RemoteComparator``); a judge that cannot be pickled is a TypeError, not dropped as LlamaIndex drops
+    other attributes that do not pickle.
 
     Raises:
         ValueError: ``query_bundle`` missing; a bad field value (at construction, assignment or ``model_copy``),
             or both ``comparator`` and ``llm`` (at construction or in ``model_copy``). TypeError: neither of them,
-            ``llm`` is not a LlamaIndex ``LLM``, a comparator without ``compare``, a field of the wrong type, or a
-            name in ``model_copy``'s update that is no field.
+            ``llm`` is not a LlamaIndex ``LLM``, a comparator without ``compare``, a field of the wrong type, a
+            name in ``model_copy``'s update that is no field, or pickling with a judge that does not pickle.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
@@ -135,11 +142,32 @@ class ActivePRPRerank(common.ComparatorFactories, BaseNodePostprocessor, common.
                 comparator without ``compare``. ValueError: both judges, a bad setting.
         """
         fields = dict(update or {})
-        judges = {name: fields.pop(name) for name in ("comparator", "llm") if name in fields}
-        copied = common.checked_copy(self, super().model_copy, fields, deep)
+        judges = {name: fields.pop(name) for name in _JUDGES if name in fields}
+        copied = common.checked_copy(self, super().model_copy, fields, deep, also=_JUDGES)
         if judges:
             copied._set_judge(judges.get("comparator"), judges.get("llm"))
         return copied
+
+    def __getstate__(self) -> dict[str, Any]:
+        """LlamaIndex's pickle state (``BaseComponent``'s, which drops what does not pickle with a logged warning),
+        except that a judge that does not pickle is an error: without it the unpickled postprocessor could not
+        rerank.
+
+        Raises:
+            TypeError: the comparator cannot be pickled (pickle's reason in the message), saying what to do instead.
+        """
+        state = super().__getstate__()
+        if "_comparator" not in (state.get("__pydantic_private__") or {}):
+            try:  # BaseComponent logged no reason: find it
+                pickle.dumps(self._comparator)
+            except Exception as err:
+                why = f"{type(err).__name__}: {err}"
+            else:
+                why = "BaseComponent.__getstate__ dropped it"
+            raise TypeError(f"ActivePRPRerank cannot be pickled: its comparator {comparator_name(self._comparator)} "
+                            f"cannot be ({why}). Build the postprocessor where it runs (Ray: pass a factory, as "
+                            "rerank_dataset's comparator_factory), or give it a judge that pickles")
+        return state
 
     @property
     def comparator(self) -> Any:

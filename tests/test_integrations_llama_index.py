@@ -4,8 +4,10 @@ NovelEval passages), its events, prompts and the contract details."""
 from __future__ import annotations
 
 import asyncio
+import pickle
 import re
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -24,6 +26,7 @@ from llama_index.core.response_synthesizers.no_text import NoText
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
 from activeprp_core import Candidate, SimulatedComparator, rerank
+from activeprp_core.comparators import OpenAIChatComparator
 from activeprp_core.comparators.prompts import SwappablePrompts
 from activeprp_integrations.llama_index import ActivePRPRerank
 
@@ -237,11 +240,37 @@ def test_model_copy_replaces_the_judge_and_checks_its_update():
                                    ({"llm": "gpt"}, TypeError, "LlamaIndex LLM"),
                                    ({"comparator": object()}, TypeError, "compare"),
                                    ({"budget": -1}, ValueError, "budget"), ({"top_n": None}, TypeError, "top_n"),
-                                   ({"budgett": 3}, TypeError, r"no field.*budgett")):
+                                   ({"budgett": 3}, TypeError, r"no field budgett; its fields: .*top_n.*, "
+                                                               r"comparator, llm$")):
         with pytest.raises(error, match=message):
             reranker.model_copy(update=update)
     assert reranker.comparator is judge and reranker.budget == 4  # the original is untouched
     assert (llm.model_dump(), other.model_dump(), dict(vars(comparator))) == before
+
+
+class Locked:
+    """A duck-typed comparator holding a lock: it cannot be pickled."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+
+    def compare(self, query, pairs):
+        return [0.5] * len(pairs)
+
+
+def test_pickled_with_its_judge_or_refused_saying_why():
+    """LlamaIndex's pickling drops what does not pickle with a logged warning; the judge is no such detail: an
+    unpickled postprocessor without it could not rerank, so a judge that does not pickle is a TypeError. A remote
+    judge pickles (its clients are made anew: see ``RemoteComparator``)."""
+    api = OpenAIChatComparator("m", base_url="http://127.0.0.1:9/v1", api_key="k")
+    for comparator in (SimulatedComparator({"d1": 2.0}, seed=1), api):
+        restored = pickle.loads(pickle.dumps(ActivePRPRerank(comparator=comparator, budget=5)))
+        assert type(restored.comparator) is type(comparator) and restored.budget == 5
+        assert vars(restored.comparator).keys() == vars(comparator).keys()
+    assert restored.comparator._clients is not api._clients and restored.comparator._client_kw == api._client_kw
+    with pytest.raises(TypeError, match=r"cannot be pickled: its comparator Locked cannot be \(TypeError: cannot "
+                                        r"pickle '_thread.lock' object\)\. Build the postprocessor where it runs"):
+        pickle.dumps(ActivePRPRerank(comparator=Locked()))
 
 
 def test_rebuilt_from_its_fields_with_the_judge_passed_again():
