@@ -199,7 +199,6 @@ class FrameworkJudge(SwappablePrompts, RemoteComparator):
         self.timeout_keyword = self.request_timeout_keyword(llm)
         self.judge_llm = self.judged_model()
 
-
     def judged_model(self) -> Any:
         """The model the judge calls: ``judge_copy(llm, settings)``, else ``llm`` itself (no settings)."""
         return self.judge_copy(self.llm, self.settings) if self.settings else self.llm
