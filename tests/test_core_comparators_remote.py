@@ -13,10 +13,16 @@ from _llm_server import FaultServer, Reply, completion
 
 from activeprp_core import Candidate, ComparatorAuthError, ComparatorRequestError, arerank, rerank
 from activeprp_core.comparators import CallGuard, OpenAIChatComparator, RemoteComparator
-from activeprp_core.comparators.answers import Answer, answer_from
+from activeprp_core.comparators.answers import Answer, UnusableAnswer, answer_from
 from activeprp_core.comparators.base import comparator_name
 from activeprp_core.comparators.failures import Failure, status_failure
-from activeprp_core.comparators.prompts import PRP_PROMPT, SwappablePrompts, cut_words, prp_messages
+from activeprp_core.comparators.prompts import (
+    PRP_PROMPT,
+    SwappablePrompts,
+    cut_words,
+    parse_answer,
+    prp_messages,
+)
 
 pytest.importorskip("tenacity")
 
@@ -244,3 +250,66 @@ def test_a_provider_s_own_timeout_error_goes_to_its_classify_not_to_the_attempt_
     judge, pair = OwnTimeout(), (Candidate("a", "a"), Candidate("b", "b"))
     (j,) = asyncio.run(judge.ajudge("q", [pair])) if use_async else judge.judge("q", [pair])
     assert judge.sent == 1 and j.prob is None and "gateway: queue full" in j.error
+
+
+# Generated answers as chat models write them when they give more than the one letter asked for (no logprobs, a
+# completion cap ignored or raised to 16 tokens), with the label they give; None = no single label: unusable.
+GENERATED_ANSWERS = [
+    ("A", "A"), (" a", "A"), ("B.", "B"), ("Passage B", "B"), (" Passage B.", "B"), ("(A)", "A"),
+    ("**Passage B:**", "B"),
+    ("A:", "A"), ("A)", "A"), ("[B]", "B"), ("**A**", "A"), ("**B**\n", "B"), ("**Passage B**", "B"),
+    ("A\n\nExplanation: Passage A directly answers", "A"), ("B\n\nExplanation: Passage B names the", "B"),
+    ("A. Passage A answers the query", "A"), ("b. passage b", "B"), ("**A**.", "A"), ("B! It names", "B"),
+    ("Passage A is more relevant.", "A"), ("Passage B is the more relevant passage.", "B"),
+    ("Passage B is more relevant than Passage A.", "B"), ("passage a is the most relevant", "A"),
+    ("Passage B.\n\nPassage B explains", "B"), ("**Passage A** is more relevant", "A"),
+    ("Passage B is more relevant. Passage A is off-topic.", "B"), ("B. A is off-topic.", "B"),
+    ("Answer: A", "A"), ("answer: b", "B"), ("**Answer:** Passage B", "B"), ("Final answer: B", "B"),
+    ("The answer is B.", "B"), ("The answer is Passage B", "B"), ("The answer is (A).", "A"),
+    ("the answer is: a", "A"), ("Output: Passage A", "A"), ("The more relevant passage is Passage B.", "B"),
+    ("A\nA", "A"), ("The most relevant passage is A.", "A"), ("> **Answer:** B", "B"),
+    ("Passage B is more relevant than A.", "B"), ("The answer is:\n\nPassage B", "B"),
+    # no single label: the article, both labels, a question, a refusal, an echo of the prompt
+    ("A passage about the Eiffel Tower", None), ("a passage about the Eiffel Tower", None),
+    ("A better answer is B", None), ("Passage A is less relevant than Passage B", None),
+    ("passage a is less relevant than passage b", None), ("Passage A is not relevant", None),
+    ("A or B", None), ("Passage A or Passage B", None), ("A, B", None), ("A/B", None), ("A?", None),
+    ("A. B.", None), ("A\nB", None), ("A. Not relevant. B. Relevant.", None),
+    ("Passage A: Not relevant. Passage B: Relevant.", None), ("Passage A: It answers the query", None),
+    ("A: Not relevant", None), ("**Passage A** is less relevant than **Passage B**", None),
+    ("(A) is less relevant than (B)", None), ("A) because it names", None), ("A - it names", None),
+    ("Passage A\nPassage B", None), ("Answer: A\nAnswer: B", None), ("A\n\nAnswer: B", None),
+    ("The answer is A.\nB.", None), ("Neither A nor B", None), ("A and B", None), ("A.I. is", None),
+    ('Passage A:\n"The Eiffel Tower is', None),
+    ("Neither", None), ("neither passage", None), ("Both", None), ("Both are relevant.", None),
+    ("both A and B", None), ("I cannot decide", None), ("I'm sorry, but I can't help with that.", None),
+    ("I think A", None), ("The answer is A passage that", None), ("Answer: AB", None), ("Alpha", None),
+    ('Passage A: "The Eiffel Tower is', None), ('Given a query "q", which of the following', None),
+    ("", None), ("   ", None), ("Maybe", None), ("Answer:", None), ("Passage", None),
+]
+
+
+@pytest.mark.parametrize(("text", "label"), GENERATED_ANSWERS)
+def test_a_generated_answer_is_read_only_when_it_gives_exactly_one_label(text, label):
+    if label is None:
+        with pytest.raises(UnusableAnswer, match="unparseable answer"):
+            answer_from(None, text, 3, 16)
+    else:
+        assert answer_from(None, text, 3, 16) == Answer(float(label == "A"), 3, 16)
+
+
+def test_parse_answer_gives_the_label_or_none_and_refuses_a_non_str():
+    assert [parse_answer(t) for t in ("Passage B is more relevant.", "A passage", "answer: a")] == ["B", None, "A"]
+    with pytest.raises(TypeError, match="must be a str"):
+        parse_answer(None)
+
+
+@pytest.mark.parametrize(("token", "counts"), [
+    ("A)", True), (" Passage A", True), ("Passage A is more relevant", False), ("A\n\nExplanation", False),
+    ("Answer: A", False),
+])
+def test_a_top_logprob_alternative_counts_only_when_it_is_a_bare_label(token, counts):
+    """The first answer token's alternatives stay strict (``parse_label``): only a token that is a label counts."""
+    tops = {"content": [{"top_logprobs": [{"token": token, "logprob": -0.1}, {"token": "B", "logprob": -2.0}]}]}
+    expected = math.exp(-0.1) / (math.exp(-0.1) + math.exp(-2.0)) if counts else 0.0
+    assert answer_from(tops, "A", 0, 0).prob == pytest.approx(expected)

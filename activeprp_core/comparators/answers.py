@@ -8,7 +8,7 @@ import math
 import numbers
 from typing import Any, NamedTuple
 
-from .prompts import parse_label
+from .prompts import parse_answer, parse_label
 
 
 class Answer(NamedTuple):
@@ -70,10 +70,12 @@ def prob_from_logprobs(logprobs: Any) -> float | None:
 
 
 def prob_from_text(content: Any) -> float:
-    """1.0 for an answer "A" (or " a", "Passage A." ...), 0.0 for "B"; ``ValueError`` for a non-str or neither."""
+    """1.0 for a generated answer that gives A ("A", " a", "Passage A.", "Answer: A", "Passage A is more
+    relevant." ...: ``prompts.parse_answer``), 0.0 for B; ``ValueError`` for a non-str or an answer that does not
+    give exactly one of them ("A passage ...", "Neither", "Passage A is less relevant than Passage B" ...)."""
     if not isinstance(content, str):
         raise ValueError(f"no answer: content is {snippet(content)} and no A/B logprobs")
-    label = parse_label(content)
+    label = parse_answer(content)
     if label is None:
         raise ValueError(f"unparseable answer {content[:40]!r}")
     return float(label == "A")

@@ -149,9 +149,72 @@ def chat_token_bound(messages: list[dict[str, str]], completion_tokens: int) -> 
 
 
 def parse_label(token: str) -> str | None:
-    """Map one answer token or short answer to ``"A"``/``"B"`` ("A", " a", "A.", "Passage B" ...), else None."""
+    """Map one answer token, or a text that is nothing but a label, to ``"A"``/``"B"`` ("A", " a", "A.", "(B)",
+    "Passage B" ...), else None. Strict on purpose: it reads the top-logprob tokens (``answers.prob_from_logprobs``),
+    where anything more than a label is another token. A generated answer goes to ``parse_answer``."""
     text = token.strip().strip(".:;,!\"'()*").strip()
     if text.lower().startswith("passage"):
         text = text[len("passage"):].strip()
     text = text.upper()
     return text if text in LABELS else None
+
+
+_OPEN = r"[\s*_`\"'#>(\[\u201c\u2018]*"
+_CLOSE = r"[*_`\"')\]\u201d\u2019]*"
+_LEAD_IN = (r"(?:(?:the|my|final)\s+)*(?:answer|output)(?:\s+is\s*:?|\s*:)"
+            r"|(?:the\s+)?(?:more|most)\s+relevant\s+(?:passage\s+|one\s+)?is\s*:?")
+_ANSWER = re.compile(
+    rf"{_OPEN}(?:(?:{_LEAD_IN}){_OPEN})?"
+    rf"(?:passage\s*(?P<passage>[ab])(?!\s*:\s*[\"\u201c])|(?P<letter>[ab])){_CLOSE}"
+    r"(?:\s+is\s+(?:the\s+)?(?:more|most)\s+relevant\b|[.:;!]?[ \t]*(?:\n|$)|[.!](?=\s))",
+    re.IGNORECASE)
+_SENTENCE_BREAK = re.compile(r"(?<=[.!?;:])\s+|\n")
+
+
+def _leading_label(text: str) -> tuple[str, int] | None:
+    """The label of the answer ``_ANSWER`` finds at the start of ``text`` and the index where that answer ends."""
+    match = _ANSWER.match(text)
+    if match is None:
+        return None
+    return (match.group("passage") or match.group("letter")).upper(), match.end()
+
+
+def parse_answer(text: str) -> str | None:
+    """The label, ``"A"`` or ``"B"``, that a generated answer to the PRP prompt gives, else None: a chat model
+    (no logprobs, or a completion cap it ignores) often writes more than the one letter asked for.
+
+    Read, case-insensitively, with leading spaces and markup (``* _ ` " ' # > ( [``) skipped:
+    - a text that is only a label (``parse_label``: "A", " a", "A.", "A)", "Passage B", "**Passage B:**");
+    - else an answer at the very start: an optional lead-in ("Answer:", "The answer is", "The final answer is",
+      "Output:", "The more relevant passage is"), the label ("A" or "Passage A", markup around it allowed), then
+      the end of the line (a closing ``. : ; !`` allowed), or ``.``/``!`` and a space (the sentence ends), or the
+      prompt's own words "is (the) more/most relevant". So "A\n\nExplanation: ...", "A. Passage A answers the
+      query", "**A**", "Answer: A", "The answer is (Passage) B", "Passage B is more relevant than Passage A";
+    - provided no later sentence or line starts with such an answer giving the other label ("A. B.", "Passage
+      A\nPassage B", "Passage A: off-topic. Passage B: ..."); what else follows, the explanation, is not read.
+
+    Not read (None), because the text does not commit to one label:
+    - a letter that goes on as a word: the article in "A passage about ...", "A better answer is B", and "A or
+      B", "A, B", "A/B", "A?" (a question), "Both", "Neither", refusals, "I think A";
+    - a label that goes on in the same sentence, other than "is (the) more/most relevant": "Passage A is less
+      relevant than Passage B" names A first and means B, so a leading label alone is not an answer; also
+      "**Passage A** is ...", "(A) is ...", "A) because ...", and "A: ..." / "Passage A: ..." (a heading that
+      may go on to discuss each passage in turn, or the prompt's own ``Passage A: "..."`` echoed).
+
+    Raises:
+        TypeError: ``text`` is not a str.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
+    label = parse_label(text)
+    if label is not None:
+        return label
+    found = _leading_label(text)
+    if found is None:
+        return None
+    label, end = found
+    for sentence in _SENTENCE_BREAK.split(text[end:]):
+        other = _leading_label(sentence)
+        if other is not None and other[0] != label:
+            return None
+    return label
