@@ -263,11 +263,11 @@ GENERATED_ANSWERS = [
     ("Passage A is more relevant.", "A"), ("Passage B is the more relevant passage.", "B"),
     ("Passage B is more relevant than Passage A.", "B"), ("passage a is the most relevant", "A"),
     ("Passage B.\n\nPassage B explains", "B"), ("**Passage A** is more relevant", "A"),
-    ("Passage B is more relevant. Passage A is off-topic.", "B"), ("B. A is off-topic.", "B"),
+    ("Passage B is more relevant to the query.", "B"), ("Passage A is the most relevant one.", "A"),
     ("Answer: A", "A"), ("answer: b", "B"), ("**Answer:** Passage B", "B"), ("Final answer: B", "B"),
     ("The answer is B.", "B"), ("The answer is Passage B", "B"), ("The answer is (A).", "A"),
     ("the answer is: a", "A"), ("Output: Passage A", "A"), ("The more relevant passage is Passage B.", "B"),
-    ("A\nA", "A"), ("The most relevant passage is A.", "A"), ("> **Answer:** B", "B"),
+    ("A\nA", "A"), ("b. a passage about it", "B"), ("The most relevant passage is A.", "A"), ("> **Answer:** B", "B"),
     ("Passage B is more relevant than A.", "B"), ("The answer is:\n\nPassage B", "B"),
     # no single label: the article, both labels, a question, a refusal, an echo of the prompt
     ("A passage about the Eiffel Tower", None), ("a passage about the Eiffel Tower", None),
@@ -281,6 +281,13 @@ GENERATED_ANSWERS = [
     ("Passage A\nPassage B", None), ("Answer: A\nAnswer: B", None), ("A\n\nAnswer: B", None),
     ("The answer is A.\nB.", None), ("Neither A nor B", None), ("A and B", None), ("A.I. is", None),
     ('Passage A:\n"The Eiffel Tower is', None),
+    # a later mention of the other label: perhaps a correction, never guessed at
+    ("Passage B is more relevant. Passage A is off-topic.", None), ("B. A is off-topic.", None), ("b. a.", None),
+    ("A is more relevant? No, B.", None), ("A\n\nWait, actually Passage B is more relevant.", None),
+    ("A.\n\nHowever, on reflection, the answer is B.", None), ("Passage A is more relevant than Passage A.", None),
+    ("Passage A is more relevant to cooking, while Passage B is more relevant to the query.", None),
+    ("Passage A is more relevant than Passage B? Let me check. So the answer is B", None),
+    ("Passage A is more relevant, because", None),
     ("Neither", None), ("neither passage", None), ("Both", None), ("Both are relevant.", None),
     ("both A and B", None), ("I cannot decide", None), ("I'm sorry, but I can't help with that.", None),
     ("I think A", None), ("The answer is A passage that", None), ("Answer: AB", None), ("Alpha", None),
@@ -296,6 +303,15 @@ def test_a_generated_answer_is_read_only_when_it_gives_exactly_one_label(text, l
             answer_from(None, text, 3, 16)
     else:
         assert answer_from(None, text, 3, 16) == Answer(float(label == "A"), 3, 16)
+
+
+@pytest.mark.parametrize("lead_in", ["The answer is", "the more relevant passage is", "Passage", "**"])
+def test_a_long_reply_is_read_in_time_linear_in_its_length(lead_in):
+    """A lead-in, a long run of whitespace, then no answer: the first regular expression tried every split of the
+    run between two patterns (10 s for 16,000 spaces, on the event loop); a reply may hold ``max_reply_bytes``."""
+    for space in (" ", "\n", "\t"):
+        assert parse_answer(lead_in + space * 300_000 + "x") is None
+    assert parse_answer("A." + " It names the query." * 20_000) == "A"
 
 
 def test_parse_answer_gives_the_label_or_none_and_refuses_a_non_str():

@@ -159,24 +159,21 @@ def parse_label(token: str) -> str | None:
     return text if text in LABELS else None
 
 
-_OPEN = r"[\s*_`\"'#>(\[\u201c\u2018]*"
+_OPEN = r"[ \n*_`\"'#>(\[\u201c\u2018]*"
 _CLOSE = r"[*_`\"')\]\u201d\u2019]*"
-_LEAD_IN = (r"(?:(?:the|my|final)\s+)*(?:answer|output)(?:\s+is\s*:?|\s*:)"
-            r"|(?:the\s+)?(?:more|most)\s+relevant\s+(?:passage\s+|one\s+)?is\s*:?")
+_LEAD_IN = r"(?:(?:the|my|final) )*(?:answer|output)(?: is:?|:)|(?:the )?(?:more|most) relevant (?:passage |one )?is:?"
 _ANSWER = re.compile(
-    rf"{_OPEN}(?:(?:{_LEAD_IN}){_OPEN})?"
-    rf"(?:passage\s*(?P<passage>[ab])(?!\s*:\s*[\"\u201c])|(?P<letter>[ab])){_CLOSE}"
-    r"(?:\s+is\s+(?:the\s+)?(?:more|most)\s+relevant\b|[.:;!]?[ \t]*(?:\n|$)|[.!](?=\s))",
+    rf"{_OPEN}(?:(?:{_LEAD_IN}){_OPEN})?(?:passage ?(?P<passage>[ab])(?! ?:[ \n]?[\"\u201c])|(?P<letter>[ab])){_CLOSE}"
+    rf"(?: is (?:the )?(?:more|most) relevant(?: passage| one)?(?: to the (?:query|question))?"
+    rf"(?: than (?:passage )?(?P<than>[ab]))?{_CLOSE}[.!]?(?=[ \n]|$)|[.:;!]?(?=\n|$)|[.!](?= ))",
     re.IGNORECASE)
-_SENTENCE_BREAK = re.compile(r"(?<=[.!?;:])\s+|\n")
-
-
-def _leading_label(text: str) -> tuple[str, int] | None:
-    """The label of the answer ``_ANSWER`` finds at the start of ``text`` and the index where that answer ends."""
-    match = _ANSWER.match(text)
-    if match is None:
-        return None
-    return (match.group("passage") or match.group("letter")).upper(), match.end()
+_LEADING_CHARS = 200
+"""The leading answer is looked for in this many characters of the answer (its whitespace runs made one each):
+enough for markup, a lead-in and the label, and a bound on the regular expression's work whatever the reply's
+length."""
+_NAMES = {"A": re.compile(r"(?i:passage ?a)\b|\bA\b|\ba\b(?! ?[a-z])"), "B": re.compile(r"(?i:passage ?b|\bb)\b")}
+"""A mention of each label anywhere: "Passage A", the capital letter, or a lowercase "a" that is no article (no word
+follows it); any "b"."""
 
 
 def parse_answer(text: str) -> str | None:
@@ -187,19 +184,24 @@ def parse_answer(text: str) -> str | None:
     - a text that is only a label (``parse_label``: "A", " a", "A.", "A)", "Passage B", "**Passage B:**");
     - else an answer at the very start: an optional lead-in ("Answer:", "The answer is", "The final answer is",
       "Output:", "The more relevant passage is"), the label ("A" or "Passage A", markup around it allowed), then
-      the end of the line (a closing ``. : ; !`` allowed), or ``.``/``!`` and a space (the sentence ends), or the
-      prompt's own words "is (the) more/most relevant". So "A\n\nExplanation: ...", "A. Passage A answers the
-      query", "**A**", "Answer: A", "The answer is (Passage) B", "Passage B is more relevant than Passage A";
-    - provided no later sentence or line starts with such an answer giving the other label ("A. B.", "Passage
-      A\nPassage B", "Passage A: off-topic. Passage B: ..."); what else follows, the explanation, is not read.
+      the end of the line (a closing ``. : ; !`` allowed), or ``.``/``!`` and a space (the sentence ends), or
+      "is (the) more/most relevant", optionally "to the query" and "than (Passage) <the other label>", ending the
+      sentence. So "A\n\nExplanation: ...", "A. Passage A answers the query", "**A**", "Answer: A", "The answer
+      is (Passage) B", "Passage B is more relevant than Passage A.";
+    - provided nothing after that answer names the other label ("Passage B", a capital "B", a lowercase "b", a
+      lowercase "a" that is no article): a model that goes on to the other passage may be correcting itself ("A.
+      However, on reflection, the answer is B."), and telling that from an explanation would be guessing.
 
     Not read (None), because the text does not commit to one label:
     - a letter that goes on as a word: the article in "A passage about ...", "A better answer is B", and "A or
       B", "A, B", "A/B", "A?" (a question), "Both", "Neither", refusals, "I think A";
-    - a label that goes on in the same sentence, other than "is (the) more/most relevant": "Passage A is less
-      relevant than Passage B" names A first and means B, so a leading label alone is not an answer; also
-      "**Passage A** is ...", "(A) is ...", "A) because ...", and "A: ..." / "Passage A: ..." (a heading that
-      may go on to discuss each passage in turn, or the prompt's own ``Passage A: "..."`` echoed).
+    - a label that goes on in its sentence other than as above: "Passage A is less relevant than Passage B" names A
+      first and means B; "Passage A is more relevant to cooking, while ..."; "**Passage A** is ...", "A) because
+      ...", and "A: ..." / "Passage A: ..." (a heading that may go on to discuss each passage in turn, or the
+      prompt's own ``Passage A: "..."`` echoed);
+    - any later mention of the other label (above), even where it only explains: "B. A is off-topic.".
+
+    The work is linear in the answer's length (a reply may be up to ``max_reply_bytes``).
 
     Raises:
         TypeError: ``text`` is not a str.
@@ -209,12 +211,13 @@ def parse_answer(text: str) -> str | None:
     label = parse_label(text)
     if label is not None:
         return label
-    found = _leading_label(text)
-    if found is None:
+    flat = re.sub(r"\s+", lambda m: "\n" if "\n" in m.group() else " ", text)
+    match = _ANSWER.match(flat[:_LEADING_CHARS])
+    if match is None:
         return None
-    label, end = found
-    for sentence in _SENTENCE_BREAK.split(text[end:]):
-        other = _leading_label(sentence)
-        if other is not None and other[0] != label:
-            return None
+    label = (match.group("passage") or match.group("letter")).upper()
+    other = "B" if label == "A" else "A"
+    than = match.group("than")
+    if (than is not None and than.upper() != other) or _NAMES[other].search(flat, match.end()):
+        return None
     return label
