@@ -131,7 +131,7 @@ def ray_outcomes(requests: Sequence[Request], factory: Callable[[], Any], args: 
                for qid, query, candidates in requests]
     try:
         rows = rerank_records(records, factory, address=None if args.ray == LOCAL_RAY else args.ray,
-                              columns=["qid", *Outcome._fields], progress=not args.no_progress,
+                              columns=["qid", *Outcome._fields], progress=progress_wanted(args.no_progress),
                               num_actors=args.ray_actors, num_gpus=args.ray_gpus, max_active=args.max_active,
                               use_async=args.comparator == "openai", settings=settings_from_args(args))
     except ImportError as err:

@@ -276,6 +276,29 @@ def test_ray_none_or_no_address_starts_a_local_ray(files, tmp_path, capsys, monk
     assert seen == [address] and (tmp_path / "out.run").is_file()
 
 
+def test_ray_draws_its_progress_bars_only_on_a_terminal(files, tmp_path, capsys, monkeypatch):
+    """``--ray`` hands Ray Data the same rule as the local bar (``progress_wanted``): it got ``not --no-progress``,
+    so a redirected stderr got Ray's bars."""
+    pytest.importorskip("ir_measures", reason='pip install "activeprp[eval]"')  # --qrels
+    pytest.importorskip("tqdm")
+    seen = []
+
+    def runner(records, factory, *, progress, **kw):
+        seen.append(progress)
+        return [{"qid": r["qid"], "order": list(range(len(r["candidates"]))), "calls": 0, "error": None,
+                 "failure": None} for r in records]
+
+    class EntryPoint:
+        def load(self):
+            return runner
+
+    monkeypatch.setattr(cli, "entry_points", lambda **select: [EntryPoint()])
+    argv = [a for a in cli_args(files, tmp_path / "out.run", "--ray") if a != "--no-progress"]
+    assert main(argv) == 0
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    assert main(argv) == 0 and seen == [False, True]
+
+
 def test_ray_with_an_empty_address_is_a_usage_error(files, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(cli_args(files, tmp_path / "out.run", "--ray", ""))
