@@ -3,6 +3,9 @@ model built from its tokenizer; plus the lazy-import contract of the comparators
 
 from __future__ import annotations
 
+import copy
+import pickle
+
 import pytest
 
 from activeprp_cli.demo import load_demo_queries
@@ -156,6 +159,77 @@ def test_seq2seq_path_batches_consistently(tiny_t5, mode):
     assert probs == pytest.approx(single.compare("a query", pairs), abs=1e-5)
     assert all(0.0 < p < 1.0 for p in probs)
     assert len(set(probs)) == 2  # the two pairs get different answers
+
+
+def pickled(obj):
+    return pickle.loads(pickle.dumps(obj))
+
+
+@pytest.mark.parametrize("mode", ["ab", "query_likelihood"])
+@pytest.mark.parametrize("how", ["deepcopy", "pickle"])
+def test_a_deep_copy_or_a_pickle_copies_the_settings_never_the_weights(tiny_t5, mode, how, monkeypatch):
+    """``copy.deepcopy`` copies the settings and shares the loaded (read-only) model and tokenizer, with a lock of
+    its own and an empty score cache; a pickle holds the settings and the path, not the weights, and unpickling
+    loads the model in the receiving process (here: a process cache emptied first). The original is untouched,
+    ``copy.copy`` shares everything, and every copy judges as the original does."""
+    from activeprp_core.comparators import hf_model
+
+    comp = TransformersComparator(tiny_t5, mode=mode, batch_size=2, max_passage_tokens=16).with_prompts(
+        prompt=PRP_JSON)
+    pairs = [(Candidate("a", "one two three four five"), Candidate("b", "six")),
+             (Candidate("c", "seven eight"), Candidate("a", "one two three four five"))]
+    probs = comp.compare("a query", pairs)
+    before = dict(vars(comp))
+    if how == "pickle":
+        data = pickle.dumps(comp)
+        assert len(data) < 50_000 < sum(p.numel() * p.element_size() for p in comp.model.parameters())
+        monkeypatch.setattr(hf_model, "_MODELS", {})  # as in another process: nothing loaded yet
+        other = pickle.loads(data)
+        assert other.model is not comp.model and other.model is hf_model._MODELS[next(iter(hf_model._MODELS))][0]
+    else:
+        other = copy.deepcopy(comp)
+        assert other.model is comp.model and other.tokenizer is comp.tokenizer and other.lm is not comp.lm
+    settings = {k: v for k, v in before.items() if k not in comp.fresh_state}
+    assert vars(comp) == before and comp._lock is before["_lock"]
+    assert type(other) is type(comp) and other._lock is not comp._lock
+    assert {k: v for k, v in vars(other).items() if k not in comp.fresh_state} == settings
+    assert (other.label_ids, other.context, other.device, other.seq2seq) == (
+        comp.label_ids, comp.context, comp.device, comp.seq2seq)
+    if mode == "query_likelihood":
+        assert len(comp._scores) == 3 and not other._scores and other._scores is not comp._scores
+    with comp._lock:  # the copy's calls never wait for the original's lock
+        assert other.compare("a query", pairs) == pytest.approx(probs, abs=1e-6)
+    assert comp.compare("a query", pairs) == pytest.approx(probs, abs=1e-6)
+    shallow = copy.copy(comp)
+    assert shallow._lock is comp._lock and shallow.lm is comp.lm
+
+
+def test_a_deep_copied_or_pickled_reranker_on_a_local_model_shares_the_model(tiny_t5):
+    """Both framework rerankers holding a local comparator deep-copy (``copy.deepcopy``, ``model_copy(deep=True)``)
+    and pickle; their copy's comparator is a copy sharing the loaded model, and ranks as the original does."""
+    pytest.importorskip("langchain_core")
+    pytest.importorskip("llama_index.core")
+    from langchain_core.documents import Document
+    from llama_index.core.schema import NodeWithScore, TextNode
+
+    from activeprp_integrations import langchain as lc
+    from activeprp_integrations import llama_index as li
+
+    comp = TransformersComparator(tiny_t5, mode="query_likelihood", max_passage_tokens=16)
+    texts = ["one two three", "four five", "six seven eight nine", "ten"]
+    docs = [Document(page_content=t, id=str(i)) for i, t in enumerate(texts)]
+    nodes = [NodeWithScore(node=TextNode(text=t, id_=str(i))) for i, t in enumerate(texts)]
+    lc_rerank, li_rerank = lc.ActivePRPRerank(comparator=comp, budget=4, top_n=2), li.ActivePRPRerank(
+        comparator=comp, budget=4, top_n=2)
+    lc_order = [d.id for d in lc_rerank.compress_documents(docs, "q")]
+    li_order = [n.node.node_id for n in li_rerank.postprocess_nodes(nodes, query_str="q")]
+    for how in (copy.deepcopy, lambda r: r.model_copy(deep=True), pickled):
+        lc_copy, li_copy = how(lc_rerank), how(li_rerank)
+        for other in (lc_copy, li_copy):
+            assert other.comparator is not comp and other.comparator.model is comp.model
+        assert [d.id for d in lc_copy.compress_documents(docs, "q")] == lc_order
+        assert [n.node.node_id for n in li_copy.postprocess_nodes(nodes, query_str="q")] == li_order
+    assert lc_rerank.comparator is comp and li_rerank.comparator is comp
 
 
 def mixed_items(rows, per_query):

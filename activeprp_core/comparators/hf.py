@@ -45,6 +45,13 @@ class TransformersComparator(SwappablePrompts, Comparator):
     ql_prompt=...)`` gives a copy with other templates that shares the loaded model (and its lock). Templates
     substitute only their placeholders (other braces stay literal).
 
+    Copies and pickles (``Comparator``): the model is loaded once per process and only read, so a copy never copies
+    its weights. ``copy.copy`` shares everything. ``copy.deepcopy`` copies the settings and shares the loaded model
+    and tokenizer, with a lock of its own (the copy and the original may then run at the same time, as two
+    comparators on one model do) and an empty score cache. A pickle holds the settings and the model's path, not
+    the weights: unpickling loads the model from that path in the receiving process (once per process; device and
+    dtype ``"auto"`` are chosen there), so that process must have the path too.
+
     Raises:
         ImportError: torch/transformers missing (names the ``activeprp[hf]`` extra).
         ValueError: unknown mode, a prompt without its placeholders, answer labels that are not single tokens,
@@ -53,6 +60,8 @@ class TransformersComparator(SwappablePrompts, Comparator):
     """
 
     guards_calls = True  # its judge / ajudge apply the guard
+    fresh_state = ("lm", "model", "tokenizer", "seq2seq", "pad_id", "device", "dtype", "context", "label_ids", "_lock")
+    """The loaded model and what is read from it, and the lock: ``renew_state`` makes them (``Comparator``)."""
 
     mode: str = ""
     prompt_names = ("prompt", "ql_prompt")
@@ -79,14 +88,27 @@ class TransformersComparator(SwappablePrompts, Comparator):
         self.score_cache_size = check_count(score_cache_size, "score_cache_size", minimum=0)
         max_context = check_count(max_context, "max_context", minimum=1, allow_none=True)
         self.prompt, self.ql_prompt = check_prompt("prompt", prompt), check_prompt("ql_prompt", ql_prompt)
-        self.answer_prefix = answer_prefix
-        self.lm = lm = LocalModel(model, device, dtype, max_context)
+        self.answer_prefix, self.labels = answer_prefix, tuple(labels)
+        self._source = (str(model), device, dtype, max_context)  # what renew_state loads: the model as asked for
+        self.scored_prompts = self.forward_passes = 0
+        self.renew_state()
+
+    def renew_state(self) -> None:
+        """Load the model and tokenizer (``LocalModel``: the one this process already loaded for the same path,
+        device and dtype, else from the local files) and make a fresh lock and empty prompt state (the score
+        cache): at construction, on a deep copy (which so shares the loaded model) and on an unpickled comparator
+        (which loads it in its own process).
+
+        Raises:
+            ValueError: answer labels that are not single tokens, or both the same token.
+            OSError: no model at the path in this process (transformers' error, naming it).
+        """
+        self.lm = lm = LocalModel(*self._source)
         self.model, self.tokenizer, self.seq2seq, self.pad_id = lm.model, lm.tokenizer, lm.seq2seq, lm.pad_id
         self.device, self.dtype, self.context = lm.device, lm.dtype, lm.context
-        self.label_ids = [self._label_token(label) for label in labels]
+        self.label_ids = [self._label_token(label) for label in self.labels]
         if self.label_ids[0] == self.label_ids[1]:
-            raise ValueError(f"labels {labels} map to the same token")
-        self.scored_prompts = self.forward_passes = 0
+            raise ValueError(f"labels {self.labels} map to the same token")
         self._lock = threading.Lock()
         self.reset_prompt_state()
 

@@ -24,10 +24,12 @@ class TransformersQLComparator(TransformersComparator):
     first), so a pair costs at most two passage scorings and a query with N candidates at most N; a pair's
     ``prompt_tokens`` are the tokens of the passages it scored first (0 when both were already scored), and
     ``judge_batch`` runs only the (query, passage) pairs not yet scored, queries mixed in one pass.
-    ``with_prompts`` copies start with an empty cache (scores depend on ``ql_prompt``).
+    ``with_prompts`` copies start with an empty cache (scores depend on ``ql_prompt``), and so do deep copies and
+    unpickled comparators (a pickle holds no scores: they belong to the model as loaded, its device and dtype).
     """
 
     mode = "query_likelihood"
+    fresh_state = (*TransformersComparator.fresh_state, "_scores")  # scores of the loaded model: never copied
 
     def reset_prompt_state(self) -> None:
         """Start an empty score cache (run by ``__init__`` and ``with_prompts``: scores depend on ``ql_prompt``)."""

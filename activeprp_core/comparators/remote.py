@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import copy
 import importlib.util
 import threading
 import time
@@ -73,9 +72,9 @@ class RemoteComparator(Comparator):
             ``max_retry_after`` s). Retries are reported in ``Judgment.retries``, never billed.
         secrets: strings never shown in a message (replaced by ``***``).
 
-    Copies and pickles: a comparator is configuration (its settings and the objects it was given, e.g. a
-    framework's model) plus state of this process that is never copied (``fresh_state``: the clients and their
-    lock). ``copy.copy`` and ``with_prompts`` share everything, clients included (closing one closes them for
+    Copies and pickles (``Comparator``'s): a comparator is configuration (its settings and the objects it was given,
+    e.g. a framework's model) plus state of this process that is never copied (``fresh_state``: the clients and
+    their lock). ``copy.copy`` and ``with_prompts`` share everything, clients included (closing one closes them for
     both). ``copy.deepcopy`` and pickling (Ray ships a pickled object to its workers) copy the configuration, deep,
     and give the copy its own fresh state (``renew_state``: no client until its first call); the original is not
     touched. A pickle holds the configuration as it is, API key included. Sharing one comparator between rerankers
@@ -100,9 +99,8 @@ class RemoteComparator(Comparator):
     An HTTP client's own timeout is per read, so a judge that sends its answer a byte at a time never trips it.
     None: no cap but the deadline. A provider sets it to its ``timeout``."""
     fresh_state: tuple[str, ...] = ("_clients",)
-    """The attributes that belong to this object in this process and are never copied: a deep copy or an unpickled
-    comparator gets its own from ``renew_state``. A provider holding more such state (a client, a lock, a copy of
-    the user's model wired to its clients) adds their names and makes them in ``renew_state``."""
+    """``Comparator.fresh_state``: the clients. A provider holding more such state (a client, a lock, a copy of the
+    user's model wired to its clients) adds their names and makes them in ``renew_state``."""
 
     def __init__(self, *, max_concurrency: int = MAX_CONCURRENCY, max_attempts: int = MAX_ATTEMPTS,
                  backoff_initial: float = BACKOFF_INITIAL, backoff_max: float = BACKOFF_MAX,
@@ -120,43 +118,8 @@ class RemoteComparator(Comparator):
 
     def renew_state(self) -> None:
         """Make the state of ``fresh_state`` anew (the clients, none opened yet): on a deep copy and an unpickled
-        comparator, after their configuration is in place."""
+        comparator, after their configuration is in place (``Comparator.__deepcopy__`` / ``__setstate__``)."""
         self._clients = LoopClients(self.open_client, self.open_async_client, self.close_client, self.aclose_client)
-
-    def __getstate__(self) -> dict[str, Any]:
-        """What a pickle holds: every attribute but ``fresh_state``."""
-        return {name: value for name, value in self.__dict__.items() if name not in self.fresh_state}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self.renew_state()
-
-    def __copy__(self) -> RemoteComparator:
-        """A shallow copy sharing everything, the clients included (as ``with_prompts`` copies do)."""
-        new = type(self).__new__(type(self))
-        new.__dict__.update(self.__dict__)
-        return new
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> RemoteComparator:
-        """A deep copy of the configuration (``__getstate__``) with state of its own (``renew_state``).
-
-        Raises:
-            TypeError: an attribute that cannot be deep-copied (e.g. a framework model whose client holds a
-                lock), named, with what to do instead.
-        """
-        new = type(self).__new__(type(self))
-        memo[id(self)] = new
-        for name, value in self.__getstate__().items():
-            try:
-                new.__dict__[name] = copy.deepcopy(value, memo)
-            except Exception as err:
-                kind, why = type(value).__name__, self._message(f"{type(err).__name__}: {err}")
-                raise TypeError(
-                    f"{type(self).__name__} cannot be deep-copied: its {name} ({kind}) cannot be ({why}). Share the "
-                    f"judge instead, which is safe (copy.copy(comparator), or a reranker's model_copy() without "
-                    f"deep=True), or build a new {type(self).__name__} (or reranker) from a new {kind}") from err
-        new.renew_state()
-        return new
 
     @property
     def model_name(self) -> str:
