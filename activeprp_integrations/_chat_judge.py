@@ -142,7 +142,8 @@ class FrameworkJudge(SwappablePrompts, RemoteComparator):
             Responses API (``responses_api``), which has none.
         settings: fields of the judge's copy over ``JUDGE_SETTINGS`` (less ``REASONING_KEEPS`` on a reasoning
             model); a value None keeps the model's own (e.g. ``{"temperature": None}``). Every key must be a field
-            of the model.
+            of the model. Whether the copy is on the Responses API or a reasoning model is read from the model as
+            these settings make it (``configured_model``): ``{"use_responses_api": True}`` counts.
         max_passage_words: passages are cut to this many whitespace-separated words.
         max_concurrency, max_attempts, backoff_initial, backoff_max, max_retry_after: the transport's
             (``RemoteComparator``): calls in flight, and the judge's own retry policy.
@@ -186,18 +187,27 @@ class FrameworkJudge(SwappablePrompts, RemoteComparator):
             raise ValueError(f"settings {unknown} are not fields of {type(llm).__name__}; its fields are "
                              f"{sorted(fields)[:40]}")
         wanted = dict(JUDGE_SETTINGS, **({"logprobs": True, "top_logprobs": top_logprobs} if logprobs else {}))
-        self.responses = self.responses_api(llm)
+        configured = self.configured_model(llm, settings or {})
+        self.responses = self.responses_api(configured)
         if self.responses:
             wanted = {k: RESPONSES_MIN_OUTPUT_TOKENS if k in TOKEN_CAPS else v for k, v in wanted.items()
                       if k not in ("logprobs", "top_logprobs")}
-        self.reasoning = self.reasoning_model(llm)
+        self.reasoning = self.reasoning_model(configured)
         if self.reasoning:
             wanted = {k: v for k, v in wanted.items() if k not in REASONING_KEEPS}
         merged = {k: v for k, v in wanted.items() if k in fields} | dict(settings or {})
-        merged = self.provider_settings(llm, merged)
+        merged = self.provider_settings(configured, merged)
         self.settings = {k: v for k, v in merged.items() if v is not None}
         self.timeout_keyword = self.request_timeout_keyword(llm)
         self.judge_llm = self.judged_model()
+
+    @staticmethod
+    def configured_model(llm: Any, settings: Mapping[str, Any]) -> Any:
+        """``llm`` as the caller's ``settings`` make it (a ``model_copy`` with those not None; ``llm`` itself when
+        none), which ``responses_api``, ``reasoning_model`` and ``provider_settings`` read: e.g.
+        ``settings={"use_responses_api": True}`` puts ChatOpenAI on the Responses API. Only read, never called."""
+        given = {k: v for k, v in settings.items() if v is not None}
+        return llm.model_copy(update=given) if given else llm
 
     def judged_model(self) -> Any:
         """The model the judge calls: ``judge_copy(llm, settings)``, else ``llm`` itself (no settings)."""
@@ -211,15 +221,16 @@ class FrameworkJudge(SwappablePrompts, RemoteComparator):
 
     # ---- what a framework provider adds ---------------------------------------------------------------
     def reasoning_model(self, llm: Any) -> bool:
-        """Whether the framework itself knows ``llm`` for a reasoning model (LangChain's model profile, LlamaIndex
-        OpenAI's list of reasoning models); the judge's copy then keeps the model's own ``REASONING_KEEPS``.
-        Default: False."""
+        """Whether the framework itself knows ``llm`` (the model as the caller's settings make it,
+        ``configured_model``) for a reasoning model (LangChain's model profile, LlamaIndex OpenAI's list of
+        reasoning models); the judge's copy then keeps the model's own ``REASONING_KEEPS``. Default: False."""
         return False
 
     def responses_api(self, llm: Any) -> bool:
-        """Whether ``llm`` calls OpenAI's Responses API, which has no ``logprobs`` parameter and caps an answer at
-        ``RESPONSES_MIN_OUTPUT_TOKENS`` or more: the judge's copy then asks for no logprobs, has that cap, and the
-        answer's text is parsed. Default: False."""
+        """Whether ``llm`` (the model as the caller's settings make it, ``configured_model``) calls OpenAI's
+        Responses API, which has no ``logprobs`` parameter and caps an answer at ``RESPONSES_MIN_OUTPUT_TOKENS`` or
+        more: the judge's copy then asks for no logprobs, has that cap, and the answer's text is parsed. Default:
+        False."""
         return False
 
     def provider_settings(self, llm: Any, settings: dict[str, Any]) -> dict[str, Any]:

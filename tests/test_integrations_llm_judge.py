@@ -728,6 +728,37 @@ def test_chat_openai_with_a_base_url_sends_one_token_cap():
     assert [judge.estimate_tokens("q", [pair()]) for judge in judges] == [api.estimate_tokens("q", [pair()])] * 3
 
 
+@pytest.mark.parametrize("settings", [{"use_responses_api": True}, {"output_version": "responses/v1"},
+                                      {"model_kwargs": {"truncation": "auto"}}])
+def test_settings_that_route_chat_openai_to_the_responses_api_are_judged_by_their_text(settings):
+    """The judge decides on the Responses API from the model as the caller's ``settings`` make it, not from your
+    model alone: a ChatOpenAI on Chat Completions that these settings send to the Responses API gets no logprobs
+    and the cap of 16 there (asking for logprobs, every call raised the SDK's TypeError); your model is unchanged."""
+    langchain_openai = pytest.importorskip("langchain_openai")
+    bodies: list[dict] = []
+
+    def rules(r):
+        bodies.append(r.body)
+        if "input" not in r.body:
+            return Reply(body=completion(label(r.text)))  # Chat Completions: the settings were not applied
+        if r.body.get("max_output_tokens", 16) < 16 or "logprobs" in r.body:
+            return Reply(status=400, body=error_body("Invalid 'max_output_tokens' or unknown 'logprobs'"))
+        return Reply(body=responses_body(label(r.text)))
+
+    with FaultServer(rules, max_requests=10) as server:
+        chat = langchain_openai.ChatOpenAI(model="gpt-4o-mini", base_url=server.url, api_key="k")
+        dump = chat.model_dump()
+        judge = ChatModelComparator(chat, settings=settings)
+        (a, b) = pair()
+        probs = [j.prob for j in judge.judge("q", [(a, b), (b, a)])]
+    assert judge.responses and "logprobs" not in judge.settings and judge.settings["max_tokens"] == 16
+    assert probs == [1.0, 0.0] and len(bodies) == 2
+    for body in bodies:  # the Responses API's input, with no Chat Completions keyword
+        assert "input" in body and body["max_output_tokens"] == 16
+        assert not {"logprobs", "top_logprobs", "max_tokens", "max_completion_tokens"} & set(body)
+    assert chat.model_dump() == dump and chat.use_responses_api is None
+
+
 def test_chat_openai_and_openai_responses_on_the_responses_api_are_judged_by_their_text():
     """OpenAI's Responses API has no ``logprobs`` (the openai SDK's ``Responses.create`` raises TypeError on it) and
     answers 400 to ``max_output_tokens`` below 16, as this endpoint does. A ChatOpenAI that langchain-openai routes
