@@ -1,6 +1,6 @@
 """ActivePRP's benchmark harness behind ``activeprp bench`` (a package of its own, installed with the ``bench``
-extra: numpy, matplotlib, bm25s, ir-measures): collection loaders, simulator calibration, the ranker x oracle x
-budget x round cap x seed grid, bootstrap statistics, reports, overhead and wall-time timings, and the
+extra: numpy, matplotlib, bm25s, ir-measures, pyarrow): collection loaders, simulator calibration, the ranker x
+oracle x budget x round cap x seed grid, bootstrap statistics, reports, overhead and wall-time timings, and the
 comparators only benchmarks use (``CachedComparator``: a sqlite answer cache; ``ZeroCostComparator``;
 ``RoundRecorder`` / ``SleepingComparator``). It holds what ``activeprp bench`` runs; studies and one-off figure
 makers live in ``benchmarks/``.

@@ -532,7 +532,7 @@ def add_parser(subparsers) -> None:
 
 
 BENCH_EXTRA = 'pip install "activeprp[bench]"'
-BENCH_MODULES = ("numpy", "matplotlib", "bm25s", "ir_measures")
+BENCH_MODULES = ("numpy", "matplotlib", "bm25s", "ir_measures", "pyarrow")
 """What the bench extra installs that its modes import (checked, not imported, when the parser is built)."""
 
 

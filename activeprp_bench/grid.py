@@ -159,13 +159,16 @@ def run_grid(
 
 
 def open_rows(path: str | Path, mode: str):
-    """A rows file opened as text for ``mode`` (``r``/``w``): gzip or xz by its suffix, else plain."""
+    """A rows file opened for ``mode``, gzip or xz by its suffix, else plain: as text for ``r``/``w``, as bytes for
+    ``rb``/``wb`` (for a parser that decodes the UTF-8 itself, as ``autotable.read_family``'s)."""
     name = str(path)
+    text = {} if mode.endswith("b") else {"newline": ""}
+    mode = mode if text == {} else mode + "t"
     if name.endswith(".gz"):
-        return gzip.open(path, mode + "t", newline="")
+        return gzip.open(path, mode, **text)
     if name.endswith(".xz"):  # a family grid's millions of rows: about a third of gzip's size
-        return lzma.open(path, mode + "t", newline="")
-    return open(path, mode, newline="")
+        return lzma.open(path, mode, **text)
+    return open(path, mode.removesuffix("t"), **text)
 
 
 #: The columns a family grid keeps (``write_csv(..., columns=SLIM_COLUMNS)``): enough for every table and CI.

@@ -26,7 +26,7 @@ def skip_without_bench():
     """Skip the calling test module unless the ``bench`` extra's modules import (at module level, before the
     ``activeprp_bench`` imports); returns numpy."""
     np = pytest.importorskip("numpy", reason=BENCH_EXTRA)
-    for module in ("ir_measures", "bm25s", "matplotlib"):
+    for module in ("ir_measures", "bm25s", "matplotlib", "pyarrow"):
         pytest.importorskip(module, reason=BENCH_EXTRA)
     return np
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import random
 import shlex
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from tests.conftest import skip_without_bench
 
 skip_without_bench()
 
+from activeprp_bench import autotable  # noqa: E402
 from activeprp_bench.autotable import (  # noqa: E402
     FIRST_STAGE,
     build_auto_table,
@@ -67,6 +69,60 @@ def test_cell_means_read_from_a_rows_file_equal_those_of_the_rows(tmp_path):
     assert fam.calls["x"][(40, -1)]["mohajer/randomized"] == pytest.approx(40.5)
     assert fam.first_stage == {"x": pytest.approx(40.0), "y": pytest.approx(40.0), "z": pytest.approx(40.0)}
     assert "auto/randomized" not in fam.ndcg["x"][(40, -1)]
+
+
+def test_cell_means_read_in_batches_from_several_files_are_those_of_the_rows_bit_for_bit(tmp_path, monkeypatch):
+    # read_family adds each key's values one by one in file order and keeps the keys in the order they first
+    # appear, as family_means does, and floats tell the orders apart: judge v's values are of far apart sizes
+    # ((1e16 + 1) - 1e16 = 0, but (1e16 - 1e16) + 1 = 1); judge u's collections c, d, e have the means 0.025,
+    # 0.025, 0.1, whose mean in % is 5.000000000000001 in that order and 5.0 in the order e, d, c. The keys first
+    # appear together in the first batch (the auto rows' collections as e, d, c, the counted rows' as c, d, e),
+    # then each key's other rows come in a run over several batches of about ten rows and over three files (xz,
+    # gz, plain); _grid's rows (judges x, y, z) follow.
+    monkeypatch.setattr(autotable, "_BLOCK_BYTES", 1024)
+    rng = random.Random(0)
+
+    def value(judge: str, collection: str, q: int) -> float:
+        if judge == "u":  # 40 rows summing to 1, 1 and 4
+            return {"c": 1.0, "d": 1.0, "e": 4.0}[collection] if q == 0 else 0.0
+        return rng.choice((1e16, -1e16, 1.0, rng.random()))
+
+    keys = [(judge, ranker, collection) for judge in ("u", "v")
+            for ranker, collections in (("auto", "edc"), ("mohajer", "cde")) for collection in collections]
+    rows = [_row(judge, ranker, "randomized", 40, value(judge, collection, q), str(q), 0, collection)
+            for qs, groups in ((range(1), [keys]), (range(1, 40), [[k] for k in keys])) for group in groups
+            for q in qs for judge, ranker, collection in group] + _grid()
+    paths = [tmp_path / name for name in ("a.csv.xz", "b.csv.gz", "c.csv")]
+    for i, path in enumerate(paths):
+        write_csv(rows[i * len(rows) // 3:(i + 1) * len(rows) // 3], path, SLIM_COLUMNS)
+    read, fams = read_family(paths), family_means(rows)
+    assert read == fams and repr(read) == repr(fams)  # the same floats
+    # kept by keep, the auto rows' means are those of the same rows under a core ranker's name
+    every = read_family(paths, keep=lambda r, o: True)[(20, 3)].ndcg
+    renamed = family_means([dataclasses.replace(r, ranker="quicksort") if r.ranker == "auto" else r
+                            for r in rows])[(20, 3)].ndcg
+    auto = {(j, c): v.pop("auto/randomized") for j, by_cell in every.items() for c, v in by_cell.items()
+            if "auto/randomized" in v}
+    assert auto and auto == {(j, c): renamed[j][c].pop("quicksort/randomized") for j, c in auto}
+    assert every == renamed
+
+
+def test_cell_means_read_from_quoted_values_with_commas_and_line_breaks_are_those_of_the_rows(tmp_path, monkeypatch):
+    monkeypatch.setattr(autotable, "_BLOCK_BYTES", 512)  # a line break near a batch's end too
+    rows = [dataclasses.replace(r, judge='a, "b"\nc', qid="1\n2") if i % 3 == 0 else r for i, r in enumerate(_grid())]
+    write_csv(rows, tmp_path / "rows.csv", SLIM_COLUMNS)
+    assert read_family([tmp_path / "rows.csv"]) == family_means(rows)
+
+
+def test_reading_cell_means_names_a_missing_column_and_refuses_a_value_that_is_no_number(tmp_path):
+    write_csv(_grid(), tmp_path / "rows.csv", ("collection", "qid", "ranker", "oracle", "budget", "ndcg10"))
+    with pytest.raises(KeyError, match=r"rows.csv: no column judge, n, top_k, max_rounds, seed, calls, rounds"):
+        read_family([tmp_path / "rows.csv"])
+    write_csv(_grid(), tmp_path / "rows.csv", SLIM_COLUMNS)
+    text = (tmp_path / "rows.csv").read_text().splitlines()
+    (tmp_path / "empty.csv").write_text("\n".join([*text[:5], text[5].replace(",0.7,", ",,", 1), *text[6:]]))
+    with pytest.raises(ValueError):
+        read_family([tmp_path / "empty.csv"])
 
 
 def test_judges_that_do_not_beat_the_first_stage_are_left_out_of_the_choice_and_reported():
