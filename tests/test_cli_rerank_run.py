@@ -253,6 +253,24 @@ def test_ray_without_the_ray_integration_is_a_one_line_error(files, tmp_path, ca
     assert seen == [{"group": "activeprp.runners", "name": "ray"}] and not (tmp_path / "out.run").exists()
 
 
+def stand_in_ray(monkeypatch) -> list[dict]:
+    """A stand-in Ray runner behind the ``activeprp.runners`` entry point: no Ray starts; it keeps the keyword
+    arguments of each call and returns each query in its input order."""
+    seen = []
+
+    def runner(records, factory, **kw):
+        seen.append(kw)
+        return [{"qid": r["qid"], "order": list(range(len(r["candidates"]))), "calls": 0, "error": None,
+                 "failure": None} for r in records]
+
+    class EntryPoint:
+        def load(self):
+            return runner
+
+    monkeypatch.setattr(cli, "entry_points", lambda **select: [EntryPoint()])
+    return seen
+
+
 @pytest.mark.parametrize(("given", "address"), [([], None), (["none"], None), (["NONE"], None), (["local"], None),
                                                (["10.0.0.1:6379"], "10.0.0.1:6379"),
                                                (["ray://head:10001"], "ray://head:10001")])
@@ -260,20 +278,9 @@ def test_ray_none_or_no_address_starts_a_local_ray(files, tmp_path, capsys, monk
     """``--ray``, ``--ray none`` (as the help says) and ``--ray local`` ask the Ray runner for a local Ray (address
     None); any other word is the cluster's address. A stand-in runner records the address: no Ray starts."""
     pytest.importorskip("ir_measures", reason='pip install "activeprp[eval]"')  # --qrels
-    seen = []
-
-    def runner(records, factory, *, address, **kw):
-        seen.append(address)
-        return [{"qid": r["qid"], "order": list(range(len(r["candidates"]))), "calls": 0, "error": None,
-                 "failure": None} for r in records]
-
-    class EntryPoint:
-        def load(self):
-            return runner
-
-    monkeypatch.setattr(cli, "entry_points", lambda **select: [EntryPoint()])
+    seen = stand_in_ray(monkeypatch)
     assert main(cli_args(files, tmp_path / "out.run", "--ray", *given)) == 0
-    assert seen == [address] and (tmp_path / "out.run").is_file()
+    assert [kw["address"] for kw in seen] == [address] and (tmp_path / "out.run").is_file()
 
 
 def test_ray_draws_its_progress_bars_only_on_a_terminal(files, tmp_path, capsys, monkeypatch):
@@ -281,22 +288,11 @@ def test_ray_draws_its_progress_bars_only_on_a_terminal(files, tmp_path, capsys,
     so a redirected stderr got Ray's bars."""
     pytest.importorskip("ir_measures", reason='pip install "activeprp[eval]"')  # --qrels
     pytest.importorskip("tqdm")
-    seen = []
-
-    def runner(records, factory, *, progress, **kw):
-        seen.append(progress)
-        return [{"qid": r["qid"], "order": list(range(len(r["candidates"]))), "calls": 0, "error": None,
-                 "failure": None} for r in records]
-
-    class EntryPoint:
-        def load(self):
-            return runner
-
-    monkeypatch.setattr(cli, "entry_points", lambda **select: [EntryPoint()])
+    seen = stand_in_ray(monkeypatch)
     argv = [a for a in cli_args(files, tmp_path / "out.run", "--ray") if a != "--no-progress"]
     assert main(argv) == 0
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
-    assert main(argv) == 0 and seen == [False, True]
+    assert main(argv) == 0 and [kw["progress"] for kw in seen] == [False, True]
 
 
 def test_ray_with_an_empty_address_is_a_usage_error(files, tmp_path, capsys):
