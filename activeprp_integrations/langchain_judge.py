@@ -115,10 +115,13 @@ class ChatModelComparator(FrameworkJudge):
         their connection pool), called with no keyword. Not ``invoke(..., timeout=seconds)``: LangChain puts a
         call's keywords into the key of its LLM cache (``BaseChatModel._get_llm_string``), so a timeout that
         changes with every call makes every lookup miss (the model's ``cache=``, ``set_llm_cache``); the clients
-        are not part of the key (fields excluded from the model's serialization). A client that is no openai client
-        (no ``with_options``; a ``client`` given without its ``root_client``) gets no timeout: the transport alone
-        bounds its wait."""
-        return model.model_copy(update=_sdk_clients(model, lambda c: c.with_options(timeout=seconds))), {}
+        are not part of the key (fields excluded from the model's serialization). A model with a client that has
+        no openai root client (``client=`` given without ``root_client``) gets the ``timeout`` keyword as well: its
+        requests are bounded, and a cache then misses."""
+        clients = _sdk_clients(model, lambda c: c.with_options(timeout=seconds))
+        held = [leaf for _, leaf in _SDK_CLIENTS if getattr(model, leaf, None) is not None]
+        keyword = {} if all(leaf in clients for leaf in held) else {self.timeout_keyword: seconds}
+        return (model.model_copy(update=clients) if clients else model), keyword
 
     def judge_copy(self, llm: BaseChatModel, settings: dict[str, Any]) -> BaseChatModel:
         update = dict(settings)

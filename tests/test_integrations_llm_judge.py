@@ -598,6 +598,23 @@ def test_a_langchain_cache_answers_a_repeated_rerank_under_a_time_budget(use_asy
     assert all(0 < float(r.headers["x-stainless-read-timeout"]) <= 30.0 for r in server.seen)
 
 
+def test_a_chat_openai_given_only_its_client_still_gets_the_time_left_as_its_timeout():
+    """``ChatOpenAI(client=root.chat.completions)`` has no ``root_client`` to set the timeout on: the judge passes
+    it as ``invoke``'s ``timeout`` keyword, as before the cache fix, so the request is bounded (the review found
+    none sent)."""
+    langchain_openai = pytest.importorskip("langchain_openai")
+    import openai
+
+    docs = [Document(page_content=c.text, id=c.id) for c in CANDS]
+    plan = lambda r: Reply(body=completion(label(r.text), tops(label(r.text))))  # noqa: E731
+    with FaultServer(plan, max_requests=100) as server:
+        root = openai.OpenAI(base_url=server.url, api_key="k", max_retries=0)
+        llm = langchain_openai.ChatOpenAI(model="m", api_key="k", client=root.chat.completions)
+        assert llm.root_client is None
+        lc.ActivePRPRerank(llm=llm, budget=4, time_budget=30.0).compress_documents(docs, "q")
+    assert server.seen and all(0 < float(r.headers["x-stainless-read-timeout"]) <= 30.0 for r in server.seen)
+
+
 def test_judges_with_other_settings_do_not_share_cached_answers_of_a_model_already_called():
     """LangChain's cache key holds the model's serialized settings, which ``model_copy`` carried over from a model
     already called: the judge copies of such a model had its key, so a letters-only judge's cached answer (1.0)
