@@ -165,7 +165,7 @@ _LEAD_IN = r"(?:(?:the|my|final) )*(?:answer|output)(?: is:?|:)|(?:the )?(?:more
 _ANSWER = re.compile(
     rf"{_OPEN}(?:(?:{_LEAD_IN}){_OPEN})?(?:passage ?(?P<passage>[ab])(?! ?:[ \n]?[\"\u201c])|(?P<letter>[ab])){_CLOSE}"
     rf"(?: is (?:the )?(?:more|most) relevant(?: passage| one)?(?: to the (?:query|question))?"
-    rf"(?: than (?:passage )?(?P<than>[ab]))?{_CLOSE}[.!]?(?=[ \n]|$)|[.:;!]?(?=\n|$)|[.!](?= ))",
+    rf"(?: than (?:passage )?(?P<than>[ab]))?{_CLOSE}(?:[.!](?=[ \n]|$)|[.:;!]?(?=\n|$))|[.:;!]?(?=\n|$)|[.!](?= ))",
     re.IGNORECASE)
 _LEADING_CHARS = 200
 """The leading answer is looked for in this many characters of the answer (its whitespace runs made one each):
@@ -212,8 +212,9 @@ def parse_answer(text: str) -> str | None:
     if label is not None:
         return label
     flat = re.sub(r"\s+", lambda m: "\n" if "\n" in m.group() else " ", text)
-    match = _ANSWER.match(flat[:_LEADING_CHARS])
-    if match is None:
+    window = flat[:_LEADING_CHARS]
+    match = _ANSWER.match(window)
+    if match is None or match.end() == len(window) < len(flat):  # the window's end is not the answer's
         return None
     label = (match.group("passage") or match.group("letter")).upper()
     other = "B" if label == "A" else "A"
