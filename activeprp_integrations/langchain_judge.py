@@ -31,11 +31,12 @@ root client and its ``chat.completions`` resource that the model calls."""
 def _sdk_clients(llm: BaseChatModel, change: Callable[[Any], Any]) -> dict[str, Any]:
     """The openai clients of ``_SDK_CLIENTS`` that ``llm`` holds, each root client (one with ``with_options``)
     replaced by ``change(root)`` and its resource by that one's, as a ``model_copy`` update (empty for a model
-    without them)."""
+    without them). A resource that is not its root's own (a wrapper the user passed as ``client=``, for tracing or
+    a proxy) is kept with its root: replacing it would drop the wrapper."""
     update: dict[str, Any] = {}
     for root, leaf in _SDK_CLIENTS:
         client = getattr(llm, root, None)
-        if callable(getattr(client, "with_options", None)) and leaf in type(llm).model_fields:
+        if callable(getattr(client, "with_options", None)) and getattr(llm, leaf, None) is client.chat.completions:
             update[root] = change(client)
             update[leaf] = update[root].chat.completions
     return update

@@ -615,6 +615,36 @@ def test_a_chat_openai_given_only_its_client_still_gets_the_time_left_as_its_tim
     assert server.seen and all(0 < float(r.headers["x-stainless-read-timeout"]) <= 30.0 for r in server.seen)
 
 
+def test_a_client_wrapper_the_user_passed_is_kept_by_the_judge():
+    """A ``client=`` that is not its root client's own resource (the user's wrapper: tracing, a proxy) is what the
+    judge calls; the judge replaced it by the root's resource (for its ``max_retries=0`` copy, and for the time
+    left), silently dropping the wrapper. Its requests still carry the time left (``invoke``'s keyword)."""
+    langchain_openai = pytest.importorskip("langchain_openai")
+    import openai
+
+    class Traced:  # counts the calls ChatOpenAI makes through it (``client.with_raw_response.create``)
+        def __init__(self, inner):
+            self.inner, self.calls = inner, 0
+
+        @property
+        def with_raw_response(self):
+            self.calls += 1
+            return self.inner.with_raw_response
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+    docs = [Document(page_content=c.text, id=c.id) for c in CANDS]
+    plan = lambda r: Reply(body=completion(label(r.text), tops(label(r.text))))  # noqa: E731
+    with FaultServer(plan, max_requests=100) as server:
+        root = openai.OpenAI(base_url=server.url, api_key="k", max_retries=0)
+        traced = Traced(root.chat.completions)
+        llm = langchain_openai.ChatOpenAI(model="m", api_key="k", client=traced, root_client=root)
+        lc.ActivePRPRerank(llm=llm, budget=4, time_budget=30.0).compress_documents(docs, "q")
+    assert traced.calls == len(server.seen) > 0 and llm.client is traced
+    assert all(0 < float(r.headers["x-stainless-read-timeout"]) <= 30.0 for r in server.seen)
+
+
 def test_judges_with_other_settings_do_not_share_cached_answers_of_a_model_already_called():
     """LangChain's cache key holds the model's serialized settings, which ``model_copy`` carried over from a model
     already called: the judge copies of such a model had its key, so a letters-only judge's cached answer (1.0)
