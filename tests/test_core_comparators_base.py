@@ -2,6 +2,9 @@
 (circuit breaker, fatal errors, concurrency slots) and the chunks a judge sends, sync and async."""
 
 import asyncio
+import copy
+import pickle
+import threading
 import time
 
 import pytest
@@ -177,3 +180,38 @@ def test_sync_comparator_in_async_stops_between_chunks_when_cancelled():
 
     asyncio.run(cancel_soon())
     assert started == [2]
+
+
+class Slotted(Comparator):
+    __slots__ = ("weight",)
+
+    def __init__(self, weight):
+        self.weight = weight
+
+    def compare(self, query, pairs):
+        return [self.weight] * len(pairs)
+
+
+class OwnReduce(Comparator):
+    """A user's comparator holding a lock, which its own ``__reduce__`` leaves out of copies and pickles."""
+
+    def __init__(self, weight):
+        self.weight, self.lock = weight, threading.Lock()
+
+    def __reduce__(self):
+        return OwnReduce, (self.weight,)
+
+    def compare(self, query, pairs):
+        return [self.weight] * len(pairs)
+
+
+@pytest.mark.parametrize("how", ["copy", "deepcopy", "pickle"])
+def test_a_user_comparator_keeps_python_s_own_copies_and_pickles(how):
+    """The copy machinery of the comparators holding process state (``FreshState``) stays theirs: on the
+    ``Comparator`` base it copied only ``__dict__``, losing a slotted subclass's values and ignoring a user's
+    ``__reduce__`` (its lock then refused a deep copy)."""
+    copier = {"copy": copy.copy, "deepcopy": copy.deepcopy, "pickle": lambda c: pickle.loads(pickle.dumps(c))}[how]
+    slotted, own = Slotted(0.7), OwnReduce(0.3)
+    assert copier(slotted).weight == 0.7
+    copied = copier(own)
+    assert copied.weight == 0.3 and copied.lock is not own.lock

@@ -428,6 +428,73 @@ def group_by_query(items: Sequence[Item]) -> list[tuple[str, list[Pair]]]:
     return groups
 
 
+class FreshState:
+    """Copies and pickles of a comparator that holds state of this process (clients, locks, a loaded model): its
+    configuration (every other attribute) is copied, and the copy makes its own state.
+
+    ``copy.copy`` shares everything, ``fresh_state`` included (as ``with_prompts`` copies do). ``copy.deepcopy`` and
+    pickling (Ray ships pickles to its workers) copy the configuration and call ``renew_state`` on the copy. Sharing
+    one comparator between rerankers is safe: a rerank's caps, breaker and counters are its own. Used by
+    ``RemoteComparator`` and ``TransformersComparator`` (list it before ``Comparator`` among the bases); other
+    comparators keep Python's own copies and pickles (``__slots__`` and ``__reduce__`` included).
+
+    Raises:
+        TypeError: ``copy.deepcopy`` of a comparator holding an attribute that cannot be deep-copied (e.g. a
+            framework model whose client holds a lock): the message names it and says what to do instead.
+    """
+
+    fresh_state: tuple[str, ...] = ()
+    """The attributes that belong to this object in this process and are never copied (clients, locks, a loaded
+    model): a deep copy or an unpickled comparator gets its own from ``renew_state``. A subclass holding such state
+    names it here and makes it in ``renew_state``."""
+
+    def renew_state(self) -> None:
+        """Make the state of ``fresh_state`` anew: on a deep copy and an unpickled comparator, after their
+        configuration is in place. Default: nothing."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What a pickle holds: every attribute but ``fresh_state``."""
+        return {name: value for name, value in self.__dict__.items() if name not in self.fresh_state}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.renew_state()
+
+    def __copy__(self) -> FreshState:
+        """A shallow copy sharing everything, ``fresh_state`` included."""
+        new = type(self).__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        return new
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> FreshState:
+        """A deep copy of the configuration (``__getstate__``) with state of its own (``__setstate__``, which runs
+        ``renew_state``); the original is not touched.
+
+        Raises:
+            TypeError: an attribute that cannot be deep-copied, named, with what to do instead.
+        """
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new
+        state = {}
+        for name, value in self.__getstate__().items():
+            try:
+                state[name] = copy.deepcopy(value, memo)
+            except Exception as err:
+                kind, why = type(value).__name__, self._message(f"{type(err).__name__}: {err}")
+                raise TypeError(
+                    f"{type(self).__name__} cannot be deep-copied: its {name} ({kind}) cannot be ({why}). Share the "
+                    f"judge instead, which is safe (copy.copy(comparator), or a reranker's model_copy() without "
+                    f"deep=True), or build a new {type(self).__name__} (or reranker) from a new {kind}. If you wrote "
+                    f"{type(self).__name__} and its {name} is state of this process (a client, a lock), name it in "
+                    f"fresh_state and make it in renew_state") from err
+        new.__setstate__(state)
+        return new
+
+    def _message(self, text: str) -> str:
+        """``text`` as an error message may show it (a subclass holding secrets replaces them). Default: as is."""
+        return text
+
+
 class Comparator:
     """Base class of pairwise judges (see the module docstring for what to override).
 
@@ -442,12 +509,8 @@ class Comparator:
             they are given, and the engine calls them chunk by chunk inside the base class's guarded loop
             (``guarded_judge``), in sync and async alike.
 
-    Copies and pickles: a comparator is configuration (its attributes) plus state of this process listed in
-    ``fresh_state`` (clients, locks, a loaded model; none by default). ``copy.copy`` shares everything;
-    ``copy.deepcopy`` and pickling (Ray ships pickles to its workers) copy the configuration and make the copy's
-    own state (``renew_state``). An attribute that cannot be deep-copied makes ``copy.deepcopy`` raise a TypeError
-    that names it and says to share the comparator (safe: a rerank's caps, breaker and counters are its own) or to
-    build a new one.
+    Copies and pickles are Python's own; a comparator holding clients, locks or a loaded model also derives from
+    ``FreshState``, as ``RemoteComparator`` and ``TransformersComparator`` do.
 
     Raises:
         TypeError: an instance of a subclass that overrides neither ``compare`` nor ``judge``.
@@ -457,11 +520,6 @@ class Comparator:
     max_concurrency: int | None = None
     model_name: str | None = None
     guards_calls: bool = False
-    fresh_state: tuple[str, ...] = ()
-    """The attributes that belong to this object in this process and are never copied (clients, locks, a loaded
-    model): a deep copy or an unpickled comparator gets its own from ``renew_state``. A subclass holding such state
-    names it here and makes it in ``renew_state``."""
-
     def __new__(cls, *args: Any, **kwargs: Any):
         # Checked when an instance is made, not when the class is defined: cloudpickle (Ray) rebuilds a class
         # defined in __main__ or a notebook empty first and sets its methods afterwards.
@@ -617,52 +675,6 @@ class Comparator:
         ``batches_queries``; each query has its own guard, a ``RequestGuard``, which counts its calls). Default:
         ``guarded_judge`` per query, one after another."""
         return [outcome_of(partial(self.guarded_judge, query, pairs, guard), guard) for query, pairs, guard in asks]
-
-    # ---- copies and pickles: configuration copied, ``fresh_state`` made anew ----------------------------
-    def renew_state(self) -> None:
-        """Make the state of ``fresh_state`` anew: on a deep copy and an unpickled comparator, after their
-        configuration is in place. Default: nothing (no such state)."""
-
-    def __getstate__(self) -> dict[str, Any]:
-        """What a pickle holds: every attribute but ``fresh_state``."""
-        return {name: value for name, value in self.__dict__.items() if name not in self.fresh_state}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self.renew_state()
-
-    def __copy__(self) -> Comparator:
-        """A shallow copy sharing everything, ``fresh_state`` included (as ``with_prompts`` copies do)."""
-        new = type(self).__new__(type(self))
-        new.__dict__.update(self.__dict__)
-        return new
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> Comparator:
-        """A deep copy of the configuration (``__getstate__``) with state of its own (``__setstate__``, which runs
-        ``renew_state``); the original is not touched.
-
-        Raises:
-            TypeError: an attribute that cannot be deep-copied (e.g. a framework model whose client holds a
-                lock), named, with what to do instead.
-        """
-        new = type(self).__new__(type(self))
-        memo[id(self)] = new
-        state = {}
-        for name, value in self.__getstate__().items():
-            try:
-                state[name] = copy.deepcopy(value, memo)
-            except Exception as err:
-                kind, why = type(value).__name__, self._message(f"{type(err).__name__}: {err}")
-                raise TypeError(
-                    f"{type(self).__name__} cannot be deep-copied: its {name} ({kind}) cannot be ({why}). Share the "
-                    f"judge instead, which is safe (copy.copy(comparator), or a reranker's model_copy() without "
-                    f"deep=True), or build a new {type(self).__name__} (or reranker) from a new {kind}") from err
-        new.__setstate__(state)
-        return new
-
-    def _message(self, text: str) -> str:
-        """``text`` as an error message may show it (a subclass holding secrets replaces them). Default: as is."""
-        return text
 
     # ---- lifetime -----------------------------------------------------------------------------------
     def close(self) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..budget import check_count
 from ..types import Candidate, Judgment, Pair
-from .base import CallGuard, Comparator, Item
+from .base import CallGuard, Comparator, FreshState, Item
 from .hf_model import LocalModel, bundled_gguf_path, bundled_model_dir
 from .prompts import LABELS, PRP_PROMPT, QL_PROMPT, SwappablePrompts, check_prompt, render
 
@@ -21,7 +21,7 @@ __all__ = ["MODES", "TransformersABComparator", "TransformersComparator", "bundl
 MODES = ("ab", "query_likelihood")
 
 
-class TransformersComparator(SwappablePrompts, Comparator):
+class TransformersComparator(SwappablePrompts, FreshState, Comparator):
     """A pairwise judge running a local Hugging Face model (causal chat model or seq2seq such as Flan-T5).
     ``TransformersComparator(model, mode=...)`` builds the class of the mode; both are instances of this class.
 
@@ -45,7 +45,7 @@ class TransformersComparator(SwappablePrompts, Comparator):
     ql_prompt=...)`` gives a copy with other templates that shares the loaded model (and its lock). Templates
     substitute only their placeholders (other braces stay literal).
 
-    Copies and pickles (``Comparator``): the model is loaded once per process and only read, so a copy never copies
+    Copies and pickles (``FreshState``): the model is loaded once per process and only read, so a copy never copies
     its weights. ``copy.copy`` shares everything. ``copy.deepcopy`` copies the settings and shares the loaded model
     and tokenizer, with a lock of its own (the copy and the original may then run at the same time, as two
     comparators on one model do) and an empty score cache. A pickle holds the settings and the model's path, not
@@ -61,7 +61,7 @@ class TransformersComparator(SwappablePrompts, Comparator):
 
     guards_calls = True  # its judge / ajudge apply the guard
     fresh_state = ("lm", "model", "tokenizer", "seq2seq", "pad_id", "device", "dtype", "context", "label_ids", "_lock")
-    """The loaded model and what is read from it, and the lock: ``renew_state`` makes them (``Comparator``)."""
+    """The loaded model and what is read from it, and the lock: ``renew_state`` makes them (``FreshState``)."""
 
     mode: str = ""
     prompt_names = ("prompt", "ql_prompt")

@@ -22,6 +22,7 @@ from .base import (
     CallGuard,
     Comparator,
     DeadlinePassed,
+    FreshState,
     Item,
     cut_calls,
     cut_in_flight,
@@ -56,7 +57,7 @@ class _Abandoned(Exception):
     """Raised inside a sync worker whose batch already raised: no further attempt is made."""
 
 
-class RemoteComparator(Comparator):
+class RemoteComparator(FreshState, Comparator):
     """Base class of comparators that send one request per ordered pair to a remote model (an HTTP endpoint,
     or any Python callable such as a framework's chat model). A provider sets ``model`` and ``endpoint`` and
     implements ``request``, ``asend`` (``send`` for a sync path), ``parse`` and ``classify``, and the four
@@ -72,7 +73,7 @@ class RemoteComparator(Comparator):
             ``max_retry_after`` s). Retries are reported in ``Judgment.retries``, never billed.
         secrets: strings never shown in a message (replaced by ``***``).
 
-    Copies and pickles (``Comparator``'s): a comparator is configuration (its settings and the objects it was given,
+    Copies and pickles (``FreshState``'s): a comparator is configuration (its settings and the objects it was given,
     e.g. a framework's model) plus state of this process that is never copied (``fresh_state``: the clients and
     their lock). ``copy.copy`` and ``with_prompts`` share everything, clients included (closing one closes them for
     both). ``copy.deepcopy`` and pickling (Ray ships a pickled object to its workers) copy the configuration, deep,
@@ -99,7 +100,7 @@ class RemoteComparator(Comparator):
     An HTTP client's own timeout is per read, so a judge that sends its answer a byte at a time never trips it.
     None: no cap but the deadline. A provider sets it to its ``timeout``."""
     fresh_state: tuple[str, ...] = ("_clients",)
-    """``Comparator.fresh_state``: the clients. A provider holding more such state (a client, a lock, a copy of the
+    """``FreshState.fresh_state``: the clients. A provider holding more such state (a client, a lock, a copy of the
     user's model wired to its clients) adds their names and makes them in ``renew_state``."""
 
     def __init__(self, *, max_concurrency: int = MAX_CONCURRENCY, max_attempts: int = MAX_ATTEMPTS,
@@ -118,7 +119,7 @@ class RemoteComparator(Comparator):
 
     def renew_state(self) -> None:
         """Make the state of ``fresh_state`` anew (the clients, none opened yet): on a deep copy and an unpickled
-        comparator, after their configuration is in place (``Comparator.__deepcopy__`` / ``__setstate__``)."""
+        comparator, after their configuration is in place (``FreshState.__deepcopy__`` / ``__setstate__``)."""
         self._clients = LoopClients(self.open_client, self.open_async_client, self.close_client, self.aclose_client)
 
     @property
