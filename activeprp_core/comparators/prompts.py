@@ -199,7 +199,8 @@ def parse_answer(text: str) -> str | None:
       first and means B; "Passage A is more relevant to cooking, while ..."; "**Passage A** is ...", "A) because
       ...", and "A: ..." / "Passage A: ..." (a heading that may go on to discuss each passage in turn, or the
       prompt's own ``Passage A: "..."`` echoed);
-    - any later mention of the other label (above), even where it only explains: "B. A is off-topic.".
+    - any later mention of the other label (above), even where it only explains: "B. A is off-topic.";
+    - an answer that does not end within the first ``_LEADING_CHARS`` characters (whitespace runs counted as one).
 
     The work is linear in the answer's length (a reply may be up to ``max_reply_bytes``).
 
