@@ -168,7 +168,8 @@ def read_family(paths: Sequence[str | Path], keep: Callable[[str, str], bool] = 
     asked once per pair.
 
     Raises:
-        KeyError: a file without one of the columns ``_KEY`` and ``_VALUES`` name.
+        KeyError: a file without one of the columns ``_KEY`` and ``_VALUES`` name (a file with the header alone
+            has no rows).
         ValueError: a value that is not a number in an ``_VALUES`` column, an empty one included
             (``pyarrow.ArrowInvalid``).
     """
@@ -196,9 +197,12 @@ def _read_sums(paths: Sequence[str | Path], keep: Callable[[str, str], bool]) ->
     ranker, oracle = _KEY.index("ranker"), _KEY.index("oracle")
     for path in paths:
         with open_rows(path, "r") as f:
-            header = next(csv.reader(f), [])
+            lines = csv.reader(f)
+            header, first = next(lines, []), next(lines, None)
         if missing := [c for c in columns if c not in header]:
             raise KeyError(f"{path}: no column {', '.join(missing)} (a rows file of activeprp bench grid has them)")
+        if first is None:  # a header alone: pyarrow cannot tell its columns without a line break after it
+            continue
         with open_rows(path, "rb") as f:
             for batch in pcsv.open_csv(f, read_options=read, parse_options=parse, convert_options=convert):
                 keys, inverse = _batch_keys([batch.column(name) for name in _KEY])

@@ -125,6 +125,15 @@ def test_reading_cell_means_names_a_missing_column_and_refuses_a_value_that_is_n
         read_family([tmp_path / "empty.csv"])
 
 
+def test_a_rows_file_with_its_header_alone_adds_no_rows_with_or_without_a_line_break_after_it(tmp_path):
+    write_csv(_grid(), tmp_path / "rows.csv", SLIM_COLUMNS)
+    header = (tmp_path / "rows.csv").read_text().splitlines()[0]
+    for name, text in (("bare.csv", header), ("ended.csv", header + "\n")):
+        (tmp_path / name).write_text(text)
+        assert read_family([tmp_path / name]) == {}
+        assert read_family([tmp_path / "rows.csv", tmp_path / name]) == read_family([tmp_path / "rows.csv"])
+
+
 def test_judges_that_do_not_beat_the_first_stage_are_left_out_of_the_choice_and_reported():
     rows = _grid()
     fam = family_means(rows)[(20, 3)]
