@@ -97,9 +97,25 @@ def model_secrets(llm: Any) -> list[str]:
     return out
 
 
+MODEL_KEYS = ("model_name", "model", "model_id")
+"""The names the frameworks' model classes give the field that names the model (ChatOpenAI's ``model_name``, alias
+``model``; ChatAnthropic's and LlamaIndex OpenAI's ``model``; Bedrock's ``model_id``)."""
+
+
+def model_keys(llm: Any) -> set[str]:
+    """The ``settings`` keys that would name ``llm``'s model: ``MODEL_KEYS`` and the name and aliases of each field
+    of its class that one of them names (ChatOpenAI: ``model_name``, ``model``)."""
+    keys = set(MODEL_KEYS)
+    for name, info in getattr(type(llm), "model_fields", {}).items():
+        names = {name, *[a for a in (info.alias, info.validation_alias) if isinstance(a, str)]}
+        if names & set(MODEL_KEYS):
+            keys |= names
+    return keys
+
+
 def model_label(llm: Any) -> str:
-    """The model's name (``model_name`` or ``model``), else its class name."""
-    for name in ("model_name", "model", "model_id"):
+    """The model's name (``model_name``, ``model`` or ``model_id``), else its class name."""
+    for name in MODEL_KEYS:
         value = getattr(llm, name, None)
         if isinstance(value, str) and value:
             return value
@@ -142,8 +158,11 @@ class FrameworkJudge(SwappablePrompts, RemoteComparator):
             Responses API (``responses_api``), which has none.
         settings: fields of the judge's copy over ``JUDGE_SETTINGS`` (less ``REASONING_KEEPS`` on a reasoning
             model); a value None keeps the model's own (e.g. ``{"temperature": None}``). Every key must be a field
-            of the model. Whether the copy is on the Responses API or a reasoning model is read from the model as
-            these settings make it (``configured_model``): ``{"use_responses_api": True}`` counts.
+            of the model, and none may name the model (``model_keys``: ``model``, ``model_name`` ...; a copy's
+            update would not make the framework see another model, e.g. a reasoning one): build the model with it
+            (``ChatOpenAI(model=...)``, ``OpenAI(model=...)``). Whether the copy is on the Responses API or a
+            reasoning model is read from the model as these settings make it (``configured_model``):
+            ``{"use_responses_api": True}`` counts.
         max_passage_words: passages are cut to this many whitespace-separated words.
         max_concurrency, max_attempts, backoff_initial, backoff_max, max_retry_after: the transport's
             (``RemoteComparator``): calls in flight, and the judge's own retry policy.
@@ -154,8 +173,8 @@ class FrameworkJudge(SwappablePrompts, RemoteComparator):
     new one, and pickling raise pickle's own error: build the judge where it runs (Ray: ``comparator_factory``).
 
     Raises:
-        ValueError: a ``settings`` key that is not a field of the model, a prompt without its placeholders, a count
-            below its minimum. TypeError: a prompt that is not a str, a count that is not an int.
+        ValueError: a ``settings`` key that names the model or is not a field of it, a prompt without its
+            placeholders, a count below its minimum. TypeError: a prompt that is not a str, a count that is not an int.
     """
 
     prompt_names = ("prompt", "system_prompt")
@@ -181,6 +200,11 @@ class FrameworkJudge(SwappablePrompts, RemoteComparator):
         self.prompt, self.system_prompt = check_prompt("prompt", prompt), check_prompt("system_prompt", system_prompt)
         self.max_passage_words = check_count(max_passage_words, "max_passage_words", minimum=1)
         top_logprobs = check_top_logprobs(top_logprobs)
+        named = sorted(set(settings or {}) & model_keys(llm))
+        if named:
+            raise ValueError(f"settings {named} name the model, which settings= cannot change (whether a model "
+                             f"reasons is read from the model as built, which a copy's update does not rebuild): "
+                             f"build the model with it, {type(llm).__name__}({named[0]}=...), and pass that as llm")
         fields = getattr(type(llm), "model_fields", {})
         unknown = sorted(set(settings or {}) - set(fields))
         if unknown:

@@ -41,7 +41,7 @@ from llama_index.core.llms import (  # noqa: E402
 )
 from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback  # noqa: E402
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode  # noqa: E402
-from pydantic import SecretStr  # noqa: E402
+from pydantic import Field, SecretStr  # noqa: E402
 
 ChatModelComparator, LLMComparator = lc.ChatModelComparator, li.LLMComparator
 SECRET = "sk-test-SECRET-4242"
@@ -227,6 +227,33 @@ def test_settings_are_checked_against_the_models_fields():
         ChatModelComparator(ScriptedLLM(script=label))
     with pytest.raises(TypeError, match="LlamaIndex LLM"):
         LLMComparator(llm)
+
+
+
+class AliasedChat(ScriptedChat):
+    """A chat model whose model field goes by another name too (as LangChain's HuggingFace models' ``repo_id``)."""
+
+    model_id: str = Field(default="m", alias="repo_id")
+
+
+@pytest.mark.parametrize("framework, key", [("langchain", "model_name"), ("langchain", "model"),
+                                            ("llama_index", "model"), ("aliased", "repo_id")])
+def test_settings_that_name_the_model_raise_saying_to_build_the_model_with_it(framework, key):
+    """A copy's update names another model without the framework seeing it: LangChain kept your model's profile
+    (o3-mini in ``settings`` was judged as no reasoning model: temperature 0 and logprobs sent, a 400 on every
+    call), LlamaIndex saw a reasoning model but kept your temperature. The model is named on the model object."""
+    if framework == "langchain":
+        llm = pytest.importorskip("langchain_openai").ChatOpenAI(model="gpt-4o-mini", api_key="k")
+    elif framework == "llama_index":
+        llm = pytest.importorskip("llama_index.llms.openai").OpenAI(model="gpt-4o-mini", api_key="k", temperature=0.3)
+    else:
+        llm = AliasedChat(script=labelled, seen=[])
+    judge = LLMComparator if framework == "llama_index" else ChatModelComparator
+    dump = llm.model_dump()
+    says = rf"settings \['{key}'\] name the model.* {type(llm).__name__}\({key}=\.\.\.\), and pass that as llm"
+    with pytest.raises(ValueError, match=says):
+        judge(llm, settings={key: "o3-mini", "temperature": None})
+    assert llm.model_dump() == dump
 
 
 def test_the_remote_judges_share_their_defaults():
