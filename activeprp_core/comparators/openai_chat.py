@@ -39,8 +39,11 @@ MAX_REPLY_BYTES = 1 << 20
 """The default ``max_reply_bytes`` (1 MiB). A judge's reply to a PRP question is one token with at most 20 top
 logprobs: about 3 KB of JSON; an error body (a 4xx/5xx, a proxy's HTML page) is a few KB to a few dozen. 1 MiB is
 far above any of them and still bounds what one call holds."""
+TIMEOUT = 60.0
+"""The default ``timeout``: seconds per request attempt. With ``remote.MAX_ATTEMPTS`` (3) attempts and their
+backoffs, a call to a judge that never answers fails after about 3 minutes."""
 
-__all__ = ["MAX_MESSAGE", "MAX_REPLY_BYTES", "OpenAIChatComparator"]
+__all__ = ["MAX_MESSAGE", "MAX_REPLY_BYTES", "TIMEOUT", "OpenAIChatComparator"]
 
 OPENAI_EXTRA = 'pip install "activeprp[openai]"'
 
@@ -92,8 +95,9 @@ class OpenAIChatComparator(SwappablePrompts, RemoteComparator):
         logprobs, top_logprobs: ask for the top ``top_logprobs`` (0..20: ``prompts.MAX_TOP_LOGPROBS``) alternatives
             of the answer token.
         max_passage_words: passages are cut to this many whitespace-separated words.
-        timeout: seconds per request attempt (> 0), whole on the async path (``attempt_timeout``; the SDK's own
-            is per read); under a ``time_budget`` an attempt gets at most the time left.
+        timeout: seconds per request attempt (> 0; default 60 s: ``TIMEOUT``), whole on the async path
+            (``attempt_timeout``; the SDK's own is per read); under a ``time_budget`` an attempt gets at most the
+            time left.
         max_reply_bytes: the most bytes of one reply's body that are read (>= 1; default 1 MiB, some 300 times
             a reply with 20 top logprobs: ``MAX_REPLY_BYTES``). A judge that sends more (an endless or
             runaway body) has the call fail at the cap, its connection closed, instead of filling memory until
@@ -112,7 +116,7 @@ class OpenAIChatComparator(SwappablePrompts, RemoteComparator):
     def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None,
                  prompt: str = PRP_PROMPT, system_prompt: str | None = None, logprobs: bool = True,
                  top_logprobs: int = TOP_LOGPROBS, max_passage_words: int = MAX_PASSAGE_WORDS,
-                 max_concurrency: int = MAX_CONCURRENCY, timeout: float = 60.0, max_attempts: int = MAX_ATTEMPTS,
+                 max_concurrency: int = MAX_CONCURRENCY, timeout: float = TIMEOUT, max_attempts: int = MAX_ATTEMPTS,
                  backoff_initial: float = BACKOFF_INITIAL, backoff_max: float = BACKOFF_MAX,
                  max_retry_after: float = MAX_RETRY_AFTER, max_reply_bytes: int = MAX_REPLY_BYTES) -> None:
         require("OpenAIChatComparator", OPENAI_EXTRA, "openai", "tenacity")
