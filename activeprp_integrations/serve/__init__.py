@@ -140,14 +140,11 @@ def add_parser(subparsers: Any) -> None:
                    help="seconds a graceful shutdown waits for requests in flight; those still running then get no "
                         "answer (their connection is closed), so keep it over --time-budget (default %(default)s)")
     j = p.add_argument_group("the judge's failures")
-    j.add_argument("--judge-timeout", type=seconds(allow_none=False), default=DEFAULT_JUDGE_TIMEOUT,
-                   help="openai: seconds per call attempt (default %(default)s)")
-    j.add_argument("--judge-retries", type=count(minimum=0), default=DEFAULT_JUDGE_RETRIES,
-                   help="openai: retries of a call that timed out or failed transiently (default %(default)s)")
     j.add_argument("--cool-down", type=seconds(allow_none=False), default=DEFAULT_COOL_DOWN,
                    help="seconds the judge's circuit breaker stays open before one probe call decides whether it "
                         "closes; longer when the judge asked so with Retry-After (default %(default)s)")
-    p.set_defaults(func=main)
+    # --judge-timeout / --judge-retries are add_comparator_args' (one definition); the service's defaults are shorter
+    p.set_defaults(func=main, judge_timeout=DEFAULT_JUDGE_TIMEOUT, judge_retries=DEFAULT_JUDGE_RETRIES)
 
 
 def log_config() -> dict[str, Any]:
