@@ -52,8 +52,10 @@ from urllib.parse import parse_qs
 
 import httpx
 
-from tests._llm_server import free_port
-from tests._serve_helpers import make_request
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's tests/ helpers, from any directory
+
+from tests._llm_server import free_port  # noqa: E402
+from tests._serve_helpers import make_request  # noqa: E402
 
 KEY = "bench-key-0123456789"
 

@@ -38,9 +38,11 @@ from pathlib import Path
 import aiohttp
 import httpx
 
-from activeprp_core import arerank, arerank_many
-from tests._llm_server import free_port
-from tests._serve_helpers import WordJudge, candidates, make_request
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's tests/ helpers, from any directory
+
+from activeprp_core import arerank, arerank_many  # noqa: E402
+from tests._llm_server import free_port  # noqa: E402
+from tests._serve_helpers import WordJudge, candidates, make_request  # noqa: E402
 
 SETTINGS = {"ranker": "auto", "oracle": "auto", "budget": 30, "max_rounds": 6, "seed": 0}
 TOP_N = 5
