@@ -177,7 +177,8 @@ class Reranking:
         """The finished reranking.
 
         Raises:
-            ComparatorUnavailable: every call failed (with ``on_failure="raise"``; the accounting attached).
+            ComparatorUnavailable: every call failed (with ``on_failure="raise"``; the accounting attached). With
+                ``on_failure="prior"`` the result reports that error as its ``failure`` instead.
             RankerError: the ranker returned something that is not a permutation.
         """
         order, n = self._order, len(self.candidates)
@@ -187,11 +188,14 @@ class Reranking:
             raise RankerError(f"ranker {self.ranker.name} returned a non-permutation of {n} candidates: {order[:20]}")
         ledger, counts = self.ledger, self.accounting
         reasons = f" ({'; '.join(ledger.errors)})" if ledger.errors else ""
-        if self.settings.on_failure == "raise" and counts.calls and counts.failed_calls == counts.calls:
+        if counts.calls and counts.failed_calls == counts.calls:
             error = ComparatorUnavailable(f"every one of the {counts.calls} calls failed: {'; '.join(ledger.errors)}")
-            error.accounting = counts
-            log.warning("rerank of %d candidates failed: %s", n, error)
-            raise error
+            if self.settings.on_failure == "raise":
+                error.accounting = counts
+                log.warning("rerank of %d candidates failed: %s", n, error)
+                raise error
+            if ledger.failure is None:  # degraded all the same: the order is the prior one, reported as failure
+                ledger.stop(f"{type(error).__name__}: {error}")
         if counts.failed_calls or ledger.failure:
             log.warning("rerank of %d candidates %s: %d of %d calls failed%s", n,
                         "degraded to the prior order for what was unknown" if ledger.failure else "finished",

@@ -191,7 +191,9 @@ def test_nan_answers_are_failed_calls_and_all_failed_never_looks_like_a_rerankin
     assert info.value.accounting.calls == info.value.accounting.failed_calls == 4
     res = rerank("q", cands(5), ranker="bubblesort", comparator=NaN(), budget=None, top_k=2, on_failure="prior")
     assert res.failed_calls == res.calls == 4 and res.order == list(range(5)) and not res.converged
-    assert res.errors == ["NaN answer"]
+    # degraded, so reported as the failure that "raise" raises (docs/errors.md), also before any breaker opens
+    assert res.failure == "ComparatorUnavailable: every one of the 4 calls failed: NaN answer"
+    assert res.errors == ["NaN answer", res.failure]
 
 
 @pytest.mark.parametrize("ranker", ["mohajer", "heapsort", "quicksort", "pac_bubble", "bubblesort", "allpairs"])
