@@ -242,8 +242,8 @@ class RerankPool:
                 if self._merger is not None:
                     items = [(batch.query, a, b) for a, b in batch.pairs]
                     return await self._merger.ask(items, guard, reranking.deadline)
-                return await bounded(self.judge.ajudge(batch.query, batch.pairs, guard=guard), reranking.time_left(),
-                                     len(batch.pairs), guard)
+                return await bounded(self.judge.aguarded_judge(batch.query, batch.pairs, guard),
+                                     reranking.time_left(), len(batch.pairs), guard)
 
         return await drive(exchange(reranking, guard), ask)
 

@@ -18,6 +18,7 @@ from activeprp_core import (
     judging,
     rerank,
 )
+from activeprp_core.errors import ComparatorUnavailable
 from activeprp_core.stream import RerankPool, arerank_stream
 from tests.test_core_many import KNOBS, Merging, requests
 
@@ -353,3 +354,67 @@ def test_round_latencies_are_read_and_recorded_from_several_threads():
     finally:
         sys.setswitchinterval(interval)
     assert not errors and latency.estimate() == 0.5
+
+
+class CountingAsync(Comparator):
+    """A custom judge with only the documented ``async def ajudge(self, query, pairs)`` (``kw``: it also takes
+    ``**kw``, so a caller passing ``guard=`` would skip the guarded chunk loop unnoticed). Counts the calls and the
+    most pairs in flight at once; ``answer=False``: every answer is None (a failing endpoint)."""
+
+    def __init__(self, labels, answer=True):
+        self.labels, self.answer = labels, answer
+        self.calls = self.in_flight = self.peak = 0
+
+    def judge(self, query, pairs):
+        raise AssertionError("async only")
+
+    async def _answers(self, pairs):
+        self.calls += len(pairs)
+        self.in_flight += len(pairs)
+        self.peak = max(self.peak, self.in_flight)
+        await asyncio.sleep(0)  # the other requests' chunks run meanwhile, if the guard lets them
+        self.in_flight -= len(pairs)
+        if not self.answer:
+            return [None] * len(pairs)
+        return [1.0 if self.labels[a.id] > self.labels[b.id] else 0.0 for a, b in pairs]
+
+    async def ajudge(self, query, pairs):
+        return await self._answers(pairs)
+
+
+class CountingAsyncKw(CountingAsync):
+    async def ajudge(self, query, pairs, **kw):
+        return await self._answers(pairs)
+
+
+@pytest.mark.parametrize("kind", [CountingAsync, CountingAsyncKw])
+def test_a_custom_async_judge_runs_under_the_pools_concurrency_cap_and_breaker(kind):
+    """The pool calls a custom ``ajudge`` as ``arerank`` does (``aguarded_judge``): chunks of ``max_concurrency``
+    pairs, a cap shared by the concurrent requests, and the circuit breaker."""
+    reqs, labels = requests(6)
+    reqs = [r for r in reqs if len(r[1]) >= 10]
+    settings = RerankSettings(ranker="parallel_mohajer", budget=60, top_k=5, max_concurrency=4,
+                              max_consecutive_failures=3)
+
+    async def pooled(judge):
+        pool = RerankPool(judge, settings)
+        try:
+            return await asyncio.gather(*(pool.rerank(q, c) for q, c in reqs), return_exceptions=True)
+        finally:
+            await pool.aclose()
+
+    judge = kind(labels)
+    out = asyncio.run(asyncio.wait_for(pooled(judge), 10))
+    for (q, c), result in zip(reqs, out):
+        alone = asyncio.run(arerank(q, c, settings, comparator=kind(labels)))
+        assert isinstance(result, RerankResult)
+        assert (result.order, result.calls, result.rounds) == (alone.order, alone.calls, alone.rounds)
+    assert judge.peak == 4  # across the requests, never more than the cap in flight
+
+    failing, alone = kind(labels, answer=False), kind(labels, answer=False)
+    out = asyncio.run(asyncio.wait_for(pooled(failing), 10))
+    with pytest.raises(ComparatorUnavailable, match="circuit breaker"):
+        asyncio.run(arerank(*reqs[0], settings, comparator=alone))
+    assert all(isinstance(e, ComparatorUnavailable) for e in out)
+    assert failing.calls == alone.calls == 4  # the first chunk opened the breaker; nothing was sent after it
+
