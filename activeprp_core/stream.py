@@ -50,7 +50,7 @@ from .judging import RoundLatency
 from .many import DEFAULT_MAX_ACTIVE, RerankFailure, check_own, request_query, split_request
 from .settings import RerankSettings, takes_settings
 from .slots import FairSlots, wait_done
-from .types import Candidate, Judgment, RerankResult
+from .types import Candidate, Judgment, RerankResult, to_judgments
 
 MERGE_PASSES = 8
 """A merged call of a batching comparator takes the waiting rounds, oldest request first, until it holds this
@@ -80,8 +80,9 @@ class _Part:
 class _Merger:
     """Continuous batching for a comparator that batches: one merged ``ajudge_batch`` at a time (see the module
     docstring and ``MERGE_PASSES``), each of its queries cut at its own deadline (``CallGuard.deadlines``); a
-    round whose deadline passes before a merged call takes it is not sent; a merged call that fails (not fatally)
-    is asked again request by request, so one request's bad prompt fails that request only."""
+    round whose deadline passes before a merged call takes it is not sent; a merged call that fails (not fatally),
+    its answers included (``to_judgments``: ``InvalidAnswer``), is asked again request by request, so one
+    request's bad prompt fails that request only. Every round a merged call took gets its answers or an error."""
 
     def __init__(self, pool: RerankPool) -> None:
         self.pool = pool
@@ -112,6 +113,7 @@ class _Merger:
             part.future.cancel()  # cancelled or done: a merged call that has not taken it drops it
 
     async def _run(self) -> None:
+        parts: list[_Part] = []
         try:
             while self.waiting:
                 seen = -1
@@ -128,10 +130,14 @@ class _Merger:
                         parts.append(part)
                         size += len(part.items)
                 if parts:
-                    await self._send(parts)
-        finally:
+                    try:
+                        await self._send(parts)
+                    except Exception as error:  # a bug past the comparator's call: its requests fail, never hang
+                        _fail(parts, error)
+                parts = []
+        finally:  # cancelled (``RerankPool.aclose``): the rounds taken or waiting are cancelled, none left unset
             self.running = None
-            for _, _, part in self.waiting:
+            for part in [*parts, *(entry[2] for entry in self.waiting)]:
                 part.future.cancel()
 
     async def _send(self, parts: list[_Part]) -> None:
@@ -142,17 +148,16 @@ class _Merger:
         lefts = [None if p.deadline is None else p.deadline - loop.time() for p in parts]
         items = [it for p in parts for it in p.items]
         try:
-            judgments = await bounded(self.pool.judge.ajudge_batch(items, guard=merged),
-                                      None if None in lefts else max(lefts), len(items), merged)
+            judgments = to_judgments(await bounded(self.pool.judge.ajudge_batch(items, guard=merged),
+                                                   None if None in lefts else max(lefts), len(items), merged),
+                                     len(items))
         except Exception as error:
             _credit(parts, merged.completed)
             if len(parts) > 1 and not self.pool.fatal(error):
                 for part in parts:
                     await self._send([part])
                 return
-            for part in parts:
-                if not part.future.done():
-                    part.future.set_exception(error)
+            _fail(parts, error)
             return
         _credit(parts, merged.completed)
         start = 0
@@ -173,6 +178,13 @@ def _latest_deadlines(parts: list[_Part]) -> dict[str, float]:
             query, seen = p.items[0][0], latest.get(p.items[0][0], -math.inf)
             latest[query] = None if p.deadline is None or seen is None else max(seen, p.deadline)
     return {query: at for query, at in latest.items() if at is not None}
+
+
+def _fail(parts: list[_Part], error: Exception) -> None:
+    """Fail the parts whose requests still wait (``_Merger.ask`` raises ``error`` in each)."""
+    for part in parts:
+        if not part.future.done():
+            part.future.set_exception(error)
 
 
 def _credit(parts: list[_Part], sent: int) -> None:

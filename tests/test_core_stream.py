@@ -15,10 +15,12 @@ from activeprp_core import (
     RerankSettings,
     SimulatedComparator,
     arerank,
+    arerank_many,
     judging,
     rerank,
 )
-from activeprp_core.errors import ComparatorUnavailable
+from activeprp_core import stream as stream_module
+from activeprp_core.errors import ComparatorUnavailable, InvalidAnswer
 from activeprp_core.stream import RerankPool, arerank_stream
 from tests.test_core_many import KNOBS, Merging, requests
 
@@ -418,3 +420,56 @@ def test_a_custom_async_judge_runs_under_the_pools_concurrency_cap_and_breaker(k
     assert all(isinstance(e, ComparatorUnavailable) for e in out)
     assert failing.calls == alone.calls == 4  # the first chunk opened the breaker; nothing was sent after it
 
+
+class Generated(Merging):
+    """A batching comparator whose ``ajudge_batch`` answers with a generator (any iterable is an answer)."""
+
+    async def ajudge_batch(self, items, *, guard=None):
+        return (p for p in await super().ajudge_batch(items, guard=guard))
+
+
+class AnswersNone(Merging):
+    """A batching comparator whose ``ajudge_batch`` returns None (a comparator bug)."""
+
+    async def ajudge_batch(self, items, *, guard=None):
+        await super().ajudge_batch(items, guard=guard)
+
+
+async def _bounded_collect(stream):
+    return dict(await asyncio.wait_for(_collect(stream), 10))  # a hang fails the test instead of stalling it
+
+
+def test_a_batching_judges_generator_of_answers_gives_the_results_of_arerank_many():
+    reqs, labels = requests(5)
+    kw = dict(ranker="mohajer", budget=30, top_k=5)
+    out = asyncio.run(_bounded_collect(arerank_stream(_source(reqs), comparator=Generated(labels), **kw)))
+    many = asyncio.run(_collect(arerank_many(reqs, comparator=Generated(labels), carry_judge=False, **kw)))
+    assert sorted(out) == list(range(len(reqs)))
+    for i, expected in enumerate(many):
+        assert isinstance(out[i], RerankResult) and isinstance(expected, RerankResult)
+        assert (out[i].order, out[i].calls, out[i].rounds) == (expected.order, expected.calls, expected.rounds)
+
+
+def test_a_batching_judge_that_returns_none_fails_each_request_with_invalid_answer():
+    reqs, labels = requests(5)
+    reqs = [r for r in reqs if len(r[1]) >= 2]  # each sends a call
+    out = asyncio.run(_bounded_collect(arerank_stream(_source(reqs), comparator=AnswersNone(labels), budget=30)))
+    many = asyncio.run(_collect(arerank_many(reqs, comparator=AnswersNone(labels), budget=30)))
+    assert sorted(out) == list(range(len(reqs)))
+    for i, expected in enumerate(many):
+        assert isinstance(out[i], RerankFailure) and isinstance(out[i].error, InvalidAnswer)
+        assert isinstance(expected, RerankFailure) and type(expected.error) is type(out[i].error)
+
+
+def test_an_error_in_the_merger_past_the_comparators_call_fails_the_waiting_requests(monkeypatch):
+    """Any exception in the merged call's handling reaches every request whose round it had taken."""
+    reqs, labels = requests(5)
+    reqs = [r for r in reqs if len(r[1]) >= 2]
+
+    def broken(parts, sent):
+        raise RuntimeError("broken bookkeeping")
+
+    monkeypatch.setattr(stream_module, "_credit", broken)
+    out = asyncio.run(_bounded_collect(arerank_stream(_source(reqs), comparator=Merging(labels), budget=30)))
+    assert sorted(out) == list(range(len(reqs)))
+    assert all(isinstance(r, RerankFailure) and "broken bookkeeping" in str(r.error) for r in out.values())
