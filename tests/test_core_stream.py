@@ -473,3 +473,19 @@ def test_an_error_in_the_merger_past_the_comparators_call_fails_the_waiting_requ
     out = asyncio.run(_bounded_collect(arerank_stream(_source(reqs), comparator=Merging(labels), budget=30)))
     assert sorted(out) == list(range(len(reqs)))
     assert all(isinstance(r, RerankFailure) and "broken bookkeeping" in str(r.error) for r in out.values())
+
+
+def test_closing_the_pool_cancels_a_request_whose_round_is_in_the_merged_call():
+    judge = HangingBatches()
+
+    async def run():
+        pool = RerankPool(judge, RerankSettings(budget=20, top_k=3))
+        task = asyncio.ensure_future(pool.rerank("q", _cands()))  # no time budget: nothing else ends its wait
+        while not judge.started:
+            await asyncio.sleep(0.001)
+        await pool.aclose()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(task, 5)  # before: it waited forever for the cancelled call's answers
+
+    asyncio.run(run())
+    assert judge.cancelled == judge.started > 0
