@@ -1,6 +1,7 @@
 """The public sans-I/O driver (Reranking) and failure handling: a comparator's errors with the partial accounting,
 ``on_failure``."""
 
+import asyncio
 import logging
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from activeprp_core import (
     InvalidAnswer,
     Reranking,
     SimulatedComparator,
+    arerank,
     rerank,
 )
 from activeprp_core.types import Judgment
@@ -162,30 +164,38 @@ def test_numeric_answers_of_any_numeric_type_are_read_as_floats():
     assert typed.order == rerank("q", cands(6), comparator=Answers(0.25, 1.0, 0.0), budget=20).order
 
 class Failing(Comparator):
-    """Raises ``error`` from the ``fail_at``-th call on (counting calls), else answers from ``inner``."""
+    """Raises ``error`` from the ``fail_at``-th call on (counting calls, i.e. batches), else answers from ``inner``;
+    ``given`` lists the number of pairs of each call."""
 
     def __init__(self, inner, error, fail_at=0):
-        self.inner, self.error, self.fail_at, self.calls = inner, error, fail_at, 0
+        self.inner, self.error, self.fail_at, self.calls, self.given = inner, error, fail_at, 0, []
 
     def compare(self, query, pairs):
         self.calls += 1
+        self.given.append(len(pairs))
         if self.calls > self.fail_at:
             raise self.error
         return self.inner.compare(query, pairs)
 
 
 @pytest.mark.parametrize("error", [ComparatorAuthError("bad key", status_code=401), KeyError("bug")])
-def test_a_comparator_error_propagates_with_the_partial_accounting(error, caplog):
+@pytest.mark.parametrize("use_async", [False, True])
+def test_a_comparator_error_propagates_with_the_partial_accounting(error, use_async, caplog):
+    """The failing third batch was handed to the comparator, which raised: its calls and round count as spent (an
+    unknown outcome: failed calls); the error said 2 rounds and left the batch's calls out."""
     cs, labels = make_case(30, seed=1)
     comp = Failing(SimulatedComparator(labels), error, fail_at=2)
     with caplog.at_level(logging.WARNING, logger="activeprp"), pytest.raises(type(error)) as info:
-        rerank("q", cs, comparator=comp, budget=None)
+        if use_async:
+            asyncio.run(arerank("q", cs, comparator=comp, budget=None))
+        else:
+            rerank("q", cs, comparator=comp, budget=None)
     spent = info.value.accounting
     warnings = [r.getMessage() for r in caplog.records if r.name.startswith("activeprp")]
     assert warnings == ([f"rerank of 30 candidates failed after {spent.calls} calls: ComparatorAuthError: bad key "
                          "(HTTP 401)"] if isinstance(error, ComparatorError) else [])  # a bug is raised, not logged
-    # the failing third batch reached no backend: its calls and round are refunded
-    assert comp.calls == 3 and spent.rounds == 2 and spent.calls > 0 and spent.failed_calls == 0
+    assert comp.calls == 3 and spent.rounds == 3 and spent.calls == sum(comp.given)
+    assert spent.failed_calls == comp.given[2] > 0
 
 
 def test_the_library_prints_nothing_until_the_application_configures_logging():
@@ -211,7 +221,8 @@ def test_on_failure_prior_degrades_reports_and_warns(caplog):
     assert comp.calls == 3  # nothing is sent after the failure
     assert sorted(res.order) == list(range(30)) and not res.converged and not res.exhausted
     assert res.failure == "ComparatorUnavailable: endpoint down (HTTP 503)" and res.errors == [res.failure]
-    assert res.failed_calls == 0 and 0 < res.calls < full.calls and res.rounds == 2  # the third batch never went out
+    # the third batch was handed to the comparator, which raised: spent, its calls failed
+    assert res.failed_calls == comp.given[2] > 0 and res.calls == sum(comp.given) < full.calls and res.rounds == 3
     assert res.stats()["failure"] == res.failure
     (record,) = [r for r in caplog.records if r.name.startswith("activeprp")]
     assert record.levelno == logging.WARNING and "degraded" in record.getMessage()

@@ -466,17 +466,25 @@ def test_token_budget_cut_rerank_is_a_permutation_and_rerank_many_agrees():
 
 
 def test_failed_batch_refunds_whole_questions_not_calls_per_pair():
-    from activeprp_core import ComparatorUnavailable
+    from activeprp_core import ComparatorUnavailable, Reranking
     from activeprp_core.oracles import BothOrders
+
+    # one BothOrders question = 2 prompts under a 1-call oracle; nothing was sent: one comparison uncounted
+    for sent, spent in [(0, (0, 0, 0, 0)), (1, (1, 1, 1, 1)), (None, (1, 2, 1, 2))]:  # None: unknown = all sent
+        reranking = Reranking("q", cands(2), ranker=Script([[BothOrders(0, 1)]]), oracle="single", budget=10,
+                              on_failure="prior")
+        reranking.fail(ComparatorUnavailable("down"), sent=sent)
+        res = reranking.result()
+        assert (res.comparisons, res.calls, res.rounds, res.failed_calls) == spent and res.failure
 
     class Down:
         def compare(self, query, pairs):
             raise ComparatorUnavailable("down")
 
-    # one BothOrders question = 2 prompts under a 1-call oracle; nothing was sent: one comparison uncounted
-    script = Script([[BothOrders(0, 1)]])
-    res = rerank("q", cands(2), ranker=script, oracle="single", comparator=Down(), budget=10, on_failure="prior")
-    assert (res.comparisons, res.calls, res.rounds, res.failed_calls) == (0, 0, 0, 0) and res.failure
+    # a comparator that raises was handed the whole batch: it counts as sent (an unknown outcome), none refunded
+    res = rerank("q", cands(2), ranker=Script([[BothOrders(0, 1)]]), oracle="single", comparator=Down(), budget=10,
+                 on_failure="prior")
+    assert (res.comparisons, res.calls, res.rounds, res.failed_calls) == (1, 2, 1, 2) and res.failure
 
 
 def test_a_sans_io_reranking_prices_prompts_with_the_comparator_it_is_given():

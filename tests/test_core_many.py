@@ -136,7 +136,9 @@ def test_a_failing_query_is_isolated_and_the_others_finish(use_async):
     kw = dict(comparator=comp, ranker="mohajer", budget=40, top_k=3)
     out = asyncio.run(_collect(arerank_many(bad, **kw))) if use_async else list(rerank_many(bad, **kw))
     assert isinstance(out[3], RerankFailure) and out[3].index == 3 and out[3].query == "query 3"
-    assert out[3].error is error and out[3].error.accounting.calls == 0
+    # its first batch was handed to the comparator, which raised: spent, failed (the error said 0 calls)
+    spent = out[3].error.accounting
+    assert out[3].error is error and spent.calls == spent.failed_calls == comp.sent["query 3"] > 0
     assert isinstance(out[-1], RerankFailure) and out[-1].query is None and isinstance(out[-1].error, TypeError)
     for i, (q, c) in enumerate(reqs):
         if i != 3:
@@ -154,7 +156,9 @@ def test_a_query_that_fails_midway_costs_the_others_no_call_twice(use_async, car
     kw = dict(comparator=comp, ranker="mohajer", budget=40, top_k=3, carry_judge=carry_judge)
     out = asyncio.run(_collect(arerank_many(reqs, **kw))) if use_async else list(rerank_many(reqs, **kw))
     assert isinstance(out[5], RerankFailure) and comp.batches["query 5"] == 3  # its third round raised
-    assert 0 < out[5].error.accounting.calls == comp.answered["query 5"]
+    spent = out[5].error.accounting  # the raising batch counts as spent (it said the answered calls only)
+    assert 0 < comp.answered["query 5"] < spent.calls == comp.sent["query 5"]
+    assert spent.failed_calls == comp.sent["query 5"] - comp.answered["query 5"] and spent.rounds == 3
     assert [comp.sent[q] for q, _ in reqs[:5]] == [r.calls for r in out[:5]] and max(comp.sent.values()) <= 40
     assert [r.order for r in out[:5]] == [rerank(q, c, comparator=SimulatedComparator(labels), budget=40, top_k=3,
                                                  ranker="mohajer").order for q, c in reqs[:5]]
@@ -199,7 +203,7 @@ def test_a_dead_endpoint_stops_everything(use_async, carry_judge, error):
             list(rerank_many(reqs, **kw))
     assert dead.calls <= 8
     spent = info.value.accounting  # what had been spent when it stopped: no more than was sent, none answered
-    assert spent.failed_calls == spent.calls <= dead.calls  # a comparator that raises sent nothing: refunded
+    assert spent.failed_calls == spent.calls <= dead.calls  # a batch the comparator raised on counts as spent
 
 
 def test_async_queries_that_read_only_their_own_answers_do_not_wait_for_each_other():

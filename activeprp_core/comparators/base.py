@@ -616,7 +616,9 @@ class Comparator:
     async def _send_chunk(self, query: str, chunk: Sequence[Pair], guard: CallGuard,
                           threads: bool = False) -> list[Judgment] | object | None:
         """One chunk under ``guard``, for ``_chunked``: its slots (``threads``: the sync path's, and this never
-        suspends), then its answers, ``_CUT`` or None (not sent: no slot before the deadline, or too late)."""
+        suspends), then its answers, ``_CUT`` or None (not sent: no slot before the deadline, or too late). A chunk
+        the subclass's ``judge`` / ``compare`` raised on was handed to it: its calls are recorded as sent, outcome
+        unknown (``record(None)``: spent, the breaker's streak unchanged), before the error propagates."""
         try:
             async with guard.slots(len(chunk), guard.time_left(query), threads) as hold:
                 guard.check()  # after the wait for slots: the breaker may have opened meanwhile
@@ -628,6 +630,10 @@ class Comparator:
                         query, chunk, guard, hold, left)
                 except asyncio.CancelledError:  # sent, its outcome unknown (e.g. the client went away)
                     cut_calls(guard, len(chunk))
+                    raise
+                except Exception:
+                    for _ in chunk:
+                        guard.record(None)
                     raise
         except DeadlinePassed:  # no slot before the deadline
             return None
