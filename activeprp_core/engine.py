@@ -21,7 +21,10 @@ Failures (see ``activeprp_core.errors``): a comparator error stops the rerank an
 accounting attached, unless ``on_failure="prior"``: then no further call is sent, the ranker finishes on what it
 knows (the prior order for the rest), and the result says why (``failure``, ``errors``, ``converged=False``).
 A rerank in which every call failed raises ``ComparatorUnavailable`` (with ``on_failure="raise"``), so a dead
-endpoint never looks like a reranking. Failed or degraded reranks log a WARNING on the ``activeprp`` logger.
+endpoint never looks like a reranking. Failed or degraded reranks log a WARNING on the ``activeprp`` logger. Only
+an error raised getting a batch's answers is a failure of that batch's calls; one raised planning the next round
+(a ranker's ``RankerError``, the comparator's ``estimate_tokens``) is raised as itself with the accounting of the
+calls answered, none failed, or, for a ``ComparatorError`` with ``on_failure="prior"``, degrades the same way.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from .comparators.base import CallGuard, Comparator, SupportsCompare, as_compara
 from .reranking import DONE, Batch, Done, Reranking, check_candidates  # noqa: F401 (re-exported)
 from .settings import MAX_CONSECUTIVE_FAILURES, ON_FAILURE, OnFailure, RerankSettings, takes_settings  # noqa: F401
 from .slots import wait_for
-from .types import Candidate, RerankResult
+from .types import Candidate, RerankResult, to_judgments
 
 DEADLINE_GRACE = 0.1
 """Seconds past a deadline an async driver still waits for a batch (a comparator cuts its own calls at the
@@ -88,13 +91,18 @@ def guard_for(comparator: Comparator, settings: RerankSettings) -> CallGuard:
 
 def exchange(reranking: Reranking, guard: CallGuard) -> Generator[Batch, Any, RerankResult]:
     """The I/O-free body of ``rerank`` and ``arerank``: yields each batch to answer, takes its answers (or the
-    exception raised while getting them, thrown in), returns the result."""
+    exception raised while getting them, thrown in), returns the result. Only the exception raised getting a
+    batch's answers, or answers that are not one per prompt, is that batch's failure (``Reranking.fail``, told
+    the calls ``guard`` saw reach the comparator); one raised planning the next round once the answers are recorded
+    propagates from ``Reranking.send`` with its accounting (see ``Reranking``)."""
     while not reranking.done:
         batch, sent_before = reranking.next_batch(), guard.completed
         try:
-            reranking.send((yield batch))
+            judgments = to_judgments((yield batch), len(batch.prompts))
         except Exception as error:
             reranking.fail(error, sent=guard.completed - sent_before)
+            continue
+        reranking.send(judgments)
     return reranking.result()
 
 

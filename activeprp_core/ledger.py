@@ -5,7 +5,8 @@ The life of a batch: each question's prompts are priced (``costs``) and, when ev
 reserved (``reserve``) before anything is sent; a batch that sends calls opens a round (``open_round``). Then
 either its answers come back and each prompt's reservation is replaced by the usage its answer reports
 (``reconcile``), or the batch fails and what its prompts never sent had reserved is given back
-(``refund_unsent``) before the sent ones are settled as failed calls. ``settle`` ends the batch in flight.
+(``refund_unsent``) before the sent ones are settled as failed calls. ``settle`` ends the batch in flight. A batch
+whose planning raised or was stopped by a failure is never sent: what it reserved is given back (``drop_planned``).
 
 A call the ``time_budget`` deadline kept from being sent (``Judgment.cut == "unsent"``) is refunded like an unsent
 prompt of a failed batch; one cut in flight (``"in_flight"``) is a call spent without an answer (``cut_calls``).
@@ -186,6 +187,13 @@ class Ledger:
         starts = list(itertools.accumulate(self._questions, initial=0))
         self.counts.comparisons -= sum(gone.issuperset(range(a, b)) for a, b in zip(starts, starts[1:]))
         self._held = [None if i in gone else held for i, held in enumerate(self._held)]
+
+    def drop_planned(self) -> None:
+        """The batch being planned (before ``open_round``) is never sent: a failure stopped the calls, or planning
+        it raised. What its questions reserved is given back; they are no comparisons."""
+        self.caps.refund([held for held in self._held if held])
+        self.counts.comparisons -= len(self._questions)
+        self.settle()
 
     def settle(self) -> None:
         """End the batch in flight: its reservations are final."""

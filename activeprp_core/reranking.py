@@ -93,9 +93,18 @@ class Reranking:
     ``fail(error)`` reports that it could not be answered; ``result()`` once ``DONE``. A driver bounds its I/O by
     ``time_left()`` (None = no time budget).
 
+    Failures: ``fail`` is for the pending batch only (its calls, see ``fail``). An error raised while planning the
+    next round, after ``send`` recorded the answers (the ranker's, e.g. a ``RankerError``, or the comparator's
+    ``estimate_tokens`` pricing prompts for ``token_budget``), is no failure of that batch: it propagates from
+    ``send`` (or ``fail``, or the constructor) as itself, with ``error.accounting`` (no failed call, the questions
+    it had reserved given back), and the reranking is over (``DONE``; ``result`` raises). With
+    ``on_failure="prior"`` a ``ComparatorError`` raised pricing prompts degrades instead: no further call is sent
+    and the ranker finishes on what it knows (``failure`` set), as for a failed batch.
+
     Raises:
         TypeError / ValueError: bad arguments (as ``RerankSettings`` and ``rerank``). ``RuntimeError``:
-        ``send`` with no batch pending, ``result`` before ``DONE`` (``fail`` then raises ``error`` itself).
+        ``send`` with no batch pending, ``result`` before ``DONE`` or after a planning error (``fail`` then raises
+        ``error`` itself).
     """
 
     def __init__(self, query: str, candidates: Sequence[Candidate], settings: RerankSettings | None = None, *,
@@ -120,6 +129,7 @@ class Reranking:
         self._repaired = False
         self._pending: Batch | None = None
         self._order: list[int] | None = None
+        self._broken: BaseException | None = None  # the error raised planning a round: no result
         self._steps = relay(self.ranker.schedule(ctx), self._round)
         self._advance(None)
 
@@ -129,10 +139,13 @@ class Reranking:
         return DONE if self._pending is None else self._pending
 
     def send(self, judgments: Sequence[Judgment | float | None]) -> None:
-        """Answer the pending batch: one answer per prompt, in order.
+        """Answer the pending batch: one answer per prompt, in order; then the next round is planned.
 
         Raises:
-            InvalidAnswer: the wrong number of answers, or an answer that is not a number in [0, 1].
+            InvalidAnswer: the wrong number of answers, or an answer that is not a number in [0, 1] (nothing
+                changed: the batch is still pending, report it with ``fail``).
+            Any error raised planning the next round (see the class): the answers are recorded, the reranking is
+                over, ``error.accounting`` attached.
         """
         if self._pending is None:
             raise RuntimeError("send() with no batch pending: call next_batch() first (or result() when DONE)")
@@ -156,17 +169,26 @@ class Reranking:
         sent = n if sent is None else min(check_count(sent, "sent"), n)
         if batch is not None:
             ledger.refund_unsent(sent)
-        message = f"{type(error).__name__}: {error}"
-        if self.settings.on_failure != "prior" or not isinstance(error, ComparatorError) or batch is None:
+        if not self._degrades(error) or batch is None:
             ledger.counts.failed_calls += sent
-            with contextlib.suppress(AttributeError):  # also on foreign exceptions, where they take attributes
-                error.accounting = self.accounting  # type: ignore[attr-defined]
-            if isinstance(error, ComparatorError):
-                log.warning("rerank of %d candidates failed after %d calls: %s", len(self.candidates),
-                            ledger.caps["budget"].spent, message)
-            raise error
-        ledger.stop(message)
-        self._advance([Judgment(None, error=message)] * n)
+            raise self._accounted(error)
+        ledger.stop(_reason(error))
+        self._advance([Judgment(None, error=_reason(error))] * n)
+
+    def _degrades(self, error: BaseException) -> bool:
+        """Whether ``error`` stops the calls and the ranker finishes on what it knows (``on_failure="prior"`` and a
+        ``ComparatorError``) rather than raising."""
+        return self.settings.on_failure == "prior" and isinstance(error, ComparatorError)
+
+    def _accounted(self, error: BaseException) -> BaseException:
+        """``error`` with this reranking's accounting attached (also on foreign exceptions, where they take
+        attributes), logged when it is a ``ComparatorError``: to raise."""
+        with contextlib.suppress(AttributeError):
+            error.accounting = self.accounting  # type: ignore[attr-defined]
+        if isinstance(error, ComparatorError):
+            log.warning("rerank of %d candidates failed after %d calls: %s", len(self.candidates),
+                        self.ledger.caps["budget"].spent, _reason(error))
+        return error
 
     @property
     def done(self) -> bool:
@@ -182,6 +204,9 @@ class Reranking:
             RankerError: the ranker returned something that is not a permutation.
         """
         order, n = self._order, len(self.candidates)
+        if self._broken is not None:
+            raise RuntimeError(f"no result: the reranking stopped on {_reason(self._broken)} (raised planning a "
+                               "round)") from self._broken
         if order is None:
             raise RuntimeError("result() before the reranking is done: answer next_batch() until it is DONE")
         if sorted(order) != list(range(n)):
@@ -242,11 +267,19 @@ class Reranking:
 
     # ---- driving the ranker -------------------------------------------------------------------------------
     def _advance(self, judgments: list[Judgment] | None) -> None:
+        """Hand the pending batch's answers (None: start) to the ranker and plan the next batch. An error raised
+        meanwhile (after the answers were recorded) ends the reranking: what the batch being planned reserved is
+        given back, and it propagates with the accounting (see the class)."""
         try:
             prompts = self._steps.send(judgments)  # never empty: _round answers a round with nothing to send
         except StopIteration as stop:
             self._pending, self._order = None, stop.value
             return
+        except Exception as error:  # the ranker's schedule is dead: no further batch
+            self._pending, self._broken = None, error
+            self.ledger.drop_planned()
+            self._accounted(error)
+            raise
         self._pending = Batch(self.query, prompts, self._pairs(prompts))
 
     def _pairs(self, prompts: Iterable[Prompt]) -> list[tuple[Candidate, Candidate]]:
@@ -305,7 +338,7 @@ class Reranking:
             if not (type(a) is int and type(b) is int and 0 <= a < n and 0 <= b < n):  # the fast path: plain ints
                 check_pair(pair, n, self.ranker.name)
             need = self.oracle.question(BothOrders(*pair) if both else pair, known, rng)
-            yield need, (self.ledger.costs(self._pairs(need)) if need else None)
+            yield need, (self._costs(need) if need else None)
 
     def _plan(self, waiting: list[list[Prompt]], source: Iterator[Question], planned: set[Prompt], lazy: bool,
               optional: bool = False) -> tuple[list[Prompt], list[list[Prompt]]]:
@@ -320,8 +353,7 @@ class Reranking:
         later: list[list[Prompt]] = []
         ledger.open_batch()
         again = ([p for p in need if p not in self.answers] for need in waiting)  # answered meanwhile: cached
-        for need, costs in itertools.chain(((need, need and ledger.costs(self._pairs(need))) for need in again),
-                                           source):
+        for need, costs in itertools.chain(((need, need and self._costs(need)) for need in again), source):
             if not need:
                 ledger.counts.cache_hits += 1
                 continue
@@ -341,11 +373,28 @@ class Reranking:
                 ledger.refuse(refused)
             if lazy:
                 break
+        if prompts and ledger.stopped:  # pricing a question failed and stopped the calls: nothing goes out
+            ledger.drop_planned()
+            prompts, later = [], []
         if prompts:
             ledger.open_round()
             log.debug("round %d: %d calls (%s calls left)", ledger.caps["max_rounds"].spent, len(prompts),
                       ledger.caps["budget"].remaining)
         return prompts, later
+
+    def _costs(self, prompts: list[Prompt]) -> list[Cost]:
+        """What each of ``prompts`` would reserve (``Ledger.costs``; nothing to price once the calls stopped: [],
+        never read then). A ``ComparatorError`` pricing them (the comparator's ``estimate_tokens``) stops the calls
+        when it degrades (``on_failure="prior"``), else propagates."""
+        if self.ledger.stopped:
+            return []
+        try:
+            return self.ledger.costs(self._pairs(prompts))
+        except ComparatorError as error:
+            if not self._degrades(error):
+                raise
+            self.ledger.stop(_reason(error))
+            return []
 
     def _planned_cap(self) -> bool:
         """Whether a round cap holds and the ranker plans every round of it (``Ranker.plans_rounds``): no re-ask
@@ -377,7 +426,7 @@ class Reranking:
         for i, j in dict.fromkeys(asked):
             need = [p for p in self.oracle.reask(i, j, self.answers) if p not in self.answers and p not in planned]
             if need:
-                yield need, self.ledger.costs(self._pairs(need))
+                yield need, self._costs(need)
 
     def _affordable(self, pairs: Sequence[tuple[int, int]]) -> int:
         """How many of ``pairs``, in order, the caps pay for now (``BudgetView.affordable``): nothing is
@@ -394,6 +443,11 @@ class Reranking:
                         extra[name] = extra.get(name, 0) + n
                 planned.update(need)
         return len(pairs)
+
+
+def _reason(error: BaseException) -> str:
+    """One line saying why: ``"<ErrorType>: <message>"`` (``failure``, the failed calls' ``error``)."""
+    return f"{type(error).__name__}: {error}"
 
 
 def _tee(pairs: Iterable[tuple[int, int]], read: list) -> Iterator[tuple[int, int]]:

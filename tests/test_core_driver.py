@@ -238,3 +238,65 @@ def test_on_failure_prior_does_not_swallow_bugs():
 def test_bad_on_failure():
     with pytest.raises(ValueError, match="on_failure"):
         rerank("q", cands(3), comparator=SimulatedComparator({}), budget=None, on_failure="ignore")
+
+
+class PricesWrongLater(Comparator):
+    """Answers every call (the longer text wins) and prices prompts right the first ``right`` times, then
+    ``wrong(pairs)`` (one estimate too many, or an exception); ``calls`` counts the calls answered."""
+
+    def __init__(self, wrong, right=3):
+        self.wrong, self.right, self.priced, self.calls = wrong, right, 0, 0
+
+    def compare(self, query, pairs):
+        self.calls += len(pairs)
+        return [0.6 if len(a.text) > len(b.text) else 0.4 for a, b in pairs]
+
+    def estimate_tokens(self, query, pairs):
+        self.priced += 1
+        return [10] * len(pairs) if self.priced <= self.right else self.wrong(pairs)
+
+
+def too_many(pairs):
+    return [10] * (len(pairs) + 1)
+
+
+def crashes(pairs):
+    raise KeyError("tokenizer crashed")
+
+
+def run(use_async, *args, **kwargs):
+    return asyncio.run(arerank(*args, **kwargs)) if use_async else rerank(*args, **kwargs)
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_an_estimate_that_fails_in_a_later_round_is_no_failure_of_the_answered_calls(use_async):
+    """``estimate_tokens`` answering the wrong length while the next round is planned: an ``InvalidAnswer`` (a
+    ComparatorError) raised as itself with no failed call (it said 2 of the 3 answered calls failed); with
+    ``on_failure="prior"`` the rerank degrades (it raised RuntimeError "result() before the reranking is done")."""
+    cs = [Candidate(f"d{i}", "x" * i) for i in range(8)]
+    kw = dict(budget=30, token_budget=10**6)
+    judge = PricesWrongLater(too_many)
+    with pytest.raises(InvalidAnswer, match="priced 1 prompts for token_budget") as info:
+        run(use_async, "q", cs, comparator=judge, **kw)
+    spent = info.value.accounting
+    assert spent.calls == judge.calls > 0 and spent.failed_calls == 0
+    judge = PricesWrongLater(too_many)
+    res = run(use_async, "q", cs, comparator=judge, on_failure="prior", **kw)
+    assert res.failure.startswith("InvalidAnswer: the comparator priced") and res.errors == [res.failure]
+    assert sorted(res.order) == list(range(8)) and not res.converged
+    assert res.calls == judge.calls > 0 and res.failed_calls == 0
+    # not a ComparatorError: raised as itself even with "prior", no call counted as failed
+    judge = PricesWrongLater(crashes)
+    with pytest.raises(KeyError, match="tokenizer crashed") as info:
+        run(use_async, "q", cs, comparator=judge, on_failure="prior", **kw)
+    assert info.value.accounting.calls == judge.calls > 0 and info.value.accounting.failed_calls == 0
+
+
+def test_an_estimate_that_fails_planning_a_batch_sends_none_of_it_with_on_failure_prior():
+    """Two questions of a round priced, the third one's estimate fails: no call of the batch goes out (the calls
+    stop at the failure), and what the first two reserved is given back."""
+    judge = PricesWrongLater(too_many, right=2)  # allpairs: one round of every pair, priced one by one
+    res = rerank("q", cands(6), comparator=judge, ranker="allpairs", oracle="single", budget=None,
+                 token_budget=10**6, on_failure="prior")
+    assert res.failure.startswith("InvalidAnswer") and judge.calls == 0 and sorted(res.order) == list(range(6))
+    assert (res.calls, res.comparisons, res.rounds, res.failed_calls, res.prompt_tokens) == (0, 0, 0, 0, 0)

@@ -542,3 +542,29 @@ def test_a_ranker_may_name_candidates_by_numpy_integers():
     typed = rerank("q", cands(3), ranker=Returns([[(np.int64(0), np.int64(2))]], [2, 0, 1]),
                    comparator=SimulatedComparator({}), budget=5)
     assert (typed.order, typed.calls) == (plain.order, plain.calls) and plain.calls > 0
+
+
+@pytest.mark.parametrize("on_failure", ["raise", "prior"])
+def test_a_ranker_error_in_a_later_round_leaves_the_answered_rounds_answered(on_failure):
+    """The error is raised planning round 2, after round 1's answers were recorded: it said those calls failed
+    (calls=1 failed_calls=1), and kept round 2's first question reserved though it was never sent."""
+    judge = SimulatedComparator({"d0": 1})
+    script = Returns([[(0, 1)], [(1, 2), (0, 0)]], [0, 1, 2])
+    with pytest.raises(RankerError, match="with itself") as info:
+        rerank("q", cands(3), ranker=script, oracle="single", comparator=judge, budget=5, on_failure=on_failure)
+    spent = info.value.accounting
+    assert judge.calls == 1 and (spent.calls, spent.comparisons, spent.rounds, spent.failed_calls) == (1, 1, 1, 0)
+
+
+def test_a_sans_io_reranking_is_over_after_an_error_planning_a_round():
+    from activeprp_core import DONE, Reranking
+
+    reranking = Reranking("q", cands(3), ranker=Returns([[(0, 1)], [(1, 2), (0, 0)]], [0, 1, 2]), oracle="single",
+                          budget=5)
+    with pytest.raises(RankerError, match="with itself") as raised:
+        reranking.send([1.0])  # round 1's answer is recorded, then planning round 2 raises
+    assert raised.value.accounting.failed_calls == 0 and raised.value.accounting.calls == 1
+    assert reranking.next_batch() is DONE and reranking.accounting.calls == 1  # round 2's reservation given back
+    with pytest.raises(RuntimeError, match="no result: the reranking stopped on RankerError") as info:
+        reranking.result()
+    assert isinstance(info.value.__cause__, RankerError)

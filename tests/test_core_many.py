@@ -325,3 +325,39 @@ def test_bad_settings_object_fails_before_any_request_is_read():
 
 async def _collect(agen):
     return [item async for item in agen]
+
+
+class PricesOneWrong(SimulatedComparator):
+    """Simulates; prices the prompts of query ``bad`` with one estimate too many once some of its calls were
+    answered; ``answered`` counts each query's calls."""
+
+    def __init__(self, labels, bad):
+        super().__init__(labels)
+        self.bad, self.answered = bad, collections.Counter()
+
+    def compare(self, query, pairs):
+        self.answered[query] += len(pairs)
+        return super().compare(query, pairs)
+
+    def estimate_tokens(self, query, pairs):
+        return [10] * (len(pairs) + (query == self.bad and self.answered[query] > 0))
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_an_estimate_failing_in_a_later_round_fails_or_degrades_its_query_with_no_failed_call(use_async):
+    """Its answered calls are no failed calls: the query's error had no accounting, and with on_failure="prior" it
+    failed rather than degrading."""
+    reqs, labels = requests(4)
+    bad = reqs[2][0]
+    for on_failure in ("raise", "prior"):
+        judge = PricesOneWrong(labels, bad)
+        kw = dict(comparator=judge, budget=40, top_k=3, token_budget=10**6, on_failure=on_failure)
+        out = asyncio.run(_collect(arerank_many(reqs, **kw))) if use_async else list(rerank_many(reqs, **kw))
+        if on_failure == "raise":
+            assert isinstance(out[2], RerankFailure) and out[2].reason.startswith("InvalidAnswer: the comparator")
+            spent = out[2].error.accounting
+        else:
+            spent = out[2]
+            assert spent.failure.startswith("InvalidAnswer") and sorted(spent.order) == list(range(len(reqs[2][1])))
+        assert spent.calls == judge.answered[bad] > 0 and spent.failed_calls == 0
+        assert all(isinstance(r, RerankResult) and r.failure is None for i, r in enumerate(out) if i != 2)
