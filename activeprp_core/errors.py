@@ -43,6 +43,12 @@ SHORT_SECRET = 8
 as whole words, so that scrubbing one does not garble the words it occurs in ("to***ens" for the key ``k``)."""
 
 
+def describe(error: BaseException) -> str:
+    """One line saying why: ``"<ErrorType>: <message>"`` (a result's ``failure`` and ``errors``, a failed call's
+    ``error``, ``RerankFailure.reason``)."""
+    return f"{type(error).__name__}: {error}"
+
+
 def scrub(text: str, secrets: Iterable[str | None]) -> str:
     """``text`` with every non-empty secret (e.g. an API key) replaced by ``***`` (for messages and logs):
     anywhere, or as a whole word for a secret shorter than ``SHORT_SECRET`` characters. A secret's first

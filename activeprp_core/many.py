@@ -31,7 +31,7 @@ from typing import Any
 from .budget import check_count
 from .comparators.base import CallGuard, Comparator, RequestGuard, SupportsCompare, as_comparator, stops_on_refusal
 from .engine import Batch, Reranking, blocking, bounded, clock_now, drive, exchange, guard_for, iterate_blocking
-from .errors import ComparatorAuthError
+from .errors import ComparatorAuthError, describe
 from .judging import JudgeTally, RoundLatency
 
 # PER_REQUEST: the settings one request may set for itself, ``(query, candidates, {"budget": 20, ...})``
@@ -59,7 +59,7 @@ class RerankFailure:
     @property
     def reason(self) -> str:
         """One line saying why: ``"<ErrorType>: <message>"``."""
-        return f"{type(self.error).__name__}: {self.error}"
+        return describe(self.error)
 
 
 Step = list[tuple[int, Reranking, Batch]]

@@ -17,7 +17,7 @@ from typing import Any
 
 from .budget import BudgetView, check_count
 from .comparators.base import Comparator, as_comparator
-from .errors import ComparatorError, ComparatorUnavailable, RankerError
+from .errors import ComparatorError, ComparatorUnavailable, RankerError, describe
 from .judging import Answers, JudgeTally, RoundLatency
 from .ledger import Cost, Ledger
 from .oracles import BothOrders, Oracle, Prompt, get_oracle
@@ -172,8 +172,8 @@ class Reranking:
         if not self._degrades(error) or batch is None:
             ledger.counts.failed_calls += sent
             raise self._accounted(error)
-        ledger.stop(_reason(error))
-        self._advance([Judgment(None, error=_reason(error))] * n)
+        ledger.stop(describe(error))
+        self._advance([Judgment(None, error=describe(error))] * n)
 
     def _degrades(self, error: BaseException) -> bool:
         """Whether ``error`` stops the calls and the ranker finishes on what it knows (``on_failure="prior"`` and a
@@ -187,7 +187,7 @@ class Reranking:
             error.accounting = self.accounting  # type: ignore[attr-defined]
         if isinstance(error, ComparatorError):
             log.warning("rerank of %d candidates failed after %d calls: %s", len(self.candidates),
-                        self.ledger.caps["budget"].spent, _reason(error))
+                        self.ledger.caps["budget"].spent, describe(error))
         return error
 
     @property
@@ -205,7 +205,7 @@ class Reranking:
         """
         order, n = self._order, len(self.candidates)
         if self._broken is not None:
-            raise RuntimeError(f"no result: the reranking stopped on {_reason(self._broken)} (raised planning a "
+            raise RuntimeError(f"no result: the reranking stopped on {describe(self._broken)} (raised planning a "
                                "round)") from self._broken
         if order is None:
             raise RuntimeError("result() before the reranking is done: answer next_batch() until it is DONE")
@@ -220,7 +220,7 @@ class Reranking:
                 log.warning("rerank of %d candidates failed: %s", n, error)
                 raise error
             if ledger.failure is None:  # degraded all the same: the order is the prior one, reported as failure
-                ledger.stop(f"{type(error).__name__}: {error}")
+                ledger.stop(describe(error))
         if counts.failed_calls or ledger.failure:
             log.warning("rerank of %d candidates %s: %d of %d calls failed%s", n,
                         "degraded to the prior order for what was unknown" if ledger.failure else "finished",
@@ -393,7 +393,7 @@ class Reranking:
         except ComparatorError as error:
             if not self._degrades(error):
                 raise
-            self.ledger.stop(_reason(error))
+            self.ledger.stop(describe(error))
             return []
 
     def _planned_cap(self) -> bool:
@@ -443,11 +443,6 @@ class Reranking:
                         extra[name] = extra.get(name, 0) + n
                 planned.update(need)
         return len(pairs)
-
-
-def _reason(error: BaseException) -> str:
-    """One line saying why: ``"<ErrorType>: <message>"`` (``failure``, the failed calls' ``error``)."""
-    return f"{type(error).__name__}: {error}"
 
 
 def _tee(pairs: Iterable[tuple[int, int]], read: list) -> Iterator[tuple[int, int]]:
