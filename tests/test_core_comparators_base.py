@@ -159,6 +159,96 @@ def test_async_chunks_hold_the_guard_slots():
     assert peak[0] == 6  # each rerank's own cap of 3, two reranks at once
 
 
+class Parked(Comparator):
+    """``compare`` keeps each call inside until ``gate`` is set, counting the calls inside at once (``inside``,
+    ``peak``; ``cond`` is notified on each entry)."""
+
+    def __init__(self):
+        self.cond, self.gate, self.inside, self.peak = threading.Condition(), threading.Event(), 0, 0
+
+    def compare(self, query, pairs):
+        with self.cond:
+            self.inside += len(pairs)
+            self.peak = max(self.peak, self.inside)
+            self.cond.notify_all()
+        self.gate.wait(30)  # the test sets it; 30 s only ends a hung test
+        with self.cond:
+            self.inside -= len(pairs)
+        return [0.5] * len(pairs)
+
+
+def settled(cond, arrived, total, within=30.0):
+    """Wait (under ``cond``, re-checked as calls enter and every 10 ms) until ``arrived()`` reaches ``total``: every
+    call is inside the judge, queued for a slot, or failed. A hang guard, not a timing assertion."""
+    end = time.monotonic() + within
+    with cond:
+        while arrived() < total:
+            assert time.monotonic() < end, f"only {arrived()} of {total} calls arrived"
+            cond.wait(0.01)
+
+
+def on_both_paths(judge, guards, slots, threads, tasks, calls=Comparator.judge):
+    """``threads`` calls of ``calls`` (default ``Comparator.judge``, the sync path) in threads and ``tasks`` of
+    ``Comparator.ajudge`` on one event loop (in its own thread) at once, one pair each, the guard of each from
+    ``guards()``. Once every call is inside ``judge.compare`` or queued for one of ``slots`` (a ``FairSlots``),
+    ``judge.gate`` opens. Returns the calls inside the judge then, and the errors the calls raised."""
+    pair, errors = [(Candidate("a", "x"), Candidate("b", "y"))], []
+
+    def sync():
+        try:
+            calls(judge, "q", pair, guard=guards())
+        except Exception as error:  # noqa: BLE001 - reported to the test
+            errors.append(error)
+            with judge.cond:
+                judge.cond.notify_all()
+
+    async def tasks_on_a_loop():
+        outcomes = await asyncio.gather(*(Comparator.ajudge(judge, "q", pair, guard=guards()) for _ in range(tasks)),
+                                        return_exceptions=True)
+        errors.extend(o for o in outcomes if isinstance(o, BaseException))
+
+    workers = [threading.Thread(target=sync) for _ in range(threads)]
+    workers.append(threading.Thread(target=asyncio.run, args=(tasks_on_a_loop(),)))
+    for w in workers:
+        w.start()
+    try:
+        settled(judge.cond, lambda: judge.inside + slots.waiting + len(errors), threads + tasks)
+        inside = judge.inside
+    finally:
+        judge.gate.set()
+        for w in workers:
+            w.join(30)
+    return inside, errors
+
+
+@pytest.mark.parametrize("threads, tasks", [(2, 2), (3, 1), (1, 3)])
+def test_one_guard_caps_judge_in_threads_and_ajudge_on_a_loop_together(threads, tasks):
+    """The sync path's slots and the async path's were two counts: one guard used by ``judge`` in threads and
+    ``ajudge`` on a loop at once had 2 x ``max_concurrency`` calls in flight (measured: 4 with a cap of 2)."""
+    judge, guard = Parked(), CallGuard(max_concurrency=2)
+    inside, errors = on_both_paths(judge, lambda: guard, guard.fair_slots, threads, tasks)
+    assert not errors
+    assert inside == judge.peak == 2
+    assert guard.fair_slots.free == 2 and guard.fair_slots.waiting == 0
+
+
+def test_a_request_guard_s_slots_are_held_by_threads_and_tasks_in_one_count():
+    """A ``RerankPool`` request's guard (a ``RequestGuard`` on the pool's ``FairSlots``) raised RuntimeError when
+    a comparator ran ``Comparator.judge`` in a thread under it ("waited for by tasks"); now its threads wait in
+    the same queue as the tasks, under the one cap."""
+    from itertools import count
+
+    from activeprp_core.comparators.base import RequestGuard
+    from activeprp_core.slots import FairSlots
+
+    judge, shared, keys = Parked(), CallGuard(max_concurrency=2), count()
+    pool_slots = FairSlots(2)
+    inside, errors = on_both_paths(judge, lambda: RequestGuard(shared, pool_slots, next(keys), time.monotonic),
+                                   pool_slots, 2, 2)
+    assert not errors
+    assert inside == judge.peak == 2 and pool_slots.free == 2
+
+
 def test_sync_comparator_in_async_stops_between_chunks_when_cancelled():
     started = []
 

@@ -2,13 +2,12 @@
 order, none overtaken."""
 
 import asyncio
-import contextlib
 import threading
 
 import pytest
 
 from activeprp_core.blocking import run_blocking
-from activeprp_core.slots import DeadlinePassed, FairSlots, wait_for
+from activeprp_core.slots import DeadlinePassed, FairSlots, held, wait_for
 
 
 def test_fair_slots_serve_lower_keys_first_and_never_let_a_waiter_be_overtaken():
@@ -139,16 +138,6 @@ def test_a_thread_raising_stopiteration_fails_its_wait_instead_of_hanging_it():
         asyncio.run(asyncio.wait_for(in_thread(call), 5))
 
 
-@contextlib.contextmanager
-def _held(take):
-    """A ``take`` of ``FairSlots(threads=True)`` entered without an event loop (it never suspends)."""
-    hold = run_blocking(take.__aenter__())
-    try:
-        yield hold
-    finally:
-        run_blocking(take.__aexit__(None, None, None))
-
-
 def test_thread_slots_keep_a_cut_call_s_slot_until_its_thread_returns():
     """The sync path's slots (``threads``): a call cut by ``within`` keeps its slot until its thread returns, as
     ``in_thread`` does on the async path; a waiter whose timeout passes first holds nothing (``DeadlinePassed``),
@@ -156,13 +145,13 @@ def test_thread_slots_keep_a_cut_call_s_slot_until_its_thread_returns():
     from activeprp_core.comparators.base import within
 
     go, slots = threading.Event(), FairSlots(1, threads=True)
-    with _held(slots.take(1)) as hold:
+    with held(slots.take(1)) as hold:
         assert within(lambda: go.wait(5), 0.01, hold) is None  # cut: the thread runs on
     assert slots.free == 0
-    with pytest.raises(DeadlinePassed), _held(slots.take(1, timeout=0.01)):
+    with pytest.raises(DeadlinePassed), held(slots.take(1, timeout=0.01)):
         pass
     threading.Timer(0.05, go.set).start()
-    with _held(slots.take(1, timeout=5.0)):
+    with held(slots.take(1, timeout=5.0)):
         assert slots.free == 0
     assert slots.free == 1 and not slots._waiters
 
@@ -171,3 +160,92 @@ def test_thread_slots_keep_a_cut_call_s_slot_until_its_thread_returns():
 
     with pytest.raises(TimeoutError, match="own"):
         within(times_out, 1.0)
+
+
+def test_threads_and_tasks_wait_for_one_count_of_slots():
+    """A thread (``threads=True``) and a task wait in one queue for the same slots: a thread waits while a task
+    holds the slot and gets it when the task releases it, and a task waits while a thread holds it."""
+    slots, order = FairSlots(1), []
+    task_holds, thread_holds, thread_may_go, thread_waits = (threading.Event() for _ in range(4))
+
+    def thread():
+        with held(slots.take(1, threads=True)):  # the task holds the slot: this waits
+            order.append("thread")
+            thread_holds.set()
+            thread_may_go.wait(30)
+
+    async def scenario():
+        async with slots.take(1):
+            task_holds.set()
+            waiter = threading.Thread(target=thread)
+            waiter.start()
+            await _queued(slots)  # the thread waits: nothing else may take the slot
+            assert slots.free == 0 and not thread_holds.is_set()
+            order.append("task")
+        await asyncio.get_running_loop().run_in_executor(None, thread_holds.wait, 30)
+        second = asyncio.ensure_future(_enter_after(slots, order))
+        await _queued(slots)  # the task waits behind the thread's hold
+        assert slots.free == 0 and order == ["task", "thread"]
+        thread_may_go.set()
+        await asyncio.wait_for(second, 30)
+        waiter.join(30)
+        return order, slots.free, slots.waiting
+
+    assert asyncio.run(scenario()) == (["task", "thread", "second task"], 1, 0)
+
+
+async def _queued(slots):
+    """Return once a waiter is queued for ``slots`` (polled; 30 s only ends a hung test)."""
+    for _ in range(30_000):
+        if slots.waiting:
+            return
+        await asyncio.sleep(0.001)
+    raise AssertionError("no waiter queued")
+
+
+async def _enter_after(slots, order):
+    async with slots.take(1):
+        order.append("second task")
+
+
+def test_a_task_cancelled_as_a_thread_hands_it_the_slot_gives_it_back():
+    """The grant, set by the releasing thread, and the cancellation of the waiting task race: the slot is either
+    the task's (given back as it leaves) or never granted; it is never lost."""
+    async def scenario():
+        slots = FairSlots(1)
+        taken = slots.take(1, threads=True)
+        run_blocking(taken.__aenter__())  # held as a thread holds it (it never suspends)
+        waiter = asyncio.ensure_future(_enter_after(slots, []))
+        await _queued(slots)
+        releaser = threading.Thread(target=run_blocking, args=(taken.__aexit__(None, None, None),))
+        releaser.start()
+        waiter.cancel()
+        releaser.join(30)
+        await asyncio.gather(waiter, return_exceptions=True)
+        return slots.free, slots.waiting
+
+    for _ in range(50):
+        assert asyncio.run(scenario()) == (1, 0)
+
+
+def test_a_call_cut_on_a_loop_that_has_closed_gives_its_slot_back_when_its_thread_returns():
+    """``in_thread`` keeps a cut call's slots until its thread returns; it gave them back through the loop, so a
+    loop closed meanwhile (``asyncio.run`` ended) kept them taken for good: one count for every loop and thread
+    must not lose them."""
+    from activeprp_core.comparators.base import in_thread
+
+    go, slots = threading.Event(), FairSlots(1)
+
+    async def cut():
+        async with slots.take(1) as hold:
+            task = asyncio.ensure_future(in_thread(lambda: go.wait(30), hold))
+            await asyncio.sleep(0)
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(cut())  # the loop is closed; the call runs on in its thread, holding the slot
+    assert slots.free == 0
+    go.set()
+    with held(slots.take(1, timeout=30.0, threads=True)):  # granted once the thread has returned
+        assert slots.free == 0
+    assert slots.free == 1

@@ -332,6 +332,39 @@ def test_a_bug_in_the_judge_is_a_json_500_not_the_callers_mistake_nor_a_shutdown
                                "type": "internal_error"}
 
 
+class SyncJudgeInAThread(WordJudge):
+    """A judge whose ``ajudge`` runs the base class's sync ``judge`` (its chunks, breaker, deadlines) in a worker
+    thread, under the guard the service hands it."""
+
+    guards_calls = True
+
+    async def ajudge(self, query, pairs, *, guard=None):
+        return await asyncio.to_thread(Comparator.judge, self, query, pairs, guard=guard)
+
+
+def test_a_judge_running_the_sync_judge_in_a_thread_under_the_service_s_guard_is_answered():
+    """Its thread waited for a request's slots, which only tasks could: RuntimeError, a 500 for every request."""
+    with TestClient(create_app(SyncJudgeInAThread(), **SERVER, max_concurrency=2),
+                    raise_server_exceptions=False) as client:
+        response = _post(client, "/v2/rerank", GOOD)
+    assert response.status_code == 200, response.text
+    assert len(response.json()["results"]) == len(GOOD["documents"])
+
+
+@pytest.mark.parametrize("threads, tasks", [(2, 2), (1, 3)])
+def test_the_service_breaker_caps_sync_threads_and_async_tasks_together(threads, tasks):
+    """``Breaker`` is the service's ``CallGuard``: its cap is one count for both paths (it was 2 x the cap)."""
+    from activeprp_integrations.serve.breaker import Breaker
+    from tests.test_core_comparators_base import Parked, on_both_paths
+
+    async def probe():
+        return True
+
+    judge, breaker = Parked(), Breaker(2, 3, 1.0, probe)
+    inside, errors = on_both_paths(judge, lambda: breaker, breaker.fair_slots, threads, tasks)
+    assert not errors and inside == judge.peak == 2
+
+
 def _wait_until(predicate, timeout=10.0):
     deadline = time.monotonic() + timeout
     while not predicate():

@@ -93,7 +93,8 @@ class CallGuard:
     (seconds; None = no deadline) to wait no longer than a query's deadline, and ``too_late(query)`` to send
     nothing that could not come back before it: the engine sets the deadlines (``deadline`` for every query,
     ``deadlines`` per query text, both on ``clock``) and the record of round latencies (``latency``).
-    Thread-safe; its async slots belong to one event loop at a time, its sync slots to any threads.
+    Thread-safe; its slots (``fair_slots``) are one count for the tasks of any event loop and the threads of the
+    sync path together: ``judge`` in threads and ``ajudge`` on a loop at once still have ``max_concurrency`` in all.
 
     Raises:
         TypeError / ValueError: a limit that is not an int >= 1 or None.
@@ -124,8 +125,7 @@ class CallGuard:
         self._sources: set[Any] = set()  # the queries (RequestGuard keys) of the failed calls in a row
         self._last_reason: str | None = None
         self._error: ComparatorError | None = None
-        self._slots: tuple[asyncio.AbstractEventLoop, FairSlots] | None = None
-        self._thread_slots = None if max_concurrency is None else FairSlots(max_concurrency, threads=True)
+        self._fair_slots = None if max_concurrency is None else FairSlots(max_concurrency)
 
     def time_left(self, query: str | None = None) -> float | None:
         """Seconds until the deadline of ``query`` (its entry in ``deadlines``, else ``deadline``) on ``clock``;
@@ -216,18 +216,20 @@ class CallGuard:
         for j in judgments:
             self.record(j.prob is not None, j.error)
 
+    @property
+    def fair_slots(self) -> FairSlots | None:
+        """The ``FairSlots`` of ``max_concurrency`` that every call on this guard holds, on both paths (None:
+        uncapped)."""
+        return self._fair_slots
+
     def slots(self, n: int = 1, timeout: float | None = None, threads: bool = False):
-        """An async context manager holding ``n`` of the ``max_concurrency`` slots of the running loop, or with
-        ``threads`` those of the sync path (it never suspends: its wait blocks the thread); no wait when uncapped.
+        """An async context manager holding ``n`` of the ``max_concurrency`` slots (``fair_slots``), waited for by
+        suspending the running task, or with ``threads`` by blocking the thread (the sync path: it never suspends;
+        ``slots.held`` enters it without a loop); no wait when uncapped. Both kinds of waiter share the one count.
         It raises ``DeadlinePassed`` when they are not free within ``timeout`` seconds."""
-        if self.max_concurrency is None:
+        if self._fair_slots is None:
             return _no_slots()
-        if threads:
-            return self._thread_slots.take(n, timeout=timeout)
-        loop = asyncio.get_running_loop()
-        if self._slots is None or self._slots[0] is not loop:
-            self._slots = (loop, FairSlots(self.max_concurrency))
-        return self._slots[1].take(n, timeout=timeout)
+        return self._fair_slots.take(n, timeout=timeout, threads=threads)
 
 
 class RequestGuard(CallGuard):
@@ -235,7 +237,8 @@ class RequestGuard(CallGuard):
     count of the calls that reached the backend (``completed``, what ``Reranking.fail`` is told), its deadlines
     (``deadline`` / ``deadlines`` on ``clock``, read by the comparator through ``time_left``) and its calls' place
     in the queue for slots (``key``: lower goes first, with ``slots``, a ``FairSlots``; None: the shared guard's
-    slots); the breaker and the cap on calls in flight are the shared guard's."""
+    slots); the breaker and the cap on calls in flight are the shared guard's. Its slots are waited for by tasks
+    and by threads alike (``slots(threads=...)``), in one queue."""
 
     def __init__(self, shared: CallGuard, slots: FairSlots | None, key: Any, clock: Callable[[], float],
                  deadline: float | None = None, latency: Any = None) -> None:  # no _setup: the shared state stays
@@ -260,12 +263,14 @@ class RequestGuard(CallGuard):
         self.completed += 1
         self.shared.record(ok, reason, retry_after, unusable, self.key)
 
+    @property
+    def fair_slots(self) -> FairSlots | None:
+        return self.shared.fair_slots if self._fair is None else self._fair
+
     def slots(self, n: int = 1, timeout: float | None = None, threads: bool = False):
         if self._fair is None:
             return self.shared.slots(n, timeout, threads)
-        if threads != self._fair.threads:
-            raise RuntimeError("this request's slots are waited for " + ("by tasks" if threads else "by threads"))
-        return self._fair.take(n, self.key, timeout)
+        return self._fair.take(n, self.key, timeout, threads)
 
 
 @asynccontextmanager
@@ -325,12 +330,14 @@ async def in_thread(call: Callable[[], T], hold: Hold | None = None) -> T:
     holds stay taken until the thread returns, even when the wait is cut: the endpoint still has those calls."""
     loop = asyncio.get_running_loop()
     future: asyncio.Future = loop.create_future()
+    returned: concurrent.futures.Future = concurrent.futures.Future()  # set by the thread: the loop may be gone
 
     def settle(value: Any, error: BaseException | None) -> None:
         if not future.done():
             future.set_result(value) if error is None else future.set_exception(error)
 
     def done(value: Any, error: BaseException | None) -> None:
+        returned.set_result(None)
         with contextlib.suppress(RuntimeError):  # the loop has closed meanwhile
             loop.call_soon_threadsafe(settle, value, error)
 
@@ -338,7 +345,7 @@ async def in_thread(call: Callable[[], T], hold: Hold | None = None) -> T:
     # once the wait is cut nobody awaits it: its outcome is retrieved here (asyncio logs an exception never retrieved)
     future.add_done_callback(lambda f: f.cancelled() or f.exception())
     if hold is not None:
-        hold.keep_until(future)
+        hold.keep_until(returned)
     return await asyncio.shield(future)
 
 
