@@ -159,21 +159,31 @@ def test_async_chunks_hold_the_guard_slots():
     assert peak[0] == 6  # each rerank's own cap of 3, two reranks at once
 
 
-class Parked(Comparator):
-    """``compare`` keeps each call inside until ``gate`` is set, counting the calls inside at once (``inside``,
-    ``peak``; ``cond`` is notified on each entry)."""
+class Park:
+    """Keeps each call inside the judge (``hold``) until ``gate`` is set, counting the calls inside at once
+    (``inside``, ``peak``; ``cond`` is notified on each entry)."""
 
     def __init__(self):
         self.cond, self.gate, self.inside, self.peak = threading.Condition(), threading.Event(), 0, 0
 
-    def compare(self, query, pairs):
+    def hold(self, calls=1):
         with self.cond:
-            self.inside += len(pairs)
+            self.inside += calls
             self.peak = max(self.peak, self.inside)
             self.cond.notify_all()
         self.gate.wait(30)  # the test sets it; 30 s only ends a hung test
         with self.cond:
-            self.inside -= len(pairs)
+            self.inside -= calls
+
+
+class Parked(Comparator):
+    """A compare-only judge whose calls wait in its ``park``."""
+
+    def __init__(self):
+        self.park = Park()
+
+    def compare(self, query, pairs):
+        self.park.hold(len(pairs))
         return [0.5] * len(pairs)
 
 
@@ -187,35 +197,35 @@ def settled(cond, arrived, total, within=30.0):
             cond.wait(0.01)
 
 
-def on_both_paths(judge, guards, slots, threads, tasks, calls=Comparator.judge):
-    """``threads`` calls of ``calls`` (default ``Comparator.judge``, the sync path) in threads and ``tasks`` of
-    ``Comparator.ajudge`` on one event loop (in its own thread) at once, one pair each, the guard of each from
-    ``guards()``. Once every call is inside ``judge.compare`` or queued for one of ``slots`` (a ``FairSlots``),
-    ``judge.gate`` opens. Returns the calls inside the judge then, and the errors the calls raised."""
-    pair, errors = [(Candidate("a", "x"), Candidate("b", "y"))], []
+def on_both_paths(judge, guards, slots, threads, tasks, sync=Comparator.judge, asyn=Comparator.ajudge):
+    """``threads`` calls of ``sync`` (default: the base class's sync path) in threads and ``tasks`` of ``asyn`` on
+    one event loop (in its own thread) at once, one pair each, the guard of each from ``guards()``. Once every call
+    is inside the judge (``judge.park``) or queued for one of ``slots`` (a ``FairSlots``), the park's gate opens.
+    Returns the calls inside the judge then, and the errors the calls raised."""
+    park, pair, errors = judge.park, [(Candidate("a", "x"), Candidate("b", "y"))], []
 
-    def sync():
+    def one_sync_call():
         try:
-            calls(judge, "q", pair, guard=guards())
+            sync(judge, "q", pair, guard=guards())
         except Exception as error:  # noqa: BLE001 - reported to the test
             errors.append(error)
-            with judge.cond:
-                judge.cond.notify_all()
+            with park.cond:
+                park.cond.notify_all()
 
     async def tasks_on_a_loop():
-        outcomes = await asyncio.gather(*(Comparator.ajudge(judge, "q", pair, guard=guards()) for _ in range(tasks)),
+        outcomes = await asyncio.gather(*(asyn(judge, "q", pair, guard=guards()) for _ in range(tasks)),
                                         return_exceptions=True)
         errors.extend(o for o in outcomes if isinstance(o, BaseException))
 
-    workers = [threading.Thread(target=sync) for _ in range(threads)]
+    workers = [threading.Thread(target=one_sync_call) for _ in range(threads)]
     workers.append(threading.Thread(target=asyncio.run, args=(tasks_on_a_loop(),)))
     for w in workers:
         w.start()
     try:
-        settled(judge.cond, lambda: judge.inside + slots.waiting + len(errors), threads + tasks)
-        inside = judge.inside
+        settled(park.cond, lambda: park.inside + slots.waiting + len(errors), threads + tasks)
+        inside = park.inside
     finally:
-        judge.gate.set()
+        park.gate.set()
         for w in workers:
             w.join(30)
     return inside, errors
@@ -228,7 +238,7 @@ def test_one_guard_caps_judge_in_threads_and_ajudge_on_a_loop_together(threads, 
     judge, guard = Parked(), CallGuard(max_concurrency=2)
     inside, errors = on_both_paths(judge, lambda: guard, guard.fair_slots, threads, tasks)
     assert not errors
-    assert inside == judge.peak == 2
+    assert inside == judge.park.peak == 2
     assert guard.fair_slots.free == 2 and guard.fair_slots.waiting == 0
 
 
@@ -246,7 +256,7 @@ def test_a_request_guard_s_slots_are_held_by_threads_and_tasks_in_one_count():
     inside, errors = on_both_paths(judge, lambda: RequestGuard(shared, pool_slots, next(keys), time.monotonic),
                                    pool_slots, 2, 2)
     assert not errors
-    assert inside == judge.peak == 2 and pool_slots.free == 2
+    assert inside == judge.park.peak == 2 and pool_slots.free == 2
 
 
 def test_sync_comparator_in_async_stops_between_chunks_when_cancelled():

@@ -252,6 +252,72 @@ def test_a_provider_s_own_timeout_error_goes_to_its_classify_not_to_the_attempt_
     assert judge.sent == 1 and j.prob is None and "gateway: queue full" in j.error
 
 
+class ParkedRemote(RemoteComparator):
+    """A provider whose every attempt, sync or async, waits in its ``park`` (``test_core_comparators_base.Park``)
+    before answering "A"."""
+
+    model, endpoint = "parked", "127.0.0.1"
+
+    def __init__(self):
+        from tests.test_core_comparators_base import Park
+
+        super().__init__(max_concurrency=2)
+        self.park = Park()
+
+    def request(self, query, first, second):
+        return query
+
+    def send(self, client, request):
+        self.park.hold()
+        return reply()
+
+    async def asend(self, client, request):
+        await asyncio.to_thread(self.park.hold)
+        return reply()
+
+    def parse(self, response):
+        return answer_from(response.get("logprobs"), response.get("content"), None, None)
+
+
+@pytest.mark.parametrize("threads, tasks", [(3, 1), (2, 2)])
+def test_a_remote_judge_s_sync_calls_hold_the_guard_s_slots_with_its_async_calls(threads, tasks):
+    """The sync path capped only its own batch's thread pool: ``judge`` in threads and ``ajudge`` on a loop under
+    one guard (a capped service's, a user's) had each batch's cap of calls in flight (measured: 6 with a cap of 2,
+    two sync batches and an async one); now every call holds one of the guard's slots."""
+    from tests.test_core_comparators_base import on_both_paths
+
+    judge, guard = ParkedRemote(), CallGuard(max_concurrency=2)
+    inside, errors = on_both_paths(judge, lambda: guard, guard.fair_slots, threads, tasks,
+                                   sync=RemoteComparator.judge, asyn=RemoteComparator.ajudge)
+    assert not errors and inside == judge.park.peak == 2
+    assert guard.fair_slots.free == 2 and guard.completed == threads + tasks
+
+
+class LateSlots(CallGuard):
+    """A guard whose slots are waited for past the deadline (as a thread woken late at its wait's timeout is)."""
+
+    def slots(self, n=1, timeout=None, threads=False):
+        return super().slots(n, None, threads)
+
+
+def test_a_sync_call_still_waiting_for_its_slot_at_the_deadline_is_not_sent_and_costs_nothing():
+    """The guard's one slot is held elsewhere (another batch's call, a cut call's thread) through the deadline: the
+    batch's call still waiting for it then is reported unsent (never sent, not counted), not cut in flight, and
+    sends nothing once it gets the slot."""
+    import time
+
+    from activeprp_core.slots import held
+
+    judge, guard = ParkedRemote(), LateSlots(max_concurrency=1)
+    guard.deadline = time.monotonic() + 0.05
+    with held(guard.slots(1, threads=True)):
+        judgments = judge.judge("q", [pair("1"), pair("2")], guard=guard)
+    assert [j.cut for j in judgments] == ["unsent", "unsent"] and guard.completed == 0
+    with held(guard.fair_slots.take(1, timeout=30.0, threads=True)):  # the waiting call got the slot, and left
+        pass
+    assert judge.park.peak == 0 and guard.fair_slots.free == 1 and guard.completed == 0
+
+
 # Generated answers as chat models write them when they give more than the one letter asked for (no logprobs, a
 # completion cap ignored or raised to 16 tokens), with the label they give; None = no single label: unusable.
 GENERATED_ANSWERS = [

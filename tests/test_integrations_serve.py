@@ -362,7 +362,7 @@ def test_the_service_breaker_caps_sync_threads_and_async_tasks_together(threads,
 
     judge, breaker = Parked(), Breaker(2, 3, 1.0, probe)
     inside, errors = on_both_paths(judge, lambda: breaker, breaker.fair_slots, threads, tasks)
-    assert not errors and inside == judge.peak == 2
+    assert not errors and inside == judge.park.peak == 2
 
 
 def _wait_until(predicate, timeout=10.0):

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..budget import check_count, check_seconds  # noqa: F401 (check_seconds: importable here too)
 from ..errors import ComparatorError, scrub
-from ..slots import TimedOut, wait_for
+from ..slots import TimedOut, held, wait_for
 from ..types import Judgment, Pair
 from .answers import Answer, UnusableAnswer
 from .base import (
@@ -265,7 +265,8 @@ class RemoteComparator(FreshState, Comparator):
 
     # ---- what the engine calls ----------------------------------------------------------------------
     def judge_batch(self, items: Sequence[Item], *, guard: CallGuard | None = None) -> list[Judgment]:
-        """One ``Judgment`` per ``(query, first, second)``, sent by up to ``guard.max_concurrency`` threads. When
+        """One ``Judgment`` per ``(query, first, second)``, sent by up to ``guard.max_concurrency`` threads, each call
+        holding one of the guard's slots (one cap with ``ajudge_batch`` and every other thread on the guard). When
         a call raises, queued calls are dropped and no retry starts; the batch raises at once when the guard is
         stopped (a 401, an open breaker), else once the calls in flight have answered.
 
@@ -312,36 +313,61 @@ class RemoteComparator(FreshState, Comparator):
 def _in_threads(call: Any, asks: Sequence[tuple[CallGuard, Sequence[Item]]]) -> list[list[Judgment] | Exception]:
     """``call(guard, item, stop, abandoned)`` per item of each ask ``(guard, items)``, in at most ``max_concurrency``
     threads (the first guard's: the asks' guards share one cap), each in a copy of the caller's context (its
-    ``contextvars``, as ``asyncio.to_thread`` does: a framework's callbacks and tracing see the calls).
+    ``contextvars``, as ``asyncio.to_thread`` does: a framework's callbacks and tracing see the calls), each call
+    holding one of its guard's slots (``_holding_a_slot``: the guard's cap counts the calls of every batch and
+    of the async path at once, not this pool's threads).
 
     Returns per ask its judgments, or the exception of its call that raised: that drops the ask's queued calls and
     starts no retry of its own (the other asks go on), and ends the wait at once when its guard stopped (a 401, an
     open breaker). Under deadlines the calls are waited for until the last of the asks' deadlines: a call not
-    started by then is not sent, one still running is cut (its thread runs on; its late answer is discarded)."""
+    started by then (or still waiting for its slot) is not sent, one still running is cut (its thread runs on,
+    holding its slot; its late answer is discarded)."""
     jobs = [(k, guard, item) for k, (guard, items) in enumerate(asks) for item in items]
     stops, abandoned = [threading.Event() for _ in asks], threading.Event()
     lefts = [guard.time_left(item[0]) for _, guard, item in jobs]
     timeout = None if not jobs or None in lefts else max(0.0, max(lefts))
     workers = min(asks[0][0].max_concurrency or len(jobs), len(jobs)) if jobs else 0
     if workers <= 1 and timeout is None:
-        return [_in_turn(call, guard, items, stop, abandoned) for (guard, items), stop in zip(asks, stops)]
+        def slotted(guard: CallGuard, item: Item, stop: threading.Event, abandoned: threading.Event) -> Judgment:
+            return _holding_a_slot(call, guard, item, stop, abandoned, threading.Event())
+
+        return [_in_turn(slotted, guard, items, stop, abandoned) for (guard, items), stop in zip(asks, stops)]
     pool = ThreadPoolExecutor(workers, thread_name_prefix="activeprp-remote")
-    futures = [pool.submit(contextvars.copy_context().run, call, guard, item, stops[k], abandoned)
-               for k, guard, item in jobs]
-    owners = [[f for f, (k, _, _) in zip(futures, jobs) if k == ask] for ask in range(len(asks))]
+    holding = [threading.Event() for _ in jobs]
+    futures = [pool.submit(contextvars.copy_context().run, _holding_a_slot, call, guard, item, stops[k], abandoned,
+                           has_slot) for (k, guard, item), has_slot in zip(jobs, holding)]
+    owners = [[(f, has) for f, has, (k, _, _) in zip(futures, holding, jobs) if k == ask] for ask in range(len(asks))]
     try:
-        _wait(owners, stops, [guard for guard, _ in asks], timeout)
+        _wait([[f for f, _ in own] for own in owners], stops, [guard for guard, _ in asks], timeout)
+        for stop in stops:  # before reading which calls hold a slot: one that gets it now sends nothing
+            stop.set()
         out: list[list[Judgment] | Exception] = []
         for (guard, _), own in zip(asks, owners):
-            failed = next((f for f in own if f.done() and not f.cancelled() and f.exception()), None)
+            failed = next((f for f, _ in own if f.done() and not f.cancelled() and f.exception()), None)
             out.append(failed.exception() if failed is not None else  # type: ignore[arg-type]
-                       [f.result() if f.done() else unsent() if f.cancel() else cut_calls(guard, 1)[0] for f in own])
+                       [f.result() if f.done() else unsent() if f.cancel() or not has.is_set()
+                        else cut_calls(guard, 1)[0] for f, has in own])
         return out
     finally:
         abandoned.set()
         for stop in stops:
             stop.set()
         pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _holding_a_slot(call: Any, guard: CallGuard, item: Item, stop: threading.Event, abandoned: threading.Event,
+                    holding: threading.Event) -> Judgment:
+    """``call(guard, item, stop, abandoned)`` holding one of ``guard``'s slots, waited for by this thread (set
+    ``holding`` once it has it; ``call`` then checks ``stop`` first): not sent once ``stop`` is set, nor when no slot
+    frees before the deadline of the item's query."""
+    if stop.is_set():
+        return Judgment(None, error="not sent: the batch already failed")
+    try:
+        with held(guard.slots(1, guard.time_left(item[0]), threads=True)):
+            holding.set()
+            return call(guard, item, stop, abandoned)
+    except DeadlinePassed:  # no slot before the deadline
+        return unsent()
 
 
 def _in_turn(call: Any, guard: CallGuard, items: Sequence[Item], stop: threading.Event,
