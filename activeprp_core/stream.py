@@ -49,7 +49,7 @@ from .errors import ComparatorAuthError
 from .judging import RoundLatency
 from .many import DEFAULT_MAX_ACTIVE, RerankFailure, check_own, request_query, split_request
 from .settings import RerankSettings, takes_settings
-from .slots import FairSlots, wait_done
+from .slots import wait_done
 from .types import Candidate, Judgment, RerankResult, to_judgments
 
 MERGE_PASSES = 8
@@ -204,7 +204,8 @@ class RerankPool:
         comparator: the judge (a ``Comparator`` or an object with ``compare``); not closed here.
         settings: the ``RerankSettings`` of every request (a request may replace ``PER_REQUEST`` fields).
         guard: the shared ``CallGuard`` (default: ``guard_for`` the comparator and settings, a breaker that
-            stays open once opened). Its ``max_concurrency`` caps the calls in flight across requests.
+            stays open once opened). Its ``max_concurrency`` caps the calls in flight across requests, and across
+            whatever else uses the guard (another pool, a direct call): its slots (``fair_slots``) are the pool's.
 
     The requests share one record of round latencies (``judging.RoundLatency``), from which a request with a
     ``time_budget`` plans the rounds that fit. Use from coroutines of one event loop; ``await aclose()`` when done
@@ -219,8 +220,7 @@ class RerankPool:
         self.judge = as_comparator(comparator)
         self.settings = RerankSettings.of(settings)
         self.guard = guard if guard is not None else guard_for(self.judge, self.settings)
-        cap = self.guard.max_concurrency
-        self.slots = None if cap is None else FairSlots(cap)
+        self.slots = self.guard.fair_slots  # the guard's one count: its calls outside the pool share the cap
         self.latency = RoundLatency()
         self._merger = _Merger(self) if self.judge.batches_queries else None
         self._keys = itertools.count()

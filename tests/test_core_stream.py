@@ -489,3 +489,20 @@ def test_closing_the_pool_cancels_a_request_whose_round_is_in_the_merged_call():
 
     asyncio.run(run())
     assert judge.cancelled == judge.started > 0
+
+
+def test_a_pool_s_requests_and_other_calls_on_its_guard_share_the_guard_s_cap():
+    """``RerankPool`` queued its requests for slots of its own: a guard shared with another pool, or used for
+    calls outside the pool, had its cap once in the pool and once outside."""
+    import itertools
+    import time
+
+    from activeprp_core.comparators import CallGuard
+    from activeprp_core.comparators.base import RequestGuard
+    from tests.test_core_comparators_base import Parked, on_both_paths
+
+    judge, guard = Parked(), CallGuard(max_concurrency=2)
+    pool, keys = RerankPool(judge, RerankSettings(budget=20, top_k=3), guard), itertools.count()
+    views = itertools.cycle([lambda: RequestGuard(guard, pool.slots, next(keys), time.monotonic), lambda: guard])
+    inside, errors = on_both_paths(judge, lambda: next(views)(), guard.fair_slots, 0, 4)
+    assert not errors and inside == judge.park.peak == 2
