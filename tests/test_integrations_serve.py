@@ -964,6 +964,75 @@ def test_the_judge_s_retries_are_a_metric():
     assert f"activeprp_judge_retries_total {float(spent['retries'])}" in metrics
 
 
+def _openai_judge(url):
+    """An openai judge on the stand-in ``url``: 2 attempts per call (1 retry), short backoff, one call at a time
+    (so no call is cut while another's answer comes: each request the judge got is a call or a retry)."""
+    from activeprp_core.comparators import OpenAIChatComparator
+
+    return OpenAIChatComparator("m", base_url=url, api_key="k", max_attempts=2, backoff_initial=0.01,
+                                backoff_max=0.02, max_concurrency=1)
+
+
+@pytest.mark.parametrize(("on_failure", "status"), [("raise", 503), ("prior", 200)])
+def test_the_retries_of_a_request_that_failed_are_a_metric(on_failure, status):
+    """A judge that always fails: the request failed (503) or degraded to its prior order (200), and the judge got
+    2 HTTP requests per call. The retries were counted from an answered request's result alone: none for a failed
+    request, none of the failed batch's for a degraded one."""
+    pytest.importorskip("openai")
+    from tests._llm_server import FaultServer, Reply, error_body
+
+    settings = dict(SERVER, cool_down=60, on_failure=on_failure)
+    with FaultServer(lambda request: Reply(500, error_body("down")), max_requests=200, max_seconds=60) as endpoint, \
+            _openai_judge(endpoint.url) as judge, TestClient(create_app(judge, **settings)) as client:
+        response = _post(client, "/v2/rerank", GOOD)
+        metrics = client.get("/metrics").text
+    calls, retries = metric(metrics, "activeprp_judge_calls_total"), metric(metrics, "activeprp_judge_retries_total")
+    assert response.status_code == status and calls == SERVER_BREAKER
+    assert retries == endpoint.requests - calls == calls
+
+
+def test_the_retries_of_a_request_whose_client_went_away_are_a_metric():
+    """The judge failed a call's first attempt and hung on its retry; the client left then: one call, one retry."""
+    pytest.importorskip("openai")
+    from tests._llm_server import FaultServer, Reply, completion, error_body
+
+    def plan(request):
+        return Reply(500, error_body("busy")) if request.n == 0 else Reply(body=completion("A"), delay_s=3)
+
+    with FaultServer(plan, max_requests=200, max_seconds=60) as endpoint, _openai_judge(endpoint.url) as judge, \
+            serving(create_app(judge, **SERVER)) as (url, _):
+        body = json.dumps(GOOD).encode()
+        sock = _connect(url, HEAD % len(body) + body)
+        _wait_until(lambda: endpoint.requests == 2)  # the retry is out
+        sock.close()
+        _wait_until(lambda: metric(httpx.get(f"{url}/metrics").text, "activeprp_requests_total",
+                                   route="/v2/rerank", status="499") == 1)
+        metrics = httpx.get(f"{url}/metrics").text
+    assert metric(metrics, "activeprp_judge_calls_total") == metric(metrics, "activeprp_judge_retries_total") == 1
+    assert endpoint.requests == 2
+
+
+def test_the_retries_of_the_breaker_s_probe_are_a_metric():
+    """The probe's call counts its retry (activeprp_judge_calls_total counted the probe, not its retry)."""
+    pytest.importorskip("openai")
+    from activeprp_core import RerankSettings
+    from activeprp_integrations.serve import SERVE
+    from activeprp_integrations.serve.service import RerankService
+    from tests._llm_server import FaultServer, Reply, error_body
+
+    seen = []
+
+    async def probe():
+        service = RerankService(judge, RerankSettings.of(SERVE), max_active=1, max_queue=0,
+                                on_call=lambda ok, retries=0: seen.append((ok, retries)))
+        return await service.breaker._probe_once()
+
+    with FaultServer(lambda request: Reply(500, error_body("down")), max_requests=20, max_seconds=60) as endpoint, \
+            _openai_judge(endpoint.url) as judge:
+        answered = asyncio.run(probe())
+    assert not answered and seen == [(False, 1)] and endpoint.requests == 2
+
+
 def test_serve_s_reply_cap_makes_a_judge_reply_over_it_a_failed_call(monkeypatch):
     """``activeprp serve --max-reply-bytes`` reaches the openai judge: a stand-in judge's 8 KB answers are read
     under the 1 MiB default, and each is a failed call, not retried, under a 4096-byte cap (all failed: 503)."""

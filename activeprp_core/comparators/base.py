@@ -172,13 +172,15 @@ class CallGuard:
                 self._error = error
 
     def record(self, ok: bool | None, reason: str | None = None, retry_after: float | None = None,
-               unusable: bool = False, source: Any = None) -> None:
+               unusable: bool = False, source: Any = None, retries: int = 0) -> None:
         """Note one call that reached the backend; ``max_consecutive_failures`` failures in a row open the breaker.
         ``ok=None``: it was sent but its outcome is unknown (cancelled in flight): counted, streak unchanged.
         ``retry_after``: the seconds a failed call's backend asked to wait (read by a breaker that probes back).
         ``unusable``: the failed call was answered, but with no usable answer (what the prompt, and so a caller's
         documents, can cause; a breaker shared by strangers checks the judge before it opens on that).
-        ``source``: the query the call belongs to (a ``RequestGuard`` passes its ``key``)."""
+        ``source``: the query the call belongs to (a ``RequestGuard`` passes its ``key``).
+        ``retries``: the call's transport retries (its requests to the backend beyond the first), whatever its
+        outcome; not read here (a guard that keeps metrics, e.g. ``activeprp serve``'s breaker, counts them)."""
         with self._lock:
             self.completed += 1
             if ok is None:
@@ -214,7 +216,7 @@ class CallGuard:
     def record_all(self, judgments: Sequence[Judgment]) -> None:
         """``record`` each judgment in order (a failed call is one with ``prob is None``)."""
         for j in judgments:
-            self.record(j.prob is not None, j.error)
+            self.record(j.prob is not None, j.error, retries=j.retries)
 
     @property
     def fair_slots(self) -> FairSlots | None:
@@ -259,9 +261,9 @@ class RequestGuard(CallGuard):
         self.shared.trip(error)
 
     def record(self, ok: bool | None, reason: str | None = None, retry_after: float | None = None,
-               unusable: bool = False, source: Any = None) -> None:
+               unusable: bool = False, source: Any = None, retries: int = 0) -> None:
         self.completed += 1
-        self.shared.record(ok, reason, retry_after, unusable, self.key)
+        self.shared.record(ok, reason, retry_after, unusable, self.key, retries)
 
     @property
     def fair_slots(self) -> FairSlots | None:

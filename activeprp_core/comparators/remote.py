@@ -228,7 +228,7 @@ class RemoteComparator(FreshState, Comparator):
                     outcome = _settle(self, guard, retrying, await retrying(attempt))
                 except asyncio.CancelledError:
                     if tries.count:  # it went out: it counts as spent, its outcome is unknown
-                        guard.record(None)
+                        guard.record(None, retries=tries.count - 1)
                     raise
                 except Exception as err:
                     outcome = self._after(err, guard, retrying, tries)
@@ -252,14 +252,14 @@ class RemoteComparator(FreshState, Comparator):
                 return unsent()
             if isinstance(error, _InFlight) or tries.last is None:
                 if record:
-                    guard.record(None)
+                    guard.record(None, retries=tries.count - 1)
                 return cut_in_flight(tries.count - 1)
             error = tries.last
         if not self._handled(error):
             raise error
         if tries.timed_out(self._fault(error)):  # its last attempt failed only at the deadline: cut in flight
             if record:
-                guard.record(None)
+                guard.record(None, retries=tries.count - 1)
             return cut_in_flight(tries.count - 1)
         return _settle(self, guard, retrying, error=error, record=record, retries=tries.count - 1)
 
@@ -527,5 +527,5 @@ def _settle(comp: RemoteComparator, guard: CallGuard, retrying: Any, response: A
     if record:
         asked = None if failure is None or failure.retry_after is None else min(failure.retry_after,
                                                                                comp.max_retry_after)
-        guard.record(ok, reason, asked, unusable)
+        guard.record(ok, reason, asked, unusable, retries=retries)
     return outcome

@@ -56,7 +56,7 @@ class Metrics:
         self.tokens = Counter("judge_tokens", "tokens the judge reported for the answered requests", ["kind"], **kw)
         self.rounds = Counter("rounds", "sequential rounds of judge calls, summed over the answered requests", **kw)
         self.retries = Counter("judge_retries", "transport retries of judge calls (HTTP requests beyond the calls; "
-                               "never billed), summed over the answered requests", **kw)
+                               "never billed), of every call counted in judge_calls", **kw)
         self.latency = Histogram("request_seconds", "wall time of a rerank request", ["route"], **kw,
                                  buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120))
         self.in_progress = Gauge("requests_in_progress", "rerank requests being answered", **kw)
@@ -64,9 +64,11 @@ class Metrics:
         self.queued = Gauge("requests_queued", "rerank requests waiting for a slot (at most --max-queue)", **kw)
         self.breaker_open = Gauge("judge_breaker_open", "1 while the judge's circuit breaker is open", **kw)
 
-    def call(self, ok: bool | None) -> None:
-        """One call reached the judge (``ok``: answered, failed, or None: cancelled in flight)."""
+    def call(self, ok: bool | None, retries: int = 0) -> None:
+        """One call reached the judge (``ok``: answered, failed, or None: cancelled in flight) after ``retries``
+        transport retries, whatever became of its request (answered, failed, abandoned by its client)."""
         self.calls.inc()
+        self.retries.inc(retries)
         if ok is False:
             self.failed_calls.inc()
 
@@ -77,8 +79,9 @@ class Metrics:
         self.breaker_open.set_function(lambda: float(service.breaker.open))
 
     def spent(self, result: RerankResult) -> None:
+        """What an answered request spent: its rounds and the judge's tokens (its calls and retries are counted
+        as they reach the judge: ``call``)."""
         self.rounds.inc(result.rounds)
-        self.retries.inc(result.retries)
         self.tokens.labels("prompt").inc(result.prompt_tokens)
         self.tokens.labels("completion").inc(result.completion_tokens)
 

@@ -35,8 +35,12 @@ class Breaker(CallGuard):
         threshold: failed calls in a row that open it (int >= 1; None = only ``trip`` opens it).
         cool_down: seconds between opening (or a failed probe) and the next probe (> 0).
         probe: an async callable making one judge call; returns whether it was answered (raising = not).
-        on_call: called with ``ok`` (True, False, or None for a call cancelled in flight) for every call that
-            reached the judge, probes included (for metrics).
+        on_call: called with ``ok`` (True, False, or None for a call cancelled in flight) and ``retries`` (its
+            transport retries, int >= 0) for every call that reached the judge, whatever became of its request,
+            probes included (for metrics).
+
+    The probe call is to be sent on ``probe_guard`` (a fresh ``ProbeGuard`` for each probe), whose retries the
+    probe's ``on_call`` reports.
     """
 
     def __init__(self, max_concurrency: int | None, threshold: int | None, cool_down: float,
@@ -50,20 +54,21 @@ class Breaker(CallGuard):
         self._streaks = 0  # streaks started (so that a probe's answer forgives only the streak it was sent for)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
+        self.probe_guard = ProbeGuard()
 
     @property
     def open(self) -> bool:
         return self.error is not None
 
     def record(self, ok: bool | None, reason: str | None = None, retry_after: float | None = None,
-               unusable: bool = False, source: Any = None) -> None:
+               unusable: bool = False, source: Any = None, retries: int = 0) -> None:
         if ok:
             self.asked = None
         elif retry_after is not None and ok is False:
             self.asked = max(self.asked or 0.0, retry_after)
-        super().record(ok, reason, retry_after, unusable, source)
+        super().record(ok, reason, retry_after, unusable, source, retries)
         if self.on_call is not None:
-            self.on_call(ok)
+            self.on_call(ok, retries)
         self._noticed()
 
     def trip(self, error: ComparatorError) -> None:
@@ -150,10 +155,25 @@ class Breaker(CallGuard):
         self._noticed()
 
     async def _probe_once(self) -> bool:
-        ok = False
+        ok, guard = False, ProbeGuard()
+        self.probe_guard = guard
         with contextlib.suppress(Exception):
             ok = bool(await self.probe())
         self.probes += 1
         if self.on_call is not None:
-            self.on_call(ok)
+            self.on_call(ok, guard.retries)
         return ok
+
+
+class ProbeGuard(CallGuard):
+    """The ``CallGuard`` of one probe call: one call in flight and no breaker (the probe must not count in the
+    judge's streak of failed calls); ``retries`` sums the transport retries the comparator records on it."""
+
+    def __init__(self) -> None:
+        super().__init__(1, None)
+        self.retries = 0
+
+    def record(self, ok: bool | None, reason: str | None = None, retry_after: float | None = None,
+               unusable: bool = False, source: Any = None, retries: int = 0) -> None:
+        super().record(ok, reason, retry_after, unusable, source, retries)
+        self.retries += retries

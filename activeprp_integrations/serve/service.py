@@ -124,14 +124,16 @@ class RerankService:
             across requests, its ``max_consecutive_failures`` opens the breaker.
         max_active, max_queue: requests reranked at once, requests waiting (ints >= 1 and >= 0).
         cool_down: seconds the breaker stays open before a probe (> 0).
-        on_call: called with ``ok`` for every call that reached the judge (``Breaker``), for metrics.
+        on_call: called with ``ok`` and ``retries`` for every call that reached the judge (``Breaker``), for
+            metrics.
 
     Use ``await rerank(...)`` from coroutines of one event loop; ``await start()`` at start-up (else the first
     request starts the probes) and ``await stop()`` once at shutdown.
     """
 
     def __init__(self, comparator: Any, settings: RerankSettings, *, max_active: int, max_queue: int,
-                 cool_down: float = DEFAULT_COOL_DOWN, on_call: Callable[[bool | None], None] | None = None) -> None:
+                 cool_down: float = DEFAULT_COOL_DOWN,
+                 on_call: Callable[[bool | None, int], None] | None = None) -> None:
         judge = as_comparator(comparator)
         self.breaker = Breaker(guard_cap(judge, settings), settings.max_consecutive_failures, cool_down, self._probe,
                                on_call)
@@ -202,7 +204,7 @@ class RerankService:
 
     async def _probe(self) -> bool:
         query, first, second = PROBE
-        call = self.pool.judge.ajudge(query, [(first, second)], guard=CallGuard(1, None))
+        call = self.pool.judge.ajudge(query, [(first, second)], guard=self.breaker.probe_guard)
         answers = await wait_for(call, max(self.breaker.cool_down, PROBE_TIMEOUT))
         return answers[0].prob is not None
 
