@@ -184,6 +184,21 @@ def test_malformed_json_says_where(client):
     assert response.json()["message"] == "invalid request: the body is not valid JSON (Expecting value at character 29)"
 
 
+@pytest.mark.parametrize("route", ["/v2/rerank", "/v1/rerank", "/rerank"])
+@pytest.mark.parametrize(("body", "says"), [
+    (b'{"query": "q", "documents": ["a"], "seed": ' + b"9" * 5000 + b"}",
+     f"a number in the body has more than {sys.get_int_max_str_digits()} digits"),
+    (b'{"query": "q \xff", "documents": ["a"]}',
+     "the body is not UTF-8, invalid start byte at byte 13 (send the body as UTF-8 JSON)"),
+    (b'{"query": "q", "documents": [,]}', "the body is not valid JSON (Expecting value at character 29)")])
+def test_a_body_the_parser_refuses_is_told_what_is_wrong(client, route, body, says):
+    """A 5000-digit number (over Python's int_max_str_digits) was told to send the body as UTF-8 JSON, which it
+    was, and on /rerank that it was not JSON."""
+    response = _post(client, route, body)
+    assert response.status_code == 400 and response.json()["message"] == "invalid request: " + says + (
+        ", more than this server parses: send fewer digits" if "digits" in says else "")
+
+
 @pytest.mark.parametrize("route", ["/v1/rerank", "/rerank"])
 @pytest.mark.parametrize(("document", "says"), [
     (b'{"text": "a", "score": NaN}', "not a JSON number"), (b'{"text": "a", "score": -Infinity}', "not a JSON number"),

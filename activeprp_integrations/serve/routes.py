@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import random
 import re
+import sys
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -56,12 +58,30 @@ def too_long(error: ComparatorError) -> bool:
         bool(TOO_LONG.search(error.message))
 
 
+def _invalid_json(why: str, at: Any) -> str:
+    return f"invalid request: the body is not valid JSON ({why} at character {at})"
+
+
+def _parse_error(error: BaseException | None) -> str | None:
+    """What is wrong with a body that the JSON parser refused with ``error``, saying what to change; None when
+    ``error`` is no refusal of the parser's."""
+    if isinstance(error, json.JSONDecodeError):
+        return _invalid_json(error.msg, error.pos)
+    if isinstance(error, UnicodeDecodeError):
+        return (f"invalid request: the body is not UTF-8, {error.reason} at byte {error.start} (send the body as "
+                "UTF-8 JSON)")
+    if isinstance(error, ValueError) and "integer string conversion" in str(error):  # Python's int_max_str_digits
+        return (f"invalid request: a number in the body has more than {sys.get_int_max_str_digits()} digits, more "
+                "than this server parses: send fewer digits")
+    return None
+
+
 def _validation_message(exc: RequestValidationError | ValidationError) -> str:
     parts = []
     for err in exc.errors()[:10]:
         if err.get("type") == "json_invalid":  # loc is ("body", character offset)
             at, why = err.get("loc", ("body", "?"))[-1], err.get("ctx", {}).get("error", "JSON decode error")
-            return f"invalid request: the body is not valid JSON ({why} at character {at})"
+            return _invalid_json(why, at)
         loc = ".".join(str(p) for p in err.get("loc", ()) if p != "body") or "body"
         parts.append(f"{loc}: {err.get('msg', 'invalid')}")
     return "invalid request: " + "; ".join(parts)
@@ -97,8 +117,11 @@ def add_error_handlers(app: FastAPI) -> None:
         return error_response(400, _validation_message(exc) + _body_hint(request), "invalid_request")
 
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        hint = (_body_hint(request) or " (send the body as UTF-8 JSON)") if exc.status_code == 400 else ""
-        return error_response(exc.status_code, str(exc.detail) + hint, "invalid_request")
+        if exc.status_code != 400:
+            return error_response(exc.status_code, str(exc.detail), "invalid_request")
+        # FastAPI's "There was an error parsing the body" chains the parser's error, which says what is wrong
+        why = _parse_error(exc.__cause__) or str(exc.detail) + _body_hint(request)
+        return error_response(400, why, "invalid_request")
 
     async def refused(request: Request, exc: CallerError) -> JSONResponse:
         return error_response(exc.status, str(exc), "invalid_request")
@@ -232,8 +255,8 @@ class Routes:
                                   "invalid_request")
         try:
             raw = await request.json()
-        except Exception:
-            return error_response(400, "invalid request: the body is not JSON", "invalid_request")
+        except Exception as err:
+            return error_response(400, _parse_error(err) or "invalid request: the body is not JSON", "invalid_request")
         if isinstance(raw, dict) and "texts" in raw:
             return await self.tei(TEIRequest.model_validate(raw))
         body = RerankRequest.model_validate({"return_documents": True, **raw} if isinstance(raw, dict) else raw)
