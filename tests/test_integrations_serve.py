@@ -25,7 +25,7 @@ from hypothesis import strategies as st  # noqa: E402
 from activeprp_core import Comparator, ComparatorAuthError, ComparatorRequestError, arerank  # noqa: E402
 from activeprp_core.settings import PER_REQUEST  # noqa: E402
 from activeprp_integrations.serve import create_app  # noqa: E402
-from activeprp_integrations.serve.bodies import BODY_FIELDS, CAPPED, Limits, RerankRequest  # noqa: E402
+from activeprp_integrations.serve.bodies import BODY_FIELDS, CAPPED, Limits, RerankRequest, TEIRequest  # noqa: E402
 from tests._llm_server import free_port  # noqa: E402
 from tests._serve_helpers import WordJudge, candidates, make_request, metric, serve_command, serving  # noqa: E402
 
@@ -229,14 +229,36 @@ def test_caps_say_what_to_change(client):
     assert client.get("/v2/rerank").status_code == 405 and client.get("/v2/rerank").json()["message"]
 
 
-def test_every_setting_a_request_may_carry_is_a_body_field_that_reaches_the_rerank():
+@pytest.mark.parametrize(("shape", "texts"), [(RerankRequest, "documents"), (TEIRequest, "texts")])
+def test_every_setting_a_request_may_carry_is_a_body_field_that_reaches_the_rerank(shape, texts):
     """The body ignores fields it does not know (``extra="ignore"``), so a per-request setting it lacked would be
-    dropped silently."""
+    dropped silently (TEI's shape dropped them all)."""
     values = {"budget": 7, "max_rounds": 3, "token_budget": 900, "time_budget": 2.5, "top_k": 4, "seed": 11}
     assert set(values) == set(PER_REQUEST)  # a new per-request setting: give it a value here
-    body = RerankRequest.model_validate({"query": "q", "documents": ["a"],
-                                         **{BODY_FIELDS[name]: v for name, v in values.items()}})
+    body = shape.model_validate({"query": "q", texts: ["a"], **{BODY_FIELDS[name]: v for name, v in values.items()}})
     assert Limits(5, 100, dict.fromkeys(CAPPED)).own_settings(body) == values
+
+
+def test_a_tei_request_s_settings_are_checked_and_honoured_and_its_errors_name_texts(client):
+    """TEI's shape ignored ``budget`` even over the server's cap (200), and an empty ``texts`` was told that
+    ``documents`` is empty."""
+    query, docs = make_request(2, n_docs=12)
+    over = _post(client, "/rerank", {"query": query, "texts": docs, "budget": SERVER["budget"] + 1})
+    assert over.status_code == 400 and over.json()["message"].startswith(f"budget {SERVER['budget'] + 1} is over")
+    own = {"budget": 4, "max_rounds": 2, "seed": 3, "top_n": 5}
+    tei = _post(client, "/rerank", {"query": query, "texts": docs, **own}).json()
+    expected = reference(query, docs, top_k=5, budget=4, max_rounds=2, seed=3)
+    assert [(r["index"], r["score"]) for r in tei] == [(i, expected.scores[i]) for i in expected.order[:5]]
+    empty = _post(client, "/rerank", {"query": query, "texts": []})
+    assert empty.status_code == 400 and empty.json()["message"] == "texts is empty: send at least one document"
+    many = _post(client, "/rerank", {"query": query, "texts": ["x"] * 26})
+    assert many.status_code == 413 and many.json()["message"].startswith("26 texts is over this server's cap")
+
+
+def test_a_jina_answer_names_a_model_when_the_request_named_none(client):
+    """Jina's answers always name the model (a string); the request's is echoed, and without one it was null."""
+    assert _post(client, "/rerank", {**GOOD, "model": "m"}).json()["model"] == "m"
+    assert _post(client, "/rerank", {k: v for k, v in GOOD.items() if k != "model"}).json()["model"] == "activeprp"
 
 
 @pytest.mark.parametrize("bad", [{"budget": -1}, {"max_rounds": "3"}, {"ranker": "nope"}, {"max_active": 0},

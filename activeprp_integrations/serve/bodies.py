@@ -16,9 +16,21 @@ class _Body(BaseModel):
     model_config = ConfigDict(strict=True, extra="ignore")
 
 
-class RerankRequest(_Body):
-    """A Cohere rerank request (v1 and v2), plus ActivePRP's extensions ``budget``, ``max_rounds``,
-    ``token_budget``, ``time_budget`` (seconds, counted from the request's arrival) and ``seed``.
+class _Settings(_Body):
+    """The settings a request of any shape may carry in its body (``BODY_FIELDS``; None = the server's): ``top_n``
+    (the reranked prefix, and the results returned) and ActivePRP's extensions ``budget``, ``max_rounds``,
+    ``token_budget``, ``time_budget`` (seconds, counted from the request's arrival) and ``seed``."""
+
+    top_n: int | None = Field(None, ge=1)
+    budget: int | None = Field(None, ge=0)
+    max_rounds: int | None = Field(None, ge=0)
+    token_budget: int | None = Field(None, ge=0)
+    seed: int | None = None
+    time_budget: float | None = Field(None, ge=0, allow_inf_nan=False)
+
+
+class RerankRequest(_Settings):
+    """A Cohere rerank request (v1 and v2), with the settings of ``_Settings``.
 
     ``max_tokens_per_doc`` cuts each document to that many whitespace-separated words before judging. A document is
     a string or an object (Cohere v1's semi-structured documents): the judge reads its ``rank_fields`` (default
@@ -29,14 +41,8 @@ class RerankRequest(_Body):
     query: str
     documents: list[str | dict[str, Any]]
     rank_fields: list[str] | None = Field(None, min_length=1)
-    top_n: int | None = Field(None, ge=1)
     return_documents: bool = False
     max_tokens_per_doc: int | None = Field(None, ge=1)
-    budget: int | None = Field(None, ge=0)
-    max_rounds: int | None = Field(None, ge=0)
-    token_budget: int | None = Field(None, ge=0)
-    seed: int | None = None
-    time_budget: float | None = Field(None, ge=0, allow_inf_nan=False)
 
     @field_validator("documents")
     @classmethod
@@ -47,8 +53,9 @@ class RerankRequest(_Body):
         return documents
 
 
-class TEIRequest(_Body):
-    """A Hugging Face text-embeddings-inference ``/rerank`` request (``truncate``/``raw_scores`` are accepted)."""
+class TEIRequest(_Settings):
+    """A Hugging Face text-embeddings-inference ``/rerank`` request (``truncate``/``raw_scores`` are accepted), with
+    the settings of ``_Settings`` (TEI has none of those names)."""
 
     query: str
     texts: list[str]
@@ -123,8 +130,8 @@ class CallerError(ValueError):
 CAPPED = tuple(dict.fromkeys((*CAPS, "time_budget")))
 """The settings a request may ask for in its body, up to the server's value: the caps."""
 BODY_FIELDS: dict[str, str] = {name: {"top_k": "top_n"}.get(name, name) for name in PER_REQUEST}
-"""Each setting a request may carry (``settings.PER_REQUEST``) and the ``RerankRequest`` field that carries it: the
-setting's name, except Cohere's ``top_n`` for ``top_k``."""
+"""Each setting a request may carry (``settings.PER_REQUEST``) and the body field that carries it (declared by
+``_Settings``, so in every shape): the setting's name, except Cohere's ``top_n`` for ``top_k``."""
 MAX_BODY_BYTES = 64_000_000
 """The most the default body cap may be (``Limits.default_body_bytes``)."""
 VALUES_PER_DOCUMENT = 64
@@ -152,7 +159,7 @@ class Limits:
         byte), plus room for the rest, at most ``MAX_BODY_BYTES``."""
         return min(6 * max_documents * max_document_bytes + 65536, MAX_BODY_BYTES)
 
-    def own_settings(self, request: RerankRequest) -> dict[str, Any]:
+    def own_settings(self, request: RerankRequest | TEIRequest) -> dict[str, Any]:
         """The request's own settings for ``RerankService.rerank`` (``BODY_FIELDS`` that it sends), checked against
         the server's caps.
 
@@ -170,26 +177,32 @@ class Limits:
             own[name] = value
         return own
 
-    def texts(self, query: str, documents: list[Any], rank_fields: list[str] | None = None) -> tuple[str, list[str]]:
+    def texts(self, query: str, documents: list[Any], rank_fields: list[str] | None = None,
+              field: str = "documents") -> tuple[str, list[str]]:
         """The query and document texts (``document_text``), checked against the caps, lone surrogates replaced
-        (JSON answers cannot carry them)."""
+        (JSON answers cannot carry them). ``field``: the body field that sent the documents (TEI's ``texts``),
+        named in the errors.
+
+        Raises:
+            CallerError: an empty query or ``field``, or one over a cap (413).
+        """
         if not query.strip():
             raise CallerError("query is empty: send the question the documents are ranked for")
         if not documents:
-            raise CallerError("documents is empty: send at least one document")
+            raise CallerError(f"{field} is empty: send at least one document")
         size = len(query.encode("utf-8", "surrogatepass"))
         if self.max_query_bytes is not None and size > self.max_query_bytes:
             raise CallerError(f"the query has {size} bytes, over this server's cap of {self.max_query_bytes} bytes: "
                               "shorten it", 413)
         if len(documents) > self.max_documents:
-            raise CallerError(f"{len(documents)} documents is over this server's cap of {self.max_documents} "
+            raise CallerError(f"{len(documents)} {field} is over this server's cap of {self.max_documents} "
                               "per request: send fewer", 413)
         texts = []
         for i, doc in enumerate(documents):
             text = document_text(i, doc, rank_fields)
             size = len(text.encode("utf-8", "surrogatepass"))
             if size > self.max_document_bytes:
-                raise CallerError(f"documents[{i}] has {size} bytes, over this server's cap of "
+                raise CallerError(f"{field}[{i}] has {size} bytes, over this server's cap of "
                                   f"{self.max_document_bytes} bytes per document: shorten it", 413)
             texts.append(model_text(text))
         return model_text(query), texts

@@ -29,6 +29,8 @@ from .service import Overloaded, RerankService, ShuttingDown
 
 API_VERSIONS = {"v1": "1", "v2": "2"}
 SEARCH_UNIT_DOCUMENTS = 100  # Cohere bills one search unit per query and 100 documents
+MODEL = "activeprp"
+"""The ``model`` of a Jina answer to a request that named none (Jina's answers always name one, a string)."""
 
 JudgeBlock = Callable[[RerankResult], Mapping[str, Any] | None]
 Respond = Callable[[RerankResult, list[int], list[str]], Any]
@@ -187,10 +189,12 @@ class Routes:
         app.get("/metrics")(self.prometheus)
 
     async def answer(self, query: str, documents: list, top_n: int | None, max_words: int | None,
-                     own: dict[str, Any], respond: Respond, rank_fields: list[str] | None = None) -> Response:
-        """Rerank ``documents`` with the request's ``own`` settings (see ``app`` for the statuses): the judge sees
-        each text (``bodies.document_text``) cut to ``max_words`` words; ``respond`` gets the whole texts."""
-        query, texts = self.limits.texts(query, documents, rank_fields)
+                     own: dict[str, Any], respond: Respond, rank_fields: list[str] | None = None,
+                     field: str = "documents") -> Response:
+        """Rerank ``documents`` (the body's ``field``) with the request's ``own`` settings (see ``app`` for the
+        statuses): the judge sees each text (``bodies.document_text``) cut to ``max_words`` words; ``respond`` gets
+        the whole texts."""
+        query, texts = self.limits.texts(query, documents, rank_fields, field)
         judged = texts if max_words is None else [cut_words(t, max_words) for t in texts]
         candidates = [Candidate(str(i), t) for i, t in enumerate(judged)]
         try:
@@ -263,8 +267,8 @@ class Routes:
 
         def jina(result: RerankResult, order: list[int], texts: list[str]) -> dict[str, Any]:
             tokens = result.prompt_tokens + result.completion_tokens
-            return {"model": body.model, "results": results(body, result, order), "usage": {"total_tokens": tokens},
-                    "meta": self.meta("jina", result, len(texts))}
+            return {"model": body.model or MODEL, "results": results(body, result, order),
+                    "usage": {"total_tokens": tokens}, "meta": self.meta("jina", result, len(texts))}
 
         return await self.answer(body.query, body.documents, body.top_n, body.max_tokens_per_doc,
                                  self.limits.own_settings(body), jina, body.rank_fields)
@@ -274,7 +278,8 @@ class Routes:
             return [{"index": i, "score": result.scores[i], **({"text": texts[i]} if body.return_text else {})}
                     for i in order]
 
-        return await self.answer(body.query, body.texts, None, None, {}, respond)
+        return await self.answer(body.query, body.texts, body.top_n, None, self.limits.own_settings(body), respond,
+                                 field="texts")
 
     async def health(self) -> dict[str, str]:
         """Liveness: the process answers (whatever the judge's state)."""
