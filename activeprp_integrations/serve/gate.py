@@ -67,7 +67,10 @@ class Gate:
        parsed. Every refusal before the body was read whole closes the connection;
     4. the disconnect: once the body is read, a client that goes away cancels the handler (so its rerank sends
        no further call) and is counted with status 499;
-    5. ``metrics``: requests by route and status, their latency and how many are in progress.
+    5. the server's cancel: a request the server cancels before its response started (uvicorn, when its graceful
+       shutdown passes ``timeout_graceful_shutdown``) gets a 503 ``unavailable`` with ``Retry-After`` (the server
+       sends it if the connection is still open) and ends there, counted as 503 (no traceback in the log);
+    6. ``metrics``: requests by route and status, their latency and how many are in progress.
     """
 
     def __init__(self, app: Any, *, routes: Iterable[str], keys: Iterable[str], max_body_bytes: int,
@@ -92,6 +95,12 @@ class Gate:
         self.metrics.in_progress.inc()
         try:
             await self._serve(scope, receive, send_counting)
+        except asyncio.CancelledError:  # by the server (the client's leaving is handled in _run)
+            if status[0] != CLIENT_GONE:  # its response has started: the server closes the connection
+                raise
+            await send_error(send_counting, 503, "the server stopped this request before its answer (its shutdown "
+                             "passed --shutdown-timeout): retry, on another replica if there is one", "unavailable",
+                             [("retry-after", "1")], close=True)
         except Exception:
             status[0] = 500  # the server's error handler answers it
             raise
