@@ -69,14 +69,20 @@ def candidates(docs: list[str]) -> list[Candidate]:
 
 
 @contextlib.contextmanager
-def serving(app, timeout: float = 30.0, graceful: float = 10.0, **options):
+def serving(app, timeout: float = 30.0, graceful: float = 10.0, drain: bool = False, **options):
     """Run ``app`` under uvicorn on 127.0.0.1 (a free port) in a daemon thread, with ``options`` for
-    ``uvicorn.Config``; yields its base URL and the ``uvicorn.Server``; stops it (graceful shutdown) on exit."""
+    ``uvicorn.Config``; yields its base URL and the ``uvicorn.Server``; stops it (graceful shutdown) on exit.
+    ``drain``: the server ``activeprp serve`` runs (``protocol.DrainingServer``), for an app of ``create_app``."""
     import uvicorn
 
     config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on",
                             timeout_graceful_shutdown=graceful, **options)
-    server = uvicorn.Server(config)
+    if drain:
+        from activeprp_integrations.serve.protocol import DrainingServer
+
+        server = DrainingServer(config, app.state.service)
+    else:
+        server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + timeout
@@ -92,16 +98,18 @@ def serving(app, timeout: float = 30.0, graceful: float = 10.0, **options):
         thread.join(timeout)
 
 
-def serve_command(monkeypatch, argv: list[str]) -> list:
-    """Run ``activeprp serve ARGV`` without binding a port: the list of apps the command built (one per call).
-    uvicorn's logging set-up is skipped too: it binds the ``activeprp`` logger to the sys.stderr of the moment, a
-    capture that pytest closes after the test, and later tests' warnings then hit a closed file."""
+def serve_command(monkeypatch, argv: list[str], servers: list | None = None) -> list:
+    """Run ``activeprp serve ARGV`` without binding a port: the list of apps the command built (one per call); the
+    servers it would have run are appended to ``servers``. uvicorn's logging set-up is skipped too: it binds the
+    ``activeprp`` logger to the sys.stderr of the moment, a capture that pytest closes after the test, and later
+    tests' warnings then hit a closed file."""
     import uvicorn
 
     from activeprp_cli import main
 
     apps: list = []
-    monkeypatch.setattr(uvicorn.Server, "run", lambda server: apps.append(server.config.app))
+    servers = [] if servers is None else servers
+    monkeypatch.setattr(uvicorn.Server, "run", lambda server: (apps.append(server.config.app), servers.append(server)))
     monkeypatch.setattr(uvicorn.Config, "configure_logging", lambda config: None)
     assert main(["serve", *argv]) == 0
     return apps

@@ -1,6 +1,7 @@
 """activeprp serve's graceful shutdown: requests that the shutdown would cut are refused at once with a JSON 503, a
 request uvicorn cancels at --shutdown-timeout gets a JSON 503 counted as such, the others are answered."""
 
+import asyncio
 import logging
 import threading
 import time
@@ -13,8 +14,20 @@ import httpx  # noqa: E402
 from prometheus_client import generate_latest  # noqa: E402
 
 from activeprp_integrations.serve import create_app  # noqa: E402
-from tests._serve_helpers import make_request, metric, serving  # noqa: E402
+from tests._serve_helpers import make_request, metric, serve_command, serving  # noqa: E402
 from tests.test_integrations_serve import SERVER, GatedJudge  # noqa: E402
+
+
+class RecordingGatedJudge(GatedJudge):
+    """A ``GatedJudge`` that records the queries it was asked about."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.queries: set[str] = set()
+
+    async def acompare(self, query, pairs):
+        self.queries.add(query)
+        return await super().acompare(query, pairs)
 
 
 class Records(logging.Handler):
@@ -74,3 +87,89 @@ def test_a_request_uvicorn_cancels_at_the_shutdown_timeout_gets_a_json_503_count
     assert _statuses(app) == {"200": 0, "499": 0, "503": 2}
     assert any("Cancel 2 running task(s)" in r.getMessage() for r in log.records)  # the cancel did happen
     assert not [r.getMessage() for r in log.records if r.exc_info or "Exception in ASGI" in r.getMessage()]
+
+
+def test_a_shutdown_refuses_at_once_the_requests_it_would_cut_and_answers_those_being_reranked():
+    """With --shutdown-timeout under the requests' time budget, the requests waiting in the queue when the shutdown
+    begins would wait for the one being reranked and be cancelled at the deadline: they get 503 at once, with no
+    judge call, while the one being reranked runs on and is answered."""
+    judge = RecordingGatedJudge()
+    app = create_app(judge, **SERVER, max_active=1, max_queue=2, time_budget=60)
+    answers = {}
+    with serving(app, graceful=30, drain=True) as (url, server):
+        first = _post_in_thread(url, 0, answers)
+        _until(lambda: judge.asked)
+        queued = [_post_in_thread(url, i, answers) for i in (1, 2)]
+        _until(lambda: app.state.service.admission.queued == 2)
+        server.should_exit = True  # the shutdown begins; its deadline is 30 s away, the queued requests' 60 s
+        for thread in queued:
+            thread.join(10)
+        running = first.is_alive()  # its judge has not answered yet
+        judge.release.set()
+        first.join(30)
+    assert running
+    assert all(_refused_for_the_shutdown(answers[i]) for i in (1, 2)), [answers[i].text for i in (1, 2)]
+    assert judge.queries == {make_request(0)[0]}  # no judge call for the refused requests
+    assert answers[0].status_code == 200 and len(answers[0].json()["results"]) == 6
+    assert _statuses(app) == {"200": 1, "499": 0, "503": 2}
+
+
+def test_a_shutdown_answers_the_queued_requests_whose_time_budget_ends_before_its_deadline():
+    """With --shutdown-timeout over the time budget (the documented advice), the graceful shutdown answers every
+    request admitted, those waiting in the queue included."""
+    judge = GatedJudge()
+    app = create_app(judge, **SERVER, max_active=1, max_queue=2, time_budget=20)
+    service, drained, answers = app.state.service, threading.Event(), {}
+    drain = service.drain
+    service.drain = lambda deadline: (drain(deadline), drained.set())
+    with serving(app, graceful=30, drain=True) as (url, server):
+        threads = [_post_in_thread(url, 0, answers)]
+        _until(lambda: judge.asked)
+        threads += [_post_in_thread(url, i, answers) for i in (1, 2)]
+        _until(lambda: service.admission.queued == 2)
+        server.should_exit = True
+        assert drained.wait(20)
+        judge.release.set()
+        for thread in threads:
+            thread.join(30)
+    assert [answers[i].status_code for i in range(3)] == [200, 200, 200]
+    assert _statuses(app) == {"200": 3, "499": 0, "503": 0}
+
+
+@pytest.mark.parametrize("time_budget, refused", [(5.0, False), (20.0, True), (None, True)])
+def test_the_admission_cut_refuses_who_would_end_past_it_waiting_or_arriving_and_leaks_no_slot(time_budget, refused):
+    from activeprp_integrations.serve.service import Admission, ShuttingDown
+
+    async def scenario():
+        admission = Admission(max_active=1, max_queue=4)
+        assert await admission.enter(None, lambda: 1)  # holds the slot
+        waiting = asyncio.ensure_future(admission.enter(time_budget, lambda: 1))
+        await asyncio.sleep(0)  # in the queue
+        admission.cut(asyncio.get_running_loop().time() + 10)
+        arriving = asyncio.ensure_future(admission.enter(time_budget, lambda: 1))
+        await asyncio.sleep(0)
+        queued = admission.queued
+        if refused:
+            outcomes = await asyncio.gather(waiting, arriving, return_exceptions=True)
+        else:
+            outcomes = []
+            for request in (waiting, arriving):
+                admission.leave()  # the slot goes to the next one waiting
+                outcomes.append(await request)
+        admission.leave()
+        return queued, [type(o).__name__ if isinstance(o, BaseException) else o for o in outcomes], \
+            admission.active, admission.queued
+
+    queued, outcomes, active, left = asyncio.run(scenario())
+    assert (queued, outcomes) == ((0, ["ShuttingDown"] * 2) if refused else (2, [True, True]))
+    assert (active, left) == (0, 0)
+    assert issubclass(ShuttingDown, RuntimeError)
+
+
+def test_the_command_runs_the_draining_server_with_its_service_and_shutdown_timeout(monkeypatch):
+    from activeprp_integrations.serve.protocol import DrainingServer
+
+    servers: list = []
+    apps = serve_command(monkeypatch, ["--comparator", "simulated", "--shutdown-timeout", "7"], servers)
+    assert isinstance(servers[0], DrainingServer) and servers[0].service is apps[0].state.service
+    assert servers[0].config.timeout_graceful_shutdown == 7

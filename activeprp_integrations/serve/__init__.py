@@ -6,7 +6,7 @@ Routes: ``POST /v2/rerank`` and ``/v1/rerank`` (Cohere), ``POST /rerank`` (Jina'
 within its time budget, on one shared judge with one circuit breaker (``service.RerankService`` over
 ``activeprp_core.stream.RerankPool``); API keys, body caps and disconnects are checked by ``gate.Gate``.
 ``create_app`` builds the FastAPI app for mounting or tests; the command runs it under uvicorn (graceful shutdown
-finishes the requests in flight).
+finishes the requests in flight, ``protocol.DrainingServer``).
 Needs the ``serve`` extra: ``pip install "activeprp[serve]"`` (fastapi, uvicorn, prometheus-client); importing
 this package does not import them, ``create_app`` and the command do.
 """
@@ -137,8 +137,10 @@ def add_parser(subparsers: Any) -> None:
                         "answer (else the connection is closed), and then its whole body (else 408); at most "
                         "--max-active plus --max-queue bodies are received at once (default %(default)s)")
     g.add_argument("--shutdown-timeout", type=seconds(allow_none=False), default=60.0,
-                   help="seconds a graceful shutdown waits for requests in flight; those still running then get no "
-                        "answer (their connection is closed), so keep it over --time-budget (default %(default)s)")
+                   help="seconds a graceful shutdown (Ctrl-C, SIGTERM) waits for the requests in flight: a request "
+                        "not yet reranked whose time budget would end after that gets 503 with Retry-After at "
+                        "once, those still running then get 503 and their connection is closed; keep it over "
+                        "--time-budget and every request admitted is answered (default %(default)s)")
     j = p.add_argument_group("the judge's failures")
     j.add_argument("--cool-down", type=seconds(allow_none=False), default=DEFAULT_COOL_DOWN,
                    help="seconds the judge's circuit breaker stays open before one probe call decides whether it "
@@ -170,7 +172,7 @@ def main(args: argparse.Namespace) -> int:
         import uvicorn
 
         from .app import create_app as create
-        from .protocol import head_timeout_protocol
+        from .protocol import DrainingServer, head_timeout_protocol
     except ImportError as err:
         raise InputError(f"{EXTRA_HINT} ({err})") from None
     keys = auth_keys(args)
@@ -190,5 +192,5 @@ def main(args: argparse.Namespace) -> int:
                                 log_level="info", log_config=log_config(),
                                 http=head_timeout_protocol(args.client_timeout))
         with contextlib.suppress(KeyboardInterrupt):  # uvicorn re-raises Ctrl-C after its graceful shutdown
-            uvicorn.Server(config).run()
+            DrainingServer(config, app.state.service).run()
     return 0

@@ -1,4 +1,5 @@
-"""``head_timeout_protocol``: uvicorn's h11 protocol with a deadline for each request's head.
+"""``head_timeout_protocol``: uvicorn's h11 protocol with a deadline for each request's head; ``DrainingServer``:
+uvicorn's server telling the rerank service when its graceful shutdown begins.
 
 uvicorn closes an idle keep-alive connection only after a response: a connection that never sends a request, or
 sends its head a byte at a time, holds a file descriptor for as long as the client likes (1030 of them made a server
@@ -10,10 +11,14 @@ headers) within ``seconds`` of connecting or of its previous response, or it is 
 from __future__ import annotations
 
 import asyncio
+import socket
 from typing import Any
 
 import h11
+from uvicorn import Config, Server
 from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from .service import RerankService
 
 
 class _HeadTimeoutH11(H11Protocol):
@@ -52,3 +57,20 @@ def head_timeout_protocol(seconds: float) -> type[H11Protocol]:
     """uvicorn's ``H11Protocol`` closing a connection that has not sent a whole request head within ``seconds`` of
     connecting or of its previous response (pass it as ``uvicorn.Config(http=...)``)."""
     return type("HeadTimeoutH11", (_HeadTimeoutH11,), {"head_timeout": seconds})
+
+
+class DrainingServer(Server):
+    """``uvicorn.Server`` that calls ``service.drain`` when its shutdown begins (Ctrl-C, SIGTERM, ``should_exit``),
+    with the shutdown's deadline: now plus ``config.timeout_graceful_shutdown`` (uvicorn cancels the requests still
+    running a little after it: it first waits 0.1 s, then that long for the connections to close). uvicorn tells an
+    app only once the requests have finished (the lifespan's shutdown), too late to refuse those that would
+    otherwise wait in the queue until they are cancelled."""
+
+    def __init__(self, config: Config, service: RerankService) -> None:
+        super().__init__(config)
+        self.service = service
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        timeout = self.config.timeout_graceful_shutdown
+        self.service.drain(None if timeout is None else asyncio.get_running_loop().time() + timeout)
+        await super().shutdown(sockets)

@@ -10,6 +10,9 @@ framework).
 - The reranks run in one ``activeprp_core.stream.RerankPool``: each request progresses on its own, its calls wait
   for the judge's slots oldest request first, and a batching comparator's calls merge across requests.
 - A request whose task is cancelled (the HTTP layer cancels it when the client goes) sends no further call.
+- Shutdown: ``drain(deadline)`` when the server's graceful shutdown begins refuses (``ShuttingDown``, HTTP 503) each
+  request not yet reranked (queued, or arriving) whose time budget ends after the shutdown's deadline, the
+  others are answered; ``stop`` once the requests have finished.
 """
 
 from __future__ import annotations
@@ -48,17 +51,19 @@ class Overloaded(Exception):
 
 
 class ShuttingDown(RuntimeError):
-    """The service is stopping (after ``RerankService.stop``): the request was refused without a judge call."""
+    """The service is stopping (after ``RerankService.stop``, or ``drain`` for a request that would be answered
+    after the shutdown's deadline): the request was refused without a judge call."""
 
 
 class Admission:
     """At most ``max_active`` requests hold a slot at once and at most ``max_queue`` wait for one, first come
-    first served (``enter`` / ``leave``)."""
+    first served (``enter`` / ``leave``); after ``cut``, a request that would end past the cut is refused."""
 
     def __init__(self, max_active: int, max_queue: int) -> None:
         self.max_active, self.max_queue = max_active, max_queue
         self.active = 0
-        self._waiting: collections.deque[asyncio.Future] = collections.deque()
+        self._waiting: collections.deque[tuple[asyncio.Future, float]] = collections.deque()  # with their deadline
+        self._cut = math.inf
 
     @property
     def queued(self) -> int:
@@ -76,42 +81,71 @@ class Admission:
         when the time ran out in the queue (no slot held).
 
         Raises:
-            Overloaded: the queue is full.
+            Overloaded: the queue is full. ShuttingDown: after ``cut``, the request's time (``timeout``) ends past
+            the cut, on arrival or while it waits.
         """
+        loop = asyncio.get_running_loop()
+        deadline = math.inf if timeout is None else loop.time() + timeout
+        if deadline > self._cut:
+            raise _cut_off()
         if self.active < self.max_active and not self._waiting:
             self.active += 1
             return True
         refusal = self.refusal(retry_after)
         if refusal is not None:
             raise refusal
-        future = asyncio.get_running_loop().create_future()
-        self._waiting.append(future)
+        entry = (loop.create_future(), deadline)
+        self._waiting.append(entry)
+        future = entry[0]
         try:
-            if await wait_done(future, timeout):
-                return True
+            done = await wait_done(future, timeout)
         except BaseException:  # cancelled (its client has gone), or any failure: it leaves the queue
-            if future.done():  # the slot was handed over meanwhile: pass it on
+            if _handed(future):  # the slot was handed over meanwhile: pass it on
                 self.leave()
             else:
-                self._forget(future)
+                self._forget(entry)
             raise
-        self._forget(future)
-        return False
+        if not done:
+            self._forget(entry)
+            return False
+        future.result()  # ShuttingDown: refused by ``cut`` while it waited (no slot held)
+        return True
 
-    def _forget(self, future: asyncio.Future) -> None:
+    def cut(self, deadline: float) -> None:
+        """From now on refuse (``ShuttingDown``) every request that would wait or start with a time that ends
+        past ``deadline`` (the event loop's time): those waiting now at once, those arriving in ``enter``. A
+        request already holding a slot runs on."""
+        self._cut = deadline
+        for entry in [e for e in self._waiting if e[1] > deadline]:
+            self._waiting.remove(entry)
+            if not entry[0].done():
+                entry[0].set_exception(_cut_off())
+
+    def _forget(self, entry: tuple[asyncio.Future, float]) -> None:
         """A request that stopped waiting in the queue: out of it."""
-        future.cancel()
+        entry[0].cancel()
         with contextlib.suppress(ValueError):
-            self._waiting.remove(future)
+            self._waiting.remove(entry)
 
     def leave(self) -> None:
         """Give the slot back: to the first request waiting, if any."""
         while self._waiting:
-            future = self._waiting.popleft()
+            future, _ = self._waiting.popleft()
             if not future.done():
                 future.set_result(None)
                 return
         self.active -= 1
+
+
+def _handed(future: asyncio.Future) -> bool:
+    """Whether a slot was handed to the request waiting on ``future`` (``leave``), rather than refused (``cut``)."""
+    return future.done() and not future.cancelled() and future.exception() is None
+
+
+def _cut_off() -> ShuttingDown:
+    return ShuttingDown("this server is shutting down and could not answer this request before its shutdown's "
+                        "deadline (--shutdown-timeout), which the request's time budget passes: no judge call was "
+                        "sent; retry, on another replica if there is one")
 
 
 class RerankService:
@@ -128,7 +162,8 @@ class RerankService:
             metrics.
 
     Use ``await rerank(...)`` from coroutines of one event loop; ``await start()`` at start-up (else the first
-    request starts the probes) and ``await stop()`` once at shutdown.
+    request starts the probes), ``drain(deadline)`` when the server's shutdown begins and ``await stop()`` once the
+    requests have finished.
     """
 
     def __init__(self, comparator: Any, settings: RerankSettings, *, max_active: int, max_queue: int,
@@ -164,7 +199,8 @@ class RerankService:
         Raises:
             Overloaded: the queue is full. ComparatorUnavailable: the breaker is open (or opened during the
             request). TypeError / ValueError: bad settings. Another ``ComparatorError`` as ``arerank`` raises it.
-            ShuttingDown (a RuntimeError): after ``stop``.
+            ShuttingDown (a RuntimeError): after ``stop``, or after ``drain`` when its time budget ends past the
+            shutdown's deadline.
         """
         if self._stopping:
             raise ShuttingDown("the rerank service is shutting down")
@@ -207,6 +243,14 @@ class RerankService:
         call = self.pool.judge.ajudge(query, [(first, second)], guard=self.breaker.probe_guard)
         answers = await wait_for(call, max(self.breaker.cool_down, PROBE_TIMEOUT))
         return answers[0].prob is not None
+
+    def drain(self, deadline: float | None) -> None:
+        """The server's graceful shutdown began; it cancels the requests still running at ``deadline`` (the event
+        loop's time; None: it waits for them all). Every request not yet reranked (waiting in the queue now, or
+        arriving later) whose time budget ends after ``deadline`` is refused with ``ShuttingDown`` at once, with no
+        judge call; the others are answered as usual, by the end of their time budget."""
+        if deadline is not None:
+            self.admission.cut(deadline)
 
     async def stop(self) -> None:
         """Refuse new requests, stop the probes and the pool (the requests in flight are the server's to let
