@@ -1163,6 +1163,8 @@ def test_each_kind_of_openai_judge_failure_gets_its_documented_status(reply, sta
     ("--shutdown-timeout", "nan", "--shutdown-timeout: expected a finite"),
     ("--shutdown-timeout", "-5", "--shutdown-timeout: expected a finite"),
     ("--client-timeout", "none", "--client-timeout: expected a finite"),
+    ("--client-timeout", "0", "--client-timeout: expected a finite number of seconds > 0"),
+    ("--cool-down", "0", "--cool-down: expected a finite number of seconds > 0"),
 ])
 def test_serve_flags_out_of_range_are_usage_errors(flag, value, message, capsys):
     from activeprp_cli import main

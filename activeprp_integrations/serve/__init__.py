@@ -132,7 +132,7 @@ def add_parser(subparsers: Any) -> None:
     g.add_argument("--auth-key", action="append", metavar="KEY",
                    help="an API key the rerank routes accept as 'Authorization: Bearer KEY' (repeatable; also "
                         f"${AUTH_KEYS_ENV}, comma-separated); without any, no key is asked")
-    g.add_argument("--client-timeout", type=seconds(allow_none=False), default=DEFAULT_CLIENT_TIMEOUT,
+    g.add_argument("--client-timeout", type=seconds(allow_none=False, positive=True), default=DEFAULT_CLIENT_TIMEOUT,
                    help="seconds a client may take to send a request's head, from connecting or from its previous "
                         "answer (else the connection is closed), and then its whole body (else 408); at most "
                         "--max-active plus --max-queue bodies are received at once (default %(default)s)")
@@ -142,7 +142,7 @@ def add_parser(subparsers: Any) -> None:
                         "once, those still running then get 503 and their connection is closed; keep it over "
                         "--time-budget and every request admitted is answered (default %(default)s)")
     j = p.add_argument_group("the judge's failures")
-    j.add_argument("--cool-down", type=seconds(allow_none=False), default=DEFAULT_COOL_DOWN,
+    j.add_argument("--cool-down", type=seconds(allow_none=False, positive=True), default=DEFAULT_COOL_DOWN,
                    help="seconds the judge's circuit breaker stays open before one probe call decides whether it "
                         "closes; longer when the judge asked so with Retry-After (default %(default)s)")
     # --judge-timeout / --judge-retries are add_comparator_args' (one definition); the service's defaults are shorter
