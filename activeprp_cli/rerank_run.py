@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, TextIO
 
 from activeprp_core.comparators.base import Comparator, as_comparator
+from activeprp_core.comparators.hf_model import model_location
 from activeprp_core.comparators.simulated import CALIBRATED_PARAMS, SimulatedComparator
 from activeprp_core.judging import JudgeStats, pooled
 from activeprp_core.many import DEFAULT_MAX_ACTIVE, RerankFailure, arerank_many, rerank_many
@@ -214,14 +215,16 @@ def add_parser(subparsers: Any) -> None:
 
 def comparator_factory(args: argparse.Namespace, requests: Sequence[Request],
                        qrels: Mapping[str, Mapping[str, int]] | None) -> Callable[[], Any]:
-    """A picklable no-argument callable building the judge (once here, once per Ray actor with ``--ray``):
-    ``SimulatedComparator.from_qrels`` with ``CALIBRATED_PARAMS`` for ``--comparator simulated`` (labels from
-    ``qrels``; its set-up is printed), else ``make_comparator`` (which raises ``InputError`` saying why it cannot
-    build one).
+    """A picklable no-argument callable building the judge (once here, once per Ray actor with ``--ray``; an ``hf``
+    model directory as its absolute path): ``SimulatedComparator.from_qrels`` with ``CALIBRATED_PARAMS`` for
+    ``--comparator simulated`` (labels from ``qrels``; its set-up is printed), else ``make_comparator`` (which raises
+    ``InputError`` saying why it cannot build one).
 
     Raises:
         InputError: the simulated judge's qrels are ambiguous (two queries with one text, different labels).
     """
+    if args.comparator == "hf" and args.model:  # a Ray actor may run in another directory, or on another machine
+        args = argparse.Namespace(**{**vars(args), "model": model_location(args.model)})
     if args.comparator != "simulated":
         return functools.partial(make_comparator, args)
     label = " ".join(f"{k}={v}" for k, v in CALIBRATED_PARAMS.items())

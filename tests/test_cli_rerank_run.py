@@ -551,3 +551,21 @@ def test_the_run_is_the_same_whatever_max_active_with_a_soft_judge(tmp_path, mon
                      "--model", "patched", "--budget", "40", "--no-progress", "--max-active", active]) == 0
     first, second = (p.read_text().splitlines() for p in outs)
     assert len(first) == 160 and first == second
+
+
+def test_the_judge_factory_names_a_local_model_directory_by_its_absolute_path(tmp_path, monkeypatch):
+    """``--ray`` pickles the factory to actors that may run in another directory (or machine): an ``hf`` model given
+    as a relative directory is resolved where the command runs; a name that is no directory (a model id), and the
+    other comparators' ``--model`` (an endpoint's model name), are kept as given; the parsed arguments are not
+    changed."""
+    import argparse
+    import pickle
+
+    (tmp_path / "models" / "flan").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    for kind, model, expected in (("hf", "models/flan", str(tmp_path / "models" / "flan")),
+                                  ("hf", "google/flan-t5-xl", "google/flan-t5-xl"),
+                                  ("openai", "models/flan", "models/flan")):
+        args = argparse.Namespace(comparator=kind, model=model)
+        shipped = pickle.loads(pickle.dumps(cli.comparator_factory(args, [], None)))
+        assert shipped.args[0].model == expected and args.model == model

@@ -441,8 +441,9 @@ class FreshState:
     """Copies and pickles of a comparator that holds state of this process (clients, locks, a loaded model): its
     configuration (every other attribute) is copied, and the copy makes its own state.
 
-    ``copy.copy`` shares everything, ``fresh_state`` included (as ``with_prompts`` copies do). ``copy.deepcopy`` and
-    pickling (Ray ships pickles to its workers) copy the configuration and call ``renew_state`` on the copy. Sharing
+    ``copy.copy`` shares everything, ``fresh_state`` included (as ``with_prompts`` copies do; a counter, an int, is
+    shared only as its value then: the copy counts on from it by itself). ``copy.deepcopy`` and pickling (Ray ships
+    pickles to its workers) copy the configuration and call ``renew_state`` on the copy. Sharing
     one comparator between rerankers is safe: a rerank's caps, breaker and counters are its own. Counters a
     comparator keeps of its own work (``TransformersComparator.scored_prompts``; ``RemoteComparator`` keeps none)
     are state of the object, in ``fresh_state``: a deep copy or an unpickled comparator counts from 0. Used by

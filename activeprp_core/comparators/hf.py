@@ -47,7 +47,8 @@ class TransformersComparator(SwappablePrompts, FreshState, Comparator):
     substitute only their placeholders (other braces stay literal).
 
     Copies and pickles (``FreshState``): the model is loaded once per process and only read, so a copy never copies
-    its weights. ``copy.copy`` shares everything. ``copy.deepcopy`` copies the settings and shares the loaded model
+    its weights. ``copy.copy`` shares everything but the counters (it counts on from the original's values by
+    itself). ``copy.deepcopy`` copies the settings and shares the loaded model
     and tokenizer, with a lock of its own (the copy and the original may then run at the same time, as two
     comparators on one model do) and an empty score cache. A pickle holds the settings and the model's absolute
     path (or its model id), not the weights: unpickling loads the model from that path in the receiving process
