@@ -29,7 +29,15 @@ from functools import partial
 from typing import Any
 
 from .budget import check_count
-from .comparators.base import CallGuard, Comparator, RequestGuard, SupportsCompare, as_comparator, stops_on_refusal
+from .comparators.base import (
+    CallGuard,
+    Comparator,
+    RequestGuard,
+    SupportsCompare,
+    as_comparator,
+    spent_if_raises,
+    stops_on_refusal,
+)
 from .engine import Batch, Reranking, blocking, bounded, clock_now, drive, exchange, guard_for, iterate_blocking
 from .errors import ComparatorAuthError, describe
 from .judging import JudgeTally, RoundLatency
@@ -273,9 +281,10 @@ class _AskEach:
     asks: list[tuple[str, Sequence[Pair], RequestGuard, float | None]]
 
 
-def _answer(window: _Window, step: Step):
+def _answer(window: _Window, step: Step, asynchronous: bool):
     """Ask the calls of ``step``: each query's on its own, or, for a comparator that ``batches_queries``, in one
-    merged call (when it fails, not fatally, its queries are asked one by one)."""
+    merged call (``ajudge_batch`` when ``asynchronous``, else ``judge_batch``; when it fails, not fatally, its
+    queries are asked one by one, each charged for its own re-sent calls only)."""
     if not window.comparator.batches_queries:
         guards = [RequestGuard(window.guard, None, index, window.clock, r.deadline, window.latency)
                   for index, r, _ in step]
@@ -285,27 +294,28 @@ def _answer(window: _Window, step: Step):
     sent_before = window.guard.completed
     items = [(batch.query, a, b) for _, _, batch in step for a, b in batch.pairs]
     try:
-        with stops_on_refusal(window.guard):  # a refused key stops every query's calls, as on their own
-            answers = yield _Ask(items, window.guard, window.time_left(step))
-        judgments = to_judgments(answers, len(items))
+        with spent_if_raises(window.comparator, window.guard, len(items), asynchronous):
+            with stops_on_refusal(window.guard):  # a refused key stops every query's calls, as on their own
+                answers = yield _Ask(items, window.guard, window.time_left(step))
+            judgments = to_judgments(answers, len(items))
     except Exception as error:
         for part in window.failed(step, error, sent=window.guard.completed - sent_before):
-            yield from _answer(window, part)
+            yield from _answer(window, part, asynchronous)
         return
     window.send(step, judgments)
 
 
-def _session(window: _Window):
-    """The I/O-free body of ``rerank_many`` and ``arerank_many``: yields each finished item (answer: None) and
-    each ``_Ask`` (answer: its judgments, or the exception raised getting them, thrown in) and ``_AskEach`` (answer:
-    its outcomes)."""
+def _session(window: _Window, asynchronous: bool):
+    """The I/O-free body of ``rerank_many`` and ``arerank_many`` (``asynchronous``): yields each finished item
+    (answer: None) and each ``_Ask`` (answer: its judgments, or the exception raised getting them, thrown in) and
+    ``_AskEach`` (answer: its outcomes)."""
     try:
         while not window.finished:
             window.fill()
             yield from window.ready()
             step = window.step()
             if step:
-                yield from _answer(window, step)
+                yield from _answer(window, step, asynchronous)
     finally:
         window.close()
 
@@ -402,7 +412,7 @@ def rerank_many(requests: Iterable[tuple[str, Sequence[Candidate]]], settings: R
             return judge.judge_each([(query, pairs, guard) for query, pairs, guard, _ in item.asks])
         return judge.judge_batch(item.items, guard=item.guard)
 
-    with contextlib.closing(_session(window)) as session:
+    with contextlib.closing(_session(window, asynchronous=False)) as session:
         yield from iterate_blocking(_pump(session, blocking(ask)))
 
 
@@ -426,7 +436,7 @@ async def arerank_many(requests: Iterable[tuple[str, Sequence[Candidate]]], sett
             return _each(judge, item)
         return bounded(judge.ajudge_batch(item.items, guard=item.guard), item.time_left, len(item.items), item.guard)
 
-    with contextlib.closing(_session(window)) as session:
+    with contextlib.closing(_session(window, asynchronous=True)) as session:
         async for item in _pump(session, ask):
             yield item
 

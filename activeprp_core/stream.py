@@ -41,6 +41,7 @@ from .comparators.base import (
     SupportsCompare,
     as_comparator,
     cut_in_flight,
+    spent_if_raises,
     stops_on_refusal,
     unsent,
 )
@@ -148,11 +149,12 @@ class _Merger:
         lefts = [None if p.deadline is None else p.deadline - loop.time() for p in parts]
         items = [it for p in parts for it in p.items]
         try:
-            judgments = to_judgments(await bounded(self.pool.judge.ajudge_batch(items, guard=merged),
-                                                   None if None in lefts else max(lefts), len(items), merged),
-                                     len(items))
+            with spent_if_raises(self.pool.judge, merged, len(items), asynchronous=True):
+                judgments = to_judgments(await bounded(self.pool.judge.ajudge_batch(items, guard=merged),
+                                                       None if None in lefts else max(lefts), len(items), merged),
+                                         len(items))
         except Exception as error:
-            _credit(parts, merged.completed)
+            _credit(parts, merged.completed)  # a part asked again that fails again is charged once: Reranking.fail
             if len(parts) > 1 and not self.pool.fatal(error):
                 for part in parts:
                     await self._send([part])

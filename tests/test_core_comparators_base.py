@@ -315,3 +315,38 @@ def test_a_user_comparator_keeps_python_s_own_copies_and_pickles(how):
     assert copier(slotted).weight == 0.7
     copied = copier(own)
     assert copied.weight == 0.3 and copied.lock is not own.lock
+
+
+class SyncOwnBatch(Comparator):
+    """Overrides ``judge_batch`` only (its ``ajudge_batch`` is the base class's, which records each call)."""
+
+    max_batch_size = 8
+
+    def compare(self, query, pairs):
+        raise RuntimeError("boom")
+
+    def judge_batch(self, items, *, guard=None):
+        for _ in range(self.records):
+            guard.record(False, "answered badly")
+        raise RuntimeError("boom")
+
+
+class GuardsOwnBatch(SyncOwnBatch):
+    guards_calls = True  # it records every call that reached the backend: none here
+
+
+@pytest.mark.parametrize("comparator, records, asynchronous, recorded", [
+    (SyncOwnBatch, 0, False, 5),  # its own method recorded nothing: all 5 were handed to it
+    (SyncOwnBatch, 2, False, 2),  # it records: its count is kept
+    (GuardsOwnBatch, 0, False, 0),  # it guards its calls: none reached the backend
+    (SyncOwnBatch, 0, True, 0),  # ajudge_batch is the base class's: its chunk loop records what it sends
+])
+def test_a_merged_batch_call_that_raises_counts_as_sent_unless_the_comparator_records_its_calls(
+        comparator, records, asynchronous, recorded):
+    from activeprp_core.comparators.base import spent_if_raises
+
+    judge, guard = comparator(), CallGuard(None, max_consecutive_failures=3)
+    judge.records = records
+    with pytest.raises(RuntimeError, match="boom"), spent_if_raises(judge, guard, 5, asynchronous):
+        judge.judge_batch([], guard=guard)
+    assert guard.completed == recorded and guard.error is None  # outcome unknown: the breaker's streak unchanged

@@ -361,3 +361,120 @@ def test_an_estimate_failing_in_a_later_round_fails_or_degrades_its_query_with_n
             assert spent.failure.startswith("InvalidAnswer") and sorted(spent.order) == list(range(len(reqs[2][1])))
         assert spent.calls == judge.answered[bad] > 0 and spent.failed_calls == 0
         assert all(isinstance(r, RerankResult) and r.failure is None for i, r in enumerate(out) if i != 2)
+
+
+class OwnBatches(Comparator):
+    """A batching comparator with its own ``judge_batch`` / ``ajudge_batch`` (as a local model has), which record
+    nothing on the guard. Counts the prompts each query's calls were handed (``received``); its ``fails_at``-th call
+    (1-based), and any call holding a prompt of query ``bad``, raises ``error`` (answers None when it is None);
+    ``failed`` holds the sizes of those calls."""
+
+    max_batch_size = 64
+
+    def __init__(self, fails_at=None, bad=None, error=None):
+        self.fails_at, self.bad, self.error = fails_at, bad, error
+        self.calls, self.received, self.failed, self.batches = 0, collections.Counter(), [], []
+
+    def _answer(self, items):
+        self.calls += 1
+        self.received.update(q for q, _, _ in items)
+        self.batches.append({q for q, _, _ in items})
+        if self.calls == self.fails_at or any(q == self.bad for q, _, _ in items):
+            self.failed.append(len(items))
+            if self.error is None:
+                return None
+            raise self.error
+        return [0.9 if int(a.id[1:]) < int(b.id[1:]) else 0.1 for _, a, b in items]
+
+    def compare(self, query, pairs):  # rerank / arerank: one call per round (no cap on calls in flight)
+        return self._answer([(query, a, b) for a, b in pairs])
+
+    def judge_batch(self, items, *, guard=None):
+        return self._answer(items)
+
+    async def ajudge_batch(self, items, *, guard=None):
+        await asyncio.sleep(0)
+        return self._answer(items)
+
+
+OWN_CANDIDATES = [Candidate(f"d{i}", f"text {i}") for i in range(8)]
+
+
+def _entry_points():
+    """Each entry point run on ``requests``: its outcomes (``RerankResult``, ``RerankFailure`` or the exception
+    raised) in input order."""
+    from activeprp_core import arerank
+    from activeprp_core.stream import arerank_stream
+
+    async def stream(reqs, **kw):
+        async def source():
+            for r in reqs:
+                yield r
+
+        return [o for _, o in sorted([pair async for pair in arerank_stream(source(), **kw)], key=lambda p: p[0])]
+
+    def alone(run):
+        def each(reqs, **kw):
+            out = []
+            for q, c in reqs:
+                try:
+                    out.append(run(q, c, **kw))
+                except Exception as error:
+                    out.append(error)
+            return out
+        return each
+
+    return {
+        "rerank": alone(rerank),
+        "arerank": alone(lambda q, c, **kw: asyncio.run(arerank(q, c, **kw))),
+        "rerank_many": lambda reqs, **kw: list(rerank_many(reqs, **kw)),
+        "arerank_many": lambda reqs, **kw: asyncio.run(_collect(arerank_many(reqs, **kw))),
+        "arerank_many(carry_judge=False)": lambda reqs, **kw: asyncio.run(_collect(arerank_many(
+            reqs, carry_judge=False, **kw))),
+        "arerank_stream": lambda reqs, **kw: asyncio.run(asyncio.wait_for(stream(reqs, **kw), 10)),
+    }
+
+
+def _spent(outcome):
+    """The accounting of a result, a ``RerankFailure`` or an exception raised."""
+    error = outcome.error if isinstance(outcome, RerankFailure) else outcome
+    return getattr(error, "accounting", outcome)
+
+
+OWN_KW = dict(budget=40, max_rounds=4, ranker="parallel_mohajer", oracle="single")
+
+
+@pytest.mark.parametrize("error", [RuntimeError("boom"), None])
+@pytest.mark.parametrize("entry", sorted(_entry_points()))
+def test_a_batching_comparators_own_batch_call_that_raises_counts_what_it_was_handed_at_every_entry(entry, error):
+    """Its second call (the second round: 4 prompts) raises or answers None: every entry point counts the calls the
+    comparator received, the failing call's as failed ones (they were refunded as never sent in the many paths)."""
+    judge = OwnBatches(fails_at=2, error=error)
+    (out,) = _entry_points()[entry]([("q", OWN_CANDIDATES)], comparator=judge, **OWN_KW)
+    spent = _spent(out)
+    assert not isinstance(out, RerankResult) and judge.calls == 2 and judge.failed == [4]
+    assert (spent.calls, spent.failed_calls, spent.rounds) == (judge.received["q"], 4, 2) == (32, 4, 2)
+
+
+@pytest.mark.parametrize("entry", ["rerank_many", "arerank_many", "RerankPool"])
+def test_a_merged_own_batch_call_that_raises_is_asked_again_query_by_query_and_charged_once(entry):
+    """A merged call holding the prompts of query "bad" raises: each query is asked again alone; "bad" is charged
+    its first round once (it was handed it twice), "good" its calls once (its first round was sent twice)."""
+    from activeprp_core import RerankSettings
+    from activeprp_core.stream import RerankPool
+
+    async def pool(reqs, comparator, **kw):  # both requests wait for the first merged call together
+        rerank_pool = RerankPool(comparator, RerankSettings(**kw))
+        try:
+            return await asyncio.gather(*(rerank_pool.rerank(q, c) for q, c in reqs), return_exceptions=True)
+        finally:
+            await rerank_pool.aclose()
+
+    judge = OwnBatches(bad="bad", error=ComparatorRequestError("prompt too long", status_code=400))
+    reqs = [("bad", OWN_CANDIDATES), ("good", OWN_CANDIDATES)]
+    run = (lambda reqs, **kw: asyncio.run(pool(reqs, **kw))) if entry == "RerankPool" else _entry_points()[entry]
+    bad, good = run(reqs, comparator=judge, **OWN_KW)
+    assert judge.batches[:3] == [{"bad", "good"}, {"bad"}, {"good"}] and judge.failed == [56, 28]
+    assert judge.received["bad"] == 2 * 28
+    assert (_spent(bad).calls, _spent(bad).failed_calls, _spent(bad).rounds) == (28, 28, 1)
+    assert isinstance(good, RerankResult) and good.failed_calls == 0 and good.calls == judge.received["good"] - 28

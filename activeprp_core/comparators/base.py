@@ -417,6 +417,26 @@ def stops_on_refusal(guard: CallGuard) -> Iterator[None]:
         raise
 
 
+@contextmanager
+def spent_if_raises(comparator: Comparator, guard: CallGuard, n: int, asynchronous: bool) -> Iterator[None]:
+    """Around a merged call of ``n`` items on ``guard`` (``comparator.judge_batch``, or ``ajudge_batch`` when
+    ``asynchronous``) and the check of its answers (``to_judgments``), for ``rerank_many`` / ``arerank_many`` /
+    ``RerankPool``: when it raises, the comparator's own batch method (a subclass overrides it and does not
+    ``guards_calls``) was handed the ``n`` calls and recorded none of them, so they are recorded as sent, outcome
+    unknown (``record(None)``), as ``_send_chunk`` counts a raising ``compare``. The base class's batch methods,
+    a class that guards its calls, and an own method that recorded calls on ``guard`` keep their exact count."""
+    before = guard.completed
+    try:
+        yield
+    except Exception:
+        name = "ajudge_batch" if asynchronous else "judge_batch"
+        own = getattr(type(comparator), name) is not getattr(Comparator, name)
+        if own and not comparator.guards_calls and guard.completed == before:
+            for _ in range(n):
+                guard.record(None)
+        raise
+
+
 def outcome_of(call: Callable[[], T], guard: CallGuard) -> T | Exception:
     """``call()`` (the calls of one query, under ``stops_on_refusal``), or the exception it raised: a query's
     outcome in ``judge_each``."""
