@@ -219,7 +219,8 @@ class Reranking:
                 error.accounting = counts
                 log.warning("rerank of %d candidates failed: %s", n, error)
                 raise error
-            if ledger.failure is None:  # degraded all the same: the order is the prior one, reported as failure
+            if ledger.failure is None:  # degraded all the same, reported as failure: the ranker finished on
+                # no answers, so its order need not be the prior one (mohajer's can differ)
                 ledger.stop(describe(error))
         if counts.failed_calls or ledger.failure:
             log.warning("rerank of %d candidates %s: %d of %d calls failed%s", n,
