@@ -97,20 +97,57 @@ def model_secrets(llm: Any) -> list[str]:
     return out
 
 
-MODEL_KEYS = ("model_name", "model", "model_id")
-"""The names the frameworks' model classes give the field that names the model (ChatOpenAI's ``model_name``, alias
-``model``; ChatAnthropic's and LlamaIndex OpenAI's ``model``; Bedrock's ``model_id``)."""
+MODEL_KEYS = ("model_name", "model", "model_id", "deployment_name", "azure_deployment", "engine")
+"""The names the frameworks' model classes give a field that names the model, or the Azure deployment the requests
+go to, which is the model (ChatOpenAI's ``model_name``, alias ``model``; ChatAnthropic's and LlamaIndex OpenAI's
+``model``; Bedrock's ``model_id``; AzureChatOpenAI's ``deployment_name``, alias ``azure_deployment``; LlamaIndex
+AzureOpenAI's ``engine`` and ``azure_deployment``). Also the keys that name the model inside a request-body dict
+(``BODY_FIELDS``)."""
+BODY_FIELDS = ("model_kwargs", "extra_body", "additional_kwargs")
+"""Model fields whose dict goes into each request's body (ChatOpenAI's ``model_kwargs`` and ``extra_body``,
+LlamaIndex OpenAI's ``additional_kwargs``; the last two may hold an ``extra_body`` of their own): a ``MODEL_KEYS``
+key there would send another model than the one the judge was set up for."""
+
+
+def _keywords(name: str, info: Any) -> list[str]:
+    """The names a pydantic field goes by: its constructor keyword first (``validation_alias``, a str or the str
+    choices of ``AliasChoices``; else ``alias``), then the others, then its own name."""
+    valias = info.validation_alias
+    choices = getattr(valias, "choices", [valias])
+    names = [c for c in (*choices, info.alias, name) if isinstance(c, str)]
+    return list(dict.fromkeys(names))
+
+
+def model_fields_named(llm: Any) -> dict[str, str]:
+    """Each ``settings`` key that names ``llm``'s model, mapped to the keyword that builds the class with it: the
+    name and aliases of each field of its class that one of ``MODEL_KEYS`` names (ChatOpenAI: ``model_name`` and
+    ``model``, both to ``model``; AzureChatOpenAI also ``deployment_name`` and ``azure_deployment``, to
+    ``azure_deployment``). A key that is no field of the class is not here (it is no setting at all)."""
+    out: dict[str, str] = {}
+    for name, info in getattr(type(llm), "model_fields", {}).items():
+        names = _keywords(name, info)
+        if set(names) & set(MODEL_KEYS):
+            out |= {n: names[0] for n in names if n not in out}
+    return out
 
 
 def model_keys(llm: Any) -> set[str]:
-    """The ``settings`` keys that would name ``llm``'s model: ``MODEL_KEYS`` and the name and aliases of each field
-    of its class that one of them names (ChatOpenAI: ``model_name``, ``model``)."""
-    keys = set(MODEL_KEYS)
-    for name, info in getattr(type(llm), "model_fields", {}).items():
-        names = {name, *[a for a in (info.alias, info.validation_alias) if isinstance(a, str)]}
-        if names & set(MODEL_KEYS):
-            keys |= names
-    return keys
+    """The ``settings`` keys that name ``llm``'s model (``model_fields_named``)."""
+    return set(model_fields_named(llm))
+
+
+def body_model_keys(settings: Mapping[str, Any], path: str = "settings") -> list[tuple[str, str]]:
+    """Where ``settings`` name the model inside a request-body dict, whatever the value: each ``MODEL_KEYS`` key of a
+    ``BODY_FIELDS`` dict, and of a ``BODY_FIELDS`` dict inside one, as ``("settings['model_kwargs']['model']",
+    "model")``."""
+    found = []
+    for field_name in BODY_FIELDS:
+        body = settings.get(field_name)
+        if isinstance(body, Mapping):
+            where = f"{path}[{field_name!r}]"
+            found += [(f"{where}[{k!r}]", k) for k in body if k in MODEL_KEYS]
+            found += body_model_keys(body, where)
+    return found
 
 
 def model_label(llm: Any) -> str:
@@ -157,11 +194,16 @@ class FrameworkJudge(SwappablePrompts, RemoteComparator):
             declare a ``logprobs`` field (ChatOpenAI, LlamaIndex's OpenAI / OpenAILike), except on OpenAI's
             Responses API (``responses_api``), which has none.
         settings: fields of the judge's copy over ``JUDGE_SETTINGS`` (less ``REASONING_KEEPS`` on a reasoning
-            model); a value None keeps the model's own (e.g. ``{"temperature": None}``). Every key must be a field
-            of the model, and none may name the model (``model_keys``: ``model``, ``model_name`` ...; a copy's
-            update would not make the framework see another model, e.g. a reasoning one): build the model with it
-            (``ChatOpenAI(model=...)``, ``OpenAI(model=...)``). Whether the copy is on the Responses API or a
-            reasoning model is read from the model as these settings make it (``configured_model``):
+            model); a value None keeps the model's own (e.g. ``{"temperature": None}``, ``{"model": None}``).
+            Every key must be a field of the model, and none may name the model, nor the Azure deployment, which is
+            the model (``model_fields_named``: a field of the class, or its alias, that one of ``MODEL_KEYS`` names:
+            ``model``, ``model_name``, ``deployment_name`` / ``azure_deployment``, LlamaIndex Azure's ``engine``
+            ...), nor may a ``MODEL_KEYS`` key sit in a request-body dict (``BODY_FIELDS``: ``model_kwargs``,
+            ``extra_body``, ``additional_kwargs``, and an ``extra_body`` in one of them): a copy's update would not
+            make the framework see another model (e.g. a reasoning one, or another deployment). Build the model
+            with it, by the keyword the error names (``ChatOpenAI(model=...)``, ``OpenAI(model=...)``,
+            ``AzureChatOpenAI(azure_deployment=...)``). Whether the copy is on the Responses API or a reasoning
+            model is read from the model as these settings make it (``configured_model``):
             ``{"use_responses_api": True}`` counts.
         max_passage_words: passages are cut to this many whitespace-separated words.
         max_concurrency, max_attempts, backoff_initial, backoff_max, max_retry_after: the transport's
@@ -173,8 +215,9 @@ class FrameworkJudge(SwappablePrompts, RemoteComparator):
     new one, and pickling raise pickle's own error: build the judge where it runs (Ray: ``comparator_factory``).
 
     Raises:
-        ValueError: a ``settings`` key that names the model or is not a field of it, a prompt without its
-            placeholders, a count below its minimum. TypeError: a prompt that is not a str, a count that is not an int.
+        ValueError: a ``settings`` key that names the model (or a key naming it in a request-body dict) or is not a
+            field of it, a prompt without its placeholders, a count below its minimum. TypeError: a prompt that is
+            not a str, a count that is not an int.
     """
 
     prompt_names = ("prompt", "system_prompt")
@@ -200,18 +243,23 @@ class FrameworkJudge(SwappablePrompts, RemoteComparator):
         self.prompt, self.system_prompt = check_prompt("prompt", prompt), check_prompt("system_prompt", system_prompt)
         self.max_passage_words = check_count(max_passage_words, "max_passage_words", minimum=1)
         top_logprobs = check_top_logprobs(top_logprobs)
-        named = sorted(set(settings or {}) & model_keys(llm))
+        named_fields = model_fields_named(llm)
+        # a None value keeps the model's own: naming no model, it changes nothing
+        settings = {k: v for k, v in (settings or {}).items() if not (v is None and k in named_fields)}
+        named = sorted(set(settings) & set(named_fields))
         if named:
-            raise ValueError(f"settings {named} name the model, which settings= cannot change (whether a model "
-                             f"reasons is read from the model as built, which a copy's update does not rebuild): "
-                             f"build the model with it, {type(llm).__name__}({named[0]}=...), and pass that as llm")
+            self._refuse_model(llm, f"settings {named} name", named_fields[named[0]])
         fields = getattr(type(llm), "model_fields", {})
-        unknown = sorted(set(settings or {}) - set(fields))
+        unknown = sorted(set(settings) - set(fields))
         if unknown:
             raise ValueError(f"settings {unknown} are not fields of {type(llm).__name__}; its fields are "
                              f"{sorted(fields)[:40]}")
+        nested = body_model_keys(settings)
+        if nested:
+            self._refuse_model(llm, ", ".join(k for k, _ in nested) + (" name" if nested[1:] else " names"),
+                               named_fields.get(nested[0][1], next(iter(named_fields.values()), None)))
         wanted = dict(JUDGE_SETTINGS, **({"logprobs": True, "top_logprobs": top_logprobs} if logprobs else {}))
-        configured = self.configured_model(llm, settings or {})
+        configured = self.configured_model(llm, settings)
         self.responses = self.responses_api(configured)
         if self.responses:
             wanted = {k: RESPONSES_MIN_OUTPUT_TOKENS if k in TOKEN_CAPS else v for k, v in wanted.items()
@@ -219,11 +267,20 @@ class FrameworkJudge(SwappablePrompts, RemoteComparator):
         self.reasoning = self.reasoning_model(configured)
         if self.reasoning:
             wanted = {k: v for k, v in wanted.items() if k not in REASONING_KEEPS}
-        merged = {k: v for k, v in wanted.items() if k in fields} | dict(settings or {})
+        merged = {k: v for k, v in wanted.items() if k in fields} | settings
         merged = self.provider_settings(configured, merged)
         self.settings = {k: v for k, v in merged.items() if v is not None}
         self.timeout_keyword = self.request_timeout_keyword(llm)
         self.judge_llm = self.judged_model()
+
+    @staticmethod
+    def _refuse_model(llm: Any, where: str, keyword: str | None) -> None:
+        """Raise the ValueError for settings that name the model (``where``: which, and the verb), naming the
+        keyword (None: the class has no model field) that builds ``llm``'s class with another."""
+        build = f"{type(llm).__name__}({keyword}=...)" if keyword else f"a {type(llm).__name__} of that model"
+        raise ValueError(f"{where} the model, which settings= cannot change (whether a model reasons is read "
+                         f"from the model as built, which a copy's update does not rebuild): build the model with "
+                         f"it, {build}, and pass that as llm")
 
     @staticmethod
     def configured_model(llm: Any, settings: Mapping[str, Any]) -> Any:

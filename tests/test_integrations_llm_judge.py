@@ -33,6 +33,7 @@ from langchain_core.messages import AIMessage  # noqa: E402
 from langchain_core.outputs import ChatGeneration, ChatResult  # noqa: E402
 from llama_index.core.base.llms.types import LogProb  # noqa: E402
 from llama_index.core.llms import (  # noqa: E402
+    LLM,
     ChatMessage,
     ChatResponse,
     CompletionResponse,
@@ -41,7 +42,7 @@ from llama_index.core.llms import (  # noqa: E402
 )
 from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback  # noqa: E402
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode  # noqa: E402
-from pydantic import Field, SecretStr  # noqa: E402
+from pydantic import AliasChoices, Field, SecretStr  # noqa: E402
 
 ChatModelComparator, LLMComparator = lc.ChatModelComparator, li.LLMComparator
 SECRET = "sk-test-SECRET-4242"
@@ -236,24 +237,100 @@ class AliasedChat(ScriptedChat):
     model_id: str = Field(default="m", alias="repo_id")
 
 
-@pytest.mark.parametrize("framework, key", [("langchain", "model_name"), ("langchain", "model"),
-                                            ("llama_index", "model"), ("aliased", "repo_id")])
-def test_settings_that_name_the_model_raise_saying_to_build_the_model_with_it(framework, key):
+class ChoicesChat(ScriptedChat):
+    """A chat model whose model field is built by either of two names (``AliasChoices``)."""
+
+    model_id: str = Field(default="m", validation_alias=AliasChoices("hub_id", "model_id"))
+
+
+def model_of(kind: str) -> Any:
+    """A model of each kind of model field, built without a network."""
+    if kind == "langchain":
+        return pytest.importorskip("langchain_openai").ChatOpenAI(model="gpt-4o-mini", api_key="k")
+    if kind == "azure":
+        return pytest.importorskip("langchain_openai").AzureChatOpenAI(
+            azure_endpoint="https://example.invalid", azure_deployment="gpt-4o", api_version="2024-10-21",
+            api_key="k")
+    if kind in ("llama_index", "engine"):
+        openai = pytest.importorskip("llama_index.llms.openai").OpenAI
+        if kind == "llama_index":
+            return openai(model="gpt-4o-mini", api_key="k", temperature=0.3)
+
+        class EngineOpenAI(openai):  # LlamaIndex's AzureOpenAI's fields naming the deployment (its package is extra)
+            engine: str = "gpt-4o"
+            azure_deployment: str | None = None
+
+        return EngineOpenAI(model="gpt-4o", api_key="k")
+    return {"aliased": AliasedChat, "choices": ChoicesChat}[kind](script=labelled, seen=[])
+
+
+def judge_of(llm: Any) -> Any:
+    return LLMComparator if isinstance(llm, LLM) else ChatModelComparator
+
+
+@pytest.mark.parametrize("framework, key, keyword", [
+    ("langchain", "model_name", "model"), ("langchain", "model", "model"), ("llama_index", "model", "model"),
+    ("aliased", "repo_id", "repo_id"), ("aliased", "model_id", "repo_id"), ("choices", "model_id", "hub_id"),
+    ("azure", "deployment_name", "azure_deployment"), ("azure", "azure_deployment", "azure_deployment"),
+    ("azure", "model", "model"), ("engine", "engine", "engine"), ("engine", "azure_deployment", "azure_deployment")])
+def test_settings_that_name_the_model_raise_saying_to_build_the_model_with_it(framework, key, keyword):
     """A copy's update names another model without the framework seeing it: LangChain kept your model's profile
     (o3-mini in ``settings`` was judged as no reasoning model: temperature 0 and logprobs sent, a 400 on every
-    call), LlamaIndex saw a reasoning model but kept your temperature. The model is named on the model object."""
-    if framework == "langchain":
-        llm = pytest.importorskip("langchain_openai").ChatOpenAI(model="gpt-4o-mini", api_key="k")
-    elif framework == "llama_index":
-        llm = pytest.importorskip("llama_index.llms.openai").OpenAI(model="gpt-4o-mini", api_key="k", temperature=0.3)
-    else:
-        llm = AliasedChat(script=labelled, seen=[])
-    judge = LLMComparator if framework == "llama_index" else ChatModelComparator
+    call), LlamaIndex saw a reasoning model but kept your temperature; AzureChatOpenAI kept its client, so its
+    ``deployment_name`` did nothing. The model is named on the model object, by a keyword its class takes."""
+    llm = model_of(framework)
     dump = llm.model_dump()
-    says = rf"settings \['{key}'\] name the model.* {type(llm).__name__}\({key}=\.\.\.\), and pass that as llm"
+    says = rf"settings \['{key}'\] name the model.* {type(llm).__name__}\({keyword}=\.\.\.\), and pass that as llm"
     with pytest.raises(ValueError, match=says):
-        judge(llm, settings={key: "o3-mini", "temperature": None})
+        judge_of(llm)(llm, settings={key: "o3-mini", "temperature": None})
     assert llm.model_dump() == dump
+
+
+@pytest.mark.parametrize("framework, settings, where, keyword", [
+    ("langchain", {"model_kwargs": {"model": "o3-mini"}}, "['model_kwargs']['model']", "model"),
+    ("langchain", {"extra_body": {"model": "o3-mini"}}, "['extra_body']['model']", "model"),
+    ("langchain", {"model_kwargs": {"extra_body": {"model": "o3-mini"}}}, "['model_kwargs']['extra_body']['model']",
+     "model"),
+    ("azure", {"extra_body": {"model": "o3-mini"}}, "['extra_body']['model']", "model"),
+    ("llama_index", {"additional_kwargs": {"model": "o3-mini"}}, "['additional_kwargs']['model']", "model"),
+    ("llama_index", {"additional_kwargs": {"extra_body": {"model": None}}},
+     "['additional_kwargs']['extra_body']['model']", "model"),
+    ("engine", {"additional_kwargs": {"engine": "o3-mini"}}, "['additional_kwargs']['engine']", "engine")])
+def test_settings_that_name_the_model_in_the_request_body_raise(framework, settings, where, keyword):
+    """``model_kwargs`` / ``extra_body`` / ``additional_kwargs`` go into each request's body: a model there was sent
+    (model=o3-mini with temperature 0 and logprobs, as no reasoning model), so they are refused as well."""
+    llm = model_of(framework)
+    says = rf"settings{re.escape(where)} names the model.* {type(llm).__name__}\({keyword}=\.\.\.\)"
+    with pytest.raises(ValueError, match=says):
+        judge_of(llm)(llm, settings=settings)
+    body = {"langchain": "model_kwargs", "azure": "extra_body"}.get(framework, "additional_kwargs")
+    assert judge_of(llm)(llm, settings={body: {"user": "u"}}).settings[body] == {"user": "u"}
+
+
+@pytest.mark.parametrize("framework, key", [("langchain", "model_id"), ("llama_index", "model_name"),
+                                            ("llama_index", "model_id"), ("azure", "engine"),
+                                            ("aliased", "model_name")])
+def test_a_model_key_that_is_no_field_of_the_class_is_no_setting(framework, key):
+    """``ChatOpenAI(model_id=...)`` builds gpt-3.5-turbo (the keyword goes to ``model_kwargs``) and LlamaIndex
+    ``OpenAI(model_name=...)`` drops it: such a key is refused as no field of the class, not with that advice."""
+    llm = model_of(framework)
+    with pytest.raises(ValueError, match=rf"settings \['{key}'\] are not fields of {type(llm).__name__}"):
+        judge_of(llm)(llm, settings={key: "o3-mini"})
+
+
+@pytest.mark.parametrize("framework, key", [("langchain", "model"), ("langchain", "model_name"),
+                                            ("azure", "azure_deployment"), ("llama_index", "model"),
+                                            ("aliased", "repo_id")])
+def test_a_model_key_set_to_none_keeps_the_models_own(framework, key):
+    """A value None keeps the model's own (``settings``' rule), so it names no other model: accepted, no change."""
+    from activeprp_integrations._chat_judge import MODEL_KEYS
+
+    llm = model_of(framework)
+    judge = judge_of(llm)(llm, settings={key: None})
+    assert key not in judge.settings
+    dump, judged = llm.model_dump(), judge.judge_llm.model_dump()
+    assert {k: judged[k] for k in MODEL_KEYS if k in dump} == {k: dump[k] for k in MODEL_KEYS if k in dump} != {}
+    assert judge.model == judge_of(llm)(llm).model
 
 
 def test_the_remote_judges_share_their_defaults():
