@@ -1,6 +1,6 @@
-"""``FairSlots``: the weighted semaphore that caps calls in flight, for a comparator's ``CallGuard`` (waiters in
-arrival order; the tasks of event loops and the threads of the sync path, under one count) and for ``RerankPool``'s
-requests (oldest request first)."""
+"""``FairSlots``: the weighted semaphore that caps calls in flight, for a comparator's ``CallGuard``: the tasks of
+event loops and the threads of the sync path under one count, waiters served oldest first (a ``RerankPool``
+request's calls by the request's arrival, any other call by its own)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import contextlib
 import heapq
 import itertools
 import threading
-from collections.abc import Awaitable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
 from .blocking import run_blocking
@@ -66,13 +66,25 @@ Returned = asyncio.Future | concurrent.futures.Future
 class Hold:
     """What ``FairSlots.take`` yields: its slots are released when the ``async with`` block ends, or, after
     ``keep_until(future)``, once ``future`` is done if that is later (a call that runs on in a thread after the
-    wait for it was cut still occupies the endpoint)."""
+    wait for it was cut still occupies the endpoint).
 
-    def __init__(self) -> None:
+    Args:
+        n: the slots it holds (0: none, as an uncapped guard's).
+        loop: the event loop of the task that took it (None: taken by a thread with no loop running). A loop
+            closed with that task still in the block never runs its end: the slots are then ``orphaned``.
+        release: gives its slots back (called at most once more after they are back: a no-op then); None: none
+            to give back.
+    """
+
+    def __init__(self, n: int = 0, loop: asyncio.AbstractEventLoop | None = None,
+                 release: Callable[[], None] | None = None) -> None:
+        self.n, self.loop, self._release = n, loop, release
         self.until: Returned | None = None
 
     def keep_until(self, future: Returned) -> None:
         self.until = future
+        if self._release is not None:  # its loop closed meanwhile: the block never ends, the call's return does
+            future.add_done_callback(lambda _: self.orphaned and self._release())
 
     def release_then(self, release: Any) -> None:
         """``release()`` now, or once the future kept is done."""
@@ -81,11 +93,26 @@ class Hold:
         else:
             self.until.add_done_callback(lambda _: release())
 
+    @property
+    def orphaned(self) -> bool:
+        """Whether nobody will release it: its task's loop has closed (the task never resumes) and no call it
+        keeps (``keep_until``) runs on."""
+        return self.loop is not None and self.loop.is_closed() and (self.until is None or self.until.done())
+
 
 class FairSlots:
     """A weighted semaphore whose waiters are served in ``(key, arrival)`` order: a lower ``key`` (an older request)
     goes first, and a waiter never overtakes one ahead of it. One count for every waiter: the tasks of any event
     loop and the threads of the sync path wait in one queue, so ``total`` caps them all together.
+
+    Keys are arrival order on these slots: a request takes its key from ``next_key()`` when it starts and waits
+    at it for each of its calls, and a call with no key is keyed by its own arrival (the same counter), so the
+    oldest request (or call) waiting goes first, whoever made it (pools sharing a guard, direct calls on it).
+
+    The slots of a task whose loop was closed while the task held them (or had been granted them) would never come
+    back: they are reclaimed when a waiter needs them (``Hold.orphaned``; checked when a waiter arrives and when
+    slots are released, no polling): a waiter queued before that loop closed gets them at the next arrival or
+    release.
 
     Args:
         total: the slots (int >= 1).
@@ -99,7 +126,9 @@ class FairSlots:
         self.threads = threads
         # a waiter's grant is a thread-safe future, set or cancelled only under the lock: a task cancelled just as
         # its slots are granted finds them granted (and gives them back), never lost between two threads
-        self._waiters: list[tuple[Any, int, int, concurrent.futures.Future]] = []
+        self._waiters: list[tuple[int, int, Hold, concurrent.futures.Future]] = []
+        self._holds: set[Hold] = set()  # granted and not released yet
+        self._keys = itertools.count()
         self._arrivals = itertools.count()
         self._lock = threading.Lock()
 
@@ -109,39 +138,48 @@ class FairSlots:
         with self._lock:
             return sum(not future.done() for _, _, _, future in self._waiters)
 
+    def next_key(self) -> int:
+        """A new request's key (for ``take``): its arrival order on these slots, so its calls go before those of
+        every request and keyless call that comes after it."""
+        with self._lock:
+            return next(self._keys)
+
     @contextlib.asynccontextmanager
-    async def take(self, n: int, key: Any = 0, timeout: float | None = None, threads: bool | None = None):
+    async def take(self, n: int, key: int | None = None, timeout: float | None = None, threads: bool | None = None):
         """Hold ``min(n, total)`` slots (yields a ``Hold``); waits while others with a lower key (or the same key,
-        earlier) wait, at most ``timeout`` seconds (then ``DeadlinePassed``, holding nothing). ``threads``: wait by
-        blocking the thread (the sync path: this never suspends) rather than suspending the task; None: the
-        instance's ``threads``. A thread that runs an event loop must not block here while that loop's tasks hold
-        slots: they could not give them back."""
-        n = min(n, self.total)
-        future = self._queue(n, key)
-        if future is not None:
+        earlier) wait, at most ``timeout`` seconds (then ``DeadlinePassed``, holding nothing). ``key``: a request's
+        ``next_key()``; None: this call's own arrival. ``threads``: wait by blocking the thread (the sync path:
+        this never suspends) rather than suspending the task; None: the instance's ``threads``. A thread that runs
+        an event loop must not block here while that loop's tasks hold slots: they could not give them back."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # a thread without a loop (``held``)
+            loop = None
+        hold = Hold(min(n, self.total), loop, lambda: self._release(hold))
+        future = self._queue(hold, key)
+        if not future.done():
             try:
                 granted = await self._granted(future, timeout, self.threads if threads is None else threads)
             except BaseException:  # cancelled, or any failure: no slot held
                 if not self._leave(future):
-                    self._release(n)  # granted meanwhile: give the slots back
+                    self._release(hold)  # granted meanwhile: give the slots back
                 raise
             if not granted and self._leave(future):
                 raise DeadlinePassed
-        hold = Hold()
         try:
             yield hold
         finally:
-            hold.release_then(lambda: self._release(n))
+            hold.release_then(lambda: self._release(hold))
 
-    def _queue(self, n: int, key: Any) -> concurrent.futures.Future | None:
-        """Take ``n`` slots now (None), or queue a waiter for them: its grant, set once they are granted."""
+    def _queue(self, hold: Hold, key: int | None) -> concurrent.futures.Future:
+        """Queue a waiter for ``hold``'s slots: its grant, set once they are granted (at once when they are free
+        and nobody waits ahead of it)."""
+        future: concurrent.futures.Future = concurrent.futures.Future()
         with self._lock:
-            if not self._waiters and self.free >= n:
-                self.free -= n
-                return None
-            future: concurrent.futures.Future = concurrent.futures.Future()
-            heapq.heappush(self._waiters, (key, next(self._arrivals), n, future))
-            return future
+            key = next(self._keys) if key is None else key
+            heapq.heappush(self._waiters, (key, next(self._arrivals), hold, future))
+            self._grant()
+        return future
 
     @staticmethod
     async def _granted(future: concurrent.futures.Future, timeout: float | None, threads: bool) -> bool:
@@ -160,23 +198,40 @@ class FairSlots:
         return await wait_done(woken, timeout)
 
     def _leave(self, future: concurrent.futures.Future) -> bool:
-        """Take a waiter out of the queue (skipped at the next release): False when its slots were granted first."""
+        """Take a waiter out of the queue, and serve those behind it that the free slots allow: False when its own
+        slots were granted first."""
         with self._lock:
-            return future.cancel()
+            left = future.cancel()
+            self._grant()
+            return left
 
-    def _release(self, n: int) -> None:
+    def _release(self, hold: Hold) -> None:
+        """Give ``hold``'s slots back (once: not when reclaimed already) and serve the waiters."""
         with self._lock:
-            self.free += n
-            while self._waiters:
-                _, _, want, future = self._waiters[0]
-                if future.done():  # its holder left while waiting
-                    heapq.heappop(self._waiters)
-                    continue
-                if self.free < want:
-                    return
+            if hold in self._holds:
+                self._holds.remove(hold)
+                self.free += hold.n
+            self._grant()
+
+    def _grant(self) -> None:
+        """Grant the waiters their slots in order while enough are free (called holding the lock); a waiter that
+        left, or whose loop has closed, is dropped. When the first cannot be served, the ``orphaned`` holds are
+        reclaimed first."""
+        while self._waiters:
+            _, _, hold, future = self._waiters[0]
+            if future.done() or (hold.orphaned and future.cancel()):
                 heapq.heappop(self._waiters)
-                self.free -= want
-                future.set_result(None)
+                continue
+            if self.free < hold.n:
+                for dead in [h for h in self._holds if h.orphaned]:
+                    self._holds.remove(dead)
+                    self.free += dead.n
+                if self.free < hold.n:
+                    return
+            heapq.heappop(self._waiters)
+            self.free -= hold.n
+            self._holds.add(hold)
+            future.set_result(None)
 
 
 @contextlib.contextmanager

@@ -249,3 +249,116 @@ def test_a_call_cut_on_a_loop_that_has_closed_gives_its_slot_back_when_its_threa
     with held(slots.take(1, timeout=30.0, threads=True)):  # granted once the thread has returned
         assert slots.free == 0
     assert slots.free == 1
+
+
+async def _enters(take) -> bool:
+    async with take:
+        return True
+
+
+@pytest.mark.parametrize("leaves", ["cancelled", "timed out"])
+def test_a_waiter_that_leaves_lets_the_waiters_behind_it_take_the_free_slots(leaves):
+    """Cap 2, one slot held throughout: a waiter for both leaves (cancelled, or its timeout passed). A waiter for
+    one slot queued behind it, and one that comes after it left, take the free slot at once; the waiter that left
+    stayed in the queue ahead of them, so they waited for the holder to release (a request refused at its deadline
+    while a slot sat free). The waits are bounded: a waiter still waiting fails the test."""
+    async def scenario():
+        slots, release = FairSlots(2), asyncio.Event()
+        holder = asyncio.ensure_future(_hold_until(slots.take(1), release))
+        await asyncio.sleep(0)
+        big = asyncio.ensure_future(_enters(slots.take(2, timeout=None if leaves == "cancelled" else 0.01)))
+        await _queued(slots)
+        behind = asyncio.ensure_future(_enters(slots.take(1)))
+        if leaves == "cancelled":
+            await asyncio.sleep(0)
+            big.cancel()
+        left = await asyncio.gather(big, return_exceptions=True)
+        got = [await asyncio.wait_for(behind, 5), await asyncio.wait_for(_enters(slots.take(1)), 5)]
+        release.set()
+        await holder
+        return type(left[0]).__name__, got, slots.free, slots.waiting
+
+    left = "CancelledError" if leaves == "cancelled" else "DeadlinePassed"
+    assert asyncio.run(scenario()) == (left, [True, True], 2, 0)
+
+
+async def _hold_until(take, release):
+    async with take:
+        await release.wait()
+
+
+def _closed_with_pending(coro):
+    """Run ``coro`` in a task on a new loop until it waits, then close that loop with the task pending (its
+    destruction is not logged); the task."""
+    loop = asyncio.new_event_loop()
+    loop.set_exception_handler(lambda loop, context: None)
+    task = loop.create_task(coro)
+    loop.run_until_complete(asyncio.sleep(0.01))
+    assert not task.done()
+    loop.close()
+    return task
+
+
+def test_slots_held_or_granted_on_a_loop_closed_with_its_task_pending_come_back():
+    """A task holds the one slot of a guard, or waits for it, and its loop is closed with the task pending (a
+    framework's private loop shut down): the block never ends. Its slot came back for no later loop and no thread
+    (every call waited until its deadline, or for good): it is reclaimed when a waiter needs it, and the cap still
+    holds for the live holders."""
+    slots = FairSlots(1)
+    held_by_dead = _closed_with_pending(_hold_until(slots.take(1), asyncio.Event()))
+    with held(slots.take(1, timeout=5.0, threads=True)):  # the sync path gets it
+        assert slots.free == 0
+        with pytest.raises(DeadlinePassed), held(slots.take(1, timeout=0.01, threads=True)):
+            pass  # one live holder: the cap holds
+        waiting_in_dead = _closed_with_pending(_enters(slots.take(1)))  # then granted nothing
+        assert slots.waiting == 1
+    assert slots.free == 1 and slots.waiting == 0
+    assert asyncio.run(asyncio.wait_for(_enters(slots.take(1, timeout=5.0)), 10))  # a later loop gets it
+    assert slots.free == 1 and not held_by_dead.done() and not waiting_in_dead.done()
+
+
+def test_a_call_in_flight_on_a_loop_closed_with_its_task_pending_keeps_its_slot_until_its_thread_returns():
+    """The loop of a task waiting on ``in_thread`` under its ``Hold`` is closed (its block never ends): the call
+    still occupies the endpoint, so its slot is not reclaimed until its thread returns, then it is, also for a
+    waiter queued meanwhile."""
+    from activeprp_core.comparators.base import in_thread
+
+    go, slots = threading.Event(), FairSlots(1)
+
+    async def calls():
+        async with slots.take(1) as hold:
+            await in_thread(lambda: go.wait(30), hold)
+
+    _closed_with_pending(calls())
+    with pytest.raises(DeadlinePassed), held(slots.take(1, timeout=0.01, threads=True)):
+        pass  # the thread runs on
+    threading.Timer(0.05, go.set).start()
+    with held(slots.take(1, timeout=30.0, threads=True)):  # queued before the thread returns
+        assert slots.free == 0
+    assert slots.free == 1 and slots.waiting == 0
+
+
+def test_requests_and_keyless_calls_wait_in_the_order_they_arrived_on_the_slots():
+    """Keys are arrival order on the slots (``next_key``), for every user: a request that came first (its key drawn
+    then, e.g. in one of two pools that share a guard, whose keys each counted from 0) goes before later requests
+    and before keyless calls that came after it (a direct call on the guard waited with key 0, so a stream of them
+    overtook every request with key >= 1); a request's later calls keep its place."""
+    async def scenario():
+        slots, order, release = FairSlots(1), [], asyncio.Event()
+        holder = asyncio.ensure_future(_hold_until(slots.take(1), release))
+        await asyncio.sleep(0)
+        old, young = slots.next_key(), slots.next_key()
+
+        async def call(name, key=None):
+            async with slots.take(1, key):
+                order.append(name)
+
+        waiters = [asyncio.ensure_future(call("young", young)), asyncio.ensure_future(call("direct"))]
+        await asyncio.sleep(0)
+        waiters.append(asyncio.ensure_future(call("old", old)))
+        await asyncio.sleep(0)
+        release.set()
+        await asyncio.wait_for(asyncio.gather(holder, *waiters), 5)
+        return order
+
+    assert asyncio.run(scenario()) == ["old", "young", "direct"]

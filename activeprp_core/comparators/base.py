@@ -95,6 +95,8 @@ class CallGuard:
     ``deadlines`` per query text, both on ``clock``) and the record of round latencies (``latency``).
     Thread-safe; its slots (``fair_slots``) are one count for the tasks of any event loop and the threads of the
     sync path together: ``judge`` in threads and ``ajudge`` on a loop at once still have ``max_concurrency`` in all.
+    They are waited for oldest first (a pool's request by its arrival, a direct call by its own), and the slots of
+    a task whose loop was closed before it gave them back are reclaimed (``slots.FairSlots``).
 
     Raises:
         TypeError / ValueError: a limit that is not an int >= 1 or None.
@@ -227,7 +229,8 @@ class CallGuard:
     def slots(self, n: int = 1, timeout: float | None = None, threads: bool = False):
         """An async context manager holding ``n`` of the ``max_concurrency`` slots (``fair_slots``), waited for by
         suspending the running task, or with ``threads`` by blocking the thread (the sync path: it never suspends;
-        ``slots.held`` enters it without a loop); no wait when uncapped. Both kinds of waiter share the one count.
+        ``slots.held`` enters it without a loop); no wait when uncapped. Both kinds of waiter share the one count,
+        served in arrival order (a ``RequestGuard`` of a pool waits at its request's arrival instead).
         It raises ``DeadlinePassed`` when they are not free within ``timeout`` seconds."""
         if self._fair_slots is None:
             return _no_slots()
@@ -238,9 +241,10 @@ class RequestGuard(CallGuard):
     """One query's view of a shared ``CallGuard`` (a request of ``RerankPool``, a query of ``rerank_many``): its own
     count of the calls that reached the backend (``completed``, what ``Reranking.fail`` is told), its deadlines
     (``deadline`` / ``deadlines`` on ``clock``, read by the comparator through ``time_left``) and its calls' place
-    in the queue for slots (``key``: lower goes first, with ``slots``, a ``FairSlots``; None: the shared guard's
-    slots); the breaker and the cap on calls in flight are the shared guard's. Its slots are waited for by tasks
-    and by threads alike (``slots(threads=...)``), in one queue."""
+    in the queue for slots (``key``: lower goes first, with ``slots``, a ``FairSlots``, whose ``next_key()`` gives a
+    request's; None: the shared guard's slots, each call in its arrival order); the breaker and the cap on calls in
+    flight are the shared guard's. Its slots are waited for by tasks and by threads alike (``slots(threads=...)``),
+    in one queue."""
 
     def __init__(self, shared: CallGuard, slots: FairSlots | None, key: Any, clock: Callable[[], float],
                  deadline: float | None = None, latency: Any = None) -> None:  # no _setup: the shared state stays
