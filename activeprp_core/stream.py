@@ -207,7 +207,9 @@ class RerankPool:
         settings: the ``RerankSettings`` of every request (a request may replace ``PER_REQUEST`` fields).
         guard: the shared ``CallGuard`` (default: ``guard_for`` the comparator and settings, a breaker that
             stays open once opened). Its ``max_concurrency`` caps the calls in flight across requests, and across
-            whatever else uses the guard (another pool, a direct call): its slots (``fair_slots``) are the pool's.
+            whatever else uses the guard (another pool, a direct call): its slots (``fair_slots``) are the pool's,
+            and a request's key is its arrival on them (``FairSlots.next_key``), so the oldest request or direct
+            call waiting goes first, whichever pool it came from.
 
     The requests share one record of round latencies (``judging.RoundLatency``), from which a request with a
     ``time_budget`` plans the rounds that fit. Use from coroutines of one event loop; ``await aclose()`` when done
@@ -225,7 +227,8 @@ class RerankPool:
         self.slots = self.guard.fair_slots  # the guard's one count: its calls outside the pool share the cap
         self.latency = RoundLatency()
         self._merger = _Merger(self) if self.judge.batches_queries else None
-        self._keys = itertools.count()
+        # a request's key: its arrival on the guard's slots, whose other users (pools, direct calls) key theirs so
+        self._next_key = itertools.count().__next__ if self.slots is None else self.slots.next_key
 
     def fatal(self, error: BaseException) -> bool:
         """Whether ``error`` means the endpoint is dead for every request (a refused key, the breaker open)."""
@@ -249,7 +252,7 @@ class RerankPool:
         settings = RerankSettings.of(self.settings, **own) if own else self.settings
         reranking = Reranking(query, candidates, settings, comparator=self.judge, clock=clock, started=started,
                               latency=self.latency)
-        guard = RequestGuard(self.guard, self.slots, next(self._keys), clock, reranking.deadline, self.latency)
+        guard = RequestGuard(self.guard, self.slots, self._next_key(), clock, reranking.deadline, self.latency)
 
         async def ask(batch: Batch) -> list[Judgment]:
             with stops_on_refusal(guard):

@@ -506,3 +506,57 @@ def test_a_pool_s_requests_and_other_calls_on_its_guard_share_the_guard_s_cap():
     views = itertools.cycle([lambda: RequestGuard(guard, pool.slots, next(keys), time.monotonic), lambda: guard])
     inside, errors = on_both_paths(judge, lambda: next(views)(), guard.fair_slots, 0, 4)
     assert not errors and inside == judge.park.peak == 2
+
+
+class Gated(Comparator):
+    """An async judge that notes the query of each call in ``order``; the call of query "blocker" waits for
+    ``gate``."""
+
+    def __init__(self):
+        self.order, self.gate = [], asyncio.Event()
+
+    def compare(self, query, pairs):
+        raise AssertionError("async only")
+
+    async def acompare(self, query, pairs):
+        self.order.append(query)
+        if query == "blocker":
+            await self.gate.wait()
+        return [0.7] * len(pairs)
+
+
+def test_pools_and_direct_calls_sharing_a_guard_are_served_oldest_request_first():
+    """Two pools share a guard (cap 1), with direct calls on it: the request that came first is served first.
+    Each pool counted its request keys from 0 and a direct call waited with key 0, all in one queue ordered by key,
+    so the older pool's request waited behind the younger pool's later ones, and behind every direct call."""
+    from activeprp_core.comparators import CallGuard
+
+    cands = _cands(2)
+
+    async def scenario():
+        judge, guard = Gated(), CallGuard(max_concurrency=1)
+        settings = RerankSettings(budget=1, max_rounds=1, ranker="mohajer", oracle="single", max_concurrency=1)
+        old, young = RerankPool(judge, settings, guard), RerankPool(judge, settings, guard)
+        for i in range(3):  # the old pool has served requests before
+            await old.rerank(f"warm {i}", cands)
+        judge.order.clear()
+        tasks = []
+
+        async def arrives(call, waiting):
+            tasks.append(asyncio.ensure_future(call))
+            for _ in range(10_000):  # until it waits for the slot (a hang guard, not a timing assertion)
+                if guard.fair_slots.waiting == waiting and judge.order:
+                    return
+                await asyncio.sleep(0)
+            raise AssertionError(f"{waiting} calls do not wait")
+
+        await arrives(young.rerank("blocker", cands), 0)
+        await arrives(old.rerank("old, first", cands), 1)
+        await arrives(young.rerank("young, second", cands), 2)
+        await arrives(judge.ajudge("direct, third", [tuple(cands)], guard=guard), 3)
+        await arrives(young.rerank("young, fourth", cands), 4)
+        judge.gate.set()
+        await asyncio.wait_for(asyncio.gather(*tasks), 10)
+        return judge.order
+
+    assert asyncio.run(scenario()) == ["blocker", "old, first", "young, second", "direct, third", "young, fourth"]
