@@ -350,6 +350,14 @@ class Failing(Comparator):
         return [None] * len(pairs)
 
 
+class FailingAsync(Failing):
+    """``Failing`` with only the documented ``async def ajudge(self, query, pairs)`` (no ``guard``): the service
+    must call it through ``aguarded_judge``, its breaker's probes included."""
+
+    async def ajudge(self, query, pairs):
+        return self.compare(query, pairs)
+
+
 class Buggy(Comparator):
     def __init__(self, error):
         self.error = error
@@ -410,10 +418,11 @@ def _wait_until(predicate, timeout=10.0):
     return time.monotonic()
 
 
+@pytest.mark.parametrize("make", [Failing, FailingAsync])
 @pytest.mark.parametrize(("kind", "status", "error"), [("auth", 502, "ComparatorAuthError"),
                                                        ("none", 503, "ComparatorUnavailable")])
-def test_a_dead_judge_opens_one_breaker_ready_follows_it_and_a_probe_closes_it(kind, status, error):
-    judge = Failing(kind)
+def test_a_dead_judge_opens_one_breaker_ready_follows_it_and_a_probe_closes_it(kind, status, error, make):
+    judge = make(kind)
     with TestClient(create_app(judge, **SERVER, secrets=["sk-test-SECRET"], cool_down=0.3)) as client:
         assert client.get("/ready").status_code == 200
         failed = _post(client, "/v2/rerank", GOOD)

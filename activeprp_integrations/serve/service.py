@@ -240,7 +240,7 @@ class RerankService:
 
     async def _probe(self) -> bool:
         query, first, second = PROBE
-        call = self.pool.judge.ajudge(query, [(first, second)], guard=self.breaker.probe_guard)
+        call = self.pool.judge.aguarded_judge(query, [(first, second)], self.breaker.probe_guard)
         answers = await wait_for(call, max(self.breaker.cool_down, PROBE_TIMEOUT))
         return answers[0].prob is not None
 
