@@ -72,6 +72,8 @@ def _parse_error(error: BaseException | None) -> str | None:
     if isinstance(error, UnicodeDecodeError):
         return (f"invalid request: the body is not UTF-8, {error.reason} at byte {error.start} (send the body as "
                 "UTF-8 JSON)")
+    if isinstance(error, RecursionError):  # arrays or objects nested deeper than Python's parser follows
+        return "invalid request: the body nests its JSON arrays and objects too deep to parse: send a flatter body"
     if isinstance(error, ValueError) and "integer string conversion" in str(error):  # Python's int_max_str_digits
         return (f"invalid request: a number in the body has more than {sys.get_int_max_str_digits()} digits, more "
                 "than this server parses: send fewer digits")
