@@ -89,6 +89,29 @@ def test_a_request_uvicorn_cancels_at_the_shutdown_timeout_gets_a_json_503_count
     assert not [r.getMessage() for r in log.records if r.exc_info or "Exception in ASGI" in r.getMessage()]
 
 
+def test_the_draining_server_s_shutdown_returns_once_the_cancelled_requests_have_sent_their_503(monkeypatch):
+    """uvicorn re-raises the signal once its shutdown returns, and SIGTERM's default action ends the process at
+    once: a request it had cancelled at --shutdown-timeout, its 503 not yet sent, got no answer at all under
+    SIGTERM (under SIGINT the loop ran on and sent it). The shutdown now returns once those answers are out."""
+    from activeprp_integrations.serve import protocol
+
+    pending, original = [], protocol.DrainingServer.shutdown
+
+    async def shutdown(self, sockets=None):
+        await original(self, sockets)
+        pending.append(sum(not task.done() for task in self.server_state.tasks))
+
+    monkeypatch.setattr(protocol.DrainingServer, "shutdown", shutdown)
+    judge, answers = GatedJudge(), {}
+    app = create_app(judge, **SERVER, max_active=1, max_queue=1)
+    with serving(app, graceful=0.3, drain=True) as (url, server):
+        thread = _post_in_thread(url, 0, answers)
+        _until(lambda: judge.asked)
+    thread.join(30)
+    judge.release.set()
+    assert pending == [0] and _refused_for_the_shutdown(answers[0]), (pending, answers[0].text)
+
+
 def test_a_shutdown_refuses_at_once_the_requests_it_would_cut_and_answers_those_being_reranked():
     """With --shutdown-timeout under the requests' time budget, the requests waiting in the queue when the shutdown
     begins would wait for the one being reranked and be cancelled at the deadline: they get 503 at once, with no

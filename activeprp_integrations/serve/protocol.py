@@ -59,6 +59,10 @@ def head_timeout_protocol(seconds: float) -> type[H11Protocol]:
     return type("HeadTimeoutH11", (_HeadTimeoutH11,), {"head_timeout": seconds})
 
 
+CANCELLED_GRACE = 1.0
+"""Seconds ``DrainingServer.shutdown`` waits, at most, for the requests uvicorn cancelled to send their answers."""
+
+
 class DrainingServer(Server):
     """``uvicorn.Server`` that calls ``service.drain`` when its shutdown begins (Ctrl-C, SIGTERM, ``should_exit``),
     with the shutdown's deadline: now plus ``config.timeout_graceful_shutdown`` (uvicorn cancels the requests still
@@ -74,3 +78,8 @@ class DrainingServer(Server):
         timeout = self.config.timeout_graceful_shutdown
         self.service.drain(None if timeout is None else asyncio.get_running_loop().time() + timeout)
         await super().shutdown(sockets)
+        # the requests uvicorn cancelled at the deadline still have their 503 to send (``gate.Gate``), a few loop
+        # turns; uvicorn then re-raises the signal, and SIGTERM's default action ends the process at once
+        cancelled = [task for task in self.server_state.tasks if not task.done()]
+        if cancelled:
+            await asyncio.wait(cancelled, timeout=CANCELLED_GRACE)
