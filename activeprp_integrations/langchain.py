@@ -22,7 +22,7 @@ try:
     from langchain_core.documents import Document
     from langchain_core.documents.compressor import BaseDocumentCompressor
     from langchain_core.language_models import BaseChatModel
-    from langchain_core.runnables import RunnableLambda, ensure_config
+    from langchain_core.runnables import Runnable, RunnableLambda, ensure_config
     from langchain_core.runnables.config import patch_config, var_child_runnable_config
     from pydantic import ConfigDict, PrivateAttr, field_validator, model_validator
 except ImportError as exc:  # pragma: no cover - exercised by simulating the missing module
@@ -147,8 +147,14 @@ class ActivePRPRerank(common.ComparatorFactories, BaseDocumentCompressor, common
     @classmethod
     def _check_llm(cls, value: Any) -> Any:
         if value is not None and not isinstance(value, BaseChatModel):
-            hint = (" (model_dump() turns the model into a dict; rebuild with ActivePRPRerank(**dict(reranker)) or "
-                    "reranker.model_copy(update=...))") if isinstance(value, Mapping) else ""
+            if isinstance(value, Mapping):
+                hint = (" (model_dump() turns the model into a dict; rebuild with ActivePRPRerank(**dict(reranker)) "
+                        "or reranker.model_copy(update=...))")
+            elif isinstance(value, Runnable):  # .bind(), .with_retry(), .with_config(), .with_fallbacks() ...
+                hint = (" (a wrapped model: pass the chat model itself, e.g. ChatOpenAI(...), with its options set "
+                        "on it; the judge sets its own request settings and retries, settings= adds yours)")
+            else:
+                hint = ""
             raise TypeError(f"llm must be a LangChain BaseChatModel (ChatOpenAI, ChatAnthropic ...), got "
                             f"{type(value).__name__}{hint}; for another judge pass comparator=")
         return value

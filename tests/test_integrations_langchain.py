@@ -239,6 +239,11 @@ def test_rebuilt_from_its_own_fields_it_keeps_the_judge(case):
     with pytest.raises(TypeError, match=r"got dict.*dict\(reranker\)"):
         ActivePRPRerank(**ActivePRPRerank(llm=chat).model_dump())
     assert ActivePRPRerank(**ActivePRPRerank(comparator=comparator).model_dump()).comparator is comparator
+    # a wrapped model (.bind, .with_retry, .with_config, .with_fallbacks) is no chat model: told to pass the model
+    for wrapped in (chat.bind(stop=["x"]), chat.with_retry(), chat.with_config(tags=["t"]),
+                    chat.with_fallbacks([chat])):
+        with pytest.raises(TypeError, match=rf"got {type(wrapped).__name__} \(a wrapped model: pass the chat model"):
+            ActivePRPRerank(llm=wrapped)
     assert (chat.model_dump(), dict(vars(comparator))) == before
 
 
