@@ -5,11 +5,13 @@ request's calls by the request's arrival, any other call by its own)."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
 import heapq
 import itertools
 import threading
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
@@ -73,18 +75,27 @@ class Hold:
         loop: the event loop of the task that took it (None: taken by a thread with no loop running). A loop
             closed with that task still in the block never runs its end: the slots are then ``orphaned``.
         release: gives its slots back (called at most once more after they are back: a no-op then); None: none
-            to give back.
+            to give back (or ``slots`` does).
+        slots: the ``FairSlots`` it was taken from, which its slots go back to (a reference, not a closure over
+            the hold: a hold is no reference cycle, freed as soon as it is dropped).
     """
 
     def __init__(self, n: int = 0, loop: asyncio.AbstractEventLoop | None = None,
-                 release: Callable[[], None] | None = None) -> None:
-        self.n, self.loop, self._release = n, loop, release
+                 release: Callable[[], None] | None = None, slots: FairSlots | None = None) -> None:
+        self.n, self.loop, self._release, self._slots = n, loop, release, slots
         self.until: Returned | None = None
+
+    def _give_back(self) -> None:
+        if self._slots is not None:
+            self._slots._post(self)
+        elif self._release is not None:
+            self._release()
 
     def keep_until(self, future: Returned) -> None:
         self.until = future
-        if self._release is not None:  # its loop closed meanwhile: the block never ends, the call's return does
-            future.add_done_callback(lambda _: self.orphaned and self._release())
+        if self._slots is not None or self._release is not None:
+            # its loop closed meanwhile: the block never ends, the call's return does
+            future.add_done_callback(lambda _: self.orphaned and self._give_back())
 
     def release_then(self, release: Any) -> None:
         """``release()`` now, or once the future kept is done."""
@@ -110,9 +121,15 @@ class FairSlots:
     oldest request (or call) waiting goes first, whoever made it (pools sharing a guard, direct calls on it).
 
     The slots of a task whose loop was closed while the task held them (or had been granted them) would never come
-    back: they are reclaimed when a waiter needs them (``Hold.orphaned``; checked when a waiter arrives and when
-    slots are released, no polling): a waiter queued before that loop closed gets them at the next arrival or
-    release.
+    back: they are reclaimed when a waiter needs them (``Hold.orphaned``; checked when a waiter arrives, when
+    slots are released, and every ``RECLAIM_EVERY`` seconds by each waiter, so a waiter queued before that loop
+    closed gets them then at the latest).
+
+    Releases never wait for the lock: the task of a closed loop is garbage that the cyclic GC frees at any
+    allocation of any thread, running the end of its ``take`` (its release) there, also inside this class's own
+    critical section on that thread, or while that thread holds a future's lock that a granting thread needs. A
+    release (or a waiter leaving on an exception) is queued (``_post``) and done by whichever thread holds the lock
+    before it lets it go; every critical section does the work queued meanwhile (``_serve``, ``_serve_posted``).
 
     Args:
         total: the slots (int >= 1).
@@ -120,6 +137,9 @@ class FairSlots:
             never suspends, so it runs under ``blocking.run_blocking``, see ``held``), or by suspending the running
             task (False). Slots may be released from any thread (a call's own, when it returns).
     """
+
+    RECLAIM_EVERY = 1.0
+    """Seconds a waiter waits before it looks again for the slots of holders whose loop has closed meanwhile."""
 
     def __init__(self, total: int, threads: bool = False) -> None:
         self.total = self.free = check_count(total, "total", minimum=1)
@@ -131,18 +151,24 @@ class FairSlots:
         self._keys = itertools.count()
         self._arrivals = itertools.count()
         self._lock = threading.Lock()
+        # releases (a Hold) and waiters leaving ((grant, Hold)) queued for the lock's holder (deque: atomic appends)
+        self._posted: collections.deque[Hold | tuple[concurrent.futures.Future, Hold]] = collections.deque()
 
     @property
     def waiting(self) -> int:
         """The waiters queued for slots now (tasks and threads)."""
         with self._lock:
-            return sum(not future.done() for _, _, _, future in self._waiters)
+            waiting = sum(not future.done() for _, _, _, future in self._waiters)
+        self._serve_posted()
+        return waiting
 
     def next_key(self) -> int:
         """A new request's key (for ``take``): its arrival order on these slots, so its calls go before those of
         every request and keyless call that comes after it."""
         with self._lock:
-            return next(self._keys)
+            key = next(self._keys)
+        self._serve_posted()
+        return key
 
     @contextlib.asynccontextmanager
     async def take(self, n: int, key: int | None = None, timeout: float | None = None, threads: bool | None = None):
@@ -151,67 +177,128 @@ class FairSlots:
         ``next_key()``; None: this call's own arrival. ``threads``: wait by blocking the thread (the sync path:
         this never suspends) rather than suspending the task; None: the instance's ``threads``. A thread that runs
         an event loop must not block here while that loop's tasks hold slots: they could not give them back."""
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # a thread without a loop (``held``)
-            loop = None
-        hold = Hold(min(n, self.total), loop, lambda: self._release(hold))
+        # None in a thread without a loop (``held``); no RuntimeError raised and caught on every sync take
+        hold = Hold(min(n, self.total), asyncio._get_running_loop(), slots=self)
         future = self._queue(hold, key)
-        if not future.done():
+        if future is not None and not future.done():
             try:
                 granted = await self._granted(future, timeout, self.threads if threads is None else threads)
-            except BaseException:  # cancelled, or any failure: no slot held
-                if not self._leave(future):
-                    self._release(hold)  # granted meanwhile: give the slots back
+            except BaseException:  # cancelled, closed by the GC, or any failure: no slot held
+                self._post((future, hold))  # leaves, or gives back the slots granted meanwhile
                 raise
             if not granted and self._leave(future):
                 raise DeadlinePassed
         try:
             yield hold
         finally:
-            hold.release_then(lambda: self._release(hold))
+            hold.release_then(hold._give_back)
 
-    def _queue(self, hold: Hold, key: int | None) -> concurrent.futures.Future:
-        """Queue a waiter for ``hold``'s slots: its grant, set once they are granted (at once when they are free
-        and nobody waits ahead of it)."""
-        future: concurrent.futures.Future = concurrent.futures.Future()
+    def _queue(self, hold: Hold, key: int | None) -> concurrent.futures.Future | None:
+        """Take ``hold``'s slots at once when they are free and nobody waits (None), else queue a waiter for them:
+        its grant, set once they are granted."""
         with self._lock:
-            key = next(self._keys) if key is None else key
-            heapq.heappush(self._waiters, (key, next(self._arrivals), hold, future))
-            self._grant()
+            if not self._waiters and self.free >= hold.n:
+                self.free -= hold.n
+                self._holds.add(hold)
+                future = None
+            else:
+                future = concurrent.futures.Future()
+                key = next(self._keys) if key is None else key
+                heapq.heappush(self._waiters, (key, next(self._arrivals), hold, future))
+                self._serve()
+        if self._posted:
+            self._serve_posted()
         return future
 
-    @staticmethod
-    async def _granted(future: concurrent.futures.Future, timeout: float | None, threads: bool) -> bool:
+    async def _granted(self, future: concurrent.futures.Future, timeout: float | None, threads: bool) -> bool:
         """Whether the waiter's slots were granted within ``timeout`` seconds (a thread blocks here; a task
-        suspends until the grant, set from any thread, wakes its loop)."""
+        suspends until the grant, set from any thread, wakes its loop). Every ``RECLAIM_EVERY`` seconds it
+        reclaims the slots of holders whose loop has closed meanwhile (nobody else may arrive or release)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         if threads:
-            return bool(concurrent.futures.wait({future}, timeout).done)
-        loop = asyncio.get_running_loop()
-        woken = loop.create_future()
+            def wait(seconds: float) -> bool:
+                return bool(concurrent.futures.wait({future}, seconds).done)
+        else:
+            loop = asyncio.get_running_loop()
+            woken = loop.create_future()
 
-        def wake(_: concurrent.futures.Future) -> None:
-            with contextlib.suppress(RuntimeError):  # the loop has closed: its waiter is gone
-                loop.call_soon_threadsafe(lambda: woken.done() or woken.set_result(None))
+            def wake(_: concurrent.futures.Future) -> None:
+                with contextlib.suppress(RuntimeError):  # the loop has closed: its waiter is gone
+                    loop.call_soon_threadsafe(lambda: woken.done() or woken.set_result(None))
 
-        future.add_done_callback(wake)
-        return await wait_done(woken, timeout)
+            future.add_done_callback(wake)
+
+        while True:
+            left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            seconds = self.RECLAIM_EVERY if left is None else min(left, self.RECLAIM_EVERY)
+            if wait(seconds) if threads else await wait_done(woken, seconds):
+                return True
+            if left is not None and left <= seconds:
+                return False
+            self._reclaim()
+
+    def _reclaim(self) -> None:
+        """Serve the waiters, reclaiming the slots of ``orphaned`` holds if the first needs them."""
+        with self._lock:
+            self._serve()
+        self._serve_posted()
 
     def _leave(self, future: concurrent.futures.Future) -> bool:
         """Take a waiter out of the queue, and serve those behind it that the free slots allow: False when its own
         slots were granted first."""
         with self._lock:
             left = future.cancel()
-            self._grant()
-            return left
+            self._serve()
+        self._serve_posted()
+        return left
 
-    def _release(self, hold: Hold) -> None:
-        """Give ``hold``'s slots back (once: not when reclaimed already) and serve the waiters."""
-        with self._lock:
-            if hold in self._holds:
-                self._holds.remove(hold)
-                self.free += hold.n
+    def _post(self, item: Hold | tuple[concurrent.futures.Future, Hold]) -> None:
+        """Give a ``Hold``'s slots back, or take a waiter ``(grant, Hold)`` out of the queue (giving back its slots
+        when they were granted first), and serve the waiters: now if the lock is free, else by its holder (this
+        thread too, when the GC ran this inside a critical section), never waiting for it."""
+        if self._lock.acquire(blocking=False):
+            try:
+                self._do(item)
+                self._serve()
+            finally:
+                self._lock.release()
+            if not self._posted:
+                return
+        else:
+            self._posted.append(item)
+        self._serve_posted()
+
+    def _serve_posted(self) -> None:
+        """Do the posted work if any and the lock is free (called after letting the lock go: work posted while it
+        was held, after its holder's last look, is done here)."""
+        while self._posted and self._lock.acquire(blocking=False):
+            try:
+                self._serve()
+            finally:
+                self._lock.release()
+
+    def _serve(self) -> None:
+        """Do the posted work, then grant the waiters their slots (called holding the lock), until no work is left
+        (work posted by a GC finalizer meanwhile included)."""
+        while True:
+            while self._posted:
+                self._do(self._posted.popleft())
             self._grant()
+            if not self._posted:
+                return
+
+    def _do(self, item: Hold | tuple[concurrent.futures.Future, Hold]) -> None:
+        """Do a posted release or leave (called holding the lock); a hold's slots go back once (not when
+        reclaimed already)."""
+        if isinstance(item, Hold):
+            hold = item
+        elif item[0].cancel():  # left before its slots were granted
+            return
+        else:
+            hold = item[1]
+        if hold in self._holds:
+            self._holds.remove(hold)
+            self.free += hold.n
 
     def _grant(self) -> None:
         """Grant the waiters their slots in order while enough are free (called holding the lock); a waiter that

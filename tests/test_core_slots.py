@@ -2,7 +2,10 @@
 order, none overtaken."""
 
 import asyncio
+import concurrent.futures
+import gc
 import threading
+import weakref
 
 import pytest
 
@@ -362,3 +365,101 @@ def test_requests_and_keyless_calls_wait_in_the_order_they_arrived_on_the_slots(
         return order
 
     assert asyncio.run(scenario()) == ["old", "young", "direct"]
+
+
+def test_a_closed_loop_s_task_freed_by_the_gc_inside_a_critical_section_neither_deadlocks_nor_leaks(monkeypatch):
+    """A task holding the slot, its loop closed with it pending, is garbage in a reference cycle: the cyclic GC
+    frees it at any allocation of any thread, running the end of its ``take`` (the release) there, also inside
+    FairSlots' own critical section on that thread. The release waited for the lock that thread held: the guard
+    hung for good, on every loop and thread. Here the GC runs inside ``_grant`` (under the lock) as a thread
+    arrives."""
+    slots, ended = FairSlots(1), []
+
+    async def dead_task():
+        try:
+            async with slots.take(1):
+                await asyncio.Event().wait()
+        finally:
+            ended.append(True)
+
+    def arrives():
+        with held(slots.take(1, timeout=5.0, threads=True)):
+            pass
+
+    grant = slots._grant
+
+    def collecting():
+        if not ended:
+            gc.collect()  # frees the dead task here, under the lock
+        grant()
+
+    gc.disable()  # nothing frees it before
+    try:
+        _closed_with_pending(dead_task())  # dropped: only its own cycle refers to it
+        monkeypatch.setattr(slots, "_grant", collecting)
+        worker = threading.Thread(target=arrives, daemon=True)
+        worker.start()
+        worker.join(10)  # a watchdog: a deadlock fails the test instead of hanging it
+    finally:
+        gc.enable()
+    assert not worker.is_alive(), "the thread deadlocked on FairSlots' own lock"
+    assert ended == [True] and slots.free == 1 and slots.waiting == 0
+
+
+def test_an_uncontended_take_makes_no_waiter_and_its_hold_is_no_reference_cycle(monkeypatch):
+    """Free slots and nobody waiting: taken at once (no grant future, no queue), and the ``Hold`` is freed when
+    dropped (it was a reference cycle through its release closure, freed only by the cyclic GC)."""
+    made = []
+
+    class Counted(concurrent.futures.Future):
+        def __init__(self):
+            made.append(self)
+            super().__init__()
+
+    monkeypatch.setattr(concurrent.futures, "Future", Counted)
+    slots, holds = FairSlots(2), []
+
+    async def tasks():
+        for _ in range(3):
+            async with slots.take(1, timeout=5.0) as hold:
+                holds.append(weakref.ref(hold))
+            del hold
+
+    gc.disable()
+    try:
+        asyncio.run(tasks())
+        for _ in range(3):
+            with held(slots.take(1, threads=True)) as hold:
+                holds.append(weakref.ref(hold))
+            del hold
+        freed = [ref() is None for ref in holds]
+    finally:
+        gc.enable()
+    assert made == [] and freed == [True] * 6 and slots.free == 2
+
+
+def test_a_thread_waiting_with_no_timeout_gets_the_slot_of_a_holder_whose_loop_closed_after_it_queued(monkeypatch):
+    """A thread waits (no deadline) for the slot a task holds; then the task's loop is closed with it pending.
+    Nobody else arrives or releases: the thread waited for good. It looks for such slots every ``RECLAIM_EVERY``
+    seconds."""
+    monkeypatch.setattr(FairSlots, "RECLAIM_EVERY", 0.02, raising=False)
+    slots, got = FairSlots(1), []
+    loop = asyncio.new_event_loop()
+    loop.set_exception_handler(lambda loop, context: None)
+    task = loop.create_task(_hold_until(slots.take(1), asyncio.Event()))
+    loop.run_until_complete(asyncio.sleep(0.01))
+
+    def waiter():
+        with held(slots.take(1, threads=True)):
+            got.append(True)
+
+    worker = threading.Thread(target=waiter, daemon=True)
+    worker.start()
+    for _ in range(1000):
+        if slots.waiting:
+            break
+        threading.Event().wait(0.01)
+    assert slots.waiting == 1
+    loop.close()
+    worker.join(10)
+    assert got == [True] and slots.free == 1 and not task.done()
