@@ -65,6 +65,13 @@ Returned = asyncio.Future | concurrent.futures.Future
 """A future that says when a call has returned: an event loop's, or one a thread sets (the sync path)."""
 
 
+def _both(first: Returned, second: Returned) -> concurrent.futures.Future:
+    """A future done once ``first`` and ``second`` both are."""
+    both: concurrent.futures.Future = concurrent.futures.Future()
+    first.add_done_callback(lambda _: second.add_done_callback(lambda _: both.set_result(None)))
+    return both
+
+
 class Hold:
     """What ``FairSlots.take`` yields: its slots are released when the ``async with`` block ends, or, after
     ``keep_until(future)``, once ``future`` is done if that is later (a call that runs on in a thread after the
@@ -92,6 +99,8 @@ class Hold:
             self._release()
 
     def keep_until(self, future: Returned) -> None:
+        if self.until is not None and not self.until.done():  # a call kept before runs on too: until both return
+            future = _both(self.until, future)
         self.until = future
         if self._slots is not None or self._release is not None:
             # its loop closed meanwhile: the block never ends, the call's return does

@@ -14,7 +14,7 @@ from ._chat_judge import FrameworkJudge, no_sdk_retries, own_pool
 from ._common import missing_extra
 
 try:
-    from llama_index.core.llms import LLM, ChatMessage, ChatResponse
+    from llama_index.core.llms import LLM, ChatMessage, ChatResponse, CustomLLM
 except ImportError as exc:  # pragma: no cover - exercised by simulating the missing module
     raise ImportError(missing_extra("llama-index-core", "llama-index")) from exc
 
@@ -36,7 +36,9 @@ def openai_logprobs(logprobs: Any) -> Any:
 
 class LLMComparator(FrameworkJudge):
     """P(first preferred) from a LlamaIndex LLM answering the PRP prompt of ``OpenAIChatComparator`` (the same
-    messages), one ``achat`` (async) or ``chat`` (sync) per ordered pair.
+    messages), one ``achat`` (async) or ``chat`` (sync) per ordered pair; on a model whose ``achat`` is
+    ``CustomLLM``'s (it runs the blocking ``chat``), the async path runs ``chat`` in worker threads instead
+    (``sends_in_thread``).
 
     P(A) comes from the answer token's top logprobs in ``ChatResponse.logprobs`` (LlamaIndex's OpenAI and
     OpenAILike fill it when asked: the judge's copy sets ``logprobs=True, top_logprobs=5`` on a model that has
@@ -79,6 +81,14 @@ class LLMComparator(FrameworkJudge):
         """LlamaIndex OpenAI (and OpenAILike: an openai client in ``_client``) passes a ``timeout`` keyword of
         ``chat`` on to the SDK's request; other models get none (the transport bounds the wait)."""
         return "timeout" if "_client" in (type(llm).__private_attributes__ or {}) else None
+
+    def sends_in_thread(self) -> bool:
+        """Whether the model's class leaves ``achat`` to ``CustomLLM`` (LlamaCPP, HuggingFaceLLM, MockLLM, most
+        in-house wrappers), whose ``achat`` calls the blocking ``chat`` on the event loop: the async path then runs
+        ``chat`` in a worker thread, so calls run concurrently up to ``max_concurrency`` and one still running at the
+        deadline is cut. A class that defines its own ``achat`` is awaited."""
+        # the class that defines it, not the attribute: LlamaIndex wraps it anew (wrapt) at each lookup
+        return next((c for c in type(self.judge_llm).__mro__ if self.acall in vars(c)), None) is CustomLLM
 
     def judge_copy(self, llm: LLM, settings: dict[str, Any]) -> LLM:
         judge = llm.model_copy(update=settings)

@@ -165,6 +165,24 @@ def test_thread_slots_keep_a_cut_call_s_slot_until_its_thread_returns():
         within(times_out, 1.0)
 
 
+def test_a_hold_keeping_two_cut_calls_keeps_its_slot_until_both_threads_return():
+    """A call retried while its cut attempt's thread runs on (a provider that sends in threads, with an
+    ``attempt_timeout``) keeps its slot until both threads have returned, whichever returns last."""
+    from activeprp_core.comparators.base import within
+
+    first, second, slots = threading.Event(), threading.Event(), FairSlots(1, threads=True)
+    with held(slots.take(1)) as hold:
+        for go in (first, second):
+            assert within(lambda go=go: go.wait(5), 0.01, hold) is None  # cut: the thread runs on
+    second.set()
+    with pytest.raises(DeadlinePassed), held(slots.take(1, timeout=0.2)):  # the first thread still runs
+        pass
+    first.set()
+    with held(slots.take(1, timeout=5.0)):
+        pass
+    assert slots.free == 1
+
+
 def test_threads_and_tasks_wait_for_one_count_of_slots():
     """A thread (``threads=True``) and a task wait in one queue for the same slots: a thread waits while a task
     holds the slot and gets it when the task releases it, and a task waits while a thread holds it."""

@@ -218,6 +218,100 @@ def test_llama_index_judge_parses_letters_through_completion_to_chat():
     assert j.prob is None and "unparseable answer 'maybe'" in j.error
 
 
+class GateLLM(CustomLLM):
+    """A sync-only LlamaIndex ``CustomLLM`` (as LlamaCPP, HuggingFaceLLM): its ``complete`` blocks until ``gate`` is
+    set (at most ``wait_s``), counting the calls in flight and their peak; ``full`` (an asyncio event of the test's
+    loop) is set once ``target`` calls are in flight at once."""
+
+    gate: Any
+    wait_s: float = 10.0
+    target: int = 0
+    full: Any = None
+    loop: Any = None
+    counts: Any = None
+
+    @property
+    def metadata(self) -> LLMMetadata:
+        return LLMMetadata(model_name="gated")
+
+    @llm_completion_callback()
+    def complete(self, prompt: str, formatted: bool = False, **kwargs) -> CompletionResponse:
+        with self.counts["lock"]:
+            self.counts["now"] += 1
+            self.counts["peak"] = max(self.counts["peak"], self.counts["now"])
+            if self.counts["now"] == self.target and self.full is not None:
+                self.loop.call_soon_threadsafe(self.full.set)
+        try:
+            self.gate.wait(self.wait_s)
+            return CompletionResponse(text=label(prompt))
+        finally:
+            with self.counts["lock"]:
+                self.counts["now"] -= 1
+
+    @llm_completion_callback()
+    def stream_complete(self, prompt: str, formatted: bool = False, **kwargs):
+        raise NotImplementedError
+
+
+def gate_counts() -> dict:
+    return {"lock": threading.Lock(), "now": 0, "peak": 0}
+
+
+def test_a_custom_llm_without_its_own_achat_is_called_in_threads_concurrently_off_the_loop():
+    """``CustomLLM.achat`` runs the blocking ``chat`` on the event loop: the async judge runs ``chat`` in worker
+    threads instead, so the loop keeps running (a heartbeat ticks while every call is blocked) and the calls
+    run at once up to ``max_concurrency``, never more."""
+    gate, counts = threading.Event(), gate_counts()
+
+    async def main() -> tuple[bool, int, list]:
+        full, ticks = asyncio.Event(), [0]
+        llm = GateLLM(gate=gate, wait_s=2.0, target=3, full=full, loop=asyncio.get_running_loop(), counts=counts)
+        judge = LLMComparator(llm, max_concurrency=3)
+
+        async def heartbeat() -> None:
+            while True:
+                ticks[0] += 1
+                await asyncio.sleep(0)
+
+        beat = asyncio.create_task(heartbeat())
+        judging = asyncio.create_task(judge.ajudge("q", [pair(str(k)) for k in range(4)]))
+        reached = asyncio.create_task(full.wait())
+        try:  # before: each call blocked the loop in turn (at most wait_s), one at a time; the judging ended first
+            await asyncio.wait({reached, judging}, timeout=30, return_when=asyncio.FIRST_COMPLETED)
+            at_full = ticks[0]
+            for _ in range(5):
+                await asyncio.sleep(0)
+            beats_while_blocked = ticks[0] - at_full if counts["now"] == 3 else 0
+            gate.set()
+            return full.is_set(), beats_while_blocked, await judging
+        finally:
+            gate.set()
+            beat.cancel()
+            reached.cancel()
+
+    reached, beats, judgments = asyncio.run(main())
+    assert reached and beats > 0 and counts["peak"] == 3
+    assert [j.prob for j in judgments] == [1.0] * 4 and counts["now"] == 0
+    assert LLMComparator(ScriptedLLM(script=label)).sends_in_thread() is False  # its own achat is awaited
+
+
+def test_a_custom_llm_judge_returns_at_the_time_budget():
+    """A ``time_budget`` holds with a sync-only LlamaIndex LLM: calls still blocked at the deadline are cut (their
+    threads run on) and ``apostprocess_nodes`` returns then, not after the calls."""
+    gate, counts = threading.Event(), gate_counts()
+    nodes = [NodeWithScore(node=TextNode(text=f"passage {i}")) for i in range(8)]
+    reranker = li.ActivePRPRerank(llm=GateLLM(gate=gate, counts=counts), budget=8, top_n=8, time_budget=0.5,
+                                  on_failure="prior")
+    try:
+        start = time.perf_counter()
+        out = asyncio.run(reranker.apostprocess_nodes(nodes, query_str="q"))
+        elapsed = time.perf_counter() - start
+    finally:
+        gate.set()  # the cut calls' threads return
+    assert elapsed < 3.0  # before: the first call blocked the loop for its whole 10 s
+    assert counts["peak"] > 1 and [n.node.text for n in out] == [n.node.text for n in nodes]
+
+
 def test_settings_are_checked_against_the_models_fields():
     llm = ScriptedChat(script=lambda t: ai("A"), seen=[])
     assert ChatModelComparator(llm, settings={"temperature": None}).settings.get("temperature") is None

@@ -9,13 +9,14 @@ import contextvars
 import importlib.util
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from functools import partial
 from typing import Any
 
 from ..budget import check_count, check_seconds  # noqa: F401 (check_seconds: importable here too)
 from ..errors import ComparatorError, scrub
-from ..slots import TimedOut, held, wait_for
+from ..slots import Hold, TimedOut, held, wait_for
 from ..types import Judgment, Pair
 from .answers import Answer, UnusableAnswer
 from .base import (
@@ -27,6 +28,7 @@ from .base import (
     cut_calls,
     cut_in_flight,
     gather_or_cancel,
+    in_thread,
     outcome_of,
     unsent,
 )
@@ -140,6 +142,13 @@ class RemoteComparator(FreshState, Comparator):
         """Sync ``asend`` with the sync client. Default: ``asend`` in a fresh event loop (no client)."""
         return asyncio.run(self.asend(None, request))
 
+    def sends_in_thread(self) -> bool:
+        """Whether the async path sends each attempt through ``send`` in a worker thread (``base.in_thread``)
+        instead of awaiting ``asend``: for a transport whose async call would block the event loop (a LlamaIndex
+        ``CustomLLM``, whose ``achat`` runs the blocking ``chat``). Such a call holds its slot until its thread
+        returns, also when the deadline cut it (as the sync path's). Default: False."""
+        return False
+
     def parse(self, response: Any) -> Answer:
         """The ``Answer`` in a reply (see ``answers.answer_from``). Raises ``ValueError`` only: not usable."""
         raise NotImplementedError
@@ -215,17 +224,18 @@ class RemoteComparator(FreshState, Comparator):
         query = item[0]
         request, tries = self.request(query, item[1].text, item[2].text), _Attempts(guard, query, self.attempt_timeout)
 
-        async def attempt() -> Any:  # a plain coroutine function, so tenacity awaits it
+        async def attempt(send: Callable[[Any], Awaitable[Any]]) -> Any:  # a coroutine function: tenacity awaits it
             if tries.count:  # a retry: not once the rerank has stopped
                 guard.check()
-            return await tries.asend(lambda req: self.asend(client, req), request, self.timed)
+            return await tries.asend(send, request, self.timed)
 
         retrying = _retrying(self, AsyncRetrying, guard, query)
         try:
-            async with guard.slots(1, guard.time_left(query)):
+            async with guard.slots(1, guard.time_left(query)) as hold:
                 guard.check()
+                send = self._threaded(hold) if self.sends_in_thread() else partial(self.asend, client)
                 try:
-                    outcome = _settle(self, guard, retrying, await retrying(attempt))
+                    outcome = _settle(self, guard, retrying, await retrying(attempt, send))
                 except asyncio.CancelledError:
                     if tries.count:  # it went out: it counts as spent, its outcome is unknown
                         guard.record(None, retries=tries.count - 1)
@@ -237,6 +247,13 @@ class RemoteComparator(FreshState, Comparator):
         if isinstance(outcome, ComparatorError):
             raise outcome
         return outcome
+
+    def _threaded(self, hold: Hold) -> Callable[[Any], Awaitable[Any]]:
+        """The async path's send for a provider whose ``asend`` would block the loop (``sends_in_thread``): ``send``
+        with the sync client, in a daemon thread whose slot (``hold``) stays taken until it returns. Its attempt is
+        cut at the deadline as an awaited one is (the wait for the thread ends; its late answer is discarded)."""
+        client = self._clients.sync()
+        return lambda req: in_thread(partial(self.send, client, req), hold)
 
     def _after(self, error: Exception, guard: CallGuard, retrying: Any, tries: _Attempts,
                record: bool = True) -> Judgment | ComparatorError:
