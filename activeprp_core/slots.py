@@ -12,7 +12,7 @@ import heapq
 import itertools
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Iterator
 from typing import Any, TypeVar
 
 from .blocking import run_blocking
@@ -81,28 +81,24 @@ class Hold:
         n: the slots it holds (0: none, as an uncapped guard's).
         loop: the event loop of the task that took it (None: taken by a thread with no loop running). A loop
             closed with that task still in the block never runs its end: the slots are then ``orphaned``.
-        release: gives its slots back (called at most once more after they are back: a no-op then); None: none
-            to give back (or ``slots`` does).
         slots: the ``FairSlots`` it was taken from, which its slots go back to (a reference, not a closure over
-            the hold: a hold is no reference cycle, freed as soon as it is dropped).
+            the hold: a hold is no reference cycle, freed as soon as it is dropped); None: none to give back.
     """
 
     def __init__(self, n: int = 0, loop: asyncio.AbstractEventLoop | None = None,
-                 release: Callable[[], None] | None = None, slots: FairSlots | None = None) -> None:
-        self.n, self.loop, self._release, self._slots = n, loop, release, slots
+                 slots: FairSlots | None = None) -> None:
+        self.n, self.loop, self._slots = n, loop, slots
         self.until: Returned | None = None
 
     def _give_back(self) -> None:
         if self._slots is not None:
             self._slots._post(self)
-        elif self._release is not None:
-            self._release()
 
     def keep_until(self, future: Returned) -> None:
         if self.until is not None and not self.until.done():  # a call kept before runs on too: until both return
             future = _both(self.until, future)
         self.until = future
-        if self._slots is not None or self._release is not None:
+        if self._slots is not None:
             # its loop closed meanwhile: the block never ends, the call's return does
             future.add_done_callback(lambda _: self.orphaned and self._give_back())
 
