@@ -131,11 +131,6 @@ def model_fields_named(llm: Any) -> dict[str, str]:
     return out
 
 
-def model_keys(llm: Any) -> set[str]:
-    """The ``settings`` keys that name ``llm``'s model (``model_fields_named``)."""
-    return set(model_fields_named(llm))
-
-
 def body_model_keys(settings: Mapping[str, Any], path: str = "settings") -> list[tuple[str, str]]:
     """Where ``settings`` name the model inside a request-body dict, whatever the value: each ``MODEL_KEYS`` key of a
     ``BODY_FIELDS`` dict, and of a ``BODY_FIELDS`` dict inside one, as ``("settings['model_kwargs']['model']",
