@@ -295,6 +295,17 @@ def test_a_custom_llm_without_its_own_achat_is_called_in_threads_concurrently_of
     assert LLMComparator(ScriptedLLM(script=label)).sends_in_thread() is False  # its own achat is awaited
 
 
+def test_a_custom_llm_s_attempts_in_threads_are_not_cut_by_attempt_timeout_so_retries_keep_the_cap():
+    """A thread cannot be stopped: an attempt cut at ``attempt_timeout`` ran on while its retry started another
+    thread under the same slot, so the model had ``max_attempts`` calls at once with ``max_concurrency=1``."""
+    gate, counts = threading.Event(), gate_counts()  # never set: each call answers after wait_s
+    judge = LLMComparator(GateLLM(gate=gate, wait_s=0.5, counts=counts), max_concurrency=1, max_attempts=3,
+                          backoff_initial=0.0, backoff_max=0.0)
+    judge.attempt_timeout = 0.1
+    judgments = asyncio.run(judge.ajudge("q", [pair("1")]))
+    assert counts["peak"] == 1 and [(j.prob, j.retries) for j in judgments] == [(1.0, 0)]
+
+
 def test_a_custom_llm_judge_returns_at_the_time_budget():
     """A ``time_budget`` holds with a sync-only LlamaIndex LLM: calls still blocked at the deadline are cut (their
     threads run on) and ``apostprocess_nodes`` returns then, not after the calls."""

@@ -100,7 +100,7 @@ class RemoteComparator(FreshState, Comparator):
     """The most seconds one attempt may take, whole, on the async path (``ajudge``: ``arerank``, ``activeprp serve``);
     past it the attempt is cancelled and fails as a timeout (retried, then a failed call for the circuit breaker).
     An HTTP client's own timeout is per read, so a judge that sends its answer a byte at a time never trips it.
-    None: no cap but the deadline. A provider sets it to its ``timeout``."""
+    None: no cap but the deadline. A provider sets it to its ``timeout``. Not applied when ``sends_in_thread()``."""
     fresh_state: tuple[str, ...] = ("_clients",)
     """``FreshState.fresh_state``: the clients. A provider holding more such state (a client, a lock, a copy of the
     user's model wired to its clients) adds their names and makes them in ``renew_state``."""
@@ -146,7 +146,9 @@ class RemoteComparator(FreshState, Comparator):
         """Whether the async path sends each attempt through ``send`` in a worker thread (``base.in_thread``)
         instead of awaiting ``asend``: for a transport whose async call would block the event loop (a LlamaIndex
         ``CustomLLM``, whose ``achat`` runs the blocking ``chat``). Such a call holds its slot until its thread
-        returns, also when the deadline cut it (as the sync path's). Default: False."""
+        returns, also when the deadline cut it, and ``attempt_timeout`` does not cut its attempts (as on the sync
+        path: a thread cannot be stopped, so a retry would run beside it, over ``max_concurrency``). Default:
+        False."""
         return False
 
     def parse(self, response: Any) -> Answer:
@@ -221,8 +223,10 @@ class RemoteComparator(FreshState, Comparator):
     async def _acall(self, client: Any, guard: CallGuard, item: Item) -> Judgment:
         from tenacity import AsyncRetrying
 
-        query = item[0]
-        request, tries = self.request(query, item[1].text, item[2].text), _Attempts(guard, query, self.attempt_timeout)
+        query, threaded = item[0], self.sends_in_thread()
+        # a thread cannot be stopped: an attempt cut at attempt_timeout would run on beside its retry, over the cap
+        cap = None if threaded else self.attempt_timeout
+        request, tries = self.request(query, item[1].text, item[2].text), _Attempts(guard, query, cap)
 
         async def attempt(send: Callable[[Any], Awaitable[Any]]) -> Any:  # a coroutine function: tenacity awaits it
             if tries.count:  # a retry: not once the rerank has stopped
@@ -233,7 +237,7 @@ class RemoteComparator(FreshState, Comparator):
         try:
             async with guard.slots(1, guard.time_left(query)) as hold:
                 guard.check()
-                send = self._threaded(hold) if self.sends_in_thread() else partial(self.asend, client)
+                send = self._threaded(hold) if threaded else partial(self.asend, client)
                 try:
                     outcome = _settle(self, guard, retrying, await retrying(attempt, send))
                 except asyncio.CancelledError:
