@@ -280,6 +280,9 @@ def test_a_jina_answer_names_a_model_when_the_request_named_none(client):
     """Jina's answers always name the model (a string); the request's is echoed, and without one it was null."""
     assert _post(client, "/rerank", {**GOOD, "model": "m"}).json()["model"] == "m"
     assert _post(client, "/rerank", {k: v for k, v in GOOD.items() if k != "model"}).json()["model"] == "activeprp"
+    # a lone surrogate (a valid JSON escape) was echoed into an answer JSON cannot carry: a 500, the judge paid
+    answer = _post(client, "/rerank", json.dumps({**GOOD, "model": "m\ud800"}).encode())
+    assert answer.status_code == 200 and answer.json()["model"] == "m\ufffd"
 
 
 @pytest.mark.parametrize("bad", [{"budget": -1}, {"max_rounds": "3"}, {"ranker": "nope"}, {"max_active": 0},

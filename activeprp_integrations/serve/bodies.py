@@ -44,6 +44,13 @@ class RerankRequest(_Settings):
     return_documents: bool = False
     max_tokens_per_doc: int | None = Field(None, ge=1)
 
+    @field_validator("model")
+    @classmethod
+    def _echoable_model(cls, model: str | None) -> str | None:
+        """Lone surrogates become U+FFFD (``model_text``): Jina's answer echoes the model, and JSON answers cannot
+        carry them."""
+        return None if model is None else model_text(model)
+
     @field_validator("documents")
     @classmethod
     def _returnable(cls, documents: list[str | dict[str, Any]]) -> list[str | dict[str, Any]]:
