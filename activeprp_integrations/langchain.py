@@ -21,7 +21,7 @@ try:
     from langchain_core.callbacks import AsyncCallbackManager, CallbackManager, Callbacks
     from langchain_core.documents import Document
     from langchain_core.documents.compressor import BaseDocumentCompressor
-    from langchain_core.language_models import BaseChatModel
+    from langchain_core.language_models import BaseChatModel, BaseLanguageModel
     from langchain_core.runnables import Runnable, RunnableLambda, ensure_config
     from langchain_core.runnables.config import patch_config, var_child_runnable_config
     from pydantic import ConfigDict, PrivateAttr, field_validator, model_validator
@@ -150,6 +150,8 @@ class ActivePRPRerank(common.ComparatorFactories, BaseDocumentCompressor, common
             if isinstance(value, Mapping):
                 hint = (" (model_dump() turns the model into a dict; rebuild with ActivePRPRerank(**dict(reranker)) "
                         "or reranker.model_copy(update=...))")
+            elif isinstance(value, BaseLanguageModel):  # a text-completion model (BaseLLM: OpenAI, Ollama ...)
+                hint = " (a text-completion model: the judge needs a chat model, e.g. ChatOpenAI(...), ChatOllama(...))"
             elif isinstance(value, Runnable):  # .bind(), .with_retry(), .with_config(), .with_fallbacks() ...
                 hint = (" (a wrapped model: pass the chat model itself, e.g. ChatOpenAI(...), with its options set "
                         "on it; the judge sets its own request settings and retries, settings= adds yours)")

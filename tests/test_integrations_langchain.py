@@ -244,6 +244,10 @@ def test_rebuilt_from_its_own_fields_it_keeps_the_judge(case):
                     chat.with_fallbacks([chat])):
         with pytest.raises(TypeError, match=rf"got {type(wrapped).__name__} \(a wrapped model: pass the chat model"):
             ActivePRPRerank(llm=wrapped)
+    from langchain_core.language_models import FakeListLLM  # a text-completion model is no wrapped chat model
+
+    with pytest.raises(TypeError, match=r"got FakeListLLM \(a text-completion model: the judge needs a chat model"):
+        ActivePRPRerank(llm=FakeListLLM(responses=["A"]))
     assert (chat.model_dump(), dict(vars(comparator))) == before
 
 
