@@ -369,11 +369,17 @@ async def _until(awaitable: Awaitable[T], seconds: float, guard: CallGuard, quer
         return _CUT
 
 
-def cut_calls(guard: CallGuard, n: int) -> list[Judgment]:
-    """The answers of ``n`` calls cut in flight at the deadline: sent (``guard.record(None)``: spent, outcome
-    unknown), their answers not awaited."""
+def sent_unknown(guard: CallGuard, n: int) -> None:
+    """Record ``n`` calls as sent, their outcome unknown (``guard.record(None)``: spent, the breaker's streak
+    unchanged)."""
     for _ in range(n):
         guard.record(None)
+
+
+def cut_calls(guard: CallGuard, n: int) -> list[Judgment]:
+    """The answers of ``n`` calls cut in flight at the deadline: sent (``sent_unknown``), their answers not
+    awaited."""
+    sent_unknown(guard, n)
     return [cut_in_flight()] * n
 
 
@@ -436,8 +442,7 @@ def spent_if_raises(comparator: Comparator, guard: CallGuard, n: int, asynchrono
         name = "ajudge_batch" if asynchronous else "judge_batch"
         own = getattr(type(comparator), name) is not getattr(Comparator, name)
         if own and not comparator.guards_calls and guard.completed == before:
-            for _ in range(n):
-                guard.record(None)
+            sent_unknown(guard, n)
         raise
 
 
@@ -556,6 +561,7 @@ class Comparator:
     max_concurrency: int | None = None
     model_name: str | None = None
     guards_calls: bool = False
+
     def __new__(cls, *args: Any, **kwargs: Any):
         # Checked when an instance is made, not when the class is defined: cloudpickle (Ray) rebuilds a class
         # defined in __main__ or a notebook empty first and sets its methods afterwards.
@@ -666,8 +672,7 @@ class Comparator:
                     cut_calls(guard, len(chunk))
                     raise
                 except Exception:
-                    for _ in chunk:
-                        guard.record(None)
+                    sent_unknown(guard, len(chunk))
                     raise
         except DeadlinePassed:  # no slot before the deadline
             return None
