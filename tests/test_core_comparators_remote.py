@@ -5,8 +5,10 @@ OpenAI provider's token upper bound against the bundled model's real chat templa
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import math
 import re
+import threading
 
 import pytest
 from _llm_server import FaultServer, Reply, completion
@@ -316,6 +318,42 @@ def test_a_sync_call_still_waiting_for_its_slot_at_the_deadline_is_not_sent_and_
     with held(guard.fair_slots.take(1, timeout=30.0, threads=True)):  # the waiting call got the slot, and left
         pass
     assert judge.park.peak == 0 and guard.fair_slots.free == 1 and guard.completed == 0
+
+
+class ThreadNoting(RemoteComparator):
+    """A sync provider noting whether each call's thread is a daemon, and in which ``contextvars`` context it ran."""
+
+    model, endpoint = "noting", "127.0.0.1"
+
+    def __init__(self):
+        super().__init__(max_concurrency=2)
+        self.daemon, self.tags = [], []
+
+    def request(self, query, first, second):
+        return query
+
+    def send(self, client, request):
+        self.daemon.append(threading.current_thread().daemon)
+        self.tags.append(TAG.get())
+        return reply()
+
+    def parse(self, response):
+        return answer_from(response.get("logprobs"), response.get("content"), None, None)
+
+
+TAG: contextvars.ContextVar[str] = contextvars.ContextVar("TAG", default="unset")
+
+
+def test_a_remote_judge_s_sync_calls_run_in_daemon_threads_in_the_caller_s_context():
+    """They ran in a ``ThreadPoolExecutor``, whose workers Python joins at its exit: a call cut at the deadline with
+    no timeout of its own kept the process alive until it returned (see ``test_integrations_llm_judge``)."""
+    judge, token = ThreadNoting(), TAG.set("caller")
+    try:
+        judgments = judge.judge("q", [pair(str(k)) for k in range(3)])
+    finally:
+        TAG.reset(token)
+    assert [j.prob for j in judgments] == [pytest.approx(1 / (1 + math.exp(-2.3)))] * 3
+    assert judge.daemon == [True] * 3 and judge.tags == ["caller"] * 3
 
 
 # Generated answers as chat models write them when they give more than the one letter asked for (no logprobs, a

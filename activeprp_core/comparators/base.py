@@ -20,6 +20,7 @@ calls come back as ``Judgment(None, cut=...)``.
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
 import contextvars
@@ -311,6 +312,39 @@ def _in_daemon_thread(call: Callable[[], T], done: Callable[[T | None, BaseExcep
         done(value, error)
 
     threading.Thread(target=contextvars.copy_context().run, args=(run,), name="activeprp-call", daemon=True).start()
+
+
+def in_daemon_workers(calls: Sequence[Callable[[], T]], workers: int) -> list[concurrent.futures.Future]:
+    """Each of ``calls`` run by one of ``workers`` daemon threads (``_in_daemon_thread``), in order, each call in a
+    copy of the caller's context: one future per call, a call whose future is cancelled before a worker takes it is
+    never run, and the workers end once no call is left. ``ThreadPoolExecutor``'s role, without its joins: Python
+    waits for an executor's workers at its exit, so a call no longer waited for (cut at a deadline, with no timeout
+    of its own) kept the process alive until it returned.
+
+    Raises:
+        ValueError: ``workers`` below 1 while there are calls.
+    """
+    if calls and workers < 1:
+        raise ValueError(f"workers must be at least 1 to run {len(calls)} calls, got {workers}")
+    futures = [concurrent.futures.Future() for _ in calls]
+    queue = collections.deque(zip(futures, [partial(contextvars.copy_context().run, c) for c in calls]))
+
+    def work() -> None:
+        while True:
+            try:
+                future, call = queue.popleft()  # atomic: each call is taken by one worker
+            except IndexError:
+                return
+            if not future.set_running_or_notify_cancel():  # cancelled while queued
+                continue
+            try:
+                future.set_result(call())
+            except BaseException as error:  # handed to the waiting side, as an executor's worker does
+                future.set_exception(error)
+
+    for _ in range(min(workers, len(calls))):
+        _in_daemon_thread(work, lambda value, error: None)
+    return futures
 
 
 def within(call: Callable[[], T], seconds: float, hold: Hold | None = None) -> T | None:

@@ -5,12 +5,11 @@ says what a pair's request, a reply and a failure (``failures``) mean. See docs/
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import importlib.util
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_EXCEPTION, Future, wait
 from functools import partial
 from typing import Any
 
@@ -28,6 +27,7 @@ from .base import (
     cut_calls,
     cut_in_flight,
     gather_or_cancel,
+    in_daemon_workers,
     in_thread,
     outcome_of,
     unsent,
@@ -333,10 +333,11 @@ class RemoteComparator(FreshState, Comparator):
 
 def _in_threads(call: Any, asks: Sequence[tuple[CallGuard, Sequence[Item]]]) -> list[list[Judgment] | Exception]:
     """``call(guard, item, stop, abandoned)`` per item of each ask ``(guard, items)``, in at most ``max_concurrency``
-    threads (the first guard's: the asks' guards share one cap), each in a copy of the caller's context (its
-    ``contextvars``, as ``asyncio.to_thread`` does: a framework's callbacks and tracing see the calls), each call
-    holding one of its guard's slots (``_holding_a_slot``: the guard's cap counts the calls of every batch and
-    of the async path at once, not this pool's threads).
+    daemon threads (the first guard's: the asks' guards share one cap; ``base.in_daemon_workers``, so a cut call
+    never holds up the interpreter's exit), each in a copy of the caller's context (its ``contextvars``, as
+    ``asyncio.to_thread`` does: a framework's callbacks and tracing see the calls), each call holding one of its
+    guard's slots (``_holding_a_slot``: the guard's cap counts the calls of every batch and of the async path at
+    once, not these threads).
 
     Returns per ask its judgments, or the exception of its call that raised: that drops the ask's queued calls and
     starts no retry of its own (the other asks go on), and ends the wait at once when its guard stopped (a 401, an
@@ -353,10 +354,9 @@ def _in_threads(call: Any, asks: Sequence[tuple[CallGuard, Sequence[Item]]]) -> 
             return _holding_a_slot(call, guard, item, stop, abandoned, threading.Event())
 
         return [_in_turn(slotted, guard, items, stop, abandoned) for (guard, items), stop in zip(asks, stops)]
-    pool = ThreadPoolExecutor(workers, thread_name_prefix="activeprp-remote")
     holding = [threading.Event() for _ in jobs]
-    futures = [pool.submit(contextvars.copy_context().run, _holding_a_slot, call, guard, item, stops[k], abandoned,
-                           has_slot) for (k, guard, item), has_slot in zip(jobs, holding)]
+    futures = in_daemon_workers([partial(_holding_a_slot, call, guard, item, stops[k], abandoned, has_slot)
+                                 for (k, guard, item), has_slot in zip(jobs, holding)], workers)
     owners = [[(f, has) for f, has, (k, _, _) in zip(futures, holding, jobs) if k == ask] for ask in range(len(asks))]
     try:
         _wait([[f for f, _ in own] for own in owners], stops, [guard for guard, _ in asks], timeout)
@@ -373,7 +373,8 @@ def _in_threads(call: Any, asks: Sequence[tuple[CallGuard, Sequence[Item]]]) -> 
         abandoned.set()
         for stop in stops:
             stop.set()
-        pool.shutdown(wait=False, cancel_futures=True)
+        for future in futures:  # the queued calls: never run
+            future.cancel()
 
 
 def _holding_a_slot(call: Any, guard: CallGuard, item: Item, stop: threading.Event, abandoned: threading.Event,
