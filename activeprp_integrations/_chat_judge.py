@@ -154,6 +154,12 @@ def model_label(llm: Any) -> str:
     return type(llm).__name__
 
 
+def defining_class(cls: type, name: str) -> type | None:
+    """The class of ``cls``'s MRO that defines the attribute ``name`` (None: none does). The class, not the
+    attribute's value: LlamaIndex wraps its methods anew (wrapt) at each lookup."""
+    return next((c for c in cls.__mro__ if name in vars(c)), None)
+
+
 def no_sdk_retries(client: Any) -> Any:
     """An SDK client (openai, anthropic: ``with_options``) without its own retries, sharing its connection pool;
     anything else unchanged."""
@@ -179,7 +185,8 @@ class FrameworkJudge(SwappablePrompts, RemoteComparator):
     ``framework_messages`` (chat messages in the framework's type) and ``parse``, and may override
     ``reasoning_model``, ``responses_api``, ``provider_settings``, ``request_timeout_keyword`` / ``timed_call``
     (the time left as each request's timeout), ``judge_copy`` and ``loop_copy`` / ``aclose_loop_copy`` (a copy of
-    the model per event loop, for SDK clients bound to one loop).
+    the model per event loop, for SDK clients bound to one loop), and name the framework's blocking async fallback
+    (``async_work``, ``blocking_async``: ``sends_in_thread``).
 
     Args:
         llm: the framework's model; never changed (the judge calls ``judge_copy(llm)``).
@@ -223,6 +230,11 @@ class FrameworkJudge(SwappablePrompts, RemoteComparator):
     call: str
     acall: str
     """The model's sync and async chat methods, called with the framework's messages (e.g. ``invoke``/``ainvoke``)."""
+    async_work: str = ""
+    blocking_async: tuple[type, ...] = ()
+    """``sends_in_thread``: the method of the model's class that does the async call's work (LangChain's
+    ``_agenerate``, LlamaIndex's ``achat``) and the framework classes whose version of it only runs the blocking
+    call (LangChain's in the loop's default executor, LlamaIndex's ``CustomLLM`` on the loop itself)."""
 
     def __init__(self, llm: Any, *, prompt: str = PRP_PROMPT, system_prompt: str | None = None,
                  logprobs: bool = True, top_logprobs: int = TOP_LOGPROBS, settings: Mapping[str, Any] | None = None,
@@ -325,6 +337,15 @@ class FrameworkJudge(SwappablePrompts, RemoteComparator):
         deadline, on a model with a ``request_timeout_keyword``. Default: ``model`` itself, with the seconds as that
         keyword."""
         return model, {self.timeout_keyword: seconds}
+
+    def sends_in_thread(self) -> bool:
+        """Whether the judge model's class leaves ``async_work`` to one of the framework's ``blocking_async``
+        classes, whose async call only runs the blocking one (a model written with its sync method alone): the
+        async path then runs the sync ``call`` in daemon threads of its own (``RemoteComparator._threaded``), each
+        holding one of the ``max_concurrency`` slots until it returns, cut at the deadline, and never in the event
+        loop's default executor (which ``asyncio.run`` waits for at its exit, and whose few workers a cut call keeps
+        from later calls) nor on the loop itself. A class with its own ``async_work`` is awaited."""
+        return defining_class(type(self.judge_llm), self.async_work) in self.blocking_async
 
     def judge_copy(self, llm: Any, settings: dict[str, Any]) -> Any:
         """The model the judge calls: a copy of ``llm`` with ``settings`` (``llm`` is not changed)."""

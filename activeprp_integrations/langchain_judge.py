@@ -15,7 +15,7 @@ from ._chat_judge import FrameworkJudge, no_sdk_retries, own_pool
 from ._common import missing_extra
 
 try:
-    from langchain_core.language_models import BaseChatModel
+    from langchain_core.language_models import BaseChatModel, SimpleChatModel
     from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 except ImportError as exc:  # pragma: no cover - exercised by simulating the missing module
     raise ImportError(missing_extra("langchain-core", "langchain")) from exc
@@ -46,6 +46,10 @@ class ChatModelComparator(FrameworkJudge):
     """P(first preferred) from a LangChain chat model answering the PRP prompt of ``OpenAIChatComparator`` (the
     same messages), one ``ainvoke`` (async) or ``invoke`` (sync) per ordered pair.
 
+    A model whose class has no ``_agenerate`` of its own (only ``_generate``, as LangChain's guide to custom chat
+    models writes one) is called with ``invoke`` in daemon threads of the judge's own on the async path too
+    (``sends_in_thread``), not in the event loop's default executor that LangChain's ``_agenerate`` uses.
+
     P(A) comes from the answer token's top logprobs in ``AIMessage.response_metadata["logprobs"]`` (ChatOpenAI
     puts them there when it asks for them: the judge's copy sets ``logprobs=True, top_logprobs=5`` on a model
     that has these fields), else from the one-letter answer (1.0 / 0.0); tokens come from
@@ -74,6 +78,9 @@ class ChatModelComparator(FrameworkJudge):
 
     model_type, model_kind = BaseChatModel, "a LangChain BaseChatModel (ChatOpenAI, ChatAnthropic ...)"
     call, acall = "invoke", "ainvoke"
+    # a model with only _generate (LangChain's custom chat model guide): their _agenerate runs it in the loop's
+    # default executor, which asyncio.run waits for at its exit and whose few workers a cut call keeps
+    async_work, blocking_async = "_agenerate", (BaseChatModel, SimpleChatModel)
 
     def reasoning_model(self, llm: BaseChatModel) -> bool:
         """A model whose LangChain profile (``BaseChatModel.profile``) says ``reasoning_output``: OpenAI's gpt-5

@@ -65,6 +65,8 @@ class LLMComparator(FrameworkJudge):
 
     model_type, model_kind = LLM, "a LlamaIndex LLM (llama_index.core.llms.LLM: OpenAI, OpenAILike ...)"
     call, acall = "chat", "achat"
+    # CustomLLM (LlamaCPP, HuggingFaceLLM, MockLLM, most in-house wrappers): its achat calls chat on the loop
+    async_work, blocking_async = "achat", (CustomLLM,)
 
     def reasoning_model(self, llm: LLM) -> bool:
         """A model that LlamaIndex OpenAI lists as a reasoning model (``llama_index.llms.openai.utils.O1_MODELS``:
@@ -81,14 +83,6 @@ class LLMComparator(FrameworkJudge):
         """LlamaIndex OpenAI (and OpenAILike: an openai client in ``_client``) passes a ``timeout`` keyword of
         ``chat`` on to the SDK's request; other models get none (the transport bounds the wait)."""
         return "timeout" if "_client" in (type(llm).__private_attributes__ or {}) else None
-
-    def sends_in_thread(self) -> bool:
-        """Whether the model's class leaves ``achat`` to ``CustomLLM`` (LlamaCPP, HuggingFaceLLM, MockLLM, most
-        in-house wrappers), whose ``achat`` calls the blocking ``chat`` on the event loop: the async path then runs
-        ``chat`` in a worker thread, so calls run concurrently up to ``max_concurrency`` and one still running at the
-        deadline is cut. A class that defines its own ``achat`` is awaited."""
-        # the class that defines it, not the attribute: LlamaIndex wraps it anew (wrapt) at each lookup
-        return next((c for c in type(self.judge_llm).__mro__ if self.acall in vars(c)), None) is CustomLLM
 
     def judge_copy(self, llm: LLM, settings: dict[str, Any]) -> LLM:
         judge = llm.model_copy(update=settings)

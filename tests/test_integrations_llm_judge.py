@@ -323,6 +323,93 @@ def test_a_custom_llm_judge_returns_at_the_time_budget():
     assert counts["peak"] > 1 and [n.node.text for n in out] == [n.node.text for n in nodes]
 
 
+class GateChat(BaseChatModel):
+    """A LangChain chat model as LangChain's guide to custom chat models writes one, ``_generate`` only: each call
+    blocks until ``gate`` is set (at most ``wait_s``), counting the calls in flight and their peak, and noting
+    whether its thread is a daemon (``counts["daemon"]``)."""
+
+    gate: Any
+    wait_s: float = 10.0
+    counts: Any = None
+
+    @property
+    def _llm_type(self) -> str:
+        return "gated"
+
+    def _generate(self, messages, stop=None, run_manager=None, **kwargs) -> ChatResult:
+        with self.counts["lock"]:
+            self.counts["now"] += 1
+            self.counts["peak"] = max(self.counts["peak"], self.counts["now"])
+            self.counts["daemon"].append(threading.current_thread().daemon)
+        try:
+            self.gate.wait(self.wait_s)
+            return ChatResult(generations=[ChatGeneration(message=ai(label(messages[-1].content)))])
+        finally:
+            with self.counts["lock"]:
+                self.counts["now"] -= 1
+
+
+def test_a_chat_model_with_only_generate_runs_in_daemon_threads_so_asyncio_run_returns_at_the_time_budget():
+    """LangChain's own ``_agenerate`` runs ``_generate`` in the event loop's default executor: the await returned at
+    the deadline, but ``asyncio.run`` then waited for those workers until the cut calls returned (20 s after a
+    1 s budget, measured), and a later rerank on the same loop queued behind them. The judge now calls ``invoke``
+    in daemon threads of its own, each holding a slot until it returns."""
+    from langchain_core.language_models.fake_chat_models import FakeChatModel
+
+    gate, counts = threading.Event(), {**gate_counts(), "daemon": []}
+    docs = [Document(page_content=f"passage {i}") for i in range(8)]
+    reranker = lc.ActivePRPRerank(llm=GateChat(gate=gate, wait_s=5.0, counts=counts), budget=8, top_n=8,
+                                  time_budget=0.5, on_failure="prior")
+    try:
+        out = asyncio.run(reranker.acompress_documents(docs, "q"))
+        still_blocked = counts["now"]
+    finally:
+        gate.set()  # the cut calls' threads return
+    assert still_blocked > 0  # before: 0, asyncio.run had waited for the executor's workers (wait_s)
+    assert counts["daemon"] and all(counts["daemon"]) and counts["peak"] <= 8
+    assert [d.page_content for d in out] == [d.page_content for d in docs]
+    assert ChatModelComparator(FakeListChatModel(responses=["A"])).sends_in_thread() is True  # SimpleChatModel's
+    assert ChatModelComparator(FakeChatModel()).sends_in_thread() is False  # its own _agenerate is awaited
+
+
+def test_a_framework_judge_s_sync_calls_cut_at_the_deadline_do_not_keep_the_process_alive():
+    """The sync path ran its calls in a ``ThreadPoolExecutor``, whose workers Python joins at exit: a model with no
+    per-request timeout (a LangChain model without an openai client, a LlamaIndex ``CustomLLM``) cut by the time
+    budget kept the process alive until the call returned (22-25 s after the rerank returned at 1 s, measured).
+    A fresh interpreter reranks with each (and LangChain's async path), every call hanging ``HANG`` s."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    hang = 10.0
+    script = f"""
+import asyncio, atexit, threading, time
+import tests.test_integrations_llm_judge as t
+from langchain_core.documents import Document
+from llama_index.core.schema import NodeWithScore, TextNode
+never, counts = threading.Event(), {{**t.gate_counts(), "daemon": []}}
+docs = [Document(page_content=f"passage {{i}}") for i in range(6)]
+nodes = [NodeWithScore(node=TextNode(text=f"passage {{i}}")) for i in range(6)]
+kw = dict(budget=6, top_n=6, time_budget=0.3, on_failure="prior")
+lc_rerank = t.lc.ActivePRPRerank(llm=t.GateChat(gate=never, wait_s={hang}, counts=counts), **kw)
+li_rerank = t.li.ActivePRPRerank(llm=t.GateLLM(gate=never, wait_s={hang}, counts=counts), **kw)
+start = time.monotonic()
+atexit.register(lambda: print(f"{{time.monotonic() - start:.2f}}", flush=True))
+lc_rerank.compress_documents(docs, "q")
+li_rerank.postprocess_nodes(nodes, query_str="q")
+asyncio.run(lc_rerank.acompress_documents(docs, "q"))
+print(counts["now"], flush=True)
+"""
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", script], cwd=root, timeout=120, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join([str(root), str(root / "tests")])})
+    assert done.returncode == 0, done.stderr[-2000:]
+    blocked, exit_after = done.stdout.split()
+    assert int(blocked) > 0  # the cut calls were still blocked when the script ended
+    assert float(exit_after) < hang / 2  # before: >= hang, the interpreter joined the pool's workers first
+
+
 def test_settings_are_checked_against_the_models_fields():
     llm = ScriptedChat(script=lambda t: ai("A"), seen=[])
     assert ChatModelComparator(llm, settings={"temperature": None}).settings.get("temperature") is None

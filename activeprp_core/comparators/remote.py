@@ -145,7 +145,8 @@ class RemoteComparator(FreshState, Comparator):
     def sends_in_thread(self) -> bool:
         """Whether the async path sends each attempt through ``send`` in a worker thread (``base.in_thread``)
         instead of awaiting ``asend``: for a transport whose async call would block the event loop (a LlamaIndex
-        ``CustomLLM``, whose ``achat`` runs the blocking ``chat``). Such a call holds its slot until its thread
+        ``CustomLLM``, whose ``achat`` runs the blocking ``chat``) or run in its default executor (LangChain's own
+        ``_agenerate``), which ``asyncio.run`` waits for at its exit. Such a call holds its slot until its thread
         returns, also when the deadline cut it, and ``attempt_timeout`` does not cut its attempts (as on the sync
         path: a thread cannot be stopped, so a retry would run beside it, over ``max_concurrency``). Default:
         False."""
