@@ -401,3 +401,139 @@ def test_counts_refuse_bools_and_accept_numpy_ints(model_dir):
 
 
 PRP_JSON = '{"q": "{query}", "a": "{first}", "b": "{second}"}'
+
+
+class FakeClock:
+    """A guard's clock that a forward pass moves on (``passes_take``): deadlines without timing anything."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def passes_take(self, comp, seconds: float, before=None) -> None:
+        run = comp._run
+
+        def timed(batch):
+            if before is not None:
+                before()
+            self.now += seconds
+            return run(batch)
+
+        comp._run = timed
+
+
+ONE, TWO, THREE = (Candidate("a", "one two three four five"), Candidate("b", "six"), Candidate("c", "seven eight"))
+
+
+def test_judge_batch_starts_no_pass_past_the_deadline_and_returns_the_rest_unsent(tiny_t5):
+    """Passes of 1 s, deadline of query "q" at 1.5 s: its first two passes run, its other prompts are never run
+    (unsent: refunded), while query "r", without a deadline, is judged in full in the same batch."""
+    from activeprp_core.comparators import CallGuard
+    from activeprp_core.types import UNSENT
+
+    comp, clock, guard = TransformersComparator(tiny_t5, mode="ab", batch_size=1), FakeClock(), CallGuard()
+    clock.passes_take(comp, 1.0)
+    guard.clock, guard.deadlines = clock, {"q": 1.5}
+    items = [("q", ONE, TWO), ("q", TWO, THREE), ("q", THREE, ONE), ("q", ONE, THREE), ("r", ONE, TWO)]
+    out = comp.judge_batch(items, guard=guard)
+    assert comp.forward_passes == 3 and guard.completed == 3
+    assert out[4].prob is not None
+    assert sum(j.prob is not None for j in out[:4]) == 2 and sum(j.cut == UNSENT for j in out[:4]) == 2
+    assert all(j.prompt_tokens == 0 for j in out if j.cut)
+
+
+def test_query_likelihood_stops_at_the_deadline_and_charges_a_half_scored_pair(tiny_t5):
+    """Passages scored one per 1 s pass, shortest first ("six", "seven eight", then "one two ..."), deadline at
+    1.5 s: the third is never scored. The pair whose other passage was scored is cut in flight (spent: the pass
+    scoring it was charged to it), a pair wholly known is answered, the pairs needing only it are unsent."""
+    from activeprp_core.comparators import CallGuard
+    from activeprp_core.types import IN_FLIGHT, UNSENT
+
+    comp = TransformersComparator(tiny_t5, mode="query_likelihood", batch_size=1)
+    clock, guard = FakeClock(), CallGuard()
+    clock.passes_take(comp, 1.0)
+    guard.clock, guard.deadline = clock, 1.5
+    out = comp.judge("q", [(ONE, TWO), (TWO, THREE), (THREE, ONE), (ONE, THREE)], guard=guard)
+    assert comp.forward_passes == 2 and [j.cut for j in out] == [IN_FLIGHT, None, UNSENT, UNSENT]
+    assert out[1].prob is not None and out[1].prompt_tokens > 0  # "seven eight" is the first pair's to need it
+    assert guard.completed == 2  # the answered pair and the pair cut in flight
+
+
+def test_sync_rerank_runs_no_forward_pass_past_its_time_budget(tiny_t5, monkeypatch):
+    """The sync engine calls the comparator's own judge: with passes of 10 s and time_budget=15, the first round's
+    third pass would start past the deadline and is not run; its prompts cost nothing."""
+    from activeprp_core import engine
+
+    comp, clock = TransformersComparator(tiny_t5, mode="ab", batch_size=1), FakeClock()
+    clock.passes_take(comp, 10.0)
+    monkeypatch.setattr(engine, "clock_now", lambda: clock)
+    cands = [Candidate(str(i), f"passage number {i} " * 3) for i in range(4)]
+    result = rerank("q", cands, comparator=comp, ranker="allpairs", oracle="single", budget=6, time_budget=15)
+    assert comp.forward_passes == 2 and result.calls == 2 and result.cut_calls == 0
+    assert "time_budget" in result.exhausted_by and sorted(result.order) == [0, 1, 2, 3]
+
+
+async def test_ajudge_batch_returns_at_the_deadline_and_its_worker_starts_no_later_pass(tiny_t5):
+    """The first pass is still running at the deadline: ``ajudge_batch`` returns then, with that pass's prompt cut
+    in flight and the others unsent; once the pass ends, its late answer is not recorded and no pass follows."""
+    import asyncio
+    import threading
+
+    from activeprp_core.comparators import CallGuard
+    from activeprp_core.types import IN_FLIGHT, UNSENT
+
+    comp, clock, guard = TransformersComparator(tiny_t5, mode="ab", batch_size=1), FakeClock(), CallGuard()
+    release = threading.Event()
+    clock.passes_take(comp, 0.0, before=lambda: release.wait(30))
+    guard.clock, guard.deadline = clock, 0.05  # 50 ms left by the clock, waited for in real time
+    try:
+        out = await asyncio.wait_for(comp.ajudge("q", [(ONE, TWO), (TWO, THREE), (THREE, ONE)], guard=guard), 10)
+    finally:
+        release.set()
+    with comp._lock:  # the worker holds it until it stops
+        assert comp.forward_passes == 1
+    assert sorted(j.cut for j in out) == [IN_FLIGHT, UNSENT, UNSENT] and guard.completed == 1
+
+
+ABORT_SCRIPT = """
+import asyncio, sys, threading
+import torch
+from activeprp_core import Candidate, arerank
+from activeprp_core.comparators import TransformersComparator
+
+comp = TransformersComparator(sys.argv[1], mode="ab", batch_size=1)
+release, run = threading.Event(), comp._run
+
+def slow_run(batch):  # the first pass is in progress at the deadline, and inside torch when the script ends
+    release.wait(60)
+    a = torch.randn(800, 800)
+    for _ in range(40):
+        a = torch.tanh(a @ a)
+    return run(batch)
+
+comp._run = slow_run
+cands = [Candidate(str(i), f"passage number {i} " * 3) for i in range(4)]
+r = asyncio.run(arerank("q", cands, comparator=comp, ranker="allpairs", oracle="single", budget=6, time_budget=0.3))
+release.set()
+print("returned", r.calls, r.cut_calls, flush=True)
+"""
+
+
+def test_a_script_ending_after_a_time_capped_arerank_exits_cleanly(tiny_t5):
+    """A forward pass cut at the deadline runs on in a thread the interpreter's exit waits for: it used to be a
+    daemon thread inside libtorch at finalisation, and the process aborted (exit 134, "terminate called without an
+    active exception"). Only the pass in progress is run (1 call, cut), the rest is unsent."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    done = subprocess.run([sys.executable, "-c", ABORT_SCRIPT, str(tiny_t5)], cwd=root, env=env, timeout=300,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "returned 1 1" in done.stdout
+

@@ -297,10 +297,13 @@ async def gather_or_cancel(awaitables: Sequence[Awaitable[T]]) -> list[T]:
         raise
 
 
-def _in_daemon_thread(call: Callable[[], T], done: Callable[[T | None, BaseException | None], None]) -> None:
+def _in_daemon_thread(call: Callable[[], T], done: Callable[[T | None, BaseException | None], None],
+                      daemon: bool = True) -> None:
     """Start ``call()`` in a daemon thread, in a copy of the caller's context (its ``contextvars``: tracing, a
     framework's callbacks); ``done(value, error)`` in that thread when it returns. A daemon thread, not an
-    executor's: a call cut at a deadline runs on without holding a worker others wait for, or the exit."""
+    executor's: a call cut at a deadline runs on without holding a worker others wait for, or the exit. With
+    ``daemon=False`` the interpreter's exit waits for it (work that stops soon once cut, and must not be inside a
+    C++ library when the interpreter finalises: a local model's forward pass aborts the process there)."""
 
     def run() -> None:
         try:
@@ -311,7 +314,7 @@ def _in_daemon_thread(call: Callable[[], T], done: Callable[[T | None, BaseExcep
             value, error = None, exc
         done(value, error)
 
-    threading.Thread(target=contextvars.copy_context().run, args=(run,), name="activeprp-call", daemon=True).start()
+    threading.Thread(target=contextvars.copy_context().run, args=(run,), name="activeprp-call", daemon=daemon).start()
 
 
 def in_daemon_workers(calls: Sequence[Callable[[], T]], workers: int) -> list[concurrent.futures.Future]:
@@ -364,10 +367,11 @@ def within(call: Callable[[], T], seconds: float, hold: Hold | None = None) -> T
     return future.result()
 
 
-async def in_thread(call: Callable[[], T], hold: Hold | None = None) -> T:
+async def in_thread(call: Callable[[], T], hold: Hold | None = None, daemon: bool = True) -> T:
     """``await call()`` run in a daemon thread (``_in_daemon_thread``; cancelling the wait leaves it running,
-    outside the loop's default executor, which ``asyncio.run`` waits for at its exit). With ``hold``, the slots it
-    holds stay taken until the thread returns, even when the wait is cut: the endpoint still has those calls."""
+    outside the loop's default executor, which ``asyncio.run`` waits for at its exit; ``daemon=False``: the
+    interpreter's exit waits for it). With ``hold``, the slots it holds stay taken until the thread returns, even
+    when the wait is cut: the endpoint still has those calls."""
     loop = asyncio.get_running_loop()
     future: asyncio.Future = loop.create_future()
     returned: concurrent.futures.Future = concurrent.futures.Future()  # set by the thread: the loop may be gone
@@ -381,7 +385,7 @@ async def in_thread(call: Callable[[], T], hold: Hold | None = None) -> T:
         with contextlib.suppress(RuntimeError):  # the loop has closed meanwhile
             loop.call_soon_threadsafe(settle, value, error)
 
-    _in_daemon_thread(call, done)
+    _in_daemon_thread(call, done, daemon)
     # once the wait is cut nobody awaits it: its outcome is retrieved here (asyncio logs an exception never retrieved)
     future.add_done_callback(lambda f: f.cancelled() or f.exception())
     if hold is not None:

@@ -7,12 +7,13 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from typing import Any
 
 from ..budget import check_count
-from ..types import Candidate, Judgment, Pair
-from .base import CallGuard, Comparator, FreshState, Item
+from ..types import IN_FLIGHT, Candidate, Judgment, Pair
+from .base import CallGuard, Comparator, FreshState, Item, cut_in_flight, in_thread, sent_unknown, unsent
 from .hf_model import LocalModel, bundled_gguf_path, bundled_model_dir, model_location
 from .prompts import LABELS, PRP_PROMPT, QL_PROMPT, SwappablePrompts, check_prompt, render
 
@@ -42,7 +43,9 @@ class TransformersComparator(SwappablePrompts, FreshState, Comparator):
     ``judge`` returns ``Judgment`` objects with ``prompt_tokens`` = tokens this pair actually ran through the
     model; ``estimate_tokens`` gives the same counts beforehand. ``scored_prompts`` counts prompts run and
     ``forward_passes`` the model's forward passes (``judge_batch`` mixes queries in passes of up to
-    ``max_batch_size`` = ``batch_size``). Calls on one comparator run one at a time. ``with_prompts(prompt=...,
+    ``max_batch_size`` = ``batch_size``). Calls on one comparator run one at a time. No forward pass starts past a
+    query's ``time_budget`` deadline (``judge_batch``; async, ``ajudge_batch``: returns at the deadline, the pass in
+    progress ends in a thread the interpreter's exit waits for). ``with_prompts(prompt=...,
     ql_prompt=...)`` gives a copy with other templates that shares the loaded model (and its lock). Templates
     substitute only their placeholders (other braces stay literal).
 
@@ -176,44 +179,88 @@ class TransformersComparator(SwappablePrompts, FreshState, Comparator):
         return self.lm.fit(build, 1, fixed, self.max_passage_tokens), q_ids
 
     # ---- model calls ----------------------------------------------------------------------------------
-    def _passes(self, units: list, size: int, guard: CallGuard):
-        """Yield ``(unit indices, self._run outputs)`` per forward pass: ``units`` (tuples of token-id lists) sorted
-        by length, at most ``size`` per pass; ``guard.check()`` before each pass."""
+    def _passes(self, units: list, queries: Sequence[str], size: int, guard: CallGuard,
+                start: Callable[[list[int]], bool] | None = None) -> Iterator[tuple[list[int], Any]]:
+        """Yield ``(unit indices, self._run outputs)`` per forward pass: ``units`` (tuples of token-id lists, unit
+        ``u`` of query ``queries[u]``) sorted by length, at most ``size`` per pass. Before each pass the units whose
+        query is ``guard.too_late`` are dropped (never run: no pass starts past a deadline), ``guard.check()``
+        raises when the guard stopped calls, and ``start(unit indices)`` (when given) may stop the passes
+        (False)."""
         order = sorted(range(len(units)), key=lambda i: sum(map(len, units[i])))
-        for start in range(0, len(order), size):
-            idx = order[start : start + size]
+        while order:
+            late = {q for q in {queries[u] for u in order} if guard.too_late(q)}
+            order = [u for u in order if queries[u] not in late]
+            idx, order = order[:size], order[size:]
+            if not idx:
+                return
             guard.check()
+            if start is not None and not start(idx):
+                return
             outputs = self._run([units[i] for i in idx])
             self.scored_prompts += len(idx)
             self.forward_passes += 1
             yield idx, outputs
 
-    def _judge_items(self, items: Sequence[Item], guard: CallGuard, size: int) -> list[Judgment]:
-        """One ``Judgment`` per item via ``_passes``, ``guard.record_all`` after each pass (under the model lock)."""
+    def _judge_items(self, items: Sequence[Item], guard: CallGuard, size: int, answers: _Answers) -> None:
+        """Run the passes of ``items`` (``_passes``), telling ``answers`` which items each pass spends on
+        (``start``) and each item's ``Judgment`` once it has one (``answer``); under the model lock."""
         raise NotImplementedError
+
+    def _judge_all(self, items: Sequence[Item], guard: CallGuard, answers: _Answers) -> list[Judgment]:
+        """``_judge_items`` under the model lock (nothing once ``answers`` is stopped), then ``answers.finish()``."""
+        import torch
+
+        size = min(self.batch_size, guard.max_concurrency or self.batch_size)
+        with self._lock, torch.inference_mode():
+            if not answers.stopped:
+                self._judge_items(items, guard, size, answers)
+        return answers.finish()
 
     def judge_batch(self, items: Sequence[Item], *, guard: CallGuard | None = None) -> list[Judgment]:
         """One ``Judgment`` per ``(query, first, second)`` item, in order; the prompts of different queries share
         forward passes of up to ``batch_size`` (and ``guard.max_concurrency``) prompts (the entry ``rerank_many``
-        calls with all its queries' rounds).
+        calls with all its queries' rounds). No pass starts once a query is ``guard.too_late``: its prompts not
+        run are ``unsent()`` (refunded), so a call returns at most one pass after its deadline. A query-likelihood
+        pair one of whose passages was scored in this call and the other not is cut in flight (spent).
 
         Raises:
             ComparatorUnavailable / another ComparatorError: the guard stopped calls before a pass.
         """
-        import torch
-
         guard = guard or CallGuard(self.max_concurrency, None)
-        size = min(self.batch_size, guard.max_concurrency or self.batch_size)
-        with self._lock, torch.inference_mode():
-            return self._judge_items(items, guard, size)
+        return self._judge_all(items, guard, _Answers(len(items), guard))
 
     async def ajudge_batch(self, items: Sequence[Item], *, guard: CallGuard | None = None) -> list[Judgment]:
-        """Async ``judge_batch``: runs it in a worker thread (one call on this comparator at a time)."""
-        return await asyncio.to_thread(self.judge_batch, items, guard=guard)
+        """Async ``judge_batch``: its passes run in a worker thread, waited for until the last deadline of the
+        items' queries (``guard.time_left``; no limit when one has none). Then, or when the task is cancelled, the
+        worker starts no further pass: the prompts of the pass in progress are cut in flight and those not run are
+        ``unsent()``. The pass in progress runs on until it ends (torch cannot stop it); the thread is no daemon,
+        so the interpreter's exit waits for it (at most one pass; ``asyncio.run`` does not).
+
+        Raises:
+            ComparatorUnavailable / another ComparatorError: the guard stopped calls before a pass.
+        """
+        guard = guard or CallGuard(self.max_concurrency, None)
+        answers = _Answers(len(items), guard)
+        running = asyncio.ensure_future(in_thread(partial(self._judge_all, items, guard, answers), daemon=False))
+        lefts = [guard.time_left(q) for q in dict.fromkeys(q for q, _, _ in items)]
+        try:
+            done, _ = await asyncio.wait({running}, timeout=None if None in lefts else max([0.0, *lefts]))
+        except asyncio.CancelledError:
+            answers.stop()  # the canceller accounts for the calls
+            running.cancel()
+            raise
+        if done:
+            return running.result()
+        running.cancel()  # the wait only: the thread ends after its pass
+        return answers.finish()
 
     def judge(self, query: str, pairs: Sequence[Pair], *, guard: CallGuard | None = None) -> list[Judgment]:
         """One ``Judgment`` per ordered pair of ``query`` (see ``judge_batch``)."""
         return self.judge_batch([(query, a, b) for a, b in pairs], guard=guard)
+
+    async def ajudge(self, query: str, pairs: Sequence[Pair], *, guard: CallGuard | None = None) -> list[Judgment]:
+        """Async ``judge`` (see ``ajudge_batch``)."""
+        return await self.ajudge_batch([(query, a, b) for a, b in pairs], guard=guard)
 
     def __repr__(self) -> str:
         return f"TransformersComparator(mode={self.mode!r}, device={self.device!r}, context={self.context})"
@@ -233,15 +280,55 @@ class TransformersABComparator(TransformersComparator):
         logits = self.lm.forward([b[0] for b in batch], decoder, 1)[:, -1, self.label_ids]
         return torch.softmax(logits, dim=-1)[:, 0].tolist()
 
-    def _judge_items(self, items: Sequence[Item], guard: CallGuard, size: int) -> list[Judgment]:
+    def _judge_items(self, items: Sequence[Item], guard: CallGuard, size: int, answers: _Answers) -> None:
         units = [(self.ab_prompt_ids(q, a.text, b.text),) for q, a, b in items]
-        out: list[Judgment] = [None] * len(items)  # type: ignore[list-item]
-        for idx, probs in self._passes(units, size, guard):
-            for i, p in zip(idx, probs):
-                out[i] = Judgment(prob=p, prompt_tokens=len(units[i][0]))
-            guard.record_all([out[i] for i in idx])
-        return out
+        for idx, probs in self._passes(units, [q for q, _, _ in items], size, guard, answers.start):
+            answers.answer({i: Judgment(prob=p, prompt_tokens=len(units[i][0])) for i, p in zip(idx, probs)})
 
     def estimate_tokens(self, query: str, pairs: Sequence[tuple[Candidate, Candidate]]) -> list[int]:
         """Exact prompt tokens per ordered pair (the tokenizer's count of its A/B prompt; no completion)."""
         return [len(self.ab_prompt_ids(query, a.text, b.text)) for a, b in pairs]
+
+
+class _Answers:
+    """What one ``judge_batch`` call answers were it stopped now, shared by the thread running its passes and an
+    async caller that stops waiting at the deadline: per item its ``Judgment``, else ``cut_in_flight()`` once a
+    pass spending on it started, else ``unsent()``. Thread-safe; once stopped, nothing changes and nothing more is
+    recorded on ``guard``."""
+
+    def __init__(self, n: int, guard: CallGuard) -> None:
+        self.guard, self.stopped = guard, False
+        self._out: list[Judgment] = [unsent()] * n
+        self._lock = threading.Lock()
+
+    def start(self, items: Sequence[int]) -> bool:
+        """A pass spending on ``items`` (item indices) is about to run: False (do not run it) once stopped."""
+        with self._lock:
+            if self.stopped:
+                return False
+            for i in items:
+                if self._out[i].cut:
+                    self._out[i] = cut_in_flight()
+            return True
+
+    def answer(self, judgments: dict[int, Judgment]) -> None:
+        """Items answered (index: judgment), recorded on the guard (``record_all``); ignored once stopped."""
+        with self._lock:
+            if not self.stopped:
+                for i, j in judgments.items():
+                    self._out[i] = j
+                self.guard.record_all(list(judgments.values()))
+
+    def stop(self) -> None:
+        """Stop: no pass starts any more, nothing more is recorded."""
+        with self._lock:
+            self.stopped = True
+
+    def finish(self) -> list[Judgment]:
+        """Stop and return one ``Judgment`` per item; the first call records the items cut in flight on the guard
+        (sent, outcome unknown)."""
+        with self._lock:
+            if not self.stopped:
+                self.stopped = True
+                sent_unknown(self.guard, sum(j.cut == IN_FLIGHT for j in self._out))
+            return list(self._out)

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from ..types import Candidate, Judgment
 from .base import CallGuard, Item
-from .hf import TransformersComparator
+from .hf import TransformersComparator, _Answers
 from .hf_model import pad
 
 Key = tuple[str, str]
@@ -57,13 +57,16 @@ class TransformersQLComparator(TransformersComparator):
         tokens = {k: len(p) + len(q) for k, (p, q) in fresh.items()}
         return fresh, [tokens.pop(k, 0) for k in keys]
 
-    def _score(self, keys: Sequence[Key], fresh: dict, size: int, guard: CallGuard) -> Iterator[dict[Key, float]]:
+    def _score(self, keys: Sequence[Key], fresh: dict, size: int, guard: CallGuard,
+               start: Callable[[list[Key]], bool] | None = None) -> Iterator[dict[Key, float]]:
         """Yield the scores of ``keys`` known so far, before the first pass and after each pass of at most ``size``
-        ``fresh`` keys (queries mixed); the new scores are cached."""
+        ``fresh`` keys (queries mixed; ``_passes``: none of a query past its deadline, ``start(keys of the pass)``
+        may stop them); the new scores are cached."""
         known = {k: self._scores[k] for k in keys if k in self._scores}
         todo, units = list(fresh), list(fresh.values())
         yield known
-        for idx, scores in self._passes(units, size, guard):
+        begin = None if start is None else (lambda idx: start([todo[u] for u in idx]))
+        for idx, scores in self._passes(units, [q for q, _ in todo], size, guard, begin):
             for u, score in zip(idx, scores):
                 known[todo[u]] = self._scores[todo[u]] = score
             yield known
@@ -79,17 +82,20 @@ class TransformersQLComparator(TransformersComparator):
             *_, known = self._score(keys, self._fresh(keys)[0], self.batch_size, CallGuard())
         return [known[k] for k in keys]
 
-    def _judge_items(self, items: Sequence[Item], guard: CallGuard, size: int) -> list[Judgment]:
+    def _judge_items(self, items: Sequence[Item], guard: CallGuard, size: int, answers: _Answers) -> None:
+        """A pair is answered once both its passages are scored; the tokens of a passage scored here are its first
+        pair's, which a pass scoring it spends on (``answers.start``)."""
         keys = [(q, c.text) for q, a, b in items for c in (a, b)]
         fresh, used = self._fresh(keys)
-        out: list[Judgment | None] = [None] * len(items)
-        for known in self._score(keys, fresh, size, guard):
-            ready = [i for i, j in enumerate(out) if j is None and keys[2 * i] in known and keys[2 * i + 1] in known]
-            for i in ready:
-                a, b = known[keys[2 * i]], known[keys[2 * i + 1]]
-                out[i] = Judgment(prob=1.0 / (1.0 + math.exp(b - a)), prompt_tokens=used[2 * i] + used[2 * i + 1])
-            guard.record_all([out[i] for i in ready])
-        return out  # type: ignore[return-value]
+        owner: dict[Key, int] = {}
+        for n, k in enumerate(keys):
+            owner.setdefault(k, n // 2)
+        pending = set(range(len(items)))
+        for known in self._score(keys, fresh, size, guard, lambda ks: answers.start([owner[k] for k in ks])):
+            ready = sorted(i for i in pending if keys[2 * i] in known and keys[2 * i + 1] in known)
+            pending.difference_update(ready)
+            answers.answer({i: Judgment(prob=1.0 / (1.0 + math.exp(known[keys[2 * i + 1]] - known[keys[2 * i]])),
+                                        prompt_tokens=used[2 * i] + used[2 * i + 1]) for i in ready})
 
     def estimate_tokens(self, query: str, pairs: Sequence[tuple[Candidate, Candidate]]) -> list[int]:
         """Exact prompt tokens per ordered pair, as ``judge`` would report them now: the tokens of the passages
