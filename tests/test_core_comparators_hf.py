@@ -537,3 +537,56 @@ def test_a_script_ending_after_a_time_capped_arerank_exits_cleanly(tiny_t5):
     assert done.returncode == 0, done.stderr[-2000:]
     assert "returned 1 1" in done.stdout
 
+
+def test_a_bad_model_path_dtype_or_device_raises_a_clear_error(tiny_t5, tmp_path):
+    import torch
+
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "model.gguf").write_bytes(b"GGUF")
+    bad = {str(tmp_path / "missing"): (FileNotFoundError, "no model directory at"),
+           "no-such-org/no-such-model": (FileNotFoundError, r"in the local Hugging Face cache \(nothing is downloaded"),
+           str(tmp_path / "empty"): (OSError, "has no config.json"),
+           str(tmp_path / "model.gguf"): (OSError, r"is a file, not a model directory.*bundled_model_dir\(\)")}
+    for path, (kind, message) in bad.items():
+        with pytest.raises(kind, match=message):
+            TransformersComparator(path, mode="ab")
+    with pytest.raises(ValueError, match="dtype must be 'auto', a floating-point torch dtype or its name"):
+        TransformersComparator(tiny_t5, dtype="fp16")
+    with pytest.raises(ValueError, match="floating-point"):
+        TransformersComparator(tiny_t5, dtype=torch.int64)
+    with pytest.raises(TypeError, match="dtype must be"):
+        TransformersComparator(tiny_t5, dtype=3)
+    with pytest.raises(ValueError, match="device 'gpu' cannot be used in this process"):
+        TransformersComparator(tiny_t5, device="gpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="device 'cuda' cannot be used in this process.*'cpu'"):
+            TransformersComparator(tiny_t5, device="cuda")
+    assert TransformersComparator(tiny_t5, dtype="bfloat16", device="cpu").dtype is torch.bfloat16
+
+
+CACHED_ID_SCRIPT = """
+from activeprp_core.comparators import TransformersComparator
+from activeprp_core import Candidate
+comp = TransformersComparator("local-org/tiny-t5", mode="ab")
+print("loaded", comp.seq2seq, 0.0 <= comp.compare("q", [(Candidate("a", "x"), Candidate("b", "y"))])[0] <= 1.0)
+"""
+
+
+def test_a_model_id_of_the_local_hf_cache_still_loads(tiny_t5, tmp_path):
+    """The check of a model id looks in the cache transformers reads (``HF_HUB_CACHE``), so a cached id loads."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo, commit = tmp_path / "hub" / "models--local-org--tiny-t5", "0" * 40
+    shutil.copytree(tiny_t5, repo / "snapshots" / commit)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root), "HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, "-c", CACHED_ID_SCRIPT], cwd=root, env=env, timeout=300,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "loaded True True" in done.stdout

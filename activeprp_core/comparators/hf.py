@@ -62,10 +62,14 @@ class TransformersComparator(SwappablePrompts, FreshState, Comparator):
     Raises:
         ImportError: torch/transformers missing (names the ``activeprp[hf]`` extra).
         ValueError: unknown mode, a prompt without its placeholders, answer labels that are not single tokens,
-            a count below 1, or a context too small for the prompt template.
-        TypeError: a count that is not an int (bools refused).
-        OSError: unpickling where the model cannot be loaded: names its path and what to change (transformers'
-            error chained).
+            a count below 1, a context too small for the prompt template, a ``device`` torch cannot use in this
+            process (e.g. ``"cuda"`` without CUDA, ``"gpu"``), or a ``dtype`` name that is no floating-point torch
+            dtype (e.g. ``"fp16"``).
+        TypeError: a count that is not an int (bools refused), a ``dtype`` neither a str nor a torch dtype.
+        OSError: no model at ``model``, naming it and what to give instead (``hf_model.check_model_source``):
+            ``FileNotFoundError`` for no such directory and no such model id in the local HF cache (nothing is
+            downloaded); a directory without ``config.json``; a file (a GGUF file: ``bundled_model_dir``). Also
+            unpickling where the model cannot be loaded: names its path and what to change (the cause chained).
     """
 
     guards_calls = True  # its judge / ajudge apply the guard
@@ -110,8 +114,10 @@ class TransformersComparator(SwappablePrompts, FreshState, Comparator):
         comparator (which loads it in its own process).
 
         Raises:
-            ValueError: answer labels that are not single tokens, or both the same token.
-            OSError: no model at the path in this process (transformers' error, naming it).
+            ValueError: answer labels that are not single tokens, or both the same token; a bad device or dtype
+                (``LocalModel``).
+            OSError: no model at the path in this process (``hf_model.check_model_source``, or transformers' error;
+                naming it).
         """
         self.lm = lm = LocalModel(*self._source)
         self.model, self.tokenizer, self.seq2seq, self.pad_id = lm.model, lm.tokenizer, lm.seq2seq, lm.pad_id

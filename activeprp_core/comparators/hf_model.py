@@ -29,17 +29,56 @@ _MODELS_LOCK = threading.Lock()
 
 def _load(path: str, device: str, dtype: Any) -> tuple[Any, Any]:
     """Load (model, tokenizer) from a local directory or the local HF cache, never from the network; models are
-    shared per process by (path, device, dtype)."""
+    shared per process by (path, device, dtype).
+
+    Raises:
+        OSError: no model at ``path`` (``check_model_source``).
+    """
     key = (path, device, str(dtype))
     with _MODELS_LOCK:
         if key not in _MODELS:
             from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
 
+            check_model_source(path)
             config = AutoConfig.from_pretrained(path, local_files_only=True)
             auto = AutoModelForSeq2SeqLM if config.is_encoder_decoder else AutoModelForCausalLM
             model = auto.from_pretrained(path, dtype=dtype, local_files_only=True).to(device).eval()
             _MODELS[key] = (model, AutoTokenizer.from_pretrained(path, local_files_only=True))
         return _MODELS[key]
+
+
+def check_model_source(path: str) -> None:
+    """Check that ``path`` is a model directory (it has ``config.json``) or the id of a model in the local HF cache,
+    before transformers reads it (it would report a missing directory as a malformed repo id, and a model id not in
+    the cache as a failed connection, though nothing is downloaded).
+
+    Raises:
+        FileNotFoundError: no such directory, and no such model id in the local HF cache.
+        OSError: a directory without ``config.json``, or a file (a GGUF file: use ``bundled_model_dir``).
+    """
+    if os.path.isdir(path):
+        if not os.path.isfile(os.path.join(path, "config.json")):
+            raise OSError(f"{path!r} has no config.json: it is no Hugging Face model directory. Give the directory a "
+                          f"model and its tokenizer were saved to (save_pretrained)")
+        return
+    if os.path.isfile(path):
+        gguf = path.lower().endswith(".gguf")
+        hint = (" A GGUF file is converted to one by bundled_model_dir() (the bundled SmolLM2's; or use "
+                "TransformersComparator.from_bundled())") if gguf else ""
+        raise OSError(f"{path!r} is a file, not a model directory: give the directory holding the model's "
+                      f"config.json, weights and tokenizer files.{hint}")
+    from huggingface_hub import try_to_load_from_cache
+    from huggingface_hub.errors import HFValidationError
+
+    try:
+        cached = isinstance(try_to_load_from_cache(path, "config.json"), str)
+    except HFValidationError:  # no repo id either: a path
+        raise FileNotFoundError(f"no model directory at {path!r}: give an existing local model directory, or the "
+                                f"id of a model in the local Hugging Face cache") from None
+    if not cached:
+        raise FileNotFoundError(
+            f"no model directory at {path!r}, and no model {path!r} in the local Hugging Face cache (nothing is "
+            f"downloaded): download it first (e.g. `hf download {path}`), or give a local model directory")
 
 
 def model_location(model: str | os.PathLike) -> str:
@@ -121,6 +160,40 @@ def pad(seqs: list[list[int]], pad_id: int, left: bool) -> tuple[list[list[int]]
     return ids, mask
 
 
+def _usable(device: str) -> str:
+    """``device`` once torch has made an empty tensor on it.
+
+    Raises:
+        ValueError: torch cannot use it in this process (an unknown name, or e.g. ``"cuda"`` without CUDA).
+    """
+    import torch
+
+    try:
+        torch.empty(0, device=device)
+    except (RuntimeError, AssertionError, TypeError, ValueError) as error:
+        raise ValueError(f"device {device!r} cannot be used in this process ({type(error).__name__}: {error}): use "
+                         f"'auto' (CUDA when available, else the CPU), 'cpu', or an available device such as "
+                         f"'cuda:0'") from error
+    return device
+
+
+def _torch_dtype(dtype: Any) -> Any:
+    """``dtype`` (a torch dtype or its name, e.g. ``"bfloat16"``) as a floating-point torch dtype.
+
+    Raises:
+        ValueError: a name that is no floating-point torch dtype (e.g. ``"fp16"``).
+        TypeError: neither a str nor a torch dtype.
+    """
+    import torch
+
+    value = getattr(torch, dtype, None) if isinstance(dtype, str) else dtype
+    if isinstance(value, torch.dtype) and value.is_floating_point:
+        return value
+    error = ValueError if isinstance(dtype, (str, torch.dtype)) else TypeError
+    raise error(f"dtype must be 'auto', a floating-point torch dtype or its name ('float32', 'bfloat16', "
+                f"'float16'), got {dtype!r}")
+
+
 class LocalModel:
     """A loaded model and tokenizer (shared per process) with the token-level operations both comparator
     modes use. ``context``: the usable context in tokens (the model's own limit, the tokenizer's, and
@@ -128,6 +201,10 @@ class LocalModel:
 
     Raises:
         ImportError: torch/transformers missing (names the ``activeprp[hf]`` extra).
+        OSError: no model at ``path`` (``check_model_source``).
+        ValueError: a ``device`` torch cannot use in this process (e.g. ``"cuda"`` without CUDA) or a ``dtype`` name
+            that is no floating-point torch dtype.
+        TypeError: a ``dtype`` that is neither ``"auto"``, a torch dtype nor its name.
     """
 
     def __init__(self, path: str | os.PathLike, device: str = "auto", dtype: Any = "auto",
@@ -135,11 +212,11 @@ class LocalModel:
         require("TransformersComparator", HF_EXTRA, "torch", "transformers")
         import torch
 
-        self.device = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
+        self.device = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else _usable(device)
         if dtype == "auto":  # bf16 (fp16 without bf16 support) on GPU, fp32 on CPU
             gpu = self.device.startswith("cuda")
             dtype = (torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16) if gpu else torch.float32
-        self.dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+        self.dtype = _torch_dtype(dtype)
         self.model, self.tokenizer = _load(str(path), self.device, self.dtype)
         config = self.model.config
         self.seq2seq = bool(config.is_encoder_decoder)
