@@ -55,7 +55,8 @@ class Judgment:
         error: a short reason when ``prob`` is None.
         cut: what the time budget did to this call, else None: ``"unsent"`` (the deadline came before it was
             sent: no call, nothing spent) or ``"in_flight"`` (sent, but its answer did not come before the
-            deadline: cancelled, or its late answer discarded; a call spent, not a failed one). ``prob`` is None.
+            deadline: cancelled, its late answer discarded, or its retry stopped by the deadline; a call spent, not
+            a failed one). ``prob`` is None.
 
     Raises:
         InvalidAnswer (a ValueError): ``prob`` is not a number (a str or a bool is not one), or lies outside

@@ -358,6 +358,37 @@ def test_remote_comparators_return_at_the_deadline_when_the_endpoint_hangs(use_a
     assert threading.active_count() < 200  # abandoned calls end with their (time-left) timeouts
 
 
+@pytest.mark.parametrize("use_async", [False, True])
+def test_a_transient_fault_whose_retries_the_deadline_stopped_neither_fails_the_rerank_nor_opens_the_breaker(
+        use_async):
+    """A judge that fails each prompt's first attempt with a 500 (a healthy judge with a transient fault), and a
+    retry wait that runs past the deadline: the calls are cut, not failed. They opened the breaker (5 in a row),
+    so the rerank raised ``ComparatorUnavailable`` (and ``activeprp serve`` refused everyone), with
+    ``exhausted_by`` empty; now it returns its best-effort order."""
+    pytest.importorskip("openai")
+    from _llm_server import FaultServer, Reply, completion, error_body
+
+    from activeprp_core.comparators import OpenAIChatComparator
+
+    seen: set[str] = set()
+
+    def plan(request):
+        first = "needle" in request.text and request.text not in seen
+        seen.add(request.text)
+        return Reply(500, error_body("boom", "server_error")) if first else Reply(body=completion("A"))
+
+    cands = [Candidate(f"d{i}", f"passage {i}") for i in range(16)]
+    with FaultServer(plan, max_requests=400, max_seconds=30) as server, \
+            OpenAIChatComparator("m", base_url=server.url, api_key="k", backoff_initial=SLOW) as judge:
+        judge.judge("warm", [(cands[0], cands[1])])  # the client made: the first attempts come back in time
+        warm = server.requests
+        kw = {"comparator": judge, "budget": 20, "top_k": 2, "time_budget": 1.0}
+        res = asyncio.run(arerank("needle", cands, **kw)) if use_async else rerank("needle", cands, **kw)
+    assert res.calls == res.cut_calls and server.requests - warm >= 5 and res.failed_calls == 0
+    assert res.failure is None and res.retries == 0 and res.exhausted_by == ["time_budget"]
+    assert sorted(res.order) == list(range(16))
+
+
 def test_guard_slots_survive_cancelled_and_timed_out_waiters():
     """A waiter for the cap on calls in flight that is cancelled (here just as the slots are freed), or whose
     deadline passes, gives nothing away and blocks no one: the slots stay whole (a leak would make later calls
@@ -395,9 +426,15 @@ async def _enter(slots) -> bool:
 
 
 @pytest.mark.parametrize("use_async", [False, True])
-def test_no_retry_past_the_deadline_and_the_call_fails_with_its_last_error(use_async):
-    """A call whose attempt failed before the deadline, and whose retry would start past it, is not retried: it
-    is a failed call with the attempt's error (not a cut one, and no error of the deadline's own escapes)."""
+@pytest.mark.parametrize("retry_after", [None, 5.0, 30.0])
+def test_no_retry_past_the_deadline_and_the_call_is_cut_unless_the_endpoint_asked_to_wait_past_it(use_async,
+                                                                                                 retry_after):
+    """A call whose attempt failed before the deadline, and whose retry would start past it, is not retried. When
+    only the deadline kept the retry from going out (no Retry-After, or one shorter than the time left), the call
+    is cut, not failed: spent, its last error in its ``error``, and the breaker neither counts nor resets on it (a
+    transient fault on a chunk of calls waiting to retry opened the breaker, and ``activeprp serve`` refused every
+    request for its cool-down). When the endpoint asked to wait past the deadline, the call failed with the
+    attempt's error, as a call that used up its retries (no error of the deadline's own escapes either way)."""
     pytest.importorskip("tenacity")
     from activeprp_core.comparators import CallGuard
     from activeprp_core.comparators.failures import Failure, Fault
@@ -424,15 +461,20 @@ def test_no_retry_past_the_deadline_and_the_call_fails_with_its_last_error(use_a
 
         def classify(self, error):
             clock.now = 100.0  # the deadline passes while the failure is read: the retry would start after it
-            return Failure(Fault.RETRY, str(error))
+            return Failure(Fault.RETRY, str(error), retry_after=retry_after)
 
     judge = Refused()
-    guard = CallGuard(2, None)
-    guard.clock, guard.deadline = clock, 10.0
+    guard = CallGuard(2, 1)  # the breaker opens on the first failed call
+    guard.clock, guard.deadline = clock, 10.0  # 10 s left when the attempt failed
     pair = (Candidate("a", "a"), Candidate("b", "b"))
     out = asyncio.run(judge.ajudge("q", [pair], guard=guard)) if use_async else judge.judge("q", [pair], guard=guard)
-    assert judge.sent == 1 and out[0].prob is None and out[0].cut is None
-    assert "connection refused" in out[0].error and guard.completed == 1
+    assert judge.sent == 1 and out[0].prob is None and "connection refused" in out[0].error
+    assert guard.completed == 1
+    if retry_after == 30.0:  # the endpoint asked for 30 s of the 10 left: it failed the call
+        assert out[0].cut is None and guard.error is not None
+    else:
+        assert out[0].cut == IN_FLIGHT and out[0].error.startswith("cut at the deadline before its retry")
+        assert guard.error is None
 
 
 @pytest.mark.parametrize("use_async", [True, False])

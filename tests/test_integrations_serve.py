@@ -1034,6 +1034,40 @@ def test_the_judge_s_retries_are_a_metric():
     assert f"activeprp_judge_retries_total {float(spent['retries'])}" in metrics
 
 
+def test_a_transient_fault_whose_retries_the_time_budget_stopped_leaves_the_breaker_closed():
+    """A judge failing each prompt's first attempt with a 500, and retries that would start past the request's
+    time budget: the calls are cut, not failed. They opened the breaker (5 in a row), so the request got 503 and
+    so did every other request for --cool-down; now it gets its best-effort order, and the metrics agree with it
+    (no failed call, every call counted)."""
+    pytest.importorskip("openai")
+    from activeprp_core.comparators import OpenAIChatComparator
+    from tests._llm_server import FaultServer, Reply, completion, error_body
+
+    seen: set[str] = set()
+
+    def plan(request):
+        first = "needle" in request.text and request.text not in seen
+        seen.add(request.text)
+        return Reply(500, error_body("boom", "server_error")) if first else Reply(body=completion("A"))
+
+    docs = [f"needle doc {i}" for i in range(12)]
+    with FaultServer(plan, max_requests=400, max_seconds=60) as endpoint, \
+            OpenAIChatComparator("m", base_url=endpoint.url, api_key="k", backoff_initial=5.0) as judge, \
+            TestClient(create_app(judge, **SERVER, cool_down=60)) as client:
+        warm = _post(client, "/v2/rerank", GOOD).json()["meta"]["activeprp"]  # the client made: attempts in time
+        cut = _post(client, "/v2/rerank", {"query": "needle", "documents": docs, "top_n": 12, "time_budget": 1.0})
+        after = _post(client, "/v2/rerank", GOOD)
+        metrics = client.get("/metrics").text
+    assert cut.status_code == 200 and after.status_code == 200, cut.text
+    spent = cut.json()["meta"]["activeprp"]
+    assert spent["cut_calls"] == spent["calls"] >= SERVER_BREAKER and spent["failed_calls"] == 0
+    assert "time_budget" in spent["exhausted_by"] and spent["failure"] is None
+    assert metric(metrics, "activeprp_judge_failed_calls_total") == 0
+    assert metric(metrics, "activeprp_judge_calls_total") == warm["calls"] + spent["calls"] + \
+        after.json()["meta"]["activeprp"]["calls"]
+    assert metric(metrics, "activeprp_judge_breaker_open") == 0
+
+
 def _openai_judge(url):
     """An openai judge on the stand-in ``url``: 2 attempts per call (1 retry), short backoff, one call at a time
     (so no call is cut while another's answer comes: each request the judge got is a call or a retry)."""

@@ -19,6 +19,7 @@ from ..slots import Hold, TimedOut, held, wait_for
 from ..types import Judgment, Pair
 from .answers import Answer, UnusableAnswer
 from .base import (
+    DEADLINE_SLACK,
     CallGuard,
     Comparator,
     DeadlinePassed,
@@ -262,9 +263,11 @@ class RemoteComparator(FreshState, Comparator):
 
     def _after(self, error: Exception, guard: CallGuard, retrying: Any, tries: _Attempts,
                record: bool = True) -> Judgment | ComparatorError:
-        """The outcome of a call whose attempts ended in ``error``: not sent (the deadline came first), cut in
-        flight (its last attempt was still waiting at the deadline), failed with the last attempt's error (the
-        deadline stopped its retries), or ``_settle``'s reading of ``error``.
+        """The outcome of a call whose attempts ended in ``error``: not sent (the deadline came first), cut (its
+        last attempt was still waiting at the deadline, or failed only at it, or the deadline stopped its retries:
+        spent, recorded as outcome unknown, so the breaker neither counts nor resets on it), failed with the last
+        attempt's error (the endpoint asked to wait past the deadline: a Retry-After longer than the time left),
+        or ``_settle``'s reading of ``error``.
 
         Raises:
             ``error`` itself when it is no transport failure (a bug).
@@ -273,17 +276,23 @@ class RemoteComparator(FreshState, Comparator):
             if not tries.count:
                 return unsent()
             if isinstance(error, _InFlight) or tries.last is None:
-                if record:
-                    guard.record(None, retries=tries.count - 1)
-                return cut_in_flight(tries.count - 1)
-            error = tries.last
+                return _cut(guard, tries, record)
+            last, fault = tries.last, self._fault(tries.last)
+            if not tries.asked_past_deadline(self._honoured(fault)):  # the deadline stopped its retries
+                return _cut(guard, tries, record, self._message(
+                    f"cut at the deadline before its retry (last: {type(last).__name__}: {_reason(fault, last)})"))
+            error = last
         if not self._handled(error):
             raise error
         if tries.timed_out(self._fault(error)):  # its last attempt failed only at the deadline: cut in flight
-            if record:
-                guard.record(None, retries=tries.count - 1)
-            return cut_in_flight(tries.count - 1)
+            return _cut(guard, tries, record)
         return _settle(self, guard, retrying, error=error, record=record, retries=tries.count - 1)
+
+    def _honoured(self, failure: Failure | None) -> float | None:
+        """The seconds ``failure``'s endpoint asked to wait (its Retry-After) as honoured: capped at
+        ``max_retry_after``; None when it asked none."""
+        return None if failure is None or failure.retry_after is None else min(failure.retry_after,
+                                                                               self.max_retry_after)
 
     # ---- what the engine calls ----------------------------------------------------------------------
     def judge_batch(self, items: Sequence[Item], *, guard: CallGuard | None = None) -> list[Judgment]:
@@ -441,9 +450,10 @@ class _Attempts:
     def __init__(self, guard: CallGuard, query: str, cap: float | None = None) -> None:
         self.guard, self.query, self.cap = guard, query, cap
         self.count, self.last, self.late = 0, None, False  # late: the last attempt failed past the deadline
+        self.left: float | None = None  # the seconds left when the last attempt failed (None: no deadline)
 
     def _failed(self, error: Exception) -> None:
-        self.last, self.late = error, self.guard.past(self.query)
+        self.last, self.late, self.left = error, self.guard.past(self.query), self.guard.time_left(self.query)
 
     def _left(self) -> float | None:
         """Seconds until the deadline (None: no deadline); ``DeadlinePassed`` once it has passed."""
@@ -486,6 +496,12 @@ class _Attempts:
             self._failed(error)
             raise
 
+    def asked_past_deadline(self, asked: float | None) -> bool:
+        """Whether the endpoint, failing the last attempt, asked to wait ``asked`` seconds (its Retry-After as
+        honoured; None: it asked none) and so past the deadline: it kept the retry from going out in time, not the
+        deadline (the call failed rather than being cut)."""
+        return asked is not None and self.left is not None and self.left - asked <= DEADLINE_SLACK
+
     def timed_out(self, fault: Failure | None) -> bool:
         """Whether the last attempt, failing (a failure of kind ``fault``) only once the deadline had passed, was
         cut by it (its timeout was the time left) rather than failed."""
@@ -502,9 +518,8 @@ def _retrying(comp: RemoteComparator, kind: Any, guard: CallGuard | None = None,
                                       jitter=comp.backoff_initial)
 
     def wait_s(state: Any) -> float:
-        failure = comp._fault(state.outcome.exception()) if state.outcome else None
-        asked = failure.retry_after if failure is not None else None
-        wait = backoff(state) if asked is None else max(backoff(state), min(asked, comp.max_retry_after))
+        asked = comp._honoured(comp._fault(state.outcome.exception()) if state.outcome else None)
+        wait = backoff(state) if asked is None else max(backoff(state), asked)
         left = None if guard is None else guard.time_left(query)
         return wait if left is None else max(0.0, min(wait, left))
 
@@ -539,7 +554,7 @@ def _settle(comp: RemoteComparator, guard: CallGuard, retrying: Any, response: A
     elif isinstance(error, ComparatorError):  # the guard stopped the retries
         outcome, ok, reason = error, False, error.message
     elif failure is None or failure.fault in (Fault.RETRY, Fault.FAIL):
-        ok, reason = False, comp._message(f"{type(error).__name__}: {failure.message if failure else error}")
+        ok, reason = False, comp._message(f"{type(error).__name__}: {_reason(failure, error)}")
         outcome = Judgment(prob=None, retries=retries, error=reason)
     else:
         outcome = failure.error(comp._message(f"{type(error).__name__} from {comp.endpoint} (model {comp.model!r}): "
@@ -548,7 +563,18 @@ def _settle(comp: RemoteComparator, guard: CallGuard, retrying: Any, response: A
             guard.trip(outcome)
         ok, reason = failure.fault is Fault.REJECT, outcome.message  # a REJECT (e.g. too long): the endpoint is up
     if record:
-        asked = None if failure is None or failure.retry_after is None else min(failure.retry_after,
-                                                                               comp.max_retry_after)
-        guard.record(ok, reason, asked, unusable, retries=retries)
+        guard.record(ok, reason, comp._honoured(failure), unusable, retries=retries)
     return outcome
+
+
+def _reason(failure: Failure | None, error: Exception) -> str:
+    """What a failed attempt's ``error`` says: its ``Failure``'s message, else the error itself."""
+    return failure.message if failure else str(error)
+
+
+def _cut(guard: CallGuard, tries: _Attempts, record: bool, reason: str | None = None) -> Judgment:
+    """The outcome of a call the deadline cut after ``tries`` went out: recorded on ``guard`` (when ``record``) as
+    sent, its outcome unknown (``record(None)``: spent, the breaker neither counts nor resets on it)."""
+    if record:
+        guard.record(None, retries=tries.count - 1)
+    return cut_in_flight(tries.count - 1) if reason is None else cut_in_flight(tries.count - 1, reason)
