@@ -15,7 +15,8 @@ Time (``time_budget``): the clock starts when the query's ``Reranking`` is made;
 is refused, like a question past any cap. The drivers hand each call the time left (``CallGuard.time_left``), so
 the comparator sends nothing past the deadline and waits no longer for a call (see ``comparators.base``); the
 async drivers also cancel a batch still running ``DEADLINE_GRACE`` after the deadline (a comparator that ignores
-the guard's deadlines).
+the guard's deadlines, or is slow to honour a cancellation): its calls sent are cut, those still waiting for slots
+are not sent and cost nothing (``bounded``).
 
 Failures (see ``activeprp_core.errors``): a comparator error stops the rerank and propagates with the partial
 accounting attached, unless ``on_failure="prior"``: then no further call is sent, the ranker finishes on what it
@@ -36,7 +37,7 @@ from typing import Any
 
 from .blocking import blocking, drive, iterate_blocking, run_blocking  # noqa: F401 (re-exported)
 from .budget import check_count
-from .comparators.base import CallGuard, Comparator, SupportsCompare, as_comparator, cut_calls
+from .comparators.base import CallGuard, Comparator, SupportsCompare, as_comparator, cut_calls, cut_in_flight, unsent
 from .reranking import DONE, Batch, Done, Reranking, check_candidates  # noqa: F401 (re-exported)
 from .settings import MAX_CONSECUTIVE_FAILURES, ON_FAILURE, OnFailure, RerankSettings, takes_settings  # noqa: F401
 from .slots import wait_for
@@ -56,19 +57,29 @@ def clock_now() -> Callable[[], float]:
         return time.monotonic
 
 
-async def bounded(awaitable: Awaitable[Any], seconds: float | None, n: int, guard: CallGuard) -> Any:
-    """``await awaitable`` (a batch of ``n`` calls) for at most ``seconds`` + ``DEADLINE_GRACE`` (None: no
-    limit): its answers, or, when it runs past, ``n`` calls cut in flight (it is cancelled)."""
+async def bounded(awaitable: Awaitable[Any], seconds: float | None, n: int, guard: CallGuard,
+                  records_sent: bool = True) -> Any:
+    """``await awaitable`` (a batch of ``n`` calls on ``guard``) for at most ``seconds`` + ``DEADLINE_GRACE`` (None:
+    no limit): its answers, or, when it runs past, its ``n`` calls cut (it is cancelled, and its cancellation
+    awaited). With ``records_sent`` (``aguarded_judge``: the base class's chunk loop, and a comparator that guards
+    its calls, record on ``guard`` every call they sent, answered or cut, by the time the cancellation ends) the calls
+    ``guard`` saw sent meanwhile (``guard.completed``) are cut in flight (already recorded), and the rest, still
+    waiting for slots, were never sent (``unsent``: they cost nothing). Without it (a merged ``ajudge_batch``, which
+    may run on in a thread of its own) all ``n`` count as sent, recorded here, and cut."""
     if seconds is None:
         return await awaitable
     loop = asyncio.get_running_loop()
     until = loop.time() + max(0.0, seconds) + DEADLINE_GRACE
+    before = guard.completed
     try:
         return await wait_for(awaitable, until - loop.time())
     except asyncio.TimeoutError:
         if loop.time() < until:
             raise  # the batch's own timeout, not the deadline's
-        return cut_calls(guard, n)
+        if not records_sent:
+            return cut_calls(guard, n)
+        sent = min(n, guard.completed - before)  # in order: a query's chunks go out one after the other
+        return [cut_in_flight()] * sent + [unsent()] * (n - sent)
 
 
 def guard_cap(comparator: Any, settings: RerankSettings) -> int | None:

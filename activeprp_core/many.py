@@ -434,7 +434,8 @@ async def arerank_many(requests: Iterable[tuple[str, Sequence[Candidate]]], sett
     def ask(item: _Ask | _AskEach) -> Awaitable[Any]:
         if isinstance(item, _AskEach):
             return _each(judge, item)
-        return bounded(judge.ajudge_batch(item.items, guard=item.guard), item.time_left, len(item.items), item.guard)
+        return bounded(judge.ajudge_batch(item.items, guard=item.guard), item.time_left, len(item.items), item.guard,
+                       records_sent=False)
 
     with contextlib.closing(_session(window, asynchronous=True)) as session:
         async for item in _pump(session, ask):

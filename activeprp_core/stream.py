@@ -151,8 +151,8 @@ class _Merger:
         try:
             with spent_if_raises(self.pool.judge, merged, len(items), asynchronous=True):
                 judgments = to_judgments(await bounded(self.pool.judge.ajudge_batch(items, guard=merged),
-                                                       None if None in lefts else max(lefts), len(items), merged),
-                                         len(items))
+                                                       None if None in lefts else max(lefts), len(items), merged,
+                                                       records_sent=False), len(items))
         except Exception as error:
             _credit(parts, merged.completed)  # a part asked again that fails again is charged once: Reranking.fail
             if len(parts) > 1 and not self.pool.fatal(error):

@@ -158,6 +158,50 @@ def test_an_async_comparator_that_hangs_is_cancelled_at_the_deadline():
     assert all(t - began < 0.3 for t in judge.started)  # nothing started past the deadline
 
 
+class SlowToCancel:
+    """An async judge whose calls hang, and which honours a cancellation only after a cleanup of ``SLOW`` seconds
+    (a graceful close), cut short by a second cancellation; notes the pairs it was handed."""
+
+    def __init__(self) -> None:
+        self.handed = 0
+
+    def compare(self, query, pairs):  # not called: arerank awaits acompare
+        raise AssertionError("the sync path")
+
+    async def acompare(self, query, pairs):
+        self.handed += len(pairs)
+        try:
+            await asyncio.sleep(SLOW)
+        except asyncio.CancelledError:
+            await asyncio.sleep(SLOW)
+            raise
+        return [0.6] * len(pairs)
+
+
+def test_a_batch_cancelled_past_the_grace_counts_only_the_calls_it_sent():
+    """Its chunk in flight did not stop at the deadline, so the round was cancelled ``DEADLINE_GRACE`` after it:
+    every call of the round counted as sent and cut (9 for 4 sent), the chunks waiting for slots included, and
+    those sent were recorded twice on the guard. Now the calls not sent cost nothing."""
+    from activeprp_core.comparators.base import CallGuard, as_comparator
+    from activeprp_core.engine import bounded
+
+    cands, _ = make_case(20, seed=5)
+    judge = SlowToCancel()
+    res = asyncio.run(arerank("q", cands, comparator=judge, budget=50, top_k=3, time_budget=0.3, max_concurrency=4))
+    assert res.calls == res.cut_calls == judge.handed == 4 and res.rounds == 1 and res.failed_calls == 0
+    assert res.exhausted_by == ["time_budget"] and sorted(res.order) == list(range(20))
+
+    async def one_batch():
+        guard = CallGuard(4, None)
+        guard.deadline = guard.clock() + 0.3
+        pairs = list(zip(cands, cands[1:]))[:10]
+        return await bounded(as_comparator(judge).aguarded_judge("q", pairs, guard), 0.3, len(pairs), guard), guard
+
+    judge.handed = 0
+    out, guard = asyncio.run(one_batch())
+    assert [j.cut for j in out] == [IN_FLIGHT] * 4 + [UNSENT] * 6 and guard.completed == judge.handed == 4
+
+
 def test_late_answers_of_a_blocking_comparator_are_discarded():
     """A blocking ``compare`` cannot be interrupted: ``rerank`` stops waiting for it at the deadline and discards
     what it returns later, so the result holds only what was known in time (here nothing: the prior order)."""

@@ -583,7 +583,8 @@ class Comparator:
         max_concurrency: the default cap on calls in flight when the caller sets none (None = no cap).
         model_name: a readable name of the model for events, traces and logs (None = the class name).
         guards_calls: whether this class's ``judge`` / ``ajudge`` apply the ``CallGuard`` they are given
-            themselves (chunks of ``max_concurrency``, the circuit breaker, deadlines), as ``RemoteComparator`` and
+            themselves (chunks of ``max_concurrency``, the circuit breaker, deadlines, and ``record`` for each call
+            sent, one cancelled in flight included: the engine counts no other), as ``RemoteComparator`` and
             ``TransformersComparator`` do. False (default): a subclass's ``judge`` / ``ajudge`` answer the pairs
             they are given, and the engine calls them chunk by chunk inside the base class's guarded loop
             (``guarded_judge``), in sync and async alike.
