@@ -15,7 +15,7 @@ from ..budget import check_count
 from ..types import IN_FLIGHT, Candidate, Judgment, Pair
 from .base import CallGuard, Comparator, FreshState, Item, cut_in_flight, in_thread, sent_unknown, unsent
 from .hf_model import LocalModel, bundled_gguf_path, bundled_model_dir, model_location
-from .prompts import LABELS, PRP_PROMPT, QL_PROMPT, SwappablePrompts, check_prompt, render
+from .prompts import LABELS, PRP_PROMPT, QL_PROMPT, Piece, SwappablePrompts, check_prompt, render_pieces
 
 __all__ = ["MODES", "TransformersABComparator", "TransformersComparator", "bundled_gguf_path", "bundled_model_dir"]
 
@@ -157,29 +157,31 @@ class TransformersComparator(SwappablePrompts, FreshState, Comparator):
 
     # ---- prompts --------------------------------------------------------------------------------------
     def _label_token(self, label: str) -> int:
-        start = ("" if self.seq2seq else self.lm.chat("")) + self.answer_prefix
-        base, full = self.lm.ids(start), self.lm.ids(start + label)
+        start = [*([] if self.seq2seq else self.lm.chat([])), (self.answer_prefix, False)]
+        base, full = self.lm.prompt_ids(start), self.lm.prompt_ids([*start, (label, False)])
         if full[: len(base)] != base or len(full) != len(base) + 1:
             raise ValueError(f"answer label {label!r} is not a single token after the answer prefix")
         return full[-1]
 
     def ab_prompt_ids(self, query: str, first: str, second: str) -> list[int]:
         """Token ids of the A/B prompt for one ordered pair (the causal model's whole input; for seq2seq the
-        encoder input), passages truncated to fit ``self.context``."""
+        encoder input), passages truncated to fit ``self.context``. The query and passages are plain text
+        (``LocalModel.prompt_ids``): a chat control token they spell is not one."""
         q, cut = self.lm.truncate(query, self.max_query_tokens), self.lm.truncate
 
-        def build(budget: int) -> str:
-            text = render(self.prompt, query=q, first=cut(first, budget), second=cut(second, budget))
-            return text if self.seq2seq else self.lm.chat(text) + self.answer_prefix
+        def build(budget: int) -> list[Piece]:
+            pieces = render_pieces(self.prompt, query=q, first=cut(first, budget), second=cut(second, budget))
+            return pieces if self.seq2seq else [*self.lm.chat(pieces), (self.answer_prefix, False)]
 
         return self.lm.fit(build, 2, 0, self.max_passage_tokens)
 
     def ql_prompt_ids(self, query: str, passage: str) -> tuple[list[int], list[int]]:
-        """(prompt ids, query ids) for query-likelihood scoring of one passage; prompt + query fit the context."""
-        q_ids = self.lm.ids(self.lm.truncate(query, self.max_query_tokens))
+        """(prompt ids, query ids) for query-likelihood scoring of one passage; prompt + query fit the context.
+        The query and passage are plain text (as in ``ab_prompt_ids``)."""
+        q_ids = self.lm.text_ids(self.lm.truncate(query, self.max_query_tokens))
 
-        def build(budget: int) -> str:
-            return self.lm.chat(render(self.ql_prompt, passage=self.lm.truncate(passage, budget)))
+        def build(budget: int) -> list[Piece]:
+            return self.lm.chat(render_pieces(self.ql_prompt, passage=self.lm.truncate(passage, budget)))
 
         fixed = 0 if self.seq2seq else len(q_ids) + 1  # seq2seq: the query is in the decoder
         return self.lm.fit(build, 1, fixed, self.max_passage_tokens), q_ids

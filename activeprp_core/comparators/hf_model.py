@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shutil
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from .prompts import model_text
+from .prompts import Piece, model_text
 from .remote import require
 
 HF_EXTRA = 'pip install "activeprp[hf]"'
@@ -227,34 +229,108 @@ class LocalModel:
         self.pad_id = next(v for v in (self.tokenizer.pad_token_id, self.tokenizer.eos_token_id, 0) if v is not None)
 
     def ids(self, text: str, special: bool = False) -> list[int]:
-        """Token ids of ``text`` (``model_text`` of it), with the model's own special tokens (e.g. T5's ``</s>``) only
-        when ``special``."""
+        """Token ids of ``text`` as a template writes it (``model_text`` of it; the tokenizer's added tokens it
+        spells, e.g. ``<|im_start|>``, are those tokens), with the model's own special tokens (e.g. T5's ``</s>``)
+        only when ``special``. Values (queries, passages) go through ``text_ids`` / ``prompt_ids`` instead."""
         return self.tokenizer(model_text(text), add_special_tokens=special)["input_ids"]
 
-    def chat(self, user_text: str) -> str:
-        """The encoder text (seq2seq) or the whole prompt up to the answer (causal, via the chat template)."""
+    @cached_property
+    def _added(self) -> re.Pattern[str]:
+        """Any of the tokenizer's added tokens (special or not: chat control tokens are either), longest first so
+        that a match is the leftmost-longest one, as the tokenizer's own matching is."""
+        tokens = sorted(self.tokenizer.get_added_vocab(), key=len, reverse=True)
+        return re.compile("|".join(map(re.escape, tokens)) or "(?!)")
+
+    def _plain_ids(self, text: str) -> list[int]:
+        """Ids of ``text`` with no added token matched: what the tokenizer does between added tokens."""
+        backend = getattr(self.tokenizer, "backend_tokenizer", None)
+        if backend is None:  # a Python tokenizer: split_special_tokens is a per-call argument there
+            return self.tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+        # The backend's pipeline without its added-token matching. Not split_special_tokens=True: a fast tokenizer
+        # stores it as a flag of the shared tokenizer (other threads' calls would see it), and it still matches the
+        # non-special added tokens.
+        if backend.normalizer is not None:
+            text = backend.normalizer.normalize_str(text)
+        splits = [s for s, _ in backend.pre_tokenizer.pre_tokenize_str(text)] if backend.pre_tokenizer else [text]
+        return [token.id for split in splits for token in backend.model.tokenize(split)]
+
+    def _frame(self, ids: list[int]) -> list[int]:
+        """``ids`` with the special tokens the tokenizer adds around one sequence (e.g. T5's ``</s>``).
+
+        Raises:
+            ValueError: the tokenizer changes a sequence's own ids when it adds them (then they cannot be placed).
+        """
+        bare = self.tokenizer("a", add_special_tokens=False)["input_ids"]
+        framed = self.tokenizer("a", add_special_tokens=True)["input_ids"]
+        for at in range(len(framed) - len(bare) + 1):
+            if framed[at : at + len(bare)] == bare:
+                return framed[:at] + ids + framed[at + len(bare) :]
+        raise ValueError("cannot tell where this tokenizer puts its special tokens around a text")
+
+    def prompt_ids(self, pieces: Sequence[Piece], special: bool = False) -> list[int]:
+        """Token ids of the joined ``pieces`` (``model_text`` of them; ``prompts.render_pieces``) with the model's
+        own special tokens only when ``special`` (as ``ids``). Values are plain text: an added token spelled across
+        or inside a value (a passage's ``<|im_end|>``) is tokenized as its characters, so it cannot close the user's
+        turn; only the template's own added tokens are tokens. Without such a spelling, the ids are those of the
+        joined text (``ids``)."""
+        text, spans, at = "", [], 0
+        for piece, value in pieces:
+            text += model_text(piece)
+            if value:
+                spans.append((at, len(text)))
+            at = len(text)
+        cuts = [m.span() for m in self._added.finditer(text) if any(m.start() < e and b < m.end() for b, e in spans)]
+        if not cuts:
+            return self.tokenizer(text, add_special_tokens=special)["input_ids"]
+        ids: list[int] = []
+        at = 0
+        for start, end in cuts:  # the text between is tokenized as usual (the template's added tokens are tokens)
+            ids += self.ids(text[at:start]) if start > at else []
+            ids += self._plain_ids(text[start:end])
+            at = end
+        ids += self.ids(text[at:]) if at < len(text) else []
+        return self._frame(ids) if special else ids
+
+    def text_ids(self, text: str) -> list[int]:
+        """Token ids of ``text`` as a value (``prompt_ids`` of it alone): added tokens it spells are text."""
+        return self.prompt_ids([(text, True)])
+
+    def chat(self, pieces: Sequence[Piece]) -> list[Piece]:
+        """The encoder input (seq2seq: ``pieces``) or the whole prompt up to the answer (causal: ``pieces`` as the
+        user message of the chat template; without a template, followed by a newline), as pieces.
+
+        Raises:
+            ValueError: the chat template does not keep the message's text (the NUL-delimited value markers).
+        """
+        pieces = list(pieces)
         if self.seq2seq or not self.tokenizer.chat_template:
-            return user_text if self.seq2seq else user_text + "\n"
-        messages = [{"role": "user", "content": user_text}]
-        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+            return pieces if self.seq2seq else [*pieces, ("\n", False)]
+        # The template renders the message with a marker per value, which is then replaced by the value: the
+        # template's own text is rendered as before, and the values never pass through it.
+        marked = "".join(f"\0{i}\0" if value else text for i, (text, value) in enumerate(pieces))
+        messages = [{"role": "user", "content": marked}]
+        parts = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True).split("\0")
+        if parts[1::2] != [str(i) for i, (_, value) in enumerate(pieces) if value]:
+            raise ValueError("the model's chat template does not keep the user message's text as written")
+        return [pieces[int(part)] if k % 2 else (part, False) for k, part in enumerate(parts)]
 
     def truncate(self, text: str, n_tokens: int) -> str:
-        """``text`` cut to its first ``n_tokens`` tokens."""
-        ids = self.ids(text)
-        return text if len(ids) <= n_tokens else self.tokenizer.decode(ids[:n_tokens], skip_special_tokens=True)
+        """``text`` cut to its first ``n_tokens`` tokens (as a value: ``text_ids``)."""
+        ids = self.text_ids(text)
+        return text if len(ids) <= n_tokens else self.tokenizer.decode(ids[:n_tokens], skip_special_tokens=False)
 
-    def fit(self, build: Callable[[int], str], n_passages: int, fixed_tokens: int,
+    def fit(self, build: Callable[[int], list[Piece]], n_passages: int, fixed_tokens: int,
             max_passage_tokens: int) -> list[int]:
-        """Token ids of ``build(passage_budget)`` (seq2seq: with special tokens) with passages cut so that the whole
-        input (plus ``fixed_tokens``) fits the context.
+        """Token ids (``prompt_ids``) of the pieces ``build(passage_budget)`` (seq2seq: with special tokens) with
+        passages cut so that the whole input (plus ``fixed_tokens``) fits the context.
 
         Raises:
             ValueError: the template and query leave no room for passages.
         """
-        empty = len(self.ids(build(0), self.seq2seq))
+        empty = len(self.prompt_ids(build(0), self.seq2seq))
         budget = min(max_passage_tokens, (self.context - empty - fixed_tokens - _SAFETY_TOKENS) // n_passages)
         while budget >= 1:
-            ids = self.ids(build(budget), self.seq2seq)
+            ids = self.prompt_ids(build(budget), self.seq2seq)
             excess = len(ids) + fixed_tokens - self.context
             if excess <= 0:
                 return ids

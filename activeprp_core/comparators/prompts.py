@@ -1,5 +1,6 @@
-"""Prompt texts shared by the comparators, the one function that fills them in (``render``), copies of a
-comparator with other prompts (``SwappablePrompts``), chat messages and their token bound, and answer labels.
+"""Prompt texts shared by the comparators, the one function that fills them in (``render``; ``render_pieces``
+keeps the values apart), copies of a comparator with other prompts (``SwappablePrompts``), chat messages and their
+token bound, and answer labels.
 
 Templates are plain text with named placeholders (``PLACEHOLDERS``). Only those names are substituted, so any
 other brace (a JSON example such as ``{"answer": "A"}``) is kept as written; ``{{`` is not an escape."""
@@ -41,12 +42,29 @@ def model_text(text: str) -> str:
     return _SURROGATE.sub("\ufffd", text)
 
 
+Piece = tuple[str, bool]
+"""One part of a rendered prompt: (text, whether it is a value filled in, e.g. a query or passage). A local model
+tokenizes values as plain text, so a passage that spells a control token such as ``<|im_end|>`` cannot act as one."""
+
+
+def render_pieces(template: str, **values: str) -> list[Piece]:
+    """``render`` as pieces, in order: the template's text (``False``) and the values filled in (``True``, as
+    ``model_text`` of them). Empty texts are left out; joining the texts gives ``render``'s string."""
+    pieces: list[Piece] = []
+    at = 0
+    for m in _PLACEHOLDER.finditer(template):
+        if m.group(1) in values:
+            pieces += [(template[at : m.start()], False), (model_text(values[m.group(1)]), True)]
+            at = m.end()
+    pieces.append((template[at:], False))
+    return [p for p in pieces if p[0]]
+
+
 def render(template: str, **values: str) -> str:
     """``template`` with each ``{name}`` placeholder whose name is a keyword of ``values`` replaced by that value
     (``model_text`` of it), in one pass (a value containing ``{second}`` is not substituted again); every other
     brace is kept as is."""
-    return _PLACEHOLDER.sub(lambda m: model_text(values[m.group(1)]) if m.group(1) in values else m.group(0),
-                            template)
+    return "".join(text for text, _ in render_pieces(template, **values))
 
 
 def check_prompt(name: str, template: Any) -> Any:
