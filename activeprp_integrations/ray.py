@@ -13,10 +13,11 @@ declaration: every ``RerankSettings`` field (``ranker``, ``oracle``, ``budget``,
 ``Accounting`` fields (``calls``, ``comparisons``, ``rounds``, ``cache_hits``, ``ties``, ``failed_calls``,
 ``cut_calls``, ``retries``, ``prompt_tokens``, ``completion_tokens``, ``wall_time_s``), the status (``exhausted``,
 ``exhausted_by``, ``converged``, ``failure``, ``errors``) and ``judge`` (a struct of ``JudgeStats``), then ``error``. A
-row that failed on its own (a ``RerankFailure``: bad candidates, a comparator error for its prompts, a ranker error) has
-``order`` null, ``error`` = ``"<ErrorType>: <message>"``, the accounting columns (``calls`` ...) filled where the error
-carried them and the other stats null; a row that succeeded has ``error`` null. A dead endpoint (authentication error,
-open circuit breaker; with ``on_failure="raise"``) fails the whole dataset, as it stops ``rerank_many``.
+row that failed on its own (a ``RerankFailure``: bad or null candidates, a null query, a comparator error for its
+prompts, a ranker error) has ``order`` null, ``error`` = ``"<ErrorType>: <message>"``, the accounting columns
+(``calls`` ...) filled where the error carried them and the other stats null; a row that succeeded has ``error`` null.
+A dead endpoint (authentication error, open circuit breaker; with ``on_failure="raise"``) fails the whole dataset, as
+it stops ``rerank_many``.
 
 Results per row are identical to ``rerank`` with the same arguments and seed, however rows are split into batches
 and actors: each row's confidence gate and ``adaptive`` oracle read only that row's answers (``rerank_many`` with
@@ -139,7 +140,9 @@ class _Reranker:
         requests = []
         for i, row in enumerate(rows):
             try:
-                requests.append((row["query"], [_candidate(c) for c in row["candidates"] or []]))
+                if row["candidates"] is None:  # a bad join, say: a row error, not an empty ranking that looks right
+                    raise TypeError("candidates must be a list of {'id', 'text'} records, got null")
+                requests.append((row["query"], [_candidate(c) for c in row["candidates"]]))
                 good.append(i)
             except (TypeError, ValueError) as error:
                 items[i] = error

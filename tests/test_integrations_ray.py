@@ -74,6 +74,23 @@ def test_an_input_column_named_like_an_output_column_is_refused_not_overwritten(
     assert out.column_names[:3] == ["query", "candidates", "order"] and asked
 
 
+def test_a_row_with_null_candidates_or_query_is_a_row_error_not_an_empty_ranking():
+    """A null ``candidates`` cell (a bad join, say) is that row's error, as a null query is; the other rows are
+    reranked (no Ray needed: the actor's batch function alone)."""
+    pa = pytest.importorskip("pyarrow")
+    from activeprp_core import RerankSettings
+    from activeprp_integrations.ray import _Reranker
+
+    good = [{"id": "a", "text": "x"}, {"id": "b", "text": "y"}]
+    rows = [{"query": "q", "candidates": None}, {"query": None, "candidates": good}, {"query": "q", "candidates": good}]
+    judge = functools.partial(SimulatedComparator, {"a": 1.0, "b": 0.0})
+    out = _Reranker(judge, RerankSettings(budget=4), 4, False)(pa.Table.from_pylist(rows)).to_pylist()
+    assert out[0]["order"] is None and out[0]["calls"] is None
+    assert out[0]["error"] == "TypeError: candidates must be a list of {'id', 'text'} records, got null"
+    assert out[1]["order"] is None and out[1]["error"].startswith("TypeError: ")
+    assert sorted(out[2]["order"]) == [0, 1] and out[2]["error"] is None
+
+
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # read when Ray is imported: loopback only (above)
 ray = pytest.importorskip("ray", reason='Ray Data is not installed (pip install "activeprp[ray]")')
 pytestmark = pytest.mark.skipif(not DL19.is_dir(), reason="../shared/data not present")
