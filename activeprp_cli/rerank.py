@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from activeprp_core.budget import check_count, check_seconds
@@ -100,11 +101,49 @@ def make_comparator(args: argparse.Namespace, candidates: list[Candidate] | None
         InputError: it cannot be built: a missing ``--model`` for hf/openai, a missing extra or model package,
             no API key, a bad setting (the message says which).
     """
+    _need_model(args)
+    with _building(args.comparator):
+        return _make_comparator(args, candidates)
+
+
+def check_comparator(args: argparse.Namespace, here: bool) -> None:
+    """What ``make_comparator(args)`` needs, checked without building the comparator (and so without loading a
+    model's weights): the options; and when ``here`` (the comparator will be built on this machine, e.g. by the
+    actors of a Ray started on it), for ``hf`` the ``[hf]`` extra and the model's config at ``--model`` (a
+    directory or a model id of the local HF cache), for ``bundled`` the extra and the bundled model (converted here
+    once if it was not yet). A bad ``--model`` is then the same one-line error as from ``make_comparator``.
+
+    Raises:
+        InputError: as ``make_comparator``, worded the same.
+    """
+    _need_model(args)
+    kind = args.comparator
+    if not here or kind not in ("hf", "bundled"):
+        return
+    from activeprp_core.comparators.hf_model import HF_EXTRA, bundled_model_dir, model_location
+    from activeprp_core.comparators.remote import require
+
+    with _building(kind):
+        require("TransformersComparator", HF_EXTRA, "torch", "transformers")
+        if kind == "bundled":
+            bundled_model_dir()
+            return
+        from transformers import AutoConfig
+
+        AutoConfig.from_pretrained(model_location(args.model), local_files_only=True)  # what loading reads first
+
+
+def _need_model(args: argparse.Namespace) -> None:
     kind = args.comparator
     if kind in ("hf", "openai") and not args.model:
         raise InputError(f"--comparator {kind} needs --model {'PATH' if kind == 'hf' else 'NAME'}")
+
+
+@contextlib.contextmanager
+def _building(kind: str) -> Iterator[None]:
+    """Building the ``kind`` comparator: its errors as ``InputError`` (``cannot build the KIND comparator: ...``)."""
     try:
-        return _make_comparator(args, candidates)
+        yield
     except (ImportError, ValueError, TypeError, OSError) as err:
         raise InputError(f"cannot build the {kind} comparator: {err}") from None
 

@@ -45,7 +45,15 @@ from activeprp_core.types import Candidate, RerankResult
 
 from . import InputError, fail, printable, progress_wanted, require_extra
 from .metrics import EVAL_EXTRA
-from .rerank import add_comparator_args, add_settings_args, count, make_comparator, seconds, settings_from_args
+from .rerank import (
+    add_comparator_args,
+    add_settings_args,
+    check_comparator,
+    count,
+    make_comparator,
+    seconds,
+    settings_from_args,
+)
 from .trecfiles import STDOUT, check_token, rank_disagreements, read_qrels, read_run_candidates, write_run
 
 Request = tuple[str, str, list[Candidate]]  # (qid, query text, candidates in the run's trec_eval order)
@@ -305,6 +313,8 @@ def start(args: argparse.Namespace, requests: Sequence[Request], qrels: Mapping[
     factory = comparator_factory(args, requests, qrels)
     if args.comparator in ("simulated", "openai"):  # cheap to build: its errors show here, before Ray starts
         factory().close()
+    else:  # a local model: not loaded here, but a Ray on this machine loads it from the same place
+        check_comparator(args, here=args.ray == LOCAL_RAY)
     return None, time.perf_counter(), ray_outcomes(requests, factory, args)
 
 

@@ -295,6 +295,27 @@ def test_ray_draws_its_progress_bars_only_on_a_terminal(files, tmp_path, capsys,
     assert main(argv) == 0 and [kw["progress"] for kw in seen] == [False, True]
 
 
+def test_a_bad_hf_model_is_the_same_one_line_error_with_a_local_ray_and_ray_never_starts(files, tmp_path, capsys,
+                                                                                          monkeypatch):
+    """With a Ray on this machine the actors load the model from here, so a bad ``--model`` is checked before Ray
+    starts (the model's config, no weights) and worded as without ``--ray``: one line, exit 2 (it was a Ray
+    traceback of ~170 lines, exit 1). A stand-in runner records whether Ray was asked."""
+    pytest.importorskip("ir_measures", reason='pip install "activeprp[eval]"')  # --qrels
+    pytest.importorskip("transformers", reason='pip install "activeprp[hf]"')
+    seen = stand_in_ray(monkeypatch)
+    bad = ["--comparator", "hf", "--model", str(tmp_path / "no-such-model")]
+    errors = []
+    for ray in ([], ["--ray"], ["--ray", "local"]):
+        assert main([*cli_args(files, tmp_path / "out.run", *ray), *bad]) == 2
+        errors.append(capsys.readouterr().err)
+    assert errors[0].startswith("activeprp: error: cannot build the hf comparator: ") and errors[0].count("\n") == 1
+    assert errors[1] == errors[2] == errors[0] and not seen and not (tmp_path / "out.run").exists()
+    # on a cluster the actors may have a model this machine lacks: the options are checked here, the model there
+    assert main([*cli_args(files, tmp_path / "out.run", "--ray", "10.0.0.1:6379"), "--comparator", "hf"]) == 2
+    assert capsys.readouterr().err == "activeprp: error: --comparator hf needs --model PATH\n" and not seen
+    assert main([*cli_args(files, tmp_path / "out.run", "--ray", "10.0.0.1:6379"), *bad]) == 0 and len(seen) == 1
+
+
 def test_ray_with_an_empty_address_is_a_usage_error(files, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(cli_args(files, tmp_path / "out.run", "--ray", ""))
