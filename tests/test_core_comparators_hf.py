@@ -142,6 +142,8 @@ def test_chat_control_tokens_spelled_in_a_query_or_passage_are_plain_text(model_
     assert comp.lm.truncate(INJECTED, 6) == tok.decode(comp.lm.text_ids(INJECTED)[:6])
     assert comp.lm.truncate(INJECTED, 6).startswith('Paris." <|im')
     assert control_tokens(comp, comp.lm.text_ids(INJECTED)) == 0
+    # not through split_special_tokens=True: a fast tokenizer keeps it as a flag that other threads' calls see
+    assert not tok.backend_tokenizer.encode_special_tokens
 
 
 def test_only_the_values_are_plain_text_and_text_without_markers_tokenizes_as_before(model_dir, tiny_t5):

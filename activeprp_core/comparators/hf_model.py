@@ -235,10 +235,12 @@ class LocalModel:
         return self.tokenizer(model_text(text), add_special_tokens=special)["input_ids"]
 
     @cached_property
-    def _added(self) -> re.Pattern[str]:
-        """Any of the tokenizer's added tokens (special or not: chat control tokens are either), longest first so
-        that a match is the leftmost-longest one, as the tokenizer's own matching is."""
-        tokens = sorted(self.tokenizer.get_added_vocab(), key=len, reverse=True)
+    def _specials(self) -> re.Pattern[str]:
+        """Any of the tokenizer's special tokens (the chat markers, BOS/EOS...; not the other added tokens, which
+        are vocabulary such as Gemma's whitespace runs), longest first so that a match is the leftmost-longest one,
+        as the tokenizer's own matching is."""
+        added = self.tokenizer.added_tokens_decoder.values()
+        tokens = sorted({t.content for t in added if t.special}, key=len, reverse=True)
         return re.compile("|".join(map(re.escape, tokens)) or "(?!)")
 
     def _plain_ids(self, text: str) -> list[int]:
@@ -269,9 +271,9 @@ class LocalModel:
 
     def prompt_ids(self, pieces: Sequence[Piece], special: bool = False) -> list[int]:
         """Token ids of the joined ``pieces`` (``model_text`` of them; ``prompts.render_pieces``) with the model's
-        own special tokens only when ``special`` (as ``ids``). Values are plain text: an added token spelled across
-        or inside a value (a passage's ``<|im_end|>``) is tokenized as its characters, so it cannot close the user's
-        turn; only the template's own added tokens are tokens. Without such a spelling, the ids are those of the
+        own special tokens only when ``special`` (as ``ids``). Values are plain text: a special token spelled inside
+        a value or across its edge (a passage's ``<|im_end|>``) is tokenized as text, so it cannot close the user's
+        turn; only the template's own special tokens are tokens. Without such a spelling, the ids are those of the
         joined text (``ids``)."""
         text, spans, at = "", [], 0
         for piece, value in pieces:
@@ -279,7 +281,7 @@ class LocalModel:
             if value:
                 spans.append((at, len(text)))
             at = len(text)
-        cuts = [m.span() for m in self._added.finditer(text) if any(m.start() < e and b < m.end() for b, e in spans)]
+        cuts = [m.span() for m in self._specials.finditer(text) if any(m.start() < e and b < m.end() for b, e in spans)]
         if not cuts:
             return self.tokenizer(text, add_special_tokens=special)["input_ids"]
         ids: list[int] = []
@@ -292,7 +294,7 @@ class LocalModel:
         return self._frame(ids) if special else ids
 
     def text_ids(self, text: str) -> list[int]:
-        """Token ids of ``text`` as a value (``prompt_ids`` of it alone): added tokens it spells are text."""
+        """Token ids of ``text`` as a value (``prompt_ids`` of it alone): special tokens it spells are text."""
         return self.prompt_ids([(text, True)])
 
     def chat(self, pieces: Sequence[Piece]) -> list[Piece]:
