@@ -120,7 +120,7 @@ def check_comparator(args: argparse.Namespace, here: bool) -> None:
     kind = args.comparator
     if not here or kind not in ("hf", "bundled"):
         return
-    from activeprp_core.comparators.hf_model import HF_EXTRA, bundled_model_dir, model_location
+    from activeprp_core.comparators.hf_model import HF_EXTRA, bundled_model_dir, check_model_source, model_location
     from activeprp_core.comparators.remote import require
 
     with _building(kind):
@@ -130,7 +130,9 @@ def check_comparator(args: argparse.Namespace, here: bool) -> None:
             return
         from transformers import AutoConfig
 
-        AutoConfig.from_pretrained(model_location(args.model), local_files_only=True)  # what loading reads first
+        location = model_location(args.model)
+        check_model_source(location)  # worded as a plain run's error
+        AutoConfig.from_pretrained(location, local_files_only=True)  # what loading reads next
 
 
 def _need_model(args: argparse.Namespace) -> None:
