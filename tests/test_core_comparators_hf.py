@@ -529,6 +529,26 @@ def test_sync_rerank_runs_no_forward_pass_past_its_time_budget(tiny_t5, monkeypa
     assert "time_budget" in result.exhausted_by and sorted(result.order) == [0, 1, 2, 3]
 
 
+def test_judge_waits_for_another_callers_passes_at_most_until_its_deadline(tiny_t5):
+    """Another caller (a thread, a ``with_prompts`` copy) holds the model's lock: a judge with 50 ms left waits for
+    it until its deadline, then sends nothing (all unsent), instead of waiting for the other's whole batch."""
+    import threading
+
+    from activeprp_core.comparators import CallGuard
+    from activeprp_core.types import UNSENT
+
+    comp, clock, guard = TransformersComparator(tiny_t5, mode="ab", batch_size=1), FakeClock(), CallGuard()
+    guard.clock, guard.deadline = clock, 0.05
+    done = []
+    with comp._lock:  # the other caller's passes
+        worker = threading.Thread(target=lambda: done.append(comp.judge("q", [(ONE, TWO), (TWO, THREE)], guard=guard)),
+                                  daemon=True)
+        worker.start()
+        worker.join(10)
+        assert done, "the judge waited for the model's lock past its deadline"
+    assert [j.cut for j in done[0]] == [UNSENT, UNSENT] and comp.forward_passes == 0 and guard.completed == 0
+
+
 async def test_ajudge_batch_returns_at_the_deadline_and_its_worker_starts_no_later_pass(tiny_t5):
     """The first pass is still running at the deadline: ``ajudge_batch`` returns then, with that pass's prompt cut
     in flight and the others unsent; once the pass ends, its late answer is not recorded and no pass follows."""

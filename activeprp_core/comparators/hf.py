@@ -215,13 +215,21 @@ class TransformersComparator(SwappablePrompts, FreshState, Comparator):
         raise NotImplementedError
 
     def _judge_all(self, items: Sequence[Item], guard: CallGuard, answers: _Answers) -> list[Judgment]:
-        """``_judge_items`` under the model lock (nothing once ``answers`` is stopped), then ``answers.finish()``."""
+        """``_judge_items`` under the model lock (nothing once ``answers`` is stopped), then ``answers.finish()``.
+        The lock is waited for at most until the items' last deadline (``_time_left``): another caller's passes
+        (a thread, a ``with_prompts`` copy) may hold it long past it, and then nothing is sent (all ``unsent()``)."""
         import torch
 
         size = min(self.batch_size, guard.max_concurrency or self.batch_size)
-        with self._lock, torch.inference_mode():
-            if not answers.stopped:
-                self._judge_items(items, guard, size, answers)
+        left = _time_left(items, guard)
+        if not self._lock.acquire(timeout=-1 if left is None else left):
+            return answers.finish()
+        try:
+            with torch.inference_mode():
+                if not answers.stopped:
+                    self._judge_items(items, guard, size, answers)
+        finally:
+            self._lock.release()
         return answers.finish()
 
     def judge_batch(self, items: Sequence[Item], *, guard: CallGuard | None = None) -> list[Judgment]:
@@ -250,9 +258,8 @@ class TransformersComparator(SwappablePrompts, FreshState, Comparator):
         guard = guard or CallGuard(self.max_concurrency, None)
         answers = _Answers(len(items), guard)
         running = asyncio.ensure_future(in_thread(partial(self._judge_all, items, guard, answers), daemon=False))
-        lefts = [guard.time_left(q) for q in dict.fromkeys(q for q, _, _ in items)]
         try:
-            done, _ = await asyncio.wait({running}, timeout=None if None in lefts else max([0.0, *lefts]))
+            done, _ = await asyncio.wait({running}, timeout=_time_left(items, guard))
         except asyncio.CancelledError:
             answers.stop()  # the canceller accounts for the calls
             running.cancel()
@@ -296,6 +303,12 @@ class TransformersABComparator(TransformersComparator):
     def estimate_tokens(self, query: str, pairs: Sequence[tuple[Candidate, Candidate]]) -> list[int]:
         """Exact prompt tokens per ordered pair (the tokenizer's count of its A/B prompt; no completion)."""
         return [len(self.ab_prompt_ids(query, a.text, b.text)) for a, b in pairs]
+
+
+def _time_left(items: Sequence[Item], guard: CallGuard) -> float | None:
+    """Seconds until the last deadline of ``items``' queries (``guard.time_left``; None: one has none)."""
+    lefts = [guard.time_left(q) for q in dict.fromkeys(q for q, _, _ in items)]
+    return None if None in lefts else max([0.0, *lefts])
 
 
 class _Answers:
