@@ -4,6 +4,7 @@ model built from its tokenizer; plus the lazy-import contract of the comparators
 from __future__ import annotations
 
 import copy
+import os
 import pickle
 import re
 
@@ -273,6 +274,8 @@ def test_a_pickle_of_a_relative_model_path_loads_in_another_working_directory(ti
     monkeypatch.setattr(hf_model, "_MODELS", {})  # as in another process: nothing loaded yet
     assert pickle.loads(data).compare("q", pairs) == pytest.approx(comp.compare("q", pairs), abs=1e-6)
     assert hf_model.model_location("no-such-org/no-such-model") == "no-such-org/no-such-model"
+    monkeypatch.setenv("HOME", str(tiny_t5.parent))  # "~/dir", as a shell would expand it
+    assert hf_model.model_location(f"~/{tiny_t5.name}") == os.path.abspath(tiny_t5)
 
 
 def test_unpickling_where_the_model_is_missing_names_its_path(tiny_t5, tmp_path, monkeypatch):

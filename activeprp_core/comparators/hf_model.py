@@ -86,9 +86,9 @@ def check_model_source(path: str) -> None:
 def model_location(model: str | os.PathLike) -> str:
     """Where a comparator records ``model`` to be: a local directory as its absolute path (so that a pickle names
     the same directory in a process with another working directory), anything else (a model id of the local HF
-    cache) as given. A directory, as transformers tells the two apart."""
-    path = str(model)
-    return os.path.abspath(path) if os.path.isdir(path) else path
+    cache) as given. A directory, as transformers tells the two apart; ``~`` expanded first (a shell would)."""
+    path = os.path.expanduser(str(model))
+    return os.path.abspath(path) if os.path.isdir(path) else str(model)
 
 
 def bundled_gguf_path() -> Path:
