@@ -125,6 +125,7 @@ class Reranking:
         self.answers = Answers(prior_answers)  # the pair cache, with the judge's running record
         ctx = RankContext(len(self.candidates), s.top_k, ranker_rng, caps=view, judge=self.answers.pool.stats,
                           calls_per_pair=2 if self._both_at_once() else self.oracle.calls_per_pair)
+        self._tied: set[tuple[int, int]] = set()  # the pairs read as a tie (RerankResult.ties)
         self._planned = self.ranker.planned_rounds(ctx) if self._planned_cap() else None
         self._repaired = False
         self._pending: Batch | None = None
@@ -310,8 +311,9 @@ class Reranking:
         if prompts:
             self._record(prompts, (yield prompts), sample=False)
         outs = [self.oracle.outcome(i, j, self.answers) for i, j in asked]
-        self.ledger.counts.ties += sum(o == 0.5 for (i, j), o in zip(asked, outs)
-                                       if (i, j) in fresh or (j, i) in fresh)
+        self._tied.update((min(i, j), max(i, j)) for (i, j), o in zip(asked, outs)
+                          if o == 0.5 and ((i, j) in fresh or (j, i) in fresh))
+        self.ledger.counts.ties = len(self._tied)
         if not self.settings.cache:
             self.answers.clear()
         return outs

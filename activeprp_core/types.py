@@ -159,7 +159,8 @@ class Accounting:
         comparisons: pair comparisons that needed new calls.
         rounds: sequential batches of calls (latency ~ rounds x call latency; the unit of ``max_rounds``).
         cache_hits: pair questions answered from the pair cache at no cost.
-        ties: bidirectional pairs whose two answers disagreed (resolved by prior rank).
+        ties: distinct pairs read as a tie when asked (outcome 0.5, resolved by prior rank): two slot orders that
+            disagree, an answer of exactly 0.5, or a soft answer below the gate margin (``judging.gate``).
         failed_calls: calls that returned no usable answer (counted in ``calls``).
         cut_calls: calls sent whose answer did not come before the ``time_budget`` deadline (cancelled, or their
             late answers discarded): counted in ``calls``, not in ``failed_calls``.

@@ -104,6 +104,19 @@ def test_both_orders_question_costs_nothing_more_with_the_bidirectional_oracle()
     assert res.calls == 1 and res.exhausted and budgeted.seen[0][0] is None  # never half-asked
 
 
+def test_ties_count_each_pair_read_as_a_tie_once():
+    # one round asks the pair in both orders, a later round asks it in both orders again: one tied pair
+    script = Script([[(0, 1), (1, 0), (2, 3)], [BothOrders(1, 0)]])
+    res = rerank("q", cands(4), ranker=script, oracle="bidirectional", comparator=FixedAnswers({}), budget=None)
+    assert script.seen[0] == [0.5, 0.5, 0.5] and res.ties == 2 <= res.comparisons
+    pac = rerank("q", cands(100), ranker="pac_bubble", oracle="bidirectional", comparator=FixedAnswers({}),
+                 budget=None, top_k=10)
+    assert 0 < pac.ties <= pac.comparisons
+    halves = rerank("q", cands(30), ranker="mohajer", oracle="randomized", comparator=FixedAnswers({}, 0.5),
+                    budget=None, top_k=5)
+    assert halves.ties == halves.comparisons  # a one-call answer of exactly 0.5 is read as a tie too
+
+
 def test_ties_and_unknowns_go_to_the_better_prior_rank():
     res = rerank("q", cands(12), ranker="bubblesort", oracle="bidirectional", comparator=FixedAnswers({}),
                  budget=None, top_k=5)
