@@ -124,7 +124,7 @@ class Reranking:
                           ledger.rounds_left)
         self.answers = Answers(prior_answers)  # the pair cache, with the judge's running record
         ctx = RankContext(len(self.candidates), s.top_k, ranker_rng, caps=view, judge=self.answers.pool.stats,
-                          calls_per_pair=2 if self._both_at_once() else self.oracle.calls_per_pair)
+                          calls_per_pair=2 if self._both_at_once() else self.oracle.calls_per_pair, cache=s.cache)
         self._tied: set[tuple[int, int]] = set()  # the pairs read as a tie (RerankResult.ties)
         self._planned = self.ranker.planned_rounds(ctx) if self._planned_cap() else None
         self._repaired = False

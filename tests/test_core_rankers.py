@@ -219,6 +219,25 @@ def test_the_parallel_plan_takes_a_partial_bracket_level_when_it_adds_half_or_it
     assert parallel_depths(plan, 80, 10, 40, 10) == [10, 20, 40, 80]  # a whole level
 
 
+@pytest.mark.parametrize("ranker", ["budget_depth", "auto", "parallel_mohajer"])
+def test_without_the_pair_cache_a_replanning_ranker_answers_the_pairs_it_knows(ranker):
+    from activeprp_core import Candidate, rerank
+
+    class Noisy:  # 15% of the answers flipped, fresh at every call
+        def __init__(self):
+            self.rng = random.Random(2)
+
+        def compare(self, query, pairs):
+            return [float((a.metadata["rel"] > b.metadata["rel"]) != (self.rng.random() < 0.15)) for a, b in pairs]
+
+    rng = random.Random(7)
+    cs = [Candidate(f"d{i}", f"passage {i}", {"rel": rng.random()}) for i in range(100)]
+    kw = dict(ranker=ranker, oracle="randomized", top_k=10, budget=None, seed=2)
+    cached, uncached = rerank("q", cs, comparator=Noisy(), **kw), rerank("q", cs, comparator=Noisy(), cache=False, **kw)
+    # without the cache only a pair's other slot order asked later repeats a call (was 42x for budget_depth)
+    assert uncached.calls <= 2 * cached.calls and uncached.rounds <= 2 * cached.rounds
+
+
 def test_planned_rounds_are_the_rounds_of_the_plan_a_query_gets():
     from activeprp_core.rankers.base import plan_size
     from activeprp_core.rankers.budget_depth import BudgetDepth

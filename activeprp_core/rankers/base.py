@@ -42,6 +42,9 @@ class RankContext:
         judge: returns the ``JudgeStats`` of the judge's answers so far when called (live: the running record
             that the confidence gate and the ``adaptive`` oracle read, across the queries of one ``rerank_many``);
             no answers when made by hand (keyword-only).
+        cache: whether the engine answers a question asked before in the query from its pair cache at no cost
+            (``RerankSettings.cache``; keyword-only, default True). Without it a ranker that re-runs its plan over
+            the outcomes it has seen answers those pairs itself (``Evidence.record``'s ``known``).
     """
 
     n: int
@@ -51,6 +54,7 @@ class RankContext:
     calls_per_pair: int = 1
     caps: BudgetView = field(default_factory=BudgetView)
     judge: Callable[[], JudgeStats] = JudgeStats
+    cache: bool = True
 
     @property
     def top(self) -> int:

@@ -202,8 +202,9 @@ class BudgetDepth(Ranker):
                     and (caps.rounds_left is None or caps.rounds_left >= extra_rounds))
 
         def decide() -> Schedule:  # the plan(s), then the challengers (pairs already answered cost nothing)
+            # (from the pair cache; with the cache off, Evidence.record answers them from ev)
             nonlocal second
-            order = yield from ev.record(inner.schedule(sub))
+            order = yield from ev.record(inner.schedule(sub), known=None if sub.cache else ev.answered)
             if second is None:
                 second = affords_second()
             if second:
@@ -259,6 +260,7 @@ def challenge(ctx: RankContext, ev: Evidence, order: list[int]) -> Schedule:
     change the top-K, where a position-biased single answer costs most. Pairs already answered in both orders cost
     nothing. Returns the order: the passes' window, then the other candidates of ``order``."""
     window = order[: ctx.top] + challengers(ev, order, ctx.top)
-    yield from ev.record(bubble_passes(window, ctx.top, ctx.caps), lambda pairs: [BothOrders(*p) for p in pairs])
+    yield from ev.record(bubble_passes(window, ctx.top, ctx.caps), lambda pairs: [BothOrders(*p) for p in pairs],
+                         None if ctx.cache else ev.answered)
     inside = set(window)
     return window + [x for x in order if x not in inside]

@@ -33,12 +33,31 @@ class Evidence:
             return beats(a, b, self.outcomes.get((a, b)))
         return not beats(b, a, self.outcomes.get((b, a)))
 
-    def record(self, schedule: Generator, questions=list) -> Schedule:
+    def answered(self, question: tuple[int, int]) -> bool:
+        """Whether the evidence answers ``question``: a plain pair known, a ``BothOrders`` one in both orders."""
+        a, b = question
+        return (min(a, b), max(a, b)) in self.both if isinstance(question, BothOrders) else self.known(a, b)
+
+    def outcome(self, a: int, b: int) -> Outcome:
+        """P(a beats b) on the evidence (None when unknown)."""
+        o = self.outcomes.get((min(a, b), max(a, b)))
+        return o if a < b or o is None else 1.0 - o
+
+    def record(self, schedule: Generator, questions=list,
+               known: Callable[[tuple[int, int]], bool] | None = None) -> Schedule:
         """Run ``schedule``, asking each of its rounds as ``questions(pairs)`` (the same pairs, some possibly as
-        ``BothOrders``) and noting every outcome; returns the schedule's value."""
+        ``BothOrders``) and noting every outcome; returns the schedule's value. The questions for which
+        ``known(question)`` holds are answered from the evidence instead (``outcome``; a round all of whose
+        questions are known asks nothing): for a re-run of a plan when the engine's pair cache is off
+        (``RankContext.cache``), which would otherwise ask those pairs again."""
         def step(pairs: list[tuple[int, int]]) -> Schedule:
             asked = questions(pairs)
-            outcomes = yield asked
+            if known is None:
+                outcomes = yield asked
+            else:
+                fresh = [p for p in asked if not known(p)]
+                got = iter((yield fresh) if fresh else [])
+                outcomes = [self.outcome(*p) if known(p) else next(got) for p in asked]
             for pair, o in zip(asked, outcomes):
                 self.note(pair, o)
             return outcomes
@@ -157,7 +176,7 @@ class _Run:
 
     def __init__(self, ctx: RankContext, ev: Evidence, rerun: bool = False, upgrades: bool = True) -> None:
         self.n, self.k, self.cost, self.caps, self.ev = ctx.n, ctx.top, ctx.calls_per_pair, ctx.caps, ev
-        self.rerun, self.upgrades = rerun, upgrades
+        self.rerun, self.upgrades, self.cache = rerun, upgrades, ctx.cache
         self.eliminated: dict[int, tuple[int, int]] = {}
         self.planned = 0  # pairs the plan still expects to ask (an estimate)
         self.reserved: list[int] = []  # per bracket round: upgrades kept for the merge and the higher levels
@@ -199,7 +218,7 @@ class _Run:
 
     def select(self) -> Schedule:
         """The whole selection; returns the order (a permutation of ``range(n)``)."""
-        return (yield from self.ev.record(self._select(), self.questions))
+        return (yield from self.ev.record(self._select(), self.questions, None if self.cache else self.ev.answered))
 
     def _select(self) -> Schedule:
         n, k, ev, caps = self.n, self.k, self.ev, self.caps
