@@ -159,8 +159,10 @@ class AdaptiveOracle(RandomizedDirectionOracle):
     No answer is asked again once the judge looks order-consistent (``JudgeTally.consistent``, carried across
     ``rerank_many``): its other order would say the same. A pair costs 1 or 2 calls; a re-ask is charged to
     every cap like any call and is dropped, never waited for, when a cap refuses it. Each re-ask batch takes a
-    round, so none takes the last round of a ``max_rounds`` cap, and a ranker that plans every round of the cap
-    (``Ranker.plans_rounds``: ``parallel_mohajer``) gets none under one: there it equals ``randomized``. Plans as
+    round, so none takes the last round of a ``max_rounds`` cap, and a query whose plan fills the rounds left
+    (``Ranker.plans_rounds_for``: ``parallel_mohajer``; ``budget_depth`` when it runs its parallel plan, or a
+    sequential one that would not fit them with re-asks) gets none while rounds are limited (a round cap, or a
+    ``time_budget`` once a round's latency is known): there it equals ``randomized``. Plans as
     a one-call oracle (``calls_per_pair = 1``). Its calls per pair, and why re-asks stay out of a planned round
     cap: docs/judge-diagnostics.md.
 

@@ -12,7 +12,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .budget import BudgetView, check_count
@@ -124,7 +124,11 @@ class Reranking:
                           ledger.rounds_left)
         self.answers = Answers(prior_answers)  # the pair cache, with the judge's running record
         ctx = RankContext(len(self.candidates), s.top_k, ranker_rng, caps=view, judge=self.answers.pool.stats,
-                          calls_per_pair=2 if self._both_at_once() else self.oracle.calls_per_pair, cache=s.cache)
+                          calls_per_pair=self.oracle.calls_per_pair, cache=s.cache)
+        self._plans = False  # asked once, of the context a one-call oracle plans with (both orders at once: 2)
+        self._plans = self.ranker.plans_rounds_for(ctx)
+        if self._both_at_once():
+            ctx = replace(ctx, calls_per_pair=2)
         self._tied: set[tuple[int, int]] = set()  # the pairs read as a tie (RerankResult.ties)
         self._planned = self.ranker.planned_rounds(ctx) if self._planned_cap() else None
         self._repaired = False
@@ -400,9 +404,10 @@ class Reranking:
             return []
 
     def _planned_cap(self) -> bool:
-        """Whether a round cap holds and the ranker plans every round of it (``Ranker.plans_rounds``): no re-ask
-        can be sent."""
-        return self.ledger.rounds_left() is not None and self.ranker.plans_rounds
+        """Whether rounds are limited (a round cap, or a time budget once a round latency is known:
+        ``Ledger.rounds_left``) and the ranker's plan for this query fills them (``Ranker.plans_rounds_for``, asked
+        once at the start): no re-ask can be sent."""
+        return self._plans and self.ledger.rounds_left() is not None
 
     def _both_at_once(self) -> bool:
         """Whether this round's questions go out in both slot orders at once (``Oracle.both_at_once``)."""

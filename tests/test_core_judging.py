@@ -242,6 +242,37 @@ def test_a_ranker_that_plans_its_rounds_gets_no_reasks_under_a_round_cap(max_rou
     assert capped_mohajer.calls > capped_mohajer.comparisons  # a ranker that does not plan its rounds still does
 
 
+@pytest.mark.parametrize("ranker", ["budget_depth", "auto"])
+@pytest.mark.parametrize("limit", [{"max_rounds": 1000}, {"time_budget": 3600.0}])
+def test_a_limit_that_does_not_shape_budget_depths_plan_keeps_the_reasks(ranker, limit):
+    # budget_depth runs its sequential plan where its rounds fit: no plan of rounds, so adaptive keeps re-asking
+    cs = cands(100)
+    kw = dict(ranker=ranker, oracle="adaptive", top_k=10, seed=3, budget=300)
+    free, limited = rerank("q", cs, comparator=Fair(7), **kw), rerank("q", cs, comparator=Fair(7), **kw, **limit)
+    assert limited.calls > limited.comparisons  # re-asks were sent
+    assert (limited.order, limited.calls, limited.rounds) == (free.order, free.calls, free.rounds)
+
+
+def test_plans_rounds_for_answers_per_query_with_the_plan_budget_depth_runs():
+    from activeprp_core.budget import BudgetView, Cap
+    from activeprp_core.rankers.depth import Depth
+
+    def ctx(n, k, calls, rounds):
+        caps = {"budget": Cap(calls, "budget"), "max_rounds": Cap(rounds, "max_rounds")}
+        return RankContext(n, k, caps=BudgetView(caps))
+
+    bd = get_ranker("budget_depth")
+    for case, parallel in [((100, 10, 300, 6), True), ((100, 10, 300, 1000), False), ((100, 10, 300, None), False),
+                           ((20, 3, 50, 20), False), ((20, 3, 50, 6), True)]:
+        assert (bd.plan(ctx(*case))[0] is bd.parallel) is parallel
+        assert bd.plans_rounds_for(ctx(*case)) is parallel
+        if case[0] == 100:  # auto's choice there is budget_depth (at N=20 the table may choose parallel_mohajer)
+            assert get_ranker("auto").plans_rounds_for(ctx(*case)) is parallel
+        assert Depth(bd, 100).plans_rounds_for(ctx(*case)) is parallel
+    assert get_ranker("parallel_mohajer").plans_rounds_for(ctx(100, 10, 300, None))  # it reads the rounds left
+    assert not get_ranker("mohajer").plans_rounds_for(ctx(100, 10, 300, 6))
+
+
 def slot_orders(log):
     """Per unordered pair of a judge's log, the slot orders asked."""
     asked = {}

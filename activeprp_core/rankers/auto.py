@@ -113,7 +113,7 @@ def choose(n: int, k: int, budget: int | None, max_rounds: int | None, ranker: A
 class Auto(Ranker):
     """The ranker ``choose`` picks for this query's N, K, budget and round cap, given the oracle's calls per
     pair. The engine resolves ``ranker="auto"`` and an ``Auto()`` instance itself (``choose``), so that
-    ``RerankResult.ranker`` names the choice and the chosen ranker's ``plans_rounds`` holds; ``schedule`` serves
+    ``RerankResult.ranker`` names the choice and the chosen ranker's ``plans_rounds_for`` holds; ``schedule`` serves
     a caller that drives the ranker without the engine."""
 
     name = AUTO
@@ -124,6 +124,12 @@ class Auto(Ranker):
 
         oracle = "bidirectional" if ctx.calls_per_pair > 1 else "randomized"
         return get_ranker(choose(ctx.n, ctx.k, ctx.caps.calls_left, ctx.caps.rounds_left, AUTO, oracle)[0])
+
+    def plans_rounds_for(self, ctx: RankContext) -> bool:
+        return self.choose(ctx).plans_rounds_for(ctx)
+
+    def planned_rounds(self, ctx: RankContext) -> int | None:
+        return self.choose(ctx).planned_rounds(ctx)
 
     def schedule(self, ctx: RankContext) -> Schedule:
         return (yield from self.choose(ctx).schedule(ctx))

@@ -66,13 +66,20 @@ class Ranker(ABC):
     """A round-based scheduler of pair comparisons (see module docstring)."""
 
     name: str
-    #: True for a ranker that plans its steps to fill a ``max_rounds`` cap (``parallel_mohajer``). Under a round
-    #: cap the engine then sends it no re-asks (``Oracle.reask``): each re-ask batch would take a round of its plan.
+    #: True for a ranker that plans its steps to fill a ``max_rounds`` cap (``parallel_mohajer``), or may for some
+    #: queries (``budget_depth``); ``plans_rounds_for`` answers per query.
     plans_rounds: bool = False
 
     @abstractmethod
     def schedule(self, ctx: RankContext) -> Schedule:
         """Yield rounds of pairs, receive their outcomes, return a permutation of ``range(ctx.n)``."""
+
+    def plans_rounds_for(self, ctx: RankContext) -> bool:
+        """Whether this query's plan, from ``ctx`` at the start, fills the rounds left (``ctx.caps.rounds_left``:
+        a ``max_rounds`` cap, or the rounds a ``time_budget`` fits) with its own steps. The engine asks once per
+        query; where it holds and rounds are limited, it sends no re-asks (``Oracle.reask``), since each re-ask
+        batch would take a round of the plan. Default: ``plans_rounds``."""
+        return self.plans_rounds
 
     def planned_rounds(self, ctx: RankContext) -> int | None:
         """The rounds this query's plan takes, from ``ctx`` at the start, when every answer agrees with the first

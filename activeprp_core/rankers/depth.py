@@ -47,6 +47,9 @@ class Depth(Ranker):
         """The candidates reranked for this query: ``min(N, depth)``, by default ``min(N, max(DEFAULT_DEPTH, K))``."""
         return min(ctx.n, max(DEFAULT_DEPTH, ctx.k) if self.depth is None else self.depth)
 
+    def plans_rounds_for(self, ctx: RankContext) -> bool:
+        return self.inner.plans_rounds_for(replace(ctx, n=self.depth_for(ctx)))
+
     def planned_rounds(self, ctx: RankContext) -> int | None:
         return self.inner.planned_rounds(replace(ctx, n=self.depth_for(ctx)))
 
