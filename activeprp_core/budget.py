@@ -310,8 +310,10 @@ class BudgetView:
         rounds_left: the rounds the query can still send: what the ``max_rounds`` cap allows, and, with a
             ``time_budget``, at most the rounds that fit in the time left at the estimated latency of a round (see
             ``Ledger.rounds_left``); None = no limit. A round answered wholly from the pair cache costs no round.
-        exhausted: a cap has refused a question (or a failure stopped the calls): from now on only cached
-            answers arrive, and every ranker here stops scheduling and returns its best-effort order.
+        exhausted: a cap has refused a question (or a failure stopped the calls), and every ranker here stops
+            scheduling and returns its best-effort order. A later question that still fits the caps is still sent
+            (a shorter prompt after a ``token_budget`` refusal, one call after a two-call question was refused);
+            after a failure only cached answers arrive.
 
     ``affordable(pairs)`` says how many of ``pairs``, in order, the caps pay for now (cached answers are free):
     a ranker plans with it instead of asking more than fits. A view made without an engine (a ranker run by
