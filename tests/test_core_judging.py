@@ -262,13 +262,16 @@ def test_plans_rounds_for_answers_per_query_with_the_plan_budget_depth_runs():
         return RankContext(n, k, caps=BudgetView(caps))
 
     bd = get_ranker("budget_depth")
-    for case, parallel in [((100, 10, 300, 6), True), ((100, 10, 300, 1000), False), ((100, 10, 300, None), False),
-                           ((20, 3, 50, 20), False), ((20, 3, 50, 6), True)]:
+    # (N, K, budget, cap): whether the parallel plan runs, whether the plan fills the rounds left
+    for case, parallel, plans in [((100, 10, 300, 6), True, True), ((100, 10, 300, 1000), False, False),
+                                  ((100, 10, 300, None), False, False), ((20, 3, 50, 6), True, True),
+                                  ((20, 3, 50, 20), False, True),  # the sequential plan over 20: 13 of 20 rounds
+                                  ((20, 3, 20, 20), False, False)]:  # over 12: 10 rounds, re-asks fit beside them
         assert (bd.plan(ctx(*case))[0] is bd.parallel) is parallel
-        assert bd.plans_rounds_for(ctx(*case)) is parallel
+        assert bd.plans_rounds_for(ctx(*case)) is plans
+        assert Depth(bd, 100).plans_rounds_for(ctx(*case)) is plans
         if case[0] == 100:  # auto's choice there is budget_depth (at N=20 the table may choose parallel_mohajer)
-            assert get_ranker("auto").plans_rounds_for(ctx(*case)) is parallel
-        assert Depth(bd, 100).plans_rounds_for(ctx(*case)) is parallel
+            assert get_ranker("auto").plans_rounds_for(ctx(*case)) is plans
     assert get_ranker("parallel_mohajer").plans_rounds_for(ctx(100, 10, 300, None))  # it reads the rounds left
     assert not get_ranker("mohajer").plans_rounds_for(ctx(100, 10, 300, 6))
 
