@@ -20,14 +20,20 @@ docs/benchmarks.md); nothing is read from a default path. Examples (from the rep
 from __future__ import annotations
 
 import argparse
+import contextlib
+import csv
 import json
+import lzma
 import random
 import sys
+import zlib
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from activeprp_cli import progress_wanted, require_extra
 from activeprp_cli.rerank import count, seconds
+from activeprp_cli.rerank_run import check_out
 from activeprp_core.errors import InputError, scrub
 
 
@@ -64,6 +70,61 @@ def _pair(spec: str) -> str:
     if len(spec.split(":")) != 2 or not all(spec.split(":")):
         raise argparse.ArgumentTypeError(f"expected A:B, two rankers, got {spec!r}")
     return spec
+
+
+#: ``--paired``'s default: the pairs of the paper's Tables A.2/A.3, left out quietly where the grid lacks a ranker.
+PAIRED = ["mohajer_bubble:bubblesort", "mohajer_bubble:heapsort"]
+
+
+def _check_paired(paired: list[str], rankers) -> None:
+    """Raises InputError for a ``--paired`` ranker outside the grid's ``rankers``, so that a misspelt pair stops the
+    run before it starts instead of printing nothing; the default pairs (``PAIRED``) are not checked."""
+    if paired is PAIRED:  # argparse hands the default object itself when --paired is not given
+        return
+    for spec in paired:
+        missing = [r for r in spec.split(":") if r not in rankers]
+        if missing:
+            raise InputError(f"--paired {spec}: the grid has no ranker {missing[0]} "
+                             f"(it has {' '.join(sorted(rankers))})")
+
+
+def _check_out(path: str, **kind: bool) -> None:
+    """``rerank_run.check_out(path, **kind)``, its InputError naming ``--out``."""
+    try:
+        check_out(path, **kind)
+    except InputError as err:
+        raise InputError(f"--out {err}") from None
+
+
+def _out_dir(path: str) -> Path:
+    """``path`` made as the output directory (``mkdir -p``).
+
+    Raises:
+        InputError: it cannot be one (``rerank_run.check_out``: a file in the way, not writable) or mkdir fails.
+    """
+    _check_out(path, directory=True)
+    try:
+        Path(path).mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise InputError(f"--out {path}: cannot make the directory ({err.strerror or err})") from None
+    return Path(path)
+
+
+#: What reading a file that is not a rows file of ``bench grid`` raises (``grid.read_csv``, ``autotable.read_family``):
+#: an unknown or missing column, a bad value, not gzip/xz, a truncated archive, broken CSV.
+_ROWS_ERRORS = (KeyError, ValueError, TypeError, OSError, EOFError, lzma.LZMAError, zlib.error, csv.Error)
+
+
+@contextlib.contextmanager
+def _rows_files(paths: str) -> Iterator[None]:
+    """Within the block, reading the rows files ``paths`` (as shown to the user) raises InputError where one is
+    not a rows file of ``activeprp bench grid``."""
+    try:
+        yield
+    except _ROWS_ERRORS as err:
+        detail = err.args[0] if isinstance(err, KeyError) and err.args else err
+        raise InputError(f"--from-csv {paths}: not a rows file of activeprp bench grid "
+                         f"({type(err).__name__}: {detail})") from None
 
 
 def _cell_pair(spec: str) -> str:
@@ -196,21 +257,28 @@ def _report(rows, out: Path, seed: int, paper: bool, paired: list[str], top_k: i
                   compare_table(summary, compare, np.random.default_rng(seed))]
     text = "\n\n".join(parts) + "\n"
     (out / "tables.md").write_text(text)
-    plot(summary, out / "ndcg_vs_budget.png", "budget")
-    plot(summary, out / "ndcg_vs_rounds.png", "rounds")
+    plot(summary, out / "ndcg_vs_budget.png", "budget", top_k)
+    plot(summary, out / "ndcg_vs_rounds.png", "rounds", top_k)
     pareto_plot(summary, out / "pareto.png")
     return text
 
 
 def _grid(args) -> int:
     from .grid import SLIM_COLUMNS, read_csv, row_cap, run_grid, write_csv
+    from .report import paper_setting
 
     out = Path(args.out)
     if args.from_csv:
-        rows = [r for path in args.from_csv for r in read_csv(path)]
+        rows = []
+        for path in args.from_csv:
+            with _rows_files(path):
+                rows += read_csv(path)
+        if not rows:
+            raise InputError(f"--from-csv {' '.join(args.from_csv)}: no rows, only a header")
         _check_compare(args.compare, {r.ranker for r in rows}, {r.oracle for r in rows}, {r.budget for r in rows},
                        {r.max_rounds for r in rows})
-        out.mkdir(parents=True, exist_ok=True)
+        _check_paired(args.paired, {r.ranker for r in rows})
+        _out_dir(args.out)
     else:
         _check_judge(args)
         colls = _collections(args)
@@ -222,7 +290,8 @@ def _grid(args) -> int:
         judges = _judges(args)
         _check_compare(args.compare, args.rankers, args.oracles, set(map(row_cap, budgets)),
                        set(map(row_cap, args.max_rounds)))
-        out.mkdir(parents=True, exist_ok=True)
+        _check_paired(args.paired, set(args.rankers))
+        _out_dir(args.out)
         if judges:  # the family grid: worker processes, rows cached per judge x ranker x oracle
             from .family import run_family_grid
 
@@ -239,10 +308,9 @@ def _grid(args) -> int:
         else:
             write_csv(rows, out / "rows.csv.gz")
         (out / "config.json").write_text(json.dumps(_config(args, budgets), indent=1, default=str))
-    baseline = _baseline(args) if not args.from_csv else ""
-    caps = {r.max_rounds for r in rows}
-    paper = not (args.no_paper or args.scale_budgets) and caps == {-1}  # the paper's columns: N = 100, no cap
     top_k = rows[0].top_k if rows else args.top_k
+    baseline = _baseline(args, top_k) if not args.from_csv else ""
+    paper = not (args.no_paper or args.scale_budgets) and paper_setting(rows)
     judges = sorted({r.judge for r in rows})
     if len(judges) < 2:
         print(baseline + _report(rows, out, args.bootstrap_seed, paper, args.paired, top_k, args.compare))
@@ -273,10 +341,11 @@ def _config(args, budgets) -> dict:
     return {"argv": clean(sys.argv[1:]), "budgets": budgets, **options}
 
 
-def _baseline(args) -> str:
+def _baseline(args, top_k: int = 10) -> str:
+    """The line of the first stage's nDCG@``top_k`` (%) per collection, the grid's metric."""
     colls = _collections(args)
-    vals = {c.name: c.first_stage_ndcg() for c in colls}
-    return "First stage nDCG@10: " + ", ".join(
+    vals = {c.name: c.first_stage_ndcg(top_k) for c in colls}
+    return f"First stage nDCG@{top_k}: " + ", ".join(
         f"{n} {100 * sum(v.values()) / len(v):.2f}" for n, v in vals.items()) + "\n\n"
 
 
@@ -284,6 +353,7 @@ def _calibrate(args) -> int:
     from .calibration import calibrate
 
     colls = _collections(args)
+    out = _out_dir(args.out)
     if args.check:
         from .calibration import Calibration, converged_quality, flip_rate
 
@@ -293,8 +363,6 @@ def _calibrate(args) -> int:
     else:
         cal, name = calibrate(colls, pair_noise=args.pair_noise), f"pair_noise_{args.pair_noise}"
     text = json.dumps(vars(cal), indent=1)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     (out / f"calibration_{name}.json").write_text(text + "\n")
     print(text)
     return 0
@@ -305,8 +373,7 @@ def _flip(args) -> int:
 
     _check_judge(args)
     colls, judges = _collections(args), _judges(args)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = _out_dir(args.out)
     for judge in judges or [""]:
         rate, pairs = measured_flip_rate(_comparator_for(args, out, judge), colls,
                                          args.pairs_per_query, random.Random(args.seed))
@@ -321,8 +388,7 @@ def _overhead(args) -> int:
     from .grid import PAPER_RANKERS
     from .overhead import comparator_throughput, scheduling_overhead
 
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = _out_dir(args.out)
     budgets = args.budgets != [None]  # a budget column only when budgets were asked for
     lines = ["| Ranker | Oracle |" + (" budget |" if budgets else "") + " calls/query | µs per call |",
              "|---|---|" + ("---:|" if budgets else "") + "---:|---:|"]
@@ -359,8 +425,7 @@ def _walltime(args) -> int:
     from .overhead import measured_wall_time
 
     colls, judges = _collections(args), _judges(args)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = _out_dir(args.out)
     lines = [f"Sleeping comparator: {args.latency} s per call, {args.in_flight} calls in flight (arerank); modelled "
              "= sum over rounds of ceil(calls / in_flight) x latency.", "",
              "| judge | collection | qid | N | K | ranker | oracle | runs as | budget | max_rounds | rounds | calls "
@@ -390,7 +455,10 @@ def _auto_table(args) -> int:
 
     args.tolerance = TOLERANCE if args.tolerance is None else args.tolerance
     args.rule = args.rule or RULE
-    family = read_family(args.from_csv)
+    _check_out(args.out, parents=True)  # before the reading, which can take minutes
+    paths = " ".join(args.from_csv)
+    with _rows_files(paths):
+        family = read_family(args.from_csv)
     source = "activeprp bench auto-table --from-csv " + " ".join(args.from_csv)
     if any(judge for fam in family.values() for judge in fam.ndcg):  # a family grid: worst-case regret
         base = json.loads(Path(args.base).read_text()) if args.base else None
@@ -400,12 +468,13 @@ def _auto_table(args) -> int:
             from .regret import regret_report
 
             reference = json.loads(Path(args.reference).read_text()) if args.reference else None
-            rows = [r for path in args.from_csv for r in read_csv(path)]
+            with _rows_files(paths):
+                rows = [r for path in args.from_csv for r in read_csv(path)]
             Path(args.report).write_text(regret_report(rows, args.tolerance, reference, rule=args.rule))
         table = build_regret_table(family, source, args.tolerance, base, args.rule)
     else:
         table = build_auto_table(family, source)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    _out_dir(str(Path(args.out).parent))
     Path(args.out).write_text(json.dumps(table, indent=None, separators=(",", ":")) + "\n")
     print(f"{args.out}: {len(table['settings'])} settings, "
           f"{sum(len(s['cells']) for s in table['settings'])} cells")
@@ -471,8 +540,9 @@ def add_parser(subparsers) -> None:
     grid.add_argument("--no-paper", action="store_true", help="do not print the paper's values in the table")
     grid.add_argument("--bootstrap-seed", type=_count(None), default=0)
     grid.add_argument("--paired", nargs="*", type=_pair,
-                      default=["mohajer_bubble:bubblesort", "mohajer_bubble:heapsort"], metavar="A:B",
-                      help="rankers to compare by paired bootstrap over queries")
+                      default=PAIRED, metavar="A:B",
+                      help="rankers to compare by paired bootstrap over queries (default: " + " ".join(PAIRED)
+                      + ", where the grid has them)")
     grid.add_argument("--no-progress", action="store_true", help="no tqdm progress bar (stderr; drawn only when "
                       "stderr is a terminal)")
     grid.add_argument("--compare", nargs="*", type=_cell_pair, default=[], metavar="A:B",

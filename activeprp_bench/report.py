@@ -11,7 +11,7 @@ import numpy as np
 from activeprp_core.budget import check_count
 
 from .grid import PAPER_BUDGETS, Row
-from .stats import bootstrap_ci, paired_bootstrap
+from .stats import bootstrap_ci, macro_diff_test, paired_bootstrap
 
 LABELS = {"bubblesort": "BubbleSort", "heapsort": "HeapSort", "quicksort": "QuickSort", "pac_bubble": "PAC + Bubble",
           "mohajer_bubble": "Mohajer + Bubble", "mohajer": "Mohajer"}
@@ -30,6 +30,23 @@ PAPER_TABLE1: dict[tuple[str, str], list[float]] = {
     ("mohajer_bubble", "randomized"): [61.36, 65.84, 67.66, 67.59, 68.14, 68.25, 68.08, 68.08, 68.08],
     ("mohajer", "randomized"): [61.36, 65.84, 67.66, 68.00, 68.00, 68.00, 68.00, 68.00, 68.00],
 }
+
+#: Table 1's setting: every judged query of TREC DL19 and DL20, their top 100 BM25 candidates, nDCG@10, no round cap.
+PAPER_QUERIES = {"dl19": 43, "dl20": 54}
+PAPER_DEPTH = 100
+
+
+def paper_setting(rows: Sequence[Row]) -> bool:
+    """Whether ``rows`` are of Table 1's setting, so that its values are a fair bracket beside theirs: the
+    collections are DL19 and DL20 with all their judged queries (``PAPER_QUERIES``), every query reranks
+    ``PAPER_DEPTH`` candidates into an nDCG@10, and no row has a round cap. Judged from the rows alone, so that a
+    ``--from-csv`` remake decides as the run did."""
+    queries: dict[str, set[str]] = defaultdict(set)
+    for r in rows:
+        if r.n != PAPER_DEPTH or r.top_k != 10 or r.max_rounds != -1:
+            return False
+        queries[r.collection].add(r.qid)
+    return {c: len(q) for c, q in queries.items()} == PAPER_QUERIES
 
 
 Key = tuple[str, str, int, int]  # (ranker, oracle, budget, max_rounds); -1 = no cap
@@ -230,16 +247,17 @@ def cell(s: Summary, spec: str) -> Key:
 
 def compare_table(s: Summary, specs: Sequence[str], rng: np.random.Generator, resamples: int = 10_000) -> str:
     """Paired comparisons of two cells each (``"A:B"``, cells as in ``cell``) over the queries both cover
-    (seed-averaged per query): the (macro) means, the mean difference A - B over the pooled queries with its 95%
-    bootstrap CI, the paired-bootstrap p-value and the mean/worst rounds of A, in nDCG points."""
+    (seed-averaged per query), in nDCG points: the macro means of A and B (``Summary.ndcg``), their difference
+    A - B (the macro mean of the per-query differences: A - B of the columns beside it when both cover the same
+    queries) with its 95% CI and two-sided p-value from one paired bootstrap within each collection
+    (``stats.macro_diff_test``), and the mean/worst rounds of A."""
     lines = ["| A | B | A | B | A - B | 95% CI | p | A rounds (mean / max) |", "|---|---|---:|---:|---:|---|---:|---:|"]
     for spec in specs:
         a, b = (cell(s, x) for x in spec.split(":"))
         qa, qb = s.per_query[a], s.per_query[b]
         common = sorted(set(qa) & set(qb))
-        d = [100 * (qa[q] - qb[q]) for q in common]
-        mean, lo, hi = bootstrap_ci(d, rng, resamples)
-        _, p = paired_bootstrap([qa[q] for q in common], [qb[q] for q in common], rng, resamples)
+        diffs = [[100 * (qa[q] - qb[q]) for q in common if q[0] == coll] for coll in sorted({q[0] for q in common})]
+        mean, lo, hi, p = macro_diff_test(diffs, rng, resamples)
         name = "/".join
         lines.append(f"| {name(map(str, a))} | {name(map(str, b))} | {100 * s.ndcg[a][0]:.2f} | "
                      f"{100 * s.ndcg[b][0]:.2f} | {mean:+.2f} | [{lo:+.2f}, {hi:+.2f}] | {p:.3f} | "
@@ -256,28 +274,41 @@ def _pyplot():
     return plt
 
 
-def plot(s: Summary, path: str | Path, x: str = "budget") -> None:
-    """PNG: nDCG@10 (%) against the budget (``x="budget"``) or against mean rounds per query
-    (``x="rounds"``), one panel per oracle, one line per ranker (and round cap), CI bands for multi-seed rows."""
+def plot(s: Summary, path: str | Path, x: str = "budget", top_k: int = 10) -> None:
+    """PNG: nDCG@``top_k`` (%) against the budget (``x="budget"``) or against mean rounds per query
+    (``x="rounds"``), one panel per oracle, one line per ranker (and round cap), CI bands for multi-seed rows.
+    On the budget axis a cell without a budget (budget -1) has no x: it is a dotted horizontal line in its
+    ranker's colour, labelled "no budget" in the legend; on the rounds axis it is a point like the others."""
+    from matplotlib.lines import Line2D
+
     plt = _pyplot()
     rows, budgets = s.axes()
     oracles = sorted({o for _, o, _ in rows})
     caps = {m for _, _, m in rows}
     fig, axes = plt.subplots(1, len(oracles), figsize=(6 * len(oracles), 4.2), squeeze=False, sharey=True)
+    unlimited = False  # a no-budget level drawn: the legend explains the dotted lines
     for ax, oracle in zip(axes[0], oracles):
         for ranker, _, cap in [r for r in rows if r[1] == oracle]:
             keys = [(ranker, oracle, b, cap) for b in budgets if (ranker, oracle, b, cap) in s.ndcg]
-            xs = [k[2] if x == "budget" else s.rounds[k] for k in keys]
-            ys = np.array([s.ndcg[k] for k in keys]) * 100
-            ax.plot(xs, ys[:, 0], marker="o", ms=3, label=_row_label(ranker, cap, caps))
+            drawn = [k for k in keys if k[2] >= 0] if x == "budget" else keys
+            xs = [k[2] if x == "budget" else s.rounds[k] for k in drawn]
+            ys = np.array([s.ndcg[k] for k in drawn]).reshape(-1, 3) * 100
+            (line,) = ax.plot(xs, ys[:, 0], marker="o", ms=3, label=_row_label(ranker, cap, caps))
             ax.fill_between(xs, ys[:, 1], ys[:, 2], alpha=0.2)
+            if x == "budget" and (ranker, oracle, -1, cap) in s.ndcg:
+                ax.axhline(100 * s.ndcg[(ranker, oracle, -1, cap)][0], color=line.get_color(), ls=":", lw=1.2)
+                unlimited = True
         ax.set_title(f"{oracle} oracle")
         ax.set_xlabel("LLM-call budget per query" if x == "budget" else "sequential rounds per query (mean)")
         if x == "rounds":
             ax.set_xscale("log")
         ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("nDCG@10 (%)")
-    axes[0][-1].legend(fontsize=7 if len(caps) > 1 else 8)
+    axes[0][0].set_ylabel(f"nDCG@{top_k} (%)")
+    handles, labels = axes[0][-1].get_legend_handles_labels()
+    if unlimited:
+        handles.append(Line2D([], [], color="0.3", ls=":", lw=1.2))
+        labels.append("no budget (dotted, in the line's colour)")
+    axes[0][-1].legend(handles, labels, fontsize=7 if len(caps) > 1 else 8)
     fig.tight_layout()
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)

@@ -55,6 +55,19 @@ def macro_diff_ci(diffs: Sequence[Sequence[float]], rng: np.random.Generator, re
     Raises:
         ValueError: no collection, an empty collection, or ``level`` outside (0, 1).
     """
+    return macro_diff_test(diffs, rng, resamples, level)[:3]
+
+
+def macro_diff_test(diffs: Sequence[Sequence[float]], rng: np.random.Generator, resamples: int = 10_000,
+                    level: float = 0.95) -> tuple[float, float, float, float]:
+    """``macro_diff_ci`` and, from the same resamples, the two-sided p-value of the macro difference as
+    ``paired_bootstrap`` computes it (2 * min(P*(d <= 0), P*(d >= 0)), capped at 1).
+
+    Returns:
+        ``(mean, low, high, p)``.
+    Raises:
+        ValueError: as ``macro_diff_ci``.
+    """
     if not diffs or any(len(d) == 0 for d in diffs) or not 0 < level < 1:
         raise ValueError("need at least one non-empty collection and 0 < level < 1")
     stats = np.zeros(resamples)
@@ -64,4 +77,5 @@ def macro_diff_ci(diffs: Sequence[Sequence[float]], rng: np.random.Generator, re
     stats /= len(diffs)
     alpha = (1 - level) / 2
     low, high = np.quantile(stats, [alpha, 1 - alpha])
-    return float(np.mean([np.mean(d) for d in diffs])), float(low), float(high)
+    p = 2 * min(float((stats <= 0).mean()), float((stats >= 0).mean()))
+    return float(np.mean([np.mean(d) for d in diffs])), float(low), float(high), min(1.0, p)

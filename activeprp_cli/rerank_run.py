@@ -150,19 +150,24 @@ def ray_outcomes(requests: Sequence[Request], factory: Callable[[], Any], args: 
     return (done[qid] for qid, _, _ in requests)
 
 
-def check_out(path: str) -> None:
-    """Raise ``InputError`` unless ``path`` can be written as a file (its directory exists and is writable) or is
-    ``-`` (stdout)."""
-    if path == STDOUT:
+def check_out(path: str, directory: bool = False, parents: bool = False) -> None:
+    """Raise ``InputError`` unless ``path`` can be written: as a file (the default; ``-`` is stdout) whose
+    directory exists and is writable, or with ``parents`` whose directory ``mkdir -p`` can make; with
+    ``directory``, as a directory that is there and writable or that ``mkdir -p`` can make. A directory that
+    ``mkdir -p`` can make: the nearest part of it that exists is a writable directory."""
+    if path == STDOUT and not directory:
         return
     out = Path(os.path.realpath(path))  # write_run writes through a symlink
-    if out.is_dir():
+    if not directory and out.is_dir():
         raise InputError(f"{path}: is a directory, not a file")
-    parent = out.parent
-    if not parent.is_dir():
-        raise InputError(f"{path}: no such directory {str(parent)!r}")
-    if not os.access(parent, os.W_OK):
-        raise InputError(f"{path}: directory {str(parent)!r} is not writable")
+    folder = out if directory else out.parent
+    if not (directory or parents or folder.is_dir()):
+        raise InputError(f"{path}: no such directory {str(folder)!r}")
+    existing = next(p for p in (folder, *folder.parents) if p.exists())
+    if not existing.is_dir():
+        raise InputError(f"{path}: {str(existing)!r} is a file, not a directory")
+    if not os.access(existing, os.W_OK):
+        raise InputError(f"{path}: directory {str(existing)!r} is not writable")
 
 
 def notes(args: argparse.Namespace) -> TextIO:
