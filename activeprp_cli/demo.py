@@ -117,7 +117,8 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--candidates", type=count(minimum=1, maximum=DEMO_HITS), default=16,
                    help=f"BM25 top candidates per query (at most {DEMO_HITS}; default: %(default)s)")
     add_ranking_args(p, budget=40, top_k=10, ranker="mohajer", oracle="randomized")
-    add_comparator_args(p)
+    add_comparator_args(p, simulated="judges by the bundled queries' graded labels with the noise calibrated to the "
+                        "paper's judge (CALIBRATED_PARAMS; for dry runs)")
     p.set_defaults(func=main, passage_tokens=64)
     p.add_argument("--threads", type=count(minimum=1), default=None,
                    help="torch CPU threads for bundled/hf (default: the usable cores less the load (the 1-minute "

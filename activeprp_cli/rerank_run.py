@@ -222,7 +222,8 @@ def add_parser(subparsers: Any) -> None:
     ray.add_argument("--ray-gpus", type=seconds(allow_none=False, unit="GPUs"), default=None, metavar="G",
                      help="GPUs per actor (local models)")
     add_settings_args(p, RerankSettings(budget=100))
-    add_comparator_args(p)
+    add_comparator_args(p, simulated="judges by the graded labels of --qrels with the noise calibrated to the paper's "
+                        "judge (CALIBRATED_PARAMS; for dry runs)")
     p.set_defaults(func=main)
 
 
@@ -286,7 +287,8 @@ def read_inputs(args: argparse.Namespace) -> tuple[list[Request], dict[str, dict
     """Every input read and checked before any comparator is built (prints what was read).
 
     Raises:
-        InputError: a bad file, path or option (``FILE:LINE: reason``).
+        InputError: a bad file, path or option (``FILE:LINE: reason``), or ``--qrels`` that judge none of the
+            run's queries (no nDCG to print, no labels for the simulated judge).
     """
     if args.comparator == "simulated" and not args.qrels:
         raise InputError("--comparator simulated needs --qrels QRELS (its graded labels)")
@@ -294,6 +296,9 @@ def read_inputs(args: argparse.Namespace) -> tuple[list[Request], dict[str, dict
     qrels = read_qrels(args.qrels) if args.qrels else None
     if qrels is not None:
         require_extra("--qrels", EVAL_EXTRA, "ir_measures")
+        if requests and not any(qrels.get(qid) for qid, _, _ in requests):  # nothing to score, no labels to judge by
+            raise InputError(f"--qrels {args.qrels} judges none of the {len(requests)} queries of --run {args.run} "
+                             f"(e.g. {requests[0][0]}): the qrels of another collection?")
     check_out(args.out)
     read, kept = sum(map(len, run.values())), sum(len(c) for _, _, c in requests)
     print(f"read {read} lines ({len(run)} queries) from {args.run}; reranking {kept} "

@@ -590,3 +590,31 @@ def test_the_judge_factory_names_a_local_model_directory_by_its_absolute_path(tm
         args = argparse.Namespace(comparator=kind, model=model)
         shipped = pickle.loads(pickle.dumps(cli.comparator_factory(args, [], None)))
         assert shipped.args[0].model == expected and args.model == model
+
+
+def test_qrels_that_judge_none_of_the_queries_are_a_one_line_error_before_any_call(files, tmp_path, capsys,
+                                                                                    monkeypatch):
+    """It reranked, then printed ``input nan -> reranked nan``: LLM calls spent on an evaluation that could not
+    happen (and, for the simulated judge, a judge without any label)."""
+    pytest.importorskip("ir_measures", reason='pip install "activeprp[eval]"')  # --qrels
+    monkeypatch.setattr(cli, "build_comparator", lambda *a: pytest.fail("a comparator was built"))
+    files["qrels"].write_text("q7 0 d2 2\n")
+    out = tmp_path / "out.run"
+    assert main(cli_args(files, out)) == 2
+    assert capsys.readouterr().err == (f"activeprp: error: --qrels {files['qrels']} judges none of the 2 queries of "
+                                       f"--run {files['run']} (e.g. q1): the qrels of another collection?\n")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(("command", "says", "not_says"), [
+    ("rerank-run", "simulated: judges by the graded labels of --qrels", "'label' field"),
+    ("demo", "simulated: judges by the bundled queries' graded labels", "'label' field"),
+    ("rerank", "simulated: reads each candidate's 'label' field", "--qrels"),
+])
+def test_the_help_of_comparator_simulated_says_what_each_command_does(capsys, command, says, not_says):
+    """rerank-run's help said its simulated judge reads each candidate's 'label' field (rerank's); it reads --qrels."""
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    simulated = text[text.index("simulated: "):text.index("(default: bundled)")]
+    assert says in simulated and not_says not in simulated
