@@ -274,11 +274,16 @@ def _pyplot():
     return plt
 
 
+#: The most legend entries ``plot`` draws inside the last panel; more go beside it, 25 to a column.
+LEGEND_INSIDE = 12
+
+
 def plot(s: Summary, path: str | Path, x: str = "budget", top_k: int = 10) -> None:
     """PNG: nDCG@``top_k`` (%) against the budget (``x="budget"``) or against mean rounds per query
     (``x="rounds"``), one panel per oracle, one line per ranker (and round cap), CI bands for multi-seed rows.
     On the budget axis a cell without a budget (budget -1) has no x: it is a dotted horizontal line in its
-    ranker's colour, labelled "no budget" in the legend; on the rounds axis it is a point like the others."""
+    ranker's colour, labelled "no budget" in the legend; on the rounds axis it is a point like the others. A legend
+    of more than ``LEGEND_INSIDE`` entries goes beside the panels."""
     from matplotlib.lines import Line2D
 
     plt = _pyplot()
@@ -308,10 +313,13 @@ def plot(s: Summary, path: str | Path, x: str = "budget", top_k: int = 10) -> No
     if unlimited:
         handles.append(Line2D([], [], color="0.3", ls=":", lw=1.2))
         labels.append("no budget (dotted, in the line's colour)")
-    axes[0][-1].legend(handles, labels, fontsize=7 if len(caps) > 1 else 8)
+    outside = len(labels) > LEGEND_INSIDE  # a long legend would cover the lines: beside the last panel
+    axes[0][-1].legend(handles, labels, fontsize=7 if len(caps) > 1 else 8,
+                       **({"loc": "upper left", "bbox_to_anchor": (1.02, 1), "ncol": -(-len(labels) // 25)}
+                          if outside else {}))
     fig.tight_layout()
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, **({"bbox_inches": "tight"} if outside else {}))
     plt.close(fig)
 
 
