@@ -584,10 +584,10 @@ class Comparator:
         model_name: a readable name of the model for events, traces and logs (None = the class name).
         guards_calls: whether this class's ``judge`` / ``ajudge`` apply the ``CallGuard`` they are given
             themselves (chunks of ``max_concurrency``, the circuit breaker, deadlines, and ``record`` for each call
-            sent, one cancelled in flight included: the engine counts no other), as ``RemoteComparator`` and
-            ``TransformersComparator`` do. False (default): a subclass's ``judge`` / ``ajudge`` answer the pairs
-            they are given, and the engine calls them chunk by chunk inside the base class's guarded loop
-            (``guarded_judge``), in sync and async alike.
+            sent, one cancelled in flight included: a batch cancelled past its deadline is billed for the calls
+            recorded, no others), as ``RemoteComparator`` and ``TransformersComparator`` do. False (default): a
+            subclass's ``judge`` / ``ajudge`` answer the pairs they are given, and the engine calls them chunk by
+            chunk inside the base class's guarded loop (``guarded_judge``), in sync and async alike.
 
     Copies and pickles are Python's own; a comparator holding clients, locks or a loaded model also derives from
     ``FreshState``, as ``RemoteComparator`` and ``TransformersComparator`` do.
