@@ -619,10 +619,13 @@ def test_a_bad_model_path_dtype_or_device_raises_a_clear_error(tiny_t5, tmp_path
     import torch
 
     (tmp_path / "empty").mkdir()
+    (tmp_path / "config-only").mkdir()
+    (tmp_path / "config-only" / "config.json").write_text("{}")  # a save that lost its weights
     (tmp_path / "model.gguf").write_bytes(b"GGUF")
     bad = {str(tmp_path / "missing"): (FileNotFoundError, "no model directory at"),
            "no-such-org/no-such-model": (FileNotFoundError, r"in the local Hugging Face cache \(nothing is downloaded"),
-           str(tmp_path / "empty"): (OSError, "has no config.json"),
+           str(tmp_path / "empty"): (OSError, r"has no config.json and no weights \(\*.safetensors or \*.bin\)"),
+           str(tmp_path / "config-only"): (OSError, r"has no weights \(\*.safetensors or \*.bin\): it is no"),
            str(tmp_path / "model.gguf"): (OSError, r"is a file, not a model directory.*bundled_model_dir\(\)")}
     for path, (kind, message) in bad.items():
         with pytest.raises(kind, match=message):

@@ -56,12 +56,15 @@ def check_model_source(path: str) -> None:
 
     Raises:
         FileNotFoundError: no such directory, and no such model id in the local HF cache.
-        OSError: a directory without ``config.json``, or a file (a GGUF file: use ``bundled_model_dir``).
+        OSError: a directory without ``config.json`` or without PyTorch weights (``*.safetensors``, ``*.bin``), or a
+            file (a GGUF file: use ``bundled_model_dir``).
     """
     if os.path.isdir(path):
-        if not os.path.isfile(os.path.join(path, "config.json")):
-            raise OSError(f"{path!r} has no config.json: it is no Hugging Face model directory. Give the directory a "
-                          f"model and its tokenizer were saved to (save_pretrained)")
+        missing = [what for what, there in (("config.json", os.path.isfile(os.path.join(path, "config.json"))),
+                                            ("weights (*.safetensors or *.bin)", _has_weights(path))) if not there]
+        if missing:
+            raise OSError(f"{path!r} has no {' and no '.join(missing)}: it is no Hugging Face model directory. Give "
+                          f"the directory a model and its tokenizer were saved to (save_pretrained)")
         return
     if os.path.isfile(path):
         gguf = path.lower().endswith(".gguf")
@@ -81,6 +84,11 @@ def check_model_source(path: str) -> None:
         raise FileNotFoundError(
             f"no model directory at {path!r}, and no model {path!r} in the local Hugging Face cache (nothing is "
             f"downloaded): download it first (e.g. `hf download {path}`), or give a local model directory")
+
+
+def _has_weights(path: str) -> bool:
+    """Whether the directory ``path`` holds PyTorch weights transformers loads (safetensors or a ``.bin`` file)."""
+    return any(name.endswith((".safetensors", ".bin")) for name in os.listdir(path))
 
 
 def model_location(model: str | os.PathLike) -> str:
