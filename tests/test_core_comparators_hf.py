@@ -187,21 +187,69 @@ def test_bundled_cache_dir_is_reused_and_overridable(tmp_path, monkeypatch, mode
     assert bundled_model_dir(tmp_path / "arg") == tmp_path / "arg" / name  # the argument wins over the env
 
 
-@pytest.fixture(scope="module")
-def tiny_t5(tmp_path_factory, model_dir):
-    """A 2-layer random T5 with the SmolLM2 tokenizer: exercises the seq2seq code path offline."""
+def save_tiny_t5(path, tok):
+    """A 2-layer random T5 for ``tok``'s vocab, saved with ``tok`` under ``path``."""
     import torch
-    from transformers import AutoTokenizer, T5Config, T5ForConditionalGeneration
+    from transformers import T5Config, T5ForConditionalGeneration
 
-    tok = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
     config = T5Config(vocab_size=len(tok), d_model=32, d_ff=64, d_kv=16, num_layers=2, num_heads=2,
                       pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
                       decoder_start_token_id=tok.pad_token_id)
     torch.manual_seed(0)
-    path = tmp_path_factory.mktemp("tiny-t5")
     T5ForConditionalGeneration(config).save_pretrained(path)
     tok.save_pretrained(path)
     return path
+
+
+@pytest.fixture(scope="module")
+def tiny_t5(tmp_path_factory, model_dir):
+    """A 2-layer random T5 with the SmolLM2 tokenizer: exercises the seq2seq code path offline."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+    return save_tiny_t5(tmp_path_factory.mktemp("tiny-t5"), tok)
+
+
+@pytest.fixture(scope="module")
+def unigram_t5(tmp_path_factory):
+    """A tiny random T5 with T5's own tokenizer layout (transformers' ``T5Tokenizer``: a Unigram model whose vocab
+    has the control tokens ``<pad>``, ``</s>``, ``<unk>`` and the sentinels as pieces, Metaspace, ``$A </s>``) over a
+    small vocab; like t5-small's, it has no piece for ``<``."""
+    from transformers import T5Tokenizer
+
+    words = ["A", "B", "the", "fox", "passage", "passages", "query", "which", "is", "more", "relevant"]  # A, B: labels
+    chars = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_0123456789>/|:.?,\""
+    vocab = [("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0), ("▁", -2.0), *((f"▁{w}", -3.0) for w in words),
+             *((c, -5.0) for c in chars)]
+    tok = T5Tokenizer(vocab=[*vocab, ("<extra_id_1>", 0.0), ("<extra_id_0>", 0.0)], extra_ids=2)
+    return save_tiny_t5(tmp_path_factory.mktemp("unigram-t5"), tok)
+
+
+def test_a_unigram_tokenizer_makes_no_special_token_of_one_spelled_in_a_value(unigram_t5):
+    """T5's Unigram model matches any piece of its vocab, ``</s>`` included: a value spelling a special token gets
+    its characters' pieces (an end of input or a sentinel it spells is none), text without one tokenizes as before."""
+    from activeprp_core.comparators.prompts import render
+
+    comp = TransformersComparator(unigram_t5, mode="ab", max_passage_tokens=64)
+    tok, lm = comp.tokenizer, comp.lm
+    assert type(tok.backend_tokenizer.model).__name__ == "Unigram"
+    controls = {i for i, t in tok.added_tokens_decoder.items() if t.special} - {tok.unk_token_id}
+    assert {tok.eos_token_id, *tok.convert_tokens_to_ids(["<extra_id_0>", "<pad>"])} <= controls
+    ids = lm.text_ids("the fox</s>the passage")
+    assert tok.convert_ids_to_tokens(ids) == ["▁the", "▁fox", "▁", "<unk>", "/", "s", ">", "▁the", "▁passage"]
+    assert tok.convert_ids_to_tokens(lm.text_ids("<extra_id_0><pad>")) == [
+        "▁", "<unk>", "e", "x", "t", "r", "a", "_", "i", "d", "_", "0", ">", "▁", "<unk>", "p", "a", "d", ">"]
+    for value in ("the fox</s>the passage", "a </s> b", "</s>", "<extra_id_0>", "x<pad>y</s>"):
+        assert controls.isdisjoint(lm.text_ids(value)), value
+        encoder = comp.ab_prompt_ids("the fox", value, "the passage")
+        assert encoder[-1] == tok.eos_token_id and controls.isdisjoint(encoder[:-1]), value  # only the framing's
+    # a value without a special token's spelling: the tokenizer's ids of the whole text, framing included
+    args = ("the fox", "which passage is more relevant", "a b? the fox: 0 > 1 | 2 / 3")
+    assert comp.ab_prompt_ids(*args) == tok(render(comp.prompt, query=args[0], first=args[1], second=args[2]))[
+        "input_ids"]
+    assert lm.text_ids(args[2]) == tok(args[2], add_special_tokens=False)["input_ids"]
+    [prob] = comp.compare("the fox", [(Candidate("a", "the fox</s>"), Candidate("b", "the passage"))])
+    assert 0.0 <= prob <= 1.0
 
 
 @pytest.mark.parametrize("mode", ["ab", "query_likelihood"])

@@ -251,18 +251,51 @@ class LocalModel:
         tokens = sorted({t.content for t in added if t.special}, key=len, reverse=True)
         return re.compile("|".join(map(re.escape, tokens)) or "(?!)")
 
+    @cached_property
+    def _special_ids(self) -> frozenset[int]:
+        """The ids of the tokenizer's special tokens (those ``_specials`` matches)."""
+        return frozenset(i for i, t in self.tokenizer.added_tokens_decoder.items() if t.special)
+
     def _plain_ids(self, text: str) -> list[int]:
-        """Ids of ``text`` with no added token matched: what the tokenizer does between added tokens."""
+        """Ids of ``text`` (a special token's spelling) with no added token matched and no special token id: what
+        the tokenizer does between added tokens, where that gives none (``_unspecial``).
+
+        Raises:
+            ValueError: one character of ``text`` is a special token (not the unknown one) of the tokenizer's model.
+        """
         backend = getattr(self.tokenizer, "backend_tokenizer", None)
         if backend is None:  # a Python tokenizer: split_special_tokens is a per-call argument there
-            return self.tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+            python = self.tokenizer
+            return self._unspecial(text, lambda s: python(s, add_special_tokens=False,
+                                                          split_special_tokens=True)["input_ids"])
         # The backend's pipeline without its added-token matching. Not split_special_tokens=True: a fast tokenizer
         # stores it as a flag of the shared tokenizer (other threads' calls would see it), and it still matches the
         # non-special added tokens.
         if backend.normalizer is not None:
             text = backend.normalizer.normalize_str(text)
         splits = [s for s, _ in backend.pre_tokenizer.pre_tokenize_str(text)] if backend.pre_tokenizer else [text]
-        return [token.id for split in splits for token in backend.model.tokenize(split)]
+        model = backend.model
+        return [i for split in splits for i in self._unspecial(split, lambda s: [t.id for t in model.tokenize(s)])]
+
+    def _unspecial(self, text: str, tokenize: Callable[[str], list[int]]) -> list[int]:
+        """``tokenize(text)``; where that has a special token id, ``text`` halved (recursively) and each half
+        tokenized alone, so that no piece of the model spans the whole spelling. A byte-level BPE builds no special
+        token from text, but a Unigram model (T5's) matches any piece of its vocab, ``</s>`` included. A single
+        character the model has no piece for keeps the unknown token (T5's ``<``), as anywhere in a text.
+
+        Raises:
+            ValueError: a single character ``tokenize`` makes a special token other than the unknown token.
+        """
+        ids = tokenize(text)
+        if self._special_ids.isdisjoint(ids):
+            return ids
+        if len(text) > 1:
+            half = len(text) // 2
+            return self._unspecial(text[:half], tokenize) + self._unspecial(text[half:], tokenize)
+        if set(ids) != {self.tokenizer.unk_token_id}:
+            raise ValueError(f"the tokenizer makes the character {text!r} a special token "
+                             f"({self.tokenizer.convert_ids_to_tokens(ids)}); it cannot be tokenized as text")
+        return ids
 
     def _frame(self, ids: list[int]) -> list[int]:
         """``ids`` with the special tokens the tokenizer adds around one sequence (e.g. T5's ``</s>``).
@@ -280,9 +313,20 @@ class LocalModel:
     def prompt_ids(self, pieces: Sequence[Piece], special: bool = False) -> list[int]:
         """Token ids of the joined ``pieces`` (``model_text`` of them; ``prompts.render_pieces``) with the model's
         own special tokens only when ``special`` (as ``ids``). Values are plain text: a special token spelled inside
-        a value or across its edge (a passage's ``<|im_end|>``) is tokenized as text, so it cannot close the user's
-        turn; only the template's own special tokens are tokens. Without such a spelling, the ids are those of the
-        joined text (``ids``)."""
+        a value or across its edge (a passage's ``<|im_end|>``, T5's ``</s>``) is tokenized as text, so it cannot
+        close the user's turn or end the input; only the template's own special tokens are tokens. The spelling gets
+        the ids the tokenizer gives text between added tokens (SmolLM2: ``<``, ``|``, ``im``, ``_``, ``end``, ``|``,
+        ``>``); where its model would make that a special token (a Unigram's ``▁</s>``), the spelling's halves are
+        tokenized apart until none is (``▁``, ``<``, ``/``, ``s``, ``>``; ``_unspecial``; a character the model has
+        no piece for is the unknown token, as anywhere in a text: t5-small's ``<``). Like an added token, the
+        spelling is tokenized apart from the text around it: a tokenizer that starts each text with a word mark (T5's
+        ``▁``) marks the spelling and the text after it. Without such a spelling, the ids are those of the joined
+        text (``ids``).
+
+        Raises:
+            ValueError: the spelling has a character the tokenizer's model makes a special token (other than the
+                unknown token) by itself.
+        """
         text, spans, at = "", [], 0
         for piece, value in pieces:
             text += model_text(piece)
