@@ -10,6 +10,8 @@ whose planning raised or was stopped by a failure is never sent: what it reserve
 
 A call the ``time_budget`` deadline kept from being sent (``Judgment.cut == "unsent"``) is refunded like an unsent
 prompt of a failed batch; one cut in flight (``"in_flight"``) is a call spent without an answer (``cut_calls``).
+One cut before its retry (``Judgment.cut_before_retry``: a judge error the deadline kept from being retried) is a
+cut call that keeps its error: among ``errors``, and counted in ``errored_cuts`` (read by ``judge_failure``).
 
 The ledger reads only what its driver hands it: the settings, the comparator whose ``estimate_tokens`` prices a
 prompt (``budget.Rule.price``; never called to judge), the clock (the deadline, the round latencies,
@@ -51,7 +53,8 @@ class Ledger:
         caps: the ``Caps`` (read live by the ranker's ``BudgetView``). counts: the ``Accounting`` of what was asked
             and answered (``calls`` and ``rounds`` are the caps' spending, see ``accounting``).
         exhausted_by: the caps that refused a question, in order. failure: the error that stopped the calls
-            (``on_failure="prior"``), else None. errors: the distinct reasons of failed calls (at most 5).
+            (``on_failure="prior"``), else None. errors: the distinct reasons of failed calls and of calls cut
+            before their retries (at most 5). errored_cuts: the calls cut before their retries.
     """
 
     def __init__(self, settings: RerankSettings, query: str, pricing: Any,
@@ -67,6 +70,7 @@ class Ledger:
         self.exhausted_by: list[str] = []
         self.failure: str | None = None
         self.errors: list[str] = []
+        self.errored_cuts = 0
         self._held: list[Cost | None] = []  # per prompt of the batch in flight: its reservation (None: never sent)
         self._questions: list[int] = []  # per question of the batch in flight: its number of prompts
 
@@ -162,6 +166,9 @@ class Ledger:
                 continue
             if j.cut:
                 self.counts.cut_calls += 1
+                if j.cut_before_retry:
+                    self.errored_cuts += 1
+                    self.note_error(j.error)
                 continue
             self.counts.failed_calls += j.prob is None
             self.counts.retries += j.retries
@@ -208,6 +215,21 @@ class Ledger:
         """Keep ``message`` among the distinct reasons of failed calls (at most ``MAX_ERRORS_KEPT``)."""
         if message not in self.errors and len(self.errors) < MAX_ERRORS_KEPT:
             self.errors.append(message)
+
+    def judge_failure(self) -> str | None:
+        """Why the rerank so far is a judge failure, else None: no call was answered, and at least one was stopped
+        by a judge error (failed, or cut before its retry). Calls cut in flight by slowness alone are no judge
+        error: a rerank whose every call was cut so is best-effort."""
+        counts = self.accounting
+        errored = counts.failed_calls + self.errored_cuts
+        if not errored or counts.calls - counts.failed_calls - counts.cut_calls > 0:
+            return None
+        reasons = "; ".join(self.errors)
+        if counts.failed_calls == counts.calls:
+            return f"every one of the {counts.calls} calls failed: {reasons}"
+        slow = counts.cut_calls - self.errored_cuts
+        return (f"no call of {counts.calls} was answered: {counts.failed_calls} failed, {self.errored_cuts} were "
+                f"cut at the deadline before their retries, {slow} cut in flight: {reasons}")
 
     # ---- what was spent -----------------------------------------------------------------------------------
     @property

@@ -204,8 +204,10 @@ class Reranking:
         """The finished reranking.
 
         Raises:
-            ComparatorUnavailable: every call failed (with ``on_failure="raise"``; the accounting attached). With
-                ``on_failure="prior"`` the result reports that error as its ``failure`` instead.
+            ComparatorUnavailable: no call was answered and at least one was stopped by a judge error: every call
+                failed, or some were cut at the deadline before their retries (``Ledger.judge_failure``; with
+                ``on_failure="raise"``; the accounting attached). With ``on_failure="prior"`` the result reports
+                that error as its ``failure`` instead.
             RankerError: the ranker returned something that is not a permutation.
         """
         order, n = self._order, len(self.candidates)
@@ -218,8 +220,9 @@ class Reranking:
             raise RankerError(f"ranker {self.ranker.name} returned a non-permutation of {n} candidates: {order[:20]}")
         ledger, counts = self.ledger, self.accounting
         reasons = f" ({'; '.join(ledger.errors)})" if ledger.errors else ""
-        if counts.calls and counts.failed_calls == counts.calls:
-            error = ComparatorUnavailable(f"every one of the {counts.calls} calls failed: {'; '.join(ledger.errors)}")
+        why = ledger.judge_failure()
+        if why is not None:
+            error = ComparatorUnavailable(why)
             if self.settings.on_failure == "raise":
                 error.accounting = counts
                 log.warning("rerank of %d candidates failed: %s", n, error)
@@ -227,10 +230,11 @@ class Reranking:
             if ledger.failure is None:  # degraded all the same, reported as failure: the ranker finished on
                 # no answers, so its order need not be the prior one (mohajer's can differ)
                 ledger.stop(describe(error))
-        if counts.failed_calls or ledger.failure:
-            log.warning("rerank of %d candidates %s: %d of %d calls failed%s", n,
+        if counts.failed_calls or ledger.errored_cuts or ledger.failure:
+            log.warning("rerank of %d candidates %s: %d of %d calls failed, %d cut at the deadline before their "
+                        "retries%s", n,
                         "degraded to the prior order for what was unknown" if ledger.failure else "finished",
-                        counts.failed_calls, counts.calls, reasons)
+                        counts.failed_calls, counts.calls, ledger.errored_cuts, reasons)
         rank = {i: r for r, i in enumerate(order)}
         return RerankResult(
             candidates=self.candidates, order=order, scores=[(n - rank[i]) / n for i in range(n)],

@@ -57,6 +57,10 @@ class Judgment:
             sent: no call, nothing spent) or ``"in_flight"`` (sent, but its answer did not come before the
             deadline: cancelled, its late answer discarded, or its retry stopped by the deadline; a call spent, not
             a failed one). ``prob`` is None.
+        cut_before_retry: with ``cut="in_flight"``: whether a judge error stopped the call rather than slowness
+            alone: an attempt failed (``error`` names it) and the deadline kept its retry from going out. A rerank
+            in which no call was answered and such a call or a failed one was seen is a judge failure
+            (docs/errors.md).
 
     Raises:
         InvalidAnswer (a ValueError): ``prob`` is not a number (a str or a bool is not one), or lies outside
@@ -71,6 +75,7 @@ class Judgment:
     completion_tokens: int = 0
     error: str | None = None
     cut: str | None = None
+    cut_before_retry: bool = False
 
     def __post_init__(self) -> None:
         for name in COUNTS:
@@ -80,6 +85,9 @@ class Judgment:
         if self.cut is not None and (self.cut not in CUTS or self.prob is not None):
             raise ValueError(f"Judgment.cut must be one of {CUTS} with prob None, got cut={self.cut!r}, "
                              f"prob={self.prob!r}")
+        if self.cut_before_retry is not False and (self.cut_before_retry is not True or self.cut != IN_FLIGHT):
+            raise ValueError(f"Judgment.cut_before_retry must be a bool, True only with cut={IN_FLIGHT!r}, got "
+                             f"cut_before_retry={self.cut_before_retry!r}, cut={self.cut!r}")
         if self.prob is None:
             return
         try:

@@ -6,6 +6,7 @@ the benchmark benchmarks/deadline_holds.py measures the 0.3 s goal)."""
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 import time
 
@@ -14,6 +15,7 @@ import pytest
 from activeprp_core import (
     DONE,
     Candidate,
+    ComparatorUnavailable,
     Reranking,
     SimulatedComparator,
     arerank,
@@ -408,7 +410,8 @@ def test_a_transient_fault_whose_retries_the_deadline_stopped_neither_fails_the_
     """A judge that fails each prompt's first attempt with a 500 (a healthy judge with a transient fault), and a
     retry wait that runs past the deadline: the calls are cut, not failed. They opened the breaker (5 in a row),
     so the rerank raised ``ComparatorUnavailable`` (and ``activeprp serve`` refused everyone), with
-    ``exhausted_by`` empty; now it returns its best-effort order."""
+    ``exhausted_by`` empty; now it returns its best-effort order, its cut calls' errors among ``errors``. The
+    other prompts of the round are answered: a rerank with no answer at all is a judge failure (the next test)."""
     pytest.importorskip("openai")
     from _llm_server import FaultServer, Reply, completion, error_body
 
@@ -417,8 +420,9 @@ def test_a_transient_fault_whose_retries_the_deadline_stopped_neither_fails_the_
     seen: set[str] = set()
 
     def plan(request):
-        first = "needle" in request.text and request.text not in seen
-        seen.add(request.text)
+        first = "needle" in request.text and request.text not in seen and len(seen) < 5
+        if "needle" in request.text:
+            seen.add(request.text)
         return Reply(500, error_body("boom", "server_error")) if first else Reply(body=completion("A"))
 
     cands = [Candidate(f"d{i}", f"passage {i}") for i in range(16)]
@@ -428,9 +432,49 @@ def test_a_transient_fault_whose_retries_the_deadline_stopped_neither_fails_the_
         warm = server.requests
         kw = {"comparator": judge, "budget": 20, "top_k": 2, "time_budget": 1.0}
         res = asyncio.run(arerank("needle", cands, **kw)) if use_async else rerank("needle", cands, **kw)
-    assert res.calls == res.cut_calls and server.requests - warm >= 5 and res.failed_calls == 0
+    assert res.cut_calls >= 5 and res.calls > res.cut_calls and server.requests - warm >= 5
     assert res.failure is None and res.retries == 0 and res.exhausted_by == ["time_budget"]
-    assert sorted(res.order) == list(range(16))
+    assert res.failed_calls == 0 and sorted(res.order) == list(range(16))
+    assert res.errors == ["cut at the deadline before its retry (last: InternalServerError: boom)"]
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+@pytest.mark.parametrize("dead", ["refused", "http500"])
+def test_a_dead_judge_under_a_time_budget_shorter_than_its_retries_is_a_judge_failure(use_async, dead):
+    """A judge that refuses every connection, or answers 500 to every attempt, under a time budget shorter than
+    its retries: every call is cut before its retry. Such a rerank (no call answered, a judge error seen) is a
+    judge failure: ``ComparatorUnavailable`` with its accounting, or with ``on_failure="prior"`` the prior order
+    with ``failure`` set; the cut calls' errors are among ``errors``. It returned the prior order with no failure,
+    no error and no log, as if the judge were up."""
+    pytest.importorskip("openai")
+    from _llm_server import FaultServer, Reply, error_body
+
+    from activeprp_core.comparators import OpenAIChatComparator
+
+    cands = [Candidate(f"d{i}", f"passage {i}") for i in range(8)]
+
+    def run(url: str, **kw):
+        with OpenAIChatComparator("m", base_url=url, api_key="k", backoff_initial=SLOW) as judge:
+            kw = {"comparator": judge, "budget": 20, "top_k": 2, "time_budget": 0.5, **kw}
+            return asyncio.run(arerank("q", cands, **kw)) if use_async else rerank("q", cands, **kw)
+
+    def check(url: str, last: str) -> None:
+        with pytest.raises(ComparatorUnavailable, match="no call of .* was answered") as info:
+            run(url)
+        assert info.value.accounting.cut_calls == info.value.accounting.calls > 0
+        res = run(url, on_failure="prior")
+        assert res.cut_calls == res.calls > 0 and res.failed_calls == 0 and res.order == list(range(8))
+        assert res.failure.startswith("ComparatorUnavailable: no call of") and last in res.errors[0]
+        assert res.errors[0].startswith("cut at the deadline before its retry") and res.errors[-1] == res.failure
+
+    if dead == "refused":
+        with socket.socket() as sock:  # bound, never listening: every connection is refused
+            sock.bind(("127.0.0.1", 0))
+            check(f"http://127.0.0.1:{sock.getsockname()[1]}/v1", "APIConnectionError")
+    else:
+        with FaultServer(lambda r: Reply(500, error_body("boom", "server_error")), max_requests=400,
+                         max_seconds=30) as server:
+            check(server.url, "InternalServerError: boom")
 
 
 def test_guard_slots_survive_cancelled_and_timed_out_waiters():

@@ -1036,9 +1036,10 @@ def test_the_judge_s_retries_are_a_metric():
 
 def test_a_transient_fault_whose_retries_the_time_budget_stopped_leaves_the_breaker_closed():
     """A judge failing each prompt's first attempt with a 500, and retries that would start past the request's
-    time budget: the calls are cut, not failed. They opened the breaker (5 in a row), so the request got 503 and
-    so did every other request for --cool-down; now it gets its best-effort order, and the metrics agree with it
-    (no failed call, every call counted)."""
+    time budget: the calls are cut before their retries. They opened the breaker (5 in a row), so every other
+    request got 503 for --cool-down. Now the streak is checked with a probe, which the judge answers: the breaker
+    stays closed and the next request is answered. The request that got no answer at all is a judge failure
+    (503, docs/errors.md), and the metrics count its calls as cut, not failed."""
     pytest.importorskip("openai")
     from activeprp_core.comparators import OpenAIChatComparator
     from tests._llm_server import FaultServer, Reply, completion, error_body
@@ -1056,16 +1057,41 @@ def test_a_transient_fault_whose_retries_the_time_budget_stopped_leaves_the_brea
             TestClient(create_app(judge, **SERVER, cool_down=60)) as client:
         warm = _post(client, "/v2/rerank", GOOD).json()["meta"]["activeprp"]  # the client made: attempts in time
         cut = _post(client, "/v2/rerank", {"query": "needle", "documents": docs, "top_n": 12, "time_budget": 1.0})
-        after = _post(client, "/v2/rerank", GOOD)
+        breaker = client.app.state.service.breaker
+        _wait_until(lambda: breaker.probes >= 1 or breaker.open)
+        after, ready = _post(client, "/v2/rerank", GOOD), client.get("/ready")
         metrics = client.get("/metrics").text
-    assert cut.status_code == 200 and after.status_code == 200, cut.text
-    spent = cut.json()["meta"]["activeprp"]
-    assert spent["cut_calls"] == spent["calls"] >= SERVER_BREAKER and spent["failed_calls"] == 0
-    assert "time_budget" in spent["exhausted_by"] and spent["failure"] is None
+    assert cut.status_code == 503 and "no call of" in cut.json()["message"], cut.text
+    assert "cut at the deadline before its retry" in cut.json()["message"]
+    assert after.status_code == 200 and ready.status_code == 200 and not breaker.open, after.text
     assert metric(metrics, "activeprp_judge_failed_calls_total") == 0
-    assert metric(metrics, "activeprp_judge_calls_total") == warm["calls"] + spent["calls"] + \
-        after.json()["meta"]["activeprp"]["calls"]
+    assert metric(metrics, "activeprp_judge_calls_total") - warm["calls"] - breaker.probes - \
+        after.json()["meta"]["activeprp"]["calls"] >= SERVER_BREAKER
     assert metric(metrics, "activeprp_judge_breaker_open") == 0
+
+
+def test_a_dead_judge_under_a_time_budget_shorter_than_its_retries_fails_loudly_and_opens_the_breaker():
+    """A judge nobody listens on, under a time budget shorter than its retries: every call is cut before its
+    retry. Each request is a judge failure (503), and the streak of such
+    calls is checked with a probe, which gets no answer: the breaker opens, /ready is 503. Such requests were
+    answered 200 with the prior order, no failure and no error, and /ready stayed 200."""
+    pytest.importorskip("openai")
+    from activeprp_core.comparators import OpenAIChatComparator
+
+    with socket.socket() as sock:  # bound, never listening: every connection is refused
+        sock.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+        body = {"query": "q", "documents": [f"doc {i}" for i in range(8)], "time_budget": 0.5}
+        with OpenAIChatComparator("m", base_url=url, api_key="k") as judge, \
+                TestClient(create_app(judge, **SERVER, cool_down=60)) as client:
+            first = _post(client, "/v2/rerank", body)
+            breaker = client.app.state.service.breaker
+            _wait_until(lambda: breaker.open)
+            ready, later = client.get("/ready"), _post(client, "/v2/rerank", body)
+    assert first.status_code == 503 and "no call of" in first.json()["message"], first.text
+    assert "cut at the deadline before its retry (last: APIConnectionError" in first.json()["message"]
+    assert ready.status_code == 503 and later.status_code == 503
+    assert "circuit breaker open" in later.json()["message"], later.text
 
 
 def _openai_judge(url):

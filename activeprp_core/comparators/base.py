@@ -73,6 +73,13 @@ def cut_in_flight(retries: int = 0, reason: str = "cut at the deadline: no answe
     return Judgment(None, retries=retries, error=reason, cut=IN_FLIGHT)
 
 
+def cut_before_retry(retries: int, last: str) -> Judgment:
+    """The answer of a call whose attempt failed with ``last`` (its error, as a message may show it) and whose
+    retry the deadline kept from going out: cut in flight, and a judge error (``Judgment.cut_before_retry``)."""
+    return Judgment(None, retries=retries, error=f"cut at the deadline before its retry (last: {last})",
+                    cut=IN_FLIGHT, cut_before_retry=True)
+
+
 class CallGuard:
     """The I/O policy of one rerank (or of one ``rerank_many``, shared by its queries), handed to the
     comparator with each batch: a cap on calls in flight and a circuit breaker.
@@ -177,7 +184,11 @@ class CallGuard:
     def record(self, ok: bool | None, reason: str | None = None, retry_after: float | None = None,
                unusable: bool = False, source: Any = None, retries: int = 0) -> None:
         """Note one call that reached the backend; ``max_consecutive_failures`` failures in a row open the breaker.
-        ``ok=None``: it was sent but its outcome is unknown (cancelled in flight): counted, streak unchanged.
+        ``ok=None``: it was sent but its outcome is unknown (cancelled in flight): counted, streak unchanged; with
+        a ``reason``, its attempt failed with ``reason`` and the deadline kept its retry from going out
+        (``Judgment.cut_before_retry``): still no count here (a transient fault at the end of a time budget must
+        not open the breaker), but a breaker that can probe the judge (``activeprp serve``'s) counts it as a
+        suspect failure, as an unusable answer.
         ``retry_after``: the seconds a failed call's backend asked to wait (read by a breaker that probes back).
         ``unusable``: the failed call was answered, but with no usable answer (what the prompt, and so a caller's
         documents, can cause; a breaker shared by strangers checks the judge before it opens on that).

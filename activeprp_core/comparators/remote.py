@@ -25,6 +25,7 @@ from .base import (
     DeadlinePassed,
     FreshState,
     Item,
+    cut_before_retry,
     cut_calls,
     cut_in_flight,
     gather_or_cancel,
@@ -275,12 +276,11 @@ class RemoteComparator(FreshState, Comparator):
         if isinstance(error, (DeadlinePassed, _InFlight)):
             if not tries.count:
                 return unsent()
-            if isinstance(error, _InFlight) or tries.last is None:
-                return _cut(guard, tries, record)
+            if isinstance(error, _InFlight) or tries.last is None or tries.late:  # late: it failed only at the
+                return _cut(guard, tries, record)  # deadline (a timeout of the time left): slowness, no judge error
             last, fault = tries.last, self._fault(tries.last)
             if not tries.asked_past_deadline(self._honoured(fault)):  # the deadline stopped its retries
-                return _cut(guard, tries, record, self._message(
-                    f"cut at the deadline before its retry (last: {type(last).__name__}: {_reason(fault, last)})"))
+                return _cut(guard, tries, record, self._message(f"{type(last).__name__}: {_reason(fault, last)}"))
             error = last
         if not self._handled(error):
             raise error
@@ -511,7 +511,7 @@ class _Attempts:
 def _retrying(comp: RemoteComparator, kind: Any, guard: CallGuard | None = None, query: str | None = None,
               **kw: Any) -> Any:
     """A tenacity ``Retrying``/``AsyncRetrying`` (``kind``) with ``comp``'s retry policy; a backoff wait ends at
-    the deadline of ``query`` (``guard.time_left``), after which no attempt is sent."""
+    the deadline of ``query`` (``guard.time_left``; ``DEADLINE_SLACK`` before it), after which no attempt is sent."""
     from tenacity import retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
     backoff = wait_exponential_jitter(multiplier=comp.backoff_initial, max=comp.backoff_max,
@@ -521,7 +521,9 @@ def _retrying(comp: RemoteComparator, kind: Any, guard: CallGuard | None = None,
         asked = comp._honoured(comp._fault(state.outcome.exception()) if state.outcome else None)
         wait = backoff(state) if asked is None else max(backoff(state), asked)
         left = None if guard is None else guard.time_left(query)
-        return wait if left is None else max(0.0, min(wait, left))
+        # a wait into the deadline ends where it counts as passed (DEADLINE_SLACK before it): the retry is then
+        # not sent, and the call is cut before its retry before the sync path stops waiting at the deadline
+        return wait if left is None else max(0.0, min(wait, left - DEADLINE_SLACK))
 
     def transient(error: BaseException) -> bool:
         failure = comp._fault(error)
@@ -572,9 +574,11 @@ def _reason(failure: Failure | None, error: Exception) -> str:
     return failure.message if failure else str(error)
 
 
-def _cut(guard: CallGuard, tries: _Attempts, record: bool, reason: str | None = None) -> Judgment:
+def _cut(guard: CallGuard, tries: _Attempts, record: bool, last: str | None = None) -> Judgment:
     """The outcome of a call the deadline cut after ``tries`` went out: recorded on ``guard`` (when ``record``) as
-    sent, its outcome unknown (``record(None)``: spent, the breaker neither counts nor resets on it)."""
+    sent, its outcome unknown (``record(None)``: spent, the breaker neither counts nor resets on it). ``last``: the
+    error of its last attempt when the deadline stopped its retry (``cut_before_retry``; recorded with it as the
+    reason), else None (cut in flight)."""
     if record:
-        guard.record(None, retries=tries.count - 1)
-    return cut_in_flight(tries.count - 1) if reason is None else cut_in_flight(tries.count - 1, reason)
+        guard.record(None, last, retries=tries.count - 1)
+    return cut_in_flight(tries.count - 1) if last is None else cut_before_retry(tries.count - 1, last)

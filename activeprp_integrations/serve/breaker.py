@@ -30,6 +30,13 @@ class Breaker(CallGuard):
     forgiven (failures recorded while the probe was out still count), so such a caller costs one probe per
     ``threshold`` failed calls of its own.
 
+    A call cut at its request's time budget before its retry (``record(None, reason)``: an attempt failed, and the
+    deadline kept the retry from going out) counts in that streak as such a suspect failure, so a streak of them
+    is checked with a probe (which has no deadline, so it gets every retry) before it opens: a judge with a
+    transient fault (a 500 once, then an answer) answers the probe and stays in service; a dead one (every
+    attempt refused or failed) does not, and the breaker opens. For metrics (``on_call``) such a call is cut
+    (``ok=None``), not failed.
+
     Args:
         max_concurrency: the most calls in flight across requests (None = no cap).
         threshold: failed calls in a row that open it (int >= 1; None = only ``trip`` opens it).
@@ -66,7 +73,10 @@ class Breaker(CallGuard):
             self.asked = None
         elif retry_after is not None and ok is False:
             self.asked = max(self.asked or 0.0, retry_after)
-        super().record(ok, reason, retry_after, unusable, source, retries)
+        if ok is None and reason is not None:  # cut before its retry: a suspect failure (see the class)
+            super().record(False, reason, retry_after, True, source, retries)
+        else:
+            super().record(ok, reason, retry_after, unusable, source, retries)
         if self.on_call is not None:
             self.on_call(ok, retries)
         self._noticed()
