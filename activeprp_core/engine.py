@@ -21,11 +21,11 @@ are not sent and cost nothing (``bounded``).
 Failures (see ``activeprp_core.errors``): a comparator error stops the rerank and propagates with the partial
 accounting attached, unless ``on_failure="prior"``: then no further call is sent, the ranker finishes on what it
 knows (the prior order for the rest), and the result says why (``failure``, ``errors``, ``converged=False``).
-A rerank in which every call failed raises ``ComparatorUnavailable`` (with ``on_failure="raise"``), so a dead
-endpoint never looks like a reranking. Failed or degraded reranks log a WARNING on the ``activeprp`` logger. Only
-an error raised getting a batch's answers is a failure of that batch's calls; one raised planning the next round
-(a ranker's ``RankerError``, the comparator's ``estimate_tokens``) is raised as itself with the accounting of the
-calls answered, none failed, or, for a ``ComparatorError`` with ``on_failure="prior"``, degrades the same way.
+A rerank in which no call was answered and some call failed or was cut before its retry (``Ledger.judge_failure``)
+raises ``ComparatorUnavailable`` (with ``on_failure="raise"``), so a dead endpoint never looks like a reranking.
+Failed or degraded reranks log a WARNING on the ``activeprp`` logger. Only an error raised getting a batch's
+answers is a failure of that batch's calls; one raised planning the next round (a ranker's ``RankerError``, the
+comparator's ``estimate_tokens``) is raised as itself with the accounting of the calls answered, none failed, or, for a ``ComparatorError`` with ``on_failure="prior"``, degrades the same way.
 """
 
 from __future__ import annotations
