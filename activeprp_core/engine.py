@@ -25,7 +25,8 @@ A rerank in which no call was answered and some call failed or was cut before it
 raises ``ComparatorUnavailable`` (with ``on_failure="raise"``), so a dead endpoint never looks like a reranking.
 Failed or degraded reranks log a WARNING on the ``activeprp`` logger. Only an error raised getting a batch's
 answers is a failure of that batch's calls; one raised planning the next round (a ranker's ``RankerError``, the
-comparator's ``estimate_tokens``) is raised as itself with the accounting of the calls answered, none failed, or, for a ``ComparatorError`` with ``on_failure="prior"``, degrades the same way.
+comparator's ``estimate_tokens``) is raised as itself with the accounting of the calls answered, none failed,
+or, for a ``ComparatorError`` with ``on_failure="prior"``, degrades the same way.
 """
 
 from __future__ import annotations
