@@ -162,7 +162,8 @@ class AdaptiveOracle(RandomizedDirectionOracle):
     round, so none takes the last round of a ``max_rounds`` cap, and a query whose plan fills the rounds left
     (``Ranker.plans_rounds_for``: ``parallel_mohajer``; ``budget_depth`` when it runs its parallel plan, or a
     sequential one that would not fit them with re-asks) gets none while rounds are limited (a round cap, or a
-    ``time_budget`` once a round's latency is known): there it equals ``randomized``. Plans as
+    ``time_budget`` once a round's latency is known, at the query's start: a query that starts before any is
+    known keeps its re-asks): there it equals ``randomized``. Plans as
     a one-call oracle (``calls_per_pair = 1``). Its calls per pair, and why re-asks stay out of a planned round
     cap: docs/judge-diagnostics.md.
 
