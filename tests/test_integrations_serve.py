@@ -447,13 +447,14 @@ def _wait_until(predicate, timeout=10.0):
                                                        ("none", 503, "ComparatorUnavailable")])
 def test_a_dead_judge_opens_one_breaker_ready_follows_it_and_a_probe_closes_it(kind, status, error, make):
     judge = make(kind)
-    with TestClient(create_app(judge, **SERVER, secrets=["sk-test-SECRET"], cool_down=0.3)) as client:
+    # cool-down 2 s: the requests below fit in it on a busy machine (0.3 s did not always)
+    with TestClient(create_app(judge, **SERVER, secrets=["sk-test-SECRET"], cool_down=2.0)) as client:
         assert client.get("/ready").status_code == 200
         failed = _post(client, "/v2/rerank", GOOD)
         calls = judge.inner.calls + judge.failed
         fast = [_post(client, "/v2/rerank", GOOD) for _ in range(3)]
         ready, ready_head, health_head = client.get("/ready"), client.head("/ready"), client.head("/health")
-        assert judge.failed == calls  # no call while the breaker is open (a probe is 0.3 s away)
+        assert judge.failed == calls  # no call while the breaker is open (a probe is 2 s away)
         judge.fixed = True
         _wait_until(lambda: client.get("/ready").status_code == 200)  # no request needed: the probe closes it
         ok = _post(client, "/v2/rerank", GOOD)
