@@ -565,6 +565,57 @@ def test_no_retry_past_the_deadline_and_the_call_is_cut_unless_the_endpoint_aske
         assert guard.error is None
 
 
+@pytest.mark.parametrize("use_async", [False, True])
+def test_a_retry_goes_out_while_time_is_left_whatever_the_rounds_latency(use_async):
+    """A first attempt fails (a transient 500) with 3 s left, and the fastest round seen took 5 s: the retry still
+    goes out, and is answered. It was withheld by the round's latency (``too_late``, the first attempt's test), so
+    the call was cut before its retry, a judge error: a lone request to a judge failing once per prompt got a 503
+    with 2 of its 3 s left."""
+    pytest.importorskip("tenacity")
+    from activeprp_core.comparators import CallGuard
+    from activeprp_core.comparators.failures import Failure, Fault
+    from activeprp_core.comparators.remote import RemoteComparator
+
+    clock = FakeClock()
+
+    class OnceFailing(RemoteComparator):
+        model, endpoint = "m", "127.0.0.1"
+
+        def __init__(self):
+            super().__init__(max_concurrency=2, backoff_initial=0.0, backoff_max=0.0)
+            self.sent = 0
+
+        def request(self, query, first, second):
+            return query
+
+        def send(self, client, request):
+            self.sent += 1
+            if self.sent == 1:
+                raise ConnectionResetError("reset")
+            return 0.75
+
+        async def asend(self, client, request):
+            return self.send(client, request)
+
+        def parse(self, response):
+            from activeprp_core.comparators.answers import Answer
+
+            return Answer(response)
+
+        def classify(self, error):
+            clock.now = 7.0  # 3 s left when the failure is read, less than the fastest round
+            return Failure(Fault.RETRY, str(error))
+
+    judge = OnceFailing()
+    guard = CallGuard(2, 5)
+    guard.clock, guard.deadline = clock, 10.0
+    guard.latency = RoundLatency()
+    guard.latency.record(5.0)
+    pair = (Candidate("a", "a"), Candidate("b", "b"))
+    out = asyncio.run(judge.ajudge("q", [pair], guard=guard)) if use_async else judge.judge("q", [pair], guard=guard)
+    assert judge.sent == 2 and out[0].prob == 0.75 and out[0].cut is None and out[0].retries == 1
+
+
 @pytest.mark.parametrize("use_async", [True, False])
 def test_a_call_that_could_not_be_answered_in_time_is_not_sent(use_async):
     """A chunk that gets its slot with less time left than the fastest answered round is not sent (UNSENT,

@@ -456,9 +456,12 @@ class _Attempts:
         self.last, self.late, self.left = error, self.guard.past(self.query), self.guard.time_left(self.query)
 
     def _left(self) -> float | None:
-        """Seconds until the deadline (None: no deadline); ``DeadlinePassed`` once it has passed."""
+        """Seconds until the deadline (None: no deadline); ``DeadlinePassed`` once the call's first attempt would end
+        past it (``guard.too_late``: less time left than the fastest round seen), or a retry's once it has passed
+        (``guard.past``): a round's latency says nothing of one retry's, and a retry withheld by it would be a
+        judge error (``cut_before_retry``) that only the estimate made (a lone request got a 503 with 2 s left)."""
         left = self.guard.time_left(self.query)
-        if left is not None and self.guard.too_late(self.query):
+        if left is not None and (self.guard.past(self.query) if self.count else self.guard.too_late(self.query)):
             raise DeadlinePassed
         return left
 
