@@ -513,24 +513,16 @@ async def _enter(slots) -> bool:
     return True
 
 
-@pytest.mark.parametrize("use_async", [False, True])
-@pytest.mark.parametrize("retry_after", [None, 5.0, 30.0])
-def test_no_retry_past_the_deadline_and_the_call_is_cut_unless_the_endpoint_asked_to_wait_past_it(use_async,
-                                                                                                 retry_after):
-    """A call whose attempt failed before the deadline, and whose retry would start past it, is not retried. When
-    only the deadline kept the retry from going out (no Retry-After, or one shorter than the time left), the call
-    is cut, not failed: spent, its last error in its ``error``, and the breaker neither counts nor resets on it (a
-    transient fault on a chunk of calls waiting to retry opened the breaker, and ``activeprp serve`` refused every
-    request for its cool-down). When the endpoint asked to wait past the deadline, the call failed with the
-    attempt's error, as a call that used up its retries (no error of the deadline's own escapes either way)."""
+def _failing_first(clock: FakeClock, now: float, retry_after: float | None = None, fails: int = 1):
+    """A ``RemoteComparator`` whose first ``fails`` attempts fail transiently (a refused connection, with
+    ``retry_after``), moving ``clock`` to ``now`` as each failure is read, and whose later attempts answer 0.75;
+    ``sent`` counts the attempts. No backoff: the retries wait for nothing but the deadline."""
     pytest.importorskip("tenacity")
-    from activeprp_core.comparators import CallGuard
+    from activeprp_core.comparators.answers import Answer
     from activeprp_core.comparators.failures import Failure, Fault
     from activeprp_core.comparators.remote import RemoteComparator
 
-    clock = FakeClock()
-
-    class Refused(RemoteComparator):
+    class FailingFirst(RemoteComparator):
         model, endpoint = "m", "127.0.0.1"
 
         def __init__(self):
@@ -542,20 +534,46 @@ def test_no_retry_past_the_deadline_and_the_call_is_cut_unless_the_endpoint_aske
 
         def send(self, client, request):
             self.sent += 1
-            raise ConnectionRefusedError("connection refused")
+            if self.sent <= fails:
+                raise ConnectionRefusedError("connection refused")
+            return 0.75
 
         async def asend(self, client, request):
             return self.send(client, request)
 
+        def parse(self, response):
+            return Answer(response)
+
         def classify(self, error):
-            clock.now = 100.0  # the deadline passes while the failure is read: the retry would start after it
+            clock.now = now
             return Failure(Fault.RETRY, str(error), retry_after=retry_after)
 
-    judge = Refused()
+    return FailingFirst()
+
+
+def _judge_one(judge, guard, use_async: bool):
+    pair = (Candidate("a", "a"), Candidate("b", "b"))
+    return asyncio.run(judge.ajudge("q", [pair], guard=guard)) if use_async else judge.judge("q", [pair], guard=guard)
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+@pytest.mark.parametrize("retry_after", [None, 5.0, 30.0])
+def test_no_retry_past_the_deadline_and_the_call_is_cut_unless_the_endpoint_asked_to_wait_past_it(use_async,
+                                                                                                 retry_after):
+    """A call whose attempt failed before the deadline, and whose retry would start past it, is not retried. When
+    only the deadline kept the retry from going out (no Retry-After, or one shorter than the time left), the call
+    is cut, not failed: spent, its last error in its ``error``, and the breaker neither counts nor resets on it (a
+    transient fault on a chunk of calls waiting to retry opened the breaker, and ``activeprp serve`` refused every
+    request for its cool-down). When the endpoint asked to wait past the deadline, the call failed with the
+    attempt's error, as a call that used up its retries (no error of the deadline's own escapes either way)."""
+    from activeprp_core.comparators import CallGuard
+
+    clock = FakeClock()
+    # the deadline passes while the failure is read: the retry would start after it
+    judge = _failing_first(clock, 100.0, retry_after, fails=3)
     guard = CallGuard(2, 1)  # the breaker opens on the first failed call
     guard.clock, guard.deadline = clock, 10.0  # 10 s left when the attempt failed
-    pair = (Candidate("a", "a"), Candidate("b", "b"))
-    out = asyncio.run(judge.ajudge("q", [pair], guard=guard)) if use_async else judge.judge("q", [pair], guard=guard)
+    out = _judge_one(judge, guard, use_async)
     assert judge.sent == 1 and out[0].prob is None and "connection refused" in out[0].error
     assert guard.completed == 1
     if retry_after == 30.0:  # the endpoint asked for 30 s of the 10 left: it failed the call
@@ -567,52 +585,19 @@ def test_no_retry_past_the_deadline_and_the_call_is_cut_unless_the_endpoint_aske
 
 @pytest.mark.parametrize("use_async", [False, True])
 def test_a_retry_goes_out_while_time_is_left_whatever_the_rounds_latency(use_async):
-    """A first attempt fails (a transient 500) with 3 s left, and the fastest round seen took 5 s: the retry still
-    goes out, and is answered. It was withheld by the round's latency (``too_late``, the first attempt's test), so
-    the call was cut before its retry, a judge error: a lone request to a judge failing once per prompt got a 503
-    with 2 of its 3 s left."""
-    pytest.importorskip("tenacity")
+    """A first attempt fails (a transient error) with 3 s left, and the fastest round seen took 5 s: the retry
+    still goes out, and is answered. It was withheld by the round's latency (``too_late``, the first attempt's
+    test), so the call was cut before its retry, a judge error: a lone request to a judge failing once per prompt
+    got a 503 with 2 of its 3 s left."""
     from activeprp_core.comparators import CallGuard
-    from activeprp_core.comparators.failures import Failure, Fault
-    from activeprp_core.comparators.remote import RemoteComparator
 
     clock = FakeClock()
-
-    class OnceFailing(RemoteComparator):
-        model, endpoint = "m", "127.0.0.1"
-
-        def __init__(self):
-            super().__init__(max_concurrency=2, backoff_initial=0.0, backoff_max=0.0)
-            self.sent = 0
-
-        def request(self, query, first, second):
-            return query
-
-        def send(self, client, request):
-            self.sent += 1
-            if self.sent == 1:
-                raise ConnectionResetError("reset")
-            return 0.75
-
-        async def asend(self, client, request):
-            return self.send(client, request)
-
-        def parse(self, response):
-            from activeprp_core.comparators.answers import Answer
-
-            return Answer(response)
-
-        def classify(self, error):
-            clock.now = 7.0  # 3 s left when the failure is read, less than the fastest round
-            return Failure(Fault.RETRY, str(error))
-
-    judge = OnceFailing()
+    judge = _failing_first(clock, 7.0)  # 3 s left when the failure is read, less than the fastest round
     guard = CallGuard(2, 5)
     guard.clock, guard.deadline = clock, 10.0
     guard.latency = RoundLatency()
     guard.latency.record(5.0)
-    pair = (Candidate("a", "a"), Candidate("b", "b"))
-    out = asyncio.run(judge.ajudge("q", [pair], guard=guard)) if use_async else judge.judge("q", [pair], guard=guard)
+    out = _judge_one(judge, guard, use_async)
     assert judge.sent == 2 and out[0].prob == 0.75 and out[0].cut is None and out[0].retries == 1
 
 
