@@ -164,6 +164,7 @@ class Ledger:
         for j, held in zip(judgments, self._held):
             if held is None:
                 continue
+            self.counts.retries += j.retries  # a cut call's retries too: they went out
             if j.cut:
                 self.counts.cut_calls += 1
                 if j.cut_before_retry:
@@ -171,7 +172,6 @@ class Ledger:
                     self.note_error(j.error)
                 continue
             self.counts.failed_calls += j.prob is None
-            self.counts.retries += j.retries
             self.counts.prompt_tokens += j.prompt_tokens
             self.counts.completion_tokens += j.completion_tokens
             self.caps.reconcile(held, j)

@@ -58,7 +58,8 @@ class Judgment:
             deadline: cancelled, its late answer discarded, or its retry stopped by the deadline; a call spent, not
             a failed one). ``prob`` is None.
         cut_before_retry: with ``cut="in_flight"``: whether a judge error stopped the call rather than slowness
-            alone: an attempt failed (``error`` names it) and the deadline kept its retry from going out. A rerank
+            alone: an attempt failed before the deadline (``error`` names it), and the deadline kept its retry
+            from going out or cut the retry (a dead judge slower than the time left). A rerank
             in which no call was answered and such a call or a failed one was seen is a judge failure
             (docs/errors.md).
 

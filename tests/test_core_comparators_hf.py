@@ -600,6 +600,16 @@ def test_judge_waits_for_another_callers_passes_at_most_until_its_deadline(tiny_
     assert [j.cut for j in done[0]] == [UNSENT, UNSENT] and comp.forward_passes == 0 and guard.completed == 0
 
 
+def test_a_far_time_budget_waits_for_the_model_lock_without_a_timeout(tiny_t5):
+    """A time budget past ``threading.TIMEOUT_MAX`` (about 9.2e9 s; settings take any finite one) waits for the
+    model's lock as no time budget does: ``Lock.acquire`` raised ``OverflowError`` for such a timeout."""
+    comp = TransformersComparator(tiny_t5, mode="ab", batch_size=2)
+    cands = [Candidate(str(i), f"passage number {i}") for i in range(3)]
+    for far in (1e10, 1e308):
+        result = rerank("q", cands, comparator=comp, ranker="allpairs", oracle="single", budget=2, time_budget=far)
+        assert result.calls == 2 and result.cut_calls == 0
+
+
 async def test_ajudge_batch_returns_at_the_deadline_and_its_worker_starts_no_later_pass(tiny_t5):
     """The first pass is still running at the deadline: ``ajudge_batch`` returns then, with that pass's prompt cut
     in flight and the others unsent; once the pass ends, its late answer is not recorded and no pass follows."""

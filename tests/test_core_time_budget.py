@@ -513,10 +513,13 @@ async def _enter(slots) -> bool:
     return True
 
 
-def _failing_first(clock: FakeClock, now: float, retry_after: float | None = None, fails: int = 1):
+def _failing_first(clock: FakeClock, now: float | list[float], retry_after: float | None = None, fails: int = 1,
+                   during: bool = False):
     """A ``RemoteComparator`` whose first ``fails`` attempts fail transiently (a refused connection, with
-    ``retry_after``), moving ``clock`` to ``now`` as each failure is read, and whose later attempts answer 0.75;
-    ``sent`` counts the attempts. No backoff: the retries wait for nothing but the deadline."""
+    ``retry_after``), moving ``clock`` to ``now`` as each failure is read (a list: per attempt; ``during``: while
+    the attempt runs, before it fails), and whose later attempts answer 0.75; ``sent`` counts the attempts. No
+    backoff: the retries wait for nothing but the deadline."""
+    times = now if isinstance(now, list) else [now] * fails
     pytest.importorskip("tenacity")
     from activeprp_core.comparators.answers import Answer
     from activeprp_core.comparators.failures import Failure, Fault
@@ -535,6 +538,8 @@ def _failing_first(clock: FakeClock, now: float, retry_after: float | None = Non
         def send(self, client, request):
             self.sent += 1
             if self.sent <= fails:
+                if during:
+                    clock.now = times[self.sent - 1]
                 raise ConnectionRefusedError("connection refused")
             return 0.75
 
@@ -545,7 +550,8 @@ def _failing_first(clock: FakeClock, now: float, retry_after: float | None = Non
             return Answer(response)
 
         def classify(self, error):
-            clock.now = now
+            if not during:
+                clock.now = times[self.sent - 1]  # read more than once per failure: by the attempt it is of
             return Failure(Fault.RETRY, str(error), retry_after=retry_after)
 
     return FailingFirst()
@@ -599,6 +605,36 @@ def test_a_retry_goes_out_while_time_is_left_whatever_the_rounds_latency(use_asy
     guard.latency.record(5.0)
     out = _judge_one(judge, guard, use_async)
     assert judge.sent == 2 and out[0].prob == 0.75 and out[0].cut is None and out[0].retries == 1
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_a_retry_cut_at_the_deadline_after_a_failed_attempt_is_a_judge_error(use_async):
+    """The first attempt fails with 3 s left, the retry goes out and fails only past the deadline (a dead judge
+    slower than the time left): the call is cut, and keeps the first attempt's error as a judge error
+    (``cut_before_retry``), so a rerank of such calls fails rather than returning its prior order silently. Its
+    retry is counted in ``Judgment.retries``."""
+    from activeprp_core.comparators import CallGuard
+
+    clock = FakeClock()
+    judge = _failing_first(clock, [7.0, 11.0], fails=3, during=True)
+    guard = CallGuard(2, 5)
+    guard.clock, guard.deadline = clock, 10.0
+    out = _judge_one(judge, guard, use_async)
+    assert judge.sent == 2 and out[0].cut == IN_FLIGHT and out[0].cut_before_retry and out[0].retries == 1
+    assert out[0].error == "cut at the deadline before its retry (last: ConnectionRefusedError: connection refused)"
+
+
+def test_the_retries_of_a_cut_call_are_counted():
+    """``RerankResult.retries`` sums every call's retries, those of calls cut at the deadline too (they went out)."""
+    from activeprp_core.comparators.base import Comparator, cut_in_flight
+
+    class CutAfterRetries(Comparator):
+        def judge(self, query, pairs, *, guard=None):
+            return [cut_in_flight(2) for _ in pairs]
+
+    cands = [Candidate(str(i), f"doc {i}") for i in range(4)]
+    result = rerank("q", cands, comparator=CutAfterRetries(), ranker="allpairs", oracle="single", budget=3)
+    assert result.calls == result.cut_calls == 3 and result.retries == 6
 
 
 @pytest.mark.parametrize("use_async", [True, False])

@@ -222,7 +222,7 @@ class TransformersComparator(SwappablePrompts, FreshState, Comparator):
 
         size = min(self.batch_size, guard.max_concurrency or self.batch_size)
         left = _time_left(items, guard)
-        if not self._lock.acquire(timeout=-1 if left is None else left):
+        if not self._lock.acquire(timeout=-1 if left is None or left > threading.TIMEOUT_MAX else left):
             return answers.finish()
         try:
             with torch.inference_mode():

@@ -277,16 +277,25 @@ class RemoteComparator(FreshState, Comparator):
             if not tries.count:
                 return unsent()
             if isinstance(error, _InFlight) or tries.last is None or tries.late:  # late: it failed only at the
-                return _cut(guard, tries, record)  # deadline (a timeout of the time left): slowness, no judge error
-            last, fault = tries.last, self._fault(tries.last)
-            if not tries.asked_past_deadline(self._honoured(fault)):  # the deadline stopped its retries
-                return _cut(guard, tries, record, self._message(f"{type(last).__name__}: {_reason(fault, last)}"))
-            error = last
+                return self._cut(guard, tries, record)  # deadline (a timeout of the time left)
+            if not tries.asked_past_deadline(self._honoured(self._fault(tries.last))):  # the deadline stopped
+                return self._cut(guard, tries, record)  # its retries
+            error = tries.last
         if not self._handled(error):
             raise error
         if tries.timed_out(self._fault(error)):  # its last attempt failed only at the deadline: cut in flight
-            return _cut(guard, tries, record)
+            return self._cut(guard, tries, record)
         return _settle(self, guard, retrying, error=error, record=record, retries=tries.count - 1)
+
+    def _cut(self, guard: CallGuard, tries: _Attempts, record: bool) -> Judgment:
+        """A call the deadline cut (``_cut``): by slowness alone when no attempt of it failed before the deadline,
+        else a judge error (``cut_before_retry``, with that attempt's error: ``tries.judge_error``), whether the
+        deadline then stopped its retry or cut the retry in flight (a dead judge slower than the time left)."""
+        error = tries.judge_error
+        if error is None:
+            return _cut(guard, tries, record)
+        fault = self._fault(error)
+        return _cut(guard, tries, record, self._message(f"{type(error).__name__}: {_reason(fault, error)}"))
 
     def _honoured(self, failure: Failure | None) -> float | None:
         """The seconds ``failure``'s endpoint asked to wait (its Retry-After) as honoured: capped at
@@ -451,9 +460,12 @@ class _Attempts:
         self.guard, self.query, self.cap = guard, query, cap
         self.count, self.last, self.late = 0, None, False  # late: the last attempt failed past the deadline
         self.left: float | None = None  # the seconds left when the last attempt failed (None: no deadline)
+        self.judge_error: Exception | None = None  # the last error of an attempt that failed before the deadline
 
     def _failed(self, error: Exception) -> None:
         self.last, self.late, self.left = error, self.guard.past(self.query), self.guard.time_left(self.query)
+        if not self.late:
+            self.judge_error = error
 
     def _left(self) -> float | None:
         """Seconds until the deadline (None: no deadline); ``DeadlinePassed`` once the call's first attempt would end
