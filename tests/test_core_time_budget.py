@@ -624,6 +624,50 @@ def test_a_retry_cut_at_the_deadline_after_a_failed_attempt_is_a_judge_error(use
     assert out[0].error == "cut at the deadline before its retry (last: ConnectionRefusedError: connection refused)"
 
 
+def test_a_sync_retry_still_running_at_the_deadline_after_a_failed_attempt_is_a_judge_error():
+    """The sync path's waiting side cuts a call still running at the deadline: when an attempt of it had failed
+    before (here the first; the retry then hangs), the cut is a judge error with its retry counted, as on the async
+    path. It was a plain cut with 0 retries, so a dead judge slower than the time left returned its prior order
+    silently under ``rerank``."""
+    from activeprp_core.comparators import CallGuard
+    from activeprp_core.types import IN_FLIGHT
+
+    release = threading.Event()
+    judge = _failing_first(FakeClock(), 0.0, during=True)  # moves no clock the guard reads (time.monotonic)
+    send = judge.send
+
+    def hanging_retry(client, request):
+        if judge.sent:  # the retry: waits past the deadline
+            judge.sent += 1
+            release.wait(10)
+            return 0.75
+        return send(client, request)
+
+    judge.send = hanging_retry
+    guard = CallGuard(2, 5)
+    guard.deadline = time.monotonic() + 0.3
+    try:
+        out = _judge_one(judge, guard, use_async=False)
+    finally:
+        release.set()
+    assert judge.sent == 2 and out[0].cut == IN_FLIGHT and out[0].cut_before_retry and out[0].retries == 1
+    assert "ConnectionRefusedError" in out[0].error
+
+
+def test_a_far_time_budget_is_no_limit_on_the_sync_remote_path():
+    """A ``time_budget`` past ``threading.TIMEOUT_MAX`` (any finite one is a valid setting) waits for the calls
+    as no time budget does: the futures' wait raised ``OverflowError``."""
+    from activeprp_core.comparators import CallGuard
+
+    judge = _failing_first(FakeClock(), 0.0, fails=0)
+    send = judge.send
+    judge.send = lambda client, request: time.sleep(0.05) or send(client, request)  # waited for, not done at once
+    for far in (1e10, 1e308):
+        guard = CallGuard(2, 5)
+        guard.deadline = time.monotonic() + far
+        assert _judge_one(judge, guard, use_async=False)[0].prob == 0.75
+
+
 def test_the_retries_of_a_cut_call_are_counted():
     """``RerankResult.retries`` sums every call's retries, those of calls cut at the deadline too (they went out)."""
     from activeprp_core.comparators.base import Comparator, cut_in_flight

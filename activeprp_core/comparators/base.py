@@ -361,6 +361,13 @@ def in_daemon_workers(calls: Sequence[Callable[[], T]], workers: int) -> list[co
     return futures
 
 
+def thread_timeout(seconds: float | None) -> float | None:
+    """``seconds`` as the timeout of a thread's wait: None (no limit) past ``threading.TIMEOUT_MAX`` (about 292
+    years), which ``Lock.acquire`` and the futures' waits refuse with ``OverflowError``; a ``time_budget`` may be
+    any finite number of seconds."""
+    return None if seconds is None or seconds > threading.TIMEOUT_MAX else seconds
+
+
 def within(call: Callable[[], T], seconds: float, hold: Hold | None = None) -> T | None:
     """``call()`` run in a daemon worker thread (``_in_daemon_thread``) and waited for at most ``seconds``: its
     value (or its exception, raised here), or None when it has not returned by then (it runs on; what it returns
@@ -373,7 +380,7 @@ def within(call: Callable[[], T], seconds: float, hold: Hold | None = None) -> T
     _in_daemon_thread(call, done)
     if hold is not None:
         hold.keep_until(future)
-    if not concurrent.futures.wait({future}, max(seconds, 0.0)).done:
+    if not concurrent.futures.wait({future}, thread_timeout(max(seconds, 0.0))).done:
         return None
     return future.result()
 

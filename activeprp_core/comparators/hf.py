@@ -13,7 +13,17 @@ from typing import Any
 
 from ..budget import check_count
 from ..types import IN_FLIGHT, Candidate, Judgment, Pair
-from .base import CallGuard, Comparator, FreshState, Item, cut_in_flight, in_thread, sent_unknown, unsent
+from .base import (
+    CallGuard,
+    Comparator,
+    FreshState,
+    Item,
+    cut_in_flight,
+    in_thread,
+    sent_unknown,
+    thread_timeout,
+    unsent,
+)
 from .hf_model import LocalModel, bundled_gguf_path, bundled_model_dir, model_location
 from .prompts import LABELS, PRP_PROMPT, QL_PROMPT, Piece, SwappablePrompts, check_prompt, render_pieces
 
@@ -222,7 +232,8 @@ class TransformersComparator(SwappablePrompts, FreshState, Comparator):
 
         size = min(self.batch_size, guard.max_concurrency or self.batch_size)
         left = _time_left(items, guard)
-        if not self._lock.acquire(timeout=-1 if left is None or left > threading.TIMEOUT_MAX else left):
+        wait = thread_timeout(left)
+        if not self._lock.acquire(timeout=-1 if wait is None else wait):
             return answers.finish()
         try:
             with torch.inference_mode():

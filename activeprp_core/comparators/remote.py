@@ -32,6 +32,7 @@ from .base import (
     in_daemon_workers,
     in_thread,
     outcome_of,
+    thread_timeout,
     unsent,
 )
 from .clients import LoopClients
@@ -192,8 +193,10 @@ class RemoteComparator(FreshState, Comparator):
     def _handled(self, error: Exception) -> bool:
         return isinstance(error, ComparatorError) or self._fault(error) is not None
 
-    def _call(self, guard: CallGuard, item: Item, stop: threading.Event, abandoned: threading.Event) -> Judgment:
-        """One call in a worker thread: no attempt once ``stop`` is set, no record once ``abandoned`` (raised)."""
+    def _call(self, guard: CallGuard, item: Item, stop: threading.Event, abandoned: threading.Event,
+              job: _Job | None = None) -> Judgment:
+        """One call in a worker thread: no attempt once ``stop`` is set, no record once ``abandoned`` (raised);
+        ``job.cut`` is how the waiting side cuts it at the deadline (with its attempts: ``_cut``)."""
         from tenacity import Retrying
 
         if stop.is_set():
@@ -204,6 +207,8 @@ class RemoteComparator(FreshState, Comparator):
         guard.check()
         request, client = self.request(query, item[1].text, item[2].text), self._clients.sync()
         tries = _Attempts(guard, query)
+        if job is not None:
+            job.cut = partial(self._cut, guard, tries, True)
 
         def attempt() -> Any:
             if tries.count:  # a retry: not once the batch or the rerank has stopped
@@ -366,17 +371,17 @@ def _in_threads(call: Any, asks: Sequence[tuple[CallGuard, Sequence[Item]]]) -> 
     jobs = [(k, guard, item) for k, (guard, items) in enumerate(asks) for item in items]
     stops, abandoned = [threading.Event() for _ in asks], threading.Event()
     lefts = [guard.time_left(item[0]) for _, guard, item in jobs]
-    timeout = None if not jobs or None in lefts else max(0.0, max(lefts))
+    timeout = None if not jobs or None in lefts else thread_timeout(max(0.0, max(lefts)))
     workers = min(asks[0][0].max_concurrency or len(jobs), len(jobs)) if jobs else 0
     if workers <= 1 and timeout is None:
         def slotted(guard: CallGuard, item: Item, stop: threading.Event, abandoned: threading.Event) -> Judgment:
-            return _holding_a_slot(call, guard, item, stop, abandoned, threading.Event())
+            return _holding_a_slot(call, guard, item, stop, abandoned, _Job())
 
         return [_in_turn(slotted, guard, items, stop, abandoned) for (guard, items), stop in zip(asks, stops)]
-    holding = [threading.Event() for _ in jobs]
-    futures = in_daemon_workers([partial(_holding_a_slot, call, guard, item, stops[k], abandoned, has_slot)
-                                 for (k, guard, item), has_slot in zip(jobs, holding)], workers)
-    owners = [[(f, has) for f, has, (k, _, _) in zip(futures, holding, jobs) if k == ask] for ask in range(len(asks))]
+    holding = [_Job() for _ in jobs]
+    futures = in_daemon_workers([partial(_holding_a_slot, call, guard, item, stops[k], abandoned, job)
+                                 for (k, guard, item), job in zip(jobs, holding)], workers)
+    owners = [[(f, job) for f, job, (k, _, _) in zip(futures, holding, jobs) if k == ask] for ask in range(len(asks))]
     try:
         _wait([[f for f, _ in own] for own in owners], stops, [guard for guard, _ in asks], timeout)
         for stop in stops:  # before reading which calls hold a slot: one that gets it now sends nothing
@@ -385,8 +390,8 @@ def _in_threads(call: Any, asks: Sequence[tuple[CallGuard, Sequence[Item]]]) -> 
         for (guard, _), own in zip(asks, owners):
             failed = next((f for f, _ in own if f.done() and not f.cancelled() and f.exception()), None)
             out.append(failed.exception() if failed is not None else  # type: ignore[arg-type]
-                       [f.result() if f.done() else unsent() if f.cancel() or not has.is_set()
-                        else cut_calls(guard, 1)[0] for f, has in own])
+                       [f.result() if f.done() else unsent() if f.cancel() or not job.has_slot.is_set()
+                        else job.cut() if job.cut is not None else cut_calls(guard, 1)[0] for f, job in own])
         return out
     finally:
         abandoned.set()
@@ -396,17 +401,26 @@ def _in_threads(call: Any, asks: Sequence[tuple[CallGuard, Sequence[Item]]]) -> 
             future.cancel()
 
 
+class _Job:
+    """One call of ``_in_threads`` as its waiting side sees it: ``has_slot`` once it holds a slot, and ``cut`` (set
+    by the call once it has attempts to tell of) the ``Judgment`` of cutting it at the deadline, recorded."""
+
+    def __init__(self) -> None:
+        self.has_slot = threading.Event()
+        self.cut: Callable[[], Judgment] | None = None
+
+
 def _holding_a_slot(call: Any, guard: CallGuard, item: Item, stop: threading.Event, abandoned: threading.Event,
-                    holding: threading.Event) -> Judgment:
-    """``call(guard, item, stop, abandoned)`` holding one of ``guard``'s slots, waited for by this thread (set
-    ``holding`` once it has it; ``call`` then checks ``stop`` first): not sent once ``stop`` is set, nor when no slot
-    frees before the deadline of the item's query."""
+                    job: _Job) -> Judgment:
+    """``call(guard, item, stop, abandoned, job)`` holding one of ``guard``'s slots, waited for by this thread (set
+    ``job.has_slot`` once it has it; ``call`` then checks ``stop`` first): not sent once ``stop`` is set, nor when no
+    slot frees before the deadline of the item's query."""
     if stop.is_set():
         return Judgment(None, error="not sent: the batch already failed")
     try:
         with held(guard.slots(1, guard.time_left(item[0]), threads=True)):
-            holding.set()
-            return call(guard, item, stop, abandoned)
+            job.has_slot.set()
+            return call(guard, item, stop, abandoned, job)
     except DeadlinePassed:  # no slot before the deadline
         return unsent()
 
