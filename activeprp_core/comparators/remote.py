@@ -196,7 +196,7 @@ class RemoteComparator(FreshState, Comparator):
     def _call(self, guard: CallGuard, item: Item, stop: threading.Event, abandoned: threading.Event,
               job: _Job | None = None) -> Judgment:
         """One call in a worker thread: no attempt once ``stop`` is set, no record once ``abandoned`` (raised);
-        ``job.cut`` is how the waiting side cuts it at the deadline (with its attempts: ``_cut``)."""
+        ``job.cut`` is how the waiting side cuts it at the deadline (with its attempts: ``_deadline_cut``)."""
         from tenacity import Retrying
 
         if stop.is_set():
@@ -208,7 +208,7 @@ class RemoteComparator(FreshState, Comparator):
         request, client = self.request(query, item[1].text, item[2].text), self._clients.sync()
         tries = _Attempts(guard, query)
         if job is not None:
-            job.cut = partial(self._cut, guard, tries, True)
+            job.cut = partial(self._deadline_cut, guard, tries, True)
 
         def attempt() -> Any:
             if tries.count:  # a retry: not once the batch or the rerank has stopped
@@ -281,18 +281,20 @@ class RemoteComparator(FreshState, Comparator):
         if isinstance(error, (DeadlinePassed, _InFlight)):
             if not tries.count:
                 return unsent()
-            if isinstance(error, _InFlight) or tries.last is None or tries.late:  # late: it failed only at the
-                return self._cut(guard, tries, record)  # deadline (a timeout of the time left)
-            if not tries.asked_past_deadline(self._honoured(self._fault(tries.last))):  # the deadline stopped
-                return self._cut(guard, tries, record)  # its retries
-            error = tries.last
+            last = tries.last
+            # cut: in flight at the deadline, failed only at it (late), or its retry stopped by it; unless the
+            # endpoint asked to wait past the deadline: then the call failed with that attempt's error
+            if (last is None or isinstance(error, _InFlight) or tries.late
+                    or not tries.asked_past_deadline(self._honoured(self._fault(last)))):
+                return self._deadline_cut(guard, tries, record)
+            error = last
         if not self._handled(error):
             raise error
         if tries.timed_out(self._fault(error)):  # its last attempt failed only at the deadline: cut in flight
-            return self._cut(guard, tries, record)
+            return self._deadline_cut(guard, tries, record)
         return _settle(self, guard, retrying, error=error, record=record, retries=tries.count - 1)
 
-    def _cut(self, guard: CallGuard, tries: _Attempts, record: bool) -> Judgment:
+    def _deadline_cut(self, guard: CallGuard, tries: _Attempts, record: bool) -> Judgment:
         """A call the deadline cut (``_cut``): by slowness alone when no attempt of it failed before the deadline,
         else a judge error (``cut_before_retry``, with that attempt's error: ``tries.judge_error``), whether the
         deadline then stopped its retry or cut the retry in flight (a dead judge slower than the time left)."""
