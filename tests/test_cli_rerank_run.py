@@ -610,9 +610,11 @@ def test_qrels_that_judge_none_of_the_queries_are_a_one_line_error_before_any_ca
     ("rerank-run", "simulated: judges by the graded labels of --qrels", "'label' field"),
     ("demo", "simulated: judges by the bundled queries' graded labels", "'label' field"),
     ("rerank", "simulated: reads each candidate's 'label' field", "--qrels"),
+    ("serve", "simulated: a judge without a model and without labels", "'label' field"),
 ])
 def test_the_help_of_comparator_simulated_says_what_each_command_does(capsys, command, says, not_says):
-    """rerank-run's help said its simulated judge reads each candidate's 'label' field (rerank's); it reads --qrels."""
+    """rerank-run's help said its simulated judge reads each candidate's 'label' field (rerank's); it reads --qrels.
+    serve's said so too; its documents carry no labels (every pair's second passage wins)."""
     with pytest.raises(SystemExit):
         main([command, "--help"])
     text = " ".join(capsys.readouterr().out.split())

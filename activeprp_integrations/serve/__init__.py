@@ -60,6 +60,11 @@ DEFAULT_CLIENT_TIMEOUT = 30.0
 body, by default: a stalled or trickling client holds a connection and up to a body's cap of memory that long."""
 AUTH_KEYS_ENV = "ACTIVEPRP_AUTH_KEYS"
 """The environment variable holding API keys the service accepts (comma-separated), beside ``--auth-key``."""
+SIMULATED_HELP = ("a judge without a model and without labels (a request's documents carry none: each counts as "
+                  "label 0, no noise): it prefers the second passage of every pair, so the order it returns says "
+                  "nothing about relevance; for trying the service, its limits and its load")
+"""What ``--comparator simulated`` does in ``serve``: ``make_comparator`` builds ``SimulatedComparator({})``, which
+answers 0.0 (the second slot wins) for every pair (``activeprp_cli.rerank.add_comparator_args``' ``simulated``)."""
 EXTRA_HINT = ('activeprp serve needs the serve extra: pip install "activeprp[serve]" '
               "(fastapi, uvicorn, prometheus-client)")
 
@@ -114,7 +119,7 @@ def add_parser(subparsers: Any) -> None:
                                            "wait in the queue included)"), SERVE,
                       helps={"time_budget": "most seconds per request from its arrival (its wait in the queue "
                                             "included): 0 = no call at all"})
-    add_comparator_args(p)
+    add_comparator_args(p, simulated=SIMULATED_HELP)
     g = p.add_argument_group("server limits (a request over them is refused with a 4xx)")
     g.add_argument("--max-documents", type=count(minimum=1), default=DEFAULT_MAX_DOCUMENTS,
                    help="documents per request (default %(default)s)")
