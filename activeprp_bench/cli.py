@@ -32,7 +32,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from activeprp_cli import progress_wanted, require_extra
-from activeprp_cli.rerank import count, seconds
+from activeprp_cli.rerank import add_judge_args, count, judge_options, seconds
 from activeprp_cli.rerank_run import check_out
 from activeprp_core.errors import InputError, scrub
 
@@ -217,7 +217,7 @@ def _comparator_for(args, out: Path, judge: str | None = None):
     else:
         from activeprp_core.comparators import OpenAIChatComparator
 
-        inner = OpenAIChatComparator(args.model, base_url=args.base_url, api_key=args.api_key)
+        inner = OpenAIChatComparator(args.model, base_url=args.base_url, api_key=args.api_key, **judge_options(args))
         name = f"openai/{args.base_url}/{args.model}"
     cached = CachedComparator(inner, args.cache or out / "answers.sqlite", identity(inner, name))
     return lambda c: (lambda qid: cached)
@@ -517,6 +517,7 @@ def add_parser(subparsers) -> None:
     common.add_argument("--model", help="model name for --comparator openai")
     common.add_argument("--base-url", help="endpoint for --comparator openai")
     common.add_argument("--api-key", help="key for --comparator openai (default: $OPENAI_API_KEY)")
+    add_judge_args(common)  # --max-reply-bytes, --judge-timeout, --judge-retries: rerank's, one definition
     common.add_argument("--cache", help="sqlite answer cache (default OUT/answers.sqlite)")
     common.add_argument("--judge-seed", type=_count(None), default=0,
                         help="simulated judge's noise realisation (default 0)")

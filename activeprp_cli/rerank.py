@@ -89,6 +89,14 @@ def add_comparator_args(p: argparse.ArgumentParser, default: str = "bundled", si
                         "openai to this many words (max_passage_words) (default: %(default)s, below the Python "
                         "defaults of 256 tokens and 200 words: shorter prompts keep the bundled model quick on a "
                         "CPU)")
+    add_judge_args(g)
+
+
+def add_judge_args(g: Any) -> None:
+    """The openai judge's call limits, on a parser or group: ``--max-reply-bytes``, ``--judge-timeout``,
+    ``--judge-retries`` (the one definition: ``add_comparator_args`` adds them, and ``activeprp bench``, which has
+    its own ``--comparator``); read back by ``judge_options``. Their defaults are ``OpenAIChatComparator``'s own
+    (``MAX_REPLY_BYTES``, ``TIMEOUT``, ``remote.MAX_ATTEMPTS`` minus 1)."""
     g.add_argument("--max-reply-bytes", type=count(minimum=1), default=MAX_REPLY_BYTES,
                    help="openai: the most bytes of one reply's body that are read; a judge that sends more has the "
                         "call fail there, not retried (max_reply_bytes; default: %(default)s, 1 MiB)")
@@ -167,8 +175,7 @@ def _make_comparator(args: argparse.Namespace, candidates: list[Candidate] | Non
         cap = getattr(args, "max_concurrency", None)  # the --max-concurrency setting (add_settings_args)
         own = {} if cap is None else {"max_concurrency": cap}  # none: the comparator's own (remote.MAX_CONCURRENCY)
         return OpenAIChatComparator(args.model, base_url=args.base_url, api_key=args.api_key,
-                                    max_passage_words=args.passage_tokens, max_reply_bytes=args.max_reply_bytes,
-                                    **own, **judge_timing(args))
+                                    max_passage_words=args.passage_tokens, **own, **judge_options(args))
     from activeprp_core.comparators import TransformersComparator
 
     kw = {"batch_size": args.batch_size, "max_passage_tokens": args.passage_tokens}
@@ -184,6 +191,13 @@ def judge_timing(args: argparse.Namespace) -> dict[str, Any]:
     timeout, retries = getattr(args, "judge_timeout", None), getattr(args, "judge_retries", None)
     timing = {"timeout": timeout, "max_attempts": None if retries is None else retries + 1}
     return {k: v for k, v in timing.items() if v is not None}
+
+
+def judge_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The keyword arguments of ``OpenAIChatComparator`` set by ``add_judge_args``' flags: ``max_reply_bytes`` and
+    ``judge_timing``'s ``timeout`` / ``max_attempts`` (each left out where the namespace lacks it or holds None)."""
+    size = getattr(args, "max_reply_bytes", None)
+    return {**({} if size is None else {"max_reply_bytes": size}), **judge_timing(args)}
 
 
 def settings_from_args(args: argparse.Namespace, defaults: RerankSettings | None = None) -> RerankSettings:

@@ -207,6 +207,21 @@ def test_bench_grid_sends_the_api_key_given_on_the_command_line(tmp_path, monkey
                      "--budgets", "none", "--seeds", "1", "--no-paper", "--out", str(tmp_path), "--no-progress"])
     assert code == 0 and keys and set(keys) == {"key-from-flag"}
 
+def test_bench_openai_takes_the_judge_flags_of_rerank(tmp_path):
+    """``bench --comparator openai`` takes ``--judge-timeout``, ``--judge-retries`` and ``--max-reply-bytes``, as
+    ``rerank``/``rerank-run``/``demo``/``serve`` do (``add_judge_args``), and its judge gets them; before, argparse
+    refused them ("unrecognized arguments") and the judge always had the comparator's defaults."""
+    pytest.importorskip("openai")
+    from activeprp_bench.cli import _comparator_for
+    from activeprp_cli import build_parser
+
+    args = build_parser("bench").parse_args(
+        ["bench", "grid", "--comparator", "openai", "--model", "m", "--base-url", "http://127.0.0.1:9/v1",
+         "--api-key", "k", "--judge-timeout", "2.5", "--judge-retries", "0", "--max-reply-bytes", "4096"])
+    judge = _comparator_for(args, tmp_path)(None)("q1").inner
+    assert (judge.attempt_timeout, judge.max_attempts, judge.max_reply_bytes) == (2.5, 1, 4096)
+
+
 @needs_data
 def test_bench_grid_writes_no_secret(tmp_path, capsys, monkeypatch):
     """Neither the ``--api-key`` nor a password in ``--base-url`` reaches OUT (config.json records the key as ***
