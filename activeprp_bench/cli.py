@@ -39,16 +39,28 @@ from activeprp_core.errors import InputError, scrub
 
 def _sim_knobs(spec: str) -> dict[str, float]:
     """``--sim-params``' type: the simulator knobs of a JSON object or of a calibration JSON file (its
-    ``params``), checked by building a ``SimulatedComparator`` with them."""
+    ``params``), checked by building a ``SimulatedComparator`` with them and asking it one margin (a knob of the
+    wrong type fails there, not in the grid). A usage error names the file where ``spec`` is one."""
     from activeprp_core.comparators.simulated import SimulatedComparator
 
+    is_file = Path(spec).is_file()
+    expected = f"expected simulator knobs as a JSON object or file: {spec if is_file else repr(spec)}"
     try:
-        data = json.loads(Path(spec).read_text() if Path(spec).is_file() else spec)
-        knobs = dict(data.get("params", data))
-        SimulatedComparator({}, **knobs)
-    except (ValueError, TypeError, AttributeError) as err:
-        raise argparse.ArgumentTypeError(f"expected simulator knobs as a JSON object or file ({err})") from None
-    return knobs
+        data = json.loads(Path(spec).read_text(encoding="utf-8") if is_file else spec)
+    except OSError as err:
+        raise argparse.ArgumentTypeError(f"{expected}: cannot read it ({err.strerror or err})") from None
+    except ValueError as err:  # UnicodeDecodeError too
+        raise argparse.ArgumentTypeError(f"{expected}: {'not JSON' if is_file else 'no such file, not JSON'} "
+                                         f"({err})") from None
+    try:
+        knobs = data.get("params", data) if isinstance(data, dict) else data
+        if not isinstance(knobs, dict):
+            raise TypeError(f"{'params' if knobs is not data else 'the JSON'}: expected an object, got "
+                            f"{type(knobs).__name__}")
+        SimulatedComparator({}, **knobs).margin("a", "b")
+    except (ValueError, TypeError) as err:
+        raise argparse.ArgumentTypeError(f"{expected}: {err}") from None
+    return dict(knobs)
 
 
 def _sim_params(args) -> dict[str, float]:
@@ -88,25 +100,25 @@ def _check_paired(paired: list[str], rankers) -> None:
                              f"(it has {' '.join(sorted(rankers))})")
 
 
-def _check_out(path: str, **kind: bool) -> None:
-    """``rerank_run.check_out(path, **kind)``, its InputError naming ``--out``."""
+def _check_out(path: str, flag: str = "--out", **kind: bool) -> None:
+    """``rerank_run.check_out(path, **kind)``, its InputError naming ``flag``."""
     try:
         check_out(path, **kind)
     except InputError as err:
-        raise InputError(f"--out {err}") from None
+        raise InputError(f"{flag} {err}") from None
 
 
-def _out_dir(path: str) -> Path:
-    """``path`` made as the output directory (``mkdir -p``).
+def _out_dir(path: str, flag: str = "--out") -> Path:
+    """``path`` (given as ``flag``) made as the output directory (``mkdir -p``).
 
     Raises:
         InputError: it cannot be one (``rerank_run.check_out``: a file in the way, not writable) or mkdir fails.
     """
-    _check_out(path, directory=True)
+    _check_out(path, flag, directory=True)
     try:
         Path(path).mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise InputError(f"--out {path}: cannot make the directory ({err.strerror or err})") from None
+        raise InputError(f"{flag} {path}: cannot make the directory ({err.strerror or err})") from None
     return Path(path)
 
 
@@ -125,6 +137,29 @@ def _rows_files(paths: str) -> Iterator[None]:
         detail = err.args[0] if isinstance(err, KeyError) and err.args else err
         raise InputError(f"--from-csv {paths}: not a rows file of activeprp bench grid "
                          f"({type(err).__name__}: {detail})") from None
+
+
+def _auto_table_file(flag: str, path: str) -> dict:
+    """The auto table in the JSON file ``path``, given as ``flag`` (``--base``, ``--reference``).
+
+    Raises:
+        InputError: naming ``flag`` and ``path``: the file cannot be read (missing, a directory, not UTF-8), is not
+            JSON, or is not an auto table (``activeprp_core.rankers.auto.check_table``).
+    """
+    from activeprp_core.rankers.auto import check_table
+
+    try:
+        table = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as err:
+        raise InputError(f"{flag} {path}: cannot read it ({err.strerror or err})") from None
+    except UnicodeDecodeError as err:
+        raise InputError(f"{flag} {path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+    except ValueError as err:
+        raise InputError(f"{flag} {path}: not JSON ({err})") from None
+    try:
+        return check_table(table)
+    except ValueError as err:
+        raise InputError(f"{flag} {path}: not an auto table ({err})") from None
 
 
 def _cell_pair(spec: str) -> str:
@@ -455,21 +490,24 @@ def _auto_table(args) -> int:
 
     args.tolerance = TOLERANCE if args.tolerance is None else args.tolerance
     args.rule = args.rule or RULE
-    _check_out(args.out, parents=True)  # before the reading, which can take minutes
+    _check_out(args.out, parents=True)  # before the reading, which can take minutes, as the files below
+    if args.report:
+        _check_out(args.report, flag="--report", parents=True)
+    base = _auto_table_file("--base", args.base) if args.base else None
+    reference = _auto_table_file("--reference", args.reference) if args.reference else None
     paths = " ".join(args.from_csv)
     with _rows_files(paths):
         family = read_family(args.from_csv)
     source = "activeprp bench auto-table --from-csv " + " ".join(args.from_csv)
     if any(judge for fam in family.values() for judge in fam.ndcg):  # a family grid: worst-case regret
-        base = json.loads(Path(args.base).read_text()) if args.base else None
         source += f" --rule {args.rule} --tolerance {args.tolerance}" + (
             f" --base {args.base}" if args.base else "")
         if args.report:
             from .regret import regret_report
 
-            reference = json.loads(Path(args.reference).read_text()) if args.reference else None
             with _rows_files(paths):
                 rows = [r for path in args.from_csv for r in read_csv(path)]
+            _out_dir(str(Path(args.report).parent), "--report")
             Path(args.report).write_text(regret_report(rows, args.tolerance, reference, rule=args.rule))
         table = build_regret_table(family, source, args.tolerance, base, args.rule)
     else:

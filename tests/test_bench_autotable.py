@@ -165,6 +165,47 @@ def test_the_shipped_auto_table_is_rebuilt_identically_from_committed_rows_by_it
     assert (tmp_path / "auto_table.json").read_text() == SHIPPED.read_text()
 
 
+@pytest.mark.parametrize("flag", ["--base", "--reference"])
+@pytest.mark.parametrize(("name", "content", "says"), [
+    ("missing.json", None, "cannot read it (No such file or directory)"),
+    ("bad.json", "{bad", "not JSON (Expecting property name enclosed in double quotes"),
+    ("list.json", "[1, 2]",
+     "not an auto table (the table: expected a JSON object with 'rows' and 'settings', got [1, 2])"),
+    ("config.json", '{"argv": ["bench"]}',
+     "not an auto table (rows: expected a list of 'ranker/oracle' names, got None)"),
+    ("cells.json", '{"rows": ["a/b"], "settings": [{"n": 20, "k": 3, "cells": [{"budget_per_n": 0.5, '
+     '"max_rounds": null, "values": [[60, 1]]}]}]}',
+     "not an auto table (settings[0].cells[0].values[0]: expected null or [nDCG %, rounds, calls], got [60, 1])"),
+])
+def test_auto_table_refuses_a_base_or_reference_that_is_no_auto_table_in_one_line(tmp_path, capsys, flag, name,
+                                                                                  content, says):
+    """``--base`` / ``--reference`` missing, not JSON, or JSON of another shape: one line naming the flag and the
+    file, exit 2, before the rows are read; each was a traceback (FileNotFoundError, JSONDecodeError, TypeError,
+    KeyError)."""
+    write_csv(_grid(), tmp_path / "rows.csv.xz", SLIM_COLUMNS)
+    if content is not None:
+        (tmp_path / name).write_text(content)
+    out = tmp_path / "o" / "a.json"
+    code = main(["bench", "auto-table", "--from-csv", str(tmp_path / "rows.csv.xz"), "--out", str(out), flag,
+                 str(tmp_path / name), "--report", str(tmp_path / "o" / "report.md")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith(f"activeprp: error: {flag} {tmp_path / name}: {says}"), err
+    assert err.count("\n") == 1 and err.endswith("\n") and not out.exists()
+
+
+def test_auto_table_report_goes_into_a_new_directory_and_a_file_in_the_way_is_a_usage_error(tmp_path, capsys):
+    """``--report DIR/report.md`` with DIR not there yet: made, as ``--out``'s; a file in its way: one line, exit 2,
+    before the rows are read (both ended in a traceback once the table was built)."""
+    write_csv(_grid(), tmp_path / "rows.csv.xz", SLIM_COLUMNS)
+    (tmp_path / "afile").write_text("")
+    argv = ["bench", "auto-table", "--from-csv", str(tmp_path / "rows.csv.xz"), "--out", str(tmp_path / "a.json")]
+    assert main([*argv, "--report", str(tmp_path / "afile" / "report.md")]) == 2
+    assert capsys.readouterr().err == (f"activeprp: error: --report {tmp_path}/afile/report.md: "
+                                       f"'{tmp_path}/afile' is a file, not a directory\n")
+    assert main([*argv, "--report", str(tmp_path / "new" / "report.md"), "--reference", str(SHIPPED)]) == 0
+    assert "regret" in (tmp_path / "new" / "report.md").read_text()
+
+
 def test_auto_table_is_built_from_grid_rows():
     def row(ranker, oracle, budget, ndcg, rounds, seed=0, qid="1", cap=-1):
         return Row(collection="c", qid=qid, ranker=ranker, oracle=oracle, budget=budget, seed=seed, n=20, top_k=3,

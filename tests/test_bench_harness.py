@@ -300,6 +300,28 @@ def test_bench_auto_table_refuses_a_missing_rows_file(capsys):
     assert exit_.value.code == 2 and "argument --from-csv: no such file" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("name", "content", "says"), [
+    ("knobs.json", '{"strength": "x"}', "knobs.json: can't multiply sequence by non-int of type 'float'"),
+    ("list.json", "[1, 2]", "list.json: the JSON: expected an object, got list"),
+    ("calib.json", '{"params": 3}', "calib.json: params: expected an object, got int"),
+    ("bad.json", "{bad", "bad.json: not JSON (Expecting property name enclosed in double quotes"),
+    ("missing.json", None, "'{d}/missing.json': no such file, not JSON (Expecting value"),
+])
+def test_bench_sim_params_file_of_the_wrong_shape_is_a_usage_error_naming_it(tmp_path, capsys, name, content, says):
+    """``--sim-params FILE``: a knob of the wrong type passed (a TypeError traceback in the grid), and the message
+    did not name the file, nor say that a path given is no file."""
+    from activeprp_cli import build_parser
+
+    if content is not None:
+        (tmp_path / name).write_text(content)
+    with pytest.raises(SystemExit) as exit_:
+        build_parser("bench").parse_args(["bench", "grid", "--sim-params", str(tmp_path / name)])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.endswith("\n") and "Traceback" not in err
+    assert ("argument --sim-params: expected simulator knobs as a JSON object or file: "
+            + (says if content is None else f"{tmp_path}/{says}").format(d=tmp_path)) in err, err
+
+
 @pytest.mark.parametrize(("mode", "flag"), [("walltime", "--latency"), ("calibrate", "--pair-noise"),
                                            ("auto-table", "--tolerance")])
 @pytest.mark.parametrize("value", ["-1", "nan"])

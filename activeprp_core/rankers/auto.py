@@ -47,6 +47,57 @@ def load_table() -> dict[str, Any]:
     return json.loads(text)
 
 
+def check_table(table: Any) -> dict[str, Any]:
+    """``table`` unchanged when it has the layout above as far as ``choose`` and ``activeprp bench auto-table``
+    read it: ``rows`` of ``ranker/oracle`` names; ``settings``, at least one, each with ``n`` and ``k`` (integers
+    >= 1) and at least one cell; each cell's ``budget_per_n`` (a number >= 0 or null), ``max_rounds`` (an integer
+    >= 0 or null), ``values`` (one per row: null or [nDCG %, rounds, calls], at least one not null) and, where
+    present, ``choice`` (a string). For a table read from a user's file.
+
+    Raises:
+        ValueError: the first place that is wrong, e.g. ``settings[0].cells[2].values: expected 27 entries (one
+            per row), got 3``.
+    """
+    def need(ok: bool, where: str, expected: str, got: Any) -> None:
+        if not ok:
+            shown = repr(got)
+            raise ValueError(f"{where}: expected {expected}, got {shown if len(shown) <= 60 else shown[:57] + '...'}")
+
+    def number(x: Any, integer: bool = False) -> bool:
+        return isinstance(x, int if integer else (int, float)) and not isinstance(x, bool) and x >= 0
+
+    need(isinstance(table, dict), "the table", "a JSON object with 'rows' and 'settings'", table)
+    rows, settings = table.get("rows"), table.get("settings")
+    need(isinstance(rows, list), "rows", "a list of 'ranker/oracle' names", rows)
+    for i, row in enumerate(rows):
+        need(isinstance(row, str) and len(row.split("/")) == 2 and all(row.split("/")), f"rows[{i}]",
+             "'ranker/oracle'", row)
+    need(isinstance(settings, list) and settings != [], "settings", "a list of at least one setting", settings)
+    for i, setting in enumerate(settings):
+        at = f"settings[{i}]"
+        need(isinstance(setting, dict), at, "an object with 'n', 'k' and 'cells'", setting)
+        for key in ("n", "k"):
+            need(number(setting.get(key), integer=True) and setting[key] >= 1, f"{at}.{key}", "an integer >= 1",
+                 setting.get(key))
+        cells = setting.get("cells")
+        need(isinstance(cells, list) and cells != [], f"{at}.cells", "a list of at least one cell", cells)
+        for j, cell in enumerate(cells):
+            where = f"{at}.cells[{j}]"
+            need(isinstance(cell, dict), where, "an object with 'budget_per_n', 'max_rounds' and 'values'", cell)
+            per_n, cap, values = cell.get("budget_per_n"), cell.get("max_rounds"), cell.get("values")
+            need(per_n is None or number(per_n), f"{where}.budget_per_n", "a number >= 0 or null", per_n)
+            need(cap is None or number(cap, integer=True), f"{where}.max_rounds", "an integer >= 0 or null", cap)
+            need(isinstance(values, list) and len(values) == len(rows), f"{where}.values",
+                 f"a list of {len(rows)} entries (one per row)", values)
+            for v, value in enumerate(values):
+                need(value is None or (isinstance(value, list) and len(value) == 3 and all(map(number, value))),
+                     f"{where}.values[{v}]", "null or [nDCG %, rounds, calls]", value)
+            need(any(value is not None for value in values), f"{where}.values", "at least one not null", values)
+            need(isinstance(cell.get("choice", ""), str), f"{where}.choice", "a 'ranker/oracle' name",
+                 cell.get("choice"))
+    return table
+
+
 def _name(x: Any) -> str:
     return x if isinstance(x, str) else getattr(x, "name", type(x).__name__)
 
