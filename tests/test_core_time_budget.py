@@ -654,6 +654,95 @@ def test_a_sync_retry_still_running_at_the_deadline_after_a_failed_attempt_is_a_
     assert "ConnectionRefusedError" in out[0].error
 
 
+def _cut_by_the_waiting_side_after(monkeypatch, workers: list[threading.Thread], release: threading.Event) -> None:
+    """Make the sync path's waiting side, as it records the cut of a call still running at the deadline (the first
+    ``record`` of an unknown outcome from this thread), set ``release`` and wait for the threads in ``workers`` to
+    end before it reads the other calls' futures: the race of a worker that takes its next call (or wakes from its
+    backoff) once the deadline set the batch's stop, forced without timing."""
+    from activeprp_core.comparators import CallGuard
+
+    record, waiter = CallGuard.record, threading.current_thread()
+
+    def record_then_let_the_workers_end(self, ok, *args, **kwargs):
+        record(self, ok, *args, **kwargs)
+        if ok is None and threading.current_thread() is waiter and not release.is_set():
+            release.set()
+            for worker in workers:
+                worker.join(10)
+
+    monkeypatch.setattr(CallGuard, "record", record_then_let_the_workers_end)
+
+
+def test_a_sync_call_a_worker_takes_once_the_deadline_passed_is_unsent_and_costs_nothing(monkeypatch):
+    """The sync remote path at the deadline: a worker that finishes its call just then takes the next queued call
+    before the waiting side reads it. That call is not sent (``UNSENT``: refunded, no failed call). It came back
+    as a failed call, "not sent: the batch already failed", billed to ``budget``: a rerank whose judge never
+    failed raised ``ComparatorUnavailable`` ("every one of the ... calls failed")."""
+    pytest.importorskip("tenacity")
+    from activeprp_core.comparators.answers import Answer
+    from activeprp_core.comparators.remote import RemoteComparator
+
+    release, workers = threading.Event(), []
+
+    class Blocking(RemoteComparator):  # every call waits for the test's release
+        model, endpoint = "m", "127.0.0.1"
+
+        def __init__(self):
+            super().__init__(max_concurrency=1)
+            self.sent = 0
+
+        def request(self, query, first, second):
+            return query
+
+        def send(self, client, request):
+            self.sent += 1
+            workers.append(threading.current_thread())
+            release.wait(10)
+            return 0.75
+
+        def parse(self, response):
+            return Answer(response)
+
+    _cut_by_the_waiting_side_after(monkeypatch, workers, release)
+    judge, cands = Blocking(), [Candidate(name, name) for name in "abcd"]  # 6 pairs, one round
+    result = rerank("q", cands, comparator=judge, ranker="allpairs", oracle="single", budget=10, time_budget=0.3)
+    assert judge.sent == 1  # the first call; the others were taken by the worker once the deadline had passed
+    assert (result.calls, result.cut_calls, result.failed_calls, result.errors) == (1, 1, 0, [])
+
+
+def test_a_sync_retry_a_worker_wakes_to_once_the_deadline_passed_is_cut_before_its_retry(monkeypatch):
+    """The sync remote path at the deadline: a call whose first attempt failed is waiting out its backoff when the
+    waiting side reaches the deadline (a worker woken late by a busy machine). Its retry is not sent, so it is cut
+    before its retry (a judge error with the attempt's error, as when the worker wakes in time), recorded once.
+    It came back as a failed call, "not retried: the batch already failed", unrecorded."""
+    from activeprp_core.comparators import CallGuard
+
+    clock, release, retried, workers = FakeClock(), threading.Event(), threading.Event(), []
+    judge = _failing_first(clock, -100.0)  # the guard's clock, as the failure is read: 100 s left, a long backoff
+    judge.backoff_initial = judge.backoff_max = 5.0
+    send = judge.send
+
+    def blocked_or_failing_first(client, request):
+        if request == "blocked":  # runs on past the deadline
+            release.wait(10)
+            return 0.75
+        workers.append(threading.current_thread())  # the waiting side waits for this one to end
+        return send(client, request)
+
+    judge.send, judge.request = blocked_or_failing_first, lambda query, first, second: first
+    _cut_by_the_waiting_side_after(monkeypatch, workers, retried)
+    guard = CallGuard(2, 5)
+    guard.clock, guard.deadline = clock, 0.3  # the waiting side's wait: 0.3 s of real time
+    pairs = [(Candidate(name, name), Candidate("b", "b")) for name in ("blocked", "retried")]
+    try:
+        out = judge.judge("q", pairs, guard=guard)
+    finally:
+        release.set()
+    assert [j.cut for j in out] == [IN_FLIGHT, IN_FLIGHT] and judge.sent == 1
+    assert out[1].cut_before_retry and "ConnectionRefusedError" in out[1].error and out[1].retries == 0
+    assert guard.completed == 2  # each cut recorded once
+
+
 def test_a_far_time_budget_is_no_limit_on_the_sync_remote_path():
     """A ``time_budget`` past ``threading.TIMEOUT_MAX`` (any finite one is a valid setting) waits for the calls
     as no time budget does: the futures' wait raised ``OverflowError``."""

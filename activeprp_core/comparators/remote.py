@@ -193,14 +193,15 @@ class RemoteComparator(FreshState, Comparator):
     def _handled(self, error: Exception) -> bool:
         return isinstance(error, ComparatorError) or self._fault(error) is not None
 
-    def _call(self, guard: CallGuard, item: Item, stop: threading.Event, abandoned: threading.Event,
+    def _call(self, guard: CallGuard, item: Item, stop: _Stop, abandoned: threading.Event,
               job: _Job | None = None) -> Judgment:
-        """One call in a worker thread: no attempt once ``stop`` is set, no record once ``abandoned`` (raised);
+        """One call in a worker thread: no attempt once ``stop`` is set (not sent: ``stop.unsent()``; a retry
+        withheld at the deadline is cut before it, ``_deadline_cut``), no record once ``abandoned`` (raised);
         ``job.cut`` is how the waiting side cuts it at the deadline (with its attempts: ``_deadline_cut``)."""
         from tenacity import Retrying
 
         if stop.is_set():
-            return Judgment(None, error="not sent: the batch already failed")
+            return stop.unsent()
         query = item[0]
         if guard.too_late(query):
             return unsent()
@@ -220,10 +221,13 @@ class RemoteComparator(FreshState, Comparator):
         retrying = _retrying(self, Retrying, guard, query, sleep=stop.wait)  # a backoff wait ends when it stops
         try:
             outcome = _settle(self, guard, retrying, retrying(attempt), record=not abandoned.is_set())
-        except _Abandoned:
-            return Judgment(None, error="not retried: the batch already failed")
+        except _Abandoned:  # stopped before a retry: the deadline withheld it, else its batch stopped
+            outcome = self._deadline_cut(guard, tries, not abandoned.is_set()) if stop.at_deadline else None
         except Exception as err:
             outcome = self._after(err, guard, retrying, tries, record=not abandoned.is_set())
+        if outcome is None:  # the stopped guard's error (a 401, an open breaker), else dropped with its ask's raise
+            guard.check()
+            outcome = Judgment(None, tries.count - 1, error=f"not retried: {stop.reason}")
         if isinstance(outcome, ComparatorError):
             raise outcome  # outside the except block: the client's error (and its body) is not chained
         return outcome
@@ -371,12 +375,12 @@ def _in_threads(call: Any, asks: Sequence[tuple[CallGuard, Sequence[Item]]]) -> 
     started by then (or still waiting for its slot) is not sent, one still running is cut (its thread runs on,
     holding its slot; its late answer is discarded)."""
     jobs = [(k, guard, item) for k, (guard, items) in enumerate(asks) for item in items]
-    stops, abandoned = [threading.Event() for _ in asks], threading.Event()
+    stops, abandoned = [_Stop() for _ in asks], threading.Event()
     lefts = [guard.time_left(item[0]) for _, guard, item in jobs]
     timeout = None if not jobs or None in lefts else thread_timeout(max(0.0, max(lefts)))
     workers = min(asks[0][0].max_concurrency or len(jobs), len(jobs)) if jobs else 0
     if workers <= 1 and timeout is None:
-        def slotted(guard: CallGuard, item: Item, stop: threading.Event, abandoned: threading.Event) -> Judgment:
+        def slotted(guard: CallGuard, item: Item, stop: _Stop, abandoned: threading.Event) -> Judgment:
             return _holding_a_slot(call, guard, item, stop, abandoned, _Job())
 
         return [_in_turn(slotted, guard, items, stop, abandoned) for (guard, items), stop in zip(asks, stops)]
@@ -385,22 +389,58 @@ def _in_threads(call: Any, asks: Sequence[tuple[CallGuard, Sequence[Item]]]) -> 
                                  for (k, guard, item), job in zip(jobs, holding)], workers)
     owners = [[(f, job) for f, job, (k, _, _) in zip(futures, holding, jobs) if k == ask] for ask in range(len(asks))]
     try:
-        _wait([[f for f, _ in own] for own in owners], stops, [guard for guard, _ in asks], timeout)
+        at_deadline = _wait([[f for f, _ in own] for own in owners], stops, [guard for guard, _ in asks], timeout)
         for stop in stops:  # before reading which calls hold a slot: one that gets it now sends nothing
-            stop.set()
+            stop.set(_Stop.DEADLINE if at_deadline else _Stop.STOPPED, at_deadline)
         out: list[list[Judgment] | Exception] = []
-        for (guard, _), own in zip(asks, owners):
+        for (guard, _), own, stop in zip(asks, owners, stops):
             failed = next((f for f, _ in own if f.done() and not f.cancelled() and f.exception()), None)
             out.append(failed.exception() if failed is not None else  # type: ignore[arg-type]
-                       [f.result() if f.done() else unsent() if f.cancel() or not job.has_slot.is_set()
+                       [f.result() if f.done() else stop.unsent() if f.cancel() or not job.has_slot.is_set()
                         else job.cut() if job.cut is not None else cut_calls(guard, 1)[0] for f, job in own])
         return out
     finally:
         abandoned.set()
         for stop in stops:
-            stop.set()
+            stop.set(_Stop.ENDED)
         for future in futures:  # the queued calls: never run
             future.cancel()
+
+
+class _Stop:
+    """The stop of one ask of ``_in_threads``, and why: once set, a call of the ask not sent yet is not sent
+    (``unsent``, refunded: it cost nothing) and no retry of it starts. Set once, by the waiting thread only."""
+
+    FAILED = "the batch already failed"
+    """A call of the ask raised: its calls' judgments are dropped for that error."""
+    DEADLINE = "the time budget ran out"
+    """The wait reached the deadline (``at_deadline``): a call still queued or waiting for its slot is not sent."""
+    STOPPED = "the judge was stopped"
+    """The wait ended when a guard stopped (a 401, an open breaker)."""
+    ENDED = "the batch already returned"
+    """The batch returned (or raised): its judgments are no longer read."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self.reason = ""
+        self.at_deadline = False
+
+    def set(self, reason: str, at_deadline: bool = False) -> None:
+        """Stop, for ``reason`` (one of the class's reasons); a stop already set keeps its first reason."""
+        if not self._event.is_set():
+            self.reason, self.at_deadline = reason, at_deadline
+            self._event.set()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait until set or for ``timeout`` seconds (a retry's backoff, which the stop ends); whether it is set."""
+        return self._event.wait(timeout)
+
+    def unsent(self) -> Judgment:
+        """The judgment of a call this stop kept from being sent."""
+        return unsent(f"not sent: {self.reason}")
 
 
 class _Job:
@@ -412,13 +452,13 @@ class _Job:
         self.cut: Callable[[], Judgment] | None = None
 
 
-def _holding_a_slot(call: Any, guard: CallGuard, item: Item, stop: threading.Event, abandoned: threading.Event,
+def _holding_a_slot(call: Any, guard: CallGuard, item: Item, stop: _Stop, abandoned: threading.Event,
                     job: _Job) -> Judgment:
     """``call(guard, item, stop, abandoned, job)`` holding one of ``guard``'s slots, waited for by this thread (set
     ``job.has_slot`` once it has it; ``call`` then checks ``stop`` first): not sent once ``stop`` is set, nor when no
     slot frees before the deadline of the item's query."""
     if stop.is_set():
-        return Judgment(None, error="not sent: the batch already failed")
+        return stop.unsent()
     try:
         with held(guard.slots(1, guard.time_left(item[0]), threads=True)):
             job.has_slot.set()
@@ -427,34 +467,35 @@ def _holding_a_slot(call: Any, guard: CallGuard, item: Item, stop: threading.Eve
         return unsent()
 
 
-def _in_turn(call: Any, guard: CallGuard, items: Sequence[Item], stop: threading.Event,
+def _in_turn(call: Any, guard: CallGuard, items: Sequence[Item], stop: _Stop,
              abandoned: threading.Event) -> list[Judgment] | Exception:
     """``call`` per item of one ask in this thread: its judgments, or the exception of the first call that raised."""
     return outcome_of(lambda: [call(guard, item, stop, abandoned) for item in items], guard)
 
 
-def _wait(owners: list[list[Future]], stops: list[threading.Event], guards: list[CallGuard],
-          timeout: float | None) -> None:
+def _wait(owners: list[list[Future]], stops: list[_Stop], guards: list[CallGuard], timeout: float | None) -> bool:
     """Wait for the calls of every ask (``owners[k]``: ask k's futures) for at most ``timeout`` seconds (None: no
     limit); a call that raises stops its ask (``stops[k]``) and drops its queued calls, and ends the wait when the
-    ask's guard stopped (``guards[k].error``)."""
+    ask's guard stopped (``guards[k].error``). Returns whether the wait ended at ``timeout`` (the deadline) with
+    calls pending."""
     until = None if timeout is None else time.monotonic() + timeout
     ask_of = {future: k for k, own in enumerate(owners) for future in own}
     pending = set(ask_of)
     while pending:
         left = None if until is None else until - time.monotonic()
         if left is not None and left <= 0:
-            return
+            return True
         done, pending = wait(pending, timeout=left, return_when=FIRST_EXCEPTION)
         for future in done:
             if future.cancelled() or future.exception() is None:
                 continue
             k = ask_of[future]
-            stops[k].set()
+            stops[k].set(_Stop.FAILED)
             for queued in owners[k]:
                 queued.cancel()
             if guards[k].error is not None:
-                return
+                return False
+    return False
 
 
 class _InFlight(Exception):
