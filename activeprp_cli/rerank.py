@@ -213,7 +213,7 @@ def settings_from_args(args: argparse.Namespace, defaults: RerankSettings | None
                                                      if hasattr(args, name)}})
 
 
-ranking_settings = settings_from_args  # another name of it, kept for the callers that use it
+ranking_settings = settings_from_args  # its name before the settings were derived: public, kept (never removed)
 
 
 def run_rerank(query: str, candidates: list[Candidate], comparator: Any, args: argparse.Namespace) -> RerankResult:

@@ -140,11 +140,6 @@ class _Window:
                 self.bar.update(1)
             yield item
 
-    def finished_items(self) -> Iterator[tuple[int, RerankResult | RerankFailure]]:
-        """Every finished item with its index, whatever its place in the input order (removing them)."""
-        for index in [i for i, r in self.items.items() if not isinstance(r, Reranking)]:
-            yield index, self.items.pop(index)  # type: ignore[misc]
-
     def fatal(self, error: Exception) -> bool:
         """Whether ``error`` means the endpoint is dead for every query (and ``on_failure`` is "raise")."""
         dead = isinstance(error, ComparatorAuthError) or self.guard.error is not None

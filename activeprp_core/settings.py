@@ -236,8 +236,6 @@ CAPS: tuple[str, ...] = tuple(name for name in FIELDS if name in RULES)
 COUNTS: dict[str, dict[str, Any]] = {name: {"minimum": spec.check.minimum, "allow_none": spec.check.allow_none}
                                      for name, spec in SPECS.items() if isinstance(spec.check, Count)}
 """The integer settings and their bounds, as ``check_count`` takes them (numpy integers pass, bools do not)."""
-CAP_HELP: dict[str, str] = {name: SPECS[name].help for name in CAPS}
-"""The caps and their help texts (the CLI's ``--budget``, ``--max-rounds``, ``--token-budget`` ...)."""
 
 def check_setting(name: str, value: Any) -> Any:
     """``value`` as setting ``name`` keeps it (e.g. a numpy integer as an int), checked by its declaration.

@@ -35,9 +35,6 @@ TOP_N = Count(minimum=1, allow_none=True)
 """How ``top_n`` is checked: an int >= 1, or None = every document, reranked (the LangChain wrapper)."""
 TOP_N_INT = Count(minimum=1)
 """How the LlamaIndex wrapper's ``top_n`` (typed ``int``, as LlamaIndex's rerankers have it) is checked."""
-DEFAULT_RANKER, DEFAULT_ORACLE, DEFAULT_BUDGET, DEFAULT_MAX_ROUNDS = (ONLINE.ranker, ONLINE.oracle, ONLINE.budget,
-                                                                      ONLINE.max_rounds)
-"""The online preset's ranker, oracle, call cap and round cap (``activeprp_core.settings.ONLINE``)."""
 
 
 def check_field(value: Any, name: str, top_n: Count = TOP_N) -> Any:

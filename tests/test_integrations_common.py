@@ -15,7 +15,7 @@ from langchain_core.documents import Document
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
 from activeprp_core import Candidate, SimulatedComparator, rerank
-from activeprp_integrations._common import DEFAULT_MAX_ROUNDS
+from activeprp_core.settings import ONLINE
 from activeprp_integrations.langchain import ActivePRPRerank as LCRerank
 from activeprp_integrations.llama_index import ActivePRPRerank as LIRerank
 from tests.conftest import Recorder
@@ -33,7 +33,7 @@ def _three_ways(query, passages, comparator, **fields):
     top_n = fields["top_n"]
     core = rerank(query, cands, comparator=comparator, ranker=fields["ranker"], oracle=fields["oracle"],
                   budget=fields["budget"], top_k=top_n, seed=fields["seed"],
-                  max_rounds=fields.get("max_rounds", DEFAULT_MAX_ROUNDS))  # the wrappers' default round cap
+                  max_rounds=fields.get("max_rounds", ONLINE.max_rounds))  # the wrappers' default round cap
     core_top = [(cands[i].id, core.scores[i]) for i in core.order[:top_n]]
 
     docs = [Document(page_content=t, id=d) for d, t in passages]

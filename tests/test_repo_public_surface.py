@@ -27,7 +27,8 @@ def test_names_left_out_of_all_are_importable_from_their_submodules():
     where = {"activeprp_core.oracles": ["ORACLES", "BothOrders", "get_oracle", "BidirectionalOracle"],
              "activeprp_core.rankers": ["RANKERS", "RankContext", "get_ranker"],
              "activeprp_core.comparators": ["CallGuard", "SupportsCompare", "as_comparator"],
-             "activeprp_core.types": ["Judgment"], "activeprp_core.budget": ["Budget", "CallBudget"]}
+             "activeprp_core.types": ["Judgment"], "activeprp_core.budget": ["Budget", "CallBudget"],
+             "activeprp_cli.rerank": ["ranking_settings"]}  # settings_from_args's former name
     for module, names in where.items():
         mod = importlib.import_module(module)
         assert [n for n in names if not hasattr(mod, n)] == []

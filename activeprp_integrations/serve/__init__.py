@@ -46,7 +46,6 @@ SERVE = RerankSettings.of(ONLINE, time_budget=30.0)
 """The service's settings by default: the online preset (``activeprp_core.settings.ONLINE``) with 30 seconds per
 request, counted from its arrival. Each cap (``budget``, ``max_rounds``, ``token_budget``, ``time_budget``) is also
 the most a request may ask for."""
-DEFAULT_TIME_BUDGET = SERVE.time_budget
 DEFAULT_MAX_QUERY_BYTES = 8192
 """UTF-8 bytes of a query by default (the query goes into every prompt)."""
 DEFAULT_COOL_DOWN = 5.0
