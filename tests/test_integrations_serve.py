@@ -260,6 +260,13 @@ def test_every_setting_a_request_may_carry_is_a_body_field_that_reaches_the_rera
     assert Limits(5, 100, dict.fromkeys(CAPPED)).own_settings(body) == values
 
 
+def test_the_settings_a_server_bounds_are_the_caps_time_budget_among_them():
+    """One list says which settings a server bounds (``settings.CAPS``, from ``budget.RULES``): the bodies' list
+    was a second one, restating ``time_budget`` as if it were no cap."""
+    from activeprp_core.settings import CAPS
+
+    assert CAPPED is CAPS and "time_budget" in CAPS
+
 def test_a_tei_request_s_settings_are_checked_and_honoured_and_its_errors_name_texts(client):
     """TEI's shape ignored ``budget`` even over the server's cap (200), and an empty ``texts`` was told that
     ``documents`` is empty."""
@@ -433,6 +440,26 @@ def test_the_service_breaker_caps_sync_threads_and_async_tasks_together(threads,
     inside, errors = on_both_paths(judge, lambda: breaker, breaker.fair_slots, threads, tasks)
     assert not errors and inside == judge.park.peak == 2
 
+
+def test_the_breaker_s_on_call_is_typed_as_it_is_called_with_ok_and_retries():
+    """``Breaker``'s ``on_call`` is declared as the service declares it and as it is called: ``(ok, retries)``
+    (declared ``Callable[[bool | None], None]``, so a callback written from that type raised TypeError)."""
+    import typing
+
+    from activeprp_integrations.serve.breaker import Breaker
+    from activeprp_integrations.serve.service import RerankService
+
+    async def probe():
+        return True
+
+    hint = typing.get_type_hints(Breaker.__init__)["on_call"]
+    assert hint == typing.get_type_hints(RerankService.__init__)["on_call"]
+    assert typing.get_args(typing.get_args(hint)[0])[0] == [bool | None, int]
+    calls = []
+    breaker = Breaker(None, 3, 1.0, probe, on_call=lambda ok, retries: calls.append((ok, retries)))
+    breaker.record(True, retries=2)
+    breaker.record(None, "cut before its retry", retries=1)
+    assert calls == [(True, 2), (None, 1)]
 
 def _wait_until(predicate, timeout=10.0):
     deadline = time.monotonic() + timeout

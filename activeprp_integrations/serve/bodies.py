@@ -134,8 +134,9 @@ class CallerError(ValueError):
         self.status = status
 
 
-CAPPED = tuple(dict.fromkeys((*CAPS, "time_budget")))
-"""The settings a request may ask for in its body, up to the server's value: the caps."""
+CAPPED = CAPS
+"""The settings a request may ask for in its body, up to the server's value: the caps (``settings.CAPS``,
+``time_budget`` among them)."""
 BODY_FIELDS: dict[str, str] = {name: {"top_k": "top_n"}.get(name, name) for name in PER_REQUEST}
 """Each setting a request may carry (``settings.PER_REQUEST``) and the body field that carries it (declared by
 ``_Settings``, so in every shape): the setting's name, except Cohere's ``top_n`` for ``top_k``."""

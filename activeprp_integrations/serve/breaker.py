@@ -51,7 +51,8 @@ class Breaker(CallGuard):
     """
 
     def __init__(self, max_concurrency: int | None, threshold: int | None, cool_down: float,
-                 probe: Callable[[], Awaitable[bool]], on_call: Callable[[bool | None], None] | None = None) -> None:
+                 probe: Callable[[], Awaitable[bool]],
+                 on_call: Callable[[bool | None, int], None] | None = None) -> None:
         super().__init__(max_concurrency, threshold)
         self.cool_down, self.probe, self.on_call = cool_down, probe, on_call
         self.opened_at: float | None = None
