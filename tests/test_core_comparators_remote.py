@@ -159,6 +159,24 @@ def test_a_rejected_request_fails_that_call_only_and_a_bug_is_not_hidden():
         broken.judge("q", [pair()])
 
 
+def test_the_default_send_works_in_a_thread_that_runs_an_event_loop():
+    """A sync ``rerank`` inside ``async def`` (a Jupyter cell) with a provider that keeps the default ``send``: with
+    one worker its calls run in the caller's thread, whose loop is running (``asyncio.run`` refused it before)."""
+    cands = [Candidate(f"d{i}", f"passage {i}") for i in range(6)]
+    kw = {"budget": 12, "seed": 0, "ranker": "mohajer", "oracle": "randomized", "on_failure": "prior"}
+
+    def judge() -> ChatModelJudge:
+        return ChatModelJudge(FakeChatModel(lambda t: reply()), max_concurrency=1)
+
+    async def inside_a_loop():
+        return rerank("q", cands, comparator=judge(), **kw), judge().judge("q", [pair()])
+
+    outside = rerank("q", cands, comparator=judge(), **kw)
+    inside, (one,) = asyncio.run(inside_a_loop())
+    assert (inside.order, inside.calls, inside.failed_calls) == (outside.order, outside.calls, 0) and outside.calls
+    assert one.prob == pytest.approx(math.exp(-0.1) / (math.exp(-0.1) + math.exp(-2.4)))
+
+
 def test_rerank_with_the_provider_and_a_dead_model_opens_the_breaker():
     from activeprp_core import ComparatorUnavailable
 

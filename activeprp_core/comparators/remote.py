@@ -142,8 +142,13 @@ class RemoteComparator(FreshState, Comparator):
         raise NotImplementedError
 
     def send(self, client: Any, request: Any) -> Any:
-        """Sync ``asend`` with the sync client. Default: ``asend`` in a fresh event loop (no client)."""
-        return asyncio.run(self.asend(None, request))
+        """Sync ``asend`` with the sync client. Default: ``asend`` in a fresh event loop (no client), on a helper
+        thread when this thread runs a loop (a sync ``rerank`` inside ``async def``, whose calls may run in the
+        caller's thread): ``asyncio.run`` refuses a thread whose loop is running."""
+        if asyncio._get_running_loop() is None:
+            return asyncio.run(self.asend(None, request))
+        (sent,) = in_daemon_workers([lambda: asyncio.run(self.asend(None, request))], 1)
+        return sent.result()
 
     def sends_in_thread(self) -> bool:
         """Whether the async path sends each attempt through ``send`` in a worker thread (``base.in_thread``)
