@@ -17,6 +17,7 @@ from activeprp_core import Candidate, ComparatorAuthError, ComparatorRequestErro
 from activeprp_core.comparators import CallGuard, OpenAIChatComparator, RemoteComparator
 from activeprp_core.comparators.answers import Answer, UnusableAnswer, answer_from
 from activeprp_core.comparators.base import comparator_name
+from activeprp_core.comparators.clients import LoopClients
 from activeprp_core.comparators.failures import Failure, status_failure
 from activeprp_core.comparators.prompts import (
     PRP_PROMPT,
@@ -175,6 +176,54 @@ def test_the_default_send_works_in_a_thread_that_runs_an_event_loop():
     inside, (one,) = asyncio.run(inside_a_loop())
     assert (inside.order, inside.calls, inside.failed_calls) == (outside.order, outside.calls, 0) and outside.calls
     assert one.prob == pytest.approx(math.exp(-0.1) / (math.exp(-0.1) + math.exp(-2.4)))
+
+
+class FakeClient:
+    def __init__(self, n: int) -> None:
+        self.n, self.closed_on = n, None
+
+
+def loop_clients(fail: set[int]) -> LoopClients:
+    """``LoopClients`` whose async clients are numbered from 0; closing one in ``fail`` raises."""
+    made = iter(range(100))
+
+    async def aclose(client: FakeClient) -> None:
+        await asyncio.sleep(0)
+        if client.n in fail:
+            raise OSError(f"cannot close client {client.n}")
+        client.closed_on = asyncio.get_running_loop()
+
+    return LoopClients(lambda: None, lambda: FakeClient(next(made)), lambda c: None, aclose)
+
+
+@pytest.mark.parametrize("fail", [set(), {0}])
+@pytest.mark.parametrize("how", ["close", "aclose", "close outside a loop"])
+def test_clients_of_idle_loops_close_on_their_loops_from_a_thread_that_runs_another_and_one_failure_leaks_none(
+        how, fail):
+    """A comparator used on private loops (``run_until_complete``, as Ray's async actor does), closed from async
+    code: each idle loop's client closes on that loop; one that fails to close is raised after the others closed
+    (``run_until_complete`` refused this thread before, and the clients after the failure were dropped)."""
+    clients = loop_clients(fail)
+    loops = [asyncio.new_event_loop() for _ in range(3)]
+
+    async def shut():
+        await clients.aclose() if how == "aclose" else clients.close()
+
+    def run() -> None:
+        clients.close() if how == "close outside a loop" else asyncio.run(shut())
+
+    try:
+        made = [loop.run_until_complete(clients.for_running_loop()) for loop in loops]
+        if fail:
+            with pytest.raises(OSError, match="cannot close client 0"):
+                run()
+        else:
+            run()
+        assert [c.closed_on for c in made] == [None if c.n in fail else loop for c, loop in zip(made, loops)]
+        assert clients.live_async_clients() == 0
+    finally:
+        for loop in loops:
+            loop.close()
 
 
 def test_rerank_with_the_provider_and_a_dead_model_opens_the_breaker():

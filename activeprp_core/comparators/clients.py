@@ -10,6 +10,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .base import in_daemon_workers
+
 
 @dataclass
 class _LoopClient:
@@ -97,28 +99,47 @@ class LoopClients:
 
     def close(self) -> None:
         """Close the sync client, and the async client of every loop: on its own loop when that loop is running
-        (scheduled thread-safely) or idle; clients of closed loops are dropped."""
+        (scheduled thread-safely) or idle (run here, or on a helper thread when this thread runs another loop,
+        which ``run_until_complete`` refuses); clients of closed loops are dropped. Every client is tried: a
+        failure to close one is raised once the others were closed (the first failure, when several fail)."""
         with self._lock:
             sync, self._sync = self._sync, None
             entries, self._loops = list(self._loops.values()), {}
+        errors: list[Exception] = []
         if sync is not None:
-            self._close_sync(sync)
+            try:
+                self._close_sync(sync)
+            except Exception as error:
+                errors.append(error)
         for entry in entries:
-            loop = entry.loop()
-            if loop is None or loop.is_closed():
-                _finish_dead(entry)
-            elif loop.is_running():
-                future = asyncio.run_coroutine_threadsafe(entry.closer.aclose(), loop)
-                self._tasks.add(future)
-                future.add_done_callback(self._tasks.discard)
-            else:
-                loop.run_until_complete(entry.closer.aclose())
+            try:
+                self._close_on_its_loop(entry)
+            except Exception as error:
+                errors.append(error)
+        if errors:
+            raise errors[0]
+
+    def _close_on_its_loop(self, entry: _LoopClient) -> None:
+        loop = entry.loop()
+        if loop is None or loop.is_closed():
+            _finish_dead(entry)
+        elif loop.is_running():
+            future = asyncio.run_coroutine_threadsafe(entry.closer.aclose(), loop)
+            self._tasks.add(future)
+            future.add_done_callback(self._tasks.discard)
+        elif asyncio._get_running_loop() is None:
+            loop.run_until_complete(entry.closer.aclose())
+        else:
+            (closed,) = in_daemon_workers([lambda: loop.run_until_complete(entry.closer.aclose())], 1)
+            closed.result()
 
     async def aclose(self) -> None:
-        """``close``, awaiting the running loop's own client."""
+        """``close``, awaiting the running loop's own client (the others are closed also when that fails)."""
         loop = asyncio.get_running_loop()
         with self._lock:
             mine = self._loops.pop(id(loop), None)
-        if mine is not None and mine.loop() is loop:
-            await mine.closer.aclose()
-        self.close()
+        try:
+            if mine is not None and mine.loop() is loop:
+                await mine.closer.aclose()
+        finally:
+            self.close()
