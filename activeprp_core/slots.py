@@ -56,6 +56,12 @@ async def wait_for(awaitable: Awaitable[T], seconds: float | None) -> T:
     return task.result()
 
 
+class LoopBlocked(RuntimeError):
+    """Raised by a thread-side ``FairSlots.take`` (the sync path: ``judge``, ``rerank``) made on a thread whose own
+    running event loop's tasks hold so many slots that the rest cannot grant it: blocking there would hang forever,
+    as those tasks can give their slots back only when the loop, stopped by this very wait, runs again."""
+
+
 class DeadlinePassed(Exception):
     """Raised inside a comparator when a query's deadline passed before a call (or a slot for it) could go out;
     the comparator turns it into ``Judgment(None, cut=...)``, it never leaves the comparator."""
@@ -89,6 +95,7 @@ class Hold:
                  slots: FairSlots | None = None) -> None:
         self.n, self.loop, self._slots = n, loop, slots
         self.until: Returned | None = None
+        self.ended = False  # its block has ended: no task of its loop needs to run for it to be released
 
     def _give_back(self) -> None:
         if self._slots is not None:
@@ -180,8 +187,14 @@ class FairSlots:
         """Hold ``min(n, total)`` slots (yields a ``Hold``); waits while others with a lower key (or the same key,
         earlier) wait, at most ``timeout`` seconds (then ``DeadlinePassed``, holding nothing). ``key``: a request's
         ``next_key()``; None: this call's own arrival. ``threads``: wait by blocking the thread (the sync path:
-        this never suspends) rather than suspending the task; None: the instance's ``threads``. A thread that runs
-        an event loop must not block here while that loop's tasks hold slots: they could not give them back."""
+        this never suspends) rather than suspending the task; None: the instance's ``threads``.
+
+        Raises:
+            DeadlinePassed: no slot within ``timeout``.
+            LoopBlocked: a thread-side wait on a thread whose running loop's tasks hold (or were granted) so many
+                slots that the others cannot serve it. Such a wait cannot be detected in every case (a task of
+                that loop queued ahead of it, granted later): a thread that runs an event loop should await the
+                async path on these slots (``ajudge``, ``arerank``), not block on them."""
         # None in a thread without a loop (``held``); no RuntimeError raised and caught on every sync take
         hold = Hold(min(n, self.total), asyncio._get_running_loop(), slots=self)
         future = self._queue(hold, key)
@@ -196,6 +209,7 @@ class FairSlots:
         try:
             yield hold
         finally:
+            hold.ended = True
             hold.release_then(hold._give_back)
 
     def _queue(self, hold: Hold, key: int | None) -> concurrent.futures.Future | None:
@@ -221,7 +235,11 @@ class FairSlots:
         reclaims the slots of holders whose loop has closed meanwhile (nobody else may arrive or release)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         if threads:
+            mine = asyncio._get_running_loop()
+
             def wait(seconds: float) -> bool:
+                if mine is not None:
+                    self._refuse_own_loop(mine, future)
                 return bool(concurrent.futures.wait({future}, seconds).done)
         else:
             loop = asyncio.get_running_loop()
@@ -241,6 +259,21 @@ class FairSlots:
             if left is not None and left <= seconds:
                 return False
             self._reclaim()
+
+    def _refuse_own_loop(self, loop: asyncio.AbstractEventLoop, future: concurrent.futures.Future) -> None:
+        """Raise ``LoopBlocked`` when the thread about to block for ``future`` runs ``loop`` and the slots held by
+        that loop's tasks (not released before the loop runs again) leave too few for this waiter."""
+        with self._lock:
+            waiter = next((hold for _, _, hold, grant in self._waiters if grant is future), None)
+            stuck = sum(hold.n for hold in self._holds if hold.loop is loop and not hold.ended)
+        self._serve_posted()
+        if waiter is not None and not future.done() and self.total - stuck < waiter.n:
+            raise LoopBlocked(
+                f"a sync call on this thread waits for {waiter.n} of {self.total} call slots while tasks of the "
+                f"event loop this thread runs hold {stuck}: they can give them back only when this thread returns "
+                "to its loop. From a thread that runs an event loop, await the async call on the same guard "
+                "(ajudge / arerank / RerankPool.rerank) instead of the sync one, or give the sync call a guard "
+                "of its own")
 
     def _reclaim(self) -> None:
         """Serve the waiters, reclaiming the slots of ``orphaned`` holds if the first needs them."""

@@ -481,3 +481,69 @@ def test_a_thread_waiting_with_no_timeout_gets_the_slot_of_a_holder_whose_loop_c
     loop.close()
     worker.join(10)
     assert got == [True] and slots.free == 1 and not task.done()
+
+
+def test_a_sync_take_on_a_loop_s_thread_whose_tasks_hold_the_slots_it_needs_raises_instead_of_hanging():
+    """The thread that runs a loop blocking for slots only that loop's tasks could give back would hang forever
+    (they run only when it returns): ``LoopBlocked``, nothing held or queued. Slots another thread gives back are
+    still waited for."""
+    from activeprp_core import Candidate, Comparator
+    from activeprp_core.comparators import CallGuard
+    from activeprp_core.slots import LoopBlocked
+
+    class Judge(Comparator):
+        def compare(self, query, pairs):
+            return [1.0] * len(pairs)
+
+    async def scenario():
+        slots, release = FairSlots(2), asyncio.Event()
+
+        async def task_holds(n):
+            async with slots.take(n):
+                await release.wait()
+
+        holder = asyncio.ensure_future(task_holds(2))
+        await asyncio.sleep(0)
+        with pytest.raises(LoopBlocked, match="tasks of the event loop this thread runs hold 2"), \
+                held(slots.take(1, threads=True)):
+            pass
+        assert (slots.waiting, slots.free) == (0, 0)
+        release.set()
+        await holder
+        # one slot the loop's task holds, one another thread gives back once this thread waits: served
+        release.clear()
+        holder = asyncio.ensure_future(task_holds(1))
+        await asyncio.sleep(0)
+        taken = threading.Event()
+
+        def other_thread():
+            with held(slots.take(1, threads=True)):
+                taken.set()
+                while not slots.waiting:
+                    threading.Event().wait(0.001)
+
+        other = threading.Thread(target=other_thread)
+        other.start()
+        taken.wait()
+        with held(slots.take(1, threads=True)) as hold:
+            assert hold.n == 1
+        other.join()
+        release.set()
+        await holder
+        # the same through a guard shared with the loop's tasks, as a RerankPool's
+        guard = CallGuard(max_concurrency=1)
+        release.clear()
+
+        async def guard_holds():
+            async with guard.slots(1):
+                await release.wait()
+
+        holder = asyncio.ensure_future(guard_holds())
+        await asyncio.sleep(0)
+        with pytest.raises(LoopBlocked):
+            Judge().judge("q", [(Candidate("a", "x"), Candidate("b", "y"))], guard=guard)
+        release.set()
+        await holder
+        return slots.free, guard.fair_slots.free
+
+    assert asyncio.run(scenario()) == (2, 1)

@@ -104,7 +104,10 @@ class CallGuard:
     Thread-safe; its slots (``fair_slots``) are one count for the tasks of any event loop and the threads of the
     sync path together: ``judge`` in threads and ``ajudge`` on a loop at once still have ``max_concurrency`` in all.
     They are waited for oldest first (a pool's request by its arrival, a direct call by its own), and the slots of
-    a task whose loop was closed before it gave them back are reclaimed (``slots.FairSlots``).
+    a task whose loop was closed before it gave them back are reclaimed (``slots.FairSlots``). A sync call made
+    on the thread that runs an event loop cannot wait for slots that loop's tasks hold (they give them back only
+    when that thread returns to its loop): it raises ``slots.LoopBlocked`` where that is certain and may hang
+    otherwise (a task of that loop queued ahead of it); await ``ajudge`` there.
 
     Raises:
         TypeError / ValueError: a limit that is not an int >= 1 or None.
