@@ -419,7 +419,12 @@ async def arerank_many(requests: Iterable[tuple[str, Sequence[Candidate]]], sett
     """Async ``rerank_many`` (same arguments and results): the calls of all queries in progress run concurrently
     (at most ``max_concurrency`` in flight). With ``carry_judge=False`` and a comparator that does not batch
     queries (``Comparator.batches_queries``), each query sends its next round as soon as its last one is answered
-    (``_on_their_own``); otherwise the queries go in steps, each awaiting every query's round."""
+    (``_on_their_own``); otherwise the queries go in steps, each awaiting every query's round.
+
+    Those queries on their own run in background tasks: leaving ``async for`` early (``break``, an exception)
+    while the iterator is still referenced leaves them sending calls (paid, up to each query's budget) until it is
+    closed or garbage-collected; iterate it in ``contextlib.aclosing(arerank_many(...))``, which closes it (and
+    cancels them) on the way out. In steps nothing is sent after a ``break``."""
     judge, window = _window(requests, settings, options, comparator, max_active, progress, carry_judge)
     if not carry_judge and not judge.batches_queries:
         async for item in _on_their_own(window, judge):

@@ -209,7 +209,10 @@ class RerankPool:
             stays open once opened). Its ``max_concurrency`` caps the calls in flight across requests, and across
             whatever else uses the guard (another pool, a direct call): its slots (``fair_slots``) are the pool's,
             and a request's key is its arrival on them (``FairSlots.next_key``), so the oldest request or direct
-            call waiting goes first, whichever pool it came from.
+            call waiting goes first, whichever pool it came from. A direct sync call (``judge``) on the thread
+            that runs the pool's loop cannot wait for slots the pool's tasks hold (they give them back only when
+            that thread returns to its loop): it raises ``slots.LoopBlocked`` where that is certain and may hang
+            otherwise (a task of that loop queued ahead of it); await the async call (``ajudge``) there.
 
     The requests share one record of round latencies (``judging.RoundLatency``), from which a request with a
     ``time_budget`` plans the rounds that fit. Use from coroutines of one event loop; ``await aclose()`` when done
@@ -291,6 +294,15 @@ async def arerank_stream(requests: AsyncIterable[tuple], settings: RerankSetting
     Raises:
         TypeError / ValueError: bad shared arguments (before any request is read). As ``arerank_many``: a dead
         endpoint (with ``on_failure="raise"``) raises out of the stream, which ends (the others are cancelled).
+
+    Requests run in background tasks: leaving ``async for`` early (``break``, an exception) while the stream is
+    still referenced leaves them sending calls (paid, up to each one's budget) until it is closed or
+    garbage-collected. Close it on the way out::
+
+        async with contextlib.aclosing(arerank_stream(requests, comparator=judge, budget=50)) as results:
+            async for index, result in results:
+                if enough(result):
+                    break  # the requests still running are cancelled here
     """
     pool = RerankPool(comparator, RerankSettings.of(settings, **options))
     max_active = check_count(max_active, "max_active", minimum=1)
