@@ -144,6 +144,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 class _QuietServer(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 512  # listen backlog (default 5): past it, connects wait for a SYN retry (1 s), like faults
 
     def handle_error(self, request, client_address) -> None:
         if not isinstance(sys.exc_info()[1], ConnectionError):  # a client that hung up (a cancelled call) is fine
