@@ -122,7 +122,7 @@ def _start(query: Any, candidates: Any, settings: RerankSettings | None, compara
     judge = as_comparator(comparator)
     reranking = Reranking(query, candidates, settings, comparator=judge, clock=clock_now(), **options)
     guard = guard_for(judge, reranking.settings)
-    guard.clock, guard.deadline, guard.latency = reranking.clock, reranking.deadline, reranking.ledger.latency
+    guard.clock, guard.deadline, guard.latency = reranking.clock, reranking.deadline, reranking.ledger.floor
     return judge, reranking, guard, exchange(reranking, guard)
 
 

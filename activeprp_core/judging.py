@@ -15,6 +15,7 @@ temperature (a quantile, unlike a fixed margin, does not depend on it); before `
 from __future__ import annotations
 
 import bisect
+import math
 import threading
 import time
 from collections import deque
@@ -195,31 +196,52 @@ the median, so the rounds planned to fit a time budget fit it more often than no
 LATENCY_WINDOW = 256
 """The most recent round latencies a ``RoundLatency`` keeps (older ones age out as the judge's latency drifts)."""
 LATENCY_HORIZON = 60.0
-"""Seconds a round latency counts for ``RoundLatency``: after a slow spell of the judge, a time budget shorter than
-its rounds plans no round at all, so no faster round is observed to replace them; once they are this old the
-estimate starts again from the rounds sent since (none: the round cap alone), as on a fresh start."""
+"""Seconds a round latency counts for ``RoundLatency``; once they are this old the estimate starts again from the
+rounds sent since (none: the round cap alone), as on a fresh start. An estimate that plans no round is not left to
+age out: a stale one is tested sooner (``RoundLatency.probe``)."""
 
 
 class RoundLatency:
     """The comparator's observed round latencies (seconds from a batch's send to its answers, a cut round's
     time to the deadline as a lower bound), carried across the queries of a ``rerank_many`` (and the requests of
     ``activeprp serve``) like the judge's record; one per rerank otherwise. ``estimate`` plans the rounds that fit a
-    ``time_budget``. Only the last ``LATENCY_WINDOW`` rounds observed within ``LATENCY_HORIZON`` seconds count
-    (on ``clock``). Thread-safe: a sync comparator's worker threads read it (``CallGuard.too_late``)."""
+    ``time_budget``, ``fastest`` is the least time left a call is sent with (``CallGuard.too_late``). Only the last
+    ``LATENCY_WINDOW`` rounds observed within ``LATENCY_HORIZON`` seconds count (on ``clock``). Thread-safe: a
+    sync comparator's worker threads read it.
+
+    A record that says no round fits is never refreshed by itself (no call is sent to observe a faster round: its
+    calls are too late, under ``fastest``), so a stale one (a slow spell of the judge, or a burst whose rounds
+    waited for the judge's slots) would shut a judge that answers fast again out for the horizon. So it is tested:
+    a round sent when no round fits the time left at the estimate and no round has been observed (nor probe sent)
+    for the estimate's own length is a probe (``probe``): its calls are not held back by ``fastest`` (its query's
+    ``CallFloor``), and answered in less than the estimate, it replaces the rounds before it
+    (``record(probe=True)``). Rounds observed within the estimate's length keep the record in force (no round it
+    says cannot finish is sent), and at most one probe goes out per that length.
+    """
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
         self.seconds: deque[tuple[float, float]] = deque(maxlen=LATENCY_WINDOW)  # (when observed, seconds)
         self.answered: deque[tuple[float, float]] = deque(maxlen=LATENCY_WINDOW)
+        self._touched: float | None = None  # when a round was last observed or a probe sent (on clock)
         self._lock = threading.Lock()
 
-    def record(self, seconds: float, answered: bool = True) -> None:
-        """Note one round that took ``seconds`` (``answered``: every call came back, none cut at a deadline)."""
-        entry = (self.clock(), max(0.0, seconds))
+    def record(self, seconds: float, answered: bool = True, probe: bool = False) -> None:
+        """Note one round that took ``seconds`` (``answered``: every call came back, none cut at a deadline).
+        ``probe``: the round was a probe (``probe``); answered in less than the estimate, it shows the rounds before
+        it no longer hold: they are dropped (the estimate starts again from it, as once they are
+        ``LATENCY_HORIZON`` old). Cut, or slower, it is one round among the others."""
+        refuted = probe and answered and seconds < (self.estimate() or math.inf)
+        now = self.clock()
+        entry = (now, max(0.0, seconds))
         with self._lock:
+            if refuted:
+                self.seconds.clear()
+                self.answered.clear()
             self.seconds.append(entry)
             if answered:
                 self.answered.append(entry)
+            self._touched = now
 
     def _recent(self, rounds: deque[tuple[float, float]]) -> list[float]:
         oldest = self.clock() - LATENCY_HORIZON
@@ -238,6 +260,40 @@ class RoundLatency:
         if not ordered:
             return None
         return ordered[min(len(ordered) - 1, int(LATENCY_QUANTILE * len(ordered)))]
+
+    def probe(self, seconds: float) -> bool:
+        """Whether a round sent now with ``seconds`` left tests a stale record: no round fits in ``seconds`` (> 0)
+        at the ``estimate``, and no round has been observed, nor probe sent, for ``estimate`` seconds (nothing else
+        will refresh the record). ``Ledger.rounds_left`` then allows that one round, and ``Ledger.open_round``
+        sends it as the probe (``probe_sent``; its calls pass the ``fastest`` floor, ``CallFloor``). False with no
+        estimate (nothing to test)."""
+        estimate = self.estimate()
+        if estimate is None or not 0 < seconds < estimate:
+            return False
+        with self._lock:
+            touched = self._touched
+        return touched is None or self.clock() - touched >= estimate
+
+    def probe_sent(self) -> None:
+        """Note a probe sent now (``Ledger.open_round``): the next may go out ``estimate`` seconds after it (or
+        after the last round observed) at the earliest."""
+        now = self.clock()
+        with self._lock:
+            self._touched = now
+
+
+class CallFloor:
+    """One query's view of a ``RoundLatency`` for its calls (``CallGuard.latency``, read by ``too_late``):
+    ``fastest`` is the record's, except while the query's round in flight is a probe (``probing``, set by
+    ``Ledger.open_round``): none then (only ``comparators.base.DEADLINE_SLACK`` holds its calls back), since the
+    floor is as old as the estimate the probe tests. The other queries' calls keep the floor meanwhile."""
+
+    def __init__(self, latency: RoundLatency) -> None:
+        self.latency, self.probing = latency, False
+
+    def fastest(self) -> float | None:
+        """``RoundLatency.fastest``, or None while this query's probe is out."""
+        return None if self.probing else self.latency.fastest()
 
 
 def margin_of(answers: object) -> float:

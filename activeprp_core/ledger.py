@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .budget import Caps, Deadline
-from .judging import RoundLatency
+from .judging import CallFloor, RoundLatency
 from .settings import RerankSettings
 from .types import UNSENT, Accounting, Judgment, Pair
 
@@ -54,7 +54,9 @@ class Ledger:
             and answered (``calls`` and ``rounds`` are the caps' spending, see ``accounting``).
         exhausted_by: the caps that refused a question, in order. failure: the error that stopped the calls
             (``on_failure="prior"``), else None. errors: the distinct reasons of failed calls and of calls cut
-            before their retries (at most 5). errored_cuts: the calls cut before their retries.
+            before their retries (at most 5). errored_cuts: the calls cut before their retries. floor: what this
+            query's calls read of ``latency`` (``judging.CallFloor``, lifted for a probe): the drivers hand it to
+            the comparator's guard as ``CallGuard.latency``.
     """
 
     def __init__(self, settings: RerankSettings, query: str, pricing: Any,
@@ -66,6 +68,7 @@ class Ledger:
         self.deadline: Deadline = self.caps["time_budget"]
         self.latency = RoundLatency(clock) if latency is None else latency
         self._opened: float | None = None  # when the round in flight went out
+        self.floor = CallFloor(self.latency)  # what this query's calls read (CallGuard.latency): lifted for a probe
         self.counts = Accounting()
         self.exhausted_by: list[str] = []
         self.failure: str | None = None
@@ -94,7 +97,10 @@ class Ledger:
         """Rounds the query can still send (None = no limit): what the round cap allows, and with a time budget at
         most the rounds that fit in the time left at the estimated round latency (``RoundLatency.estimate``;
         none known yet: the round cap alone). So a ranker that plans its rounds plans a shallow plan that
-        completes rather than a deep one the deadline cuts off."""
+        completes rather than a deep one the deadline cuts off. When none fits but the record is stale
+        (``RoundLatency.probe``: no round observed for the estimate's length), one round: the round sent
+        then is the probe that tests it (``open_round``), so a stale estimate cannot shut a judge that answers fast
+        again out."""
         left, time_left = self.caps["max_rounds"].remaining, self.deadline.remaining
         if time_left is None:  # checked first: rankers ask this once per round, cache-answered ones included
             return left
@@ -104,6 +110,8 @@ class Ledger:
         fit = time_left // per_round
         if fit == math.inf:  # a deadline too far to count in rounds (e.g. a time budget of 1e308 s)
             return left
+        if fit == 0 and left != 0 and self.latency.probe(time_left):
+            fit = 1
         return int(fit) if left is None else min(left, int(fit))
 
     def time_left(self) -> float | None:
@@ -143,9 +151,14 @@ class Ledger:
             self.exhausted_by.append(cap)
 
     def open_round(self) -> None:
-        """The batch planned sends calls: it takes a round (timed from now)."""
+        """The batch planned sends calls: it takes a round (timed from now; the probe of a stale record of round
+        latencies when no round fits the time left at its estimate, ``RoundLatency.probe``)."""
         self.caps.take_round()
         self._opened = self.clock()
+        time_left = self.deadline.remaining
+        self.floor.probing = time_left is not None and self.latency.probe(time_left)
+        if self.floor.probing:
+            self.latency.probe_sent()
 
     # ---- after the batch ----------------------------------------------------------------------------------
     def reconcile(self, judgments: Sequence[Judgment]) -> None:
@@ -160,7 +173,8 @@ class Ledger:
         if unsent:
             self._refund(unsent)
         if self._opened is not None and any(held is not None for held in self._held):  # calls went out
-            self.latency.record(self.clock() - self._opened, answered=not any(j.cut for j in judgments))
+            self.latency.record(self.clock() - self._opened, answered=not any(j.cut for j in judgments),
+                                probe=self.floor.probing)
         for j, held in zip(judgments, self._held):
             if held is None:
                 continue

@@ -281,7 +281,7 @@ def _answer(window: _Window, step: Step, asynchronous: bool):
     merged call (``ajudge_batch`` when ``asynchronous``, else ``judge_batch``; when it fails, not fatally, its
     queries are asked one by one, each charged for its own re-sent calls only)."""
     if not window.comparator.batches_queries:
-        guards = [RequestGuard(window.guard, None, index, window.clock, r.deadline, window.latency)
+        guards = [RequestGuard(window.guard, None, index, window.clock, r.deadline, r.ledger.floor)
                   for index, r, _ in step]
         outcomes = yield _AskEach([(b.query, b.pairs, g, r.time_left()) for (_, r, b), g in zip(step, guards)])
         window.answered(step, outcomes, [g.completed for g in guards])
@@ -459,7 +459,8 @@ async def _on_their_own(window: _Window, judge: Comparator) -> AsyncIterator[Rer
     tasks: dict[asyncio.Task, int] = {}
 
     async def run(index: int, reranking: Reranking) -> RerankResult:
-        guard = RequestGuard(window.guard, None, index, window.clock, reranking.deadline, window.latency)
+        guard = RequestGuard(window.guard, None, index, window.clock, reranking.deadline,
+                             reranking.ledger.floor)
         return await drive(exchange(reranking, guard), lambda batch: _judged(
             judge, batch.query, batch.pairs, guard, reranking.time_left()))
 

@@ -255,7 +255,8 @@ class RerankPool:
         settings = RerankSettings.of(self.settings, **own) if own else self.settings
         reranking = Reranking(query, candidates, settings, comparator=self.judge, clock=clock, started=started,
                               latency=self.latency)
-        guard = RequestGuard(self.guard, self.slots, self._next_key(), clock, reranking.deadline, self.latency)
+        guard = RequestGuard(self.guard, self.slots, self._next_key(), clock, reranking.deadline,
+                             reranking.ledger.floor)
 
         async def ask(batch: Batch) -> list[Judgment]:
             with stops_on_refusal(guard):

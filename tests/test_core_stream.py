@@ -310,6 +310,35 @@ def test_after_a_slow_spell_of_the_judge_short_budgets_rank_again_once_its_round
     assert after.calls > 0 and after.order != list(range(8)) and after.cut_calls == 0
 
 
+def test_after_a_burst_a_short_time_budget_probes_the_judge_instead_of_waiting_out_the_horizon():
+    """``activeprp serve``'s case (review 1129u, finding 2): the pool's shared record holds a burst's rounds of 2.5 s
+    (its calls waited for the judge's slots); the judge now answers at once. The requests with a 2 s time budget
+    while the burst's rounds are fresh send nothing (too late: under the fastest round, 2.5 s); those refused
+    calls observe nothing, so 2.5 s after the burst the record is stale: the next request's round is a probe,
+    answered at once, and the requests after it rank as usual (before: every one got its prior order with no call
+    until the burst's rounds were ``LATENCY_HORIZON`` old)."""
+    judge = Slowed(0.0)
+    settings = RerankSettings(budget=20, top_k=3, ranker="mohajer", oracle="single")
+    now = [0.0]
+
+    async def run():
+        pool = RerankPool(judge, settings)
+        pool.latency = judging.RoundLatency(lambda: now[0])
+        for _ in range(20):
+            pool.latency.record(2.5)
+        during = []
+        for now[0] in (1.0, 2.0, 2.4):
+            during.append(await pool.rerank("q", _cands(), {"time_budget": 2.0}))
+        now[0] = 2.6
+        after = [await pool.rerank("q", _cands(), {"time_budget": 2.0}) for _ in range(3)]
+        await pool.aclose()
+        return during, after
+
+    during, after = asyncio.run(run())
+    assert all(r.calls == 0 and r.order == list(range(8)) for r in during)
+    assert all(r.calls > 0 and r.cut_calls == 0 and r.order != list(range(8)) for r in after)
+
+
 def test_round_latencies_count_for_latency_horizon_seconds():
     now = [0.0]
     latency = judging.RoundLatency(lambda: now[0])

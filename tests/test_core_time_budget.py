@@ -132,6 +132,98 @@ def test_the_round_latency_estimate_is_a_high_quantile_of_the_rounds_seen():
     assert 0.3 <= latency.estimate() <= 0.4  # above the median, below the outlier
 
 
+def _after_a_burst(clock: FakeClock) -> RoundLatency:
+    """A shared record after a burst whose 20 rounds took 2.5 s each (their calls waited for the judge's slots and
+    were retried), observed at 0 on ``clock``."""
+    latency = RoundLatency(clock)
+    for _ in range(20):
+        latency.record(2.5)
+    return latency
+
+
+def _guarded(clock: FakeClock, reranking: Reranking):
+    """The ``CallGuard`` a comparator asks before each call of ``reranking`` (``too_late``), as the drivers set it."""
+    from activeprp_core.comparators.base import CallGuard
+
+    guard = CallGuard()
+    guard.clock, guard.deadline, guard.latency = clock, reranking.deadline, reranking.ledger.floor
+    return guard
+
+
+def test_a_stale_round_latency_does_not_shut_a_judge_that_answers_fast_again_out():
+    """Review 1129u, finding 2: after the burst a 2 s time budget fits no round of 2.5 s, and its calls are too late
+    (less time left than the fastest round, 2.5 s): every such query got its prior order with no call until the
+    burst's rounds were ``LATENCY_HORIZON`` old, since no round was sent to observe a faster one, though the judge
+    now answers in 20 ms. Once no round has been sent or observed for the estimate's length, a query's round is
+    a probe: its calls go out, and answered in less than the estimate, it replaces the burst's rounds, so this
+    query and the next plan the rounds that fit again."""
+    cands, labels = make_case(20, seed=4)
+    judge = SimulatedComparator(labels)
+    clock = FakeClock()
+    latency = _after_a_burst(clock)
+    clock.now = 5.0  # 5 s after the burst, well within the horizon; nothing sent since
+    first = Reranking("q", cands, ranker="auto", budget=50, top_k=3, time_budget=2.0, clock=clock, latency=latency)
+    assert first.next_batch() is not DONE and not _guarded(clock, first).too_late()
+    drive(first, clock, judge, seconds_per_round=0.02)
+    res = first.result()
+    assert res.calls > 0 and res.cut_calls == 0 and "time_budget" not in res.exhausted_by
+    assert latency.estimate() == pytest.approx(0.02) and latency.fastest() == pytest.approx(0.02)
+    second = Reranking("q", cands, ranker="auto", budget=50, top_k=3, time_budget=2.0, clock=clock,
+                       latency=latency)
+    assert second.ledger.rounds_left() > 1 and not _guarded(clock, second).too_late()
+
+
+def test_a_fresh_round_latency_still_holds_calls_back_and_a_cut_probe_keeps_it():
+    """What the record is for stays: a round observed within the estimate's length keeps it in force (no round
+    planned, no call sent that it says cannot finish); a probe the deadline cuts (the judge is slow indeed)
+    replaces nothing and makes the record fresh again: the query right after it sends nothing either (one probe
+    per estimate's length)."""
+    cands, labels = make_case(20, seed=4)
+    judge = SimulatedComparator(labels)
+    clock = FakeClock()
+    latency = _after_a_burst(clock)
+
+    def query() -> Reranking:
+        return Reranking("q", cands, ranker="auto", budget=50, top_k=3, time_budget=2.0, clock=clock,
+                         latency=latency)
+
+    clock.now = 2.0  # the burst's last round was observed 2 s ago: under its 2.5 s
+    fresh = query()
+    assert fresh.ledger.rounds_left() == 0 and _guarded(clock, fresh).too_late()
+    clock.now = 10.0
+    probe = query()
+    assert not _guarded(clock, probe).too_late()
+    drive(probe, clock, judge, seconds_per_round=3.0)  # still slow: cut at the deadline
+    res = probe.result()
+    assert res.rounds == 1 and res.calls == res.cut_calls > 0
+    assert latency.estimate() == latency.fastest() == 2.5  # the burst's rounds still count
+    after = query()
+    assert after.ledger.rounds_left() == 0 and _guarded(clock, after).too_late()
+    clock.now += 2.5  # stale again: the next query's round is a probe
+    assert not _guarded(clock, query()).too_late()
+
+
+def test_a_probe_is_a_round_that_fits_no_time_left_on_a_stale_record_and_only_its_calls_pass_the_floor():
+    """``RoundLatency.probe``: only when no round fits at the estimate and nothing was observed (nor probe sent)
+    for its length; the probe's own calls pass the ``fastest`` floor (its ``CallFloor``), another query's calls
+    meanwhile do not."""
+    cands, _ = make_case(20, seed=4)
+    clock = FakeClock()
+    latency = _after_a_burst(clock)
+    assert RoundLatency(clock).probe(1.0) is False  # no estimate: nothing to test (the round cap alone plans)
+    clock.now = 2.0
+    assert not latency.probe(2.0)  # fresh
+    clock.now = 10.0
+    assert latency.probe(2.0) and not latency.probe(2.6) and not latency.probe(0.0)  # 2.6 s: a round fits
+    probe = Reranking("q", cands, ranker="auto", budget=50, top_k=3, time_budget=2.0, clock=clock, latency=latency)
+    other = Reranking("q", cands, ranker="auto", budget=50, top_k=3, time_budget=2.0, clock=clock, latency=latency)
+    assert not latency.probe(2.0)  # one probe per estimate's length
+    assert not _guarded(clock, probe).too_late() and _guarded(clock, other).too_late()
+    assert latency.fastest() == 2.5
+    latency.record(1.0, probe=True)  # faster than the estimate: replaces the rounds before it
+    assert latency.fastest() == latency.estimate() == 1.0
+
+
 class Hanging:
     """A judge whose calls do not come back for ``SLOW`` seconds (then answer by ``labels``)."""
 

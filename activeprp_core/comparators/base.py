@@ -130,7 +130,7 @@ class CallGuard:
         self.clock: Callable[[], float] = time.monotonic
         self.deadline: float | None = None
         self.deadlines: dict[str, float] = {}
-        self.latency: Any = None  # the rerank's judging.RoundLatency, read by too_late
+        self.latency: Any = None  # the rerank's judging.RoundLatency (a query's judging.CallFloor), read by too_late
         self._lock = threading.Lock()
         self.completed = 0
         self._failures = 0
@@ -153,9 +153,10 @@ class CallGuard:
 
     def too_late(self, query: str | None = None) -> bool:
         """Whether a call of ``query`` started now would end past its deadline: ``past``, or less time left than
-        the fastest answered round seen (``latency``, a ``judging.RoundLatency``, set by the engine). Calls wait for
-        their slots after their round is planned; under load they would otherwise go out too late, each cut at the
-        deadline and its slot taken from a call that could be answered (docs/latency.md)."""
+        the fastest answered round seen (``latency``, anything with ``fastest()``: a ``judging.RoundLatency``, or a
+        query's ``judging.CallFloor``, none while its round is the probe of a stale record; set by the engine).
+        Calls wait for their slots after their round is planned; under load they would otherwise go out too late,
+        each cut at the deadline and its slot taken from a call that could be answered (docs/latency.md)."""
         left = self.time_left(query)
         if left is None:
             return False
