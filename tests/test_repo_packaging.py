@@ -1,8 +1,13 @@
-"""What `pip install activeprp` brings: no dependency and typed packages (imports: test_repo_import_hygiene.py)."""
+"""What `pip install activeprp` brings: no dependency and typed packages (imports: test_repo_import_hygiene.py), and
+what the sdist holds: the library and its package data, no test suite it could not run (docs/testing.md)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 try:
     import tomllib
@@ -19,3 +24,35 @@ def test_the_base_install_has_no_dependency_and_ships_py_typed():
     assert any(d.startswith("ir-measures") for d in extras["eval"]) and "activeprp[eval]" in extras["bench"]
     assert "py.typed" in project["tool"]["setuptools"]["package-data"]["activeprp_core"]
     assert (ROOT / "activeprp_core" / "py.typed").is_file() and (ROOT / "activeprp_integrations" / "py.typed").is_file()
+
+
+#: the sdist's top-level entries besides the packages (activeprp_*); PKG-INFO and setup.cfg are added at packing
+SDIST_TOP = {"LICENSE", "MANIFEST.in", "README.md", "pyproject.toml"}
+#: what only a clone has: the tests need all of it and ../shared beside it, so none of it ships
+CLONE_ONLY = ("tests", "docs", "benchmarks", "examples", "scripts", ".ci")
+
+
+def _sdist_files(egg_base: Path) -> set[str]:
+    """The paths (relative to the repository root) that ``build_sdist`` packs: setuptools' manifest, SOURCES.txt,
+    written by ``egg_info`` into ``egg_base`` (the checkout is left untouched; no network, no build isolation)."""
+    subprocess.run([sys.executable, "-c", "from setuptools import setup; setup()", "-q", "egg_info",
+                    "--egg-base", str(egg_base)], cwd=ROOT, check=True, capture_output=True, timeout=120)
+    listed = (egg_base / "activeprp.egg-info" / "SOURCES.txt").read_text().splitlines()
+    return {p for p in listed if ".egg-info/" not in p}
+
+
+def test_the_sdist_holds_the_library_and_its_data_but_no_test_suite(tmp_path):
+    pytest.importorskip("setuptools", minversion="77")  # the build requirement; Python >= 3.12 venvs lack it
+    files = _sdist_files(tmp_path)
+    setuptools_cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    wanted = {p.relative_to(ROOT).as_posix() for pkg in ("activeprp_core", "activeprp_cli", "activeprp_integrations",
+                                                         "activeprp_bench") for p in (ROOT / pkg).rglob("*.py")}
+    wanted |= {p.relative_to(ROOT).as_posix() for pkg, globs in setuptools_cfg["package-data"].items()
+               for g in globs for p in (ROOT / pkg).glob(g) if p.is_file()}
+    assert {"activeprp_core/data/auto_table.json", "activeprp_cli/data/dl19_demo.jsonl",
+            "activeprp_bench/data/bundled_ql_dl1920_top20.json.gz"} <= wanted
+    assert not wanted - files, f"the sdist lacks {sorted(wanted - files)}"
+    shipped_clone_only = sorted(p for p in files if p.split("/")[0] in CLONE_ONLY)
+    assert not shipped_clone_only, f"the sdist ships files it cannot use: {shipped_clone_only[:5]}"
+    assert {p.split("/")[0] for p in files} - SDIST_TOP <= {"activeprp_core", "activeprp_cli",
+                                                           "activeprp_integrations", "activeprp_bench"}
