@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from activeprp_cli import main
 from activeprp_cli import rerank_run as cli
 from tests.conftest import SHARED_DATA
 
+ROOT = Path(__file__).resolve().parents[1]
 DL19 = SHARED_DATA / "trec-dl-2019"
 needs_data = pytest.mark.skipif(not DL19.is_dir(), reason="../shared/data not present")
 RUN, TOPICS, QRELS = (DL19 / "trec_results_dl19_top100.bm25.txt", DL19 / "topics.dl19-passage.txt",
@@ -21,17 +23,25 @@ RUN, TOPICS, QRELS = (DL19 / "trec_results_dl19_top100.bm25.txt", DL19 / "topics
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> Path:
-    """A BEIR-style corpus JSONL made from the passages of DL19's BM25 hits (4297 distinct docids)."""
+    """The corpus JSONL of DL19's BM25 hits, made by docs/benchmarks.md's block ("A corpus JSONL for rerank-run") as
+    written: run in a directory with ``../shared`` beside it, as the docs' commands are."""
     pytest.importorskip("ir_measures", reason='pip install "activeprp[eval]"')  # the tests pass --qrels
-    path = tmp_path_factory.mktemp("dl19") / "corpus.jsonl"
-    seen: set[str] = set()
-    with path.open("w", encoding="utf-8") as f:
-        for line in (DL19 / "bm25_dl19_top100.jsonl").read_text(encoding="utf-8").splitlines():
-            for hit in json.loads(line)["hits"]:
-                if hit["docid"] not in seen:
-                    seen.add(hit["docid"])
-                    f.write(json.dumps({"_id": hit["docid"], "text": hit["content"]}) + "\n")
-    return path
+    text = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    block = next(b for b in re.findall(r"```python\n(.*?)```", text, re.S) if "bm25_dl19_top100.jsonl" in b)
+    top = tmp_path_factory.mktemp("dl19")
+    (top / "shared").symlink_to(SHARED_DATA.parent, target_is_directory=True)
+    (top / "clone").mkdir()
+    subprocess.run([sys.executable, "-c", block], cwd=top / "clone", check=True, timeout=120)
+    return top / "clone" / "corpus.jsonl"
+
+
+@needs_data
+def test_the_documented_corpus_holds_each_passage_of_the_bm25_hits_once(corpus):
+    records = [json.loads(line) for line in corpus.read_text(encoding="utf-8").splitlines()]
+    hits = [h for line in (DL19 / "bm25_dl19_top100.jsonl").read_text(encoding="utf-8").splitlines()
+            for h in json.loads(line)["hits"]]
+    assert len(records) == len({r["_id"] for r in records}) == 4297  # as docs/benchmarks.md says
+    assert {r["_id"]: r["text"] for r in records} == {h["docid"]: h["content"] for h in hits}
 
 
 def run_pairs(path: Path) -> list[tuple[str, str, int, float]]:
