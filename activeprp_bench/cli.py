@@ -198,7 +198,8 @@ def _collections(args):
     from .datasets import load_named
 
     if not args.data:
-        raise InputError("--data DIR is required: the directory holding the collections (e.g. ../shared/data)")
+        raise InputError("--data DIR is required: the directory holding the collections (e.g. ../shared/data; "
+                         "where to get them: docs/benchmarks.md, section \"Getting the data\")")
     try:
         return [load_named(n, args.data).subset(args.queries, args.depth) for n in args.collections]
     except FileNotFoundError as err:
@@ -524,6 +525,21 @@ def _count(minimum: int | None = 1, none: bool = False):
     return count(minimum, allow_none=none, none_words=("none", "-1"))
 
 
+#: the users' summary in ``activeprp bench --help`` (plain text; the module docstring is the developers')
+_DESCRIPTION = """\
+Benchmark rankers x oracles x budgets on test collections (TREC DL 2019 and
+2020, BEIR SciFact, NovelEval, Cranfield) with a simulated judge, the bundled
+model or an OpenAI-compatible endpoint, and write per-query rows, Markdown
+tables and plots. --data DIR names the directory holding the collections; where
+to get them: docs/benchmarks.md, section "Getting the data".
+
+Examples:
+  activeprp bench grid --data DIR --out results/sim_dl1920   # the paper's Table 1
+  activeprp bench grid --data DIR --collections noveleval --rankers mohajer \\
+      bubblesort --budgets 20 40 --seeds 2 --out /tmp/smoke
+  activeprp bench flip --data DIR --comparator bundled --mode ab --collections dl19"""
+
+
 def add_parser(subparsers) -> None:
     """Register ``activeprp bench {grid,calibrate,overhead,flip,walltime,auto-table}``; each sets ``func``."""
     from activeprp_core.settings import SPECS
@@ -532,11 +548,12 @@ def add_parser(subparsers) -> None:
     from .grid import PAPER_BUDGETS, PAPER_RANKERS, VARIANTS
 
     bench = subparsers.add_parser("bench", help="benchmark rankers x oracles x budgets on test collections",
-                                  description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                                  description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     modes = bench.add_subparsers(dest="bench_mode", required=True)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--data", help="the directory holding the collections, needed by every mode that reads one "
-                        "(e.g. ../shared/data: trec-dl-2019/, trec-dl-2020/, beir-scifact/, noveleval/, cranfield/)")
+                        "(e.g. ../shared/data: trec-dl-2019/, trec-dl-2020/, beir-scifact/, noveleval/, cranfield/; "
+                        "where to get them: docs/benchmarks.md, section \"Getting the data\")")
     common.add_argument("--collections", nargs="+", default=["dl19", "dl20"], choices=COLLECTIONS, metavar="NAME",
                         help=" ".join(COLLECTIONS))
     common.add_argument("--queries", type=_count(), help="first N judged queries per collection (default: all)")

@@ -79,9 +79,15 @@ def package_version() -> str:
         return "unknown"
 
 
+#: the users' summary in ``activeprp --help`` (plain text; the module docstring is the developers')
+_DESCRIPTION = ("Rerank what a retriever returned with a pairwise LLM judge (\"which passage answers the query "
+                "better, A or B?\"), under a budget of LLM calls and rounds per query. Run 'activeprp COMMAND "
+                "--help' for the options of a command.")
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The ``activeprp`` parser: the core's commands, plus the plugins' unless ``command`` is a core one."""
-    parser = argparse.ArgumentParser(prog="activeprp", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="activeprp", description=_DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     subparsers = parser.add_subparsers(dest="command", required=True)
     core = command in {n.replace("_", "-") for n in SUBCOMMANDS}

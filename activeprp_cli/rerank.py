@@ -325,10 +325,22 @@ def add_ranking_args(p: argparse.ArgumentParser, budget: int | None, top_k: int,
                           "oracle": oracle})
 
 
+#: the users' summary in ``activeprp rerank --help`` (plain text; the module docstring is the developers')
+_DESCRIPTION = """\
+Rerank one query's candidates with a pairwise LLM judge under a budget of LLM
+calls and rounds, and print the top K (rank, id, score, text), then what the
+rerank spent (calls, rounds, tokens, time). The candidates are a JSONL file
+(or - for stdin), one per line in their first-stage order.
+
+Example:
+  activeprp rerank --query "what is a tournament?" --candidates candidates.jsonl \\
+      --comparator openai --model MODEL --base-url URL --api-key KEY"""
+
+
 def add_parser(subparsers: Any) -> None:
     """Register ``activeprp rerank``."""
     p = subparsers.add_parser("rerank", help="rerank one query's candidates (JSONL) with a pairwise LLM judge",
-                              description=__doc__)
+                              description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--query", required=True, help="the query text")
     p.add_argument("--candidates", required=True,
                    help="JSONL file (or - for stdin), one candidate per line, prior order; keys id/docid/_id/doc_id "

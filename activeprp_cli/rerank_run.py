@@ -188,10 +188,25 @@ def run_tag(text: str) -> str:
     return text
 
 
+#: the users' summary in ``activeprp rerank-run --help`` (plain text; the module docstring is the developers')
+_DESCRIPTION = """\
+Rerank every query of a TREC run file with a pairwise LLM judge and write the
+reranked run (TREC format). Each query's top --depth rows are reranked; with
+--qrels, nDCG@10 before and after is printed. Every input file is checked
+before the first LLM call. A query that fails is reported and left out (exit
+status 1), unless --on-failure prior writes it in its input order.
+
+Example (TREC DL 2019, the simulated judge; where to get the files and how to
+make corpus.jsonl: docs/benchmarks.md, section "Getting the data"):
+  activeprp rerank-run --run trec_results_dl19_top100.bm25.txt \\
+      --queries topics.dl19-passage.txt --corpus corpus.jsonl \\
+      --qrels qrels.dl19-passage.txt --comparator simulated --out reranked.run"""
+
+
 def add_parser(subparsers: Any) -> None:
     """Register ``activeprp rerank-run``."""
     p = subparsers.add_parser("rerank-run", help="rerank every query of a TREC run file; write the reranked run",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                              description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     files = p.add_argument_group("files (.jsonl/.json names are read as JSONL, others as TSV)")
     files.add_argument("--run", required=True, help="TREC run: qid Q0 docid rank score tag; each query's rows "
                        "in trec_eval's order (score descending, ties by docid descending; rank is not used)")

@@ -218,18 +218,43 @@ PAGE = re.compile(r"\bdocs/([\w.-]+\.md)")
 README_SECTION = re.compile(r"README(?:\.md)?,?\s+(?:section\s+)?\"([^\"]+)\"")
 
 
-def _help_texts() -> str:
-    """The help of ``activeprp`` and of each of its commands (plugins included where installed)."""
+def _help_texts() -> dict[str, str]:
+    """``{command: its --help}`` for ``activeprp`` and each of its commands and their modes (``bench grid``; plugins
+    included where installed)."""
     from activeprp_cli import build_parser
 
-    parser = build_parser()
-    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
-    return "\n".join([parser.format_help(), *(p.format_help() for p in commands.values())])
+    def walk(name: str, parser: argparse.ArgumentParser) -> dict[str, str]:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        children = {f"{name} {n}": walk(f"{name} {n}", p) for s in subs for n, p in s.choices.items()}
+        return {name: parser.format_help()} | {k: v for texts in children.values() for k, v in texts.items()}
+
+    return walk("activeprp", build_parser())
+
+
+def test_help_texts_are_plain_text_for_users():
+    """The descriptions were the modules' docstrings: RST markup (````activeprp````, ``::``) and words about the code
+    ("one sub-command per module of this package"); review 1129y, finding 4."""
+    texts = _help_texts()
+    assert {"activeprp", "activeprp rerank", "activeprp rerank-run", "activeprp demo"} <= set(texts)
+    marked = {name: [m for m in ("``", "::") if m in text] for name, text in texts.items()}
+    assert not {name: m for name, m in marked.items() if m}, "help with RST markup"
+    assert "module" not in texts["activeprp"]
+
+
+def test_readme_and_the_help_say_where_to_get_the_data():
+    """README and ``bench --help`` sent users to ``../shared/data``, the project's own directory, and ``rerank-run``
+    to "a corpus JSONL made from the BM25 hits", neither saying where from (review 1129y, finding 3)."""
+    readme = README.read_text(encoding="utf-8")
+    assert "../shared/data" not in readme and "(docs/benchmarks.md#getting-the-data)" in readme
+    assert "\n## Getting the data\n" in (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    texts = _help_texts()
+    for name in ("activeprp bench", "activeprp rerank-run"):
+        assert 'docs/benchmarks.md, section "Getting the data"' in " ".join(texts[name].split()), name
 
 
 def test_help_texts_and_docstrings_name_pages_that_exist():
     sources = [p.read_text(encoding="utf-8") for package in PACKAGES for p in (ROOT / package).rglob("*.py")]
-    text = "\n".join([_help_texts(), *sources])
+    text = "\n".join([*_help_texts().values(), *sources])
     pages = set(PAGE.findall(text))
     assert pages and not [p for p in pages if not (ROOT / "docs" / p).is_file()]
     headings = set(re.findall(r"^#+ (.+)$", README.read_text(encoding="utf-8"), re.MULTILINE))

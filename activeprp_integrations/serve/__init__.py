@@ -107,10 +107,24 @@ def loopback(host: str) -> bool:
         return False
 
 
+#: the users' summary in ``activeprp serve --help`` (plain text; the module docstring is the developers')
+_DESCRIPTION = """\
+A rerank HTTP service in the shape of Cohere's rerank API (POST /v2/rerank and
+/v1/rerank; POST /rerank takes Jina's and TEI's shapes), with GET /health,
+/ready and /metrics. Each request is reranked by a pairwise LLM judge within
+its budget of calls and seconds. API keys: --auth-key or ACTIVEPRP_AUTH_KEYS.
+Needs pip install "activeprp[serve]".
+
+Example:
+  ACTIVEPRP_AUTH_KEYS="$MY_SERVICE_KEY" activeprp serve --comparator openai \\
+      --model gpt-4o-mini --base-url https://api.openai.com/v1 \\
+      --api-key "$OPENAI_API_KEY" --port 8080 --budget 50 --time-budget 20"""
+
+
 def add_parser(subparsers: Any) -> None:
     """Register ``activeprp serve``."""
     p = subparsers.add_parser("serve", help="serve Cohere-compatible reranking over HTTP (/v2/rerank)",
-                              description=__doc__.split("\n\n")[0])
+                              description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default %(default)s)")
     p.add_argument("--port", type=count(minimum=0, maximum=65535), default=8080, help="TCP port (default %(default)s)")
     add_settings_args(p.add_argument_group("settings of every request (each cap is also the most a request may ask "
