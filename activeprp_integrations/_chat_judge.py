@@ -279,6 +279,10 @@ class FrameworkJudge(SwappablePrompts, RemoteComparator):
         self.settings = {k: v for k, v in merged.items() if v is not None}
         self.timeout_keyword = self.request_timeout_keyword(llm)
         self.judge_llm = self.judged_model()
+        if any("openai" in cls.__module__ for cls in type(llm).__mro__):  # the framework's openai integration
+            from activeprp_core.comparators.openai_chat import load_openai_sdk
+
+            load_openai_sdk()  # now, not in the first call (LlamaIndex's OpenAI builds its client there)
 
     @staticmethod
     def _refuse_model(llm: Any, where: str, keyword: str | None) -> None:

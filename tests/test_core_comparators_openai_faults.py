@@ -665,37 +665,51 @@ def test_one_client_per_live_loop_closed_with_its_loop_and_no_event_loop_is_clos
 COLD_SCRIPT = """
 import asyncio, sys
 from activeprp_core import Candidate, arerank, rerank
-from activeprp_core.comparators import OpenAIChatComparator
-
-comp = OpenAIChatComparator("m", base_url={url!r}, api_key="k")
+{make}
 cands = [Candidate(f"d{{i}}", f"passage {{i}}") for i in range(6)]
 run = (lambda: asyncio.run(arerank("q", cands, comparator=comp, budget=10, time_budget=0.3))) if {use_async} else \\
       (lambda: rerank("q", cands, comparator=comp, budget=10, time_budget=0.3))
 r = run()
 print(r.calls, r.cut_calls, r.failed_calls)
 """
+COLD_JUDGES = {
+    "openai": """
+from activeprp_core.comparators import OpenAIChatComparator
+comp = OpenAIChatComparator("m", base_url={url!r}, api_key="k")
+""",
+    "llama_index": """
+from llama_index.llms.openai_like import OpenAILike
+from activeprp_integrations.llama_index_judge import LLMComparator
+comp = LLMComparator(OpenAILike(model="m", api_base={url!r}, api_key="k", is_chat_model=True))
+""",
+}
 
 
 @pytest.mark.parametrize("use_async", [False, True])
-def test_a_first_call_under_a_deadline_does_not_import_or_set_up_the_client(use_async):
+@pytest.mark.parametrize("judge", sorted(COLD_JUDGES))
+def test_a_first_call_under_a_deadline_does_not_import_or_set_up_the_client(judge, use_async):
     """Review 1129aa: the first call of a fresh process built the SDK's client (~1 s of imports of its chat
     resource and set-up) under the rerank's ``time_budget``: ``arerank`` returned late with no call (blocking its
     loop meanwhile), ``rerank`` billed 2 calls the judge never saw, sent and cut. The comparator's construction
-    does that work now, so the first rerank's calls reach the judge, billed as the judge counts them."""
+    does that work now (``openai_chat.load_openai_sdk``; LlamaIndex's OpenAI builds its client in the first call),
+    so the first rerank's calls reach the judge, billed as the judge counts them."""
     import subprocess
     import sys
     from pathlib import Path
 
+    if judge == "llama_index":
+        pytest.importorskip("llama_index.llms.openai_like")
     root = Path(__file__).resolve().parents[1]
     with FaultServer(lambda r: Reply(), max_seconds=120) as server:
-        done = subprocess.run([sys.executable, "-c", COLD_SCRIPT.format(url=server.url, use_async=use_async)],
+        make = COLD_JUDGES[judge].format(url=server.url)
+        done = subprocess.run([sys.executable, "-c", COLD_SCRIPT.format(make=make, use_async=use_async)],
                               cwd=root, timeout=120, capture_output=True, text=True,
                               env={**os.environ, "PYTHONPATH": str(root)})
         assert done.returncode == 0, done.stderr[-2000:]
         calls, cut, failed = map(int, done.stdout.split())
         assert calls - cut - failed > 0, done.stdout  # calls were answered
         assert server.requests == calls, done.stdout  # none billed that reached no judge
-        assert cut == 0, done.stdout  # and none cut by the deadline (on HEAD: every call)
+        assert cut == 0, done.stdout  # and none cut by the deadline (before: every call)
 
 
 def test_opening_clients_loads_no_ca_bundle(monkeypatch):

@@ -142,7 +142,7 @@ class OpenAIChatComparator(SwappablePrompts, RemoteComparator):
         self.endpoint = _public_url(base_url)
         self._client_kw = {"base_url": base_url, "api_key": api_key, "timeout": timeout, "max_retries": 0}
         self.attempt_timeout = timeout  # the SDK's is per read: a judge dripping its answer never trips it
-        _load_sdk()  # now, not in the first call (a first call under a deadline must not import)
+        load_openai_sdk()  # now, not in the first call (a first call under a deadline must not import)
 
     @property
     def client(self) -> Any:
@@ -223,12 +223,14 @@ class OpenAIChatComparator(SwappablePrompts, RemoteComparator):
         return f"OpenAIChatComparator(model={self.model!r}, base_url={self.endpoint!r})"
 
 
-def _load_sdk() -> None:
-    """What every client needs, done once per process when a comparator is built (no network I/O), not by its
-    first call: a first call under a deadline must not import, and an async one would block its event loop
-    meanwhile. Measured on a fresh process (2 cores): the SDK's chat resource, which ``client.chat`` imports with
-    all the SDK's resources (~1 s, 535 modules); httpcore, imported by the first httpx client (~25 ms); anyio's
-    asyncio backend, imported by the first async connection (~30 ms); the TLS context (``_tls_context``)."""
+def load_openai_sdk() -> None:
+    """What every client of the openai SDK needs, done once per process when a comparator is built (no network
+    I/O), not by its first call: a first call under a deadline must not import, and an async one would block its
+    event loop meanwhile (``OpenAIChatComparator``; the framework judges over a model of a framework's openai
+    integration, whose clients are the SDK's). Measured on a fresh process (2 cores): the SDK's chat resource,
+    which ``client.chat`` imports with all the SDK's resources (~1 s, 535 modules); httpcore, imported by the
+    first httpx client (~25 ms); anyio's asyncio backend, imported by the first async connection (~30 ms); the
+    TLS context of ``OpenAIChatComparator``'s clients (``_tls_context``)."""
     import anyio._backends._asyncio  # noqa: F401 - where anyio 3.5-4.x keep it (openai needs anyio>=3.5,<5)
     import httpcore  # noqa: F401
     import openai.resources.chat.completions  # noqa: F401
@@ -257,7 +259,7 @@ def _tls_context() -> ssl.SSLContext:
 
 
 def _with_chat_loaded(client: Any) -> Any:
-    """``client`` with its chat-completions resource made (imported by ``_load_sdk`` when the comparator was
+    """``client`` with its chat-completions resource made (imported by ``load_openai_sdk`` when the comparator was
     built), so that the first judge call only sends."""
     client.chat.completions  # noqa: B018 (the access is the point)
     return client
