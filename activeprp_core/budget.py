@@ -1,8 +1,8 @@
 """The per-query hard caps and the checkers of counts and seconds.
 
 - ``check_count``: the one checker of every integer setting (numpy integers accepted, bools refused).
-- ``check_real``: the one checker of a finite real number >= 0 (a weight, a share of CPUs); ``check_seconds``, the
-  one checker of every duration, is ``check_real`` in seconds.
+- ``check_real``: the one checker of a finite real number, >= 0 unless ``signed`` (a weight, a share of CPUs, a
+  simulator knob); ``check_seconds``, the one checker of every duration, is ``check_real`` in seconds.
 - ``Cap``: one named hard cap (``budget`` calls, ``max_rounds`` rounds, ``token_budget`` tokens): units are
   reserved *before* they are used (``take``), so batched or concurrent execution never overshoots, and what a
   reservation did not use is given back afterwards (``refund``, e.g. the reported tokens of a call against the
@@ -43,24 +43,25 @@ def check_count(value: object, name: str, *, minimum: int | None = 0, allow_none
 
 
 def check_real(value: object, name: str, *, unit: str = "", positive: bool = False,
-               allow_none: bool = False) -> float | None:
-    """``value`` as a float when it is a finite real number >= 0 (> 0 when ``positive``; ints and numpy numbers
-    accepted, bools refused), or None when ``allow_none``. ``unit`` names what it counts in the messages
-    (``"seconds"``: "must be a number of seconds >= 0"; ``""``: "must be a number >= 0").
+               allow_none: bool = False, signed: bool = False) -> float | None:
+    """``value`` as a float when it is a finite real number >= 0 (> 0 when ``positive``; of either sign when
+    ``signed``; ints and numpy numbers accepted, bools refused), or None when ``allow_none``. ``unit`` names what
+    it counts in the messages (``"seconds"``: "must be a number of seconds >= 0"; ``""``: "must be a number >= 0").
 
     Raises:
         TypeError: not a real number (bools and strings included), or None where it is not allowed.
-        ValueError: NaN, infinite, negative (or 0 when ``positive``).
+        ValueError: NaN, infinite, negative (or 0 when ``positive``) unless ``signed``.
     """
     if value is None and allow_none:
         return None
     of = f" of {unit}" if unit else ""
-    wanted = f"a number{of} {'> 0' if positive else '>= 0'}" + (" or None" if allow_none else "")
+    sign = "" if signed else " > 0" if positive else " >= 0"
+    wanted = f"a number{of}{sign}" + (" or None" if allow_none else "")
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be {wanted}, got {type(value).__name__}")
     if not math.isfinite(value):
         raise ValueError(f"{name} must be {wanted.replace('a number', 'a finite number')}, got {value}")
-    if value < 0 or (positive and value == 0):
+    if not signed and (value < 0 or (positive and value == 0)):
         raise ValueError(f"{name} must be {wanted}, got {value}")
     return float(value)
 

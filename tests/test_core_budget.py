@@ -52,6 +52,14 @@ def test_check_seconds_is_check_real_in_seconds():
         check_real(-1, "w")
 
 
+def test_check_real_signed_takes_either_sign_but_still_refuses_nan_and_strings():
+    assert check_real(-2, "bias", signed=True) == -2.0
+    with pytest.raises(ValueError, match="bias must be a finite number, got nan"):
+        check_real(float("nan"), "bias", signed=True)
+    with pytest.raises(TypeError, match="bias must be a number, got str"):
+        check_real("x", "bias", signed=True)
+
+
 def test_cap_reserves_refunds_and_settles():
     cap = Cap(10, "token_budget")
     assert cap.take(6) and not cap.take(5) and cap.spent == 6 and cap.remaining == 4

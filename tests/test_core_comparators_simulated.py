@@ -1,6 +1,7 @@
 """SimulatedComparator (activeprp_core/comparators/simulated.py): its noise model, determinism and ``from_qrels``."""
 
 import itertools
+import re
 
 import pytest
 
@@ -89,3 +90,32 @@ def test_from_qrels_routes_by_query_text_and_answers_as_the_query_s_own_judge():
     assert by_text.compare("alpha", pairs) == SimulatedComparator(LABELS).compare("alpha", pairs)
     with pytest.raises(ValueError, match="queries q1 and q2 have the same text but different qrels"):
         SimulatedComparator.from_qrels({"q1": {"d1": 1}}, {"q1": "same", "q2": "same"})
+
+
+@pytest.mark.parametrize(("knobs", "error", "says"), [
+    ({"hard": "no"}, TypeError, "hard must be a bool, got str"),  # ran as hard=True
+    ({"hard": 0}, TypeError, "hard must be a bool, got int"),
+    ({"strength": "x"}, TypeError, "strength must be a number, got str"),  # failed late, in compare
+    ({"position_bias": True}, TypeError, "position_bias must be a number, got bool"),
+    ({"temperature": None}, TypeError, "temperature must be a number > 0, got NoneType"),
+    ({"seed": "3"}, TypeError, "seed must be an int, got str"),  # hashed as "3": a realisation of its own
+    ({"seed": 1.5}, TypeError, "seed must be an int, got float"),
+    ({"doc_noise": float("nan")}, ValueError, "doc_noise must be a finite number >= 0, got nan"),  # answers all 0
+    ({"position_bias": float("inf")}, ValueError, "position_bias must be a finite number, got inf"),
+    ({"pair_noise": -1}, ValueError, "pair_noise must be a number >= 0, got -1"),
+    ({"temperature": 0}, ValueError, "temperature must be a number > 0, got 0"),
+])
+def test_a_knob_of_the_wrong_type_or_range_is_refused_at_construction(knobs, error, says):
+    with pytest.raises(error, match=f"^SimulatedComparator: {re.escape(says)}$"):
+        SimulatedComparator(LABELS, **knobs)
+    with pytest.raises(error, match=f"^SimulatedComparator: {re.escape(says)}$"):
+        SimulatedComparator.from_qrels({"q": LABELS}, **knobs)
+
+
+def test_knobs_of_the_right_types_are_kept_negative_strength_and_bias_too():
+    np = pytest.importorskip("numpy")
+    judge = SimulatedComparator(LABELS, strength=-2, position_bias=-0.5, doc_noise=np.float64(0.5), hard=False,
+                                seed=np.int64(3))
+    assert (judge.strength, judge.position_bias, judge.doc_noise, judge.hard, judge.seed) == (-2, -0.5, 0.5, False, 3)
+    assert judge.margin("d1", "d2") == SimulatedComparator(LABELS, strength=-2.0, position_bias=-0.5, doc_noise=0.5,
+                                                           seed=3).margin("d1", "d2")

@@ -8,6 +8,7 @@ import math
 from collections.abc import Mapping, Sequence
 from statistics import NormalDist
 
+from ..budget import check_count, check_real
 from ..types import Pair
 from .base import Comparator
 
@@ -64,15 +65,26 @@ class SimulatedComparator(Comparator):
     ``calls`` counts the ordered pairs judged so far (one per LLM call).
 
     Raises:
-        ValueError: ``doc_noise`` or ``pair_noise`` negative, or ``temperature`` <= 0; ``compare`` for a query
-            that a judge built by ``from_qrels`` has no labels for.
+        TypeError: a knob of the wrong type: ``strength``, ``doc_noise``, ``position_bias``, ``pair_noise`` or
+            ``temperature`` not a real number (``budget.check_real``: a bool is not one), ``hard`` not a bool,
+            ``seed`` not an integer.
+        ValueError: a number knob not finite, ``doc_noise`` or ``pair_noise`` negative, or ``temperature`` <= 0;
+            ``compare`` for a query that a judge built by ``from_qrels`` has no labels for.
     """
 
     def __init__(self, labels: Mapping[str, float], *, strength: float = 1.0, doc_noise: float = 0.0,
                  position_bias: float = 0.0, pair_noise: float = 0.0, hard: bool = True, temperature: float = 1.0,
                  seed: int = 0) -> None:
-        if min(doc_noise, pair_noise) < 0 or temperature <= 0:
-            raise ValueError("doc_noise and pair_noise must be >= 0 and temperature > 0")
+        # Checked here, not where read: a string ``hard`` ran as True, a NaN knob answered every pair 0, a string
+        # ``strength`` failed only in ``compare``.
+        knob = "SimulatedComparator: "
+        strength = check_real(strength, knob + "strength", signed=True)
+        position_bias = check_real(position_bias, knob + "position_bias", signed=True)
+        doc_noise, pair_noise = check_real(doc_noise, knob + "doc_noise"), check_real(pair_noise, knob + "pair_noise")
+        temperature = check_real(temperature, knob + "temperature", positive=True)
+        seed = check_count(seed, knob + "seed", minimum=None)
+        if not isinstance(hard, bool):
+            raise TypeError(f"{knob}hard must be a bool, got {type(hard).__name__}")
         self.labels = dict(labels)
         self.strength, self.doc_noise, self.position_bias = strength, doc_noise, position_bias
         self.pair_noise, self.hard, self.temperature, self.seed = pair_noise, hard, temperature, seed
