@@ -39,8 +39,10 @@ from activeprp_core.errors import InputError, scrub
 
 def _sim_knobs(spec: str) -> dict[str, float]:
     """``--sim-params``' type: the simulator knobs of a JSON object or of a calibration JSON file (its
-    ``params``), checked by building a ``SimulatedComparator`` with them and asking it one margin (a knob of the
-    wrong type fails there, not in the grid). A usage error names the file where ``spec`` is one."""
+    ``params``), checked by building a ``SimulatedComparator`` with them (its own check of each knob's type and
+    range, so that a bad knob fails here, not in the grid). ``seed`` is refused: the judge's noise realisation is
+    ``--judge-seed``, one flag for one setting (with both, one would override the other unseen, and the rows
+    would not say which). A usage error names the file where ``spec`` is one."""
     from activeprp_core.comparators.simulated import SimulatedComparator
 
     is_file = Path(spec).is_file()
@@ -57,7 +59,9 @@ def _sim_knobs(spec: str) -> dict[str, float]:
         if not isinstance(knobs, dict):
             raise TypeError(f"{'params' if knobs is not data else 'the JSON'}: expected an object, got "
                             f"{type(knobs).__name__}")
-        SimulatedComparator({}, **knobs).margin("a", "b")
+        if "seed" in knobs:
+            raise ValueError("seed: not a knob here, the simulated judge's noise realisation is --judge-seed N")
+        SimulatedComparator({}, **knobs)
     except (ValueError, TypeError) as err:
         raise argparse.ArgumentTypeError(f"{expected}: {err}") from None
     return dict(knobs)
@@ -568,7 +572,7 @@ def add_parser(subparsers) -> None:
     common.add_argument("--mode", default="query_likelihood", help="bundled model mode: query_likelihood or ab")
     common.add_argument("--batch-size", type=_count(), default=8, help="bundled model batch size")
     common.add_argument("--sim-params", type=_sim_knobs, help="simulator knobs as JSON or a calibration JSON file "
-                        "(default: the committed calibration)")
+                        "(default: the committed calibration; the judge's seed is --judge-seed)")
     common.add_argument("--model", help="model name for --comparator openai")
     common.add_argument("--base-url", help="endpoint for --comparator openai")
     common.add_argument("--api-key", help="key for --comparator openai (default: $OPENAI_API_KEY)")

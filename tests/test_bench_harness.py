@@ -260,6 +260,8 @@ _GRID = ["bench", "grid", "--collections", "noveleval", "--queries", "2", "--dep
     (["--data", "/nonexistent"], "--data /nonexistent: no such file: /nonexistent/noveleval/data.json"),
     (["--sim-params", "{bad"], "argument --sim-params: expected simulator knobs as a JSON object or file"),
     (["--sim-params", '{"noise": 1}'], "argument --sim-params: expected simulator knobs"),
+    (["--sim-params", '{"seed": 1}'], "seed: not a knob here, the simulated judge's noise realisation is --judge-seed"),
+    (["--sim-params", '{"hard": "no"}'], """'{"hard": "no"}': SimulatedComparator: hard must be a bool, got str"""),
     (["--comparator", "openai"], "--comparator openai needs --model NAME"),
     (["--from-csv", "/nonexistent.csv.gz"], "argument --from-csv: no such file: '/nonexistent.csv.gz'"),
     (["--paired", "mohajer"], "argument --paired: expected A:B, two rankers, got 'mohajer'"),
@@ -301,15 +303,19 @@ def test_bench_auto_table_refuses_a_missing_rows_file(capsys):
 
 
 @pytest.mark.parametrize(("name", "content", "says"), [
-    ("knobs.json", '{"strength": "x"}', "knobs.json: can't multiply sequence by non-int of type 'float'"),
+    ("knobs.json", '{"strength": "x"}', "knobs.json: SimulatedComparator: strength must be a number, got str"),
+    ("hard.json", '{"hard": "no"}', "hard.json: SimulatedComparator: hard must be a bool, got str"),
+    ("seed.json", '{"params": {"strength": 1.0, "seed": 3}}',
+     "seed.json: seed: not a knob here, the simulated judge's noise realisation is --judge-seed N"),
     ("list.json", "[1, 2]", "list.json: the JSON: expected an object, got list"),
     ("calib.json", '{"params": 3}', "calib.json: params: expected an object, got int"),
     ("bad.json", "{bad", "bad.json: not JSON (Expecting property name enclosed in double quotes"),
     ("missing.json", None, "'{d}/missing.json': no such file, not JSON (Expecting value"),
 ])
 def test_bench_sim_params_file_of_the_wrong_shape_is_a_usage_error_naming_it(tmp_path, capsys, name, content, says):
-    """``--sim-params FILE``: a knob of the wrong type passed (a TypeError traceback in the grid), and the message
-    did not name the file, nor say that a path given is no file."""
+    """``--sim-params FILE``: a knob of the wrong type passed (a TypeError traceback in the grid; ``hard: "no"``
+    ran as hard=True), a ``seed`` in ``params`` too (the grid passes ``--judge-seed`` as ``seed``: "got multiple
+    values"), and the message did not name the file, nor say that a path given is no file."""
     from activeprp_cli import build_parser
 
     if content is not None:
