@@ -260,16 +260,39 @@ class FairSlots:
                 return False
             self._reclaim()
 
+    def refuse_own_loop(self, n: int) -> None:
+        """Raise ``LoopBlocked`` when a thread-side wait for ``n`` slots (at most ``total``) on the calling thread
+        could never be granted: the thread runs an event loop whose tasks hold so many slots (not released before
+        that loop runs again) that fewer than ``n`` are left. ``take`` checks this for the thread that waits; a sync
+        caller whose slots are waited for by other threads (``RemoteComparator``'s workers, which run no loop)
+        checks it for itself before it blocks on them."""
+        loop = asyncio._get_running_loop()
+        if loop is not None:
+            with self._lock:
+                stuck = self._stuck(loop)
+            self._serve_posted()
+            self._blocked(min(n, self.total), stuck)
+
     def _refuse_own_loop(self, loop: asyncio.AbstractEventLoop, future: concurrent.futures.Future) -> None:
         """Raise ``LoopBlocked`` when the thread about to block for ``future`` runs ``loop`` and the slots held by
-        that loop's tasks (not released before the loop runs again) leave too few for this waiter."""
+        that loop's tasks leave too few for this waiter (``_blocked``)."""
         with self._lock:
             waiter = next((hold for _, _, hold, grant in self._waiters if grant is future), None)
-            stuck = sum(hold.n for hold in self._holds if hold.loop is loop and not hold.ended)
+            stuck = self._stuck(loop)
         self._serve_posted()
-        if waiter is not None and not future.done() and self.total - stuck < waiter.n:
+        if waiter is not None and not future.done():
+            self._blocked(waiter.n, stuck)
+
+    def _stuck(self, loop: asyncio.AbstractEventLoop) -> int:
+        """The slots held by ``loop``'s tasks that are not released before the loop runs again (called holding the
+        lock): granted, their block not ended."""
+        return sum(hold.n for hold in self._holds if hold.loop is loop and not hold.ended)
+
+    def _blocked(self, n: int, stuck: int) -> None:
+        """Raise ``LoopBlocked`` when ``stuck`` slots held by the waiting thread's own loop leave fewer than ``n``."""
+        if self.total - stuck < n:
             raise LoopBlocked(
-                f"a sync call on this thread waits for {waiter.n} of {self.total} call slots while tasks of the "
+                f"a sync call on this thread waits for {n} of {self.total} call slots while tasks of the "
                 f"event loop this thread runs hold {stuck}: they can give them back only when this thread returns "
                 "to its loop. From a thread that runs an event loop, await the async call on the same guard "
                 "(ajudge / arerank / RerankPool.rerank) instead of the sync one, or give the sync call a guard "

@@ -547,3 +547,62 @@ def test_a_sync_take_on_a_loop_s_thread_whose_tasks_hold_the_slots_it_needs_rais
         return slots.free, guard.fair_slots.free
 
     assert asyncio.run(scenario()) == (2, 1)
+
+
+def test_a_remote_sync_call_whose_workers_take_its_slots_raises_when_its_own_loop_holds_them():
+    """``RemoteComparator``'s sync path with 2+ calls takes its slots in worker threads, which run no loop: the
+    check is made for the calling thread before it blocks on them. It hung while a task of the caller's loop held
+    every slot (here bounded by a deadline: it returned its calls unsent at it). With a slot left it is served."""
+    pytest.importorskip("tenacity")
+    import time
+
+    from activeprp_core import Candidate
+    from activeprp_core.comparators import CallGuard
+    from activeprp_core.comparators.answers import Answer
+    from activeprp_core.comparators.remote import RemoteComparator
+    from activeprp_core.slots import LoopBlocked
+
+    class Judge(RemoteComparator):
+        model, endpoint = "m", "127.0.0.1"
+
+        def __init__(self):
+            super().__init__(max_concurrency=2)
+            self.sent = 0
+
+        def request(self, query, first, second):
+            return query
+
+        def send(self, client, request):
+            self.sent += 1
+            return 0.75
+
+        def parse(self, response):
+            return Answer(response)
+
+    pairs = [(Candidate("a", "x"), Candidate("b", "y")), (Candidate("b", "y"), Candidate("a", "x"))]
+
+    async def scenario():
+        judge, guard, release = Judge(), CallGuard(max_concurrency=2), asyncio.Event()
+
+        async def task_holds(n):
+            async with guard.slots(n):
+                await release.wait()
+
+        holder = asyncio.ensure_future(task_holds(2))
+        await asyncio.sleep(0)
+        guard.deadline = time.monotonic() + 5  # the watchdog of a regression: no hang, the calls unsent at it
+        with pytest.raises(LoopBlocked, match="tasks of the event loop this thread runs hold 2"):
+            judge.judge("q", pairs, guard=guard)
+        assert (judge.sent, guard.fair_slots.waiting, guard.fair_slots.free) == (0, 0, 0)
+        release.set()
+        await holder
+        release.clear()
+        holder = asyncio.ensure_future(task_holds(1))
+        await asyncio.sleep(0)
+        guard.deadline = None
+        probs = [j.prob for j in judge.judge("q", pairs, guard=guard)]  # one slot free: the workers take turns
+        release.set()
+        await holder
+        return probs, judge.sent, guard.fair_slots.free
+
+    assert asyncio.run(scenario()) == ([0.75, 0.75], 2, 2)

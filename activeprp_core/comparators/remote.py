@@ -328,6 +328,8 @@ class RemoteComparator(FreshState, Comparator):
 
         Raises:
             ComparatorError: a call raised (see ``failures``).
+            slots.LoopBlocked: called on a thread that runs an event loop whose tasks hold every slot of ``guard``
+                (await ``ajudge_batch`` there); nothing sent.
         """
         guard = guard or CallGuard(self.max_concurrency, None)
         answers = _in_threads(self._call, [(guard, items)])[0]
@@ -378,12 +380,20 @@ def _in_threads(call: Any, asks: Sequence[tuple[CallGuard, Sequence[Item]]]) -> 
     starts no retry of its own (the other asks go on), and ends the wait at once when its guard stopped (a 401, an
     open breaker). Under deadlines the calls are waited for until the last of the asks' deadlines: a call not
     started by then (or still waiting for its slot) is not sent, one still running is cut (its thread runs on,
-    holding its slot; its late answer is discarded)."""
+    holding its slot; its late answer is discarded).
+
+    Raises:
+        slots.LoopBlocked: the calling thread runs an event loop whose tasks hold every slot of a guard (they give
+            them back only when this thread returns to its loop): nothing is sent.
+    """
     jobs = [(k, guard, item) for k, (guard, items) in enumerate(asks) for item in items]
     stops, abandoned = [_Stop() for _ in asks], threading.Event()
     lefts = [guard.time_left(item[0]) for _, guard, item in jobs]
     timeout = None if not jobs or None in lefts else thread_timeout(max(0.0, max(lefts)))
     workers = min(asks[0][0].max_concurrency or len(jobs), len(jobs)) if jobs else 0
+    # the workers wait for the slots and run no loop: a wait the caller's own loop blocks is refused here
+    for slots in {id(s): s for s in (guard.fair_slots for guard, items in asks if items) if s is not None}.values():
+        slots.refuse_own_loop(1)
     if workers <= 1 and timeout is None:
         def slotted(guard: CallGuard, item: Item, stop: _Stop, abandoned: threading.Event) -> Judgment:
             return _holding_a_slot(call, guard, item, stop, abandoned, _Job())
