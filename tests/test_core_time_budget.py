@@ -835,6 +835,82 @@ def test_a_sync_retry_a_worker_wakes_to_once_the_deadline_passed_is_cut_before_i
     assert guard.completed == 2  # each cut recorded once
 
 
+def test_a_sync_call_the_waiting_side_cuts_before_its_worker_wakes_from_its_backoff_is_recorded_once(monkeypatch):
+    """The other order of the race above: the waiting side cuts the call in its backoff (recorded) before the worker
+    wakes; the woken worker, its retry withheld at the deadline, recorded the same cut again (``guard.completed`` 3
+    for 2 calls: a cancelled batch billed for it, serve's breaker counting its suspect twice)."""
+    from activeprp_core.comparators import CallGuard, remote
+
+    clock, release, cut, workers = FakeClock(), threading.Event(), threading.Event(), []
+    judge = _failing_first(clock, -100.0)  # the guard's clock, as the failure is read: 100 s left, a long backoff
+    judge.backoff_initial = judge.backoff_max = 5.0
+    send = judge.send
+
+    def blocked_or_failing_first(client, request):
+        if request == "blocked":  # runs on past the deadline
+            release.wait(10)
+            return 0.75
+        workers.append(threading.current_thread())
+        return send(client, request)
+
+    judge.send, judge.request = blocked_or_failing_first, lambda query, first, second: first
+    record, waiter = CallGuard.record, threading.current_thread()
+
+    def cut_then_let_the_worker_end(self, ok, reason=None, *args, **kwargs):
+        record(self, ok, reason, *args, **kwargs)
+        if threading.current_thread() is waiter and ok is None and reason:  # its cut of the call in its backoff
+            cut.set()
+            for worker in workers:
+                worker.join(10)
+
+    wait = remote._Stop.wait
+
+    def woken_after_the_cut(self, timeout=None):  # the worker's backoff ends at the stop, but it runs only later
+        stopped = wait(self, timeout)
+        if stopped and threading.current_thread() is not waiter:
+            cut.wait(10)
+        return stopped
+
+    monkeypatch.setattr(CallGuard, "record", cut_then_let_the_worker_end)
+    monkeypatch.setattr(remote._Stop, "wait", woken_after_the_cut)
+    guard = CallGuard(2, 5)
+    guard.clock, guard.deadline = clock, 0.3  # the waiting side's wait: 0.3 s of real time
+    pairs = [(Candidate(name, name), Candidate("b", "b")) for name in ("blocked", "retried")]
+    try:
+        out = judge.judge("q", pairs, guard=guard)
+    finally:
+        release.set()
+    assert [j.cut for j in out] == [IN_FLIGHT, IN_FLIGHT] and judge.sent == 1 and cut.is_set()
+    assert out[1].cut_before_retry and "ConnectionRefusedError" in out[1].error and out[1].retries == 0
+    assert guard.completed == 2  # each cut recorded once
+
+
+def test_a_sync_call_answered_as_the_waiting_side_cuts_it_is_recorded_once(monkeypatch):
+    """A call whose answer comes just as the waiting side cuts it at the deadline (recorded) is not recorded again
+    by its worker, which settled it as answered (``guard.completed`` 2 for 1 call)."""
+    from activeprp_core.comparators import CallGuard
+
+    release, workers = threading.Event(), []
+    judge = _failing_first(FakeClock(), 0.0, fails=0)
+
+    def blocked(client, request):
+        workers.append(threading.current_thread())
+        release.wait(10)
+        judge.sent += 1
+        return 0.75
+
+    judge.send = blocked
+    _cut_by_the_waiting_side_after(monkeypatch, workers, release)  # the answer comes once the cut is recorded
+    guard = CallGuard(2, 5)
+    guard.deadline = time.monotonic() + 0.3
+    try:
+        out = judge.judge("q", [(Candidate("a", "a"), Candidate("b", "b"))], guard=guard)
+    finally:
+        release.set()
+    assert out[0].cut == IN_FLIGHT and judge.sent == 1 and not workers[0].is_alive()
+    assert guard.completed == 1
+
+
 def test_a_far_time_budget_is_no_limit_on_the_sync_remote_path():
     """A ``time_budget`` past ``threading.TIMEOUT_MAX`` (any finite one is a valid setting) waits for the calls
     as no time budget does: the futures' wait raised ``OverflowError``."""

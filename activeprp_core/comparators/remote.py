@@ -201,8 +201,9 @@ class RemoteComparator(FreshState, Comparator):
     def _call(self, guard: CallGuard, item: Item, stop: _Stop, abandoned: threading.Event,
               job: _Job | None = None) -> Judgment:
         """One call in a worker thread: no attempt once ``stop`` is set (not sent: ``stop.unsent()``; a retry
-        withheld at the deadline is cut before it, ``_deadline_cut``), no record once ``abandoned`` (raised);
-        ``job.cut`` is how the waiting side cuts it at the deadline (with its attempts: ``_deadline_cut``)."""
+        withheld at the deadline is cut before it, ``_deadline_cut``), no record once ``abandoned`` (raised), nor
+        once the waiting side cut it at the deadline (``job.cut_at_deadline``, with its attempts: ``job.cut``):
+        whichever side records the call first is the only one that does (``job.claim``)."""
         from tenacity import Retrying
 
         if stop.is_set():
@@ -214,7 +215,10 @@ class RemoteComparator(FreshState, Comparator):
         request, client = self.request(query, item[1].text, item[2].text), self._clients.sync()
         tries = _Attempts(guard, query)
         if job is not None:
-            job.cut = partial(self._deadline_cut, guard, tries, True)
+            job.cut = partial(self._deadline_cut, guard, tries)
+
+        def record() -> bool:  # not once its batch raised, nor when the waiting side cut it first
+            return not abandoned.is_set() and (job is None or job.claim())
 
         def attempt() -> Any:
             if tries.count:  # a retry: not once the batch or the rerank has stopped
@@ -225,11 +229,11 @@ class RemoteComparator(FreshState, Comparator):
 
         retrying = _retrying(self, Retrying, guard, query, sleep=stop.wait)  # a backoff wait ends when it stops
         try:
-            outcome = _settle(self, guard, retrying, retrying(attempt), record=not abandoned.is_set())
+            outcome = _settle(self, guard, retrying, retrying(attempt), record=record())
         except _Abandoned:  # stopped before a retry: the deadline withheld it, else its batch stopped
-            outcome = self._deadline_cut(guard, tries, not abandoned.is_set()) if stop.at_deadline else None
+            outcome = self._deadline_cut(guard, tries, record()) if stop.at_deadline else None
         except Exception as err:
-            outcome = self._after(err, guard, retrying, tries, record=not abandoned.is_set())
+            outcome = self._after(err, guard, retrying, tries, record=record())
         if outcome is None:  # the stopped guard's error (a 401, an open breaker), else dropped with its ask's raise
             guard.check()
             outcome = Judgment(None, tries.count - 1, error=f"not retried: {stop.reason}")
@@ -412,7 +416,7 @@ def _in_threads(call: Any, asks: Sequence[tuple[CallGuard, Sequence[Item]]]) -> 
             failed = next((f for f, _ in own if f.done() and not f.cancelled() and f.exception()), None)
             out.append(failed.exception() if failed is not None else  # type: ignore[arg-type]
                        [f.result() if f.done() else stop.unsent() if f.cancel() or not job.has_slot.is_set()
-                        else job.cut() if job.cut is not None else cut_calls(guard, 1)[0] for f, job in own])
+                        else job.cut_at_deadline(guard) for f, job in own])
         return out
     finally:
         abandoned.set()
@@ -460,11 +464,31 @@ class _Stop:
 
 class _Job:
     """One call of ``_in_threads`` as its waiting side sees it: ``has_slot`` once it holds a slot, and ``cut`` (set
-    by the call once it has attempts to tell of) the ``Judgment`` of cutting it at the deadline, recorded."""
+    by the call once it has attempts to tell of) the ``Judgment`` of cutting it at the deadline, recorded when
+    given True. The call is recorded on its guard once, by whichever of the worker (settling it) and the waiting
+    side (cutting it at the deadline) ``claim``s it first: a worker that wakes from its backoff, or whose answer
+    comes, just as the waiting side cuts it records nothing."""
 
     def __init__(self) -> None:
         self.has_slot = threading.Event()
-        self.cut: Callable[[], Judgment] | None = None
+        self.cut: Callable[[bool], Judgment] | None = None
+        self._claimed = False
+        self._lock = threading.Lock()
+
+    def claim(self) -> bool:
+        """Whether the caller is the first to record this call (True once, to one thread)."""
+        with self._lock:
+            first, self._claimed = not self._claimed, True
+        return first
+
+    def cut_at_deadline(self, guard: CallGuard) -> Judgment:
+        """The waiting side's judgment of the call, still running at the deadline: cut with its attempts
+        (``cut``), or in flight when it has not set ``cut`` yet; recorded on ``guard`` unless the worker recorded
+        the call first."""
+        record = self.claim()
+        if self.cut is not None:
+            return self.cut(record)
+        return (cut_calls(guard, 1) if record else [cut_in_flight()])[0]
 
 
 def _holding_a_slot(call: Any, guard: CallGuard, item: Item, stop: _Stop, abandoned: threading.Event,
