@@ -911,6 +911,30 @@ def test_a_sync_call_answered_as_the_waiting_side_cuts_it_is_recorded_once(monke
     assert guard.completed == 1
 
 
+def test_a_sync_call_cut_before_its_first_attempt_is_counted_is_a_plain_cut(monkeypatch):
+    """The waiting side cuts a call at the deadline after the call set how it is cut but before its first attempt
+    is counted (it may be going out): a plain cut in flight with no retry, recorded once. Its retries were
+    counted as -1: the sync judge raised ``InvalidAnswer`` ("comparator reported retries=-1")."""
+    from activeprp_core.comparators import CallGuard, remote
+
+    release, workers = threading.Event(), []
+    judge = _failing_first(FakeClock(), 0.0, fails=0)
+    retrying = remote._retrying
+
+    def held_before_its_first_attempt(*args, **kwargs):
+        workers.append(threading.current_thread())
+        release.wait(10)
+        return retrying(*args, **kwargs)
+
+    monkeypatch.setattr(remote, "_retrying", held_before_its_first_attempt)
+    _cut_by_the_waiting_side_after(monkeypatch, workers, release)
+    guard = CallGuard(2, 5)
+    guard.deadline = time.monotonic() + 0.3
+    out = judge.judge("q", [(Candidate("a", "a"), Candidate("b", "b"))], guard=guard)
+    assert (out[0].cut, out[0].retries, out[0].cut_before_retry) == (IN_FLIGHT, 0, False)
+    assert judge.sent == 0 and guard.completed == 1
+
+
 def test_a_far_time_budget_is_no_limit_on_the_sync_remote_path():
     """A ``time_budget`` past ``threading.TIMEOUT_MAX`` (any finite one is a valid setting) waits for the calls
     as no time budget does: the futures' wait raised ``OverflowError``."""

@@ -689,7 +689,9 @@ def _cut(guard: CallGuard, tries: _Attempts, record: bool, last: str | None = No
     """The outcome of a call the deadline cut after ``tries`` went out: recorded on ``guard`` (when ``record``) as
     sent, its outcome unknown (``record(None)``: spent, the breaker neither counts nor resets on it). ``last``: the
     error of its last attempt when the deadline stopped its retry (``cut_before_retry``; recorded with it as the
-    reason), else None (cut in flight)."""
+    reason), else None (cut in flight). A call the waiting side cuts before its first attempt is counted (it may be
+    going out) is a plain cut in flight, with no retry."""
+    retries = max(tries.count - 1, 0)
     if record:
-        guard.record(None, last, retries=tries.count - 1)
-    return cut_in_flight(tries.count - 1) if last is None else cut_before_retry(tries.count - 1, last)
+        guard.record(None, last, retries=retries)
+    return cut_in_flight(retries) if last is None else cut_before_retry(retries, last)
