@@ -398,10 +398,11 @@ def _calibrate(args) -> int:
         from .calibration import Calibration, converged_quality, flip_rate
 
         params = _sim_params(args)
-        conv = converged_quality(colls, params)
-        cal, name = Calibration(params, flip_rate(colls, params), conv.pop("mean"), conv), "check"
+        conv = converged_quality(colls, params, args.judge_seed)
+        cal, name = Calibration(params, flip_rate(colls, params, args.judge_seed), conv.pop("mean"), conv), "check"
     else:
-        cal, name = calibrate(colls, pair_noise=args.pair_noise), f"pair_noise_{args.pair_noise}"
+        cal, name = (calibrate(colls, pair_noise=args.pair_noise, seed=args.judge_seed),
+                     f"pair_noise_{args.pair_noise}")
     text = json.dumps(vars(cal), indent=1)
     (out / f"calibration_{name}.json").write_text(text + "\n")
     print(text)

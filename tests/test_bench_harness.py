@@ -345,6 +345,10 @@ def test_bench_calibrate_check_and_overhead_modes(tmp_path):
     check = json.loads((tmp_path / "calibration_check.json").read_text())
     assert check["flip_rate"] == 0.0 and check["params"] == {"doc_noise": 1.0}
     assert set(check["converged"]) >= {"mohajer/randomized/noveleval", "heapsort/bidirectional/noveleval"}
+    assert main(["bench", "calibrate", "--check", "--data", str(DATA), "--collections", "noveleval",
+                 "--sim-params", '{"doc_noise": 1.0}', "--judge-seed", "1", "--out", str(tmp_path / "seed1")]) == 0
+    other = json.loads((tmp_path / "seed1" / "calibration_check.json").read_text())
+    assert other["converged"] != check["converged"]  # --judge-seed is the noise realisation checked (was always 0)
     assert main(["bench", "overhead", "--rankers", "mohajer", "--oracles", "randomized", "--repeats", "2",
                  "--out", str(tmp_path)]) == 0
     assert "| mohajer | randomized |" in (tmp_path / "overhead.md").read_text()
