@@ -209,13 +209,15 @@ class RoundLatency:
     ``LATENCY_WINDOW`` rounds observed within ``LATENCY_HORIZON`` seconds count (on ``clock``). Thread-safe: a
     sync comparator's worker threads read it.
 
-    A record that says no round fits is never refreshed by itself (no call is sent to observe a faster round: its
-    calls are too late, under ``fastest``), so a stale one (a slow spell of the judge, or a burst whose rounds
-    waited for the judge's slots) would shut a judge that answers fast again out for the horizon. So it is tested:
-    a round sent when no round fits the time left at the estimate and no round has been observed (nor probe sent)
-    for the estimate's own length is a probe (``probe``): its calls are not held back by ``fastest`` (its query's
-    ``CallFloor``), and answered in less than the estimate, it replaces the rounds before it
-    (``record(probe=True)``). Rounds observed within the estimate's length keep the record in force (no round it
+    A record that refuses a query's calls is never refreshed by them: with less time left than the ``estimate``
+    no round fits (``Ledger.rounds_left``), with no more than ``fastest`` every call is too late
+    (``CallGuard.too_late``), so no call is sent to observe a faster round. A stale one (a slow spell of the
+    judge, or a burst whose rounds waited for the judge's slots) would shut a judge that answers fast again out for
+    the horizon. So it is tested: a round sent when the record refuses its calls, by either floor, and no round
+    has been observed (nor probe sent) for that floor's length (``max(estimate, fastest)``) is a probe
+    (``probe``): its calls are not held back by ``fastest`` (its query's ``CallFloor``; a merged call's, per query
+    text, ``CallGuard.floors``), and answered in less than that floor, it replaces the rounds before it
+    (``record(probe=True)``). Rounds observed within that length keep the record in force (no round or call it
     says cannot finish is sent), and at most one probe goes out per that length.
     """
 
@@ -228,10 +230,11 @@ class RoundLatency:
 
     def record(self, seconds: float, answered: bool = True, probe: bool = False) -> None:
         """Note one round that took ``seconds`` (``answered``: every call came back, none cut at a deadline).
-        ``probe``: the round was a probe (``probe``); answered in less than the estimate, it shows the rounds before
-        it no longer hold: they are dropped (the estimate starts again from it, as once they are
-        ``LATENCY_HORIZON`` old). Cut, or slower, it is one round among the others."""
-        refuted = probe and answered and seconds < (self.estimate() or math.inf)
+        ``probe``: the round was a probe (``probe``); answered in less than the floor it tested
+        (``max(estimate, fastest)``), it shows the rounds before it no longer hold: they are dropped (the estimate
+        starts again from it, as once they are ``LATENCY_HORIZON`` old). Cut, or slower, it is one round among the
+        others."""
+        refuted = probe and answered and seconds < (self._floor() or math.inf)
         now = self.clock()
         entry = (now, max(0.0, seconds))
         with self._lock:
@@ -261,22 +264,31 @@ class RoundLatency:
             return None
         return ordered[min(len(ordered) - 1, int(LATENCY_QUANTILE * len(ordered)))]
 
+    def _floor(self) -> float | None:
+        """The longer of ``estimate`` and ``fastest`` (seconds; None before the first round): the least time left
+        with which the record lets a query's round be planned and its calls be sent."""
+        estimate, fastest = self.estimate(), self.fastest()
+        return None if estimate is None else max(estimate, fastest or 0.0)
+
     def probe(self, seconds: float) -> bool:
-        """Whether a round sent now with ``seconds`` left tests a stale record: no round fits in ``seconds`` (> 0)
-        at the ``estimate``, and no round has been observed, nor probe sent, for ``estimate`` seconds (nothing else
-        will refresh the record). ``Ledger.rounds_left`` then allows that one round, and ``Ledger.open_round``
-        sends it as the probe (``probe_sent``; its calls pass the ``fastest`` floor, ``CallFloor``). False with no
-        estimate (nothing to test)."""
-        estimate = self.estimate()
-        if estimate is None or not 0 < seconds < estimate:
+        """Whether a round sent now with ``seconds`` (> 0) left tests a stale record: the record refuses its calls
+        (less than the ``estimate``: no round fits; no more than ``fastest``: every call is too late) and no round
+        has been observed, nor probe sent, for that floor's length (``max(estimate, fastest)`` seconds: nothing
+        else will refresh the record). ``Ledger.rounds_left`` then allows that one round, and
+        ``Ledger.open_round`` sends it as the probe (``probe_sent``; its calls pass the ``fastest`` floor,
+        ``CallFloor``). False with no estimate (nothing to test)."""
+        estimate, fastest = self.estimate(), self.fastest()
+        if estimate is None or seconds <= 0:
+            return False
+        if not (seconds < estimate or (fastest is not None and seconds <= fastest)):
             return False
         with self._lock:
             touched = self._touched
-        return touched is None or self.clock() - touched >= estimate
+        return touched is None or self.clock() - touched >= max(estimate, fastest or 0.0)
 
     def probe_sent(self) -> None:
-        """Note a probe sent now (``Ledger.open_round``): the next may go out ``estimate`` seconds after it (or
-        after the last round observed) at the earliest."""
+        """Note a probe sent now (``Ledger.open_round``): the next may go out ``max(estimate, fastest)`` seconds
+        after it (or after the last round observed) at the earliest."""
         now = self.clock()
         with self._lock:
             self._touched = now
@@ -286,7 +298,9 @@ class CallFloor:
     """One query's view of a ``RoundLatency`` for its calls (``CallGuard.latency``, read by ``too_late``):
     ``fastest`` is the record's, except while the query's round in flight is a probe (``probing``, set by
     ``Ledger.open_round``): none then (only ``comparators.base.DEADLINE_SLACK`` holds its calls back), since the
-    floor is as old as the estimate the probe tests. The other queries' calls keep the floor meanwhile."""
+    floor is as old as the record the probe tests. The other queries' calls keep the floor meanwhile. A call made
+    for several queries at once (a comparator that ``batches_queries``) reads each query's through
+    ``CallGuard.floors`` (``floors_by_query``)."""
 
     def __init__(self, latency: RoundLatency) -> None:
         self.latency, self.probing = latency, False
@@ -294,6 +308,18 @@ class CallFloor:
     def fastest(self) -> float | None:
         """``RoundLatency.fastest``, or None while this query's probe is out."""
         return None if self.probing else self.latency.fastest()
+
+
+def floors_by_query(floors: Iterable[tuple[str, CallFloor]]) -> dict[str, CallFloor]:
+    """What each query text's calls read in a call made for several queries at once (``CallGuard.floors``, set by
+    ``RerankPool``'s merged calls and ``rerank_many``'s): from ``(query text, that query's CallFloor)`` pairs, in
+    order, each text's floor; for a text of several queries, a probing one's (the comparator tells their calls
+    apart by text only, and the probe's must go out; the others' calls of that text go out with it)."""
+    out: dict[str, CallFloor] = {}
+    for query, floor in floors:
+        if query not in out or floor.probing:
+            out[query] = floor
+    return out
 
 
 def margin_of(answers: object) -> float:

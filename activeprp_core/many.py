@@ -40,7 +40,7 @@ from .comparators.base import (
 )
 from .engine import Batch, Reranking, blocking, bounded, clock_now, drive, exchange, guard_for, iterate_blocking
 from .errors import ComparatorAuthError, describe
-from .judging import JudgeTally, RoundLatency
+from .judging import JudgeTally, RoundLatency, floors_by_query
 
 # PER_REQUEST: the settings one request may set for itself, ``(query, candidates, {"budget": 20, ...})``
 from .settings import PER_REQUEST, RerankSettings, takes_settings
@@ -288,6 +288,7 @@ def _answer(window: _Window, step: Step, asynchronous: bool):
         return
     sent_before = window.guard.completed
     items = [(batch.query, a, b) for _, _, batch in step for a, b in batch.pairs]
+    window.guard.floors = floors_by_query((batch.query, r.ledger.floor) for _, r, batch in step)  # a probe's go out
     try:
         with spent_if_raises(window.comparator, window.guard, len(items), asynchronous):
             with stops_on_refusal(window.guard):  # a refused key stops every query's calls, as on their own

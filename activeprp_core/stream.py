@@ -47,7 +47,7 @@ from .comparators.base import (
 )
 from .engine import DEADLINE_GRACE, Batch, Reranking, bounded, drive, exchange, guard_for
 from .errors import ComparatorAuthError
-from .judging import RoundLatency
+from .judging import RoundLatency, floors_by_query
 from .many import DEFAULT_MAX_ACTIVE, RerankFailure, check_own, request_query, split_request
 from .settings import RerankSettings, takes_settings
 from .slots import wait_done
@@ -146,6 +146,7 @@ class _Merger:
         merged = RequestGuard(self.pool.guard, self.pool.slots, parts[0].guard.key, loop.time,
                               latency=self.pool.latency)
         merged.deadlines = _latest_deadlines(parts)
+        merged.floors = floors_by_query((p.items[0][0], p.guard.latency) for p in parts if p.items)
         lefts = [None if p.deadline is None else p.deadline - loop.time() for p in parts]
         items = [it for p in parts for it in p.items]
         try:

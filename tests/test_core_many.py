@@ -478,3 +478,44 @@ def test_a_merged_own_batch_call_that_raises_is_asked_again_query_by_query_and_c
     assert judge.received["bad"] == 2 * 28
     assert (_spent(bad).calls, _spent(bad).failed_calls, _spent(bad).rounds) == (28, 28, 1)
     assert isinstance(good, RerankResult) and good.failed_calls == 0 and good.calls == judge.received["good"] - 28
+
+
+class BatchingSimulated(SimulatedComparator):
+    """A comparator that batches across queries and leaves its calls to the base class's guarded chunks (so each
+    call asks ``guard.too_late`` of its query)."""
+
+    max_batch_size = 8
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+def test_a_merged_call_sends_the_calls_of_a_probe_round(monkeypatch, asynchronous):
+    """Review 1129ab, finding 2: ``rerank_many``'s merged call (a comparator that ``batches_queries``) read the
+    shared record of round latencies, not each query's ``CallFloor``: after a slow spell (rounds of 2.5 s) a query
+    with a 2 s time budget on the stale record opened its round as the probe (used up), and the merged call
+    refused its calls as too late all the same, so the record never changed. Its calls go out now, and answered,
+    they replace the slow rounds. Injected clock: the requests arrive at 1.0 (fresh record: nothing sent), 2.6
+    (stale: the probe) and 2.7 s."""
+    import activeprp_core.many as many_module
+    from activeprp_core.judging import RoundLatency
+
+    now = [0.0]
+    slow = RoundLatency(lambda: now[0])
+    for _ in range(20):
+        slow.record(2.5)
+    monkeypatch.setattr(many_module, "clock_now", lambda: lambda: now[0])
+    monkeypatch.setattr(many_module, "RoundLatency", lambda clock: slow)
+    cands, labels = make_case(8, seed=3)
+
+    def arriving():
+        for now[0] in (1.0, 2.6, 2.7):
+            yield "q", cands, {"time_budget": 2.0}
+
+    kw = dict(comparator=BatchingSimulated(labels), ranker="mohajer", oracle="single", budget=20, top_k=3,
+              max_active=1)
+    if asynchronous:
+        results = asyncio.run(_collect(arerank_many(arriving(), **kw)))
+    else:
+        results = list(rerank_many(arriving(), **kw))
+    assert [r.calls == 0 for r in results] == [True, False, False]
+    assert all(r.cut_calls == 0 for r in results)
+    assert slow.fastest() < 2.0

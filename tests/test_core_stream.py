@@ -276,8 +276,8 @@ def test_a_cancelled_request_cancels_its_calls_in_flight_and_sends_no_more():
 class Slowed(Comparator):
     """An async judge whose calls take ``delay`` seconds (settable between requests)."""
 
-    def __init__(self, delay: float):
-        self.delay, self.calls = delay, 0
+    def __init__(self, delay: float, max_batch_size: int | None = None):
+        self.delay, self.calls, self.max_batch_size = delay, 0, max_batch_size
 
     def compare(self, query, pairs):
         raise AssertionError("async only")
@@ -310,14 +310,18 @@ def test_after_a_slow_spell_of_the_judge_short_budgets_rank_again_once_its_round
     assert after.calls > 0 and after.order != list(range(8)) and after.cut_calls == 0
 
 
-def test_after_a_burst_a_short_time_budget_probes_the_judge_instead_of_waiting_out_the_horizon():
+@pytest.mark.parametrize("max_batch_size", [None, 8], ids=["each", "merged"])
+def test_after_a_burst_a_short_time_budget_probes_the_judge_instead_of_waiting_out_the_horizon(max_batch_size):
     """``activeprp serve``'s case (review 1129u, finding 2): the pool's shared record holds a burst's rounds of 2.5 s
     (its calls waited for the judge's slots); the judge now answers at once. The requests with a 2 s time budget
     while the burst's rounds are fresh send nothing (too late: under the fastest round, 2.5 s); those refused
     calls observe nothing, so 2.5 s after the burst the record is stale: the next request's round is a probe,
     answered at once, and the requests after it rank as usual (before: every one got its prior order with no call
-    until the burst's rounds were ``LATENCY_HORIZON`` old)."""
-    judge = Slowed(0.0)
+    until the burst's rounds were ``LATENCY_HORIZON`` old). "merged": a judge that batches across queries (a local
+    model's shape), whose rounds go out in a merged call (``_Merger``): the probe's calls go out there too (review
+    1129ab, finding 2: the merged call read the shared record's floor, so the probe was used up, its calls
+    refused)."""
+    judge = Slowed(0.0, max_batch_size)
     settings = RerankSettings(budget=20, top_k=3, ranker="mohajer", oracle="single")
     now = [0.0]
 

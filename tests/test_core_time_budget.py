@@ -224,6 +224,40 @@ def test_a_probe_is_a_round_that_fits_no_time_left_on_a_stale_record_and_only_it
     assert latency.fastest() == latency.estimate() == 1.0
 
 
+def test_a_stale_record_whose_fastest_round_refuses_the_calls_is_probed_though_a_round_fits_the_estimate():
+    """Review 1129ab, finding 1: a slow spell with mixed budgets (short ones' rounds cut at 1 s, recorded as lower
+    bounds; long ones' answered in 2.5 s) leaves an estimate of 1 s under a 2 s time budget, so a round is planned
+    (``rounds_left``), but the fastest answered round, 2.5 s, is over it, so every call is too late: nothing is
+    observed and the record never changes (a probe fired only under the estimate). The probe is taken whenever
+    the record refuses the calls, by either floor, and it is stale for that floor (max(estimate, fastest))."""
+    cands, labels = make_case(20, seed=4)
+    clock = FakeClock()
+    latency = RoundLatency(clock)
+    for _ in range(30):
+        latency.record(1.0, answered=False)
+    for _ in range(4):
+        latency.record(2.5)
+    assert latency.estimate() == 1.0 and latency.fastest() == 2.5
+
+    def query() -> Reranking:
+        return Reranking("q", cands, ranker="auto", budget=50, top_k=3, time_budget=2.0, clock=clock,
+                         latency=latency)
+
+    clock.now = 2.0  # fresh for the fastest round's 2.5 s: the floor holds, no probe
+    assert not latency.probe(2.0)
+    fresh = query()
+    assert fresh.ledger.rounds_left() == 2 and _guarded(clock, fresh).too_late()
+    clock.now = 3.0  # stale: nothing observed for 2.5 s
+    assert latency.probe(2.0) and latency.probe(2.5) and not latency.probe(2.6)
+    probe = query()
+    assert not _guarded(clock, probe).too_late()
+    drive(probe, clock, judge=SimulatedComparator(labels), seconds_per_round=0.02)
+    res = probe.result()
+    assert res.calls > 0 and res.cut_calls == 0 and "time_budget" not in res.exhausted_by
+    assert latency.estimate() == latency.fastest() == pytest.approx(0.02)  # the probe replaced the slow spell
+    assert not _guarded(clock, query()).too_late()
+
+
 class Hanging:
     """A judge whose calls do not come back for ``SLOW`` seconds (then answer by ``labels``)."""
 

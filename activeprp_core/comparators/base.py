@@ -100,7 +100,8 @@ class CallGuard:
     ``trip(error)`` on an error that must stop every later call (e.g. a 401). They read ``time_left(query)``
     (seconds; None = no deadline) to wait no longer than a query's deadline, and ``too_late(query)`` to send
     nothing that could not come back before it: the engine sets the deadlines (``deadline`` for every query,
-    ``deadlines`` per query text, both on ``clock``) and the record of round latencies (``latency``).
+    ``deadlines`` per query text, both on ``clock``) and the record of round latencies (``latency``; ``floors``
+    per query text, for a call made for several queries at once).
     Thread-safe; its slots (``fair_slots``) are one count for the tasks of any event loop and the threads of the
     sync path together: ``judge`` in threads and ``ajudge`` on a loop at once still have ``max_concurrency`` in all.
     They are waited for oldest first (a pool's request by its arrival, a direct call by its own), and the slots of
@@ -131,6 +132,7 @@ class CallGuard:
         self.deadline: float | None = None
         self.deadlines: dict[str, float] = {}
         self.latency: Any = None  # the rerank's judging.RoundLatency (a query's judging.CallFloor), read by too_late
+        self.floors: dict[str, Any] = {}  # per query text, read by too_late instead of latency: judging.floors_by_query
         self._lock = threading.Lock()
         self.completed = 0
         self._failures = 0
@@ -153,14 +155,16 @@ class CallGuard:
 
     def too_late(self, query: str | None = None) -> bool:
         """Whether a call of ``query`` started now would end past its deadline: ``past``, or less time left than
-        the fastest answered round seen (``latency``, anything with ``fastest()``: a ``judging.RoundLatency``, or a
-        query's ``judging.CallFloor``, none while its round is the probe of a stale record; set by the engine).
-        Calls wait for their slots after their round is planned; under load they would otherwise go out too late,
-        each cut at the deadline and its slot taken from a call that could be answered (docs/latency.md)."""
+        the fastest answered round seen (``query``'s entry in ``floors``, else ``latency``: anything with
+        ``fastest()``, a ``judging.RoundLatency``, or a query's ``judging.CallFloor``, none while its round is the
+        probe of a stale record; set by the engine). Calls wait for their slots after their round is planned; under
+        load they would otherwise go out too late, each cut at the deadline and its slot taken from a call that
+        could be answered (docs/latency.md)."""
         left = self.time_left(query)
         if left is None:
             return False
-        fastest = self.latency.fastest() if self.latency is not None else None
+        latency = self.floors.get(query, self.latency) if query is not None else self.latency
+        fastest = latency.fastest() if latency is not None else None
         return left <= max(DEADLINE_SLACK, fastest or 0.0)
 
     def chunks(self, pairs: Sequence[T]) -> Iterator[Sequence[T]]:
@@ -267,7 +271,7 @@ class RequestGuard(CallGuard):
         self.shared, self._fair, self.key, self.latency = shared, slots, key, latency
         self.max_concurrency = shared.max_concurrency
         self.max_consecutive_failures = shared.max_consecutive_failures
-        self.clock, self.deadline, self.deadlines = clock, deadline, {}
+        self.clock, self.deadline, self.deadlines, self.floors = clock, deadline, {}, {}
         self.completed = 0
 
     @property
