@@ -511,10 +511,10 @@ def test_a_judge_asking_to_retry_later_is_not_probed_sooner_and_clients_are_told
     body = {"query": "alpha", "documents": [f"alpha doc {i}" for i in range(8)]}
     with FaultServer(lambda r: Reply(429, error_body("rate limited"), headers={"Retry-After": "120"}),
                      max_requests=100, max_seconds=60) as endpoint, \
-            OpenAIChatComparator("m", base_url=endpoint.url, api_key="k", max_attempts=1,
-                                 max_retry_after=45) as judge, \
+            OpenAIChatComparator("m", base_url=endpoint.url, api_key="k", max_attempts=1, max_retry_after=45,
+                                 max_concurrency=1) as judge, \
             TestClient(create_app(judge, **SERVER, cool_down=0.3)) as client:
-        first = _post(client, "/v2/rerank", body)
+        first = _post(client, "/v2/rerank", body)  # one call at a time: none still arriving once it is answered
         ready = client.get("/ready")
         sent = endpoint.requests
         time.sleep(0.6)  # past --cool-down: no probe yet
