@@ -194,7 +194,8 @@ class FrameworkJudge(SwappablePrompts, RemoteComparator):
             message; ``with_prompts(...)`` gives a copy with others.
         logprobs, top_logprobs: ask for the top ``top_logprobs`` alternatives of the answer token, on models that
             declare a ``logprobs`` field (ChatOpenAI, LlamaIndex's OpenAI / OpenAILike), except on OpenAI's
-            Responses API (``responses_api``), which has none.
+            Responses API (``responses_api``), which has none: there the judge's copy also clears the model's own
+            ``logprobs`` / ``top_logprobs``.
         settings: fields of the judge's copy over ``JUDGE_SETTINGS`` (less ``REASONING_KEEPS`` on a reasoning
             model); a value None keeps the model's own (e.g. ``{"temperature": None}``, ``{"model": None}``).
             Every key must be a field of the model, and none may name the model, nor the Azure deployment, which is
@@ -218,8 +219,8 @@ class FrameworkJudge(SwappablePrompts, RemoteComparator):
 
     Raises:
         ValueError: a ``settings`` key that names the model (or a key naming it in a request-body dict) or is not a
-            field of it, a prompt without its placeholders, a count below its minimum. TypeError: a prompt that is
-            not a str, a count that is not an int.
+            field of it, a ``logprobs`` in ``settings`` on the Responses API, a prompt without its placeholders, a
+            count below its minimum. TypeError: a prompt that is not a str, a count that is not an int.
     """
 
     prompt_names = ("prompt", "system_prompt")
@@ -277,6 +278,15 @@ class FrameworkJudge(SwappablePrompts, RemoteComparator):
         merged = {k: v for k, v in wanted.items() if k in fields} | settings
         merged = self.provider_settings(configured, merged)
         self.settings = {k: v for k, v in merged.items() if v is not None}
+        # the fields the judge's copy sets to None (settings' None values keep the model's own): on the Responses
+        # API the model's own logprobs / top_logprobs, which the SDK's Responses.create refuses (a TypeError)
+        self.cleared: dict[str, None] = {}
+        if self.responses:
+            if settings.get("logprobs") is not None:
+                raise ValueError(f"settings logprobs={settings['logprobs']!r} on OpenAI's Responses API, which has "
+                                 f"no logprobs parameter: drop it (the judge parses the answer's text there)")
+            self.cleared = {k: None for k in ("logprobs", "top_logprobs")
+                            if k in fields and k not in self.settings and getattr(configured, k, None) is not None}
         self.timeout_keyword = self.request_timeout_keyword(llm)
         self.judge_llm = self.judged_model()
         if any("openai" in cls.__module__ for cls in type(llm).__mro__):  # the framework's openai integration
@@ -302,8 +312,9 @@ class FrameworkJudge(SwappablePrompts, RemoteComparator):
         return llm.model_copy(update=given) if given else llm
 
     def judged_model(self) -> Any:
-        """The model the judge calls: ``judge_copy(llm, settings)``, else ``llm`` itself (no settings)."""
-        return self.judge_copy(self.llm, self.settings) if self.settings else self.llm
+        """The model the judge calls: ``judge_copy(llm, settings | cleared)``, else ``llm`` itself (neither)."""
+        update = self.settings | self.cleared
+        return self.judge_copy(self.llm, update) if update else self.llm
 
     def renew_state(self) -> None:
         """Fresh clients (``RemoteComparator.renew_state``) and a judge model made again from this comparator's

@@ -1102,6 +1102,35 @@ def test_settings_that_route_chat_openai_to_the_responses_api_are_judged_by_thei
     assert chat.model_dump() == dump and chat.use_responses_api is None
 
 
+def test_a_chat_openai_with_its_own_logprobs_on_the_responses_api_is_judged_by_its_text():
+    """A ChatOpenAI built with ``logprobs=True`` (and ``top_logprobs``) that is on the Responses API: the judge's copy
+    clears both (the SDK's ``Responses.create`` raised TypeError on ``logprobs`` in every call, 0 requests sent), your
+    model keeps them; ``settings`` asking for logprobs there is refused at construction."""
+    langchain_openai = pytest.importorskip("langchain_openai")
+    bodies: list[dict] = []
+
+    def rules(r):
+        bodies.append(r.body)
+        return Reply(body=responses_body(label(r.text)))
+
+    with FaultServer(rules, max_requests=10) as server:
+        kw = {"model": "gpt-4o-mini", "base_url": server.url, "api_key": "k", "logprobs": True, "top_logprobs": 3}
+        models = [langchain_openai.ChatOpenAI(use_responses_api=True, **kw),
+                  langchain_openai.ChatOpenAI(output_version="responses/v1", **kw)]
+        dumps = [m.model_dump() for m in models]
+        judges = [ChatModelComparator(m) for m in models]
+        (a, b) = pair()
+        probs = [[j.prob for j in judge.judge("q", [(a, b), (b, a)])] for judge in judges]
+    assert probs == [[1.0, 0.0]] * 2 and len(bodies) == 4
+    for body in bodies:
+        assert "input" in body and body["max_output_tokens"] == 16
+        assert not {"logprobs", "top_logprobs"} & set(body)
+    assert [m.model_dump() for m in models] == dumps and models[0].logprobs is True and models[0].top_logprobs == 3
+    with pytest.raises(ValueError, match="Responses API, which has no logprobs"):
+        ChatModelComparator(langchain_openai.ChatOpenAI(model="gpt-4o-mini", api_key="k", use_responses_api=True),
+                            settings={"logprobs": True})
+
+
 def test_chat_openai_and_openai_responses_on_the_responses_api_are_judged_by_their_text():
     """OpenAI's Responses API has no ``logprobs`` (the openai SDK's ``Responses.create`` raises TypeError on it) and
     answers 400 to ``max_output_tokens`` below 16, as this endpoint does. A ChatOpenAI that langchain-openai routes
