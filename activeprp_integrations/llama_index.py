@@ -25,7 +25,7 @@ try:
     from llama_index.core.llms import LLM
     from llama_index.core.postprocessor.types import BaseNodePostprocessor
     from llama_index.core.prompts import BasePromptTemplate, PromptTemplate
-    from llama_index.core.prompts.mixin import PromptDictType
+    from llama_index.core.prompts.mixin import PromptDictType, PromptMixin
     from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
 except ImportError as exc:  # pragma: no cover - exercised by simulating the missing module
     raise ImportError(common.missing_extra("llama-index-core", "llama-index")) from exc
@@ -65,8 +65,13 @@ def _has_work(nodes: Any, query_bundle: Any) -> bool:
     return bool(nodes)
 
 
-class ActivePRPRerank(common.ComparatorFactories, BaseNodePostprocessor, common.settings_model(int)):
+class ActivePRPRerank(common.ComparatorFactories, BaseNodePostprocessor, PromptMixin, common.settings_model(int)):
     """Rerank retrieved nodes with a pairwise LLM judge under a per-query call budget.
+
+    A ``PromptMixin`` (which LlamaIndex's ``BaseNodePostprocessor`` is not, though it has its private methods), so
+    ``get_prompts()`` / ``update_prompts(...)`` reach the judge's prompts (``prp_prompt``, ``ql_prompt``). A query
+    engine's own ``get_prompts`` lists its response synthesizer's alone, not its node postprocessors': call them on
+    the postprocessor.
 
     Args / fields (the same names as the LangChain compressor):
         comparator: a ``activeprp_core.Comparator`` or any object with ``compare(query, pairs) ->

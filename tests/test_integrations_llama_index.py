@@ -189,6 +189,26 @@ def test_prompts_live_on_the_comparator_and_updates_use_a_copy():
     assert "prompt" not in vars(fixed)
 
 
+def test_the_public_prompt_mixin_api_reaches_the_judges_prompts():
+    """LlamaIndex's ``BaseNodePostprocessor`` is no ``PromptMixin`` (its ``get_prompts`` was an AttributeError):
+    the postprocessor is one, so ``get_prompts`` / ``update_prompts`` give and swap the judge's prompts."""
+    from llama_index.core.prompts.mixin import PromptMixin
+
+    class WithPrompts(SwappablePrompts, SimulatedComparator):
+        prompt = "Query: {query}\nA: {first}\nB: {second}\nWhich is more relevant? Answer A or B."
+        prompt_names = ("prompt",)
+
+    comparator = WithPrompts({})
+    reranker = ActivePRPRerank(comparator=comparator)
+    assert isinstance(reranker, PromptMixin)
+    assert {k: v.get_template() for k, v in reranker.get_prompts().items()} == {"prp_prompt": WithPrompts.prompt}
+    reranker.update_prompts({"prp_prompt": PromptTemplate("Q {query}: 1) {first} 2) {second}")})
+    assert reranker.get_prompts()["prp_prompt"].get_template() == "Q {query}: 1) {first} 2) {second}"
+    assert reranker.comparator.prompt == "Q {query}: 1) {first} 2) {second}" and "prompt" not in vars(comparator)
+    with pytest.raises(ValueError, match="placeholder"):
+        reranker.update_prompts({"prp_prompt": PromptTemplate("no placeholders")})
+
+
 def test_update_prompts_reranks_with_the_new_prompt_and_leaves_the_comparator_alone():
     pytest.importorskip("openai")
     from _llm_server import FaultServer, Reply
