@@ -98,8 +98,8 @@ class Ledger:
         most the rounds that fit in the time left at the estimated round latency (``RoundLatency.estimate``;
         none known yet: the round cap alone). So a ranker that plans its rounds plans a shallow plan that
         completes rather than a deep one the deadline cuts off. When none fits but the record is stale
-        (``RoundLatency.probe``: no round observed for the estimate's length), one round: the round sent
-        then is the probe that tests it (``open_round``), so a stale estimate cannot shut a judge that answers fast
+        (``RoundLatency.probe``: no round observed for ``max(estimate, fastest)``), one round: the round sent
+        then is the probe that tests it (``open_round``), so a stale record cannot shut a judge that answers fast
         again out."""
         left, time_left = self.caps["max_rounds"].remaining, self.deadline.remaining
         if time_left is None:  # checked first: rankers ask this once per round, cache-answered ones included
@@ -152,7 +152,8 @@ class Ledger:
 
     def open_round(self) -> None:
         """The batch planned sends calls: it takes a round (timed from now; the probe of a stale record of round
-        latencies when no round fits the time left at its estimate, ``RoundLatency.probe``)."""
+        latencies when the record refuses the query's calls, by its estimate or its fastest round,
+        ``RoundLatency.probe``)."""
         self.caps.take_round()
         self._opened = self.clock()
         time_left = self.deadline.remaining

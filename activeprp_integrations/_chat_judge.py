@@ -289,10 +289,7 @@ class FrameworkJudge(SwappablePrompts, RemoteComparator):
                             if k in fields and k not in self.settings and getattr(configured, k, None) is not None}
         self.timeout_keyword = self.request_timeout_keyword(llm)
         self.judge_llm = self.judged_model()
-        if any("openai" in cls.__module__ for cls in type(llm).__mro__):  # the framework's openai integration
-            from activeprp_core.comparators.openai_chat import load_openai_sdk
-
-            load_openai_sdk()  # now, not in the first call (LlamaIndex's OpenAI builds its client there)
+        self._load_sdk()
 
     @staticmethod
     def _refuse_model(llm: Any, where: str, keyword: str | None) -> None:
@@ -321,6 +318,15 @@ class FrameworkJudge(SwappablePrompts, RemoteComparator):
         ``llm`` (on a deep copy or an unpickled judge: the copied model, so the copy shares nothing with yours)."""
         super().renew_state()
         self.judge_llm = self.judged_model()
+        self._load_sdk()
+
+    def _load_sdk(self) -> None:
+        """``openai_chat.load_openai_sdk`` when the model is of a framework's openai integration: at construction
+        and in an unpickled judge's process, not in the first call (LlamaIndex's OpenAI builds its client there)."""
+        if any("openai" in cls.__module__ for cls in type(self.llm).__mro__):
+            from activeprp_core.comparators.openai_chat import load_openai_sdk
+
+            load_openai_sdk()
 
     # ---- what a framework provider adds ---------------------------------------------------------------
     def reasoning_model(self, llm: Any) -> bool:

@@ -682,17 +682,22 @@ from llama_index.llms.openai_like import OpenAILike
 from activeprp_integrations.llama_index_judge import LLMComparator
 comp = LLMComparator(OpenAILike(model="m", api_base={url!r}, api_key="k", is_chat_model=True))
 """,
+    "openai-unpickled": """
+import pickle
+comp = pickle.loads(open({pickled!r}, "rb").read())
+""",
 }
 
 
 @pytest.mark.parametrize("use_async", [False, True])
 @pytest.mark.parametrize("judge", sorted(COLD_JUDGES))
-def test_a_first_call_under_a_deadline_does_not_import_or_set_up_the_client(judge, use_async):
+def test_a_first_call_under_a_deadline_does_not_import_or_set_up_the_client(judge, use_async, tmp_path):
     """Review 1129aa: the first call of a fresh process built the SDK's client (~1 s of imports of its chat
     resource and set-up) under the rerank's ``time_budget``: ``arerank`` returned late with no call (blocking its
     loop meanwhile), ``rerank`` billed 2 calls the judge never saw, sent and cut. The comparator's construction
     does that work now (``openai_chat.load_openai_sdk``; LlamaIndex's OpenAI builds its client in the first call),
-    so the first rerank's calls reach the judge, billed as the judge counts them."""
+    so the first rerank's calls reach the judge, billed as the judge counts them. Also for a comparator built in
+    another process and unpickled in this one (a Ray worker's, review 1129ad), which runs no ``__init__``."""
     import subprocess
     import sys
     from pathlib import Path
@@ -701,7 +706,12 @@ def test_a_first_call_under_a_deadline_does_not_import_or_set_up_the_client(judg
         pytest.importorskip("llama_index.llms.openai_like")
     root = Path(__file__).resolve().parents[1]
     with FaultServer(lambda r: Reply(), max_seconds=120) as server:
-        make = COLD_JUDGES[judge].format(url=server.url)
+        pickled = tmp_path / "judge.pickle"
+        if judge == "openai-unpickled":
+            from activeprp_core.comparators import OpenAIChatComparator
+
+            pickled.write_bytes(pickle.dumps(OpenAIChatComparator("m", base_url=server.url, api_key="k")))
+        make = COLD_JUDGES[judge].format(url=server.url, pickled=str(pickled))
         done = subprocess.run([sys.executable, "-c", COLD_SCRIPT.format(make=make, use_async=use_async)],
                               cwd=root, timeout=120, capture_output=True, text=True,
                               env={**os.environ, "PYTHONPATH": str(root)})

@@ -681,6 +681,22 @@ def pickled(obj: Any) -> Any:
     return pickle.loads(pickle.dumps(obj))
 
 
+def test_an_unpickled_judge_over_an_openai_integration_loads_the_sdk_before_its_first_call(monkeypatch):
+    """An unpickled judge (a Ray worker's) runs no ``__init__``: its ``renew_state`` loads the openai SDK
+    (``openai_chat.load_openai_sdk``) as construction does, so its first call under a deadline imports nothing
+    (review 1129ad); a model of no openai integration loads nothing."""
+    openai_like = pytest.importorskip("llama_index.llms.openai_like")
+    from activeprp_core.comparators import openai_chat
+
+    judges = [LLMComparator(openai_like.OpenAILike(model="m", api_base="http://127.0.0.1:9/v1", api_key="k",
+                                                   is_chat_model=True)), LLMComparator(ScriptedLLM(script=label))]
+    loads = []
+    monkeypatch.setattr(openai_chat, "load_openai_sdk", lambda: loads.append(1))
+    for judge in judges:
+        pickled(judge)
+    assert loads == [1]
+
+
 @pytest.mark.parametrize("how", [copy.deepcopy, pickled])
 @pytest.mark.parametrize("framework", ["langchain", "llama_index"])
 def test_a_deep_copied_or_pickled_framework_judge_calls_its_own_copy_of_the_model(framework, how):

@@ -144,6 +144,12 @@ class OpenAIChatComparator(SwappablePrompts, RemoteComparator):
         self.attempt_timeout = timeout  # the SDK's is per read: a judge dripping its answer never trips it
         load_openai_sdk()  # now, not in the first call (a first call under a deadline must not import)
 
+    def renew_state(self) -> None:
+        """``RemoteComparator.renew_state``, and ``load_openai_sdk`` in this process: an unpickled comparator (a Ray
+        worker's, a spawned process's) runs no ``__init__``, and its first call must not import either."""
+        super().renew_state()
+        load_openai_sdk()
+
     @property
     def client(self) -> Any:
         """The sync ``openai.OpenAI`` client (shared with ``with_prompts`` copies)."""
