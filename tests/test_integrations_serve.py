@@ -3,6 +3,7 @@ arerank, a 200-request load, 4xx for every caller mistake, 502/503 without the k
 graceful shutdown and the command."""
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -12,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -951,6 +953,43 @@ def test_a_connection_that_sends_no_whole_request_head_in_time_is_closed():
         assert _until_closed(silent) == b"" and _until_closed(partial) == b""
         answer = _until_closed(served)  # answered, then idle: closed (uvicorn's keep-alive timeout, 5 s)
         assert answer.startswith(b"HTTP/1.1 200") and b'"results"' in answer
+
+
+def test_a_connection_that_does_not_read_its_answer_is_aborted_after_the_client_timeout():
+    """uvicorn's close waits for the answer to be sent: clients that sent a request and never read its answer held
+    it in the server's memory (8 clients, 210 MB) on connections that stayed open. The answer here is bigger than
+    the socket buffers between them (the client's receive buffer is small), so it cannot all be sent."""
+    from activeprp_integrations.serve.protocol import head_timeout_protocol
+
+    wmem = Path("/proc/sys/net/ipv4/tcp_wmem")  # the most a socket's send buffer grows to (Linux)
+    wmem_max = int(wmem.read_text().split()[2]) if wmem.exists() else 4 << 20
+    size, timeout = 16_384, 0.5
+    docs = [f"alpha beta {i} " * (size // 16) for i in range(max(4 * wmem_max, 8 << 20) // size + 1)]
+    body = json.dumps({"query": "alpha", "documents": docs, "return_documents": True}).encode()
+    app = create_app(WordJudge(), **SERVER, max_documents=len(docs), max_document_bytes=size)
+    with serving(app, http=head_timeout_protocol(timeout)) as (url, server):
+        host, port = url.removeprefix("http://").split(":")
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connecting: the window stays small
+        sock.settimeout(60)
+        sock.connect((host, int(port)))
+        sock.sendall(HEAD.replace(b"/v2/", b"/v1/") % len(body) + body)
+        answered = time.monotonic() + 60
+        while not metric(httpx.get(f"{url}/metrics").text, "activeprp_requests_total", route="/v1/rerank"):
+            assert time.monotonic() < answered, "the request was not answered"
+            time.sleep(0.05)
+        ours = sock.getsockname()
+        deadline = time.monotonic() + 10 * timeout  # generous: the abort is due at the client timeout
+        while any(c.client == ours for c in list(server.server_state.connections)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        still_open = any(c.client == ours for c in list(server.server_state.connections))
+        received = b""
+        with contextlib.suppress(ConnectionResetError):
+            while chunk := sock.recv(1 << 20):
+                received += chunk
+        sock.close()
+    assert not still_open, "the server kept the connection and its unsent answer"
+    assert received.startswith(b"HTTP/1.1 200") and len(received) < len(body)  # the rest was dropped
 
 
 def test_a_body_that_does_not_arrive_in_time_gets_408_and_the_connection_closes():

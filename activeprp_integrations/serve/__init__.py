@@ -56,7 +56,8 @@ DEFAULT_JUDGE_RETRIES = 1
 a backoff), inside the default time budget, so the breaker opens rather than every request running out of time."""
 DEFAULT_CLIENT_TIMEOUT = 30.0
 """Seconds a client may take to send a request's head (from connecting or its previous answer) and, then, its
-body, by default: a stalled or trickling client holds a connection and up to a body's cap of memory that long."""
+body, and to read an answer, by default: a stalled or trickling client holds a connection and up to a body's cap (or
+an answer) of memory that long."""
 AUTH_KEYS_ENV = "ACTIVEPRP_AUTH_KEYS"
 """The environment variable holding API keys the service accepts (comma-separated), beside ``--auth-key``."""
 SIMULATED_HELP = ("a judge without a model and without labels (a request's documents carry none: each counts as "
@@ -152,8 +153,9 @@ def add_parser(subparsers: Any) -> None:
                         f"${AUTH_KEYS_ENV}, comma-separated); without any, no key is asked")
     g.add_argument("--client-timeout", type=seconds(allow_none=False, positive=True), default=DEFAULT_CLIENT_TIMEOUT,
                    help="seconds a client may take to send a request's head, from connecting or from its previous "
-                        "answer (else the connection is closed), and then its whole body (else 408); at most "
-                        "--max-active plus --max-queue bodies are received at once (default %(default)s)")
+                        "answer (else the connection is closed), then its whole body (else 408), and to read an "
+                        "answer (else what is unsent is dropped and the connection reset); at most --max-active "
+                        "plus --max-queue bodies are received at once (default %(default)s)")
     g.add_argument("--shutdown-timeout", type=seconds(allow_none=False), default=60.0,
                    help="seconds a graceful shutdown (Ctrl-C, SIGTERM) waits for the requests in flight: a request "
                         "not yet reranked whose time budget would end after that gets 503 with Retry-After at "

@@ -5,13 +5,16 @@ uvicorn closes an idle keep-alive connection only after a response: a connection
 sends its head a byte at a time, holds a file descriptor for as long as the client likes (1030 of them made a server
 under ``ulimit -n 1024`` unreachable). Each connection here must send a request's head (its request line and
 headers) within ``seconds`` of connecting or of its previous response, or it is closed; the body's deadline is the
-``Gate``'s (``body_timeout``).
+``Gate``'s (``body_timeout``). A client that does not read its answer held it in memory for as long as it liked
+(uvicorn's close waits for the answer to be sent): ``seconds`` after the answer was written, what is still unsent is
+dropped and the connection aborted.
 """
 
 from __future__ import annotations
 
 import asyncio
 import socket
+import struct
 from typing import Any
 
 import h11
@@ -45,8 +48,18 @@ class _HeadTimeoutH11(H11Protocol):
         self._head_timer = self.loop.call_later(self.head_timeout, self._head_overdue, cycle)
 
     def _head_overdue(self, cycle: Any) -> None:
-        """No new request's head arrived since the timer started (the cycle is the one it started with)."""
-        if self.cycle is cycle and not self.transport.is_closing():
+        """No new request's head arrived since the timer started (the cycle is the one it started with). An answer
+        still unsent (the client does not read it) is dropped: ``close`` would wait for it to flush, for ever."""
+        if self.cycle is not cycle:
+            return
+        if self.transport.get_write_buffer_size():
+            # a reset, not a FIN after the kernel's share of the answer: that socket would outlive the connection
+            # (FIN-WAIT-1, its send buffer full) for as long as the client keeps its window shut
+            sock = self.transport.get_extra_info("socket")
+            if sock is not None:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.transport.abort()  # also after uvicorn's keep-alive close, which is waiting for that flush
+        elif not self.transport.is_closing():
             try:
                 self.timeout_keep_alive_handler()  # uvicorn's own way of closing an idle connection
             except h11.LocalProtocolError:
@@ -55,7 +68,8 @@ class _HeadTimeoutH11(H11Protocol):
 
 def head_timeout_protocol(seconds: float) -> type[H11Protocol]:
     """uvicorn's ``H11Protocol`` closing a connection that has not sent a whole request head within ``seconds`` of
-    connecting or of its previous response (pass it as ``uvicorn.Config(http=...)``)."""
+    connecting or of its previous response, and aborting it when that response is not sent whole by then (the
+    client does not read it); pass it as ``uvicorn.Config(http=...)``."""
     return type("HeadTimeoutH11", (_HeadTimeoutH11,), {"head_timeout": seconds})
 
 
