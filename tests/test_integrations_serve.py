@@ -850,6 +850,38 @@ def test_the_command_takes_keys_from_flags_and_the_environment_and_warns_without
     assert "without an API key" not in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("env", "flags", "named"), [
+    ("", [], "$ACTIVEPRP_AUTH_KEYS"), (" ", [], "$ACTIVEPRP_AUTH_KEYS"), (",", [], "$ACTIVEPRP_AUTH_KEYS"),
+    (" , ", ["--auth-key", "flag-key"], "$ACTIVEPRP_AUTH_KEYS"), (None, ["--auth-key", ""], "--auth-key"),
+    (None, ["--auth-key", "k", "--auth-key", " "], "--auth-key")])
+def test_a_key_source_given_without_a_key_is_a_usage_error(monkeypatch, capsys, env, flags, named):
+    """``ACTIVEPRP_AUTH_KEYS="$MY_SERVICE_KEY"`` with the secret missing served every caller, with no warning on
+    127.0.0.1; the command now refuses to start (exit 2, one line naming what to change)."""
+    import uvicorn
+
+    from activeprp_cli import main
+
+    started = []
+    monkeypatch.setattr(uvicorn.Server, "run", lambda server: started.append(server))
+    if env is None:
+        monkeypatch.delenv("ACTIVEPRP_AUTH_KEYS", raising=False)
+    else:
+        monkeypatch.setenv("ACTIVEPRP_AUTH_KEYS", env)
+    assert main(["serve", "--comparator", "simulated", *flags]) == 2
+    err = capsys.readouterr().err
+    assert started == [] and err.count("\n") == 1 and named in err and "without a key" in err
+
+
+@pytest.mark.parametrize("keys", [[""], [" ", None], ["", "\t"]])
+def test_create_app_with_only_blank_keys_is_a_value_error(keys):
+    with pytest.raises(ValueError, match="auth_keys holds no key"):
+        create_app(WordJudge(), **SERVER, auth_keys=keys)
+    with pytest.raises(TypeError, match="auth_keys must be a list of keys"):
+        create_app(WordJudge(), **SERVER, auth_keys="secret")  # each character would have been a key
+    with TestClient(create_app(WordJudge(), **SERVER, auth_keys=[*keys, "K"])) as client:  # blanks beside a key
+        assert [_post_with(client, k).status_code for k in ("K", "")] == [200, 401]
+
+
 def _post_with(client, key):
     return client.post("/v2/rerank", json=GOOD, headers={"Authorization": f"Bearer {key}"})
 

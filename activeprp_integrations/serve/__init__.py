@@ -93,9 +93,24 @@ def create_app(comparator: Any, settings: RerankSettings | None = None, **option
 
 
 def auth_keys(args: argparse.Namespace) -> list[str]:
-    """The API keys the service accepts: every ``--auth-key`` and those in ``$ACTIVEPRP_AUTH_KEYS``."""
-    from_env = os.environ.get(AUTH_KEYS_ENV, "").split(",")
-    return [k.strip() for k in [*(args.auth_key or []), *from_env] if k.strip()]
+    """The API keys the service accepts: every ``--auth-key`` and those in ``$ACTIVEPRP_AUTH_KEYS`` (comma-separated,
+    blank entries between the commas skipped), stripped of spaces; none when neither is given.
+
+    Raises:
+        InputError: a key source is given but yields no key (exit 2): an ``--auth-key`` is blank, or
+            ``$ACTIVEPRP_AUTH_KEYS`` is set but holds only spaces and commas (a secret that did not reach it, as in
+            ``ACTIVEPRP_AUTH_KEYS="$MY_SERVICE_KEY"``, would otherwise serve with no key).
+    """
+    flags = [k.strip() for k in args.auth_key or []]
+    if "" in flags:
+        raise InputError("--auth-key was given a blank key: pass the key itself (--auth-key KEY), or leave the flag "
+                         "out to serve without a key")
+    env = os.environ.get(AUTH_KEYS_ENV)
+    from_env = [] if env is None else [k.strip() for k in env.split(",") if k.strip()]
+    if env is not None and not from_env:
+        raise InputError(f"${AUTH_KEYS_ENV} is set but holds no key: set it to the keys (comma-separated), or unset "
+                         "it to serve without a key")
+    return [*flags, *from_env]
 
 
 def loopback(host: str) -> bool:
@@ -150,7 +165,8 @@ def add_parser(subparsers: Any) -> None:
                    help="requests waiting for a slot; one more gets 429 with Retry-After (default %(default)s)")
     g.add_argument("--auth-key", action="append", metavar="KEY",
                    help="an API key the rerank routes accept as 'Authorization: Bearer KEY' (repeatable; also "
-                        f"${AUTH_KEYS_ENV}, comma-separated); without any, no key is asked")
+                        f"${AUTH_KEYS_ENV}, comma-separated); without any, no key is asked; a blank one, or "
+                        f"${AUTH_KEYS_ENV} set but blank, is an error")
     g.add_argument("--client-timeout", type=seconds(allow_none=False, positive=True), default=DEFAULT_CLIENT_TIMEOUT,
                    help="seconds a client may take to send a request's head, from connecting or from its previous "
                         "answer (else the connection is closed), then its whole body (else 408), and to read an "

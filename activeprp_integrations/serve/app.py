@@ -121,7 +121,9 @@ def create_app(
         max_documents, max_document_bytes, max_query_bytes: caps per request (413 over them).
         max_body_bytes: the body cap (413 over it, checked as it is read); None = the documents at their caps
             with JSON escaping, at most ``bodies.MAX_BODY_BYTES``.
-        auth_keys: when any, the rerank routes need ``Authorization: Bearer <one of them>`` (else 401).
+        auth_keys: when any, the rerank routes need ``Authorization: Bearer <one of them>`` (else 401). Blank
+            entries (None, '' or spaces) are skipped, but not all of them: a missing secret must not open the
+            service.
         cool_down: seconds the judge's breaker stays open before one probe call decides whether it closes.
         secrets: strings (API keys) scrubbed from every error message, from a degraded rerank's ``meta`` and from
             the engine's log records (the ``auth_keys`` are added).
@@ -136,7 +138,8 @@ def create_app(
         have finished. ``app.state.service`` is the ``RerankService``, ``app.state.metrics`` the ``Metrics``.
 
     Raises:
-        TypeError / ValueError: bad settings (checked here, before any request).
+        TypeError / ValueError: bad settings (checked here, before any request); ``auth_keys`` a str, or
+            holding only blank keys.
     """
     settings = RerankSettings.of(SERVE if settings is None else settings, **options)
     for name, value, minimum in [("max_active", max_active, 1), ("max_queue", max_queue, 0),
@@ -145,7 +148,13 @@ def create_app(
         check_count(value, name, minimum=minimum)
     check_count(max_body_bytes, "max_body_bytes", minimum=1, allow_none=True)
     client_timeout = check_seconds(client_timeout, "client_timeout", positive=True, allow_none=True)
-    keys = [k for k in auth_keys if k]
+    if isinstance(auth_keys, (str, bytes)):  # its characters would each be a key
+        raise TypeError(f"auth_keys must be a list of keys, not one {type(auth_keys).__name__}: pass [key]")
+    auth_keys = list(auth_keys)
+    keys = [k for k in auth_keys if k and k.strip()]
+    if auth_keys and not keys:
+        raise ValueError(f"auth_keys holds no key, only blanks ({len(auth_keys)} of None, '' or spaces): pass the "
+                         "keys themselves, or none at all to serve without a key")
     metrics = Metrics()
     service = RerankService(comparator, settings, max_active=max_active, max_queue=max_queue,
                             cool_down=check_seconds(cool_down, "cool_down", positive=True), on_call=metrics.call)
