@@ -32,17 +32,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import os
+import socket
 from collections.abc import Callable, Iterator
 from dataclasses import fields
 from typing import Any
 
 from activeprp_core import Candidate, RerankFailure, RerankResult, RerankSettings, arerank_many, rerank_many
 from activeprp_core.budget import check_count, check_real
+from activeprp_core.errors import InputError
 from activeprp_core.judging import JudgeStats
 from activeprp_core.many import DEFAULT_MAX_ACTIVE
 
 RAY_EXTRA = 'pip install "activeprp[ray]"'
+RAY_CLIENT_EXTRA = 'pip install "ray[client]"'
+PROBE_TIMEOUT_S = 5.0
+"""Seconds ``connect`` waits for a TCP connection to a cluster's address before raising ``ConnectionError``
+(``ray.init`` itself retries an address where nothing listens for many minutes)."""
 DEFAULT_NUM_CPUS = 0.5
 """CPUs reserved per actor. Fractional on purpose: on a small Ray (e.g. ``ray.init(num_cpus=2)``) a pool of 2
 actors at ``num_cpus=1`` holds every CPU and the dataset's read tasks never run (docs/ray-notes.md)."""
@@ -227,9 +234,12 @@ def connect(address: str | None = None, *, num_cpus: int | None = None) -> bool:
     Args:
         address: an existing cluster (``"HOST:PORT"`` of its head, ``"ray://HOST:10001"`` for Ray Client,
             ``"auto"``); with Ray's token authentication (on by default in ray 2.60) the cluster's token must
-            be in ``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH`` or ``~/.ray/auth_token``. None: start a local Ray
-            on this machine that listens on 127.0.0.1 only (sets ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` unless
-            set, which only works when Ray was not imported yet in this process), no dashboard.
+            be in ``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH`` or ``~/.ray/auth_token``. ``HOST:PORT`` and
+            ``ray://HOST:PORT`` are first probed with a TCP connection (``PROBE_TIMEOUT_S``). None: start a new
+            local Ray on this machine that listens on 127.0.0.1 only (Ray's ``address="local"``: ``RAY_ADDRESS``
+            and a cluster left by ``ray start`` are ignored; sets
+            ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` unless set, which only works when Ray was not imported yet in
+            this process), no dashboard.
         num_cpus: CPUs of a local Ray (None = all).
 
     Returns:
@@ -237,7 +247,9 @@ def connect(address: str | None = None, *, num_cpus: int | None = None) -> bool:
         in this process (it is used as it is, and left running).
 
     Raises:
-        ImportError: Ray Data is missing. ConnectionError (from Ray): no cluster at ``address``.
+        ImportError: Ray Data is missing (names ``activeprp[ray]``), or ``address`` is ``ray://...`` and Ray
+        Client's grpcio is missing (names ``ray[client]``). ConnectionError: nothing answers at ``address``
+        within ``PROBE_TIMEOUT_S`` (or Ray's own). ValueError (from Ray): an address Ray cannot read.
     """
     if address is None:
         os.environ.setdefault(LOOPBACK_ENV, "0")
@@ -245,10 +257,29 @@ def connect(address: str | None = None, *, num_cpus: int | None = None) -> bool:
     if ray.is_initialized():
         return False
     if address is None:
-        ray.init(num_cpus=num_cpus, include_dashboard=False)
+        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False)
     else:
+        _probe(address)
         ray.init(address=address)
     return True
+
+
+def _probe(address: str) -> None:
+    """Raise unless ``address`` can be tried: Ray Client's dependency for ``ray://`` (ImportError), then, for
+    ``HOST:PORT`` and ``ray://HOST:PORT``, a TCP connection within ``PROBE_TIMEOUT_S`` (ConnectionError). Other
+    forms (``"auto"``, other schemes) are Ray's to resolve."""
+    if address.startswith("ray://") and importlib.util.find_spec("grpc") is None:
+        raise ImportError(f"Ray Client (address {address}) needs grpcio, which activeprp[ray] does not install: "
+                          f"{RAY_CLIENT_EXTRA}")
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if "://" in host or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.removeprefix("[").removesuffix("]"), int(port)),  # [::1]:6379
+                                 timeout=PROBE_TIMEOUT_S).close()
+    except OSError as error:
+        raise ConnectionError(f"no Ray cluster at {address}: {type(error).__name__}: {error} (waited at most "
+                              f"{PROBE_TIMEOUT_S:g} s)") from None
 
 
 @contextlib.contextmanager
@@ -285,12 +316,22 @@ def rerank_records(records: list[dict[str, Any]], comparator_factory: Callable[[
     ``activeprp.runners`` group, behind ``activeprp rerank-run --ray``.
 
     Raises:
-        ImportError: Ray Data is missing (names ``activeprp[ray]``); the errors of ``rerank_dataset``.
+        ImportError: Ray Data (names ``activeprp[ray]``) or, for ``ray://``, Ray Client is missing.
+        InputError: ``connect``'s ValueError or ConnectionError (a bad address, nothing at it), or ``num_gpus``
+        per actor above the GPUs of the local Ray started here (it could never start an actor; a cluster's own
+        Ray may scale up, so it is not checked). The errors of ``rerank_dataset``.
     """
-    owned = connect(address)  # before Ray is imported: loopback
+    try:
+        owned = connect(address)  # before Ray is imported: loopback
+    except (ConnectionError, ValueError) as error:
+        raise InputError(str(error)) from error
     ray = _ray()
     try:
         ds = rerank_dataset(ray.data.from_items(records), comparator_factory, **kwargs)
+        wanted, have = kwargs.get("num_gpus") or 0, ray.cluster_resources().get("GPU", 0)
+        if owned and address is None and wanted > have:
+            raise InputError(f"num_gpus {wanted:g} per actor (--ray-gpus), but the local Ray started for this run "
+                             f"has {have:g} GPUs: use fewer, or --ray ADDRESS of a cluster with GPUs")
         ds.context.enable_progress_bars = progress
         with unwrap():
             return list((ds.select_columns(columns) if columns else ds).iter_rows())

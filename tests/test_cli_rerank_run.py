@@ -630,3 +630,109 @@ def test_the_help_of_comparator_simulated_says_what_each_command_does(capsys, co
     text = " ".join(capsys.readouterr().out.split())
     simulated = text[text.index("simulated: "):text.index("(default: bundled)")]
     assert says in simulated and not_says not in simulated
+
+
+class FakeRay:
+    """A stand-in ``ray`` module for ``activeprp_integrations.ray`` (no Ray starts): it records ``ray.init``'s
+    keyword arguments and ``shutdown``, reports ``gpus`` GPUs, and its dataset fails the test if it is consumed."""
+
+    def __init__(self, gpus: float = 0) -> None:
+        import types
+
+        self.inits: list[dict] = []
+        self.shutdowns, self.gpus = 0, gpus
+        self.data = types.ModuleType("ray.data")
+        self.data.from_items = lambda records: self.Dataset()
+        self.data.ActorPoolStrategy = lambda size: size
+
+    class Dataset:
+        def __init__(self) -> None:
+            import types
+
+            self.context = types.SimpleNamespace()
+
+        def map_batches(self, *args, **kwargs):
+            return self
+
+        def select_columns(self, columns):
+            return self
+
+        def iter_rows(self):
+            raise AssertionError("the dataset ran (on a real Ray: waits for resources that never come)")
+
+    def is_initialized(self) -> bool:
+        return bool(self.inits) and self.shutdowns < len(self.inits)
+
+    def init(self, **kwargs) -> None:
+        self.inits.append(kwargs)
+
+    def cluster_resources(self) -> dict:
+        return {"CPU": 2.0} | ({"GPU": float(self.gpus)} if self.gpus else {})
+
+    def shutdown(self) -> None:
+        self.shutdowns += 1
+
+
+@pytest.fixture
+def fake_ray(monkeypatch):
+    """``FakeRay`` as ``ray`` behind the real Ray runner (``activeprp_integrations.ray.rerank_records`` as the
+    ``activeprp.runners`` entry point ``ray``); ``RAY_ADDRESS`` names a port where nothing listens."""
+    from activeprp_integrations import ray as adapter
+
+    fake = FakeRay()
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    monkeypatch.setitem(sys.modules, "ray.data", fake.data)
+    monkeypatch.setenv(adapter.LOOPBACK_ENV, "0")
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")
+
+    class EntryPoint:
+        def load(self):
+            return adapter.rerank_records
+
+    monkeypatch.setattr(cli, "entry_points", lambda **select: [EntryPoint()])
+    return fake
+
+
+def test_a_local_ray_is_a_new_one_whatever_ray_address_says(fake_ray):
+    """``connect()`` promises a new Ray on 127.0.0.1; a bare ``ray.init()`` attaches to ``$RAY_ADDRESS`` or to a
+    cluster ``ray start`` left here (it sent the run there, or hung on a stale address). Ray's ``"local"`` does not."""
+    from activeprp_integrations.ray import connect
+
+    assert connect(num_cpus=2) is True
+    assert fake_ray.inits == [{"address": "local", "num_cpus": 2, "include_dashboard": False}]
+
+
+def test_ray_at_an_address_where_nothing_listens_is_a_one_line_error(fake_ray, files, tmp_path, capsys):
+    """``ray.init`` retried such an address for minutes (killed after 7); a TCP probe fails at once."""
+    import socket
+
+    with socket.socket() as closed:  # bound, never listening: a connection is refused
+        closed.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{closed.getsockname()[1]}"
+        assert main(cli_args(files, tmp_path / "out.run", "--ray", address)) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"activeprp: error: no Ray cluster at {address}: ConnectionRefusedError") and \
+        err.count("\n") == 1
+    assert not fake_ray.inits and not (tmp_path / "out.run").exists()
+
+
+def test_ray_client_without_grpcio_is_a_one_line_error_naming_the_extra(fake_ray, files, tmp_path, capsys,
+                                                                        monkeypatch):
+    """``ray://`` needs ``ray[client]`` (grpcio), which ``activeprp[ray]`` does not install: Ray's ValueError was a
+    36-line traceback, exit 1."""
+    monkeypatch.setitem(sys.modules, "grpc", None)  # as if not installed
+    assert main(cli_args(files, tmp_path / "out.run", "--ray", "ray://127.0.0.1:10001")) == 2
+    assert capsys.readouterr().err == ('activeprp: error: Ray Client (address ray://127.0.0.1:10001) needs grpcio, '
+                                       'which activeprp[ray] does not install: pip install "ray[client]"\n')
+    assert not fake_ray.inits
+
+
+def test_more_gpus_than_the_local_ray_has_is_a_one_line_error_not_a_hang(fake_ray, files, tmp_path, capsys):
+    """The local Ray started for the command has no GPU: an actor asking for one never starts (Ray Data waited
+    forever); the command knows the Ray's resources, so it says so and stops the Ray."""
+    assert main(cli_args(files, tmp_path / "out.run", "--ray", "--ray-gpus", "1")) == 2
+    assert capsys.readouterr().err == ("activeprp: error: num_gpus 1 per actor (--ray-gpus), but the local Ray started "
+                                       "for this run has 0 GPUs: use fewer, or --ray ADDRESS of a cluster with "
+                                       "GPUs\n")
+    assert [kw["address"] for kw in fake_ray.inits] == ["local"] and fake_ray.shutdowns == 1
+    assert not (tmp_path / "out.run").exists()
