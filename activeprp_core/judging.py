@@ -205,35 +205,45 @@ class RoundLatency:
     """The comparator's observed round latencies (seconds from a batch's send to its answers, a cut round's
     time to the deadline as a lower bound), carried across the queries of a ``rerank_many`` (and the requests of
     ``activeprp serve``) like the judge's record; one per rerank otherwise. ``estimate`` plans the rounds that fit a
-    ``time_budget``, ``fastest`` is the least time left a call is sent with (``CallGuard.too_late``). Only the last
-    ``LATENCY_WINDOW`` rounds observed within ``LATENCY_HORIZON`` seconds count (on ``clock``). Thread-safe: a
-    sync comparator's worker threads read it.
+    ``time_budget``, ``call_floor`` is the least time left a call is sent with (``CallGuard.too_late``): the
+    fastest answered round, or while none is in the record, the longest round cut with no call back (a judge
+    slower than the time budgets). Only the last ``LATENCY_WINDOW`` rounds observed within ``LATENCY_HORIZON``
+    seconds count (on ``clock``). Thread-safe: a sync comparator's worker threads read it.
 
     A record that refuses a query's calls is never refreshed by them: with less time left than the ``estimate``
-    no round fits (``Ledger.rounds_left``), with no more than ``fastest`` every call is too late
+    no round fits (``Ledger.rounds_left``), with no more than ``call_floor`` every call is too late
     (``CallGuard.too_late``), so no call is sent to observe a faster round. A stale one (a slow spell of the
     judge, or a burst whose rounds waited for the judge's slots) would shut a judge that answers fast again out for
     the horizon. So it is tested: a round sent when the record refuses its calls, by either floor, and no round
-    has been observed (nor probe sent) for that floor's length (``max(estimate, fastest)``) is a probe
-    (``probe``): its calls are not held back by ``fastest`` (its query's ``CallFloor``; a merged call's, per query
-    text, ``CallGuard.floors``), and answered in less than that floor, it replaces the rounds before it
-    (``record(probe=True)``). Rounds observed within that length keep the record in force (no round or call it
-    says cannot finish is sent), and at most one probe goes out per that length.
+    has been observed (nor probe sent) for that floor's length (``max(estimate, call_floor)``) is a probe
+    (``probe``): its calls are not held back by ``call_floor`` (its query's ``CallFloor``; a merged call's, per
+    query text, ``CallGuard.floors``), and answered in less than that floor, it replaces the rounds before it
+    (``record(probe=True)``). Rounds observed within that length keep the record in force (no call it says cannot
+    finish is sent), and at most one probe goes out per that length.
     """
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
         self.seconds: deque[tuple[float, float]] = deque(maxlen=LATENCY_WINDOW)  # (when observed, seconds)
         self.answered: deque[tuple[float, float]] = deque(maxlen=LATENCY_WINDOW)
+        self.unanswered: deque[tuple[float, float]] = deque(maxlen=LATENCY_WINDOW)  # cut, no call came back
         self._touched: float | None = None  # when a round was last observed or a probe sent (on clock)
         self._lock = threading.Lock()
 
-    def record(self, seconds: float, answered: bool = True, probe: bool = False) -> None:
+    def record(self, seconds: float, answered: bool = True, probe: bool = False, unanswered: bool = False) -> None:
         """Note one round that took ``seconds`` (``answered``: every call came back, none cut at a deadline).
-        ``probe``: the round was a probe (``probe``); answered in less than the floor it tested
-        (``max(estimate, fastest)``), it shows the rounds before it no longer hold: they are dropped (the estimate
-        starts again from it, as once they are ``LATENCY_HORIZON`` old). Cut, or slower, it is one round among the
-        others."""
+        ``unanswered`` (only with ``answered=False``): no call of the round came back before it was cut (every call
+        sent was cut in flight, none answered nor failed): ``seconds`` is then a lower bound of the judge's latency,
+        and sets ``call_floor`` while no answered round is in the record. ``probe``: the round was a probe
+        (``probe``); answered in less than the floor it tested (``max(estimate, call_floor)``), it shows the rounds
+        before it no longer hold: they are dropped (the estimate starts again from it, as once they are
+        ``LATENCY_HORIZON`` old). Cut, or slower, it is one round among the others.
+
+        Raises:
+            ValueError: ``unanswered`` with ``answered``."""
+        if unanswered and answered:
+            raise ValueError("RoundLatency.record: a round is either answered or unanswered; pass answered=False "
+                             "with unanswered=True")
         refuted = probe and answered and seconds < (self._floor() or math.inf)
         now = self.clock()
         entry = (now, max(0.0, seconds))
@@ -241,9 +251,12 @@ class RoundLatency:
             if refuted:
                 self.seconds.clear()
                 self.answered.clear()
+                self.unanswered.clear()
             self.seconds.append(entry)
             if answered:
                 self.answered.append(entry)
+            if unanswered:
+                self.unanswered.append(entry)
             self._touched = now
 
     def _recent(self, rounds: deque[tuple[float, float]]) -> list[float]:
@@ -252,9 +265,19 @@ class RoundLatency:
             return [seconds for at, seconds in rounds if at >= oldest]
 
     def fastest(self) -> float | None:
-        """The fastest answered round observed (seconds; None before the first): a call started with less time
-        left than this is not answered before its deadline (``CallGuard.too_late``)."""
+        """The fastest answered round observed (seconds; None before the first); what ``call_floor`` is while
+        there is one."""
         return min(self._recent(self.answered), default=None)
+
+    def call_floor(self) -> float | None:
+        """The least time left (seconds) a call must have to be sent: one with no more is not answered before its
+        deadline (``CallGuard.too_late``, through a query's ``CallFloor``; ``probe`` tests it). The fastest
+        answered round observed (``fastest``); while none is in the record, the longest round cut with no call
+        back (``record(unanswered=True)``): its seconds are a lower bound of the judge's latency, so a call sent
+        with no more time left would be cut too. None while the record holds neither (only
+        ``comparators.base.DEADLINE_SLACK`` holds calls back)."""
+        fastest = self.fastest()
+        return fastest if fastest is not None else max(self._recent(self.unanswered), default=None)
 
     def estimate(self) -> float | None:
         """One round's latency in seconds: the ``LATENCY_QUANTILE`` quantile (lower) of the rounds observed;
@@ -265,29 +288,29 @@ class RoundLatency:
         return ordered[min(len(ordered) - 1, int(LATENCY_QUANTILE * len(ordered)))]
 
     def _floor(self) -> float | None:
-        """The longer of ``estimate`` and ``fastest`` (seconds; None before the first round): the least time left
-        with which the record lets a query's round be planned and its calls be sent."""
-        estimate, fastest = self.estimate(), self.fastest()
-        return None if estimate is None else max(estimate, fastest or 0.0)
+        """The longer of ``estimate`` and ``call_floor`` (seconds; None before the first round): the least time
+        left with which the record lets a query's round be planned and its calls be sent."""
+        estimate, floor = self.estimate(), self.call_floor()
+        return None if estimate is None else max(estimate, floor or 0.0)
 
     def probe(self, seconds: float) -> bool:
         """Whether a round sent now with ``seconds`` (> 0) left tests a stale record: the record refuses its calls
-        (less than the ``estimate``: no round fits; no more than ``fastest``: every call is too late) and no round
-        has been observed, nor probe sent, for that floor's length (``max(estimate, fastest)`` seconds: nothing
-        else will refresh the record). ``Ledger.rounds_left`` then allows that one round, and
-        ``Ledger.open_round`` sends it as the probe (``probe_sent``; its calls pass the ``fastest`` floor,
+        (less than the ``estimate``: no round fits; no more than ``call_floor``: every call is too late) and no
+        round has been observed, nor probe sent, for that floor's length (``max(estimate, call_floor)`` seconds:
+        nothing else will refresh the record). ``Ledger.rounds_left`` then allows that one round, and
+        ``Ledger.open_round`` sends it as the probe (``probe_sent``; its calls pass the ``call_floor``,
         ``CallFloor``). False with no estimate (nothing to test)."""
-        estimate, fastest = self.estimate(), self.fastest()
+        estimate, floor = self.estimate(), self.call_floor()
         if estimate is None or seconds <= 0:
             return False
-        if not (seconds < estimate or (fastest is not None and seconds <= fastest)):
+        if not (seconds < estimate or (floor is not None and seconds <= floor)):
             return False
         with self._lock:
             touched = self._touched
-        return touched is None or self.clock() - touched >= max(estimate, fastest or 0.0)
+        return touched is None or self.clock() - touched >= max(estimate, floor or 0.0)
 
     def probe_sent(self) -> None:
-        """Note a probe sent now (``Ledger.open_round``): the next may go out ``max(estimate, fastest)`` seconds
+        """Note a probe sent now (``Ledger.open_round``): the next may go out ``max(estimate, call_floor)`` seconds
         after it (or after the last round observed) at the earliest."""
         now = self.clock()
         with self._lock:
@@ -296,7 +319,7 @@ class RoundLatency:
 
 class CallFloor:
     """One query's view of a ``RoundLatency`` for its calls (``CallGuard.latency``, read by ``too_late``):
-    ``fastest`` is the record's, except while the query's round in flight is a probe (``probing``, set by
+    ``call_floor`` is the record's, except while the query's round in flight is a probe (``probing``, set by
     ``Ledger.open_round``): none then (only ``comparators.base.DEADLINE_SLACK`` holds its calls back), since the
     floor is as old as the record the probe tests. The other queries' calls keep the floor meanwhile. A call made
     for several queries at once (a comparator that ``batches_queries``) reads each query's through
@@ -304,6 +327,10 @@ class CallFloor:
 
     def __init__(self, latency: RoundLatency) -> None:
         self.latency, self.probing = latency, False
+
+    def call_floor(self) -> float | None:
+        """``RoundLatency.call_floor``, or None while this query's probe is out."""
+        return None if self.probing else self.latency.call_floor()
 
     def fastest(self) -> float | None:
         """``RoundLatency.fastest``, or None while this query's probe is out."""

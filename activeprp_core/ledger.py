@@ -29,7 +29,7 @@ from typing import Any
 from .budget import Caps, Deadline
 from .judging import CallFloor, RoundLatency
 from .settings import RerankSettings
-from .types import UNSENT, Accounting, Judgment, Pair
+from .types import IN_FLIGHT, UNSENT, Accounting, Judgment, Pair
 
 Cost = Mapping[str, int]
 """What one prompt reserves: ``{cap name: units}`` over the per-prompt caps (``Caps.prompt_costs``)."""
@@ -98,7 +98,7 @@ class Ledger:
         most the rounds that fit in the time left at the estimated round latency (``RoundLatency.estimate``;
         none known yet: the round cap alone). So a ranker that plans its rounds plans a shallow plan that
         completes rather than a deep one the deadline cuts off. When none fits but the record is stale
-        (``RoundLatency.probe``: no round observed for ``max(estimate, fastest)``), one round: the round sent
+        (``RoundLatency.probe``: no round observed for ``max(estimate, call_floor)``), one round: the round sent
         then is the probe that tests it (``open_round``), so a stale record cannot shut a judge that answers fast
         again out."""
         left, time_left = self.caps["max_rounds"].remaining, self.deadline.remaining
@@ -152,7 +152,7 @@ class Ledger:
 
     def open_round(self) -> None:
         """The batch planned sends calls: it takes a round (timed from now; the probe of a stale record of round
-        latencies when the record refuses the query's calls, by its estimate or its fastest round,
+        latencies when the record refuses the query's calls, by its estimate or its call floor,
         ``RoundLatency.probe``)."""
         self.caps.take_round()
         self._opened = self.clock()
@@ -166,16 +166,19 @@ class Ledger:
         """Account the batch in flight's answers (one ``Judgment`` per prompt, in order): each prompt's
         reservation becomes the usage its answer reports; failed calls, retries and tokens are counted. A prompt
         refunded as never sent counts nothing; one the deadline kept from being sent is refunded now; one cut in
-        flight keeps its reservation and counts as a cut call. The round's latency is recorded. Settles the
-        batch."""
+        flight keeps its reservation and counts as a cut call. The round's latency is recorded (as unanswered when
+        every call sent was cut in flight with nothing back: ``RoundLatency.call_floor``). Settles the batch."""
         unsent = [i for i, j in enumerate(judgments) if j.cut == UNSENT]
         if any(j.cut for j in judgments):
             self.refuse(self.deadline.name)
         if unsent:
             self._refund(unsent)
-        if self._opened is not None and any(held is not None for held in self._held):  # calls went out
-            self.latency.record(self.clock() - self._opened, answered=not any(j.cut for j in judgments),
-                                probe=self.floor.probing)
+        sent = [j for j, held in zip(judgments, self._held) if held is not None]
+        if self._opened is not None and sent:  # calls went out
+            cut = any(j.cut for j in judgments)
+            back = any(j.cut != IN_FLIGHT or j.cut_before_retry for j in sent)  # an answer, or a judge error
+            self.latency.record(self.clock() - self._opened, answered=not cut, probe=self.floor.probing,
+                                unanswered=cut and not back)
         for j, held in zip(judgments, self._held):
             if held is None:
                 continue

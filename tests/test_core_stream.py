@@ -343,6 +343,37 @@ def test_after_a_burst_a_short_time_budget_probes_the_judge_instead_of_waiting_o
     assert all(r.calls > 0 and r.cut_calls == 0 and r.order != list(range(8)) for r in after)
 
 
+@pytest.mark.parametrize("max_batch_size", [None, 8], ids=["each", "merged"])
+def test_a_judge_slower_than_the_time_budget_is_sent_one_probe_per_floor_not_a_round_per_request(max_batch_size):
+    """``activeprp serve``'s case (review 1129ae, finding 1): the judge takes 0.5 s a call, the requests' time
+    budgets are under it. The first request's round is cut at its deadline with no call back; before, every later
+    request sent a whole round too, all cut (the call floor was the fastest answered round: none). Now that cut
+    round is the floor while no round is answered (``RoundLatency.call_floor``): the requests with less time
+    left send nothing and get their prior order, until the record is that round's length old (on the record's
+    clock); then one request's round is the probe, and answered fast, it refutes the record."""
+    judge = Slowed(0.5, max_batch_size)
+    settings = RerankSettings(budget=20, top_k=3, ranker="mohajer", oracle="single")
+    now = [0.0]
+
+    async def run():
+        pool = RerankPool(judge, settings)
+        pool.latency = judging.RoundLatency(lambda: now[0])
+        first = await pool.rerank("q", _cands(), {"time_budget": 0.3})
+        sent = judge.calls
+        during = [await pool.rerank("q", _cands(), {"time_budget": 0.2}) for _ in range(3)]
+        during_calls = judge.calls - sent
+        now[0], judge.delay = 1.0, 0.0  # the record is stale now: a probe, and the judge answers at once
+        after = [await pool.rerank("q", _cands(), {"time_budget": 0.2}) for _ in range(2)]
+        await pool.aclose()
+        return first, during, during_calls, after
+
+    first, during, during_calls, after = asyncio.run(run())
+    assert first.calls == first.cut_calls > 0
+    assert during_calls == 0 and all(r.calls == 0 and r.order == list(range(8)) for r in during)
+    assert all(r.calls > 0 and r.cut_calls == 0 and r.order != list(range(8)) for r in after)
+
+
+
 def test_round_latencies_count_for_latency_horizon_seconds():
     now = [0.0]
     latency = judging.RoundLatency(lambda: now[0])

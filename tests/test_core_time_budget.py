@@ -274,6 +274,78 @@ class Hanging:
         await asyncio.sleep(self.delay)
         return self.inner.compare(query, pairs)
 
+def test_a_judge_slower_than_the_time_budget_gets_one_probe_per_floor_not_a_round_from_every_query():
+    """Review 1129ae, finding 1: a judge slower than the time budget (3 s) never answers a round, so the record
+    held no answered round and the call floor (the fastest answered one) was none: every query on the shared
+    record sent a whole round of calls, each cut at its deadline (``activeprp serve``: 192 calls sent under load,
+    none answered). A round cut with no call back took longer than its seconds, so while no answered round is in
+    the record the longest such round is the floor (``RoundLatency.call_floor``): a query with no more time left
+    sends nothing, and once the record is that old, one query's round is the probe, as for any stale record."""
+    cands, labels = make_case(20, seed=4)
+    judge = SimulatedComparator(labels)
+    clock = FakeClock()
+    latency = RoundLatency(clock)
+
+    def query() -> Reranking:
+        return Reranking("q", cands, ranker="auto", budget=50, top_k=3, time_budget=3.0, clock=clock,
+                         latency=latency)
+
+    def refused(reranking: Reranking) -> None:
+        """What the comparator does with calls ``too_late``: none is sent (``Judgment.cut == "unsent"``)."""
+        while (batch := reranking.next_batch()) is not DONE:
+            assert _guarded(clock, reranking).too_late()
+            reranking.send([Judgment(None, cut=UNSENT)] * len(batch.prompts))
+
+    first = query()  # a fresh record: nothing holds its calls back
+    assert not _guarded(clock, first).too_late()
+    drive(first, clock, judge, seconds_per_round=3.05)  # cut at the deadline, nothing back
+    assert first.result().calls == first.result().cut_calls > 0
+    second = query()  # 3 s left: no more than the 3.05 s the judge was given and did not answer in
+    assert second.ledger.rounds_left() == 0 and _guarded(clock, second).too_late()
+    assert latency.fastest() is None and latency.call_floor() == latency.estimate() == 3.05
+    refused(second)
+    res = second.result()
+    assert res.calls == res.rounds == 0 and res.order == list(range(20)) and "time_budget" in res.exhausted_by
+    clock.now += 3.05  # nothing observed for the floor's length: the next query's round is the probe
+    probe = query()
+    assert not _guarded(clock, probe).too_late()
+    drive(probe, clock, judge, seconds_per_round=3.05)  # still slower than the budget: cut, the record stays
+    assert probe.result().rounds == 1 and probe.result().calls == probe.result().cut_calls > 0
+    after = query()
+    assert _guarded(clock, after).too_late()  # one probe per floor's length
+    clock.now += 3.05
+    fast = query()  # the judge answers in 20 ms again: the probe refutes the record
+    drive(fast, clock, judge, seconds_per_round=0.02)
+    assert fast.result().cut_calls == 0 and latency.call_floor() == latency.fastest() == pytest.approx(0.02)
+    assert not _guarded(clock, query()).too_late()
+
+
+def test_only_a_round_cut_with_no_call_back_sets_the_call_floor_and_an_answered_round_wins():
+    """``RoundLatency.call_floor``: a cut round some of whose calls came back (answered, or failed with a judge
+    error before the retry the deadline cut) shows calls can come back in its seconds: no floor from it; a round
+    cut with none back, while no answered round is in the record, is the floor (the longest of them); with an
+    answered round in the record, the fastest answered one."""
+    cands, labels = make_case(8, seed=4)
+    judge = SimulatedComparator(labels)
+    clock = FakeClock()
+    latency = RoundLatency(clock)
+    cut = Judgment(None, cut=IN_FLIGHT)
+    for first in (lambda answer: answer, lambda answer: Judgment(None, error="500", cut=IN_FLIGHT,
+                                                                  cut_before_retry=True)):
+        reranking = Reranking("q", cands, ranker="allpairs", budget=50, time_budget=3.0, clock=clock,
+                              latency=latency)
+        batch = reranking.next_batch()
+        clock.now += 3.05
+        reranking.send([first(judge.compare(batch.query, batch.pairs[:1])[0])] + [cut] * (len(batch.prompts) - 1))
+        assert latency.call_floor() is None
+    for seconds in (2.0, 3.05, 1.0):
+        latency.record(seconds, answered=False, unanswered=True)
+    assert latency.call_floor() == 3.05 and latency.fastest() is None
+    latency.record(4.0)
+    assert latency.call_floor() == latency.fastest() == 4.0
+    with pytest.raises(ValueError, match="answered=False"):
+        latency.record(1.0, unanswered=True)
+
 
 def test_an_async_comparator_that_hangs_is_cancelled_at_the_deadline():
     cands, labels = make_case(20, seed=5)
@@ -425,27 +497,33 @@ def test_each_query_of_rerank_many_has_its_own_deadline():
 
 def test_a_compare_only_judge_in_sync_rerank_many_serves_the_queries_in_progress_in_turn():
     """docs/many-queries.md: the queries in progress are judged one after another while all their clocks run, so
-    with ``max_active=2`` the second query's deadline passes during the first one's round; ``max_active=1`` or
-    ``arerank_many`` (the calls in worker threads) gives each query its own time."""
+    with ``max_active=2`` the second query's time is spent during the first one's round (a round of 0.35 s, a
+    time budget of 0.6 s): its calls are cut, or not sent, and it gets no answer; ``max_active=1`` or
+    ``arerank_many`` (the calls in worker threads) gives each query its own time, so every query gets answers. (A
+    round longer than the time budget is not for this test: the record of a round cut with no answer keeps the
+    later queries' calls from being sent, ``RoundLatency.call_floor``.)"""
     from activeprp_core import arerank_many
 
     cands, labels = make_case(12, seed=7)
 
-    class Serial:  # a round takes longer than the time budget: cut at the deadline, its calls counted
+    class Serial:
         def compare(self, query, pairs):
             time.sleep(0.35)
             return SimulatedComparator(labels).compare(query, pairs)
 
     reqs = [(f"q{i}", cands) for i in range(4)]
-    kw = dict(budget=None, top_k=3, time_budget=0.3)
+    kw = dict(budget=None, top_k=3, time_budget=0.6)
 
     async def concurrently():
         return [r async for r in arerank_many(reqs, comparator=Serial(), max_active=2, **kw)]
 
-    paired = [r.calls for r in rerank_many(reqs, comparator=Serial(), max_active=2, **kw)]
+    def answered(results):
+        return [r.calls - r.cut_calls - r.failed_calls for r in results]
+
+    paired = answered(rerank_many(reqs, comparator=Serial(), max_active=2, **kw))
     assert paired[1] == paired[3] == 0 < paired[0]
     for out in (list(rerank_many(reqs, comparator=Serial(), max_active=1, **kw)), asyncio.run(concurrently())):
-        assert all(r.calls > 0 for r in out)
+        assert all(n > 0 for n in answered(out))
 
 
 @pytest.fixture

@@ -154,18 +154,20 @@ class CallGuard:
         return left is not None and left <= DEADLINE_SLACK
 
     def too_late(self, query: str | None = None) -> bool:
-        """Whether a call of ``query`` started now would end past its deadline: ``past``, or less time left than
-        the fastest answered round seen (``query``'s entry in ``floors``, else ``latency``: anything with
-        ``fastest()``, a ``judging.RoundLatency``, or a query's ``judging.CallFloor``, none while its round is the
-        probe of a stale record; set by the engine). Calls wait for their slots after their round is planned; under
-        load they would otherwise go out too late, each cut at the deadline and its slot taken from a call that
-        could be answered (docs/latency.md)."""
+        """Whether a call of ``query`` started now would end past its deadline: ``past``, or no more time left than
+        the record's call floor (``query``'s entry in ``floors``, else ``latency``: anything with
+        ``call_floor()``, a ``judging.RoundLatency``, or a query's ``judging.CallFloor``, none while its round is
+        the probe of a stale record; set by the engine): the fastest answered round seen, or while none is known,
+        the longest round cut with no call back (``RoundLatency.call_floor``). Calls wait for their slots after
+        their round is planned: under load they would otherwise go out too late, each cut at the deadline and its
+        slot taken from a call that could be answered; and a judge slower than the time budget would get a round
+        of calls from every query, none answered (docs/latency.md)."""
         left = self.time_left(query)
         if left is None:
             return False
         latency = self.floors.get(query, self.latency) if query is not None else self.latency
-        fastest = latency.fastest() if latency is not None else None
-        return left <= max(DEADLINE_SLACK, fastest or 0.0)
+        floor = latency.call_floor() if latency is not None else None
+        return left <= max(DEADLINE_SLACK, floor or 0.0)
 
     def chunks(self, pairs: Sequence[T]) -> Iterator[Sequence[T]]:
         """``pairs`` cut into consecutive chunks of at most ``max_concurrency`` (one chunk when uncapped)."""

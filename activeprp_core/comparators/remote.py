@@ -565,7 +565,7 @@ class _Attempts:
 
     def _left(self) -> float | None:
         """Seconds until the deadline (None: no deadline); ``DeadlinePassed`` once the call's first attempt would end
-        past it (``guard.too_late``: less time left than the fastest round seen), or a retry's once it has passed
+        past it (``guard.too_late``: no more time left than the call floor), or a retry's once it has passed
         (``guard.past``): a round's latency says nothing of one retry's, and a retry withheld by it would be a
         judge error (``cut_before_retry``) that only the estimate made (a lone request got a 503 with 2 s left)."""
         left = self.guard.time_left(self.query)
