@@ -206,9 +206,10 @@ class RoundLatency:
     time to the deadline as a lower bound), carried across the queries of a ``rerank_many`` (and the requests of
     ``activeprp serve``) like the judge's record; one per rerank otherwise. ``estimate`` plans the rounds that fit a
     ``time_budget``, ``call_floor`` is the least time left a call is sent with (``CallGuard.too_late``): the
-    fastest answered round, or while none is in the record, the longest round cut with no call back (a judge
-    slower than the time budgets). Only the last ``LATENCY_WINDOW`` rounds observed within ``LATENCY_HORIZON``
-    seconds count (on ``clock``). Thread-safe: a sync comparator's worker threads read it.
+    fastest answered call (``record_call``: a comparator that guards its calls times each one), else the fastest
+    answered round, or while neither is in the record, the longest round cut with no call back (a judge slower
+    than the time budgets). Only the last ``LATENCY_WINDOW`` rounds (and calls) observed within
+    ``LATENCY_HORIZON`` seconds count (on ``clock``). Thread-safe: a sync comparator's worker threads read it.
 
     A record that refuses a query's calls is never refreshed by them: with less time left than the ``estimate``
     no round fits (``Ledger.rounds_left``), with no more than ``call_floor`` every call is too late
@@ -227,6 +228,7 @@ class RoundLatency:
         self.seconds: deque[tuple[float, float]] = deque(maxlen=LATENCY_WINDOW)  # (when observed, seconds)
         self.answered: deque[tuple[float, float]] = deque(maxlen=LATENCY_WINDOW)
         self.unanswered: deque[tuple[float, float]] = deque(maxlen=LATENCY_WINDOW)  # cut, no call came back
+        self.calls: deque[tuple[float, float]] = deque(maxlen=LATENCY_WINDOW)  # answered calls (record_call)
         self._touched: float | None = None  # when a round was last observed or a probe sent (on clock)
         self._lock = threading.Lock()
 
@@ -234,10 +236,10 @@ class RoundLatency:
         """Note one round that took ``seconds`` (``answered``: every call came back, none cut at a deadline).
         ``unanswered`` (only with ``answered=False``): no call of the round came back before it was cut (every call
         sent was cut in flight, none answered nor failed): ``seconds`` is then a lower bound of the judge's latency,
-        and sets ``call_floor`` while no answered round is in the record. ``probe``: the round was a probe
+        and sets ``call_floor`` while no answered round (nor call) is in the record. ``probe``: the round was a probe
         (``probe``); answered in less than the floor it tested (``max(estimate, call_floor)``), it shows the rounds
-        before it no longer hold: they are dropped (the estimate starts again from it, as once they are
-        ``LATENCY_HORIZON`` old). Cut, or slower, it is one round among the others.
+        before it no longer hold: they are dropped, with the calls timed before it went out (the estimate starts
+        again from it, as once they are ``LATENCY_HORIZON`` old). Cut, or slower, it is one round among the others.
 
         Raises:
             ValueError: ``unanswered`` with ``answered``."""
@@ -252,12 +254,24 @@ class RoundLatency:
                 self.seconds.clear()
                 self.answered.clear()
                 self.unanswered.clear()
+                fresh = [(at, s) for at, s in self.calls if at >= now - seconds]  # answered while the probe was out
+                self.calls.clear()
+                self.calls.extend(fresh)
             self.seconds.append(entry)
             if answered:
                 self.answered.append(entry)
             if unanswered:
                 self.unanswered.append(entry)
             self._touched = now
+
+    def record_call(self, seconds: float) -> None:
+        """Note one answered call that took ``seconds`` (from its first attempt's send to its answer, not its wait
+        for a slot; ``CallGuard.record(seconds=...)``): the fastest sets ``call_floor``. A round of many calls
+        through few slots takes several calls' time, and each call is held back by ``call_floor`` as it goes out:
+        a round's latency as the floor would refuse every call after the round's first wave."""
+        entry = (self.clock(), max(0.0, seconds))
+        with self._lock:
+            self.calls.append(entry)
 
     def _recent(self, rounds: deque[tuple[float, float]]) -> list[float]:
         oldest = self.clock() - LATENCY_HORIZON
@@ -266,16 +280,20 @@ class RoundLatency:
 
     def fastest(self) -> float | None:
         """The fastest answered round observed (seconds; None before the first); what ``call_floor`` is while
-        there is one."""
+        there is one and no call is timed (``record_call``)."""
         return min(self._recent(self.answered), default=None)
 
     def call_floor(self) -> float | None:
         """The least time left (seconds) a call must have to be sent: one with no more is not answered before its
         deadline (``CallGuard.too_late``, through a query's ``CallFloor``; ``probe`` tests it). The fastest
-        answered round observed (``fastest``); while none is in the record, the longest round cut with no call
-        back (``record(unanswered=True)``): its seconds are a lower bound of the judge's latency, so a call sent
-        with no more time left would be cut too. None while the record holds neither (only
+        answered call observed (``record_call``); while none is in the record (a comparator that times no calls),
+        the fastest answered round (``fastest``); while neither is, the longest round cut with no call back
+        (``record(unanswered=True)``): its seconds are a lower bound of the judge's latency, so a call sent with no
+        more time left would be cut too. None while the record holds none of them (only
         ``comparators.base.DEADLINE_SLACK`` holds calls back)."""
+        call = min(self._recent(self.calls), default=None)
+        if call is not None:
+            return call
         fastest = self.fastest()
         return fastest if fastest is not None else max(self._recent(self.unanswered), default=None)
 
@@ -335,6 +353,10 @@ class CallFloor:
     def fastest(self) -> float | None:
         """``RoundLatency.fastest``, or None while this query's probe is out."""
         return None if self.probing else self.latency.fastest()
+
+    def record_call(self, seconds: float) -> None:
+        """``RoundLatency.record_call`` (a probe's calls too: they are answered calls of the judge)."""
+        self.latency.record_call(seconds)
 
 
 def floors_by_query(floors: Iterable[tuple[str, CallFloor]]) -> dict[str, CallFloor]:

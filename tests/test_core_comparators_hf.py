@@ -567,15 +567,16 @@ def test_query_likelihood_stops_at_the_deadline_and_charges_a_half_scored_pair(t
 
 
 def test_sync_rerank_runs_no_forward_pass_past_its_time_budget(tiny_t5, monkeypatch):
-    """The sync engine calls the comparator's own judge: with passes of 10 s and time_budget=15, the first round's
-    third pass would start past the deadline and is not run; its prompts cost nothing."""
+    """The sync engine calls the comparator's own judge: with passes of 10 s and time_budget=25, the first round's
+    third pass would start with 5 s left, less than a pass takes (the call floor: each pass is timed, the fastest
+    answered one's seconds), so would end past the deadline, and is not run; its prompts cost nothing."""
     from activeprp_core import engine
 
     comp, clock = TransformersComparator(tiny_t5, mode="ab", batch_size=1), FakeClock()
     clock.passes_take(comp, 10.0)
     monkeypatch.setattr(engine, "clock_now", lambda: clock)
     cands = [Candidate(str(i), f"passage number {i} " * 3) for i in range(4)]
-    result = rerank("q", cands, comparator=comp, ranker="allpairs", oracle="single", budget=6, time_budget=15)
+    result = rerank("q", cands, comparator=comp, ranker="allpairs", oracle="single", budget=6, time_budget=25)
     assert comp.forward_passes == 2 and result.calls == 2 and result.cut_calls == 0
     assert "time_budget" in result.exhausted_by and sorted(result.order) == [0, 1, 2, 3]
 

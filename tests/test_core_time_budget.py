@@ -347,6 +347,86 @@ def test_only_a_round_cut_with_no_call_back_sets_the_call_floor_and_an_answered_
         latency.record(1.0, unanswered=True)
 
 
+def _timed_judge(clock: FakeClock, seconds: float, max_concurrency: int):
+    """A ``RemoteComparator`` each of whose calls takes ``seconds`` on ``clock`` (moved forward as it is sent) and
+    answers 0.75; ``sent`` counts the calls."""
+    pytest.importorskip("tenacity")
+    from activeprp_core.comparators.answers import Answer
+    from activeprp_core.comparators.remote import RemoteComparator
+
+    class Timed(RemoteComparator):
+        model, endpoint = "m", "127.0.0.1"
+
+        def __init__(self):
+            super().__init__(max_concurrency=max_concurrency)
+            self.sent = 0
+
+        def request(self, query, first, second):
+            return query
+
+        def send(self, client, request):
+            self.sent += 1
+            clock.now += seconds
+            return 0.75
+
+        async def asend(self, client, request):
+            return self.send(client, request)
+
+        def parse(self, response):
+            return Answer(response)
+
+        def classify(self, error):
+            return None
+
+    return Timed()
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_the_call_floor_is_a_call_s_latency_not_a_round_s(use_async):
+    """Finding callfloor (slowjudge's report): ``too_late`` is asked as each call goes out, but the floor it read
+    was the fastest answered ROUND's. A round of 8 calls through one slot, each answered in 0.5 s, takes 4 s: with
+    that round in the record and 4.2 s left, every call after the first was refused (3.7 s left, then 2 s and
+    less: "too late" for a 4 s round), though each would be answered in 0.5 s (time_budget_quality.py at 6 s with
+    8 in flight: 21.9 calls a query, not 49.7). The comparator times each answered call (from its send, not its
+    wait for a slot) and the floor is the fastest answered call: all 8 go out and are answered in time."""
+    from activeprp_core.comparators import CallGuard
+
+    clock = FakeClock()
+    judge = _timed_judge(clock, 0.5, 1)
+    guard = CallGuard(1, None)
+    guard.clock, guard.deadline = clock, 4.2
+    guard.latency = RoundLatency(clock)
+    guard.latency.record(4.0)  # the last round: 8 calls of 0.5 s through the one slot
+    pairs = [(Candidate(f"a{i}", "a"), Candidate(f"b{i}", "b")) for i in range(8)]
+    out = asyncio.run(judge.ajudge("q", pairs, guard=guard)) if use_async else judge.judge("q", pairs, guard=guard)
+    assert [j.cut for j in out] == [None] * 8 and all(j.prob == 0.75 for j in out) and judge.sent == 8
+    assert clock.now == pytest.approx(4.0) and guard.latency.call_floor() == pytest.approx(0.5)
+    assert guard.latency.fastest() == 4.0  # the rounds' record is the estimate's; the floor is the calls'
+
+
+def test_the_call_floor_is_the_fastest_answered_call_then_round_then_unanswered_round():
+    """``RoundLatency.call_floor``'s order: the fastest call timed (``record_call``), else the fastest answered
+    round (a comparator that times no calls), else the longest round cut with no call back. A probe answered
+    faster than the floor it tested drops the calls timed before it went out, and keeps those timed while it was
+    out."""
+    clock = FakeClock()
+    latency = RoundLatency(clock)
+    latency.record(3.0, answered=False, unanswered=True)
+    assert latency.call_floor() == 3.0
+    latency.record(2.0)
+    assert latency.call_floor() == 2.0
+    latency.record_call(0.4)
+    latency.record_call(0.3)
+    assert latency.call_floor() == 0.3 and latency.fastest() == 2.0
+    clock.now = 10.0
+    latency.record_call(0.35)  # answered while the probe below was out
+    clock.now = 10.5
+    latency.record(0.5, probe=True)  # faster than the floor it tested (the 2 s estimate): the rounds before drop
+    assert latency.call_floor() == 0.35 and latency.fastest() == 0.5
+    clock.now += 61.0  # older than the horizon: nothing counts
+    assert latency.call_floor() is None
+
+
 def test_an_async_comparator_that_hangs_is_cancelled_at_the_deadline():
     cands, labels = make_case(20, seed=5)
     judge = Hanging(labels)

@@ -96,7 +96,8 @@ class CallGuard:
             budget.
 
     Comparators call ``check()`` before sending, ``record(ok, reason)`` for every call that reached the backend
-    (``completed`` counts them, so the engine can refund the calls of a failed batch that never went out), and
+    (``completed`` counts them, so the engine can refund the calls of a failed batch that never went out; with an
+    answered call's ``seconds``, they set the call floor of ``too_late``), and
     ``trip(error)`` on an error that must stop every later call (e.g. a 401). They read ``time_left(query)``
     (seconds; None = no deadline) to wait no longer than a query's deadline, and ``too_late(query)`` to send
     nothing that could not come back before it: the engine sets the deadlines (``deadline`` for every query,
@@ -157,8 +158,9 @@ class CallGuard:
         """Whether a call of ``query`` started now would end past its deadline: ``past``, or no more time left than
         the record's call floor (``query``'s entry in ``floors``, else ``latency``: anything with
         ``call_floor()``, a ``judging.RoundLatency``, or a query's ``judging.CallFloor``, none while its round is
-        the probe of a stale record; set by the engine): the fastest answered round seen, or while none is known,
-        the longest round cut with no call back (``RoundLatency.call_floor``). Calls wait for their slots after
+        the probe of a stale record; set by the engine): the fastest answered call seen (timed by the comparator,
+        ``record(seconds=...)``), else the fastest answered round, or while neither is known, the longest round cut
+        with no call back (``RoundLatency.call_floor``). Calls wait for their slots after
         their round is planned: under load they would otherwise go out too late, each cut at the deadline and its
         slot taken from a call that could be answered; and a judge slower than the time budget would get a round
         of calls from every query, none answered (docs/latency.md)."""
@@ -192,7 +194,7 @@ class CallGuard:
                 self._error = error
 
     def record(self, ok: bool | None, reason: str | None = None, retry_after: float | None = None,
-               unusable: bool = False, source: Any = None, retries: int = 0) -> None:
+               unusable: bool = False, source: Any = None, retries: int = 0, seconds: float | None = None) -> None:
         """Note one call that reached the backend; ``max_consecutive_failures`` failures in a row open the breaker.
         ``ok=None``: it was sent but its outcome is unknown (cancelled in flight): counted, streak unchanged; with
         a ``reason``, its attempt failed with ``reason`` and the deadline kept its retry from going out
@@ -204,7 +206,11 @@ class CallGuard:
         documents, can cause; a breaker shared by strangers checks the judge before it opens on that).
         ``source``: the query the call belongs to (a ``RequestGuard`` passes its ``key``).
         ``retries``: the call's transport retries (its requests to the backend beyond the first), whatever its
-        outcome; not read here (a guard that keeps metrics, e.g. ``activeprp serve``'s breaker, counts them)."""
+        outcome; not read here (a guard that keeps metrics, e.g. ``activeprp serve``'s breaker, counts them).
+        ``seconds``: an answered call's (``ok``) own latency, from its first attempt's send to its answer (not its
+        wait for a slot; None: not timed): noted on the record ``too_late`` reads (``note_call``)."""
+        if ok and seconds is not None:
+            self.note_call(seconds)
         with self._lock:
             self.completed += 1
             if ok is None:
@@ -219,6 +225,13 @@ class CallGuard:
             limit = self.max_consecutive_failures
             if limit is not None and self._failures >= limit and self._error is None:
                 self._streak_full(unusable)
+
+    def note_call(self, seconds: float) -> None:
+        """Note an answered call's ``seconds`` on ``latency`` (its ``record_call``: ``judging.RoundLatency``, a
+        query's ``judging.CallFloor``; nothing when None), whose call floor ``too_late`` reads. A call made for
+        several queries at once reads ``floors``, each a view of that same record (``judging.floors_by_query``)."""
+        if self.latency is not None:
+            self.latency.record_call(seconds)
 
     def _new_streak(self) -> None:
         """Start the count of failed calls in a row afresh (called holding the lock)."""
@@ -237,10 +250,11 @@ class CallGuard:
         return ComparatorUnavailable(
             f"circuit breaker open: {self._failures} calls in a row failed (last: {self._last_reason}){why}")
 
-    def record_all(self, judgments: Sequence[Judgment]) -> None:
-        """``record`` each judgment in order (a failed call is one with ``prob is None``)."""
+    def record_all(self, judgments: Sequence[Judgment], seconds: float | None = None) -> None:
+        """``record`` each judgment in order (a failed call is one with ``prob is None``); ``seconds``: the
+        latency of the one call (a local model's forward pass) that answered them all (None: not timed)."""
         for j in judgments:
-            self.record(j.prob is not None, j.error, retries=j.retries)
+            self.record(j.prob is not None, j.error, retries=j.retries, seconds=seconds)
 
     @property
     def fair_slots(self) -> FairSlots | None:
@@ -287,7 +301,9 @@ class RequestGuard(CallGuard):
         self.shared.trip(error)
 
     def record(self, ok: bool | None, reason: str | None = None, retry_after: float | None = None,
-               unusable: bool = False, source: Any = None, retries: int = 0) -> None:
+               unusable: bool = False, source: Any = None, retries: int = 0, seconds: float | None = None) -> None:
+        if ok and seconds is not None:
+            self.note_call(seconds)  # on this request's record (its too_late's), not the shared guard's
         self.completed += 1
         self.shared.record(ok, reason, retry_after, unusable, self.key, retries)
 

@@ -330,6 +330,7 @@ class _Answers:
 
     def __init__(self, n: int, guard: CallGuard) -> None:
         self.guard, self.stopped = guard, False
+        self._started: float | None = None  # when the pass in flight started (on guard.clock)
         self._out: list[Judgment] = [unsent()] * n
         self._lock = threading.Lock()
 
@@ -341,15 +342,18 @@ class _Answers:
             for i in items:
                 if self._out[i].cut:
                     self._out[i] = cut_in_flight()
+            self._started = self.guard.clock()
             return True
 
     def answer(self, judgments: dict[int, Judgment]) -> None:
-        """Items answered (index: judgment), recorded on the guard (``record_all``); ignored once stopped."""
+        """Items answered (index: judgment) by the pass last started, recorded on the guard (``record_all``, with
+        the pass's seconds: a call's latency, the call floor of ``guard.too_late``); ignored once stopped."""
         with self._lock:
             if not self.stopped:
                 for i, j in judgments.items():
                     self._out[i] = j
-                self.guard.record_all(list(judgments.values()))
+                seconds = None if self._started is None else self.guard.clock() - self._started
+                self.guard.record_all(list(judgments.values()), seconds)
 
     def stop(self) -> None:
         """Stop: no pass starts any more, nothing more is recorded."""

@@ -229,7 +229,8 @@ class RemoteComparator(FreshState, Comparator):
 
         retrying = _retrying(self, Retrying, guard, query, sleep=stop.wait)  # a backoff wait ends when it stops
         try:
-            outcome = _settle(self, guard, retrying, retrying(attempt), record=record())
+            response = retrying(attempt)
+            outcome = _settle(self, guard, retrying, response, record=record(), seconds=tries.seconds())
         except _Abandoned:  # stopped before a retry: the deadline withheld it, else its batch stopped
             outcome = self._deadline_cut(guard, tries, record()) if stop.at_deadline else None
         except Exception as err:
@@ -260,7 +261,8 @@ class RemoteComparator(FreshState, Comparator):
                 guard.check()
                 send = self._threaded(hold) if threaded else partial(self.asend, client)
                 try:
-                    outcome = _settle(self, guard, retrying, await retrying(attempt, send))
+                    response = await retrying(attempt, send)
+                    outcome = _settle(self, guard, retrying, response, seconds=tries.seconds())
                 except asyncio.CancelledError:
                     if tries.count:  # it went out: it counts as spent, its outcome is unknown
                         guard.record(None, retries=tries.count - 1)
@@ -557,6 +559,12 @@ class _Attempts:
         self.count, self.last, self.late = 0, None, False  # late: the last attempt failed past the deadline
         self.left: float | None = None  # the seconds left when the last attempt failed (None: no deadline)
         self.judge_error: Exception | None = None  # the last error of an attempt that failed before the deadline
+        self.sent_at: float | None = None  # when the first attempt went out (on guard.clock)
+
+    def seconds(self) -> float | None:
+        """Seconds since the first attempt went out (on ``guard.clock``): the call's own latency once answered,
+        its wait for a slot not counted (None: no attempt went out)."""
+        return None if self.sent_at is None else self.guard.clock() - self.sent_at
 
     def _failed(self, error: Exception) -> None:
         self.last, self.late, self.left = error, self.guard.past(self.query), self.guard.time_left(self.query)
@@ -575,6 +583,8 @@ class _Attempts:
 
     def _start(self, request: Any, timed: Any) -> tuple[Any, float | None]:
         left = self._left()
+        if not self.count:
+            self.sent_at = self.guard.clock()
         self.count += 1
         return (request if left is None else timed(request, left)), left
 
@@ -645,11 +655,12 @@ def _retrying(comp: RemoteComparator, kind: Any, guard: CallGuard | None = None,
 
 
 def _settle(comp: RemoteComparator, guard: CallGuard, retrying: Any, response: Any = None,
-            error: Exception | None = None, record: bool = True, retries: int | None = None
-            ) -> Judgment | ComparatorError:
+            error: Exception | None = None, record: bool = True, retries: int | None = None,
+            seconds: float | None = None) -> Judgment | ComparatorError:
     """The outcome of one call that reached the endpoint: a ``Judgment`` (answered or failed), or the
     ``ComparatorError`` to raise (recorded, and tripped when the endpoint refuses every call). ``retries``:
-    the attempts after the first (default: tenacity's count)."""
+    the attempts after the first (default: tenacity's count). ``seconds``: the call's own latency (``_Attempts``:
+    from its first attempt's send), recorded with an answer (``CallGuard.record``: the call floor)."""
     retries = retrying.statistics.get("attempt_number", 1) - 1 if retries is None else retries
     failure = None if error is None else comp._fault(error)
     unusable = False
@@ -676,7 +687,7 @@ def _settle(comp: RemoteComparator, guard: CallGuard, retrying: Any, response: A
             guard.trip(outcome)
         ok, reason = failure.fault is Fault.REJECT, outcome.message  # a REJECT (e.g. too long): the endpoint is up
     if record:
-        guard.record(ok, reason, comp._honoured(failure), unusable, retries=retries)
+        guard.record(ok, reason, comp._honoured(failure), unusable, retries=retries, seconds=seconds)
     return outcome
 
 

@@ -69,7 +69,7 @@ class Breaker(CallGuard):
         return self.error is not None
 
     def record(self, ok: bool | None, reason: str | None = None, retry_after: float | None = None,
-               unusable: bool = False, source: Any = None, retries: int = 0) -> None:
+               unusable: bool = False, source: Any = None, retries: int = 0, seconds: float | None = None) -> None:
         if ok:
             self.asked = None
         elif retry_after is not None and ok is False:
@@ -77,7 +77,7 @@ class Breaker(CallGuard):
         if ok is None and reason is not None:  # cut before its retry: a suspect failure (see the class)
             super().record(False, reason, retry_after, True, source, retries)
         else:
-            super().record(ok, reason, retry_after, unusable, source, retries)
+            super().record(ok, reason, retry_after, unusable, source, retries, seconds)
         if self.on_call is not None:
             self.on_call(ok, retries)
         self._noticed()
@@ -185,6 +185,6 @@ class ProbeGuard(CallGuard):
         self.retries = 0
 
     def record(self, ok: bool | None, reason: str | None = None, retry_after: float | None = None,
-               unusable: bool = False, source: Any = None, retries: int = 0) -> None:
-        super().record(ok, reason, retry_after, unusable, source, retries)
+               unusable: bool = False, source: Any = None, retries: int = 0, seconds: float | None = None) -> None:
+        super().record(ok, reason, retry_after, unusable, source, retries, seconds)
         self.retries += retries
