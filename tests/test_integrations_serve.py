@@ -882,6 +882,15 @@ def test_create_app_with_only_blank_keys_is_a_value_error(keys):
         assert [_post_with(client, k).status_code for k in ("K", "")] == [200, 401]
 
 
+def test_create_app_strips_the_keys_as_the_gate_strips_the_token():
+    keys = ["K1\n", " K2 ", "\tK3"]  # e.g. read from a file with its newline
+    with TestClient(create_app(WordJudge(), **SERVER, auth_keys=keys)) as client:
+        assert [_post_with(client, k).status_code for k in ("K1", "K2", "K3", "K1\n", "K4")] == [200] * 4 + [401]
+    assert keys == ["K1\n", " K2 ", "\tK3"]  # not mutated
+    with pytest.raises(TypeError, match="auth_keys must hold str keys"):
+        create_app(WordJudge(), **SERVER, auth_keys=["K", 123])
+
+
 def _post_with(client, key):
     return client.post("/v2/rerank", json=GOOD, headers={"Authorization": f"Bearer {key}"})
 

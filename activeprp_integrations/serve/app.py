@@ -123,7 +123,7 @@ def create_app(
             with JSON escaping, at most ``bodies.MAX_BODY_BYTES``.
         auth_keys: when any, the rerank routes need ``Authorization: Bearer <one of them>`` (else 401). Blank
             entries (None, '' or spaces) are skipped, but not all of them: a missing secret must not open the
-            service.
+            service. Spaces and newlines around a key are stripped (as the gate strips the client's token).
         cool_down: seconds the judge's breaker stays open before one probe call decides whether it closes.
         secrets: strings (API keys) scrubbed from every error message, from a degraded rerank's ``meta`` and from
             the engine's log records (the ``auth_keys`` are added).
@@ -138,8 +138,8 @@ def create_app(
         have finished. ``app.state.service`` is the ``RerankService``, ``app.state.metrics`` the ``Metrics``.
 
     Raises:
-        TypeError / ValueError: bad settings (checked here, before any request); ``auth_keys`` a str, or
-            holding only blank keys.
+        TypeError / ValueError: bad settings (checked here, before any request); ``auth_keys`` a str, holding
+            a key that is not a str (nor None), or holding only blank keys.
     """
     settings = RerankSettings.of(SERVE if settings is None else settings, **options)
     for name, value, minimum in [("max_active", max_active, 1), ("max_queue", max_queue, 0),
@@ -151,7 +151,12 @@ def create_app(
     if isinstance(auth_keys, (str, bytes)):  # its characters would each be a key
         raise TypeError(f"auth_keys must be a list of keys, not one {type(auth_keys).__name__}: pass [key]")
     auth_keys = list(auth_keys)
-    keys = [k for k in auth_keys if k and k.strip()]
+    wrong = [k for k in auth_keys if k is not None and not isinstance(k, str)]
+    if wrong:
+        raise TypeError(f"auth_keys must hold str keys (or None for a missing one), not "
+                        f"{type(wrong[0]).__name__}: pass each key as a str")
+    # the gate strips the client's token, so a key read with its newline would match no one
+    keys = [k.strip() for k in auth_keys if k and k.strip()]
     if auth_keys and not keys:
         raise ValueError(f"auth_keys holds no key, only blanks ({len(auth_keys)} of None, '' or spaces): pass the "
                          "keys themselves, or none at all to serve without a key")
