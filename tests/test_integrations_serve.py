@@ -996,6 +996,18 @@ def test_a_connection_that_sends_no_whole_request_head_in_time_is_closed():
         assert answer.startswith(b"HTTP/1.1 200") and b'"results"' in answer
 
 
+def test_a_pipelined_request_reranked_longer_than_the_client_timeout_is_answered():
+    """HTTP/1.1 pipelining: uvicorn starts the second request as soon as the first is answered, its head already
+    here. The head timer armed at that answer closed the connection while the second was being reranked (every
+    rerank here takes a judge call, longer than the client timeout), so its answer was lost."""
+    from activeprp_integrations.serve.protocol import head_timeout_protocol
+
+    with serving(create_app(WordJudge(delay=0.4), **SERVER), http=head_timeout_protocol(0.3)) as (url, _):
+        body = json.dumps(GOOD).encode()
+        answers = _until_closed(_connect(url, (HEAD % len(body) + body) * 2))  # both in one sendall
+    assert answers.count(b"HTTP/1.1 200") == 2 and answers.count(b'"results"') == 2
+
+
 def test_a_connection_that_does_not_read_its_answer_is_aborted_after_the_client_timeout():
     """uvicorn's close waits for the answer to be sent: clients that sent a request and never read its answer held
     it in the server's memory (8 clients, 210 MB) on connections that stayed open. The answer here is bigger than

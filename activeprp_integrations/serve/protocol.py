@@ -4,8 +4,9 @@ uvicorn's server telling the rerank service when its graceful shutdown begins.
 uvicorn closes an idle keep-alive connection only after a response: a connection that never sends a request, or
 sends its head a byte at a time, holds a file descriptor for as long as the client likes (1030 of them made a server
 under ``ulimit -n 1024`` unreachable). Each connection here must send a request's head (its request line and
-headers) within ``seconds`` of connecting or of its previous response, or it is closed; the body's deadline is the
-``Gate``'s (``body_timeout``). A client that does not read its answer held it in memory for as long as it liked
+headers) within ``seconds`` of connecting or of its previous response, or it is closed (a pipelined request, its
+head already here when the previous response is written, is not timed until its own response); the body's deadline
+is the ``Gate``'s (``body_timeout``). A client that does not read its answer held it in memory for as long as it liked
 (uvicorn's close waits for the answer to be sent): ``seconds`` after the answer was written, what is still unsent is
 dropped and the connection aborted.
 """
@@ -44,7 +45,12 @@ class _HeadTimeoutH11(H11Protocol):
     def _expect_head(self) -> None:
         if self._head_timer is not None:
             self._head_timer.cancel()
+            self._head_timer = None
         cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            # a pipelined request: uvicorn's on_response_complete already started it, its head is here; the timer
+            # starts again when its answer is written
+            return
         self._head_timer = self.loop.call_later(self.head_timeout, self._head_overdue, cycle)
 
     def _head_overdue(self, cycle: Any) -> None:
