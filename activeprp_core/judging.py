@@ -206,7 +206,7 @@ class RoundLatency:
     time to the deadline as a lower bound), carried across the queries of a ``rerank_many`` (and the requests of
     ``activeprp serve``) like the judge's record; one per rerank otherwise. ``estimate`` plans the rounds that fit a
     ``time_budget``, ``call_floor`` is the least time left a call is sent with (``CallGuard.too_late``): the
-    fastest answered call (``record_call``: a comparator that guards its calls times each one), else the fastest
+    answered calls' latency (``record_call``: a comparator that guards its calls times each one), else the fastest
     answered round, or while neither is in the record, the longest round cut with no call back (a judge slower
     than the time budgets). Only the last ``LATENCY_WINDOW`` rounds (and calls) observed within
     ``LATENCY_HORIZON`` seconds count (on ``clock``). Thread-safe: a sync comparator's worker threads read it.
@@ -266,7 +266,7 @@ class RoundLatency:
 
     def record_call(self, seconds: float) -> None:
         """Note one answered call that took ``seconds`` (from its first attempt's send to its answer, not its wait
-        for a slot; ``CallGuard.record(seconds=...)``): the fastest sets ``call_floor``. A round of many calls
+        for a slot; ``CallGuard.record(seconds=...)``): they set ``call_floor``. A round of many calls
         through few slots takes several calls' time, and each call is held back by ``call_floor`` as it goes out:
         a round's latency as the floor would refuse every call after the round's first wave."""
         entry = (self.clock(), max(0.0, seconds))
@@ -285,15 +285,18 @@ class RoundLatency:
 
     def call_floor(self) -> float | None:
         """The least time left (seconds) a call must have to be sent: one with no more is not answered before its
-        deadline (``CallGuard.too_late``, through a query's ``CallFloor``; ``probe`` tests it). The fastest
-        answered call observed (``record_call``); while none is in the record (a comparator that times no calls),
+        deadline (``CallGuard.too_late``, through a query's ``CallFloor``; ``probe`` tests it). The
+        ``LATENCY_QUANTILE`` quantile (lower) of the answered calls observed (``record_call``), as ``estimate`` of
+        the rounds: the fastest call would let calls go out that the judge answers in time only at its best, to be
+        cut at the deadline (docs/latency.md); while none is in the record (a
+        comparator that times no calls),
         the fastest answered round (``fastest``); while neither is, the longest round cut with no call back
         (``record(unanswered=True)``): its seconds are a lower bound of the judge's latency, so a call sent with no
         more time left would be cut too. None while the record holds none of them (only
         ``comparators.base.DEADLINE_SLACK`` holds calls back)."""
-        call = min(self._recent(self.calls), default=None)
-        if call is not None:
-            return call
+        calls = sorted(self._recent(self.calls))
+        if calls:
+            return calls[min(len(calls) - 1, int(LATENCY_QUANTILE * len(calls)))]
         fastest = self.fastest()
         return fastest if fastest is not None else max(self._recent(self.unanswered), default=None)
 

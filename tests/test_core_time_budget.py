@@ -405,8 +405,10 @@ def test_the_call_floor_is_a_call_s_latency_not_a_round_s(use_async):
 
 
 def test_the_call_floor_is_the_fastest_answered_call_then_round_then_unanswered_round():
-    """``RoundLatency.call_floor``'s order: the fastest call timed (``record_call``), else the fastest answered
-    round (a comparator that times no calls), else the longest round cut with no call back. A probe answered
+    """``RoundLatency.call_floor``'s order: the calls timed (``record_call``; their ``LATENCY_QUANTILE`` quantile,
+    not the fastest: a call sent with the fastest call's time left is cut whenever the judge is not at its best),
+    else the fastest answered round (a comparator that times no calls), else the longest round cut with no call
+    back. A probe answered
     faster than the floor it tested drops the calls timed before it went out, and keeps those timed while it was
     out."""
     clock = FakeClock()
@@ -417,7 +419,10 @@ def test_the_call_floor_is_the_fastest_answered_call_then_round_then_unanswered_
     assert latency.call_floor() == 2.0
     latency.record_call(0.4)
     latency.record_call(0.3)
-    assert latency.call_floor() == 0.3 and latency.fastest() == 2.0
+    assert latency.call_floor() == 0.4 and latency.fastest() == 2.0  # the 0.75 quantile (lower) of [0.3, 0.4]
+    for seconds in (0.2, 0.3, 0.3):
+        latency.record_call(seconds)
+    assert latency.call_floor() == 0.3  # of [0.2, 0.3, 0.3, 0.3, 0.4]
     clock.now = 10.0
     latency.record_call(0.35)  # answered while the probe below was out
     clock.now = 10.5
