@@ -158,12 +158,12 @@ class CallGuard:
         """Whether a call of ``query`` started now would end past its deadline: ``past``, or no more time left than
         the record's call floor (``query``'s entry in ``floors``, else ``latency``: anything with
         ``call_floor()``, a ``judging.RoundLatency``, or a query's ``judging.CallFloor``, none while its round is
-        the probe of a stale record; set by the engine): the fastest answered call seen (timed by the comparator,
-        ``record(seconds=...)``), else the fastest answered round, or while neither is known, the longest round cut
-        with no call back (``RoundLatency.call_floor``). Calls wait for their slots after
-        their round is planned: under load they would otherwise go out too late, each cut at the deadline and its
-        slot taken from a call that could be answered; and a judge slower than the time budget would get a round
-        of calls from every query, none answered (docs/latency.md)."""
+        the probe of a stale record; set by the engine): the answered calls' latency (their ``LATENCY_QUANTILE``
+        quantile; timed by the comparator, ``record(seconds=...)``), else the fastest answered round, or while
+        neither is known, the longest round cut with no call back (``RoundLatency.call_floor``). Calls wait for
+        their slots after their round is planned: under load they would otherwise go out too late, each cut at the
+        deadline and its slot taken from a call that could be answered; and a judge slower than the time budget
+        would get a round of calls from every query, none answered (docs/latency.md)."""
         left = self.time_left(query)
         if left is None:
             return False
