@@ -288,25 +288,21 @@ class RoundLatency:
         deadline (``CallGuard.too_late``, through a query's ``CallFloor``; ``probe`` tests it). The
         ``LATENCY_QUANTILE`` quantile (lower) of the answered calls observed (``record_call``), as ``estimate`` of
         the rounds: the fastest call would let calls go out that the judge answers in time only at its best, to be
-        cut at the deadline (docs/latency.md); while none is in the record (a
-        comparator that times no calls),
-        the fastest answered round (``fastest``); while neither is, the longest round cut with no call back
+        cut at the deadline (docs/latency.md); while none is in the record (a comparator that times no calls), the
+        fastest answered round (``fastest``); while neither is, the longest round cut with no call back
         (``record(unanswered=True)``): its seconds are a lower bound of the judge's latency, so a call sent with no
         more time left would be cut too. None while the record holds none of them (only
         ``comparators.base.DEADLINE_SLACK`` holds calls back)."""
-        calls = sorted(self._recent(self.calls))
-        if calls:
-            return calls[min(len(calls) - 1, int(LATENCY_QUANTILE * len(calls)))]
+        calls = _quantile(self._recent(self.calls))
+        if calls is not None:
+            return calls
         fastest = self.fastest()
         return fastest if fastest is not None else max(self._recent(self.unanswered), default=None)
 
     def estimate(self) -> float | None:
         """One round's latency in seconds: the ``LATENCY_QUANTILE`` quantile (lower) of the rounds observed;
         None before the first."""
-        ordered = sorted(self._recent(self.seconds))
-        if not ordered:
-            return None
-        return ordered[min(len(ordered) - 1, int(LATENCY_QUANTILE * len(ordered)))]
+        return _quantile(self._recent(self.seconds))
 
     def _floor(self) -> float | None:
         """The longer of ``estimate`` and ``call_floor`` (seconds; None before the first round): the least time
@@ -353,13 +349,15 @@ class CallFloor:
         """``RoundLatency.call_floor``, or None while this query's probe is out."""
         return None if self.probing else self.latency.call_floor()
 
-    def fastest(self) -> float | None:
-        """``RoundLatency.fastest``, or None while this query's probe is out."""
-        return None if self.probing else self.latency.fastest()
-
     def record_call(self, seconds: float) -> None:
         """``RoundLatency.record_call`` (a probe's calls too: they are answered calls of the judge)."""
         self.latency.record_call(seconds)
+
+
+def _quantile(seconds: list[float]) -> float | None:
+    """The ``LATENCY_QUANTILE`` quantile (lower) of ``seconds``; None when empty."""
+    ordered = sorted(seconds)
+    return ordered[min(len(ordered) - 1, int(LATENCY_QUANTILE * len(ordered)))] if ordered else None
 
 
 def floors_by_query(floors: Iterable[tuple[str, CallFloor]]) -> dict[str, CallFloor]:

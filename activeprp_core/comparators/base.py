@@ -209,8 +209,7 @@ class CallGuard:
         outcome; not read here (a guard that keeps metrics, e.g. ``activeprp serve``'s breaker, counts them).
         ``seconds``: an answered call's (``ok``) own latency, from its first attempt's send to its answer (not its
         wait for a slot; None: not timed): noted on the record ``too_late`` reads (``note_call``)."""
-        if ok and seconds is not None:
-            self.note_call(seconds)
+        self.note_call(ok, seconds)
         with self._lock:
             self.completed += 1
             if ok is None:
@@ -226,11 +225,12 @@ class CallGuard:
             if limit is not None and self._failures >= limit and self._error is None:
                 self._streak_full(unusable)
 
-    def note_call(self, seconds: float) -> None:
-        """Note an answered call's ``seconds`` on ``latency`` (its ``record_call``: ``judging.RoundLatency``, a
-        query's ``judging.CallFloor``; nothing when None), whose call floor ``too_late`` reads. A call made for
-        several queries at once reads ``floors``, each a view of that same record (``judging.floors_by_query``)."""
-        if self.latency is not None:
+    def note_call(self, ok: bool | None, seconds: float | None) -> None:
+        """Note an answered (``ok``) call's ``seconds`` on ``latency`` (its ``record_call``:
+        ``judging.RoundLatency``, a query's ``judging.CallFloor``; nothing when either is None), whose call floor
+        ``too_late`` reads. A call made for several queries at once reads ``floors``, each a view of that same
+        record (``judging.floors_by_query``)."""
+        if ok and seconds is not None and self.latency is not None:
             self.latency.record_call(seconds)
 
     def _new_streak(self) -> None:
@@ -302,8 +302,7 @@ class RequestGuard(CallGuard):
 
     def record(self, ok: bool | None, reason: str | None = None, retry_after: float | None = None,
                unusable: bool = False, source: Any = None, retries: int = 0, seconds: float | None = None) -> None:
-        if ok and seconds is not None:
-            self.note_call(seconds)  # on this request's record (its too_late's), not the shared guard's
+        self.note_call(ok, seconds)  # on this request's record (its too_late's), not the shared guard's
         self.completed += 1
         self.shared.record(ok, reason, retry_after, unusable, self.key, retries)
 
