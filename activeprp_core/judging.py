@@ -207,9 +207,10 @@ class RoundLatency:
     ``activeprp serve``) like the judge's record; one per rerank otherwise. ``estimate`` plans the rounds that fit a
     ``time_budget``, ``call_floor`` is the least time left a call is sent with (``CallGuard.too_late``): the
     answered calls' latency (``record_call``: a comparator that guards its calls times each one), else the fastest
-    answered round, or while neither is in the record, the longest round cut with no call back (a judge slower
-    than the time budgets). Only the last ``LATENCY_WINDOW`` rounds (and calls) observed within
-    ``LATENCY_HORIZON`` seconds count (on ``clock``). Thread-safe: a sync comparator's worker threads read it.
+    answered round, or the longest round cut with no call back since the newest answer where that is longer (a
+    judge slower than the time budgets, or one that turned slower). Only the last ``LATENCY_WINDOW`` rounds (and
+    calls) observed within ``LATENCY_HORIZON`` seconds count (on ``clock``). Thread-safe: a sync comparator's
+    worker threads read it.
 
     A record that refuses a query's calls is never refreshed by them: with less time left than the ``estimate``
     no round fits (``Ledger.rounds_left``), with no more than ``call_floor`` every call is too late
@@ -227,7 +228,8 @@ class RoundLatency:
         self.clock = clock
         self.seconds: deque[tuple[float, float]] = deque(maxlen=LATENCY_WINDOW)  # (when observed, seconds)
         self.answered: deque[tuple[float, float]] = deque(maxlen=LATENCY_WINDOW)
-        self.unanswered: deque[tuple[float, float]] = deque(maxlen=LATENCY_WINDOW)  # cut, no call came back
+        # cut with no call back, since the newest answer (an answered round or call clears it)
+        self.unanswered: deque[tuple[float, float]] = deque(maxlen=LATENCY_WINDOW)
         self.calls: deque[tuple[float, float]] = deque(maxlen=LATENCY_WINDOW)  # answered calls (record_call)
         self._touched: float | None = None  # when a round was last observed or a probe sent (on clock)
         self._lock = threading.Lock()
@@ -236,7 +238,7 @@ class RoundLatency:
         """Note one round that took ``seconds`` (``answered``: every call came back, none cut at a deadline).
         ``unanswered`` (only with ``answered=False``): no call of the round came back before it was cut (every call
         sent was cut in flight, none answered nor failed): ``seconds`` is then a lower bound of the judge's latency,
-        and sets ``call_floor`` while no answered round (nor call) is in the record. ``probe``: the round was a probe
+        and ``call_floor`` is at least that until the next answered round or call. ``probe``: the round was a probe
         (``probe``); answered in less than the floor it tested (``max(estimate, call_floor)``), it shows the rounds
         before it no longer hold: they are dropped, with the calls timed before it went out (the estimate starts
         again from it, as once they are ``LATENCY_HORIZON`` old). Cut, or slower, it is one round among the others.
@@ -253,13 +255,13 @@ class RoundLatency:
             if refuted:
                 self.seconds.clear()
                 self.answered.clear()
-                self.unanswered.clear()
                 fresh = [(at, s) for at, s in self.calls if at >= now - seconds]  # answered while the probe was out
                 self.calls.clear()
                 self.calls.extend(fresh)
             self.seconds.append(entry)
             if answered:
                 self.answered.append(entry)
+                self.unanswered.clear()
             if unanswered:
                 self.unanswered.append(entry)
             self._touched = now
@@ -272,6 +274,7 @@ class RoundLatency:
         entry = (self.clock(), max(0.0, seconds))
         with self._lock:
             self.calls.append(entry)
+            self.unanswered.clear()
 
     def _recent(self, rounds: deque[tuple[float, float]]) -> list[float]:
         oldest = self.clock() - LATENCY_HORIZON
@@ -289,15 +292,16 @@ class RoundLatency:
         ``LATENCY_QUANTILE`` quantile (lower) of the answered calls observed (``record_call``), as ``estimate`` of
         the rounds: the fastest call would let calls go out that the judge answers in time only at its best, to be
         cut at the deadline (docs/latency.md); while none is in the record (a comparator that times no calls), the
-        fastest answered round (``fastest``); while neither is, the longest round cut with no call back
-        (``record(unanswered=True)``): its seconds are a lower bound of the judge's latency, so a call sent with no
-        more time left would be cut too. None while the record holds none of them (only
-        ``comparators.base.DEADLINE_SLACK`` holds calls back)."""
+        fastest answered round (``fastest``). Raised to the longest round cut with no call back
+        (``record(unanswered=True)``) since the newest answered round or call: its seconds are a lower bound of
+        the judge's latency now, so a call sent with no more time left would be cut too, however fast the calls
+        answered before it (a judge that turned slower than the time budgets gets one probe per floor, not a round
+        from every query). None while the record holds none of them (only ``comparators.base.DEADLINE_SLACK`` holds
+        calls back)."""
         calls = _quantile(self._recent(self.calls))
-        if calls is not None:
-            return calls
-        fastest = self.fastest()
-        return fastest if fastest is not None else max(self._recent(self.unanswered), default=None)
+        answered = calls if calls is not None else self.fastest()
+        late = max(self._recent(self.unanswered), default=None)
+        return max((s for s in (answered, late) if s is not None), default=None)
 
     def estimate(self) -> float | None:
         """One round's latency in seconds: the ``LATENCY_QUANTILE`` quantile (lower) of the rounds observed;

@@ -16,9 +16,15 @@ requests over HTTP (``httpx``), each with its own query. Three scenarios, each o
   calls (their rounds cut at the deadline: lower bounds, shorter than any answered round, so the estimate is
   under the fastest round); then the judge takes 20 ms, and a request with ``time_budget`` 2 s every 1 s.
 
-Per later request: seconds since the slow spell ended, calls, rounds, cut calls, ``exhausted_by`` and the record's
-``estimate`` / ``fastest`` after it. Summary per scenario: the record after the slow spell, how many later requests
-got no call, and when the first that did was sent. About 45 s in all; bounded (each request's HTTP timeout 30 s).
+- ``turns-slow``: the reverse, a judge that turns slower than the time budget after answering fast (review
+  1129ag): ``max_concurrency`` 8; 2 requests (``time_budget`` 3 s) answered in 20 ms a call; then the judge takes
+  4 s per call, and a request with ``time_budget`` 3 s is sent every 0.5 s for 12 s, each without waiting for the
+  one before. Every round it sends is cut: the count of calls is what the record let through.
+
+Per later request: seconds since the first spell (``slow_spell`` in the JSON) ended, calls, rounds, cut calls,
+``exhausted_by`` and the record's ``estimate`` / ``fastest`` / ``call_floor`` after it. Summary per scenario: the
+record after the first spell, how many later requests got no call, when the first that did was sent, and the later
+requests' calls and cut calls. About 60 s in all; bounded (each request's HTTP timeout 30 s).
 
 Run (repository root; ``--checkout DIR`` measures another checkout's code, e.g. one before the probe):
     PYTHONPATH=. python benchmarks/stale_latency.py --out benchmarks/results/serve/stale_latency
@@ -38,15 +44,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-SCENARIOS = {  # name: (slow delay, max_batch_size, max_concurrency, slow requests as [(count, body extras)],
-    #                 a later request every ... s, how many)
-    "burst": (0.8, None, 8, [(20, {"time_budget": 6.0})], 0.5, 12),
-    "burst-merged": (0.8, 8, 8, [(8, {"time_budget": 9.0})], 0.5, 20),
-    "mixed": (2.5, None, None, [(4, {"time_budget": 6.0, "budget": 4, "max_rounds": 1}),
-                                (30, {"time_budget": 1.0, "budget": 4})], 1.0, 10),
-}
 FAST = 0.02  # seconds per call once the judge answers fast again
-LATER_BUDGET = 2.0
+SCENARIOS = {  # name: (first delay, max_batch_size, max_concurrency, first requests as [(count, body extras)],
+    #                 later delay, later time_budget, a later request every ... s, how many, sent without waiting)
+    "burst": (0.8, None, 8, [(20, {"time_budget": 6.0})], FAST, 2.0, 0.5, 12, False),
+    "burst-merged": (0.8, 8, 8, [(8, {"time_budget": 9.0})], FAST, 2.0, 0.5, 20, False),
+    "mixed": (2.5, None, None, [(4, {"time_budget": 6.0, "budget": 4, "max_rounds": 1}),
+                                (30, {"time_budget": 1.0, "budget": 4})], FAST, 2.0, 1.0, 10, False),
+    "turns-slow": (FAST, None, 8, [(2, {"time_budget": 3.0})], 4.0, 3.0, 0.5, 24, True),
+}
 
 
 async def post(client, url: str, i: int, extras: dict) -> dict:
@@ -66,12 +72,13 @@ async def scenario(name: str) -> dict:
     from activeprp_integrations.serve import create_app
     from tests._serve_helpers import WordJudge, serving
 
-    delay, batch, concurrency, slow, every, count = SCENARIOS[name]
+    delay, batch, concurrency, slow, later_delay, later_budget, every, count, overlap = SCENARIOS[name]
     judge = WordJudge(delay=delay, max_batch_size=batch)
     app = create_app(judge, budget=50, max_rounds=6, max_concurrency=concurrency, time_budget=10)
     out: dict = {"scenario": name, "slow_delay_s": delay, "max_batch_size": batch, "max_concurrency": concurrency,
                  "slow_requests": slow,
-                 "later": {"time_budget": LATER_BUDGET, "every_s": every, "count": count}}
+                 "later": {"delay_s": later_delay, "time_budget": later_budget, "every_s": every, "count": count,
+                           "without_waiting": overlap}}
     with serving(app) as (url, _):
         latency = app.state.service.pool.latency
         # no keep-alive: a connection the server closes while idle (uvicorn: after 5 s) is never reused
@@ -83,34 +90,45 @@ async def scenario(name: str) -> dict:
             out["slow_spell"] = {"seconds": round(ended - start, 2), "calls": sum(r["calls"] for r in spell),
                                  "cut_calls": sum(r["cut_calls"] or 0 for r in spell),
                                  "estimate_s": latency.estimate(), "fastest_s": latency.fastest()}
-            judge.delay = FAST
-            later = []
-            for k in range(count):
+            judge.delay = later_delay
+
+            async def later_request(k: int) -> dict:
                 sent = time.monotonic() - ended
-                row = await post(client, url, 100 + k, {"time_budget": LATER_BUDGET})
-                row.update(sent_after_s=round(sent, 2), estimate_s=latency.estimate(), fastest_s=latency.fastest())
-                later.append(row)
+                row = await post(client, url, 100 + k, {"time_budget": later_budget})
+                row.update(sent_after_s=round(sent, 2), estimate_s=latency.estimate(), fastest_s=latency.fastest(),
+                           call_floor_s=latency.call_floor())
+                return row
+
+            running = []
+            for k in range(count):
+                running.append(asyncio.ensure_future(later_request(k)))
+                if not overlap:
+                    await running[-1]
                 await asyncio.sleep(every)
+            later = list(await asyncio.gather(*running))
     out["later_requests"] = later
     first = next((r["sent_after_s"] for r in later if r["calls"]), None)
     out["summary"] = {"no_call": sum(not r["calls"] for r in later), "of": len(later),
-                      "first_with_calls_sent_after_s": first}
+                      "first_with_calls_sent_after_s": first, "calls": sum(r["calls"] for r in later),
+                      "cut_calls": sum(r["cut_calls"] or 0 for r in later)}
     return out
 
 
 def describe(result: dict) -> list[str]:
     spell, summary = result["slow_spell"], result["summary"]
     fmt = lambda s: "-" if s is None else f"{s:.3f}"  # noqa: E731
-    lines = [f"== {result['scenario']}: slow spell {spell['seconds']} s, calls {spell['calls']} "
+    lines = [f"== {result['scenario']}: first spell {spell['seconds']} s, calls {spell['calls']} "
              f"(cut {spell['cut_calls']}); record after it: estimate {fmt(spell['estimate_s'])} s, "
              f"fastest {fmt(spell['fastest_s'])} s"]
     for r in result["later_requests"]:
-        lines.append(f"  t+{r['sent_after_s']:5.2f} s time_budget {LATER_BUDGET}: calls={r['calls']} "
-                     f"rounds={r['rounds']} cut={r['cut_calls']} exhausted_by={r['exhausted_by']} | estimate "
-                     f"{fmt(r['estimate_s'])} fastest {fmt(r['fastest_s'])}")
+        lines.append(f"  t+{r['sent_after_s']:5.2f} s time_budget {result['later']['time_budget']}: "
+                     f"calls={r['calls']} rounds={r['rounds']} cut={r['cut_calls']} exhausted_by={r['exhausted_by']}"
+                     f" | estimate {fmt(r['estimate_s'])} fastest {fmt(r['fastest_s'])} "
+                     f"call floor {fmt(r['call_floor_s'])}")
     first = summary["first_with_calls_sent_after_s"]
     lines.append(f"  {summary['no_call']} of {summary['of']} later requests got no call; first with calls: "
-                 + ("none" if first is None else f"sent {first} s after the slow spell"))
+                 + ("none" if first is None else f"sent {first} s after the first spell")
+                 + f"; {summary['calls']} calls sent, {summary['cut_calls']} cut")
     return lines
 
 

@@ -177,7 +177,7 @@ def test_a_fresh_round_latency_still_holds_calls_back_and_a_cut_probe_keeps_it()
     """What the record is for stays: a round observed within the estimate's length keeps it in force (no round
     planned, no call sent that it says cannot finish); a probe the deadline cuts (the judge is slow indeed)
     replaces nothing and makes the record fresh again: the query right after it sends nothing either (one probe
-    per estimate's length)."""
+    per floor's length; the cut probe's seconds, with nothing back, raise the call floor)."""
     cands, labels = make_case(20, seed=4)
     judge = SimulatedComparator(labels)
     clock = FakeClock()
@@ -197,9 +197,12 @@ def test_a_fresh_round_latency_still_holds_calls_back_and_a_cut_probe_keeps_it()
     res = probe.result()
     assert res.rounds == 1 and res.calls == res.cut_calls > 0
     assert latency.estimate() == latency.fastest() == 2.5  # the burst's rounds still count
+    assert latency.call_floor() == 3.0  # the probe's 3 s, with no call back since the burst's answers
     after = query()
     assert after.ledger.rounds_left() == 0 and _guarded(clock, after).too_late()
-    clock.now += 2.5  # stale again: the next query's round is a probe
+    clock.now += 2.5
+    assert _guarded(clock, query()).too_late()
+    clock.now += 0.5  # stale again for the floor's 3 s: the next query's round is a probe
     assert not _guarded(clock, query()).too_late()
 
 
@@ -320,6 +323,38 @@ def test_a_judge_slower_than_the_time_budget_gets_one_probe_per_floor_not_a_roun
     assert not _guarded(clock, query()).too_late()
 
 
+def test_a_judge_that_turns_slower_than_the_time_budget_gets_one_probe_per_floor_not_a_round_from_every_query():
+    """Review 1129ag (left alone then): a judge that answered within the last ``LATENCY_HORIZON`` and then turned
+    slower than the time budget kept its fast answered round as the call floor, so every query on the shared record
+    sent a whole round, all cut (``activeprp serve``: two fast requests, then a 4 s judge: 192 calls sent, none
+    answered). A round cut with no call back since the newest answer raises the floor to its seconds: the next
+    query sends nothing, one probe goes out per floor, and the first answer brings the answered calls' floor back."""
+    cands, labels = make_case(20, seed=4)
+    judge = SimulatedComparator(labels)
+    clock = FakeClock()
+    latency = RoundLatency(clock)
+
+    def query() -> Reranking:
+        return Reranking("q", cands, ranker="auto", budget=50, top_k=3, time_budget=3.0, clock=clock,
+                         latency=latency)
+
+    drive(query(), clock, judge, seconds_per_round=0.02)  # fast: answered
+    assert latency.call_floor() == pytest.approx(0.02)
+    slow = query()
+    drive(slow, clock, judge, seconds_per_round=3.05)  # turned slow: cut at the deadline, nothing back
+    assert slow.result().calls == slow.result().cut_calls > 0
+    assert latency.fastest() == pytest.approx(0.02) and latency.call_floor() == 3.05
+    refused = query()
+    assert _guarded(clock, refused).too_late()  # 3 s left: no more than the 3.05 s the judge did not answer in
+    clock.now += 3.05  # nothing observed for the floor's length: the next query's round is the probe
+    probe = query()
+    assert not _guarded(clock, probe).too_late()
+    drive(probe, clock, judge, seconds_per_round=3.05)  # still slow: cut, the floor stays
+    assert _guarded(clock, query()).too_late()
+    latency.record_call(0.5)  # an answer (another query's call): the judge answers in time again
+    assert latency.call_floor() == 0.5 and not _guarded(clock, query()).too_late()
+
+
 def test_only_a_round_cut_with_no_call_back_sets_the_call_floor_and_an_answered_round_wins():
     """``RoundLatency.call_floor``: a cut round some of whose calls came back (answered, or failed with a judge
     error before the retry the deadline cut) shows calls can come back in its seconds: no floor from it; a round
@@ -407,10 +442,9 @@ def test_the_call_floor_is_a_call_s_latency_not_a_round_s(use_async):
 def test_the_call_floor_is_the_fastest_answered_call_then_round_then_unanswered_round():
     """``RoundLatency.call_floor``'s order: the calls timed (``record_call``; their ``LATENCY_QUANTILE`` quantile,
     not the fastest: a call sent with the fastest call's time left is cut whenever the judge is not at its best),
-    else the fastest answered round (a comparator that times no calls), else the longest round cut with no call
-    back. A probe answered
-    faster than the floor it tested drops the calls timed before it went out, and keeps those timed while it was
-    out."""
+    else the fastest answered round (a comparator that times no calls), raised to the longest round cut with no
+    call back since the newest answer. A probe answered faster than the floor it tested drops the calls timed
+    before it went out, and keeps those timed while it was out."""
     clock = FakeClock()
     latency = RoundLatency(clock)
     latency.record(3.0, answered=False, unanswered=True)
@@ -423,6 +457,13 @@ def test_the_call_floor_is_the_fastest_answered_call_then_round_then_unanswered_
     for seconds in (0.2, 0.3, 0.3):
         latency.record_call(seconds)
     assert latency.call_floor() == 0.3  # of [0.2, 0.3, 0.3, 0.3, 0.4]
+    latency.record(1.5, answered=False, unanswered=True)  # cut with nothing back, after those answers
+    latency.record(1.2, answered=False, unanswered=True)
+    assert latency.call_floor() == 1.5
+    latency.record(0.9, answered=False)  # cut with a call back (not timed): says nothing new
+    assert latency.call_floor() == 1.5
+    latency.record_call(0.3)  # the next answer: the cut rounds before it no longer raise the floor
+    assert latency.call_floor() == 0.3
     clock.now = 10.0
     latency.record_call(0.35)  # answered while the probe below was out
     clock.now = 10.5
@@ -775,12 +816,12 @@ def test_guard_slots_survive_cancelled_and_timed_out_waiters():
 
     async def scenario():
         guard = CallGuard(max_concurrency=2)
-        held, waiting = asyncio.Event(), []
+        held, release, waiting = asyncio.Event(), asyncio.Event(), []
 
         async def hold():
             async with guard.slots(2):
                 held.set()
-                await asyncio.sleep(0.02)
+                await release.wait()  # not a sleep: a loaded machine must not free the slots before the timeout
                 waiting[0].cancel()  # in the same step as the release below: its waiter is still queued
 
         holder = asyncio.create_task(hold())
@@ -789,6 +830,7 @@ def test_guard_slots_survive_cancelled_and_timed_out_waiters():
         await asyncio.sleep(0)
         with pytest.raises(DeadlinePassed):
             await _enter(guard.slots(1, timeout=0.005))
+        release.set()
         await holder
         got = await asyncio.wait_for(asyncio.gather(_enter(guard.slots(2)), _enter(guard.slots(1))), 1.0)
         return got, waiting[0].cancelled(), guard.fair_slots.free
