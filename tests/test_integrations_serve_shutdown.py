@@ -159,6 +159,29 @@ def test_a_shutdown_answers_the_queued_requests_whose_time_budget_ends_before_it
     assert _statuses(app) == {"200": 3, "499": 0, "503": 0}
 
 
+@pytest.mark.parametrize("shutdown_timeout", [30.0, None])
+def test_ready_is_a_json_503_as_soon_as_the_shutdown_begins_and_health_stays_200(shutdown_timeout):
+    """A readiness probe must fail once the service drains, so that a load balancer stops sending it requests (each
+    would get 503 ``unavailable``): /ready answered 200 ``ready`` while new requests were refused. /health (liveness)
+    stays 200 until the process ends. Over the app itself: uvicorn's shutdown also closes its listening socket, but
+    not every server that runs the app does, nor a mounted app's parent."""
+    app = create_app(GatedJudge(), **SERVER)
+
+    async def probe():
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://test") as client:
+            before = await client.get("/ready")
+            loop = asyncio.get_running_loop()
+            app.state.service.drain(None if shutdown_timeout is None else loop.time() + shutdown_timeout)
+            return before, await client.get("/ready"), await client.head("/ready"), await client.get("/health")
+
+    before, ready, head, health = asyncio.run(probe())
+    assert before.status_code == 200 and before.json() == {"status": "ready"}
+    assert ready.status_code == 503 and ready.headers["content-type"] == "application/json", ready.text
+    assert ready.json()["status"] == "draining" and "shutting down" in ready.json()["message"]
+    assert head.status_code == 503 and not head.content
+    assert health.status_code == 200 and health.json() == {"status": "ok"}
+
+
 @pytest.mark.parametrize("time_budget, refused", [(5.0, False), (20.0, True), (None, True)])
 def test_the_admission_cut_refuses_who_would_end_past_it_waiting_or_arriving_and_leaks_no_slot(time_budget, refused):
     from activeprp_integrations.serve.service import Admission, ShuttingDown

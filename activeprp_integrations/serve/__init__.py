@@ -1,7 +1,7 @@
 """``activeprp serve``: a rerank HTTP service compatible with Cohere's rerank API, backed by any comparator.
 
 Routes: ``POST /v2/rerank`` and ``/v1/rerank`` (Cohere), ``POST /rerank`` (Jina's ``documents`` or TEI's
-``texts`` shape), ``GET /health`` (liveness), ``GET /ready`` (the judge is usable), ``GET /metrics``
+``texts`` shape), ``GET /health`` (liveness), ``GET /ready`` (the judge is usable, no shutdown), ``GET /metrics``
 (Prometheus). Concurrent requests are admitted up to ``--max-active`` at once and ``--max-queue`` waiting, each
 within its time budget, on one shared judge with one circuit breaker (``service.RerankService`` over
 ``activeprp_core.stream.RerankPool``); API keys, body caps and disconnects are checked by ``gate.Gate``.

@@ -288,7 +288,12 @@ class Routes:
         return {"status": "ok"}
 
     async def ready(self) -> Response:
-        """Readiness: 200 while the judge is usable, 503 with ``Retry-After`` while its breaker is open."""
+        """Readiness: 200 while the judge is usable; 503 while the service is draining (its shutdown has begun, so
+        that a load balancer stops sending it requests), or with ``Retry-After`` while the judge's breaker is
+        open."""
+        if self.service.draining:
+            return JSONResponse({"status": "draining", "message": "this server is shutting down: send requests to "
+                                 "another replica"}, status_code=503)
         breaker = self.service.breaker
         error = breaker.error
         if error is None:

@@ -12,7 +12,7 @@ framework).
 - A request whose task is cancelled (the HTTP layer cancels it when the client goes) sends no further call.
 - Shutdown: ``drain(deadline)`` when the server's graceful shutdown begins refuses (``ShuttingDown``, HTTP 503) each
   request not yet reranked (queued, or arriving) whose time budget ends after the shutdown's deadline, the
-  others are answered; ``stop`` once the requests have finished.
+  others are answered; ``stop`` once the requests have finished. ``draining`` says so from then on (``/ready``: 503).
 """
 
 from __future__ import annotations
@@ -176,11 +176,16 @@ class RerankService:
         self.admission = Admission(max_active, max_queue)
         self.mean_active_s = 1.0  # running mean of the seconds a request holds its slot (for Retry-After)
         self._watch: asyncio.Task | None = None
-        self._stopping = False
+        self._stopping = self._draining = False
 
     @property
     def settings(self) -> RerankSettings:
         return self.pool.settings
+
+    @property
+    def draining(self) -> bool:
+        """Whether the server's shutdown has begun (``drain``, or ``stop``): ``/ready`` answers 503 from then on."""
+        return self._draining or self._stopping
 
     async def start(self) -> None:
         """Start the breaker's probes (``Breaker.watch``) on the running loop, and open the comparator's client
@@ -248,7 +253,9 @@ class RerankService:
         """The server's graceful shutdown began; it cancels the requests still running at ``deadline`` (the event
         loop's time; None: it waits for them all). Every request not yet reranked (waiting in the queue now, or
         arriving later) whose time budget ends after ``deadline`` is refused with ``ShuttingDown`` at once, with no
-        judge call; the others are answered as usual, by the end of their time budget."""
+        judge call; the others are answered as usual, by the end of their time budget. ``draining`` is True from
+        now on."""
+        self._draining = True
         if deadline is not None:
             self.admission.cut(deadline)
 
