@@ -393,16 +393,16 @@ def report(args: argparse.Namespace, requests: Sequence[Request], qrels: Mapping
 
 
 @contextlib.contextmanager
-def sigterm_exits() -> Iterator[None]:
-    """Within the block, SIGTERM raises ``SystemExit(143)`` (128 + SIGTERM), so that cleanups run as for Ctrl-C
-    (``write_run`` removes OUT's temporary file); outside the main thread, nothing changes (no handler can be
-    set there)."""
+def sigterm_exits(status: int | None = None) -> Iterator[None]:
+    """Within the block, SIGTERM raises ``SystemExit(status)`` (default 143, 128 + SIGTERM), so that cleanups run as
+    for Ctrl-C (``write_run`` removes OUT's temporary file); outside the main thread, nothing changes (no handler
+    can be set there)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def exit_(signum: int, frame: Any) -> None:
-        raise SystemExit(128 + signum)
+        raise SystemExit(128 + signum if status is None else status)
 
     before = signal.signal(signal.SIGTERM, exit_)
     try:

@@ -199,13 +199,16 @@ def log_config() -> dict[str, Any]:
 
 def main(args: argparse.Namespace) -> int:
     """Handler of ``activeprp serve``: builds the comparator and serves until interrupted (Ctrl-C / SIGTERM),
-    finishing the requests in flight (at most ``--shutdown-timeout`` seconds); exit status 0 after Ctrl-C.
+    finishing the requests in flight (at most ``--shutdown-timeout`` seconds), then closes the comparator; exit
+    status 0 after either signal.
 
     Raises:
         InputError: the serve extra is missing, or the comparator cannot be built (exit 2).
     """
     try:
         import uvicorn
+
+        from activeprp_cli.rerank_run import sigterm_exits
 
         from .app import create_app as create
         from .protocol import DrainingServer, head_timeout_protocol
@@ -227,6 +230,12 @@ def main(args: argparse.Namespace) -> int:
         config = uvicorn.Config(app, host=args.host, port=args.port, timeout_graceful_shutdown=args.shutdown_timeout,
                                 log_level="info", log_config=log_config(),
                                 http=head_timeout_protocol(args.client_timeout))
-        with contextlib.suppress(KeyboardInterrupt):  # uvicorn re-raises Ctrl-C after its graceful shutdown
-            DrainingServer(config, app.state.service).run()
+        # uvicorn re-raises the signal that stopped it once its graceful shutdown is done, to the handler it found
+        # at its start: Ctrl-C's KeyboardInterrupt; SIGTERM's default handler would end the process there (-15)
+        try:
+            with sigterm_exits(0), contextlib.suppress(KeyboardInterrupt):
+                DrainingServer(config, app.state.service).run()
+        except SystemExit as stop:
+            if stop.code != 0:  # not SIGTERM's (uvicorn's own exit when the app's start-up failed)
+                raise
     return 0

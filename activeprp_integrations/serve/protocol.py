@@ -99,7 +99,8 @@ class DrainingServer(Server):
         self.service.drain(None if timeout is None else asyncio.get_running_loop().time() + timeout)
         await super().shutdown(sockets)
         # the requests uvicorn cancelled at the deadline still have their 503 to send (``gate.Gate``), a few loop
-        # turns; uvicorn then re-raises the signal, and SIGTERM's default action ends the process at once
+        # turns; uvicorn then re-raises the signal, and where nothing handles SIGTERM (``activeprp serve`` does) its
+        # default action ends the process at once
         cancelled = [task for task in self.server_state.tasks if not task.done()]
         if cancelled:
             await asyncio.wait(cancelled, timeout=CANCELLED_GRACE)
