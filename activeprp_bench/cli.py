@@ -34,6 +34,7 @@ from urllib.parse import urlsplit
 from activeprp_cli import progress_wanted, require_extra
 from activeprp_cli.rerank import add_judge_args, count, judge_options, seconds
 from activeprp_cli.rerank_run import check_out
+from activeprp_cli.trecfiles import STDOUT
 from activeprp_core.errors import InputError, scrub
 
 
@@ -513,15 +514,19 @@ def _auto_table(args) -> int:
 
             with _rows_files(paths):
                 rows = [r for path in args.from_csv for r in read_csv(path)]
-            _out_dir(str(Path(args.report).parent), "--report")
-            Path(args.report).write_text(regret_report(rows, args.tolerance, reference, rule=args.rule))
+            report = regret_report(rows, args.tolerance, reference, rule=args.rule)
+            if args.report == STDOUT:
+                sys.stdout.write(report)
+            else:
+                _out_dir(str(Path(args.report).parent), "--report")
+                Path(args.report).write_text(report)
         table = build_regret_table(family, source, args.tolerance, base, args.rule)
     else:
         table = build_auto_table(family, source)
     _out_dir(str(Path(args.out).parent))
     Path(args.out).write_text(json.dumps(table, indent=None, separators=(",", ":")) + "\n")
-    print(f"{args.out}: {len(table['settings'])} settings, "
-          f"{sum(len(s['cells']) for s in table['settings'])} cells")
+    print(f"{args.out}: {len(table['settings'])} settings, {sum(len(s['cells']) for s in table['settings'])} cells",
+          file=sys.stderr if args.report == STDOUT else sys.stdout)  # stdout is the report's with --report -
     return 0
 
 
@@ -656,7 +661,8 @@ def add_parser(subparsers) -> None:
     auto.add_argument("--base", help="family grids: an auto table whose settings and cells the grids lack are kept")
     auto.add_argument("--reference", help="family grids: the auto table the report compares with (default: the "
                       "shipped one)")
-    auto.add_argument("--report", help="family grids: write the regret report (Markdown) here")
+    auto.add_argument("--report", help="family grids: write the regret report (Markdown) here; - writes it to "
+                      "stdout, and the line saying what was written goes to stderr")
     auto.set_defaults(func=_auto_table)
     for mode in modes.choices.values():  # a missing extra is one line before any work, not a traceback at the end
         mode.set_defaults(func=_with_bench_extra(mode.get_default("func")))

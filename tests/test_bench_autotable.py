@@ -206,6 +206,19 @@ def test_auto_table_report_goes_into_a_new_directory_and_a_file_in_the_way_is_a_
     assert "regret" in (tmp_path / "new" / "report.md").read_text()
 
 
+def test_auto_table_report_dash_is_stdout_and_the_summary_line_goes_to_stderr(tmp_path, capsys, monkeypatch):
+    """``--report -`` wrote a file named ``-`` (argparse tools read ``-`` as stdout); now the report is stdout's
+    alone, the line naming the table written goes to stderr, and no file ``-`` appears."""
+    write_csv(_grid(), tmp_path / "rows.csv.xz", SLIM_COLUMNS)
+    monkeypatch.chdir(tmp_path)
+    assert main(["bench", "auto-table", "--from-csv", "rows.csv.xz", "--out", "a.json", "--report", "-",
+                 "--reference", str(SHIPPED)]) == 0
+    out, err = capsys.readouterr()
+    assert not (tmp_path / "-").exists() and (tmp_path / "a.json").is_file()
+    assert out == regret_report(_grid(), autotable.TOLERANCE, json.loads(SHIPPED.read_text()), rule=autotable.RULE)
+    assert err.startswith("a.json: ") and err.endswith(" cells\n") and err.count("\n") == 1
+
+
 def test_auto_table_is_built_from_grid_rows():
     def row(ranker, oracle, budget, ndcg, rounds, seed=0, qid="1", cap=-1):
         return Row(collection="c", qid=qid, ranker=ranker, oracle=oracle, budget=budget, seed=seed, n=20, top_k=3,
