@@ -34,7 +34,7 @@ from urllib.parse import urlsplit
 from activeprp_cli import progress_wanted, require_extra
 from activeprp_cli.rerank import add_judge_args, count, judge_options, seconds
 from activeprp_cli.rerank_run import check_out
-from activeprp_cli.trecfiles import STDOUT
+from activeprp_cli.trecfiles import STDOUT, read_json
 from activeprp_core.errors import InputError, scrub
 
 
@@ -154,13 +154,11 @@ def _auto_table_file(flag: str, path: str) -> dict:
     from activeprp_core.rankers.auto import check_table
 
     try:
-        table = json.loads(Path(path).read_text(encoding="utf-8"))
+        table = read_json(path)
     except OSError as err:
         raise InputError(f"{flag} {path}: cannot read it ({err.strerror or err})") from None
-    except UnicodeDecodeError as err:
-        raise InputError(f"{flag} {path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
-    except ValueError as err:
-        raise InputError(f"{flag} {path}: not JSON ({err})") from None
+    except InputError as err:
+        raise InputError(f"{flag} {err}") from None
     try:
         return check_table(table)
     except ValueError as err:
@@ -198,7 +196,8 @@ def _collections(args):
     """The collections of ``--collections`` under ``--data``, cut to ``--queries`` and ``--depth``.
 
     Raises:
-        InputError: no ``--data``, or a file a collection needs is not there.
+        InputError: no ``--data``, a file a collection needs is not there, or one that is broken (not UTF-8, not
+            JSON, truncated, a line not in the collection's layout), each naming ``--data`` and the file.
     """
     from .datasets import load_named
 
@@ -209,6 +208,8 @@ def _collections(args):
         return [load_named(n, args.data).subset(args.queries, args.depth) for n in args.collections]
     except FileNotFoundError as err:
         raise InputError(f"--data {args.data}: no such file: {err.filename}") from None
+    except InputError as err:
+        raise InputError(f"--data {args.data}: {err}") from None
 
 
 def _check_judge(args) -> None:

@@ -9,14 +9,22 @@ top-N from ``bm25s`` (Lucene variant, k1=0.9, b=0.4, English stop words), as in 
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from activeprp_cli.metrics import ndcg_at_k, ranking_to_run
-from activeprp_cli.trecfiles import read_corpus, read_qrels, read_queries, read_run_candidates
+from activeprp_cli.trecfiles import (
+    iter_json_objects,
+    iter_lines,
+    read_corpus,
+    read_json,
+    read_qrels,
+    read_queries,
+    read_run_candidates,
+)
+from activeprp_core.errors import InputError
 from activeprp_core.types import Candidate
 
 Qrels = dict[str, dict[str, int]]
@@ -64,17 +72,36 @@ def read_trec_qrels(path: str | Path) -> Qrels:
     return {q: {d: max(0, g) for d, g in docs.items()} for q, docs in read_qrels(path).items()}
 
 
+def _integer(path: Path, n: int, what: str, text: str) -> int:
+    """``text``, the ``what`` column of line ``n`` of ``path``, as an integer; else InputError naming the line."""
+    try:
+        return int(text)
+    except ValueError:
+        raise InputError(f"{path}:{n}: {what} {text!r} is not an integer") from None
+
+
 def load_rankgpt(name: str, jsonl: str | Path, qrels: str | Path) -> Collection:
     """RankGPT layout: one JSON object per line (or a JSON list) ``{"query", "hits": [{"content", "qid",
-    "docid", "rank", "score"}]}``, hits in rank order; plus TREC qrels."""
-    text = Path(jsonl).read_text()
-    records = json.loads(text) if text.lstrip().startswith("[") else [json.loads(x) for x in text.splitlines() if x]
+    "docid", "rank", "score"}]}``, hits in rank order; plus TREC qrels.
+
+    Raises:
+        FileNotFoundError: ``jsonl`` is missing. InputError (a ValueError): a file that is not UTF-8, not JSON
+            (e.g. truncated), or a record not in this layout, named ``FILE:LINE`` (``FILE: record N`` in a list).
+    """
+    with open(jsonl, "rb") as f:
+        one_list = f.read(64).lstrip().startswith(b"[")
+    records = ([(f"{jsonl}: record {i}", r) for i, r in enumerate(read_json(jsonl), 1)] if one_list
+               else [(f"{jsonl}:{n}", r) for n, r in iter_json_objects(jsonl)])
     queries, cands = {}, {}
-    for rec in records:
-        hits = sorted(rec["hits"], key=lambda h: int(h["rank"]))
-        qid = str(hits[0]["qid"])
-        queries[qid] = rec["query"]
-        cands[qid] = [Candidate(str(h["docid"]), h["content"], {"bm25": float(h["score"])}) for h in hits]
+    for where, rec in records:
+        try:
+            hits = sorted(rec["hits"], key=lambda h: int(h["rank"]))
+            qid = str(hits[0]["qid"])
+            queries[qid] = rec["query"]
+            cands[qid] = [Candidate(str(h["docid"]), h["content"], {"bm25": float(h["score"])}) for h in hits]
+        except (KeyError, IndexError, TypeError, ValueError) as err:
+            detail = f"no field {err.args[0]!r}" if isinstance(err, KeyError) else f"{type(err).__name__}: {err}"
+            raise InputError(f"{where}: not a RankGPT record ({detail})") from None
     return Collection(name, queries, cands, read_trec_qrels(qrels))
 
 
@@ -142,9 +169,13 @@ def load_beir(data_dir: str | Path, name: str | None = None, split: str = "test"
     tsv = d / "qrels" / f"{split}.tsv"
     if tsv.exists():
         qrels: Qrels = {}
-        for line in tsv.read_text().splitlines()[1:]:
-            qid, docid, grade = line.split("\t")[:3]
-            qrels.setdefault(qid, {})[docid] = int(grade)
+        for n, line in iter_lines(tsv):
+            cols = line.split("\t")
+            if n == 1:  # the header
+                continue
+            if len(cols) < 3:
+                raise InputError(f"{tsv}:{n}: expected query-id<TAB>corpus-id<TAB>score, got {len(cols)} column(s)")
+            qrels.setdefault(cols[0], {})[cols[1]] = _integer(tsv, n, "score", cols[2])
     else:
         qrels = read_trec_qrels(next(iter(sorted(d.glob(f"qrels*{split}*.txt")) or sorted(d.glob("qrels*.txt")))))
     queries = {q: text for q, text in read_queries(qfile).items() if q in qrels}
@@ -174,11 +205,13 @@ def load_noveleval(data_dir: str | Path) -> Collection:
 def _cran_records(path: Path) -> list[tuple[str, dict[str, str]]]:
     records: list[tuple[str, dict[str, str]]] = []
     field_name = None
-    for line in path.read_text().replace("\r", "").splitlines():
+    for n, line in enumerate(path.read_text().replace("\r", "").splitlines(), 1):
         m = re.match(r"^\.([ITABW])\b\s*(.*)$", line)
         if m and m.group(1) == "I":
             records.append((m.group(2).strip(), {}))
             field_name = None
+        elif m and not records:
+            raise InputError(f"{path}:{n}: .{m.group(1)} before the first .I line")
         elif m:
             field_name = m.group(1)
             records[-1][1].setdefault(field_name, "")
@@ -194,10 +227,10 @@ def load_cranfield(data_dir: str | Path, depth: int = 100) -> Collection:
     docs = {i: f"{r.get('T', '')} {r.get('W', '')}".strip() for i, r in _cran_records(d / "cran.all.1400")}
     queries = {str(pos): r.get("W", "").strip() for pos, (_, r) in enumerate(_cran_records(d / "cran.qry"), 1)}
     qrels: Qrels = {}
-    for line in (d / "cranqrel").read_text().splitlines():
+    for n, line in enumerate((d / "cranqrel").read_text().splitlines(), 1):
         parts = line.split()
         if len(parts) >= 3:
-            code = int(parts[2])
+            code = _integer(d / "cranqrel", n, "relevance code", parts[2])
             qrels.setdefault(parts[0], {})[parts[1]] = 5 - code if 1 <= code <= 4 else 0
     return bm25_top("cranfield", queries, docs, qrels, depth)
 

@@ -116,6 +116,22 @@ def _json_object(path: str | Path, n: int, line: str) -> dict:
     return obj
 
 
+def read_json(path: str | Path) -> object:
+    """The JSON value that is the whole of the UTF-8 file ``path``.
+
+    Raises:
+        OSError: the file cannot be read (left to the caller, which knows what a missing file means there).
+        InputError: the file is not UTF-8 text or not JSON (``FILE: reason``).
+    """
+    data = Path(path).read_bytes()
+    try:
+        return json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise InputError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+    except ValueError as err:
+        raise InputError(f"{path}: not JSON ({err})") from None
+
+
 def iter_json_objects(path: str | Path) -> Iterator[tuple[int, dict]]:
     """``(line number, object)`` for each non-blank line of a JSONL file (``-`` = stdin), streamed.
 
@@ -378,4 +394,4 @@ def check_token(name: str, value: str) -> None:
 
 
 __all__ = ["STDOUT", "Qrels", "Run", "RunRow", "check_token", "iter_lines", "rank_disagreements", "read_corpus",
-           "read_qrels", "read_queries", "read_run", "read_run_candidates", "trec_eval_key", "write_run"]
+           "read_json", "read_qrels", "read_queries", "read_run", "read_run_candidates", "trec_eval_key", "write_run"]

@@ -283,6 +283,44 @@ def test_bench_bad_input_is_one_line_and_exit_2_before_any_work(tmp_path, capsys
     assert "Traceback" not in err and not out.exists()
 
 
+_HIT = '{"content": "text", "qid": 1, "docid": "d1", "rank": 1, "score": 2.5}'
+
+
+@pytest.mark.parametrize(("collection", "files", "says"), [
+    ("noveleval", {"noveleval/data.json": f'[{{"query": "q", "hits": [{_HIT}', "noveleval/qrels.txt": "1 0 d1 1\n"},
+     "noveleval/data.json: not JSON (Expecting ',' delimiter: line 1"),
+    ("dl19", {"trec-dl-2019/bm25_dl19_top100.jsonl": f'{{"query": "q", "hits": [{_HIT}]}}\n{{"query": "q2", "hi',
+              "trec-dl-2019/qrels.dl19-passage.txt": "1 0 d1 1\n"},
+     "trec-dl-2019/bm25_dl19_top100.jsonl:2: not JSON (Unterminated string starting at at column 17)"),
+    ("dl19", {"trec-dl-2019/bm25_dl19_top100.jsonl": '{"query": "q"}\n',
+              "trec-dl-2019/qrels.dl19-passage.txt": "1 0 d1 1\n"},
+     "trec-dl-2019/bm25_dl19_top100.jsonl:1: not a RankGPT record (no field 'hits')"),
+    ("dl19", {"trec-dl-2019/bm25_dl19_top100.jsonl": f'{{"query": "q", "hits": [{_HIT}]}}\n',
+              "trec-dl-2019/qrels.dl19-passage.txt": "1 0 d1"},
+     "trec-dl-2019/qrels.dl19-passage.txt:1: expected 4 columns (qid iteration docid grade), got 3"),
+    ("cranfield", {"cranfield/cran.all.1400": ".I 1\n.W\ntext\n", "cranfield/cran.qry": ".I 1\n.W\nq\n",
+                   "cranfield/cranqrel": "1 1 x\n"},
+     "cranfield/cranqrel:1: relevance code 'x' is not an integer"),
+    ("scifact", {"beir-scifact/corpus.jsonl": '{"_id": "d1", "text": "t"}\n',
+                 "beir-scifact/queries.test.jsonl": '{"_id": "1", "text": "q"}\n',
+                 "beir-scifact/qrels/test.tsv": "query-id\tcorpus-id\tscore\n1\td1\n"},
+     "beir-scifact/qrels/test.tsv:2: expected query-id<TAB>corpus-id<TAB>score, got 2 column(s)"),
+])
+def test_bench_broken_collection_file_is_one_line_naming_it_and_exit_2(tmp_path, capsys, collection, files, says):
+    """A truncated or malformed collection file under ``--data`` (JSON, JSONL, qrels) ended in a traceback
+    (JSONDecodeError, KeyError, ValueError); now one line naming ``--data``, the file (and line) and what is wrong."""
+    data = tmp_path / "data"
+    for name, text in files.items():
+        (data / name).parent.mkdir(parents=True, exist_ok=True)
+        (data / name).write_text(text)
+    out = tmp_path / "out"
+    code = main(["bench", "grid", "--data", str(data), "--collections", collection, "--rankers", "mohajer",
+                 "--oracles", "bidirectional", "--budgets", "10", "--seeds", "1", "--no-progress", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith(f"activeprp: error: --data {data}: {data}/{says}"), err
+    assert err.count("\n") == 1 and not out.exists()
+
+
 @pytest.mark.parametrize("missing", ["numpy", "matplotlib"])
 def test_bench_without_its_extra_is_one_line_and_exit_2_before_any_work(tmp_path, capsys, monkeypatch, missing):
     """Without numpy a traceback; without matplotlib the whole grid ran, then a traceback at the plots."""
