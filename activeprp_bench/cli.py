@@ -551,6 +551,14 @@ Examples:
   activeprp bench flip --data DIR --comparator bundled --mode ab --collections dl19"""
 
 
+def _mode(modes, name: str, about: str, **kwargs) -> argparse.ArgumentParser:
+    """The parser of ``activeprp bench NAME``: ``about`` (plain text, one paragraph) is its ``--help``
+    description, and its first sentence, lower-cased as the other commands' lines, its line in ``activeprp bench
+    --help``."""
+    first = about.split(". ", 1)[0].rstrip(".")
+    return modes.add_parser(name, help=first[:1].lower() + first[1:], description=about, **kwargs)
+
+
 def add_parser(subparsers) -> None:
     """Register ``activeprp bench {grid,calibrate,overhead,flip,walltime,auto-table}``; each sets ``func``."""
     from activeprp_core.settings import SPECS
@@ -598,8 +606,12 @@ def add_parser(subparsers) -> None:
     cells.add_argument("--max-rounds", nargs="+", type=_count(0, none=True), default=[None],
                        help="per-query round caps (none or -1 = no cap; default none)")
     cells.add_argument("--top-k", type=_count(), default=10)
-    grid = modes.add_parser("grid", parents=[common, cells],
-                            help="run the grid; write rows.csv.gz (rows.csv.xz with judges), tables.md and plots")
+    grid = _mode(modes, "grid", parents=[common, cells], about=(
+        "Run the grid; write rows.csv.gz (rows.csv.xz with judges), tables.md and plots. Every ranker x oracle x "
+        "budget x round cap reranks each judged query of the collections (the randomized oracle once per seed "
+        "of --seeds), judged by the calibrated simulator unless --comparator, --judge or --judges chooses "
+        "another judge; the rows, config.json, tables.md and the plots go into --out, and the tables are "
+        "printed. With --from-csv nothing runs: the tables and plots are made again from rows files."))
     grid.add_argument("--scale-budgets", action="store_true", help="multiply budgets by DEPTH/100")
     grid.add_argument("--seeds", type=_count(), default=8, help="seeds for the randomized oracle (default 8)")
     grid.add_argument("--from-csv", nargs="+", type=_existing_file,
@@ -625,28 +637,49 @@ def add_parser(subparsers) -> None:
                       help="with --judge/--judges: label the rows' judge NAME@TAG (e.g. the collection), so that a "
                       "judge on other collections is another member of the family in the regret reports")
     grid.set_defaults(func=_grid)
-    cal = modes.add_parser("calibrate", parents=[common], help="fit the simulator to the paper's judge")
+    cal = _mode(modes, "calibrate", parents=[common], about=(
+        "Fit the simulator to the paper's judge. At the given --pair-noise, position_bias is fitted to the "
+        "paper's order-effect flip rate and doc_noise to its converged nDCG@10 on the collections; the knobs and "
+        "the values measured with them are written to OUT/calibration_pair_noise_P.json and printed. With --check "
+        "nothing is fitted: the flip rate and converged quality of --sim-params are measured instead "
+        "(OUT/calibration_check.json)."))
     cal.add_argument("--pair-noise", type=seconds(allow_none=False, unit="noise"), default=0.5,
                      help="the simulator's noise per ordered prompt, >= 0 (default %(default)s)")
     cal.add_argument("--check", action="store_true", help="no fit: measure flip rate and converged quality of "
                      "--sim-params (default: the committed calibration)")
     cal.set_defaults(func=_calibrate)
-    over = modes.add_parser("overhead", parents=[common], help="scheduling µs/call; comparator calls/s")
+    over = _mode(modes, "overhead", parents=[common], about=(
+        "Measure scheduling µs/call and comparator calls/s. The engine's and ranker's own time per call of "
+        "each ranker x oracle (at each of --budgets) is measured against a judge that costs nothing, over "
+        "--repeats runs on synthetic candidates; with --comparator bundled, the bundled model's calls per "
+        "second too, one pair at a time and batched. The table is written to OUT/overhead.md and printed."))
     over.add_argument("--repeats", type=_count(), default=20)
     over.add_argument("--budgets", nargs="+", type=_count(1, none=True), default=[None],
                       help="per-query call budgets to measure at (none = unlimited, the default)")
     over.add_argument("--throughput-pairs", type=_count(), default=16)
     over.set_defaults(func=_overhead)
-    flip = modes.add_parser("flip", parents=[common], help="measure a comparator's order-effect flip rate")
+    flip = _mode(modes, "flip", parents=[common], about=(
+        "Measure a comparator's order-effect flip rate. For --pairs-per-query random candidate pairs of each "
+        "judged query both slot orders are asked; a pair flips when the same slot wins both times. The rate of "
+        "each judge is written to OUT/flip_NAME.md and printed."))
     flip.add_argument("--pairs-per-query", type=_count(), default=4)
     flip.add_argument("--seed", type=_count(None), default=0)
     flip.set_defaults(func=_flip)
-    wall = modes.add_parser("walltime", parents=[common, cells],
-                            help="wall time per query against a sleeping comparator")
+    wall = _mode(modes, "walltime", parents=[common, cells], about=(
+        "Measure wall time per query against a sleeping comparator. Each query x ranker x oracle x budget x "
+        "round cap is reranked by a judge that sleeps --latency seconds per call with --in-flight calls at "
+        "once, and the measured seconds are set beside the modelled ones (the sum over rounds of "
+        "ceil(calls / in-flight) x latency). Each line is printed as it comes; the table is written to "
+        "OUT/walltime_check.md."))
     wall.add_argument("--latency", type=seconds(allow_none=False), default=0.5, help="seconds per call (default 0.5)")
     wall.add_argument("--in-flight", type=_count(), default=16, help="calls in flight at once (default 16)")
     wall.set_defaults(func=_walltime)
-    auto = modes.add_parser("auto-table", help="build the table behind ranker/oracle 'auto' from grid rows")
+    auto = _mode(modes, "auto-table", about=(
+        "Build the table behind ranker/oracle 'auto' from grid rows. Per (N, K) setting, budget and round cap "
+        "it holds each ranker x oracle's mean nDCG, rounds and calls in the rows files of --from-csv; for family "
+        "grids (rows with a judge) also the choice, by worst-case regret over the judges (--rule, --tolerance). "
+        "The table is written to --out, whose default is the shipped table, and its source field is the "
+        "command that builds it again."))
     auto.add_argument("--from-csv", nargs="+", required=True, type=_existing_file,
                       help="rows.csv[.gz|.xz] files of bench grid runs")
     auto.add_argument("--out", default="activeprp_core/data/auto_table.json",

@@ -334,6 +334,29 @@ def test_bench_without_its_extra_is_one_line_and_exit_2_before_any_work(tmp_path
     assert not out.exists()
 
 
+def test_each_bench_mode_has_a_description_paragraph_and_its_first_sentence_is_its_help_line(capsys):
+    """``activeprp bench grid --help`` (and each mode's) showed only usage and options; now a paragraph of its own,
+    whose first sentence is the mode's line in ``activeprp bench --help`` (one text, no second copy)."""
+    import argparse
+
+    from activeprp_cli import build_parser
+
+    def modes_of(parser: argparse.ArgumentParser) -> argparse._SubParsersAction:
+        (modes,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        return modes
+
+    modes = modes_of(modes_of(build_parser("bench")).choices["bench"])
+    assert set(modes.choices) == {"grid", "calibrate", "overhead", "flip", "walltime", "auto-table"}
+    helps = {a.dest: a.help for a in modes._choices_actions}
+    for name, mode in modes.choices.items():
+        assert mode.description and len(mode.description) > len(helps[name]) + 40, name
+        assert mode.description.lower().startswith(helps[name].lower() + ". "), name
+        with pytest.raises(SystemExit):
+            main(["bench", name, "--help"])
+        shown = " ".join(capsys.readouterr().out.split())
+        assert mode.description in shown, name
+
+
 def test_bench_auto_table_refuses_a_missing_rows_file(capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["bench", "auto-table", "--from-csv", "/nonexistent.csv.gz", "--out", "/nonexistent/auto.json"])
