@@ -35,12 +35,15 @@ PAPER_CONVERGED_MEAN = sum(a + b for a, b in PAPER_XL_CONVERGED.values()) / (2 *
 
 @dataclass
 class Calibration:
-    """Fitted knobs and the measured check values (nDCG as fractions, flip rate as a share of pairs)."""
+    """Fitted knobs and the measured check values (nDCG as fractions, flip rate as a share of pairs), and
+    ``judge_seed``: the simulated judge's noise realisation they were fitted and measured at (``--judge-seed``;
+    calibration files written before it was recorded lack it)."""
 
     params: dict[str, float]
     flip_rate: float
     converged_mean: float
     converged: dict[str, float] = field(default_factory=dict)  # "ranker/oracle/collection" -> mean nDCG@10
+    judge_seed: int = 0
 
 
 def flip_rate(collections: Sequence[Collection], params: dict[str, float], seed: int = 0) -> float:
@@ -116,5 +119,5 @@ def calibrate(collections: Sequence[Collection], pair_noise: float = 0.5, flip_t
             0.0, 4.0, quality_target, False, iters)
     params = {k: round(v, 3) for k, v in params.items()}
     conv = converged_quality(collections, params, seed)
-    return Calibration(params, flip_rate(collections, params, seed), conv.pop("mean"), conv)
+    return Calibration(params, flip_rate(collections, params, seed), conv.pop("mean"), conv, seed)
 

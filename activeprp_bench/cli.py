@@ -401,7 +401,8 @@ def _calibrate(args) -> int:
 
         params = _sim_params(args)
         conv = converged_quality(colls, params, args.judge_seed)
-        cal, name = Calibration(params, flip_rate(colls, params, args.judge_seed), conv.pop("mean"), conv), "check"
+        cal = Calibration(params, flip_rate(colls, params, args.judge_seed), conv.pop("mean"), conv, args.judge_seed)
+        name = "check"
     else:
         cal, name = (calibrate(colls, pair_noise=args.pair_noise, seed=args.judge_seed),
                      f"pair_noise_{args.pair_noise}")
@@ -639,8 +640,9 @@ def add_parser(subparsers) -> None:
     grid.set_defaults(func=_grid)
     cal = _mode(modes, "calibrate", parents=[common], about=(
         "Fit the simulator to the paper's judge. At the given --pair-noise, position_bias is fitted to the "
-        "paper's order-effect flip rate and doc_noise to its converged nDCG@10 on the collections; the knobs and "
-        "the values measured with them are written to OUT/calibration_pair_noise_P.json and printed. With --check "
+        "paper's order-effect flip rate and doc_noise to its converged nDCG@10 on the collections; the knobs, "
+        "the values measured with them and the --judge-seed they were measured at are written to "
+        "OUT/calibration_pair_noise_P.json and printed. With --check "
         "nothing is fitted: the flip rate and converged quality of --sim-params are measured instead "
         "(OUT/calibration_check.json)."))
     cal.add_argument("--pair-noise", type=seconds(allow_none=False, unit="noise"), default=0.5,

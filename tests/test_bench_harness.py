@@ -9,6 +9,7 @@ import gzip
 import json
 import random
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -39,6 +40,8 @@ from activeprp_bench.zero_cost import ZeroCostComparator
 from activeprp_cli import main
 from activeprp_core import SimulatedComparator, rerank
 from activeprp_core.types import Candidate
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _mean(values: dict[str, float]) -> float:
@@ -410,6 +413,7 @@ def test_bench_calibrate_check_and_overhead_modes(tmp_path):
                  "--sim-params", '{"doc_noise": 1.0}', "--judge-seed", "1", "--out", str(tmp_path / "seed1")]) == 0
     other = json.loads((tmp_path / "seed1" / "calibration_check.json").read_text())
     assert other["converged"] != check["converged"]  # --judge-seed is the noise realisation checked (was always 0)
+    assert (check["judge_seed"], other["judge_seed"]) == (0, 1)
     assert main(["bench", "overhead", "--rankers", "mohajer", "--oracles", "randomized", "--repeats", "2",
                  "--out", str(tmp_path)]) == 0
     assert "| mohajer | randomized |" in (tmp_path / "overhead.md").read_text()
@@ -418,6 +422,25 @@ def test_bench_calibrate_check_and_overhead_modes(tmp_path):
     rows = [line.split(" | ") for line in (tmp_path / "overhead.md").read_text().splitlines()[2:4]]
     assert [r[2] for r in rows] == ["50", "none"]  # the budget column, in the order asked
     assert float(rows[0][3]) == 50.0 < float(rows[1][3])  # calls per query: the budget binds, then it does not
+
+
+@needs_data
+def test_bench_calibrate_records_its_judge_seed_and_a_file_without_one_is_still_read(tmp_path):
+    """A fit at ``--judge-seed 3`` wrote a file that did not say so (its knobs depend on the seed); now the file
+    records ``judge_seed``, and ``--sim-params`` reads files with it and the committed ones without it alike."""
+    from activeprp_cli import build_parser
+
+    assert main(["bench", "calibrate", "--data", str(DATA), "--collections", "noveleval", "--queries", "1",
+                 "--depth", "6", "--judge-seed", "3", "--out", str(tmp_path)]) == 0
+    fitted = json.loads((tmp_path / "calibration_pair_noise_0.5.json").read_text())
+    assert fitted["judge_seed"] == 3 and set(fitted["params"]) == {"strength", "doc_noise", "position_bias",
+                                                                   "pair_noise"}
+    old = ROOT / "benchmarks" / "results" / "calibration" / "calibration_pair_noise_0.5.json"
+    assert "judge_seed" not in json.loads(old.read_text())
+    for path, params in ((tmp_path / "calibration_pair_noise_0.5.json", fitted["params"]),
+                         (old, json.loads(old.read_text())["params"])):
+        args = build_parser("bench").parse_args(["bench", "grid", "--sim-params", str(path)])
+        assert args.sim_params == params and args.judge_seed == 0  # the seed is --judge-seed's, not the file's
 
 
 def test_zero_cost_comparator_is_a_perfect_judge_for_the_engine():
