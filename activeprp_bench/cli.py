@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
+import inspect
 import json
 import lzma
 import random
@@ -34,14 +35,15 @@ from urllib.parse import urlsplit
 from activeprp_cli import progress_wanted, require_extra
 from activeprp_cli.rerank import add_judge_args, count, judge_options, seconds
 from activeprp_cli.rerank_run import check_out
-from activeprp_cli.trecfiles import STDOUT, read_json
+from activeprp_cli.trecfiles import STDOUT, json_type, read_json
 from activeprp_core.errors import InputError, scrub
 
 
 def _sim_knobs(spec: str) -> dict[str, float]:
     """``--sim-params``' type: the simulator knobs of a JSON object or of a calibration JSON file (its
     ``params``), checked by building a ``SimulatedComparator`` with them (its own check of each knob's type and
-    range, so that a bad knob fails here, not in the grid). ``seed`` is refused: the judge's noise realisation is
+    range, so that a bad knob fails here, not in the grid; a name that is not one of its keyword knobs is refused
+    before, saying which they are). ``seed`` is refused: the judge's noise realisation is
     ``--judge-seed``, one flag for one setting (with both, one would override the other unseen, and the rows
     would not say which). A usage error names the file where ``spec`` is one."""
     from activeprp_core.comparators.simulated import SimulatedComparator
@@ -62,6 +64,12 @@ def _sim_knobs(spec: str) -> dict[str, float]:
                             f"{type(knobs).__name__}")
         if "seed" in knobs:
             raise ValueError("seed: not a knob here, the simulated judge's noise realisation is --judge-seed N")
+        names = [p.name for p in inspect.signature(SimulatedComparator).parameters.values()
+                 if p.kind is p.KEYWORD_ONLY and p.name != "seed"]
+        unknown = [k for k in knobs if k not in names]  # labels, its positional argument: "got multiple values"
+        if unknown:
+            raise TypeError(f"SimulatedComparator: {unknown[0]} is not a knob, got {json_type(knobs[unknown[0]])}; "
+                            f"expected one of {', '.join(names)}")
         SimulatedComparator({}, **knobs)
     except (ValueError, TypeError) as err:
         raise argparse.ArgumentTypeError(f"{expected}: {err}") from None

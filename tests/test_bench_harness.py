@@ -262,7 +262,11 @@ _GRID = ["bench", "grid", "--collections", "noveleval", "--queries", "2", "--dep
     (["--collections", "novel"], "argument --collections: invalid choice: 'novel'"),
     (["--data", "/nonexistent"], "--data /nonexistent: no such file: /nonexistent/noveleval/data.json"),
     (["--sim-params", "{bad"], "argument --sim-params: expected simulator knobs as a JSON object or file"),
-    (["--sim-params", '{"noise": 1}'], "argument --sim-params: expected simulator knobs"),
+    (["--sim-params", '{"noise": 1}'], "argument --sim-params: expected simulator knobs as a JSON object or file: "
+     """'{"noise": 1}': SimulatedComparator: noise is not a knob, got a number; expected one of strength, """
+     "doc_noise, position_bias, pair_noise, hard, temperature"),
+    (["--sim-params", '{"labels": {}}'], """'{"labels": {}}': SimulatedComparator: labels is not a knob, got an """
+     "object; expected one of strength, doc_noise, position_bias, pair_noise, hard, temperature"),
     (["--sim-params", '{"seed": 1}'], "seed: not a knob here, the simulated judge's noise realisation is --judge-seed"),
     (["--sim-params", '{"hard": "no"}'], """'{"hard": "no"}': SimulatedComparator: hard must be a bool, got str"""),
     (["--comparator", "openai"], "--comparator openai needs --model NAME"),
@@ -369,6 +373,8 @@ def test_bench_auto_table_refuses_a_missing_rows_file(capsys):
 @pytest.mark.parametrize(("name", "content", "says"), [
     ("knobs.json", '{"strength": "x"}', "knobs.json: SimulatedComparator: strength must be a number, got str"),
     ("hard.json", '{"hard": "no"}', "hard.json: SimulatedComparator: hard must be a bool, got str"),
+    ("labels.json", '{"params": {"labels": {"d1": 1}}}', "labels.json: SimulatedComparator: labels is not a "
+     "knob, got an object; expected one of strength, doc_noise, position_bias, pair_noise, hard, temperature"),
     ("seed.json", '{"params": {"strength": 1.0, "seed": 3}}',
      "seed.json: seed: not a knob here, the simulated judge's noise realisation is --judge-seed N"),
     ("list.json", "[1, 2]", "list.json: the JSON: expected an object, got list"),
@@ -379,7 +385,8 @@ def test_bench_auto_table_refuses_a_missing_rows_file(capsys):
 def test_bench_sim_params_file_of_the_wrong_shape_is_a_usage_error_naming_it(tmp_path, capsys, name, content, says):
     """``--sim-params FILE``: a knob of the wrong type passed (a TypeError traceback in the grid; ``hard: "no"``
     ran as hard=True), a ``seed`` in ``params`` too (the grid passes ``--judge-seed`` as ``seed``: "got multiple
-    values"), and the message did not name the file, nor say that a path given is no file."""
+    values"), a name that is not a knob (``labels``: Python's "got multiple values for argument"), and the message
+    did not name the file, nor say that a path given is no file."""
     from activeprp_cli import build_parser
 
     if content is not None:
