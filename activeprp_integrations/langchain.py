@@ -14,6 +14,7 @@ from typing import Any
 from activeprp_core import Comparator
 from activeprp_core.comparators import SupportsCompare
 from activeprp_core.comparators.base import check_comparator, comparator_name
+from activeprp_core.errors import scrub
 
 from . import _common as common
 
@@ -22,13 +23,14 @@ try:
     from langchain_core.documents import Document
     from langchain_core.documents.compressor import BaseDocumentCompressor
     from langchain_core.language_models import BaseChatModel, BaseLanguageModel
+    from langchain_core.load import dumpd
     from langchain_core.runnables import Runnable, RunnableLambda, ensure_config
     from langchain_core.runnables.config import patch_config, var_child_runnable_config
-    from pydantic import ConfigDict, PrivateAttr, field_validator, model_validator
+    from pydantic import ConfigDict, PrivateAttr, field_serializer, field_validator, model_validator
 except ImportError as exc:  # pragma: no cover - exercised by simulating the missing module
     raise ImportError(common.missing_extra("langchain-core", "langchain")) from exc
 
-from ._chat_judge import exactly_one_judge  # noqa: E402 - after the framework check
+from ._chat_judge import FrameworkJudge, exactly_one_judge, model_secrets  # noqa: E402 - after the framework check
 from .langchain_judge import ChatModelComparator  # noqa: E402
 
 __all__ = ["RANK_KEY", "SCORE_KEY", "ActivePRPRerank", "ChatModelComparator"]
@@ -70,6 +72,27 @@ def _configure(manager_cls: Any, callbacks: Callbacks | None) -> Any:
     """A callback manager for the rerank run: the given callbacks, else those of the enclosing runnable (they
     carry its tags and metadata), so the run nests under the caller's run either way."""
     return manager_cls.configure(callbacks if callbacks is not None else ensure_config().get("callbacks"))
+
+
+def _scrubbed(value: Any, secrets: Sequence[str]) -> Any:
+    """A JSON value (dicts, lists, strings, numbers) with ``secrets`` scrubbed from every string in it."""
+    if isinstance(value, str):
+        return scrub(value, secrets)
+    if isinstance(value, dict):
+        return {k: _scrubbed(v, secrets) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_scrubbed(v, secrets) for v in value]
+    return value
+
+
+def _traced(judge: Any) -> Any:
+    """A judge (``llm`` or ``comparator``) in JSON as LangChain's tracing records a model (``dumpd``, which
+    ``BaseChatModel._serialized`` is): a serializable model's constructor arguments, each of its ``lc_secrets`` a
+    reference to its environment variable, not its value; any other object its class path and ``repr``. The model's
+    secrets (``model_secrets``: ``SecretStr`` fields, str fields named key, token ...; of ``judge``, or of the model a
+    judge of it calls) are scrubbed from it all the same: a key in a field LangChain does not list, or in a repr."""
+    model = judge.llm if isinstance(judge, FrameworkJudge) else judge
+    return _scrubbed(dumpd(judge), model_secrets(model))
 
 
 @contextmanager
@@ -126,7 +149,9 @@ class ActivePRPRerank(common.ComparatorFactories, BaseDocumentCompressor, common
     calls the copy's model; a remote judge's copy opens clients of its own: see ``RemoteComparator``); a model that
     cannot be copied (``ChatOpenAI``: its client holds a lock) makes a deep copy raise a TypeError that says to share
     the judge or build a new reranker. ``model_dump()`` turns ``llm`` into a dict, which is no chat model: rebuild
-    from ``dict(r)`` instead.
+    from ``dict(r)`` instead. ``model_dump_json()`` and ``model_dump(mode="json")`` (for logs and trace configs)
+    record each judge as LangChain's tracing records a model (``langchain_core.load.dumpd``: a key LangChain knows
+    as a reference to its environment variable) with the model's secrets scrubbed: a record, not a rebuild.
 
     Raises:
         TypeError / ValueError: a bad field, at construction, assignment or ``model_copy(update=...)`` (the message
@@ -160,6 +185,13 @@ class ActivePRPRerank(common.ComparatorFactories, BaseDocumentCompressor, common
             raise TypeError(f"llm must be a LangChain BaseChatModel (ChatOpenAI, ChatAnthropic ...), got "
                             f"{type(value).__name__}{hint}; for another judge pass comparator=")
         return value
+
+    @field_serializer("comparator", "llm", when_used="json")
+    def _judge_json(self, judge: Any) -> Any:
+        """``model_dump_json()`` and ``model_dump(mode="json")`` (a trace's or log's record of the configuration):
+        each judge as ``_traced`` (pydantic has no JSON for a comparator, and would dump only the
+        ``BaseChatModel`` fields of a model, e.g. its callbacks). A record, not a way to rebuild the reranker."""
+        return None if judge is None else _traced(judge)
 
     _llm_judge: Any = PrivateAttr(default=None)  # the judge of ``llm`` while it is set, see ``_one_judge``
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 
 import pytest
 
@@ -273,3 +274,51 @@ def test_model_copy_checks_its_update_as_an_assignment_is():
     switched.comparator = reranker.comparator  # once llm is None, the old judge object is a comparator like any other
     assert switched.comparator is reranker.comparator
     assert (chat.model_dump(), dict(vars(comparator))) == before
+
+
+# ---- pydantic's JSON of the compressor -----------------------------------------------------------------------
+SECRET = "sk-test-" + "k" * 24
+
+
+def test_model_dump_json_records_each_judge_without_its_secrets_and_the_compressor_still_reranks(case):
+    """``model_dump_json()`` / ``model_dump(mode="json")`` (a trace's or a log's record of the configuration) raised
+    pydantic's ``PydanticSerializationError`` on the comparator. Each judge is now LangChain's own record of it
+    (``dumpd``, as a chat model's ``_serialized`` in tracing), with the model's key scrubbed even where LangChain
+    knows no secret (a plain str field, shown in the repr LangChain records)."""
+    from langchain_core.language_models import FakeListChatModel
+
+    from activeprp_core.comparators import OpenAIChatComparator
+
+    class KeyedChat(FakeListChatModel):
+        api_key: str = ""
+
+    query, docs, comparator = case
+    chat = KeyedChat(responses=["A"], api_key=SECRET)
+    remote = OpenAIChatComparator("m", base_url="http://127.0.0.1:9/v1", api_key=SECRET)
+    for reranker in (ActivePRPRerank(comparator=comparator, budget=4), ActivePRPRerank(llm=chat, budget=4),
+                     ActivePRPRerank(comparator=remote, budget=4)):
+        text = reranker.model_dump_json()
+        data = json.loads(text)
+        assert data == reranker.model_dump(mode="json") and SECRET not in text
+        assert data["budget"] == 4 and data["top_n"] == 3
+        assert data["comparator"]["id"][-1] == type(reranker.comparator).__name__
+        assert reranker.model_dump()["comparator"] is reranker.comparator  # python mode: the objects, as before
+    assert data["llm"] is None
+    keyed = json.loads(ActivePRPRerank(llm=chat).model_dump_json())["llm"]
+    assert keyed["id"][-1] == "KeyedChat" and "api_key='***'" in keyed["repr"]
+    for reranker in (ActivePRPRerank(comparator=comparator, budget=4), ActivePRPRerank(llm=chat, budget=4)):
+        reranker.model_dump_json()
+        assert len(reranker.compress_documents(docs[:4], query)) == 3
+    assert chat.api_key == SECRET
+
+
+def test_model_dump_json_of_a_chat_openai_judge_holds_langchains_reference_to_its_key():
+    """ChatOpenAI's key (``lc_secrets``) is recorded as LangChain records it: a reference to ``OPENAI_API_KEY``."""
+    langchain_openai = pytest.importorskip("langchain_openai")
+
+    llm = langchain_openai.ChatOpenAI(model="gpt-4o-mini", api_key=SECRET)
+    text = ActivePRPRerank(llm=llm).model_dump_json()
+    recorded = json.loads(text)["llm"]
+    assert SECRET not in text and recorded["id"][-1] == "ChatOpenAI"
+    assert recorded["kwargs"]["openai_api_key"] == {"lc": 1, "type": "secret", "id": ["OPENAI_API_KEY"]}
+    assert recorded["kwargs"]["model_name"] == "gpt-4o-mini"
