@@ -11,6 +11,7 @@ flight) go to the rerank as arguments.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterable, Mapping
 from functools import cache
 from typing import Any, get_type_hints
@@ -131,6 +132,17 @@ def make_candidates(items: Iterable[tuple[str | None, str, dict]]) -> list[Candi
     position as a string. The metadata dict is copied (shallow), so the caller's document is never touched."""
     return [Candidate(id=str(i) if doc_id is None else str(doc_id), text=text, metadata=dict(meta))
             for i, (doc_id, text, meta) in enumerate(items)]
+
+
+def with_own_metadata(document: Any, extra: Mapping[str, Any] | None = None) -> Any:
+    """A copy of a framework's document (a pydantic model with a ``metadata`` dict: LangChain's ``Document``, a
+    LlamaIndex node) whose metadata is a deep copy of the document's (as Cohere's LangChain reranker copies it) with
+    ``extra`` added: changing a returned document, or any value nested in its metadata, never changes the caller's.
+
+    Raises:
+        TypeError: a metadata value that cannot be deep-copied (``copy.deepcopy``'s error).
+    """
+    return document.model_copy(update={"metadata": {**copy.deepcopy(document.metadata), **(extra or {})}})
 
 
 def rerank_fields(fields: Any, query: str, candidates: list[Candidate]) -> RerankResult:

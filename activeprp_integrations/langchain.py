@@ -135,12 +135,13 @@ class ActivePRPRerank(common.ComparatorFactories, BaseDocumentCompressor, common
         the ``activeprp`` logger). ``max_concurrency`` is handed to each rerank, so rerankers sharing one
         comparator keep their own caps.
 
-    Output: new ``Document`` objects (``model_copy``; ``id``, ``page_content`` and all metadata kept; inputs
-    never mutated), best first, with ``metadata["relevance_score"]`` (``(n - rank) / n`` over the n input
-    documents: in (0, 1], higher is better; rank-based, not a probability) and ``metadata["rerank_rank"]``
-    (1 = best). Each call is a child run named ``ActivePRPRerank`` in LangChain callbacks/tracing; its
-    outputs hold the documents and ``stats`` (``RerankResult.stats()``: the settings, calls, rounds, exhausted,
-    ...), and the ``llm=`` judge's chat calls are its child runs (your handlers see their tokens).
+    Output: new ``Document`` objects (``model_copy``; ``id``, ``page_content`` and all metadata kept, the metadata
+    deep-copied (``_common.with_own_metadata``): changing an output never changes an input), best first, with
+    ``metadata["relevance_score"]`` (``(n - rank) / n`` over the n input documents: in (0, 1], higher is better;
+    rank-based, not a probability) and ``metadata["rerank_rank"]`` (1 = best). Each call is a child run named
+    ``ActivePRPRerank`` in LangChain callbacks/tracing; its outputs hold the documents and ``stats``
+    (``RerankResult.stats()``: the settings, calls, rounds, exhausted, ...), and the ``llm=`` judge's chat calls
+    are its child runs (your handlers see their tokens).
 
     Copies: ``model_copy(update=...)`` checks every updated field on the copy as an assignment is (pydantic's
     own checks nothing, so a copy could hold a budget or judge the constructor refuses) and refuses a name that is
@@ -248,8 +249,7 @@ class ActivePRPRerank(common.ComparatorFactories, BaseDocumentCompressor, common
         return {"query": query, "documents": list(documents), "model": comparator_name(self.comparator)}
 
     def _outputs(self, documents: Sequence[Document], result: Any) -> list[Document]:
-        return [documents[i].model_copy(update={"metadata": {**documents[i].metadata, common.SCORE_KEY: score,
-                                                             common.RANK_KEY: rank}})
+        return [common.with_own_metadata(documents[i], {common.SCORE_KEY: score, common.RANK_KEY: rank})
                 for i, score, rank in common.picked(result)]
 
     @staticmethod

@@ -71,6 +71,20 @@ def test_returns_new_documents_with_scores_and_keeps_inputs(case):
     assert [(cands[i].id, core.scores[i]) for i in core.order[:3]] == [(d.id, d.metadata[SCORE_KEY]) for d in out]
 
 
+def test_changing_the_outputs_nested_metadata_leaves_the_inputs_as_they_were(case):
+    """The outputs' metadata was a shallow copy: a value nested in it was the input document's own object, so
+    changing it changed the caller's document. It is a deep copy now (as Cohere's CohereRerank makes), sync and
+    async."""
+    query, docs, comparator = case
+    before = copy.deepcopy(docs)
+    reranker = ActivePRPRerank(comparator=comparator, budget=20, top_n=None)
+    for out in (reranker.compress_documents(docs, query), asyncio.run(reranker.acompress_documents(docs, query))):
+        for d in out:
+            d.metadata["nested"]["pos"] = -1
+            d.metadata["source"] = "changed"
+        assert docs == before
+
+
 def test_top_n_none_returns_all_and_missing_ids_fall_back_to_positions(case):
     query, docs, comparator = case
     anonymous = [Document(page_content=d.page_content, metadata=d.metadata) for d in docs]

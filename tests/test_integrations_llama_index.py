@@ -118,6 +118,25 @@ def test_new_node_objects_inputs_untouched():
     assert len(many) == len(nodes)
 
 
+def test_changing_an_output_node_or_its_nested_metadata_leaves_the_input_nodes_as_they_were():
+    """The output ``NodeWithScore`` held the input's own node object, so changing its metadata (a nested value, or
+    a key) changed the caller's node. Each output holds a copy of the node with its metadata deep-copied (as the
+    LangChain compressor's documents have), sync and async."""
+    query, passages, grades = noveleval(2, 6)
+    nodes = [NodeWithScore(node=TextNode(id_=d, text=t, metadata={"k": i, "nested": {"pos": i}}), score=0.5)
+             for i, (d, t) in enumerate(passages)]
+    before = [n.node.model_dump() for n in nodes]
+    reranker = ActivePRPRerank(comparator=SimulatedComparator(grades), budget=20, top_n=6)
+    for out in (reranker.postprocess_nodes(nodes, query_str=query),
+                asyncio.run(reranker.apostprocess_nodes(nodes, query_str=query))):
+        assert sorted(o.node.node_id for o in out) == sorted(n.node.node_id for n in nodes)
+        for o in out:
+            o.node.metadata["nested"]["pos"] = -1
+            o.node.metadata["k"] = "changed"
+            o.node.text = "changed"
+        assert [n.node.model_dump() for n in nodes] == before
+
+
 def test_missing_query_and_empty_input(events):
     comparator = SimulatedComparator({})
     reranker = ActivePRPRerank(comparator=comparator)
