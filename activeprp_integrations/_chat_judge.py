@@ -63,6 +63,15 @@ _CLIENT_ERRORS = ("OpenAIError", "AnthropicError", "APIError")
 """SDK error base classes that are failed calls when nothing more specific applies."""
 
 
+class ModelStopIteration(Exception):
+    """Raised in place of a ``StopIteration`` that the model raised in a call (``FrameworkJudge.send``/``asend``): it
+    cannot pass through the judge's coroutines (Python makes it a ``RuntimeError``, "coroutine raised StopIteration",
+    PEP 479). A failed call, as a ``ValueError`` the model raises is (``FrameworkJudge.classify``)."""
+
+    def __init__(self, stop: StopIteration) -> None:
+        super().__init__(f"the model raised {stop!r}")
+
+
 def _named(error: BaseException, names: tuple[str, ...]) -> bool:
     return any(cls.__name__ in names for cls in type(error).__mro__)
 
@@ -407,11 +416,19 @@ class FrameworkJudge(SwappablePrompts, RemoteComparator):
 
     async def asend(self, client: Any, request: Any) -> Any:
         model, messages, kw = self._call_of(client or self.judge_llm, request)
-        return await getattr(model, self.acall)(messages, **kw)
+        try:
+            return await getattr(model, self.acall)(messages, **kw)
+        except RuntimeError as error:
+            if isinstance(error.__cause__, StopIteration):  # PEP 479: it left the model's coroutine as this
+                raise ModelStopIteration(error.__cause__) from error.__cause__
+            raise
 
     def send(self, client: Any, request: Any) -> Any:
         model, messages, kw = self._call_of(self.judge_llm, request)
-        return getattr(model, self.call)(messages, **kw)
+        try:
+            return getattr(model, self.call)(messages, **kw)
+        except StopIteration as stop:
+            raise ModelStopIteration(stop) from stop
 
     def request(self, query: str, first: str, second: str) -> Any:
         """The PRP prompt of one ordered pair as the framework's chat messages (the same messages as
@@ -425,7 +442,8 @@ class FrameworkJudge(SwappablePrompts, RemoteComparator):
     def classify(self, error: Exception) -> Failure | None:
         """An error carrying an HTTP ``status_code`` (the openai / anthropic SDKs' ``APIStatusError``, an httpx
         status error's response) by ``failures.status_failure``; connection errors and timeouts retry; another
-        SDK error or a ``ValueError`` (an unreadable reply) is a failed call; anything else propagates as is."""
+        SDK error, a ``ValueError`` (an unreadable reply) or a ``StopIteration`` (``ModelStopIteration``) is a failed
+        call; anything else propagates as is."""
         message = error_message(error)
         status = field(error, "status_code")
         if status is None:
@@ -434,7 +452,7 @@ class FrameworkJudge(SwappablePrompts, RemoteComparator):
             return status_failure(status, message, retry_after_s(error))
         if isinstance(error, (TimeoutError, ConnectionError)) or _named(error, _RETRIED):
             return Failure(Fault.RETRY, message)
-        if isinstance(error, ValueError) or _named(error, _CLIENT_ERRORS):
+        if isinstance(error, (ValueError, ModelStopIteration)) or _named(error, _CLIENT_ERRORS):
             return Failure(Fault.FAIL, message)
         return None
 

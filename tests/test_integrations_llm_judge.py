@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import json
 import math
 import pickle
@@ -624,6 +625,35 @@ def test_a_bug_in_the_model_is_not_hidden():
     broken = ScriptedChat(script=lambda t: KeyError("a bug"), seen=[])
     with pytest.raises(KeyError):
         ChatModelComparator(broken).judge("q", [pair()])
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+@pytest.mark.parametrize("framework", ["langchain", "llama_index"])
+def test_a_model_raising_stop_iteration_fails_its_calls_as_one_raising_value_error_does(framework, use_async):
+    """A model raising StopIteration in a call reached the sync rerank as Python's RuntimeError "coroutine raised
+    StopIteration" (no coroutine passes a StopIteration on), the async one as a RuntimeError too, and neither carried
+    what was spent as a ``ComparatorError``; a ValueError from the model is a failed call (ComparatorUnavailable once
+    every call failed, with the accounting). A StopIteration is now reported the same way, naming it."""
+
+    def failed(error: Exception) -> ComparatorUnavailable:
+        if framework == "langchain":
+            reranker = lc.ActivePRPRerank(llm=ScriptedChat(script=lambda t: error, seen=[]), budget=4)
+            docs = [Document(page_content=c.text, id=c.id) for c in CANDS[:4]]
+            run = reranker.acompress_documents if use_async else reranker.compress_documents
+            call = lambda: run(docs, "q")  # noqa: E731
+        else:  # ScriptedLLM has an achat of its own: awaited on the async path
+            reranker = li.ActivePRPRerank(llm=ScriptedLLM(script=lambda t: error), budget=4)
+            nodes = [NodeWithScore(node=TextNode(text=c.text, id_=c.id)) for c in CANDS[:4]]
+            run = reranker.apostprocess_nodes if use_async else reranker.postprocess_nodes
+            call = lambda: run(nodes, QueryBundle("q"))  # noqa: E731
+        with pytest.raises(ComparatorUnavailable) as info:
+            asyncio.run(call()) if use_async else call()
+        return info.value
+
+    stopped, valued = failed(StopIteration("no answer left")), failed(ValueError("no answer left"))
+    assert "StopIteration('no answer left')" in str(stopped) and "ValueError: no answer left" in str(valued)
+    assert stopped.accounting == dataclasses.replace(valued.accounting, wall_time_s=stopped.accounting.wall_time_s)
+    assert stopped.accounting.calls == stopped.accounting.failed_calls == 4
 
 
 # ---- the rerankers' llm= -------------------------------------------------------------------------------
