@@ -907,7 +907,8 @@ def test_a_langchain_cache_answers_a_repeated_rerank_under_a_time_budget(use_asy
     under a ``time_budget``. The judge gave ChatOpenAI the time left as ``invoke(..., timeout=...)``, and LangChain
     puts a call's keywords into the cache's key: each call's key differed, and every lookup missed. The requests
     still carry the time left as their timeout (the openai SDK's ``x-stainless-read-timeout`` header), and a cached
-    answer still counts as a call (the same budget gives the same order with or without a cache)."""
+    answer still counts as a call, with its stored tokens, not as a cache hit (the same budget gives the same order
+    with or without a cache; docs/frameworks-llm.md says why the judge cannot tell a cached answer)."""
     langchain_openai = pytest.importorskip("langchain_openai")
     from langchain_core.caches import InMemoryCache
     from langchain_core.globals import get_llm_cache, set_llm_cache
@@ -919,13 +920,13 @@ def test_a_langchain_cache_answers_a_repeated_rerank_under_a_time_budget(use_asy
                                           cache=cache if where == "model" else None)
         reranker = lc.ActivePRPRerank(llm=llm, budget=12, time_budget=30.0)
 
-        def run() -> tuple[list[str], int]:
+        def run() -> tuple[list[str], int, int, int]:
             seen = RunTree()
             if use_async:
                 out = asyncio.run(reranker.acompress_documents(docs, "q", callbacks=[seen]))
             else:
                 out = reranker.compress_documents(docs, "q", callbacks=[seen])
-            return [d.id for d in out], seen.stats["calls"]
+            return [d.id for d in out], seen.stats["calls"], seen.stats["prompt_tokens"], seen.stats["cache_hits"]
 
         previous = get_llm_cache()
         set_llm_cache(cache if where == "global" else None)
@@ -936,7 +937,7 @@ def test_a_langchain_cache_answers_a_repeated_rerank_under_a_time_budget(use_asy
         finally:
             set_llm_cache(previous)
     assert sent == first[1] > 0 and server.requests == sent  # the second rerank: every call answered by the cache
-    assert second == first
+    assert second == first and first[2] > 0 and first[3] == 0
     assert all(0 < float(r.headers["x-stainless-read-timeout"]) <= 30.0 for r in server.seen)
 
 
