@@ -129,20 +129,30 @@ def missing_extra(package: str, extra: str) -> str:
 
 def make_candidates(items: Iterable[tuple[str | None, str, dict]]) -> list[Candidate]:
     """``Candidate`` objects from ``(id, text, metadata)`` triples in prior order; a missing id becomes the
-    position as a string. The metadata dict is copied (shallow), so the caller's document is never touched."""
-    return [Candidate(id=str(i) if doc_id is None else str(doc_id), text=text, metadata=dict(meta))
-            for i, (doc_id, text, meta) in enumerate(items)]
-
-
-def with_own_metadata(document: Any, extra: Mapping[str, Any] | None = None) -> Any:
-    """A copy of a framework's document (a pydantic model with a ``metadata`` dict: LangChain's ``Document``, a
-    LlamaIndex node) whose metadata is a deep copy of the document's (as Cohere's LangChain reranker copies it) with
-    ``extra`` added: changing a returned document, or any value nested in its metadata, never changes the caller's.
+    position as a string. The metadata is deep-copied (as Cohere's LangChain reranker copies it), here, before any
+    call: the outputs take it from these copies (``with_own_metadata``), so changing an output, or a value nested in
+    its metadata, never changes the caller's document, and metadata that cannot be copied is refused before anything
+    is spent.
 
     Raises:
-        TypeError: a metadata value that cannot be deep-copied (``copy.deepcopy``'s error).
+        TypeError: a document's metadata cannot be deep-copied (``copy.deepcopy``; e.g. it holds a lock).
     """
-    return document.model_copy(update={"metadata": {**copy.deepcopy(document.metadata), **(extra or {})}})
+    out = []
+    for i, (doc_id, text, meta) in enumerate(items):
+        try:
+            own = copy.deepcopy(dict(meta))
+        except (TypeError, copy.Error) as err:
+            raise TypeError(f"document {i}: its metadata cannot be copied ({err}); the reranked documents carry a "
+                            "copy of it, so keep in metadata only values that copy.deepcopy can copy") from None
+        out.append(Candidate(id=str(i) if doc_id is None else str(doc_id), text=text, metadata=own))
+    return out
+
+
+def with_own_metadata(document: Any, metadata: Mapping[str, Any]) -> Any:
+    """A copy of a framework's document (a pydantic model with a ``metadata`` dict: LangChain's ``Document``, a
+    LlamaIndex node) holding ``metadata``: its candidate's own copy (``make_candidates``), with what the wrapper
+    adds."""
+    return document.model_copy(update={"metadata": dict(metadata)})
 
 
 def rerank_fields(fields: Any, query: str, candidates: list[Candidate]) -> RerankResult:

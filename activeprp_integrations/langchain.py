@@ -136,12 +136,12 @@ class ActivePRPRerank(common.ComparatorFactories, BaseDocumentCompressor, common
         comparator keep their own caps.
 
     Output: new ``Document`` objects (``model_copy``; ``id``, ``page_content`` and all metadata kept, the metadata
-    deep-copied (``_common.with_own_metadata``): changing an output never changes an input), best first, with
-    ``metadata["relevance_score"]`` (``(n - rank) / n`` over the n input documents: in (0, 1], higher is better;
-    rank-based, not a probability) and ``metadata["rerank_rank"]`` (1 = best). Each call is a child run named
-    ``ActivePRPRerank`` in LangChain callbacks/tracing; its outputs hold the documents and ``stats``
-    (``RerankResult.stats()``: the settings, calls, rounds, exhausted, ...), and the ``llm=`` judge's chat calls
-    are its child runs (your handlers see their tokens).
+    deep-copied before any call (``_common.make_candidates``): changing an output never changes an input; metadata
+    that cannot be copied is a TypeError before any call), best first, with ``metadata["relevance_score"]`` (``(n -
+    rank) / n`` over the n input documents: in (0, 1], higher is better; rank-based, not a probability) and
+    ``metadata["rerank_rank"]`` (1 = best). Each call is a child run named ``ActivePRPRerank`` in LangChain
+    callbacks/tracing; its outputs hold the documents and ``stats`` (``RerankResult.stats()``: the settings, calls,
+    rounds, exhausted, ...), and the ``llm=`` judge's chat calls are its child runs (your handlers see their tokens).
 
     Copies: ``model_copy(update=...)`` checks every updated field on the copy as an assignment is (pydantic's
     own checks nothing, so a copy could hold a budget or judge the constructor refuses) and refuses a name that is
@@ -249,7 +249,8 @@ class ActivePRPRerank(common.ComparatorFactories, BaseDocumentCompressor, common
         return {"query": query, "documents": list(documents), "model": comparator_name(self.comparator)}
 
     def _outputs(self, documents: Sequence[Document], result: Any) -> list[Document]:
-        return [common.with_own_metadata(documents[i], {common.SCORE_KEY: score, common.RANK_KEY: rank})
+        return [common.with_own_metadata(documents[i], {**result.candidates[i].metadata, common.SCORE_KEY: score,
+                                                        common.RANK_KEY: rank})
                 for i, score, rank in common.picked(result)]
 
     @staticmethod

@@ -92,12 +92,12 @@ class ActivePRPRerank(common.ComparatorFactories, BaseNodePostprocessor, PromptM
 
     The passage text is ``node.get_content(metadata_mode=MetadataMode.NONE)`` (like LangChain's ``page_content``).
     Returns new ``NodeWithScore`` objects (the input ones are never changed) holding copies of the nodes
-    (``model_copy``, the metadata deep-copied: ``_common.with_own_metadata``; changing a returned node or its
-    metadata never changes yours; other fields, e.g. an ``IndexNode``'s ``obj``, are shared) whose ``score`` is
-    ``(n - rank) / n`` over the n input nodes: in (0, 1], higher is better, rank-based. Emits
-    ``ReRankStartEvent``/``ReRankEndEvent`` inside a dispatcher span and the legacy ``CBEventType.RERANKING`` event,
-    whose end payload also carries ``"stats"`` (``RerankResult.stats()``: the settings, calls, rounds, exhausted,
-    ...).
+    (``model_copy``, the metadata deep-copied before any call: ``_common.make_candidates``, a TypeError there if it
+    cannot be copied; changing a returned node or its metadata never changes yours; other fields, e.g. an
+    ``IndexNode``'s ``obj``, are shared) whose ``score`` is ``(n - rank) / n`` over the n input nodes: in (0, 1],
+    higher is better, rank-based. Emits ``ReRankStartEvent``/``ReRankEndEvent`` inside a dispatcher span and the
+    legacy ``CBEventType.RERANKING`` event, whose end payload also carries ``"stats"`` (``RerankResult.stats()``:
+    the settings, calls, rounds, exhausted, ...).
 
     Copies and rebuilds: the judge is no field, so ``model_copy(update=...)`` takes ``comparator`` or ``llm`` as
     the constructor does (exactly one; the copy's judge replaces this one's; without either the copy shares this
@@ -230,7 +230,8 @@ class ActivePRPRerank(common.ComparatorFactories, BaseNodePostprocessor, PromptM
 
     def _finish(self, nodes: list[NodeWithScore], result: Any, event: Any) -> list[NodeWithScore]:
         picked = common.picked(result)
-        new_nodes = [NodeWithScore(node=common.with_own_metadata(nodes[i].node), score=score) for i, score, _ in picked]
+        new_nodes = [NodeWithScore(node=common.with_own_metadata(nodes[i].node, result.candidates[i].metadata),
+                                   score=score) for i, score, _ in picked]
         event.on_end(payload={EventPayload.NODES: new_nodes, "stats": result.stats()})
         dispatcher.event(ReRankEndEvent(nodes=new_nodes))
         return new_nodes

@@ -85,6 +85,33 @@ def test_changing_the_outputs_nested_metadata_leaves_the_inputs_as_they_were(cas
         assert docs == before
 
 
+def test_metadata_that_cannot_be_copied_is_refused_before_any_call(case):
+    """The outputs' metadata is a deep copy; made after the rerank, a value that cannot be copied (here a lock)
+    raised once the calls were spent, and the paid order was lost. The copy is made before any call (in both
+    wrappers: ``_common.make_candidates``), and the error says what to change."""
+    import threading
+
+    from activeprp_integrations._common import make_candidates
+
+    query, docs, comparator = case
+    locked = [*docs[:2], Document(page_content="x", metadata={"lock": threading.Lock()}), *docs[2:]]
+
+    class Counting:
+        def __init__(self) -> None:
+            self.calls = 0
+
+        def compare(self, query, pairs):
+            self.calls += len(pairs)
+            return comparator.compare(query, pairs)
+
+    calls = Counting()
+    with pytest.raises(TypeError, match=r"document 2: its metadata cannot be copied .*copy\.deepcopy can copy"):
+        ActivePRPRerank(comparator=calls, budget=20).compress_documents(locked, query)
+    assert calls.calls == 0
+    with pytest.raises(TypeError, match="document 0"):
+        make_candidates([("a", "text", {"lock": threading.Lock()})])
+
+
 def test_top_n_none_returns_all_and_missing_ids_fall_back_to_positions(case):
     query, docs, comparator = case
     anonymous = [Document(page_content=d.page_content, metadata=d.metadata) for d in docs]
