@@ -33,8 +33,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.util
+import logging
 import os
 import socket
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import fields
 from typing import Any
@@ -282,25 +284,53 @@ def _probe(address: str) -> None:
                               f"{PROBE_TIMEOUT_S:g} s)") from None
 
 
+def _stopped_by(error: BaseException) -> BaseException | None:
+    """The ActivePRP error in ``error``'s chain (Ray's ``cause`` links, then ``__cause__``), the innermost one;
+    None when there is none."""
+    from activeprp_core import ActivePRPError
+
+    chain: list[BaseException] = []
+    link: BaseException | None = error
+    while link is not None and all(link is not seen for seen in chain):
+        chain.append(link)
+        link = getattr(link, "cause", None) or link.__cause__
+    ours = [e for e in chain if isinstance(e, ActivePRPError) and not type(e).__module__.startswith("ray")]
+    return ours[-1] if ours else None
+
+
+class _QuietConsole(logging.Filter):
+    """Keeps Ray Data's records about an ActivePRP error off the console: ray 2.60 takes the original exception
+    (``raise_original_map_exception``) for an internal one and logs its ~140-line traceback twice, asking for a
+    Ray issue. Judged by the record's exception, else the one being handled when it is logged (the "internal
+    code" line has none). Ray Data's log file still gets every record."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else sys.exc_info()[1]
+        return error is None or _stopped_by(error) is None
+
+
 @contextlib.contextmanager
 def unwrap() -> Iterator[None]:
     """Re-raise the ActivePRP error that stopped a dataset (a dead endpoint) as itself rather than wrapped in
     Ray's task error, so callers can catch ``ComparatorAuthError`` / ``ComparatorUnavailable``. Needs a dataset
-    from ``rerank_dataset``, which asks Ray Data to keep the original exception."""
-    from activeprp_core import ActivePRPError
-
+    from ``rerank_dataset``, which asks Ray Data to keep the original exception. Meanwhile Ray Data's console
+    handlers (those of the ``ray.data`` logger that write to a stream) drop its records about that error (its
+    tracebacks); its log file keeps them."""
+    consoles = [h for h in logging.getLogger("ray.data").handlers
+                if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler)]
+    quiet = _QuietConsole()
+    for handler in consoles:
+        handler.addFilter(quiet)
     try:
         yield
     except Exception as error:
-        chain: list[BaseException] = []
-        link: BaseException | None = error
-        while link is not None and all(link is not seen for seen in chain):
-            chain.append(link)
-            link = getattr(link, "cause", None) or link.__cause__
-        ours = [e for e in chain if isinstance(e, ActivePRPError) and not type(e).__module__.startswith("ray")]
-        if not ours or ours[-1] is error:
+        ours = _stopped_by(error)
+        if ours is None or ours is error:
             raise
-        raise ours[-1] from error
+        raise ours from error
+    finally:
+        for handler in consoles:
+            handler.removeFilter(quiet)
 
 
 __all__ = ["DEFAULT_NUM_CPUS", "connect", "rerank_dataset", "unwrap"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -192,7 +193,23 @@ def test_rerank_dataset_gives_the_orders_of_rerank(local_ray, dl19, oracle, hard
     assert failed["calls"] is None and failed["ranker"] is None
 
 
-def test_a_dead_endpoint_fails_the_dataset_with_its_own_error(local_ray, dl19):
+@pytest.fixture
+def ray_console(monkeypatch):
+    """What Ray Data's console handler writes (it holds the stderr of when Ray Data was imported: under pytest's
+    capture, not the test's)."""
+    import io
+
+    from ray._private.log import PlainRayHandler
+
+    console = io.StringIO()
+    for handler in logging.getLogger("ray.data").handlers:
+        if isinstance(handler, PlainRayHandler):
+            monkeypatch.setattr(handler, "stream", console)
+    return console
+
+
+def test_a_dead_endpoint_fails_the_dataset_with_its_own_error(local_ray, dl19, ray_console):
+    """... and no traceback on the console (Ray Data printed ~280 lines of two tracebacks of it)."""
     from activeprp_core import Comparator
     from activeprp_integrations.ray import rerank_dataset, unwrap
 
@@ -211,6 +228,8 @@ def test_a_dead_endpoint_fails_the_dataset_with_its_own_error(local_ray, dl19):
         bounded(ds.take_all)
     spent = info.value.accounting  # the calls that reached it before the 401 travel back from the Ray worker
     assert 0 < spent.calls <= KW["budget"] * 2 and spent.failed_calls <= spent.calls
+    assert "Dataset" in ray_console.getvalue()  # Ray Data's own lines still show
+    assert "Traceback" not in ray_console.getvalue() and "invalid key" not in ray_console.getvalue()
 
 
 @pytest.mark.parametrize("resources, error, message", [
@@ -259,7 +278,8 @@ def ray_runner(tmp_path, monkeypatch):
     assert found.value == "activeprp_integrations.ray:rerank_records"
 
 
-def test_rerank_run_with_ray_writes_the_same_run(local_ray, ray_runner, tmp_path, capsys):
+def rerank_run_args(tmp_path) -> list[str]:
+    """``rerank-run`` of 3 DL19 queries x 20 BM25 candidates (files in ``tmp_path``), simulated judge, no ``--out``."""
     run = tmp_path / "three.run"
     lines = (DL19 / "trec_results_dl19_top100.bm25.txt").read_text().splitlines()
     qids = list(dict.fromkeys(line.split()[0] for line in lines))[:3]
@@ -272,11 +292,37 @@ def test_rerank_run_with_ray_writes_the_same_run(local_ray, ray_runner, tmp_path
                 if hit["docid"] in docids:
                     f.write(f"{hit['docid']}\t{' '.join(hit['content'].split())}\n")
                     docids.discard(hit["docid"])
-    args = ["rerank-run", "--run", str(run), "--queries", str(DL19 / "topics.dl19-passage.txt"), "--corpus",
+    return ["rerank-run", "--run", str(run), "--queries", str(DL19 / "topics.dl19-passage.txt"), "--corpus",
             str(corpus), "--qrels", str(DL19 / "qrels.dl19-passage.txt"), "--comparator", "simulated",
             "--budget", "30", "--no-progress"]
+
+
+def test_rerank_run_with_ray_writes_the_same_run(local_ray, ray_runner, tmp_path, capsys):
+    args = rerank_run_args(tmp_path)
     assert main([*args, "--out", str(tmp_path / "local.run")]) == 0
     assert bounded(lambda: main([*args, "--out", str(tmp_path / "ray.run"), "--ray", "--ray-actors", "2"])) == 0
     assert (tmp_path / "ray.run").read_bytes() == (tmp_path / "local.run").read_bytes()
     assert capsys.readouterr().out.count("wrote 60 lines (3 queries)") == 2
     assert ray.is_initialized()  # the command used the running Ray and left it running
+
+
+def test_rerank_run_with_ray_and_a_dead_endpoint_is_one_line_without_tracebacks(local_ray, ray_runner, tmp_path,
+                                                                                capfd, ray_console):
+    """An OpenAI-compatible judge at a port where nothing listens: the command's one line (exit 1); Ray Data
+    printed two tracebacks of it before (~280 lines); the key shows nowhere."""
+    pytest.importorskip("openai", reason='pip install "activeprp[openai]"')
+    import socket
+
+    key = "sk-test-7f3a9c-not-a-real-key"
+    with socket.socket() as closed:  # bound, never listening: a connection is refused
+        closed.bind(("127.0.0.1", 0))
+        dead = ["--comparator", "openai", "--model", "m", "--api-key", key, "--judge-retries", "0", "--base-url",
+                f"http://127.0.0.1:{closed.getsockname()[1]}/v1"]
+        code = bounded(lambda: main([*rerank_run_args(tmp_path), *dead, "--ray", "--ray-actors", "1",
+                                     "--out", str(tmp_path / "ray.run")]))
+    out, err = capfd.readouterr()
+    assert code == 1 and "Traceback" not in err + ray_console.getvalue(), err + ray_console.getvalue()
+    assert key not in out + err + ray_console.getvalue()
+    ours = [line for line in err.splitlines() if line.startswith("activeprp: error:")]
+    assert ours == [line for line in err.splitlines() if "ComparatorUnavailable" in line] and len(ours) == 1, err
+    assert ours[0].startswith("activeprp: error: ComparatorUnavailable: circuit breaker open"), err
