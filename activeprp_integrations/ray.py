@@ -55,6 +55,8 @@ PROBE_TIMEOUT_S = 5.0
 DEFAULT_NUM_CPUS = 0.5
 """CPUs reserved per actor. Fractional on purpose: on a small Ray (e.g. ``ray.init(num_cpus=2)``) a pool of 2
 actors at ``num_cpus=1`` holds every CPU and the dataset's read tasks never run (docs/ray-notes.md)."""
+RAY_ADDRESS_ENV = "RAY_ADDRESS"
+"""Where ``ray.init`` looks first for the cluster of ``address="auto"`` (or of no address)."""
 LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 """Ray's switch for a single-machine instance (its default on macOS/Windows): "0" makes a local Ray use
 127.0.0.1 as its node address, so its servers listen on loopback only (checked with ``ss -ltnp`` on ray 2.60)."""
@@ -237,7 +239,8 @@ def connect(address: str | None = None, *, num_cpus: int | None = None) -> bool:
         address: an existing cluster (``"HOST:PORT"`` of its head, ``"ray://HOST:10001"`` for Ray Client,
             ``"auto"``); with Ray's token authentication (on by default in ray 2.60) the cluster's token must
             be in ``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH`` or ``~/.ray/auth_token``. ``HOST:PORT`` and
-            ``ray://HOST:PORT`` are first probed with a TCP connection (``PROBE_TIMEOUT_S``). None: start a new
+            ``ray://HOST:PORT`` are first probed with a TCP connection (``PROBE_TIMEOUT_S``), and so is
+            ``RAY_ADDRESS`` for ``"auto"`` (Ray connects there when it is set). None: start a new
             local Ray on this machine that listens on 127.0.0.1 only (Ray's ``address="local"``: ``RAY_ADDRESS``
             and a cluster left by ``ray start`` are ignored; sets
             ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` unless set, which only works when Ray was not imported yet in
@@ -261,15 +264,16 @@ def connect(address: str | None = None, *, num_cpus: int | None = None) -> bool:
     if address is None:
         ray.init(address="local", num_cpus=num_cpus, include_dashboard=False)
     else:
-        _probe(address)
+        from_env = address == "auto" and os.environ.get(RAY_ADDRESS_ENV)  # what ray.init reads for "auto"
+        _probe(from_env or address, f" ({RAY_ADDRESS_ENV}, which address 'auto' reads)" if from_env else "")
         ray.init(address=address)
     return True
 
 
-def _probe(address: str) -> None:
+def _probe(address: str, source: str = "") -> None:
     """Raise unless ``address`` can be tried: Ray Client's dependency for ``ray://`` (ImportError), then, for
-    ``HOST:PORT`` and ``ray://HOST:PORT``, a TCP connection within ``PROBE_TIMEOUT_S`` (ConnectionError). Other
-    forms (``"auto"``, other schemes) are Ray's to resolve."""
+    ``HOST:PORT`` and ``ray://HOST:PORT``, a TCP connection within ``PROBE_TIMEOUT_S`` (ConnectionError; its
+    message names ``address`` and then ``source``). Other forms (``"auto"``, other schemes) are Ray's to resolve."""
     if address.startswith("ray://") and importlib.util.find_spec("grpc") is None:
         raise ImportError(f"Ray Client (address {address}) needs grpcio, which activeprp[ray] does not install: "
                           f"{RAY_CLIENT_EXTRA}")
@@ -280,7 +284,7 @@ def _probe(address: str) -> None:
         socket.create_connection((host.removeprefix("[").removesuffix("]"), int(port)),  # [::1]:6379
                                  timeout=PROBE_TIMEOUT_S).close()
     except OSError as error:
-        raise ConnectionError(f"no Ray cluster at {address}: {type(error).__name__}: {error} (waited at most "
+        raise ConnectionError(f"no Ray cluster at {address}{source}: {type(error).__name__}: {error} (waited at most "
                               f"{PROBE_TIMEOUT_S:g} s)") from None
 
 

@@ -716,6 +716,24 @@ def test_ray_at_an_address_where_nothing_listens_is_a_one_line_error(fake_ray, f
     assert not fake_ray.inits and not (tmp_path / "out.run").exists()
 
 
+def test_ray_auto_with_a_stale_ray_address_is_a_one_line_error(fake_ray, files, tmp_path, capsys):
+    """``ray.init(address="auto")`` goes to ``$RAY_ADDRESS`` (here a port where nothing listens) and retried it for
+    minutes (killed after 60 s); the address is probed first, as ``--ray HOST:PORT`` is."""
+    assert main(cli_args(files, tmp_path / "out.run", "--ray", "auto")) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("activeprp: error: no Ray cluster at 127.0.0.1:1 (RAY_ADDRESS, which address 'auto' "
+                          "reads): ConnectionRefusedError") and err.count("\n") == 1, err
+    assert not fake_ray.inits and not (tmp_path / "out.run").exists()
+
+
+def test_ray_auto_without_ray_address_is_left_to_ray(fake_ray, monkeypatch):
+    """Without ``RAY_ADDRESS``, ``"auto"`` is a cluster Ray finds on this machine: nothing to probe."""
+    from activeprp_integrations.ray import connect
+
+    monkeypatch.delenv("RAY_ADDRESS")
+    assert connect("auto") is True and fake_ray.inits == [{"address": "auto"}]
+
+
 def test_ray_client_without_grpcio_is_a_one_line_error_naming_the_extra(fake_ray, files, tmp_path, capsys,
                                                                         monkeypatch):
     """``ray://`` needs ``ray[client]`` (grpcio), which ``activeprp[ray]`` does not install: Ray's ValueError was a
