@@ -314,7 +314,14 @@ def add_settings_args(p: argparse.ArgumentParser | argparse._ArgumentGroup, defa
             kw["type"] = seconds(check.allow_none)
         else:  # OneOf, Named
             kw["choices"] = check.choices
-        p.add_argument(f"--{name.replace('_', '-')}", **kw)
+        p.add_argument(setting_flag(name), **kw)
+
+
+def setting_flag(name: str, both: bool = False) -> str:
+    """The flag of setting ``name`` (``add_settings_args``), e.g. ``--max-rounds``; with ``both``, a bool's two
+    (``--cache/--no-cache``)."""
+    flag = f"--{name.replace('_', '-')}"
+    return f"{flag}/--no-{flag[2:]}" if both and isinstance(SPECS[name].check, Flag) else flag
 
 
 def add_ranking_args(p: argparse.ArgumentParser, budget: int | None, top_k: int,

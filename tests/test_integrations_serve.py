@@ -24,10 +24,18 @@ from fastapi.testclient import TestClient  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
+from activeprp_cli.rerank import setting_flag  # noqa: E402
 from activeprp_core import Comparator, ComparatorAuthError, ComparatorRequestError, arerank  # noqa: E402
 from activeprp_core.settings import PER_REQUEST  # noqa: E402
 from activeprp_integrations.serve import create_app  # noqa: E402
-from activeprp_integrations.serve.bodies import BODY_FIELDS, CAPPED, Limits, RerankRequest, TEIRequest  # noqa: E402
+from activeprp_integrations.serve.bodies import (  # noqa: E402
+    BODY_FIELDS,
+    CAPPED,
+    SERVER_SETTINGS,
+    Limits,
+    RerankRequest,
+    TEIRequest,
+)
 from tests._llm_server import free_port  # noqa: E402
 from tests._serve_helpers import WordJudge, candidates, make_request, metric, serve_command, serving  # noqa: E402
 
@@ -260,6 +268,35 @@ def test_every_setting_a_request_may_carry_is_a_body_field_that_reaches_the_rera
     assert set(values) == set(PER_REQUEST)  # a new per-request setting: give it a value here
     body = shape.model_validate({"query": "q", texts: ["a"], **{BODY_FIELDS[name]: v for name, v in values.items()}})
     assert Limits(5, 100, dict.fromkeys(CAPPED)).own_settings(body) == values
+
+
+@pytest.mark.parametrize("route", ["/v2/rerank", "/v1/rerank", "/rerank"])
+@pytest.mark.parametrize("name", SERVER_SETTINGS)
+@pytest.mark.parametrize("nested", [False, True])
+def test_a_body_naming_a_setting_of_the_server_is_refused_and_foreign_fields_still_pass(route, name, nested):
+    """``ranker``, ``oracle``, ``cache``, ... in a body, at its top level or in an ``"activeprp"`` object (which
+    docs/judges.md suggested), were ignored: a 200 that ran the server's settings. Cohere's, Jina's and TEI's own
+    fields that the server does not read still pass."""
+    judge = WordJudge()
+    value = dict(ranker="allpairs", oracle="single", cache=False, on_failure="prior", max_concurrency=1,
+                 max_consecutive_failures=1)[name]
+    own = {"activeprp": {name: value}} if nested else {name: value}
+    shape = {"texts": GOOD["documents"]} if route == "/rerank" and nested else {}
+    with TestClient(create_app(judge, **SERVER)) as c:
+        refused = _post(c, route, {**GOOD, **own, **shape})
+        message = refused.json()["message"]
+        assert refused.status_code == 400 and judge.calls == 0
+        assert f"{name} is a setting of the server" in message and f"activeprp serve {setting_flag(name, True)}" in \
+            message and str(tuple(BODY_FIELDS.values())) in message
+        foreign = {"rank_fields": ["text"], "max_chunks_per_doc": 10, "return_documents": False, "truncate": True,
+                   "truncation_direction": "Right", "raw_scores": False}
+        assert _post(c, route, {**GOOD, **foreign, **shape}).status_code == 200
+
+
+def test_a_body_with_top_k_or_an_activeprp_object_is_told_where_its_settings_go(client):
+    assert "top_k is named top_n" in _post(client, "/v2/rerank", {**GOOD, "top_k": 2}).json()["message"]
+    nested = _post(client, "/v2/rerank", {**GOOD, "activeprp": {"budget": 3}})
+    assert nested.status_code == 400 and "send a request's own settings at its top level" in nested.json()["message"]
 
 
 def test_the_settings_a_server_bounds_are_the_caps_time_budget_among_them():

@@ -6,13 +6,19 @@ import json
 import math
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
+from activeprp_cli.rerank import setting_flag
 from activeprp_core.comparators.prompts import model_text
-from activeprp_core.settings import CAPS, PER_REQUEST
+from activeprp_core.settings import CAPS, FIELDS, PER_REQUEST
 
 
 class _Body(BaseModel):
+    """Fields a body's API has and the server does not read (Cohere's ``max_chunks_per_doc``, TEI's
+    ``truncation_direction``, ...) are ignored; the names of settings it does not take are refused
+    (``_Settings``)."""
+
     model_config = ConfigDict(strict=True, extra="ignore")
 
 
@@ -27,6 +33,15 @@ class _Settings(_Body):
     token_budget: int | None = Field(None, ge=0)
     seed: int | None = None
     time_budget: float | None = Field(None, ge=0, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _only_own_settings(cls, body: Any) -> Any:
+        """Refuses a body naming a setting it cannot set (``not_own``): ignored, it ran with the server's."""
+        why = not_own(body) if isinstance(body, dict) else None
+        if why is not None:
+            raise PydanticCustomError("server_setting", "{why}", {"why": why})
+        return body
 
 
 class RerankRequest(_Settings):
@@ -140,6 +155,34 @@ CAPPED = CAPS
 BODY_FIELDS: dict[str, str] = {name: {"top_k": "top_n"}.get(name, name) for name in PER_REQUEST}
 """Each setting a request may carry (``settings.PER_REQUEST``) and the body field that carries it (declared by
 ``_Settings``, so in every shape): the setting's name, except Cohere's ``top_n`` for ``top_k``."""
+SERVER_SETTINGS: tuple[str, ...] = tuple(name for name in FIELDS if name not in PER_REQUEST)
+"""The settings only the server sets (``activeprp serve``'s flags, ``create_app``'s keywords): a body naming one
+is refused (``not_own``)."""
+
+
+def not_own(body: dict[str, Any]) -> str | None:
+    """What is wrong with a body that names a setting it cannot set, at its top level or in an ``"activeprp"``
+    object (the body has none: answers have ``meta.activeprp``), else None: ``SERVER_SETTINGS``, ``top_k`` (the
+    body's field is ``top_n``), any name in such an object."""
+    block = body.get("activeprp")
+    inner = list(block) if isinstance(block, dict) else []
+    server = [name for name in SERVER_SETTINGS if name in body or name in inner]
+    why = []
+    if server:
+        flags = ", ".join(setting_flag(name, both=True) for name in server)
+        one = len(server) == 1
+        why.append(f"{' and '.join(server)} {'is a setting' if one else 'are settings'} of the server, not of a "
+                   f"request: start the server with {'it' if one else 'them'} (activeprp serve {flags}, or "
+                   "create_app's keywords)")
+    if "top_k" in body:
+        why.append("top_k is named top_n in the body")
+    if "activeprp" in body:
+        why.append("the body has no 'activeprp' object: send a request's own settings at its top level")
+    if not why:
+        return None
+    return "; ".join(why) + f"; a request's own settings are among {tuple(BODY_FIELDS.values())}"
+
+
 MAX_BODY_BYTES = 64_000_000
 """The most the default body cap may be (``Limits.default_body_bytes``)."""
 VALUES_PER_DOCUMENT = 64
