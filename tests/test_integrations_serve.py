@@ -338,6 +338,20 @@ def test_bad_server_settings_fail_when_the_app_is_made(bad):
         create_app(WordJudge(), **bad)
 
 
+def test_the_public_create_app_shows_the_signature_it_takes():
+    """The public ``create_app`` (which imports the app lazily) showed only the settings: ``help()`` and IDEs had no
+    ``max_active``, ``auth_keys``, ``client_timeout`` ..., and binding them to its signature raised."""
+    import inspect
+
+    from activeprp_integrations.serve import app
+
+    public, real = inspect.signature(create_app), inspect.signature(app.create_app)
+    assert list(public.parameters.values()) == list(real.parameters.values())
+    assert {"max_active", "auth_keys", "client_timeout", "judge_block", "ranker"} <= set(public.parameters)
+    public.bind(WordJudge(), max_active=3, auth_keys=["k" * 8], client_timeout=5, budget=4)
+    assert "client_timeout" in create_app.__doc__ and "ImportError" in create_app.__doc__
+
+
 def test_jina_and_tei_shapes(client):
     query, docs = make_request(2, n_docs=12)
     expected = reference(query, docs, top_k=2)

@@ -57,3 +57,16 @@ def test_the_entry_points_show_every_setting_as_a_keyword():
             assert params[field.name].kind is inspect.Parameter.KEYWORD_ONLY, (func.__name__, field.name)
             if field.default is not dataclasses.MISSING:
                 assert params[field.name].default == field.default, (func.__name__, field.name)
+
+
+def test_the_service_page_names_every_keyword_of_create_app():
+    """docs/serve.md's list of ``create_app``'s keywords left out ``client_timeout`` and ``cache``."""
+    import inspect
+
+    from activeprp_integrations.serve import create_app
+
+    page = (Path(__file__).parent.parent / "docs" / "serve.md").read_text(encoding="utf-8")
+    paragraph = page[page.index("`create_app(comparator, settings=None, **options)` takes"):]
+    paragraph = paragraph[:paragraph.index("\n\n")]
+    keywords = [p.name for p in inspect.signature(create_app).parameters.values() if p.kind is p.KEYWORD_ONLY]
+    assert len(keywords) > 20 and [k for k in keywords if f"`{k}`" not in paragraph] == []

@@ -19,7 +19,8 @@ import inspect
 import ipaddress
 import os
 import sys
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from activeprp_cli.rerank import (
     add_comparator_args,
@@ -31,6 +32,11 @@ from activeprp_cli.rerank import (
 )
 from activeprp_core.errors import InputError
 from activeprp_core.settings import FIELDS, ONLINE, RerankSettings, takes_settings
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+    from .routes import JudgeBlock
 
 __all__ = ["add_parser", "create_app", "main"]
 
@@ -79,17 +85,69 @@ def serve_settings(func):
 
 
 @serve_settings
-def create_app(comparator: Any, settings: RerankSettings | None = None, **options: Any):
-    """``activeprp_integrations.serve.app.create_app`` (see there), imported on first use.
+def create_app(
+    comparator: Any,
+    settings: RerankSettings | None = None,
+    *,
+    max_active: int = DEFAULT_MAX_ACTIVE,
+    max_queue: int = DEFAULT_MAX_QUEUE,
+    max_documents: int = DEFAULT_MAX_DOCUMENTS,
+    max_document_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES,
+    max_query_bytes: int = DEFAULT_MAX_QUERY_BYTES,
+    max_body_bytes: int | None = None,
+    auth_keys: Iterable[str] = (),
+    cool_down: float = DEFAULT_COOL_DOWN,
+    secrets: Iterable[str | None] = (),
+    judge_block: JudgeBlock | None = None,
+    client_timeout: float | None = DEFAULT_CLIENT_TIMEOUT,
+    **options: Any,
+) -> FastAPI:
+    """A FastAPI app serving Cohere-compatible reranking with ``comparator`` as the judge (``app.create_app``,
+    imported on first use: it needs the ``serve`` extra).
+
+    Args:
+        comparator: the judge shared by every request (any ``Comparator`` or object with ``compare``; an async
+            ``ajudge``/``acompare`` keeps the event loop free). Not closed by the app.
+        settings, **options: the ``RerankSettings`` of every request (default: ``SERVE``, the online preset with
+            ``time_budget`` 30 s), ``options`` replacing its fields (``budget=30``, ``max_rounds=6``, ...). Each cap
+            (``budget``, ``max_rounds``, ``token_budget``, ``time_budget``) is the default of a request and the most
+            it may ask for in its body (None = no cap); ``time_budget`` counts from the request's arrival (its time
+            in the queue counts). ``top_k`` is the reranked prefix when a request sends no ``top_n``; a request may
+            send its own ``seed``. ``max_concurrency`` caps the judge calls in flight across all requests (None =
+            the comparator's own); ``max_consecutive_failures`` failed calls in a row open the judge's breaker.
+        max_active, max_queue: the most requests reranked at once, and waiting for that (beyond: 429).
+        max_documents, max_document_bytes, max_query_bytes: caps per request (413 over them).
+        max_body_bytes: the body cap (413 over it, checked as it is read); None = the documents at their caps
+            with JSON escaping, at most ``bodies.MAX_BODY_BYTES``.
+        auth_keys: when any, the rerank routes need ``Authorization: Bearer <one of them>`` (else 401). Blank
+            entries (None, '' or spaces) are skipped, but not all of them: a missing secret must not open the
+            service. Spaces and newlines around a key are stripped (as the gate strips the client's token).
+        cool_down: seconds the judge's breaker stays open before one probe call decides whether it closes.
+        secrets: strings (API keys) scrubbed from every error message, from a degraded rerank's ``meta`` and from
+            the engine's log records (the ``auth_keys`` are added).
+        judge_block: hook filling ``meta.activeprp.judge`` from a result (default: ``result.judge``, the
+            ``JudgeStats`` of the query's answers, as a dict).
+        client_timeout: seconds a request's body may take to arrive whole after its head (else 408; None = no
+            limit). At most ``max_active + max_queue`` bodies are received at once (one more: 429), so the bodies
+            held in memory are bounded by that times the body cap, each for at most these seconds.
+
+    Returns:
+        the app; its lifespan starts the breaker's probes and stops the service after the requests in flight
+        have finished. ``app.state.service`` is the ``RerankService``, ``app.state.metrics`` the ``Metrics``.
 
     Raises:
         ImportError: the ``serve`` extra is not installed (the message says what to install).
+        TypeError / ValueError: bad settings (checked here, before any request); ``auth_keys`` a str, holding
+            a key that is not a str (nor None), or holding only blank keys.
     """
     try:
         from .app import create_app as create
     except ImportError as err:
         raise ImportError(f"{EXTRA_HINT}: {err}") from err
-    return create(comparator, settings, **options)
+    return create(comparator, settings, max_active=max_active, max_queue=max_queue, max_documents=max_documents,
+                  max_document_bytes=max_document_bytes, max_query_bytes=max_query_bytes,
+                  max_body_bytes=max_body_bytes, auth_keys=auth_keys, cool_down=cool_down, secrets=secrets,
+                  judge_block=judge_block, client_timeout=client_timeout, **options)
 
 
 def auth_keys(args: argparse.Namespace) -> list[str]:

@@ -105,42 +105,8 @@ def create_app(
     client_timeout: float | None = DEFAULT_CLIENT_TIMEOUT,
     **options: Any,
 ) -> FastAPI:
-    """A FastAPI app serving Cohere-compatible reranking with ``comparator`` as the judge.
-
-    Args:
-        comparator: the judge shared by every request (any ``Comparator`` or object with ``compare``; an async
-            ``ajudge``/``acompare`` keeps the event loop free). Not closed by the app.
-        settings, **options: the ``RerankSettings`` of every request (default: ``SERVE``, the online preset with
-            ``time_budget`` 30 s), ``options`` replacing its fields (``budget=30``, ``max_rounds=6``, ...). Each cap
-            (``budget``, ``max_rounds``, ``token_budget``, ``time_budget``) is the default of a request and the most
-            it may ask for in its body (None = no cap); ``time_budget`` counts from the request's arrival (its time
-            in the queue counts). ``top_k`` is the reranked prefix when a request sends no ``top_n``; a request may
-            send its own ``seed``. ``max_concurrency`` caps the judge calls in flight across all requests (None =
-            the comparator's own); ``max_consecutive_failures`` failed calls in a row open the judge's breaker.
-        max_active, max_queue: the most requests reranked at once, and waiting for that (beyond: 429).
-        max_documents, max_document_bytes, max_query_bytes: caps per request (413 over them).
-        max_body_bytes: the body cap (413 over it, checked as it is read); None = the documents at their caps
-            with JSON escaping, at most ``bodies.MAX_BODY_BYTES``.
-        auth_keys: when any, the rerank routes need ``Authorization: Bearer <one of them>`` (else 401). Blank
-            entries (None, '' or spaces) are skipped, but not all of them: a missing secret must not open the
-            service. Spaces and newlines around a key are stripped (as the gate strips the client's token).
-        cool_down: seconds the judge's breaker stays open before one probe call decides whether it closes.
-        secrets: strings (API keys) scrubbed from every error message, from a degraded rerank's ``meta`` and from
-            the engine's log records (the ``auth_keys`` are added).
-        judge_block: hook filling ``meta.activeprp.judge`` from a result (default: ``result.judge``, the
-            ``JudgeStats`` of the query's answers, as a dict).
-        client_timeout: seconds a request's body may take to arrive whole after its head (else 408; None = no
-            limit). At most ``max_active + max_queue`` bodies are received at once (one more: 429), so the bodies
-            held in memory are bounded by that times the body cap, each for at most these seconds.
-
-    Returns:
-        the app; its lifespan starts the breaker's probes and stops the service after the requests in flight
-        have finished. ``app.state.service`` is the ``RerankService``, ``app.state.metrics`` the ``Metrics``.
-
-    Raises:
-        TypeError / ValueError: bad settings (checked here, before any request); ``auth_keys`` a str, holding
-            a key that is not a str (nor None), or holding only blank keys.
-    """
+    """The app of ``activeprp_integrations.serve.create_app``, whose docstring documents every parameter and
+    whose signature is this one (``tests/test_integrations_serve.py`` pins it)."""
     settings = RerankSettings.of(SERVE if settings is None else settings, **options)
     for name, value, minimum in [("max_active", max_active, 1), ("max_queue", max_queue, 0),
                                  ("max_documents", max_documents, 1), ("max_document_bytes", max_document_bytes, 1),
