@@ -46,12 +46,13 @@ sys.path.insert(0, str(ROOT))  # this checkout's packages, not an installed copy
 
 from activeprp_core import Candidate, arerank, rerank  # noqa: E402
 from activeprp_core.comparators import OpenAIChatComparator  # noqa: E402
+from activeprp_core.engine import DEADLINE_GOAL  # noqa: E402
 from activeprp_core.settings import ONLINE  # noqa: E402
 from tests._llm_server import free_port  # noqa: E402
 
 MEDIAN_S, P99_S = 0.5, 5.0
 SIGMA = math.log(P99_S / MEDIAN_S) / 2.3263478740408408
-GOAL_S = 0.3
+GOAL_S = DEADLINE_GOAL
 ID = re.compile(r"\[rerank (\d+)\]")
 JUDGES = ("http-hang", "http-heavy", "http-refused", "http-silent", "py-hang", "py-heavy")
 
