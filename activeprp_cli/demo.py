@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import json
 import os
 import time
@@ -89,6 +90,28 @@ def torch_threads(args: argparse.Namespace) -> Iterator[str]:
         torch.set_num_threads(previous)
 
 
+@contextlib.contextmanager
+def model_bars(args: argparse.Namespace, show: bool) -> Iterator[None]:
+    """transformers' own progress bars (its "Loading weights" bar, and huggingface_hub's) shown in the ``with`` block
+    only when ``show`` (``progress_wanted``: not ``--no-progress``, stderr a terminal); their state is restored
+    afterwards. Nothing is imported for a comparator that loads no local model."""
+    if show or args.comparator not in LOCAL or importlib.util.find_spec("transformers") is None:
+        yield
+        return
+    from huggingface_hub import utils as hub
+    from transformers.utils import logging as hf_logging
+
+    was, hub_off = hf_logging.is_progress_bar_enabled(), hub.are_progress_bars_disabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was:
+            hf_logging.enable_progress_bar()  # turns huggingface_hub's on too
+        if hub_off != hub.are_progress_bars_disabled():
+            (hub.disable_progress_bars if hub_off else hub.enable_progress_bars)()
+
+
 def demo_judge(args: argparse.Namespace, rows: list[dict[str, Any]]) -> Any:
     """The comparator of ``args``; ``--comparator simulated`` is the judge calibrated to the paper's
     (``CALIBRATED_PARAMS``) over the bundled judgments of ``rows``, as ``rerank-run`` builds it from qrels.
@@ -131,8 +154,8 @@ def add_parser(subparsers: Any) -> None:
                    help="torch CPU threads for bundled/hf (default: the usable cores less the load (the 1-minute "
                         "average or the processes running now, the larger), at least 1; left to torch when "
                         "OMP_NUM_THREADS or MKL_NUM_THREADS is set)")
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar (stderr; shown only when tqdm "
-                   "is installed and stderr is a terminal)")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bars, over the queries and the "
+                   "model's loading (stderr; shown only when tqdm is installed and stderr is a terminal)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -147,7 +170,7 @@ def main(args: argparse.Namespace) -> int:
           f"{'' if args.comparator != 'bundled' else ' (SmolLM2-135M-Instruct)'}", flush=True)
     started = time.perf_counter()
     table, before, after = [], {}, {}
-    with torch_threads(args) as threads, contextlib.ExitStack() as stack:
+    with torch_threads(args) as threads, model_bars(args, progress), contextlib.ExitStack() as stack:
         if args.comparator == "bundled":
             print("loading the bundled model (its first use converts the GGUF once: ~20 s, longer on busy cores)")
         if threads:

@@ -13,6 +13,7 @@ import pytest
 
 from activeprp_cli import demo, main
 from activeprp_cli.demo import load_demo_queries
+from activeprp_core import SimulatedComparator
 
 ROOT = Path(__file__).resolve().parents[1]
 HF = 'pip install "activeprp[hf]"'  # the bundled model runs on transformers + torch
@@ -178,3 +179,26 @@ def test_the_docs_thread_table_quotes_the_committed_timings():
     assert f"the other choice cost {walls[5] - walls[4]:.1f} s" in flat
     readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
     assert f"{min(walls[:3]):.0f}-{max(walls[:3]):.0f} s on 2 cores, {walls[3]:.0f} s beside 2 busy loops" in readme
+
+
+def test_no_progress_hides_the_model_s_loading_bar_too_and_restores_it(monkeypatch, capsys):
+    """``activeprp demo --no-progress 2> FILE`` still wrote transformers' "Loading weights" bar into FILE: the
+    model's bars follow the demo's own (``progress_wanted``), and their state is put back after."""
+    hf_logging = pytest.importorskip("transformers.utils.logging")
+    from huggingface_hub import utils as hub
+
+    seen = []
+
+    def judge(args, rows):
+        seen.append((hf_logging.is_progress_bar_enabled(), hub.are_progress_bars_disabled()))
+        return SimulatedComparator({})
+
+    monkeypatch.setattr(demo, "demo_judge", judge)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    before = (hf_logging.is_progress_bar_enabled(), hub.are_progress_bars_disabled())
+    assert before == (True, False)
+    base = ["demo", "--comparator", "bundled", "--queries", "1", "--candidates", "2", "--budget", "1", "--threads", "1"]
+    assert main([*base, "--no-progress"]) == 0 and main(base) == 0
+    assert seen == [(False, True), (True, False)]
+    assert (hf_logging.is_progress_bar_enabled(), hub.are_progress_bars_disabled()) == before
+    capsys.readouterr()
