@@ -43,7 +43,7 @@ from .errors import ComparatorAuthError, describe
 from .judging import JudgeTally, RoundLatency, floors_by_query
 
 # PER_REQUEST: the settings one request may set for itself, ``(query, candidates, {"budget": 20, ...})``
-from .settings import PER_REQUEST, RerankSettings, takes_settings
+from .settings import PER_REQUEST, Flag, RerankSettings, takes_settings
 from .types import Accounting, Candidate, Judgment, Pair, RerankResult, to_judgments
 
 DEFAULT_MAX_ACTIVE = 64
@@ -366,6 +366,7 @@ def _window(requests, settings, options, comparator, max_active, progress,
     settings = RerankSettings.of(settings, **options)
     judge = as_comparator(comparator)
     max_active = check_count(max_active, "max_active", minimum=1)
+    progress, carry_judge = Flag()(progress, "progress"), Flag()(carry_judge, "carry_judge")
     guard = guard_for(judge, settings)
     return judge, _Window(requests, settings, judge, max_active, guard, progress, carry_judge, clock_now())
 
@@ -396,10 +397,10 @@ def rerank_many(requests: Iterable[tuple[str, Sequence[Candidate]]], settings: R
         ``RerankResult`` per request, or ``RerankFailure`` for a request that failed on its own.
 
     Raises:
-        TypeError / ValueError: bad shared arguments or ``requests`` not an iterable of pairs (``check_requests``),
-        before any request is read. ``ComparatorAuthError`` /
-        ``ComparatorUnavailable``: the endpoint is dead (with ``on_failure="raise"``); ``accounting`` sums the
-        queries in progress.
+        TypeError / ValueError: bad shared arguments (``progress`` or ``carry_judge`` not a bool, too) or
+        ``requests`` not an iterable of pairs (``check_requests``), before any request is read.
+        ``ComparatorAuthError`` / ``ComparatorUnavailable``: the endpoint is dead (with ``on_failure="raise"``);
+        ``accounting`` sums the queries in progress.
     """
     judge, window = _window(requests, settings, options, comparator, max_active, progress, carry_judge)
 

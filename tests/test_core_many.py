@@ -291,6 +291,17 @@ def test_requests_that_are_not_an_iterable_of_pairs_are_a_type_error(requests, g
     with pytest.raises(TypeError, match=got):
         asyncio.run(_collect(arerank_many(requests, comparator=SimulatedComparator({}), budget=5)))
 
+@pytest.mark.parametrize("flag", ["carry_judge", "progress"])
+@pytest.mark.parametrize("value", ["no", 0, 1, None])
+def test_carry_judge_and_progress_are_bools_as_cache_is(flag, value):
+    """``carry_judge="no"`` left the running record on (any truthy value was taken); ``cache`` refused it."""
+    cs = [Candidate(id="a", text="x"), Candidate(id="b", text="y")]
+    with pytest.raises(TypeError, match=f"{flag} must be a bool, got {type(value).__name__}"):
+        next(rerank_many([("q", cs)], comparator=SimulatedComparator({}), budget=2, **{flag: value}))
+    with pytest.raises(TypeError, match=f"{flag} must be a bool"):
+        asyncio.run(_collect(arerank_many([("q", cs)], comparator=SimulatedComparator({}), budget=2, **{flag: value})))
+
+
 def test_a_failure_says_why_in_one_line():
     failure = RerankFailure(2, "q", ComparatorRequestError("prompt too long", status_code=400))
     assert failure.reason.startswith("ComparatorRequestError: prompt too long")
