@@ -2,7 +2,7 @@
 
 A caller's mistake (a bad argument, an unknown name) is a plain ``ValueError`` or ``TypeError`` whose message says
 what to change; a bad input file is an ``InputError`` (a ``ValueError`` whose message starts with ``FILE:LINE:``).
-Everything else that goes wrong is an ``ActivePRPError``::
+Everything else that goes wrong is an ``ActivePRPError``, except the ``RuntimeError`` cases drawn below it::
 
     ActivePRPError
     ├── ComparatorError                a comparator (an LLM backend) failed; nothing was reranked
@@ -14,6 +14,14 @@ Everything else that goes wrong is an ``ActivePRPError``::
     │   └── InvalidAnswer              also a ValueError: a comparator answered the wrong number of items, or an
     │                                  answer that is not a number in [0, 1] (a comparator bug)
     └── RankerError                    also a RuntimeError: a ranker returned something that is not a permutation
+
+    RuntimeError (outside the tree: no comparator failed, no ``accounting``)
+    ├── slots.LoopBlocked              the sync API (``rerank``, ``rerank_many``, a comparator's ``judge``) was
+    │                                  called on a thread whose running event loop's tasks hold the call slots
+    │                                  (of the same comparator or guard) it waits for: waiting would hang
+    │                                  forever; await the async API there instead
+    └── (plain RuntimeError)           ``Reranking`` stepped out of order: ``send()`` with no batch pending,
+                                       ``result()`` before it is done or after it stopped on an error (named)
 
 Every ``ComparatorError`` carries ``status_code`` (the HTTP status, None without one), ``message`` (the
 endpoint's own message, with the API key scrubbed) and ``accounting``: what the rerank had spent when it
