@@ -500,6 +500,24 @@ def test_failed_batch_refunds_whole_questions_not_calls_per_pair():
     assert (res.comparisons, res.calls, res.rounds, res.failed_calls) == (1, 2, 1, 2) and res.failure
 
 
+def test_prior_degrades_comparator_errors_and_failed_calls_not_a_custom_comparator_s_own_exception():
+    """docs/errors.md: ``on_failure="prior"`` covers a ``ComparatorError`` and failed calls (``None`` answers);
+    another exception (a custom comparator's ``ConnectionError``) propagates as itself, with ``accounting``."""
+
+    class Raises:
+        def compare(self, query, pairs):
+            raise ConnectionError("down")
+
+    class NoAnswer:
+        def compare(self, query, pairs):
+            return [None] * len(pairs)
+
+    with pytest.raises(ConnectionError) as raised:
+        rerank("q", cands(4), comparator=Raises(), budget=10, on_failure="prior")
+    assert raised.value.accounting.failed_calls == raised.value.accounting.calls > 0
+    degraded = rerank("q", cands(4), comparator=NoAnswer(), budget=10, on_failure="prior")
+    assert degraded.failure.startswith("ComparatorUnavailable") and degraded.order == [0, 1, 2, 3]
+
 def test_a_sans_io_reranking_prices_prompts_with_the_comparator_it_is_given():
     from activeprp_core import DONE, Comparator, Reranking
 
