@@ -177,6 +177,23 @@ def test_connection_refused_is_retried_then_opens_the_breaker(use_async):
     assert "APIConnectionError" in str(info.value)
 
 
+@pytest.mark.parametrize("use_async", [True, False])
+def test_a_transport_failure_says_where_and_why(use_async):
+    """The SDK says "Connection error." for a refused connection, a URL without http:// and a bad header alike;
+    the message names the endpoint, the model and the httpx error the SDK raised it from (scrubbed, one line)."""
+    url = closed_port_url()
+    comp = comparator(url, max_attempts=1)
+    result = run(use_async, "q", candidates(4), comparator=comp, budget=4, on_failure="prior")
+    said = f"APIConnectionError from {url} (model 'fault-model'): Connection error. (ConnectError: "
+    assert result.errors[0].startswith(said)  # e.g. [Errno 111] Connection refused (sync)
+    with FaultServer(lambda r: Reply()) as server:  # a key ending in a newline: httpx refuses the header
+        (j,) = OpenAIChatComparator("m", base_url=server.url, api_key=KEY + "\n", max_attempts=1).judge(
+            "q", [tuple(candidates(2))])
+        assert server.requests == 0
+    assert "(LocalProtocolError: Illegal header value" in j.error and KEY not in j.error and "***" in j.error
+    assert "\n" not in j.error
+
+
 def test_on_failure_prior_degrades_with_scrubbed_reasons(caplog):
     with FaultServer(status(503, f"overloaded, key={KEY}")) as server, caplog.at_level(logging.DEBUG, "activeprp"):
         result = rerank("q", candidates(), comparator=comparator(server.url, **FAST), budget=30, on_failure="prior")

@@ -132,7 +132,8 @@ def test_transient_failures_are_retried_then_fail_the_call():
     assert j.prob is not None and j.retries == 2
     (failed,) = ChatModelJudge(FakeChatModel(lambda t: StatusError(429, "slow down")), max_attempts=2).judge(
         "q", [pair()])
-    assert failed.prob is None and failed.retries == 1 and failed.error == "StatusError: slow down"
+    assert failed.prob is None and failed.retries == 1
+    assert failed.error == "StatusError from FakeChatModel (model 'fake-chat'): slow down"
 
 
 @pytest.mark.parametrize("use_async", [True, False])

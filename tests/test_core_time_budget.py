@@ -765,7 +765,8 @@ def test_a_transient_fault_whose_retries_the_deadline_stopped_neither_fails_the_
     assert res.cut_calls >= 5 and res.calls > res.cut_calls and server.requests - warm >= 5
     assert res.failure is None and res.retries == 0 and res.exhausted_by == ["time_budget"]
     assert res.failed_calls == 0 and sorted(res.order) == list(range(16))
-    assert res.errors == ["cut at the deadline before its retry (last: InternalServerError: boom)"]
+    assert res.errors == [f"cut at the deadline before its retry (last: InternalServerError from {server.url} (model "
+                          "'m'): boom)"]
 
 
 @pytest.mark.parametrize("use_async", [False, True])
@@ -804,7 +805,7 @@ def test_a_dead_judge_under_a_time_budget_shorter_than_its_retries_is_a_judge_fa
     else:
         with FaultServer(lambda r: Reply(500, error_body("boom", "server_error")), max_requests=400,
                          max_seconds=30) as server:
-            check(server.url, "InternalServerError: boom")
+            check(server.url, f"InternalServerError from {server.url} (model 'm'): boom")
 
 
 def test_guard_slots_survive_cancelled_and_timed_out_waiters():
@@ -952,7 +953,8 @@ def test_a_retry_cut_at_the_deadline_after_a_failed_attempt_is_a_judge_error(use
     guard.clock, guard.deadline = clock, 10.0
     out = _judge_one(judge, guard, use_async)
     assert judge.sent == 2 and out[0].cut == IN_FLIGHT and out[0].cut_before_retry and out[0].retries == 1
-    assert out[0].error == "cut at the deadline before its retry (last: ConnectionRefusedError: connection refused)"
+    assert out[0].error == ("cut at the deadline before its retry (last: ConnectionRefusedError from 127.0.0.1 (model "
+                            "'m'): connection refused)")
 
 
 def test_a_sync_retry_still_running_at_the_deadline_after_a_failed_attempt_is_a_judge_error():

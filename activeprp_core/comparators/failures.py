@@ -88,9 +88,23 @@ def retry_after_s(exc: BaseException) -> float | None:
 
 def error_message(exc: BaseException) -> str:
     """The endpoint's own message for an HTTP client's error: its ``body`` (``{"error": {"message": ...}}`` and the
-    usual variants, as the openai and anthropic SDKs keep it), else the exception's text."""
+    usual variants, as the openai and anthropic SDKs keep it), else the exception's text with its cause's
+    (``with_cause``)."""
     body = field(exc, "body")
     for _ in range(2):  # the client hands over the body's "error" member, or the whole body
         if isinstance(body, dict):
             body = next((body[k] for k in ("error", "message", "detail") if body.get(k)), None)
-    return body if isinstance(body, str) and body else str(exc)
+    return body if isinstance(body, str) and body else with_cause(exc)
+
+
+def with_cause(exc: BaseException) -> str:
+    """``str(exc)`` followed by ``(CauseType: its text)`` for the first exception of its ``__cause__`` chain whose
+    text is new, on one line: the openai SDK raises "Connection error." for a refused connection, a DNS failure, a
+    URL without http:// and a bad header alike, and keeps why in the httpx error it was raised from."""
+    text, cause, seen = str(exc), exc.__cause__, 0
+    while cause is not None and seen < 4:
+        said = " ".join(str(cause).split())
+        if said and said not in text:
+            return f"{text} ({type(cause).__name__}: {said})"
+        cause, seen = cause.__cause__, seen + 1
+    return text

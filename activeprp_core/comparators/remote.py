@@ -190,6 +190,12 @@ class RemoteComparator(FreshState, Comparator):
     def _message(self, text: str) -> str:
         return scrub(text, self._secrets)[:MAX_MESSAGE]
 
+    def _call_failed(self, error: BaseException, reason: str) -> str:
+        """The message of a call that failed with ``error`` for ``reason``: the error's type, where the call went
+        (``endpoint``, ``model``) and why, scrubbed and cut (``_message``)."""
+        where = (f" from {self.endpoint}" if self.endpoint else "") + (f" (model {self.model!r})" if self.model else "")
+        return self._message(f"{type(error).__name__}{where}: {reason}")
+
     def _fault(self, error: BaseException) -> Failure | None:
         if isinstance(error, AttemptTimedOut):
             return Failure(Fault.RETRY, str(error))
@@ -317,7 +323,7 @@ class RemoteComparator(FreshState, Comparator):
         if error is None:
             return _cut(guard, tries, record)
         fault = self._fault(error)
-        return _cut(guard, tries, record, self._message(f"{type(error).__name__}: {_reason(fault, error)}"))
+        return _cut(guard, tries, record, self._call_failed(error, _reason(fault, error)))
 
     def _honoured(self, failure: Failure | None) -> float | None:
         """The seconds ``failure``'s endpoint asked to wait (its Retry-After) as honoured: capped at
@@ -678,11 +684,10 @@ def _settle(comp: RemoteComparator, guard: CallGuard, retrying: Any, response: A
     elif isinstance(error, ComparatorError):  # the guard stopped the retries
         outcome, ok, reason = error, False, error.message
     elif failure is None or failure.fault in (Fault.RETRY, Fault.FAIL):
-        ok, reason = False, comp._message(f"{type(error).__name__}: {_reason(failure, error)}")
+        ok, reason = False, comp._call_failed(error, _reason(failure, error))
         outcome = Judgment(prob=None, retries=retries, error=reason)
     else:
-        outcome = failure.error(comp._message(f"{type(error).__name__} from {comp.endpoint} (model {comp.model!r}): "
-                                              f"{failure.message}"), status_code=failure.status_code)
+        outcome = failure.error(comp._call_failed(error, failure.message), status_code=failure.status_code)
         if failure.fault is Fault.REFUSE:
             guard.trip(outcome)
         ok, reason = failure.fault is Fault.REJECT, outcome.message  # a REJECT (e.g. too long): the endpoint is up
