@@ -222,6 +222,23 @@ def _usage_error(command: str, capsys, *flags: str) -> str:
 
 
 @pytest.mark.parametrize("command", sorted(JUDGE_COMMANDS))
+def test_a_base_url_without_http_is_a_one_line_usage_error_of_every_command(command, tmp_path, capsys):
+    """``--base-url localhost:8000/v1`` (no scheme) was accepted: ``serve`` started and answered every request 503
+    "Connection error."; the comparator refuses it, and each command reports it as one line with exit 2."""
+    from activeprp_core.errors import InputError
+
+    with pytest.raises(InputError, match="base_url must be an http:// or https:// URL"):
+        _openai_judge(command, "--base-url", "localhost:8000/v1")
+    if command in ("rerank", "serve"):
+        path = tmp_path / "c.jsonl"
+        path.write_bytes(GOOD)
+        argv = [*JUDGE_COMMANDS[command], "--comparator", "openai", "--model", "m", "--api-key", "k", "--base-url",
+                "localhost:8000/v1"]
+        assert main([a if a != "c.jsonl" else str(path) for a in argv]) == 2
+        assert _one_error_line(capsys).endswith("got 'localhost:8000/v1'")
+
+
+@pytest.mark.parametrize("command", sorted(JUDGE_COMMANDS))
 def test_every_command_that_builds_an_openai_judge_takes_its_reply_cap(command, capsys):
     """``--max-reply-bytes`` (one definition, in ``add_comparator_args``) reaches the judge of each command that
     builds one from flags; unset, it is the comparator's own cap; below 1 it is a usage error."""

@@ -807,6 +807,24 @@ def test_nonsense_settings_are_refused_at_construction(bad, error):
         OpenAIChatComparator("m", base_url="http://127.0.0.1:9/v1", api_key="k", **bad)
 
 
+@pytest.mark.parametrize(("url", "error"), [
+    ("localhost:8000/v1", ValueError), ("notaurl", ValueError), ("ftp://127.0.0.1/v1", ValueError), ("", ValueError),
+    ("http://[::1/v1", ValueError), ("http://127.0.0.1:99999/v1", ValueError), ("http:///v1", ValueError),
+    (5, TypeError), (b"http://127.0.0.1:9/v1", TypeError), (["http://127.0.0.1:9/v1"], TypeError),
+])
+def test_a_base_url_that_is_not_an_http_url_is_refused_at_construction(url, error):
+    """A URL without http:// (the usual slip), another scheme or no URL at all was accepted and every call then
+    failed with "Connection error."; an int raised AttributeError from urllib, a list an unhashable TypeError."""
+    with pytest.raises(error, match="base_url must be a"):
+        OpenAIChatComparator("m", base_url=url, api_key="k")
+
+
+def test_a_refused_base_url_is_shown_without_its_password():
+    with pytest.raises(ValueError, match="base_url must be an http") as info:
+        OpenAIChatComparator("m", base_url="user:PASSWD99@127.0.0.1:8000/v1", api_key="k")
+    assert "PASSWD99" not in str(info.value) and "***@127.0.0.1:8000/v1" in str(info.value)
+
+
 # ---- prompts: literal braces, and copies with other prompts ----------------------------------------------------------
 JSON_PROMPT = ('Reply as JSON, e.g. {"answer": "A"}.\nQuery: {query}\nPassage A: {first}\nPassage B: {second}\n'
                "Answer with the single letter A or B.")

@@ -4,6 +4,7 @@ provider half of ``RemoteComparator``; ``openai`` and ``tenacity`` are imported 
 from __future__ import annotations
 
 import os
+import re
 import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -63,6 +64,29 @@ def _parse(response: Any) -> Answer:
                        field(usage, "prompt_tokens"), field(usage, "completion_tokens"))
 
 
+def check_base_url(base_url: Any) -> str | None:
+    """``base_url`` when it is None or an http:// or https:// URL with a host (a str).
+
+    Raises:
+        TypeError: not a str. ValueError: not such a URL (the usual slip: ``localhost:8000/v1`` without
+            ``http://``); the message shows it without a password.
+    """
+    if base_url is None:
+        return None
+    if not isinstance(base_url, str):
+        raise TypeError(f"base_url must be a str (an http:// or https:// URL), got {type(base_url).__name__}")
+    try:
+        parts = urlsplit(base_url)
+        usable = parts.scheme in ("http", "https") and bool(parts.hostname) and (parts.port or 0) >= 0
+    except ValueError:  # e.g. "http://[::1/v1", a port that is not a number or out of range
+        usable = False
+    if not usable:
+        shown = re.sub(r"^([^/@]*//)?[^/@]*@", r"\1***@", base_url)  # user:password@ hidden, with or without a scheme
+        raise ValueError(f"base_url must be an http:// or https:// URL with a host, e.g. http://127.0.0.1:8000/v1, "
+                         f"got {shown!r}")
+    return base_url
+
+
 def _public_url(base_url: str | None) -> str:
     """The endpoint for messages: ``base_url`` without user:password, or OpenAI's."""
     if not base_url:
@@ -113,6 +137,7 @@ class OpenAIChatComparator(SwappablePrompts, RemoteComparator):
         ValueError: no API key, an empty model name, a prompt without its placeholders, a count below its
             minimum, or a time that is not a finite number in range (``timeout <= 0``, a negative backoff ...).
         TypeError: a model or prompt that is not a str, a count that is not an int, a time that is not a number.
+        TypeError / ValueError: a ``base_url`` that is not an http:// or https:// URL with a host (``check_base_url``).
     """
 
     prompt_names = ("prompt", "system_prompt")
@@ -128,6 +153,7 @@ class OpenAIChatComparator(SwappablePrompts, RemoteComparator):
             raise TypeError(f"model must be a str, got {type(model).__name__}")
         if not model:
             raise ValueError("model must not be empty")
+        base_url = check_base_url(base_url)
         api_key = api_key or os.environ.get("OPENAI_API_KEY")
         super().__init__(max_concurrency=max_concurrency, max_attempts=max_attempts, backoff_initial=backoff_initial,
                          backoff_max=backoff_max, max_retry_after=max_retry_after, secrets=(api_key or "",))
