@@ -61,8 +61,9 @@ def scrub(text: str, secrets: Iterable[str | None]) -> str:
     """``text`` with every non-empty secret (e.g. an API key) replaced by ``***`` (for messages and logs):
     anywhere, or as a whole word for a secret shorter than ``SHORT_SECRET`` characters. A secret's first
     ``SHORT_SECRET`` characters and as many of the next as follow are replaced too: a message quoting a judge's
-    answer cuts it, and a cut key must not show its first part."""
-    for secret in filter(None, secrets):
+    answer cuts it, and a cut key must not show its first part. A secret that is not a str is ignored: scrubbing
+    runs on the way to reporting another error, and must not replace it with its own."""
+    for secret in (s for s in secrets if isinstance(s, str) and s):
         if len(secret) >= SHORT_SECRET:
             text = _scrub_prefixes(text, secret)
         else:

@@ -819,6 +819,18 @@ def test_a_base_url_that_is_not_an_http_url_is_refused_at_construction(url, erro
         OpenAIChatComparator("m", base_url=url, api_key="k")
 
 
+@pytest.mark.parametrize("key", [123456789012, KEY.encode(), [KEY]])
+def test_an_api_key_that_is_not_a_str_is_refused_at_construction_without_showing_it(key):
+    """Such a key (bytes: read from a file in binary mode) worked until the first failed call, whose message then
+    crashed in ``scrub`` with a bare TypeError: the judge's error, ``on_failure="prior"`` and the accounting lost."""
+    with pytest.raises(TypeError, match=f"^api_key must be a str, got {type(key).__name__}$"):
+        OpenAIChatComparator("m", base_url="http://127.0.0.1:9/v1", api_key=key)
+
+
+def test_scrub_ignores_secrets_that_are_not_str():
+    assert scrub(f"a {KEY} b 123456789012", [123456789012, KEY.encode(), None, "", KEY]) == "a *** b 123456789012"
+
+
 def test_a_refused_base_url_is_shown_without_its_password():
     with pytest.raises(ValueError, match="base_url must be an http") as info:
         OpenAIChatComparator("m", base_url="user:PASSWD99@127.0.0.1:8000/v1", api_key="k")

@@ -137,6 +137,7 @@ class OpenAIChatComparator(SwappablePrompts, RemoteComparator):
         ValueError: no API key, an empty model name, a prompt without its placeholders, a count below its
             minimum, or a time that is not a finite number in range (``timeout <= 0``, a negative backoff ...).
         TypeError: a model or prompt that is not a str, a count that is not an int, a time that is not a number.
+        TypeError: an ``api_key`` that is not a str (its value is never shown).
         TypeError / ValueError: a ``base_url`` that is not an http:// or https:// URL with a host (``check_base_url``).
     """
 
@@ -154,6 +155,8 @@ class OpenAIChatComparator(SwappablePrompts, RemoteComparator):
         if not model:
             raise ValueError("model must not be empty")
         base_url = check_base_url(base_url)
+        if api_key is not None and not isinstance(api_key, str):  # never shown: it may be the key, as bytes
+            raise TypeError(f"api_key must be a str, got {type(api_key).__name__}")
         api_key = api_key or os.environ.get("OPENAI_API_KEY")
         super().__init__(max_concurrency=max_concurrency, max_attempts=max_attempts, backoff_initial=backoff_initial,
                          backoff_max=backoff_max, max_retry_after=max_retry_after, secrets=(api_key or "",))
