@@ -30,7 +30,6 @@ import sys
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from activeprp_cli import progress_wanted, require_extra
 from activeprp_cli.rerank import add_judge_args, count, judge_options, seconds
@@ -266,9 +265,10 @@ def _comparator_for(args, out: Path, judge: str | None = None):
         name = f"smollm2-135m-q4_1/{args.mode}"
     else:
         from activeprp_core.comparators import OpenAIChatComparator
+        from activeprp_core.comparators.openai_chat import url_credentials
 
         inner = OpenAIChatComparator(args.model, base_url=args.base_url, api_key=args.api_key, **judge_options(args))
-        name = f"openai/{args.base_url}/{args.model}"
+        name = f"openai/{url_credentials(args.base_url).url}/{args.model}"  # the cache's key: no password in it
     cached = CachedComparator(inner, args.cache or out / "answers.sqlite", identity(inner, name))
     return lambda c: (lambda qid: cached)
 
@@ -379,8 +379,10 @@ def _grid(args) -> int:
 
 def _config(args, budgets) -> dict:
     """What OUT/config.json records: the command line, the budgets run and every option, with the API key and a
-    password in ``--base-url`` replaced by ``***`` (the project commits these files)."""
-    secrets = [args.api_key, urlsplit(args.base_url or "").password]
+    credentials in ``--base-url`` replaced by ``***`` (the project commits these files)."""
+    from activeprp_core.comparators.openai_chat import url_credentials
+
+    secrets = [args.api_key, *url_credentials(args.base_url).secrets]
 
     def clean(value):
         if isinstance(value, list):

@@ -194,6 +194,32 @@ def test_a_transport_failure_says_where_and_why(use_async):
     assert "\n" not in j.error
 
 
+@pytest.mark.parametrize("use_async", [True, False])
+def test_credentials_in_the_base_url_are_sent_as_a_header_and_never_shown(use_async, caplog):
+    """``http://user:password@host/v1``: httpx logged the URL, password included, with each request at INFO, and
+    sent ``Basic base64(user:password)`` instead of the key, which an endpoint quoting the credential it got
+    (OpenAI's 401 does) put into the error and the logs. The same header goes out, the URL carries no password,
+    and the password and its base64 form are secrets."""
+    import base64
+
+    token = base64.b64encode(b"user:PASSWD99").decode()
+    sent = []
+
+    def plan(request):
+        sent.append(request.headers.get("authorization"))
+        return Reply(401, error_body(f"Incorrect API key provided: {sent[-1].split()[-1]} (PASSWD99)"))
+
+    with FaultServer(plan) as server, caplog.at_level(logging.INFO):
+        comp = comparator(server.url.replace("http://", "http://user:PASSWD99@"))
+        with pytest.raises(ComparatorAuthError) as info:
+            run(use_async, "q", candidates(4), comparator=comp, budget=4)
+    assert sent and set(sent) == {f"Basic {token}"}  # what httpx made of the URL's credentials
+    texts = [str(info.value), repr(comp), comp.endpoint, *(r.getMessage() for r in caplog.records)]
+    assert any(t.startswith(f"HTTP Request: POST {server.url}/chat/completions") for t in texts)  # httpx's line
+    assert "Incorrect API key provided: *** (***)" in str(info.value)
+    assert not any("PASSWD99" in t or token in t for t in texts)
+
+
 def test_on_failure_prior_degrades_with_scrubbed_reasons(caplog):
     with FaultServer(status(503, f"overloaded, key={KEY}")) as server, caplog.at_level(logging.DEBUG, "activeprp"):
         result = rerank("q", candidates(), comparator=comparator(server.url, **FAST), budget=30, on_failure="prior")

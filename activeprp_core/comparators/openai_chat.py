@@ -3,12 +3,13 @@ provider half of ``RemoteComparator``; ``openai`` and ``tenacity`` are imported 
 
 from __future__ import annotations
 
+import base64
 import os
 import re
 import threading
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
+from typing import TYPE_CHECKING, Any, NamedTuple
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from ..budget import check_count
 from ..types import Candidate
@@ -48,7 +49,7 @@ TIMEOUT = 60.0
 """The default ``timeout``: seconds per request attempt. With ``remote.MAX_ATTEMPTS`` (3) attempts and their
 backoffs, a call to a judge that never answers fails after about 3 minutes."""
 
-__all__ = ["MAX_MESSAGE", "MAX_REPLY_BYTES", "TIMEOUT", "OpenAIChatComparator"]
+__all__ = ["MAX_MESSAGE", "MAX_REPLY_BYTES", "TIMEOUT", "OpenAIChatComparator", "UrlCredentials", "url_credentials"]
 
 OPENAI_EXTRA = 'pip install "activeprp[openai]"'
 
@@ -87,15 +88,29 @@ def check_base_url(base_url: Any) -> str | None:
     return base_url
 
 
-def _public_url(base_url: str | None) -> str:
-    """The endpoint for messages: ``base_url`` without user:password, or OpenAI's."""
-    if not base_url:
-        return "api.openai.com"
-    parts = urlsplit(base_url)
-    if not (parts.username or parts.password):
-        return base_url
-    host = (parts.hostname or "") + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=host))
+class UrlCredentials(NamedTuple):
+    """What a URL's ``user:password@`` is (``url_credentials``)."""
+
+    url: str | None
+    """The URL without its user:password (None for None)."""
+    authorization: str | None
+    """The ``Authorization`` header httpx sends for them (``Basic base64(user:password)``); None without any."""
+    secrets: list[str]
+    """The strings no message may show: the password as written and decoded, and the header's base64 token (the
+    user name too when there is no password: then it is the token)."""
+
+
+def url_credentials(url: str | None) -> UrlCredentials:
+    """``url``'s user:password, read as httpx reads them (percent-decoded, the userinfo up to the last ``@``)."""
+    parts = urlsplit(url or "")
+    userinfo, at, host = parts.netloc.rpartition("@")
+    if not at:
+        return UrlCredentials(url, None, [])
+    user, _, password = userinfo.partition(":")
+    token = base64.b64encode(f"{unquote(user)}:{unquote(password)}".encode()).decode()
+    secrets = [password, unquote(password), token] if password else [user, unquote(user), token]
+    secrets = list(dict.fromkeys(filter(None, secrets)))
+    return UrlCredentials(urlunsplit(parts._replace(netloc=host)), f"Basic {token}", secrets)
 
 
 class OpenAIChatComparator(SwappablePrompts, RemoteComparator):
@@ -116,7 +131,10 @@ class OpenAIChatComparator(SwappablePrompts, RemoteComparator):
 
     Args:
         model: the model name sent to the endpoint.
-        base_url: the endpoint (e.g. ``http://127.0.0.1:8000/v1``); None = api.openai.com.
+        base_url: the endpoint (e.g. ``http://127.0.0.1:8000/v1``); None = api.openai.com. A ``user:password@``
+            in it is sent as the ``Authorization: Basic`` header httpx would make of it (it replaces the key's
+            Bearer header), taken out of the URL the client gets (httpx logs the URL of each request), and counts
+            as a secret (``url_credentials``).
         api_key: the key; None = ``$OPENAI_API_KEY``.
         prompt: the PRP template with ``{query}``, ``{first}``, ``{second}`` (only these are substituted; other
             braces stay literal); ``system_prompt`` optional. ``with_prompts(...)`` gives a copy with others.
@@ -154,12 +172,13 @@ class OpenAIChatComparator(SwappablePrompts, RemoteComparator):
             raise TypeError(f"model must be a str, got {type(model).__name__}")
         if not model:
             raise ValueError("model must not be empty")
-        base_url = check_base_url(base_url)
+        credentials = url_credentials(check_base_url(base_url))
         if api_key is not None and not isinstance(api_key, str):  # never shown: it may be the key, as bytes
             raise TypeError(f"api_key must be a str, got {type(api_key).__name__}")
         api_key = api_key or os.environ.get("OPENAI_API_KEY")
         super().__init__(max_concurrency=max_concurrency, max_attempts=max_attempts, backoff_initial=backoff_initial,
-                         backoff_max=backoff_max, max_retry_after=max_retry_after, secrets=(api_key or "",))
+                         backoff_max=backoff_max, max_retry_after=max_retry_after,
+                         secrets=(api_key or "", *credentials.secrets))
         self.max_passage_words = check_count(max_passage_words, "max_passage_words", minimum=1)
         self.top_logprobs = check_top_logprobs(top_logprobs)
         self.max_reply_bytes = check_count(max_reply_bytes, "max_reply_bytes", minimum=1)
@@ -168,8 +187,11 @@ class OpenAIChatComparator(SwappablePrompts, RemoteComparator):
             raise ValueError("no API key: pass api_key= or set OPENAI_API_KEY (any string for a local server)")
         self.model, self.logprobs = model, bool(logprobs)
         self.prompt, self.system_prompt = check_prompt("prompt", prompt), check_prompt("system_prompt", system_prompt)
-        self.endpoint = _public_url(base_url)
-        self._client_kw = {"base_url": base_url, "api_key": api_key, "timeout": timeout, "max_retries": 0}
+        self.endpoint = credentials.url or "api.openai.com"
+        # user:password@ go as the header httpx would make of them: in the URL, httpx logs them with each request
+        header = {"default_headers": {"Authorization": credentials.authorization}} if credentials.authorization else {}
+        self._client_kw = {"base_url": credentials.url, "api_key": api_key, "timeout": timeout, "max_retries": 0,
+                           **header}
         self.attempt_timeout = timeout  # the SDK's is per read: a judge dripping its answer never trips it
         load_openai_sdk()  # now, not in the first call (a first call under a deadline must not import)
 

@@ -30,6 +30,7 @@ from activeprp_cli.rerank import (
     seconds,
     settings_from_args,
 )
+from activeprp_core.comparators.openai_chat import url_credentials
 from activeprp_core.errors import InputError
 from activeprp_core.settings import FIELDS, ONLINE, RerankSettings, takes_settings
 
@@ -282,7 +283,8 @@ def main(args: argparse.Namespace) -> int:
                          max_queue=args.max_queue, max_documents=args.max_documents,
                          max_document_bytes=args.max_document_bytes, max_query_bytes=args.max_query_bytes,
                          max_body_bytes=args.max_body_bytes, auth_keys=keys, cool_down=args.cool_down,
-                         secrets=[args.api_key, os.environ.get("OPENAI_API_KEY")], client_timeout=args.client_timeout)
+                         secrets=[args.api_key, os.environ.get("OPENAI_API_KEY"),
+                                  *url_credentials(args.base_url).secrets], client_timeout=args.client_timeout)
         except (TypeError, ValueError) as err:
             raise InputError(str(err)) from None
         config = uvicorn.Config(app, host=args.host, port=args.port, timeout_graceful_shutdown=args.shutdown_timeout,
