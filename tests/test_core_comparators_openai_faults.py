@@ -827,6 +827,7 @@ def test_close_and_context_managers_close_the_clients(capfd):
     ({"max_retry_after": float("nan")}, ValueError), ({"max_passage_words": 0}, ValueError),
     ({"max_reply_bytes": 0}, ValueError), ({"max_reply_bytes": 1.5}, TypeError),
     ({"prompt": "no placeholders"}, ValueError), ({"prompt": None}, TypeError),
+    ({"logprobs": "no"}, TypeError), ({"logprobs": 0}, TypeError), ({"logprobs": None}, TypeError),
 ])
 def test_nonsense_settings_are_refused_at_construction(bad, error):
     with pytest.raises(error):

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from ..budget import check_count
+from ..settings import Flag
 from ..types import Candidate
 from .answers import Answer, answer_from, field, snippet
 from .failures import MAX_MESSAGE, Failure, Fault, error_message, retry_after_s, status_failure
@@ -155,7 +156,7 @@ class OpenAIChatComparator(SwappablePrompts, RemoteComparator):
         ValueError: no API key, an empty model name, a prompt without its placeholders, a count below its
             minimum, or a time that is not a finite number in range (``timeout <= 0``, a negative backoff ...).
         TypeError: a model or prompt that is not a str, a count that is not an int, a time that is not a number.
-        TypeError: an ``api_key`` that is not a str (its value is never shown).
+        TypeError: an ``api_key`` that is not a str (its value is never shown), a ``logprobs`` that is not a bool.
         TypeError / ValueError: a ``base_url`` that is not an http:// or https:// URL with a host (``check_base_url``).
     """
 
@@ -185,7 +186,7 @@ class OpenAIChatComparator(SwappablePrompts, RemoteComparator):
         timeout = check_seconds(timeout, "timeout", positive=True)
         if not api_key:
             raise ValueError("no API key: pass api_key= or set OPENAI_API_KEY (any string for a local server)")
-        self.model, self.logprobs = model, bool(logprobs)
+        self.model, self.logprobs = model, Flag()(logprobs, "logprobs")
         self.prompt, self.system_prompt = check_prompt("prompt", prompt), check_prompt("system_prompt", system_prompt)
         self.endpoint = credentials.url or "api.openai.com"
         # user:password@ go as the header httpx would make of them: in the URL, httpx logs them with each request
