@@ -15,8 +15,10 @@ from activeprp_core import (
     ComparatorAuthError,
     ComparatorError,
     ComparatorUnavailable,
+    SimulatedComparator,
     arerank,
     rerank,
+    rerank_many,
 )
 from activeprp_core.comparators import CallGuard
 from activeprp_core.types import Judgment
@@ -350,3 +352,28 @@ def test_a_merged_batch_call_that_raises_counts_as_sent_unless_the_comparator_re
     with pytest.raises(RuntimeError, match="boom"), spent_if_raises(judge, guard, 5, asynchronous):
         judge.judge_batch([], guard=guard)
     assert guard.completed == recorded and guard.error is None  # outcome unknown: the breaker's streak unchanged
+
+
+class _DuckJudge:
+    def compare(self, query, pairs):
+        return [0.5] * len(pairs)
+
+
+@pytest.mark.parametrize("kind", [SimulatedComparator, _DuckJudge])
+@pytest.mark.parametrize("entry", ["rerank", "arerank", "rerank_many"])
+def test_a_comparator_class_instead_of_an_instance_is_refused_before_any_call(kind, entry):
+    """``comparator=OpenAIChatComparator`` (no parentheses) passed the check (a class has a callable ``compare``)
+    and failed mid-rerank with "judge() missing 1 required positional argument", a failed call billed."""
+    from activeprp_core.comparators.base import as_comparator
+
+    said = rf"^comparator must be an instance, got the class {kind.__name__} \(call it: {kind.__name__}\(\.\.\.\)\)$"
+    with pytest.raises(TypeError, match=said) as info:
+        if entry == "rerank":
+            rerank("q", cands(3), comparator=kind, budget=4)
+        elif entry == "arerank":
+            asyncio.run(arerank("q", cands(3), comparator=kind, budget=4))
+        else:
+            list(rerank_many([("q", cands(3))], comparator=kind, budget=4))
+    assert getattr(info.value, "accounting", None) is None  # raised before the rerank: nothing spent
+    with pytest.raises(TypeError, match=said):
+        as_comparator(kind)

@@ -858,7 +858,7 @@ def as_comparator(comparator: Comparator | SupportsCompare) -> Comparator:
     """``comparator`` itself when it is a ``Comparator``, else a wrapper around an object with ``compare``.
 
     Raises:
-        TypeError: the object has no callable ``compare``.
+        TypeError: as ``check_comparator``.
     """
     return comparator if isinstance(comparator, Comparator) else _Wrapped(check_comparator(comparator))
 
@@ -868,8 +868,12 @@ def check_comparator(comparator: Any) -> Any:
     ``compare``), without wrapping it (``as_comparator`` wraps).
 
     Raises:
-        TypeError: the object has no callable ``compare``.
+        TypeError: the object has no callable ``compare``, or is a class (its ``compare`` is callable, but a call
+            then lacks ``self``).
     """
+    if isinstance(comparator, type):
+        name = comparator.__name__
+        raise TypeError(f"comparator must be an instance, got the class {name} (call it: {name}(...))")
     if not isinstance(comparator, Comparator) and not callable(_member(comparator, "compare")):
         raise TypeError(f"comparator must be a Comparator or have a compare(query, pairs) method, got "
                         f"{type(comparator).__name__}")
