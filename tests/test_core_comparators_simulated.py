@@ -119,3 +119,17 @@ def test_knobs_of_the_right_types_are_kept_negative_strength_and_bias_too():
     assert (judge.strength, judge.position_bias, judge.doc_noise, judge.hard, judge.seed) == (-2, -0.5, 0.5, False, 3)
     assert judge.margin("d1", "d2") == SimulatedComparator(LABELS, strength=-2.0, position_bias=-0.5, doc_noise=0.5,
                                                            seed=3).margin("d1", "d2")
+
+
+@pytest.mark.parametrize(("labels", "error", "says"), [
+    ({"a": "x", "b": "y"}, TypeError, "labels['a'] must be a number, got str"),  # failed in the rerank: "could not
+    ([1, 2], TypeError, "labels must be a mapping {candidate id: grade}, got list"),  # convert string to float"
+    ({"a": float("nan")}, ValueError, "labels['a'] must be a finite number, got nan"),  # taken, answers garbled
+    ({1: 2.0}, TypeError, "labels must have str candidate ids as keys, got int"),
+    ({"a": None}, TypeError, "labels['a'] must be a number, got NoneType"),
+])
+def test_labels_of_the_wrong_shape_or_type_are_refused_at_construction(labels, error, says):
+    with pytest.raises(error, match=f"^SimulatedComparator: {re.escape(says)}$"):
+        SimulatedComparator(labels)
+    with pytest.raises(error, match=re.escape(says.replace("labels", "qrels['q']", 1))):
+        SimulatedComparator.from_qrels({"q": labels})

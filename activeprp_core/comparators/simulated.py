@@ -67,9 +67,9 @@ class SimulatedComparator(Comparator):
     Raises:
         TypeError: a knob of the wrong type: ``strength``, ``doc_noise``, ``position_bias``, ``pair_noise`` or
             ``temperature`` not a real number (``budget.check_real``: a bool is not one), ``hard`` not a bool,
-            ``seed`` not an integer.
-        ValueError: a number knob not finite, ``doc_noise`` or ``pair_noise`` negative, or ``temperature`` <= 0;
-            ``compare`` for a query that a judge built by ``from_qrels`` has no labels for.
+            ``seed`` not an integer; ``labels`` not a mapping of str ids to real numbers.
+        ValueError: a label or a number knob not finite, ``doc_noise`` or ``pair_noise`` negative, or
+            ``temperature`` <= 0; ``compare`` for a query that a judge built by ``from_qrels`` has no labels for.
     """
 
     def __init__(self, labels: Mapping[str, float], *, strength: float = 1.0, doc_noise: float = 0.0,
@@ -85,7 +85,7 @@ class SimulatedComparator(Comparator):
         seed = check_count(seed, knob + "seed", minimum=None)
         if not isinstance(hard, bool):
             raise TypeError(f"{knob}hard must be a bool, got {type(hard).__name__}")
-        self.labels = dict(labels)
+        self.labels = _checked_labels(labels, knob + "labels")
         self.strength, self.doc_noise, self.position_bias = strength, doc_noise, position_bias
         self.pair_noise, self.hard, self.temperature, self.seed = pair_noise, hard, temperature, seed
         self.calls = 0
@@ -116,7 +116,7 @@ class SimulatedComparator(Comparator):
         judge = cls({}, seed=seed, **knobs)
         judge.labels_by_query, qid_of = {}, {}
         for qid, text in (queries if queries is not None else {q: q for q in qrels}).items():
-            labels = {d: max(0, g) for d, g in qrels.get(qid, {}).items()}
+            labels = {d: max(0.0, g) for d, g in _checked_labels(qrels.get(qid, {}), f"qrels[{qid!r}]").items()}
             if judge.labels_by_query.setdefault(text, labels) != labels:
                 raise ValueError(f"queries {qid_of[text]} and {qid} have the same text but different qrels: the "
                                  "simulated judge finds a query's labels by its text")
@@ -164,3 +164,14 @@ class SimulatedComparator(Comparator):
         pairs = list(itertools.combinations(doc_ids, 2))
         flips = sum((self.margin(x, y, query) > 0) == (self.margin(y, x, query) > 0) for x, y in pairs)
         return flips / len(pairs) if pairs else 0.0
+
+
+def _checked_labels(labels: object, name: str) -> dict[str, float]:
+    """``labels`` as ``{id: float grade}``: checked here, not in the rerank (a str grade failed there with a bare
+    "could not convert string to float", a list of grades with "dictionary update sequence", NaN was taken)."""
+    if not isinstance(labels, Mapping):
+        raise TypeError(f"{name} must be a mapping {{candidate id: grade}}, got {type(labels).__name__}")
+    for key in labels:
+        if not isinstance(key, str):
+            raise TypeError(f"{name} must have str candidate ids as keys, got {type(key).__name__}")
+    return {key: check_real(grade, f"{name}[{key!r}]", signed=True) for key, grade in labels.items()}
