@@ -341,7 +341,7 @@ rerank spent (calls, rounds, tokens, time). The candidates are a JSONL file
 
 Example:
   activeprp rerank --query "what is a tournament?" --candidates candidates.jsonl \\
-      --comparator openai --model MODEL --base-url URL --api-key KEY"""
+      --comparator openai --model MODEL --base-url URL   # the key: $OPENAI_API_KEY"""
 
 
 def add_parser(subparsers: Any) -> None:

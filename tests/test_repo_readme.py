@@ -250,6 +250,14 @@ def test_help_texts_are_plain_text_for_users():
     assert "module" not in texts["activeprp"]
 
 
+def test_no_example_puts_the_judge_s_key_on_the_command_line():
+    """README and ``serve --help`` showed ``--api-key "$OPENAI_API_KEY"``, which shows the key in ``ps`` to every
+    local user although the flag defaults to ``$OPENAI_API_KEY`` (review s65b, finding 8)."""
+    texts = {"README.md": README.read_text(encoding="utf-8"), **_help_texts()}
+    assert not [name for name, text in texts.items() if re.search(r"--api-key[ =](\"?\$|KEY\b)", text)]
+    assert "$OPENAI_API_KEY" in " ".join(_help_texts()["activeprp serve"].split())
+
+
 def test_readme_and_the_help_say_where_to_get_the_data():
     """README and ``bench --help`` sent users to ``../shared/data``, the project's own directory, and ``rerank-run``
     to "a corpus JSONL made from the BM25 hits", neither saying where from (review 1129y, finding 3)."""

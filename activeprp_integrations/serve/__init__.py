@@ -188,12 +188,13 @@ A rerank HTTP service in the shape of Cohere's rerank API (POST /v2/rerank and
 /v1/rerank; POST /rerank takes Jina's and TEI's shapes), with GET /health,
 /ready and /metrics. Each request is reranked by a pairwise LLM judge within
 its budget of calls and seconds. API keys: --auth-key or ACTIVEPRP_AUTH_KEYS.
-Needs pip install "activeprp[serve]".
+Needs pip install "activeprp[serve]". The judge's key is read from
+$OPENAI_API_KEY (--api-key would show it to every local user in ps).
 
 Example:
   ACTIVEPRP_AUTH_KEYS="$MY_SERVICE_KEY" activeprp serve --comparator openai \\
       --model gpt-4o-mini --base-url https://api.openai.com/v1 \\
-      --api-key "$OPENAI_API_KEY" --port 8080 --budget 50 --time-budget 20"""
+      --port 8080 --budget 50 --time-budget 20"""
 
 
 def add_parser(subparsers: Any) -> None:
