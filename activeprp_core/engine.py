@@ -38,7 +38,16 @@ from typing import Any
 
 from .blocking import blocking, drive, iterate_blocking, run_blocking  # noqa: F401 (re-exported)
 from .budget import check_count
-from .comparators.base import CallGuard, Comparator, SupportsCompare, as_comparator, cut_calls, cut_in_flight, unsent
+from .comparators.base import (
+    CallGuard,
+    Comparator,
+    SupportsCompare,
+    answered_before,
+    as_comparator,
+    cut_calls,
+    cut_in_flight,
+    unsent,
+)
 from .reranking import DONE, Batch, Done, Reranking, check_candidates  # noqa: F401 (re-exported)
 from .settings import MAX_CONSECUTIVE_FAILURES, ON_FAILURE, OnFailure, RerankSettings, takes_settings  # noqa: F401
 from .slots import wait_for
@@ -113,14 +122,15 @@ def exchange(reranking: Reranking, guard: CallGuard) -> Generator[Batch, Any, Re
     """The I/O-free body of ``rerank`` and ``arerank``: yields each batch to answer, takes its answers (or the
     exception raised while getting them, thrown in), returns the result. Only the exception raised getting a
     batch's answers, or answers that are not one per prompt, is that batch's failure (``Reranking.fail``, told
-    the calls ``guard`` saw reach the comparator); one raised planning the next round once the answers are recorded
-    propagates from ``Reranking.send`` with its accounting (see ``Reranking``)."""
+    the calls ``guard`` saw reach the comparator and the answers of the chunks before the failing one); one raised
+    planning the next round once the answers are recorded propagates from ``Reranking.send`` with its accounting
+    (see ``Reranking``)."""
     while not reranking.done:
         batch, sent_before = reranking.next_batch(), guard.completed
         try:
             judgments = to_judgments((yield batch), len(batch.prompts))
         except Exception as error:
-            reranking.fail(error, sent=guard.completed - sent_before)
+            reranking.fail(error, sent=guard.completed - sent_before, answered=answered_before(error))
             continue
         reranking.send(judgments)
     return reranking.result()

@@ -162,19 +162,20 @@ class Ledger:
             self.latency.probe_sent()
 
     # ---- after the batch ----------------------------------------------------------------------------------
-    def reconcile(self, judgments: Sequence[Judgment]) -> None:
+    def reconcile(self, judgments: Sequence[Judgment], timed: bool = True) -> None:
         """Account the batch in flight's answers (one ``Judgment`` per prompt, in order): each prompt's
         reservation becomes the usage its answer reports; failed calls, retries and tokens are counted. A prompt
         refunded as never sent counts nothing; one the deadline kept from being sent is refunded now; one cut in
-        flight keeps its reservation and counts as a cut call. The round's latency is recorded (as unanswered when
-        every call sent was cut in flight with nothing back: ``RoundLatency.call_floor``). Settles the batch."""
+        flight keeps its reservation and counts as a cut call. With ``timed``, the round's latency is recorded (as
+        unanswered when every call sent was cut in flight with nothing back: ``RoundLatency.call_floor``; not for
+        a batch whose failure ends the rerank). Settles the batch."""
         unsent = [i for i, j in enumerate(judgments) if j.cut == UNSENT]
         if any(j.cut for j in judgments):
             self.refuse(self.deadline.name)
         if unsent:
             self._refund(unsent)
         sent = [j for j, held in zip(judgments, self._held) if held is not None]
-        if self._opened is not None and sent:  # calls went out
+        if timed and self._opened is not None and sent:  # calls went out
             cut = any(j.cut for j in judgments)
             back = any(j.cut != IN_FLIGHT or j.cut_before_retry for j in sent)  # an answer, or a judge error
             self.latency.record(self.clock() - self._opened, answered=not cut, probe=self.floor.probing,

@@ -34,12 +34,13 @@ from .comparators.base import (
     Comparator,
     RequestGuard,
     SupportsCompare,
+    answered_before,
     as_comparator,
     spent_if_raises,
     stops_on_refusal,
 )
 from .engine import Batch, Reranking, blocking, bounded, clock_now, drive, exchange, guard_for, iterate_blocking
-from .errors import ComparatorAuthError, describe
+from .errors import ComparatorAuthError, InvalidAnswer, describe
 from .judging import JudgeTally, RoundLatency, floors_by_query
 
 # PER_REQUEST: the settings one request may set for itself, ``(query, candidates, {"budget": 20, ...})``
@@ -169,10 +170,13 @@ class _Window:
         of them reached the backend); an error that means the endpoint is dead stops everything (raises it)."""
         fatal = next((o for o in outcomes if isinstance(o, Exception) and self.fatal(o)), None)
         if fatal is not None:
-            raise self.stop(fatal, sent)
+            for (_, reranking, batch), outcome, calls in zip(step, outcomes, sent):
+                _charge(reranking, batch, fatal, outcome, calls)
+            raise self.stop(fatal)
         for (index, reranking, batch), outcome, calls in zip(step, outcomes, sent):
             if isinstance(outcome, Exception):
-                self._resolve(index, reranking, partial(Reranking.fail, error=outcome, sent=calls))
+                self._resolve(index, reranking, partial(Reranking.fail, error=outcome, sent=calls,
+                                                        answered=answered_before(outcome)))
             else:
                 self._resolve(index, reranking, partial(_send, outcome, len(batch.prompts)))
 
@@ -236,6 +240,20 @@ class _Window:
 
 def _send(answers: Sequence[Any], n: int, reranking: Reranking) -> None:
     reranking.send(to_judgments(answers, n))
+
+
+def _charge(reranking: Reranking, batch: Batch, error: Exception, outcome: Any, sent: int) -> None:
+    """Settle the batch of a query in a step that ``error`` stops for every query (``_Window.stop`` then sums
+    what each query spent): its answers, and those of the chunks before a failing one, count as answers, its other
+    calls sent (``sent``) as failed ones (``Reranking.fail``, whose raising of ``error`` is the caller's)."""
+    answered: list[Judgment] = []
+    if isinstance(outcome, Exception):
+        answered = answered_before(outcome)
+    else:
+        with contextlib.suppress(InvalidAnswer):  # wrong-shaped answers: its sent calls count as failed
+            answered = to_judgments(outcome, len(batch.prompts))
+    with contextlib.suppress(Exception):
+        reranking.fail(error, sent, answered)
 
 
 def _shares(step: Step, sent: int) -> list[int]:

@@ -17,7 +17,7 @@ from typing import Any
 
 from .budget import BudgetView, check_count
 from .comparators.base import Comparator, as_comparator
-from .errors import ComparatorError, ComparatorUnavailable, RankerError, describe
+from .errors import ComparatorError, ComparatorUnavailable, InvalidAnswer, RankerError, describe
 from .judging import Answers, JudgeTally, RoundLatency
 from .ledger import Cost, Ledger
 from .oracles import BothOrders, Oracle, Prompt, get_oracle
@@ -156,29 +156,39 @@ class Reranking:
             raise RuntimeError("send() with no batch pending: call next_batch() first (or result() when DONE)")
         self._advance(to_judgments(judgments, len(self._pending.prompts)))
 
-    def fail(self, error: BaseException, sent: int | None = None) -> None:
+    def fail(self, error: BaseException, sent: int | None = None,
+             answered: Sequence[Judgment | float | None] = ()) -> None:
         """Report that the pending batch could not be answered because of ``error``; ``sent`` = how many of its
-        calls reached the backend (None = unknown: all of them; taken as its first ``sent`` prompts). What the
-        prompts never sent reserved is refunded (the round too, when none went out); the sent ones are failed
-        calls.
+        calls reached the backend (None = unknown: all of them; taken as its first ``sent`` prompts);
+        ``answered`` = the answers of its first prompts that came back before ``error`` (a later chunk of the
+        batch raised: ``comparators.base.answered_before``). What the prompts never sent reserved is refunded (the
+        round too, when none went out); the answered ones are answers, the other sent ones failed calls.
 
         With ``on_failure="prior"`` and a ``ComparatorError``, no further call is asked for and the ranker
-        finishes on what it knows. Otherwise ``error`` is raised again, with this reranking's partial
-        accounting attached as ``error.accounting``.
+        finishes on what it knows, the answered prompts included. Otherwise ``error`` is raised again, with this
+        reranking's partial accounting attached as ``error.accounting``.
 
         Raises:
-            TypeError / ValueError: ``sent`` is not None or an int >= 0 (nothing changed).
+            TypeError / ValueError: ``sent`` is not None or an int >= 0, or ``answered`` is not answers of at
+                most the batch's prompts (``InvalidAnswer``) (nothing changed).
         """
         ledger, batch = self.ledger, self._pending
         n = 0 if batch is None else len(batch.prompts)
         sent = n if sent is None else min(check_count(sent, "sent"), n)
-        if batch is not None:
-            ledger.refund_unsent(sent)
-        if not self._degrades(error) or batch is None:
-            ledger.counts.failed_calls += sent
+        answered = list(answered)
+        if len(answered) > n:
+            raise InvalidAnswer(f"fail() got {len(answered)} answers for a batch of {n} prompts")
+        answered = to_judgments(answered, len(answered))
+        sent = max(sent, len(answered))
+        if batch is None:
+            raise self._accounted(error)
+        ledger.refund_unsent(sent)
+        judgments = answered + [Judgment(None, error=describe(error))] * (n - len(answered))
+        if not self._degrades(error):
+            ledger.reconcile(judgments, timed=False)
             raise self._accounted(error)
         ledger.stop(describe(error))
-        self._advance([Judgment(None, error=describe(error))] * n)
+        self._advance(judgments)
 
     def _degrades(self, error: BaseException) -> bool:
         """Whether ``error`` stops the calls and the ranker finishes on what it knows (``on_failure="prior"`` and a

@@ -9,6 +9,7 @@ from activeprp_core import (
     Candidate,
     Comparator,
     ComparatorAuthError,
+    ComparatorError,
     ComparatorRequestError,
     ComparatorUnavailable,
     RerankFailure,
@@ -450,6 +451,50 @@ def _spent(outcome):
     """The accounting of a result, a ``RerankFailure`` or an exception raised."""
     error = outcome.error if isinstance(outcome, RerankFailure) else outcome
     return getattr(error, "accounting", outcome)
+
+
+class LaterChunkFails(Comparator):
+    """Answers the first chunk of a round (the higher id wins), then its second chunk raises a ComparatorError
+    (``then="raise"``), answers the wrong shape (``"shape"``) or fails its calls (``"breaker"``: with
+    ``max_consecutive_failures=2`` the breaker opens before the third chunk)."""
+
+    def __init__(self, then):
+        self.then, self.chunks, self.won = then, [], []
+
+    def compare(self, query, pairs):
+        self.chunks.append(len(pairs))
+        if len(self.chunks) == 1:
+            self.won = [max(a.id, b.id) + ">" + min(a.id, b.id) for a, b in pairs]
+            return [float(a.id > b.id) for a, b in pairs]
+        if self.then == "raise":
+            raise ComparatorError("503 from the judge", status_code=503)
+        return [0.5] if self.then == "shape" else [None] * len(pairs)
+
+
+@pytest.mark.parametrize("on_failure", ["raise", "prior"])
+@pytest.mark.parametrize("then", ["raise", "shape", "breaker"])
+@pytest.mark.parametrize("entry", sorted(_entry_points()))
+def test_a_later_chunk_failing_keeps_the_answers_of_the_chunks_before_it_at_every_entry(entry, then, on_failure):
+    """A round of 6 prompts goes out in chunks of 2 (max_concurrency=2); its second chunk fails: only that chunk's
+    calls are failed calls (docs/errors.md). The first chunk's answers were counted as failed calls and dropped, so
+    with "prior" the order ignored them (the prior order, 0 first, though the judge preferred 1 and 2 to it)."""
+    judge = LaterChunkFails(then)
+    cands = [Candidate(str(i), f"passage {i}") for i in range(4)]
+    kw = dict(comparator=judge, ranker="allpairs", oracle="single", budget=50, max_concurrency=2,
+              max_consecutive_failures=2, on_failure=on_failure)
+    try:
+        (out,) = _entry_points()[entry]([("q", cands)], **kw)
+    except ComparatorError as error:  # the breaker open stops a many entry's iterator
+        out = error
+    spent = _spent(out)
+    assert judge.chunks == [2, 2] and (spent.calls, spent.failed_calls, spent.rounds) == (4, 2, 1)
+    if on_failure == "raise":
+        assert isinstance(getattr(out, "error", out), ComparatorError)
+        return
+    assert isinstance(out, RerankResult) and out.failure and out.judge.answers == 2
+    for pair in judge.won:  # what the judge answered places the winner above the loser
+        winner, loser = pair.split(">")
+        assert out.order.index(int(winner)) < out.order.index(int(loser))
 
 
 OWN_KW = dict(budget=40, max_rounds=4, ranker="parallel_mohajer", oracle="single")

@@ -481,20 +481,39 @@ async def _chunked(query: str, pairs: Sequence[Pair], guard: CallGuard,
     """The chunk loop of ``Comparator.judge`` (``send`` never suspends) and ``ajudge``: ``send`` each chunk
     of ``guard.chunks(pairs)`` until the deadline of ``query``; ``send`` returns the chunk's judgments, ``_CUT``
     (cut in flight at the deadline: the rest is not sent) or None (not sent: no time or slot left). Returns one
-    ``Judgment`` per pair, in order, the pairs not sent as ``unsent()``."""
+    ``Judgment`` per pair, in order, the pairs not sent as ``unsent()``. An exception raised for a chunk (by
+    ``send``, or the breaker open before it) propagates carrying the judgments of the chunks answered before it
+    (``answered_before``): they were paid for, and the engine keeps them as answers."""
     out: list[Judgment] = []
-    for chunk in guard.chunks(pairs):
-        if guard.too_late(query):
-            break
-        answers = await send(query, chunk, guard)
-        if answers is None:
-            break
-        if answers is _CUT:
-            out.extend(cut_calls(guard, len(chunk)))
-            break
-        guard.record_all(answers)
-        out.extend(answers)
+    try:
+        for chunk in guard.chunks(pairs):
+            if guard.too_late(query):
+                break
+            answers = await send(query, chunk, guard)
+            if answers is None:
+                break
+            if answers is _CUT:
+                out.extend(cut_calls(guard, len(chunk)))
+                break
+            guard.record_all(answers)
+            out.extend(answers)
+    except Exception as error:
+        with contextlib.suppress(AttributeError, TypeError):  # an exception that takes no attributes: none kept
+            setattr(error, _ANSWERED, out)  # set on every raise: an exception object raised again is not stale
+        raise
     return out + [unsent()] * (len(pairs) - len(out))
+
+
+_ANSWERED = "activeprp_answered"
+"""The attribute of an exception raised by the chunk loop that holds the judgments answered before it."""
+
+
+def answered_before(error: BaseException) -> list[Judgment]:
+    """The judgments of the first pairs of a batch, answered by the chunks before the one ``error`` was raised for
+    (the chunk loop of ``Comparator.judge`` / ``ajudge``), in order; [] when none (or ``error`` came from
+    elsewhere). A driver hands them to ``Reranking.fail``."""
+    answered = getattr(error, _ANSWERED, None)
+    return list(answered) if isinstance(answered, list) else []
 
 
 @contextmanager
