@@ -103,3 +103,36 @@ def test_spare_calls_buy_the_other_slot_order():
         return sum((b, a) in asked for a, b in asked) // 2
 
     assert both_orders(120) < both_orders(160) < both_orders(200)  # measured: 0, 30, 70 pairs
+
+
+HUGE_CAPS_SCRIPT = """
+from activeprp_core import Candidate, rerank
+
+class Fast:  # answers in microseconds: a time budget of 1e6 s fits about 1e11 rounds
+    def compare(self, query, pairs):
+        return [1.0 if int(a.id) < int(b.id) else 0.0 for a, b in pairs]
+
+cands = [Candidate(str(i), f"passage {i}") for i in range(30)]
+for ranker in ("parallel_mohajer", "parallel_mohajer_depth", "budget_depth", "auto"):
+    runs = [rerank("q", cands, comparator=Fast(), ranker=ranker, budget=None, **caps)
+            for caps in ({"max_rounds": 2**40}, {"max_rounds": 64}, {"time_budget": 1e6})]
+    huge, enough, timed = ((r.order, r.calls, r.rounds) for r in runs)
+    assert huge == enough and sorted(timed[0]) == list(range(30)), (ranker, huge, enough, timed)
+print("done")
+"""
+
+
+def test_a_huge_round_cap_or_time_budget_plans_as_fast_as_enough_rounds():
+    """next_member computed 2 ** rounds left to cut a bracket: max_rounds=2**40 (a server with no round cap took it
+    from a request body) or time_budget=1e6 with a fast judge never returned. Bounded by the subprocess's timeout,
+    not timed: a huge cap gives the result of a cap of 64 rounds (more than the 30 candidates need)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    done = subprocess.run([sys.executable, "-c", HUGE_CAPS_SCRIPT], cwd=root, env=env, timeout=120,
+                          capture_output=True, text=True)
+    assert (done.returncode, done.stdout) == (0, "done\n"), done.stderr[-2000:]

@@ -284,7 +284,7 @@ class _Run:
         """A group's next member: a bracket over its candidates, cut to 2^rounds of them to fit ``rounds``; None
         when there is none, or when a cap refused every match of the bracket (a guess is not a selection)."""
         cands = self.candidates(members)
-        if rounds is not None:
+        if rounds is not None and rounds < len(cands).bit_length():  # else 2^rounds > len(cands): no cut to compute
             cands = cands[: 2 ** max(rounds, 0)]
         bracket = Bracket(cands)
         winner = yield from bracket.play()  # None, asking nothing, for no candidates
