@@ -377,3 +377,33 @@ def test_a_comparator_class_instead_of_an_instance_is_refused_before_any_call(ki
     assert getattr(info.value, "accounting", None) is None  # raised before the rerank: nothing spent
     with pytest.raises(TypeError, match=said):
         as_comparator(kind)
+
+
+class DuckWithEstimate:
+    """A judge that is no ``Comparator`` subclass, with a long prompt of its own and an honest bound of it."""
+
+    def estimate_tokens(self, query, pairs):
+        return [901] * len(pairs)
+
+    def judge(self, query, pairs):
+        return [Judgment(float(a.id < b.id), prompt_tokens=900, completion_tokens=1) for a, b in pairs]
+
+    def compare(self, query, pairs):
+        return [j.prob for j in self.judge(query, pairs)]
+
+
+@pytest.mark.parametrize("entry", ["rerank", "arerank"])
+def test_a_duck_typed_judges_estimate_tokens_prices_its_prompts(entry):
+    """The wrapper of a duck-typed judge forwarded compare/judge but not estimate_tokens: the engine priced its
+    prompts at the base class's bound (235 tokens, not its 901) and token_budget=2000 ended with 7208 tokens
+    reported. A judge without one still gets the base class's bound."""
+    from activeprp_core.comparators.base import as_comparator
+
+    pair = [(cands(2)[0], cands(2)[1])]
+    assert as_comparator(DuckWithEstimate()).estimate_tokens("q", pair) == [901]
+    plain = type("Plain", (), {"compare": lambda self, q, pairs: [0.5] * len(pairs)})()
+    assert as_comparator(plain).estimate_tokens("q", pair) == Comparator.estimate_tokens("q", pair)
+    kw = dict(comparator=DuckWithEstimate(), budget=50, token_budget=2000, ranker="allpairs")
+    res = rerank("q", cands(10), **kw) if entry == "rerank" else asyncio.run(arerank("q", cands(10), **kw))
+    assert res.calls == 2 and res.prompt_tokens + res.completion_tokens == 1802 <= 2000
+    assert res.exhausted_by == ["token_budget"]

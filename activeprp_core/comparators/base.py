@@ -7,7 +7,7 @@ cross-query entry of ``rerank_many``; a local model that batches across queries 
 ``max_batch_size``), ``estimate_tokens`` and ``close`` / ``aclose`` have defaults (their docstrings say how).
 
 Objects that are not ``Comparator`` instances but have ``compare`` (and optionally ``acompare``, ``judge``,
-``ajudge``) are accepted everywhere and wrapped by ``as_comparator``.
+``ajudge``, ``estimate_tokens``) are accepted everywhere and wrapped by ``as_comparator``.
 
 Deadlines (``time_budget``): the ``CallGuard`` tells a comparator the time left for each query
 (``CallGuard.time_left``). The base class sends no chunk once it is past, and waits for a chunk no longer than
@@ -851,7 +851,7 @@ def _member(obj: Any, name: str) -> Any:
 
 
 class _Wrapped(Comparator):
-    """A duck-typed comparator (``compare`` and optionally ``judge``/``acompare``/``ajudge``,
+    """A duck-typed comparator (``compare`` and optionally ``judge``/``acompare``/``ajudge``, ``estimate_tokens``,
     ``max_batch_size``, ``max_concurrency``, ``model_name``/``model``) as a ``Comparator``: its optional members
     are read once here, the only place that inspects a comparator's shape. Never closes or changes the object."""
 
@@ -862,6 +862,15 @@ class _Wrapped(Comparator):
         self.model_name = next((n for n in names if isinstance(n, str) and n), type(inner).__name__)
         self._judge = _member(inner, "judge") if callable(_member(inner, "judge")) else inner.compare
         self._ajudge = next((m for m in (_member(inner, "ajudge"), _member(inner, "acompare")) if callable(m)), None)
+        estimate = _member(inner, "estimate_tokens")
+        self._estimate = estimate if callable(estimate) else None
+
+    def estimate_tokens(self, query: str, pairs: Sequence[Pair]) -> list[int]:
+        """The object's own ``estimate_tokens`` when it has one (its prompt may be longer than the base class's
+        bound), else the base class's."""
+        if self._estimate is None:
+            return super().estimate_tokens(query, pairs)
+        return self._estimate(query, pairs)
 
     def _judge_chunk(self, query: str, chunk: Sequence[Pair]) -> Sequence[Any]:
         return self._judge(query, chunk)
