@@ -218,7 +218,7 @@ class Reranking:
                 failed, or some were cut at the deadline before their retries (``Ledger.judge_failure``; with
                 ``on_failure="raise"``; the accounting attached). With ``on_failure="prior"`` the result reports
                 that error as its ``failure`` instead.
-            RankerError: the ranker returned something that is not a permutation.
+            RankerError: the ranker returned something that is not a permutation (the accounting attached).
         """
         order, n = self._order, len(self.candidates)
         if self._broken is not None:
@@ -227,7 +227,8 @@ class Reranking:
         if order is None:
             raise RuntimeError("result() before the reranking is done: answer next_batch() until it is DONE")
         if sorted(order) != list(range(n)):
-            raise RankerError(f"ranker {self.ranker.name} returned a non-permutation of {n} candidates: {order[:20]}")
+            raise self._accounted(RankerError(f"ranker {self.ranker.name} returned a non-permutation of {n} "
+                                              f"candidates: {order[:20]}"))
         ledger, counts = self.ledger, self.accounting
         reasons = f" ({'; '.join(ledger.errors)})" if ledger.errors else ""
         why = ledger.judge_failure()

@@ -561,9 +561,17 @@ def test_a_ranker_asking_for_what_is_not_a_pair_of_candidates_is_a_ranker_error(
     assert judge.calls == 0
 
 
-def test_a_ranker_returning_what_is_not_a_permutation_is_a_ranker_error():
-    with pytest.raises(RankerError, match=r"non-permutation of 3 candidates: \[0, 0, 2\]"):
-        rerank("q", cands(3), ranker=Returns([[(0, 1)]], [0, 0, 2]), comparator=SimulatedComparator({}), budget=5)
+def test_a_ranker_returning_what_is_not_a_permutation_is_a_ranker_error_with_its_accounting():
+    """It carried no accounting though its calls were spent (docs/many-queries.md: a ranker error's carries it)."""
+    from activeprp_core import rerank_many
+
+    kw = dict(ranker=Returns([[(0, 1), (1, 2)]], [0, 0, 2]), oracle="single", comparator=SimulatedComparator({}),
+              budget=5)
+    with pytest.raises(RankerError, match=r"non-permutation of 3 candidates: \[0, 0, 2\]") as info:
+        rerank("q", cands(3), **kw)
+    (failure,) = rerank_many([("q", cands(3))], **kw)
+    for spent in (info.value.accounting, failure.error.accounting):
+        assert (spent.calls, spent.comparisons, spent.rounds, spent.failed_calls) == (2, 2, 1, 0)
 
 
 def test_a_ranker_may_name_candidates_by_numpy_integers():
