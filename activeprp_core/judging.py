@@ -234,11 +234,14 @@ class RoundLatency:
         self._touched: float | None = None  # when a round was last observed or a probe sent (on clock)
         self._lock = threading.Lock()
 
-    def record(self, seconds: float, answered: bool = True, probe: bool = False, unanswered: bool = False) -> None:
+    def record(self, seconds: float, answered: bool = True, probe: bool = False, unanswered: bool = False,
+               waited: float = 0.0) -> None:
         """Note one round that took ``seconds`` (``answered``: every call came back, none cut at a deadline).
         ``unanswered`` (only with ``answered=False``): no call of the round came back before it was cut (every call
-        sent was cut in flight, none answered nor failed): ``seconds`` is then a lower bound of the judge's latency,
-        and ``call_floor`` is at least that until the next answered round or call. ``probe``: the round was a probe
+        sent was cut in flight, none answered nor failed): the seconds its first call was in flight, ``seconds``
+        less ``waited`` (the round's wait for the judge's slots before its first call went out: ``CallFloor.sent``),
+        are then a lower bound of the judge's latency, and ``call_floor`` is at least that until the next answered
+        round or call. ``probe``: the round was a probe
         (``probe``); answered in less than the floor it tested (``max(estimate, call_floor)``), it shows the rounds
         before it no longer hold: they are dropped, with the calls timed before it went out (the estimate starts
         again from it, as once they are ``LATENCY_HORIZON`` old). Cut, or slower, it is one round among the others.
@@ -263,7 +266,7 @@ class RoundLatency:
                 self.answered.append(entry)
                 self.unanswered.clear()
             if unanswered:
-                self.unanswered.append(entry)
+                self.unanswered.append((now, max(0.0, seconds - waited)))
             self._touched = now
 
     def record_call(self, seconds: float) -> None:
@@ -348,10 +351,19 @@ class CallFloor:
 
     def __init__(self, latency: RoundLatency) -> None:
         self.latency, self.probing = latency, False
+        self.first_sent: float | None = None  # when the round in flight's first call went out (on the clock)
 
     def call_floor(self) -> float | None:
         """``RoundLatency.call_floor``, or None while this query's probe is out."""
         return None if self.probing else self.latency.call_floor()
+
+    def sent(self, at: float) -> None:
+        """Note that a call of this query goes out at ``at`` (its rerank's clock), after its wait for a slot
+        (``CallGuard.sending``): the first of its round's (``first_sent``, cleared by ``Ledger.open_round``) ends the
+        round's wait, which a round cut with no call back does not count as the judge's latency
+        (``RoundLatency.record(waited=...)``)."""
+        if self.first_sent is None:
+            self.first_sent = at
 
     def record_call(self, seconds: float) -> None:
         """``RoundLatency.record_call`` (a probe's calls too: they are answered calls of the judge)."""

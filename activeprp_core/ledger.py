@@ -157,6 +157,7 @@ class Ledger:
         self.caps.take_round()
         self._opened = self.clock()
         time_left = self.deadline.remaining
+        self.floor.first_sent = None
         self.floor.probing = time_left is not None and self.latency.probe(time_left)
         if self.floor.probing:
             self.latency.probe_sent()
@@ -178,8 +179,9 @@ class Ledger:
         if timed and self._opened is not None and sent:  # calls went out
             cut = any(j.cut for j in judgments)
             back = any(j.cut != IN_FLIGHT or j.cut_before_retry for j in sent)  # an answer, or a judge error
+            waited = 0.0 if self.floor.first_sent is None else max(0.0, self.floor.first_sent - self._opened)
             self.latency.record(self.clock() - self._opened, answered=not cut, probe=self.floor.probing,
-                                unanswered=cut and not back)
+                                unanswered=cut and not back, waited=waited)
         for j, held in zip(judgments, self._held):
             if held is None:
                 continue

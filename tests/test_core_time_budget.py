@@ -355,6 +355,36 @@ def test_a_judge_that_turns_slower_than_the_time_budget_gets_one_probe_per_floor
     assert latency.call_floor() == 0.5 and not _guarded(clock, query()).too_late()
 
 
+def test_a_cut_round_s_wait_for_slots_is_not_taken_for_the_judge_s_latency():
+    """Review s65d, finding 1: an unanswered round's seconds ran from its opening, its wait for the judge's slots
+    included, so a round of one request whose calls queued behind a burst, went out 0.2 s before its deadline and
+    were cut raised the call floor to its whole 1.5 s time budget: the requests after it sent no call until a
+    probe, though the judge answered in 0.3 s (``activeprp serve``: 14 of 30 requests). Its calls were in flight
+    for 0.25 s, and that is all the round says of the judge (``CallGuard.sending``, ``CallFloor.sent``)."""
+    cands, labels = make_case(20, seed=4)
+    clock = FakeClock()
+    latency = RoundLatency(clock)
+
+    def query() -> Reranking:
+        return Reranking("q", cands, ranker="auto", budget=50, top_k=3, time_budget=1.5, clock=clock,
+                         latency=latency)
+
+    drive(query(), clock, SimulatedComparator(labels), seconds_per_round=0.3)
+    queued = query()
+    batch = queued.next_batch()
+    clock.now += 1.3  # its calls wait for slots that other requests hold
+    _guarded(clock, queued).sending("q")
+    clock.now += 0.25  # cut at the deadline, nothing back
+    queued.send([Judgment(None, cut=IN_FLIGHT)] * len(batch.prompts))
+    assert queued.result().cut_calls == len(batch.prompts)
+    assert latency.call_floor() == pytest.approx(0.3) and not _guarded(clock, query()).too_late()
+    unqueued = query()  # a round whose calls went out as it opened: its whole seconds, as before
+    batch = unqueued.next_batch()
+    clock.now += 1.55
+    unqueued.send([Judgment(None, cut=IN_FLIGHT)] * len(batch.prompts))
+    assert latency.call_floor() == pytest.approx(1.55) and _guarded(clock, query()).too_late()
+
+
 def test_only_a_round_cut_with_no_call_back_sets_the_call_floor_and_an_answered_round_wins():
     """``RoundLatency.call_floor``: a cut round some of whose calls came back (answered, or failed with a judge
     error before the retry the deadline cut) shows calls can come back in its seconds: no floor from it; a round

@@ -41,6 +41,7 @@ from ..errors import (
     ComparatorUnavailable,
     InvalidAnswer,
 )
+from ..judging import CallFloor
 from ..slots import DeadlinePassed, FairSlots, Hold, wait_for
 from ..types import IN_FLIGHT, UNSENT, Candidate, Judgment, Pair, to_judgments
 
@@ -159,17 +160,30 @@ class CallGuard:
         the record's call floor (``query``'s entry in ``floors``, else ``latency``: anything with
         ``call_floor()``, a ``judging.RoundLatency``, or a query's ``judging.CallFloor``, none while its round is
         the probe of a stale record; set by the engine): the answered calls' latency (their ``LATENCY_QUANTILE``
-        quantile; timed by the comparator, ``record(seconds=...)``), else the fastest answered round, or while
-        neither is known, the longest round cut with no call back (``RoundLatency.call_floor``). Calls wait for
+        quantile; timed by the comparator, ``record(seconds=...)``), else the fastest answered round, raised to the
+        longest time a round's calls were in flight and cut with no call back since the newest answer
+        (``RoundLatency.call_floor``; ``sending`` ends a round's wait for slots). Calls wait for
         their slots after their round is planned: under load they would otherwise go out too late, each cut at the
         deadline and its slot taken from a call that could be answered; and a judge slower than the time budget
         would get a round of calls from every query, none answered (docs/latency.md)."""
         left = self.time_left(query)
         if left is None:
             return False
-        latency = self.floors.get(query, self.latency) if query is not None else self.latency
+        latency = self._floor_of(query)
         floor = latency.call_floor() if latency is not None else None
         return left <= max(DEADLINE_SLACK, floor or 0.0)
+
+    def sending(self, query: str | None = None) -> None:
+        """Note that a call of ``query`` goes out now, after its wait for a slot and ``too_late``: its round's first
+        ends the round's wait for slots (``judging.CallFloor.sent``), which a round cut with no call back does not
+        count as the judge's latency. A comparator that says nothing leaves the round's wait counted."""
+        latency = self._floor_of(query)
+        if isinstance(latency, CallFloor):
+            latency.sent(self.clock())
+
+    def _floor_of(self, query: str | None) -> Any:
+        """What ``query``'s calls read for the call floor: its entry in ``floors``, else ``latency``."""
+        return self.floors.get(query, self.latency) if query is not None else self.latency
 
     def chunks(self, pairs: Sequence[T]) -> Iterator[Sequence[T]]:
         """``pairs`` cut into consecutive chunks of at most ``max_concurrency`` (one chunk when uncapped)."""
@@ -766,6 +780,7 @@ class Comparator:
                 left = guard.time_left(query)
                 if left is not None and guard.too_late(query):
                     return None
+                guard.sending(query)
                 try:
                     raw = await (blocking(self._judge_within) if threads else self._ajudge_within)(
                         query, chunk, guard, hold, left)

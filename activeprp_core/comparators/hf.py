@@ -214,6 +214,8 @@ class TransformersComparator(SwappablePrompts, FreshState, Comparator):
             guard.check()
             if start is not None and not start(idx):
                 return
+            for query in {queries[u] for u in idx}:
+                guard.sending(query)
             outputs = self._run([units[i] for i in idx])
             self.scored_prompts += len(idx)
             self.forward_passes += 1

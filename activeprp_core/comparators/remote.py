@@ -591,6 +591,7 @@ class _Attempts:
         left = self._left()
         if not self.count:
             self.sent_at = self.guard.clock()
+            self.guard.sending(self.query)
         self.count += 1
         return (request if left is None else timed(request, left)), left
 
