@@ -9,6 +9,7 @@ top-N from ``bm25s`` (Lucene variant, k1=0.9, b=0.4, English stop words), as in 
 
 from __future__ import annotations
 
+import codecs
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -87,9 +88,10 @@ def load_rankgpt(name: str, jsonl: str | Path, qrels: str | Path) -> Collection:
     Raises:
         FileNotFoundError: ``jsonl`` is missing. InputError (a ValueError): a file that is not UTF-8, not JSON
             (e.g. truncated), or a record not in this layout, named ``FILE:LINE`` (``FILE: record N`` in a list).
+            A UTF-8 BOM is accepted.
     """
     with open(jsonl, "rb") as f:
-        one_list = f.read(64).lstrip().startswith(b"[")
+        one_list = f.read(64).removeprefix(codecs.BOM_UTF8).lstrip().startswith(b"[")
     records = ([(f"{jsonl}: record {i}", r) for i, r in enumerate(read_json(jsonl), 1)] if one_list
                else [(f"{jsonl}:{n}", r) for n, r in iter_json_objects(jsonl)])
     queries, cands = {}, {}
@@ -205,7 +207,7 @@ def load_noveleval(data_dir: str | Path) -> Collection:
 def _cran_records(path: Path) -> list[tuple[str, dict[str, str]]]:
     records: list[tuple[str, dict[str, str]]] = []
     field_name = None
-    for n, line in enumerate(path.read_text().replace("\r", "").splitlines(), 1):
+    for n, line in iter_lines(path):
         m = re.match(r"^\.([ITABW])\b\s*(.*)$", line)
         if m and m.group(1) == "I":
             records.append((m.group(2).strip(), {}))
@@ -222,12 +224,16 @@ def _cran_records(path: Path) -> list[tuple[str, dict[str, str]]]:
 
 def load_cranfield(data_dir: str | Path, depth: int = 100) -> Collection:
     """Cranfield: ``cran.all.1400`` (docs: title + abstract), ``cran.qry`` (queries, numbered 1..225 by their
-    position in the file), ``cranqrel`` (code 1..4 -> gain 5 - code, -1 -> 0); BM25 top-``depth``."""
+    position in the file), ``cranqrel`` (code 1..4 -> gain 5 - code, -1 -> 0); BM25 top-``depth``.
+
+    Raises:
+        InputError (a ValueError): a missing file, one that is not UTF-8 or a malformed line, named ``FILE:LINE``.
+    """
     d = Path(data_dir)
     docs = {i: f"{r.get('T', '')} {r.get('W', '')}".strip() for i, r in _cran_records(d / "cran.all.1400")}
     queries = {str(pos): r.get("W", "").strip() for pos, (_, r) in enumerate(_cran_records(d / "cran.qry"), 1)}
     qrels: Qrels = {}
-    for n, line in enumerate((d / "cranqrel").read_text().splitlines(), 1):
+    for n, line in iter_lines(d / "cranqrel"):
         parts = line.split()
         if len(parts) >= 3:
             code = _integer(d / "cranqrel", n, "relevance code", parts[2])

@@ -117,7 +117,7 @@ def _json_object(path: str | Path, n: int, line: str) -> dict:
 
 
 def read_json(path: str | Path) -> object:
-    """The JSON value that is the whole of the UTF-8 file ``path``.
+    """The JSON value that is the whole of the UTF-8 file ``path`` (a BOM is accepted, as by the line readers).
 
     Raises:
         OSError: the file cannot be read (left to the caller, which knows what a missing file means there).
@@ -125,7 +125,7 @@ def read_json(path: str | Path) -> object:
     """
     data = Path(path).read_bytes()
     try:
-        return json.loads(data.decode("utf-8"))
+        return json.loads(data.decode("utf-8").removeprefix("\ufeff"))
     except UnicodeDecodeError as err:
         raise InputError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
     except ValueError as err:

@@ -26,6 +26,7 @@ from activeprp_bench.datasets import (
     load_cranfield,
     load_named,
     load_noveleval,
+    load_rankgpt,
     load_trec_dl,
     load_trec_files,
     resort,
@@ -84,6 +85,19 @@ def test_noveleval_and_cranfield_loaders():
     assert len(cran.qids) == 225 and len(cran.candidates["1"]) == 50
     assert set(g for q in cran.qrels.values() for g in q.values()) <= {0, 1, 2, 3, 4}
     assert 0.2 < _mean(cran.first_stage_ndcg()) < 0.6  # plain BM25 on Cranfield
+
+
+@pytest.mark.parametrize("name", ["data.json", "data.jsonl"])
+def test_rankgpt_file_with_a_bom_is_read(tmp_path, name):
+    """A UTF-8 BOM before a RankGPT list (data.json) was reported as ``data.json:1: not a JSON object but an
+    array`` (the list sniff saw the BOM, not ``[``); a BOM is accepted, as the other readers accept it."""
+    hits = [_HIT, _HIT.replace('"qid": 1', '"qid": 2')]
+    records = [f'{{"query": "q{i}", "hits": [{hit}]}}' for i, hit in enumerate(hits, 1)]
+    text = f"[{', '.join(records)}]" if name == "data.json" else "\n".join(records)
+    (tmp_path / name).write_bytes(b"\xef\xbb\xbf" + text.encode())
+    (tmp_path / "qrels.txt").write_text("1 0 d1 1\n2 0 d1 0\n")
+    coll = load_rankgpt("x", tmp_path / name, tmp_path / "qrels.txt")
+    assert coll.queries == {"1": "q1", "2": "q2"} and [c.id for c in coll.candidates["2"]] == ["d1"]
 
 
 def test_bootstrap_ci_and_paired_test_on_synthetic_data():
@@ -312,14 +326,23 @@ _HIT = '{"content": "text", "qid": 1, "docid": "d1", "rank": 1, "score": 2.5}'
                  "beir-scifact/queries.test.jsonl": '{"_id": "1", "text": "q"}\n',
                  "beir-scifact/qrels/test.tsv": "query-id\tcorpus-id\tscore\n1\td1\n"},
      "beir-scifact/qrels/test.tsv:2: expected query-id<TAB>corpus-id<TAB>score, got 2 column(s)"),
+    ("cranfield", {"cranfield/cran.all.1400": ".I 1\n.W\ntext\n", "cranfield/cran.qry": b".I 1\n.W\nqu\xe9ry\n",
+                   "cranfield/cranqrel": "1 1 2\n"},
+     "cranfield/cran.qry:3: not UTF-8 (byte 0xe9 at column 3)"),
+    ("cranfield", {"cranfield/cran.all.1400": ".I 1\n.W\ntext\n", "cranfield/cran.qry": ".I 1\n.W\nq\n",
+                   "cranfield/cranqrel": b"1 1 2\n1 1\xff 2\n"},
+     "cranfield/cranqrel:2: not UTF-8 (byte 0xff at column 4)"),
+    ("cranfield", {"cranfield/cran.all.1400": ".I 1\n.W\ntext\n", "cranfield/cranqrel": "1 1 2\n"},
+     "cranfield/cran.qry: no such file"),
 ])
 def test_bench_broken_collection_file_is_one_line_naming_it_and_exit_2(tmp_path, capsys, collection, files, says):
-    """A truncated or malformed collection file under ``--data`` (JSON, JSONL, qrels) ended in a traceback
-    (JSONDecodeError, KeyError, ValueError); now one line naming ``--data``, the file (and line) and what is wrong."""
+    """A truncated or malformed collection file under ``--data`` (JSON, JSONL, qrels; Cranfield files that are not
+    UTF-8) ended in a traceback (JSONDecodeError, KeyError, ValueError, UnicodeDecodeError); now one line naming
+    ``--data``, the file (and line) and what is wrong."""
     data = tmp_path / "data"
     for name, text in files.items():
         (data / name).parent.mkdir(parents=True, exist_ok=True)
-        (data / name).write_text(text)
+        (data / name).write_bytes(text if isinstance(text, bytes) else text.encode())
     out = tmp_path / "out"
     code = main(["bench", "grid", "--data", str(data), "--collections", collection, "--rankers", "mohajer",
                  "--oracles", "bidirectional", "--budgets", "10", "--seeds", "1", "--no-progress", "--out", str(out)])
