@@ -33,7 +33,7 @@ from pathlib import Path
 
 from activeprp_cli import progress_wanted, require_extra
 from activeprp_cli.rerank import add_judge_args, count, judge_options, seconds
-from activeprp_cli.rerank_run import check_out
+from activeprp_cli.rerank_run import check_out, out_name
 from activeprp_cli.trecfiles import STDOUT, json_type, read_json
 from activeprp_core.errors import InputError, scrub
 
@@ -503,10 +503,18 @@ def _walltime(args) -> int:
 
 def _auto_table(args) -> int:
     """``auto-table``: the table from the rows of ``--from-csv``; its ``source`` is the command that rebuilds it
-    (the paths as given, e.g. relative to the repository root)."""
+    (the paths as given, e.g. relative to the repository root). ``--out -`` or ``--report -`` writes that one to
+    stdout, and the line saying what was written goes to stderr.
+
+    Raises:
+        InputError: both ``--out -`` and ``--report -`` (one stdout cannot carry the JSON and the report), or any
+            unusable path or file (before the rows are read).
+    """
     from .autotable import RULE, TOLERANCE, build_auto_table, build_regret_table, read_family
     from .grid import read_csv
 
+    if args.out == STDOUT and args.report == STDOUT:
+        raise InputError("--out - and --report - both name stdout: write one of them to a file")
     args.tolerance = TOLERANCE if args.tolerance is None else args.tolerance
     args.rule = args.rule or RULE
     _check_out(args.out, parents=True)  # before the reading, which can take minutes, as the files below
@@ -535,10 +543,15 @@ def _auto_table(args) -> int:
         table = build_regret_table(family, source, args.tolerance, base, args.rule)
     else:
         table = build_auto_table(family, source)
-    _out_dir(str(Path(args.out).parent))
-    Path(args.out).write_text(json.dumps(table, indent=None, separators=(",", ":")) + "\n")
-    print(f"{args.out}: {len(table['settings'])} settings, {sum(len(s['cells']) for s in table['settings'])} cells",
-          file=sys.stderr if args.report == STDOUT else sys.stdout)  # stdout is the report's with --report -
+    text = json.dumps(table, indent=None, separators=(",", ":")) + "\n"
+    if args.out == STDOUT:
+        sys.stdout.write(text)
+    else:
+        _out_dir(str(Path(args.out).parent))
+        Path(args.out).write_text(text)
+    print(f"{out_name(args)}: {len(table['settings'])} settings, "
+          f"{sum(len(s['cells']) for s in table['settings'])} cells",
+          file=sys.stderr if STDOUT in (args.out, args.report) else sys.stdout)
     return 0
 
 
@@ -695,7 +708,8 @@ def add_parser(subparsers) -> None:
     auto.add_argument("--from-csv", nargs="+", required=True, type=_existing_file,
                       help="rows.csv[.gz|.xz] files of bench grid runs")
     auto.add_argument("--out", default="activeprp_core/data/auto_table.json",
-                      help="where to write the table (default: %(default)s, the shipped one: overwritten)")
+                      help="where to write the table (default: %(default)s, the shipped one: overwritten); - writes "
+                      "it to stdout, and the line saying what was written goes to stderr (not with --report -)")
     auto.add_argument("--tolerance", type=seconds(allow_none=False, unit="nDCG points"), default=None,
                       help="family grids (rows with a judge): nDCG points within which rows count as equally good "
                       "and the previous budget's choice is kept (default autotable.TOLERANCE)")

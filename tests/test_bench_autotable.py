@@ -219,6 +219,25 @@ def test_auto_table_report_dash_is_stdout_and_the_summary_line_goes_to_stderr(tm
     assert err.startswith("a.json: ") and err.endswith(" cells\n") and err.count("\n") == 1
 
 
+def test_auto_table_out_dash_is_stdout_and_with_report_dash_a_usage_error(tmp_path, capsys, monkeypatch):
+    """``--out -`` wrote a file named ``-`` while ``--report -`` meant stdout; now the table's JSON is stdout's
+    alone and the summary line goes to stderr; both on stdout is one usage line, before the rows are read."""
+    write_csv(_grid(), tmp_path / "rows.csv.xz", SLIM_COLUMNS)
+    monkeypatch.chdir(tmp_path)
+    argv = ["bench", "auto-table", "--from-csv", "rows.csv.xz", "--reference", str(SHIPPED), "--out", "-"]
+    assert main([*argv, "--report", "report.md"]) == 0
+    out, err = capsys.readouterr()
+    assert not (tmp_path / "-").exists() and (tmp_path / "report.md").is_file()
+    table = json.loads(out)
+    cells = sum(len(s["cells"]) for s in table["settings"])
+    assert table["settings"] and err == f"stdout: {len(table['settings'])} settings, {cells} cells\n"
+    assert main([*argv, "--report", "-"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == ("activeprp: error: --out - and --report - both name stdout: write one of them "
+                                 "to a file\n")
+    assert not (tmp_path / "-").exists()
+
+
 def test_auto_table_is_built_from_grid_rows():
     def row(ranker, oracle, budget, ndcg, rounds, seed=0, qid="1", cap=-1):
         return Row(collection="c", qid=qid, ranker=ranker, oracle=oracle, budget=budget, seed=seed, n=20, top_k=3,
