@@ -407,3 +407,42 @@ def test_a_duck_typed_judges_estimate_tokens_prices_its_prompts(entry):
     res = rerank("q", cands(10), **kw) if entry == "rerank" else asyncio.run(arerank("q", cands(10), **kw))
     assert res.calls == 2 and res.prompt_tokens + res.completion_tokens == 1802 <= 2000
     assert res.exhausted_by == ["token_budget"]
+
+
+class _Raises(Comparator):
+    def __init__(self, error):
+        self.error = error
+
+    def compare(self, query, pairs):
+        raise self.error
+
+
+class _ARaises(_Raises):
+    async def acompare(self, query, pairs):
+        raise self.error
+
+
+class _DuckRaises:
+    def __init__(self, error):
+        self.error = error
+
+    def compare(self, query, pairs):
+        raise self.error
+
+
+@pytest.mark.parametrize("judge", [_Raises, _ARaises, _DuckRaises])
+@pytest.mark.parametrize(("mode", "time_budget"), [("sync", None), ("sync", 60.0), ("async", None), ("async", 60.0)])
+def test_a_comparator_raising_stopiteration_is_named_alike_on_both_paths(judge, mode, time_budget):
+    """A comparator's ``compare`` raising StopIteration (canned answers run out) reached the sync ``rerank`` as
+    Python's bare ``RuntimeError: coroutine raised StopIteration`` (the chunk loop runs coroutines by hand), the async
+    one as a RuntimeError naming it; now both name it, its cause kept, with the accounting a ValueError gets."""
+    def run(error):
+        kw = dict(comparator=judge(error), budget=10, time_budget=time_budget)
+        with pytest.raises(Exception) as info:
+            rerank("q", cands(5), **kw) if mode == "sync" else asyncio.run(arerank("q", cands(5), **kw))
+        return info.value
+
+    stopped, valued = run(StopIteration("no answer left")), run(ValueError("no answer left"))
+    assert type(stopped) is RuntimeError and str(stopped) == "the comparator raised StopIteration('no answer left')"
+    assert isinstance(stopped.__cause__, StopIteration) and stopped.__cause__.args == ("no answer left",)
+    assert stopped.accounting.calls == valued.accounting.calls > 0

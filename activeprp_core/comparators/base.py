@@ -347,6 +347,25 @@ async def gather_or_cancel(awaitables: Sequence[Awaitable[T]]) -> list[T]:
         raise
 
 
+def comparator_stopped(stop: StopIteration) -> RuntimeError:
+    """The error raised for a ``StopIteration`` that a comparator's ``compare`` / ``judge`` (or ``acompare`` /
+    ``ajudge``) raised, its cause ``stop``: it cannot pass through the coroutines that call it, where Python turns it
+    into a ``RuntimeError`` that names nothing ("coroutine raised StopIteration", PEP 479). The same on the sync and
+    the async path, and like any other exception of the comparator it propagates, with the accounting."""
+    error = RuntimeError(f"the comparator raised {stop!r}")
+    error.__cause__ = stop
+    return error
+
+
+def _stop_iteration(error: Exception) -> StopIteration | None:
+    """The ``StopIteration`` that ``error`` is, or that PEP 479 (or ``comparator_stopped``) turned into the
+    ``RuntimeError`` ``error`` on its way out of a coroutine; None otherwise."""
+    if isinstance(error, StopIteration):
+        return error
+    cause = error.__cause__
+    return cause if isinstance(error, RuntimeError) and isinstance(cause, StopIteration) else None
+
+
 def _in_daemon_thread(call: Callable[[], T], done: Callable[[T | None, BaseException | None], None],
                       daemon: bool = True) -> None:
     """Start ``call()`` in a daemon thread, in a copy of the caller's context (its ``contextvars``: tracing, a
@@ -359,7 +378,7 @@ def _in_daemon_thread(call: Callable[[], T], done: Callable[[T | None, BaseExcep
         try:
             value, error = call(), None
         except StopIteration as exc:  # a future cannot hold it (the wait for it would never end)
-            value, error = None, RuntimeError(f"the comparator raised StopIteration: {exc!r}")
+            value, error = None, comparator_stopped(exc)
         except BaseException as exc:  # handed to the waiting side
             value, error = None, exc
         done(value, error)
@@ -773,7 +792,8 @@ class Comparator:
         """One chunk under ``guard``, for ``_chunked``: its slots (``threads``: the sync path's, and this never
         suspends), then its answers, ``_CUT`` or None (not sent: no slot before the deadline, or too late). A chunk
         the subclass's ``judge`` / ``compare`` raised on was handed to it: its calls are recorded as sent, outcome
-        unknown (``record(None)``: spent, the breaker's streak unchanged), before the error propagates."""
+        unknown (``record(None)``: spent, the breaker's streak unchanged), before the error propagates; a
+        ``StopIteration`` as ``comparator_stopped``, on both paths."""
         try:
             async with guard.slots(len(chunk), guard.time_left(query), threads) as hold:
                 guard.check()  # after the wait for slots: the breaker may have opened meanwhile
@@ -787,8 +807,11 @@ class Comparator:
                 except asyncio.CancelledError:  # sent, its outcome unknown (e.g. the client went away)
                     cut_calls(guard, len(chunk))
                     raise
-                except Exception:
+                except Exception as error:
                     sent_unknown(guard, len(chunk))
+                    stop = _stop_iteration(error)
+                    if stop is not None:
+                        raise comparator_stopped(stop) from stop
                     raise
         except DeadlinePassed:  # no slot before the deadline
             return None
