@@ -240,7 +240,12 @@ def connect(address: str | None = None, *, num_cpus: int | None = None) -> bool:
             ``"auto"``); with Ray's token authentication (on by default in ray 2.60) the cluster's token must
             be in ``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH`` or ``~/.ray/auth_token``. ``HOST:PORT`` and
             ``ray://HOST:PORT`` are first probed with a TCP connection (``PROBE_TIMEOUT_S``), and so is
-            ``RAY_ADDRESS`` for ``"auto"`` (Ray connects there when it is set). None: start a new
+            ``RAY_ADDRESS`` for ``"auto"`` (Ray connects there when it is set). Without ``RAY_ADDRESS``,
+            ``"auto"`` goes where the last ``ray start`` wrote (``ray_current_cluster`` in Ray's temp directory,
+            ``/tmp/ray``, or under ``$RAY_TMPDIR`` / ``$TMPDIR``), which only Ray's private helpers read: it is
+            not probed, so a file left by a head that died without ``ray stop`` (a crash, an OOM kill, a restarted
+            container that kept /tmp) makes ``ray.init`` retry it for minutes; run ``ray stop`` (or remove that
+            file), or pass ``HOST:PORT``, which is probed. None: start a new
             local Ray on this machine that listens on 127.0.0.1 only (Ray's ``address="local"``: ``RAY_ADDRESS``
             and a cluster left by ``ray start`` are ignored; sets
             ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` unless set, which only works when Ray was not imported yet in
