@@ -864,6 +864,20 @@ def test_a_refused_base_url_is_shown_without_its_password():
     assert "PASSWD99" not in str(info.value) and "***@127.0.0.1:8000/v1" in str(info.value)
 
 
+def test_openai_base_url_from_the_environment_is_checked_named_and_its_password_kept_secret(monkeypatch):
+    """With ``base_url=None`` the SDK reads ``$OPENAI_BASE_URL`` itself: a bad one was not checked, its
+    ``user:password@`` neither sent as a header nor scrubbed, and messages named api.openai.com instead."""
+    monkeypatch.setenv("OPENAI_BASE_URL", "localhost:8000/v1")
+    with pytest.raises(ValueError, match="^OPENAI_BASE_URL must be an http"):
+        OpenAIChatComparator("m", api_key="k")
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://user:PASSWD99@127.0.0.1:9/v1")
+    comp = OpenAIChatComparator("m", api_key="k")
+    assert comp.endpoint == "http://127.0.0.1:9/v1" and "PASSWD99" not in repr(comp)
+    assert scrub("PASSWD99 dXNlcjpQQVNTV0Q5OQ==", comp._secrets) == "*** ***"
+    monkeypatch.delenv("OPENAI_BASE_URL")
+    assert OpenAIChatComparator("m", api_key="k").endpoint == "api.openai.com"
+
+
 # ---- prompts: literal braces, and copies with other prompts ----------------------------------------------------------
 JSON_PROMPT = ('Reply as JSON, e.g. {"answer": "A"}.\nQuery: {query}\nPassage A: {first}\nPassage B: {second}\n'
                "Answer with the single letter A or B.")

@@ -66,8 +66,9 @@ def _parse(response: Any) -> Answer:
                        field(usage, "prompt_tokens"), field(usage, "completion_tokens"))
 
 
-def check_base_url(base_url: Any) -> str | None:
-    """``base_url`` when it is None or an http:// or https:// URL with a host (a str).
+def check_base_url(base_url: Any, name: str = "base_url") -> str | None:
+    """``base_url`` when it is None or an http:// or https:// URL with a host (a str); ``name`` says where it came
+    from in the messages.
 
     Raises:
         TypeError: not a str. ValueError: not such a URL (the usual slip: ``localhost:8000/v1`` without
@@ -76,7 +77,7 @@ def check_base_url(base_url: Any) -> str | None:
     if base_url is None:
         return None
     if not isinstance(base_url, str):
-        raise TypeError(f"base_url must be a str (an http:// or https:// URL), got {type(base_url).__name__}")
+        raise TypeError(f"{name} must be a str (an http:// or https:// URL), got {type(base_url).__name__}")
     try:
         parts = urlsplit(base_url)
         usable = parts.scheme in ("http", "https") and bool(parts.hostname) and (parts.port or 0) >= 0
@@ -84,7 +85,7 @@ def check_base_url(base_url: Any) -> str | None:
         usable = False
     if not usable:
         shown = re.sub(r"^([^/@]*//)?[^/@]*@", r"\1***@", base_url)  # user:password@ hidden, with or without a scheme
-        raise ValueError(f"base_url must be an http:// or https:// URL with a host, e.g. http://127.0.0.1:8000/v1, "
+        raise ValueError(f"{name} must be an http:// or https:// URL with a host, e.g. http://127.0.0.1:8000/v1, "
                          f"got {shown!r}")
     return base_url
 
@@ -132,7 +133,8 @@ class OpenAIChatComparator(SwappablePrompts, RemoteComparator):
 
     Args:
         model: the model name sent to the endpoint.
-        base_url: the endpoint (e.g. ``http://127.0.0.1:8000/v1``); None = api.openai.com. A ``user:password@``
+        base_url: the endpoint (e.g. ``http://127.0.0.1:8000/v1``); None = ``$OPENAI_BASE_URL``, else
+            api.openai.com (read here, as the SDK would read it: checked, and named in messages). A ``user:password@``
             in it is sent as the ``Authorization: Basic`` header httpx would make of it (it replaces the key's
             Bearer header), taken out of the URL the client gets (httpx logs the URL of each request), and counts
             as a secret (``url_credentials``).
@@ -173,6 +175,8 @@ class OpenAIChatComparator(SwappablePrompts, RemoteComparator):
             raise TypeError(f"model must be a str, got {type(model).__name__}")
         if not model:
             raise ValueError("model must not be empty")
+        if base_url is None and os.environ.get("OPENAI_BASE_URL"):  # the SDK's default: checked and named here too
+            base_url = check_base_url(os.environ["OPENAI_BASE_URL"], "OPENAI_BASE_URL")
         credentials = url_credentials(check_base_url(base_url))
         if api_key is not None and not isinstance(api_key, str):  # never shown: it may be the key, as bytes
             raise TypeError(f"api_key must be a str, got {type(api_key).__name__}")
