@@ -7,7 +7,6 @@ import logging
 import math
 import random
 import re
-import sys
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -15,6 +14,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -24,7 +24,7 @@ from activeprp_core.comparators.prompts import cut_words
 from activeprp_core.errors import scrub
 from activeprp_core.reranking import log as engine_log
 
-from .bodies import CallerError, Limits, RerankRequest, TEIRequest, returned_document
+from .bodies import CallerError, IntegerTooLong, Limits, RerankRequest, TEIRequest, parse_json, returned_document
 from .service import Overloaded, RerankService, ShuttingDown
 
 API_VERSIONS = {"v1": "1", "v2": "2"}
@@ -74,10 +74,30 @@ def _parse_error(error: BaseException | None) -> str | None:
                 "UTF-8 JSON)")
     if isinstance(error, RecursionError):  # arrays or objects nested deeper than Python's parser follows
         return "invalid request: the body nests its JSON arrays and objects too deep to parse: send a flatter body"
-    if isinstance(error, ValueError) and "integer string conversion" in str(error):  # Python's int_max_str_digits
-        return (f"invalid request: a number in the body has more than {sys.get_int_max_str_digits()} digits, more "
-                "than this server parses: send fewer digits")
+    if isinstance(error, IntegerTooLong):
+        return f"invalid request: {error}"
     return None
+
+
+class BoundedJSONRequest(Request):
+    """A request whose ``json()`` is ``bodies.parse_json`` (no integer of more than ``MAX_INTEGER_DIGITS`` digits)."""
+
+    async def json(self) -> Any:
+        if not hasattr(self, "_json"):
+            self._json = parse_json(await self.body())
+        return self._json
+
+
+class BoundedJSONRoute(APIRoute):
+    """A route whose handler, and FastAPI's parse of its body model, get a ``BoundedJSONRequest``."""
+
+    def get_route_handler(self) -> Callable[[Request], Any]:
+        handler = super().get_route_handler()
+
+        async def bounded(request: Request) -> Response:
+            return await handler(BoundedJSONRequest(request.scope, request.receive))
+
+        return bounded
 
 
 def _validation_message(exc: RequestValidationError | ValidationError) -> str:
@@ -183,6 +203,7 @@ class Routes:
         self.secrets, self.judge_block = secrets, judge_block
 
     def mount(self, app: FastAPI) -> None:
+        app.router.route_class = BoundedJSONRoute
         for version in API_VERSIONS:
             app.post(f"/{version}/rerank", summary=f"Cohere rerank API {version}")(self.cohere(version))
         app.post("/rerank", summary="Jina (documents) or TEI (texts) rerank API")(self.rerank_jina_tei)
