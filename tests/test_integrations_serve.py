@@ -132,7 +132,8 @@ def test_200_concurrent_requests_are_all_answered_within_their_budgets(batching)
         async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as client:
             return await asyncio.gather(*(client.post("/v2/rerank", json=b) for b in bodies))
 
-    with serving(create_app(judge, **SERVER, max_active=64)) as (url, _):
+    # one client stands for 200: its bodies, sent at once, are all being received at once
+    with serving(create_app(judge, **SERVER, max_active=64, max_uploads_per_client=None)) as (url, _):
         responses = asyncio.run(send_all(url))
         metrics = httpx.get(f"{url}/metrics").text
     assert [r.status_code for r in responses] == [200] * 200
@@ -1153,6 +1154,30 @@ def test_bodies_received_at_once_are_capped_by_the_queue():
     assert refused.status_code == 429 and refused.headers["retry-after"] == "1"
     assert "2 request bodies are being received" in refused.json()["message"]
     assert served.status_code == 200
+
+
+def test_one_client_s_stalled_uploads_cannot_take_every_body_slot():
+    """300 connections from one client that sent a head and then a byte every 2 s held every body slot (max_active
+    + max_queue), so every other client's rerank got 429 for as long as it went on."""
+    app = create_app(WordJudge(), **SERVER, max_active=1, max_queue=4, max_uploads_per_client=2)
+    with serving(app) as (url, _):
+        stalled = [_connect(url, HEAD % 1000 + b'{"query": ') for _ in range(2)]
+        deadline = time.monotonic() + 10
+        while metric(httpx.get(f"{url}/metrics").text, "activeprp_requests_in_progress") < 2:
+            assert time.monotonic() < deadline, "the stalled uploads did not reach the gate"
+            time.sleep(0.02)
+        refused = httpx.post(f"{url}/v2/rerank", json=GOOD)  # from 127.0.0.1, like the stalled ones
+        host, port = url.removeprefix("http://").split(":")
+        other = socket.create_connection((host, int(port)), timeout=10, source_address=("127.0.0.2", 0))
+        body = json.dumps(GOOD).encode()
+        other.sendall(HEAD.replace(b"Host: test\r\n", b"Host: test\r\nConnection: close\r\n") % len(body) + body)
+        served = _until_closed(other)
+        for sock in stalled:
+            sock.close()
+    assert refused.status_code == 429 and refused.headers["retry-after"] == "1"
+    assert refused.json()["message"].startswith("2 request bodies from your address are being received, this "
+                                                "server's cap per client (--max-uploads-per-client)")
+    assert served.startswith(b"HTTP/1.1 200") and b'"results"' in served
 
 
 @pytest.mark.parametrize("status", [401, 413])

@@ -65,6 +65,12 @@ DEFAULT_CLIENT_TIMEOUT = 30.0
 """Seconds a client may take to send a request's head (from connecting or its previous answer) and, then, its
 body, and to read an answer, by default: a stalled or trickling client holds a connection and up to a body's cap (or
 an answer) of memory that long."""
+DEFAULT_MAX_UPLOADS_PER_CLIENT = 64
+"""Request bodies received at once from one peer address by default, of the ``max_active + max_queue`` (288) the
+server receives at once: 300 connections from one client that sent a head and then a byte every 2 s took every slot,
+and every other client's rerank got 429 for as long as they went on. A burst of requests holds its slots while its
+bodies arrive (200 requests sent at once over loopback all held one), so this is not much lower. Behind a proxy every
+client has the proxy's address: raise it there (docs/serve.md, "Size caps")."""
 AUTH_KEYS_ENV = "ACTIVEPRP_AUTH_KEYS"
 """The environment variable holding API keys the service accepts (comma-separated), beside ``--auth-key``."""
 SIMULATED_HELP = ("a judge without a model and without labels (a request's documents carry none: each counts as "
@@ -101,6 +107,7 @@ def create_app(
     secrets: Iterable[str | None] = (),
     judge_block: JudgeBlock | None = None,
     client_timeout: float | None = DEFAULT_CLIENT_TIMEOUT,
+    max_uploads_per_client: int | None = DEFAULT_MAX_UPLOADS_PER_CLIENT,
     **options: Any,
 ) -> FastAPI:
     """A FastAPI app serving Cohere-compatible reranking with ``comparator`` as the judge (``app.create_app``,
@@ -131,6 +138,10 @@ def create_app(
         client_timeout: seconds a request's body may take to arrive whole after its head (else 408; None = no
             limit). At most ``max_active + max_queue`` bodies are received at once (one more: 429), so the bodies
             held in memory are bounded by that times the body cap, each for at most these seconds.
+        max_uploads_per_client: the most bodies received at once from one peer address (one more: 429), so that
+            one client's slow uploads cannot take every slot; None = no cap per client. The address is the ASGI
+            scope's client: the TCP peer's, a proxy's behind one (the app reads no forwarded header; uvicorn
+            takes X-Forwarded-For's only from a peer in its ``forwarded_allow_ips``, by default loopback).
 
     Returns:
         the app; its lifespan starts the breaker's probes and stops the service after the requests in flight
@@ -148,7 +159,8 @@ def create_app(
     return create(comparator, settings, max_active=max_active, max_queue=max_queue, max_documents=max_documents,
                   max_document_bytes=max_document_bytes, max_query_bytes=max_query_bytes,
                   max_body_bytes=max_body_bytes, auth_keys=auth_keys, cool_down=cool_down, secrets=secrets,
-                  judge_block=judge_block, client_timeout=client_timeout, **options)
+                  judge_block=judge_block, client_timeout=client_timeout,
+                  max_uploads_per_client=max_uploads_per_client, **options)
 
 
 def auth_keys(args: argparse.Namespace) -> list[str]:
@@ -232,6 +244,12 @@ def add_parser(subparsers: Any) -> None:
                         "answer (else the connection is closed), then its whole body (else 408), and to read an "
                         "answer (else what is unsent is dropped and the connection reset); at most --max-active "
                         "plus --max-queue bodies are received at once (default %(default)s)")
+    g.add_argument("--max-uploads-per-client", type=count(minimum=1, allow_none=True),
+                   default=DEFAULT_MAX_UPLOADS_PER_CLIENT,
+                   help="request bodies received at once from one peer address, one more gets 429 with Retry-After, "
+                        "so that one client's slow uploads cannot take every slot; behind a proxy every client has "
+                        "its address (X-Forwarded-For is read only from $FORWARDED_ALLOW_IPS, by default 127.0.0.1 "
+                        "and ::1): raise it there; none = no cap per client (default %(default)s)")
     g.add_argument("--shutdown-timeout", type=seconds(allow_none=False), default=60.0,
                    help="seconds a graceful shutdown (Ctrl-C, SIGTERM) waits for the requests in flight: a request "
                         "not yet reranked whose time budget would end after that gets 503 with Retry-After at "
@@ -285,7 +303,8 @@ def main(args: argparse.Namespace) -> int:
                          max_document_bytes=args.max_document_bytes, max_query_bytes=args.max_query_bytes,
                          max_body_bytes=args.max_body_bytes, auth_keys=keys, cool_down=args.cool_down,
                          secrets=[args.api_key, os.environ.get("OPENAI_API_KEY"),
-                                  *url_credentials(args.base_url).secrets], client_timeout=args.client_timeout)
+                                  *url_credentials(args.base_url).secrets], client_timeout=args.client_timeout,
+                         max_uploads_per_client=args.max_uploads_per_client)
         except (TypeError, ValueError) as err:
             raise InputError(str(err)) from None
         config = uvicorn.Config(app, host=args.host, port=args.port, timeout_graceful_shutdown=args.shutdown_timeout,

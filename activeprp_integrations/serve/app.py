@@ -32,6 +32,7 @@ from . import (
     DEFAULT_MAX_DOCUMENTS,
     DEFAULT_MAX_QUERY_BYTES,
     DEFAULT_MAX_QUEUE,
+    DEFAULT_MAX_UPLOADS_PER_CLIENT,
     SERVE,
     serve_settings,
 )
@@ -103,6 +104,7 @@ def create_app(
     secrets: Iterable[str | None] = (),
     judge_block: JudgeBlock | None = None,
     client_timeout: float | None = DEFAULT_CLIENT_TIMEOUT,
+    max_uploads_per_client: int | None = DEFAULT_MAX_UPLOADS_PER_CLIENT,
     **options: Any,
 ) -> FastAPI:
     """The app of ``activeprp_integrations.serve.create_app``, whose docstring documents every parameter and
@@ -112,7 +114,8 @@ def create_app(
                                  ("max_documents", max_documents, 1), ("max_document_bytes", max_document_bytes, 1),
                                  ("max_query_bytes", max_query_bytes, 1)]:
         check_count(value, name, minimum=minimum)
-    check_count(max_body_bytes, "max_body_bytes", minimum=1, allow_none=True)
+    for name, value in [("max_body_bytes", max_body_bytes), ("max_uploads_per_client", max_uploads_per_client)]:
+        check_count(value, name, minimum=1, allow_none=True)
     client_timeout = check_seconds(client_timeout, "client_timeout", positive=True, allow_none=True)
     if isinstance(auth_keys, (str, bytes)):  # its characters would each be a key
         raise TypeError(f"auth_keys must be a list of keys, not one {type(auth_keys).__name__}: pass [key]")
@@ -134,7 +137,8 @@ def create_app(
                     max_query_bytes, max_body_bytes)
     secrets = [s for s in [*secrets, *keys] if s]
     scrub_logs(secrets)
-    gate = dict(keys=keys, max_uploads=max_active + max_queue, body_timeout=client_timeout)
+    gate = dict(keys=keys, max_uploads=max_active + max_queue, body_timeout=client_timeout,
+                max_uploads_per_client=max_uploads_per_client)
     return _app(Routes(service, limits, metrics, secrets, judge_block), gate)
 
 

@@ -7,6 +7,7 @@ import asyncio
 import hmac
 import json
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any
@@ -60,8 +61,9 @@ class Gate:
        with ``hmac.compare_digest``, every key tried);
     2. the queue: when ``overloaded()`` returns an ``Overloaded`` (the service's queue is full), 429 with
        ``Retry-After`` before the body is read;
-    3. the body: at most ``max_uploads`` bodies are read at once (one more gets 429 with ``Retry-After: 1``), each
-       within ``body_timeout`` seconds of its head (else 408); a body whose ``Content-Length`` or whose bytes read
+    3. the body: at most ``max_uploads`` bodies are read at once, and at most ``max_uploads_per_client`` (None:
+       no such cap) from one peer address (one more gets 429 with ``Retry-After: 1``), each within ``body_timeout``
+       seconds of its head (else 408); a body whose ``Content-Length`` or whose bytes read
        so far (chunked or not) pass ``max_body_bytes`` gets 413 at once; at most the cap is held in memory; a body
        read whole that holds more than ``max_body_values`` JSON values (``json_values``) gets 413 before it is
        parsed. Every refusal before the body was read whole closes the connection;
@@ -75,11 +77,13 @@ class Gate:
 
     def __init__(self, app: Any, *, routes: Iterable[str], keys: Iterable[str], max_body_bytes: int,
                  max_body_values: int, metrics: Any, overloaded: Callable[[], Any], max_uploads: int,
-                 body_timeout: float | None) -> None:
+                 body_timeout: float | None, max_uploads_per_client: int | None = None) -> None:
         self.app, self.routes, self.max_body_bytes, self.metrics = app, frozenset(routes), max_body_bytes, metrics
         self.max_body_values, self.max_uploads, self.body_timeout = max_body_values, max_uploads, body_timeout
+        self.max_uploads_per_client = max_uploads_per_client
         self.keys, self.overloaded = [k.encode() for k in keys], overloaded
         self.uploads = 0
+        self.client_uploads: Counter[str | None] = Counter()  # peer host -> its bodies being received
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         route = route_path(scope) if scope["type"] == "http" else None
@@ -129,6 +133,12 @@ class Gate:
         if refusal is not None:
             return await send_error(send, 429, str(refusal), "overloaded", [("retry-after", str(refusal.retry_after))],
                                     close=True)
+        client = (scope.get("client") or (None,))[0]  # the peer: a proxy's own address behind one
+        mine = self.client_uploads[client]
+        if self.max_uploads_per_client is not None and mine >= self.max_uploads_per_client:
+            return await send_error(send, 429, f"{mine} request bodies from your address are being received, this "
+                                    "server's cap per client (--max-uploads-per-client): retry later", "overloaded",
+                                    [("retry-after", "1")], close=True)
         if self.uploads >= self.max_uploads:
             return await send_error(send, 429, f"{self.uploads} request bodies are being received, this server's cap "
                                     "(--max-active plus --max-queue): retry later", "overloaded",
@@ -137,6 +147,7 @@ class Gate:
         if length is not None and (not length.isdigit() or int(length) > self.max_body_bytes):
             return await self._too_large(send)
         self.uploads += 1
+        self.client_uploads[client] += 1
         try:
             body = await asyncio.wait_for(self._read(receive), self.body_timeout)
         except asyncio.TimeoutError:
@@ -145,6 +156,9 @@ class Gate:
                                     "timeout", close=True)
         finally:
             self.uploads -= 1
+            self.client_uploads[client] -= 1
+            if not self.client_uploads[client]:
+                del self.client_uploads[client]
         if body is None:  # the client went away
             return
         if len(body) > self.max_body_bytes:
