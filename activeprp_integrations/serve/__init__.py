@@ -65,12 +65,13 @@ DEFAULT_CLIENT_TIMEOUT = 30.0
 """Seconds a client may take to send a request's head (from connecting or its previous answer) and, then, its
 body, and to read an answer, by default: a stalled or trickling client holds a connection and up to a body's cap (or
 an answer) of memory that long."""
-DEFAULT_MAX_UPLOADS_PER_CLIENT = 64
-"""Request bodies received at once from one peer address by default, of the ``max_active + max_queue`` (288) the
-server receives at once: 300 connections from one client that sent a head and then a byte every 2 s took every slot,
-and every other client's rerank got 429 for as long as they went on. A burst of requests holds its slots while its
-bodies arrive (200 requests sent at once over loopback all held one), so this is not much lower. Behind a proxy every
-client has the proxy's address: raise it there (docs/serve.md, "Size caps")."""
+DEFAULT_MAX_UPLOADS_PER_CLIENT = (DEFAULT_MAX_ACTIVE + DEFAULT_MAX_QUEUE) // 2
+"""Request bodies received at once from one peer address by default: half of the ``max_active + max_queue`` (288)
+the server receives at once, so that the other clients always have the other half. 300 connections from one client
+that sent a head and then a byte every 2 s took every slot, and every other client's rerank got 429 for as long as
+they went on. Not lower: a burst holds its slots while its bodies arrive (200 requests sent at once over loopback all
+held one), and a service's usual client is one application server. Behind a proxy every client has the proxy's
+address: raise it there (docs/serve.md, "Size caps")."""
 AUTH_KEYS_ENV = "ACTIVEPRP_AUTH_KEYS"
 """The environment variable holding API keys the service accepts (comma-separated), beside ``--auth-key``."""
 SIMULATED_HELP = ("a judge without a model and without labels (a request's documents carry none: each counts as "
@@ -248,8 +249,8 @@ def add_parser(subparsers: Any) -> None:
                    default=DEFAULT_MAX_UPLOADS_PER_CLIENT,
                    help="request bodies received at once from one peer address, one more gets 429 with Retry-After, "
                         "so that one client's slow uploads cannot take every slot; behind a proxy every client has "
-                        "its address (X-Forwarded-For is read only from $FORWARDED_ALLOW_IPS, by default 127.0.0.1 "
-                        "and ::1): raise it there; none = no cap per client (default %(default)s)")
+                        "its address (X-Forwarded-For is read only from $FORWARDED_ALLOW_IPS, by default loopback "
+                        "addresses): raise it there; none = no cap per client (default %(default)s)")
     g.add_argument("--shutdown-timeout", type=seconds(allow_none=False), default=60.0,
                    help="seconds a graceful shutdown (Ctrl-C, SIGTERM) waits for the requests in flight: a request "
                         "not yet reranked whose time budget would end after that gets 503 with Retry-After at "
