@@ -130,7 +130,8 @@ def exchange(reranking: Reranking, guard: CallGuard) -> Generator[Batch, Any, Re
         try:
             judgments = to_judgments((yield batch), len(batch.prompts))
         except Exception as error:
-            reranking.fail(error, sent=guard.completed - sent_before, answered=answered_before(error))
+            answered = answered_before(error, batch.query, batch.pairs)
+            reranking.fail(error, sent=guard.completed - sent_before, answered=answered)
             continue
         reranking.send(judgments)
     return reranking.result()

@@ -176,7 +176,7 @@ class _Window:
         for (index, reranking, batch), outcome, calls in zip(step, outcomes, sent):
             if isinstance(outcome, Exception):
                 self._resolve(index, reranking, partial(Reranking.fail, error=outcome, sent=calls,
-                                                        answered=answered_before(outcome)))
+                                                        answered=answered_before(outcome, batch.query, batch.pairs)))
             else:
                 self._resolve(index, reranking, partial(_send, outcome, len(batch.prompts)))
 
@@ -248,7 +248,7 @@ def _charge(reranking: Reranking, batch: Batch, error: Exception, outcome: Any, 
     calls sent (``sent``) as failed ones (``Reranking.fail``, whose raising of ``error`` is the caller's)."""
     answered: list[Judgment] = []
     if isinstance(outcome, Exception):
-        answered = answered_before(outcome)
+        answered = answered_before(outcome, batch.query, batch.pairs)
     else:
         with contextlib.suppress(InvalidAnswer):  # wrong-shaped answers: its sent calls count as failed
             answered = to_judgments(outcome, len(batch.prompts))

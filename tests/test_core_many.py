@@ -471,6 +471,42 @@ class LaterChunkFails(Comparator):
         return [0.5] if self.then == "shape" else [None] * len(pairs)
 
 
+@pytest.mark.parametrize("entry", ["rerank_many", "arerank_many"])
+def test_one_exception_object_raised_for_two_queries_hands_neither_the_other_s_answers(entry):
+    """Review s65g, finding 1: the answers of the chunks before a failing one rode on the exception object, so a
+    comparator raising one stored error for two queries (or a merged call's error handed to each request) gave query
+    A the answers of query B, which raised it last: A came out in B's order. They are kept with the batch they
+    answer (``answered_before(error, query, pairs)``); another batch's are not read."""
+    from activeprp_core import ComparatorUnavailable
+
+    quota = ComparatorUnavailable("quota exhausted", status_code=429)  # a client that re-raises its last error
+
+    class Judge(Comparator):
+        def __init__(self) -> None:
+            self.chunks: dict[str, int] = {}
+
+        def compare(self, query, pairs):
+            self.chunks[query] = self.chunks.get(query, 0) + 1
+            if self.chunks[query] > 1:
+                raise quota
+            return [float((int(a.id) > int(b.id)) == (query == "A")) for a, b in pairs]
+
+    cands = [Candidate(str(i), f"p{i}") for i in range(4)]
+    kw = dict(ranker="allpairs", oracle="single", budget=50, max_concurrency=2, on_failure="prior")
+    alone = {q: rerank(q, cands, comparator=Judge(), **kw).order for q in "AB"}
+    assert alone["A"] != alone["B"]
+    requests = [("A", cands), ("B", cands)]
+    if entry == "rerank_many":
+        results = list(rerank_many(requests, comparator=Judge(), carry_judge=False, **kw))
+    else:
+        async def run():
+            return [r async for r in arerank_many(requests, comparator=Judge(), **kw)]
+        results = asyncio.run(run())
+    for query, result in zip("AB", results):
+        assert result.order in (alone[query], list(range(4))), (query, result.order)  # its own answers, or none
+
+
+
 @pytest.mark.parametrize("on_failure", ["raise", "prior"])
 @pytest.mark.parametrize("then", ["raise", "shape", "breaker"])
 @pytest.mark.parametrize("entry", sorted(_entry_points()))

@@ -532,7 +532,9 @@ async def _chunked(query: str, pairs: Sequence[Pair], guard: CallGuard,
             out.extend(answers)
     except Exception as error:
         with contextlib.suppress(AttributeError, TypeError):  # an exception that takes no attributes: none kept
-            setattr(error, _ANSWERED, out)  # set on every raise: an exception object raised again is not stale
+            # set on every raise (an exception object raised again is not stale), with the question they answer:
+            # one object may be raised for several queries (a client's stored error, a merged call's)
+            setattr(error, _ANSWERED, (query, list(pairs[: len(out)]), out))
         raise
     return out + [unsent()] * (len(pairs) - len(out))
 
@@ -541,12 +543,19 @@ _ANSWERED = "activeprp_answered"
 """The attribute of an exception raised by the chunk loop that holds the judgments answered before it."""
 
 
-def answered_before(error: BaseException) -> list[Judgment]:
-    """The judgments of the first pairs of a batch, answered by the chunks before the one ``error`` was raised for
-    (the chunk loop of ``Comparator.judge`` / ``ajudge``), in order; [] when none (or ``error`` came from
-    elsewhere). A driver hands them to ``Reranking.fail``."""
-    answered = getattr(error, _ANSWERED, None)
-    return list(answered) if isinstance(answered, list) else []
+def answered_before(error: BaseException, query: str, pairs: Sequence[Pair]) -> list[Judgment]:
+    """The judgments of the first pairs of the batch ``query``, ``pairs`` (the same ``Candidate`` objects),
+    answered by the chunks before the one ``error`` was raised for (the chunk loop of ``Comparator.judge`` /
+    ``ajudge``), in order; [] when none, or when ``error`` was last raised for another batch (another query's, or a
+    merged call's: the answers it holds are not this batch's). A driver hands them to ``Reranking.fail``."""
+    kept = getattr(error, _ANSWERED, None)
+    if not (isinstance(kept, tuple) and len(kept) == 3):
+        return []
+    asked, answered_pairs, answered = kept
+    if asked != query or len(answered_pairs) > len(pairs) or any(
+            a[0] is not b[0] or a[1] is not b[1] for a, b in zip(answered_pairs, pairs)):
+        return []
+    return list(answered)
 
 
 @contextmanager
