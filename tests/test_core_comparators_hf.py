@@ -675,17 +675,23 @@ def test_a_script_ending_after_a_time_capped_arerank_exits_cleanly(tiny_t5):
 
 
 def test_a_bad_model_path_dtype_or_device_raises_a_clear_error(tiny_t5, tmp_path):
+    import shutil
+
     import torch
 
     (tmp_path / "empty").mkdir()
     (tmp_path / "config-only").mkdir()
     (tmp_path / "config-only" / "config.json").write_text("{}")  # a save that lost its weights
     (tmp_path / "model.gguf").write_bytes(b"GGUF")
+    (tmp_path / "no-tokenizer").mkdir()  # model.save_pretrained without tokenizer.save_pretrained
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(tiny_t5 / name, tmp_path / "no-tokenizer")
     bad = {str(tmp_path / "missing"): (FileNotFoundError, "no model directory at"),
            "no-such-org/no-such-model": (FileNotFoundError, r"in the local Hugging Face cache \(nothing is downloaded"),
            str(tmp_path / "empty"): (OSError, r"has no config.json and no weights \(\*.safetensors or \*.bin\)"),
-           str(tmp_path / "config-only"): (OSError, r"has no weights \(\*.safetensors or \*.bin\): it is no"),
-           str(tmp_path / "model.gguf"): (OSError, r"is a file, not a model directory.*bundled_model_dir\(\)")}
+           str(tmp_path / "config-only"): (OSError, r"has no weights \(\*.safetensors or \*.bin\) and no tokenizer"),
+           str(tmp_path / "model.gguf"): (OSError, r"is a file, not a model directory.*bundled_model_dir\(\)"),
+           str(tmp_path / "no-tokenizer"): (OSError, r"has no tokenizer files \(e.g. tokenizer.json")}
     for path, (kind, message) in bad.items():
         with pytest.raises(kind, match=message):
             TransformersComparator(path, mode="ab")

@@ -78,7 +78,8 @@ class TransformersComparator(SwappablePrompts, FreshState, Comparator):
         TypeError: a count that is not an int (bools refused), a ``dtype`` neither a str nor a torch dtype.
         OSError: no model at ``model``, naming it and what to give instead (``hf_model.check_model_source``):
             ``FileNotFoundError`` for no such directory and no such model id in the local HF cache (nothing is
-            downloaded); a directory without ``config.json``; a file (a GGUF file: ``bundled_model_dir``). Also
+            downloaded); a directory without ``config.json``, weights or tokenizer files (checked before any
+            weights load); a file (a GGUF file: ``bundled_model_dir``). Also
             unpickling where the model cannot be loaded: names its path and what to change (the cause chained).
     """
 

@@ -43,9 +43,10 @@ def _load(path: str, device: str, dtype: Any) -> tuple[Any, Any]:
 
             check_model_source(path)
             config = AutoConfig.from_pretrained(path, local_files_only=True)
+            tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)  # before the (slow) weights
             auto = AutoModelForSeq2SeqLM if config.is_encoder_decoder else AutoModelForCausalLM
             model = auto.from_pretrained(path, dtype=dtype, local_files_only=True).to(device).eval()
-            _MODELS[key] = (model, AutoTokenizer.from_pretrained(path, local_files_only=True))
+            _MODELS[key] = (model, tokenizer)
         return _MODELS[key]
 
 
@@ -56,12 +57,14 @@ def check_model_source(path: str) -> None:
 
     Raises:
         FileNotFoundError: no such directory, and no such model id in the local HF cache.
-        OSError: a directory without ``config.json`` or without PyTorch weights (``*.safetensors``, ``*.bin``), or a
-            file (a GGUF file: use ``bundled_model_dir``).
+        OSError: a directory without ``config.json``, without PyTorch weights (``*.safetensors``, ``*.bin``) or
+            without tokenizer files (``_has_tokenizer``), or a file (a GGUF file: use ``bundled_model_dir``).
     """
     if os.path.isdir(path):
         missing = [what for what, there in (("config.json", os.path.isfile(os.path.join(path, "config.json"))),
-                                            ("weights (*.safetensors or *.bin)", _has_weights(path))) if not there]
+                                            ("weights (*.safetensors or *.bin)", _has_weights(path)),
+                                            ("tokenizer files (e.g. tokenizer.json, tokenizer_config.json)",
+                                             _has_tokenizer(path))) if not there]
         if missing:
             raise OSError(f"{path!r} has no {' and no '.join(missing)}: it is no Hugging Face model directory. Give "
                           f"the directory a model and its tokenizer were saved to (save_pretrained)")
@@ -89,6 +92,16 @@ def check_model_source(path: str) -> None:
 def _has_weights(path: str) -> bool:
     """Whether the directory ``path`` holds PyTorch weights transformers loads (safetensors or a ``.bin`` file)."""
     return any(name.endswith((".safetensors", ".bin")) for name in os.listdir(path))
+
+
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "spiece.model", "vocab.json",
+                    "vocab.txt", "tekken.json")
+
+
+def _has_tokenizer(path: str) -> bool:
+    """Whether the directory ``path`` holds any file a tokenizer is saved as (``save_pretrained`` always writes
+    ``tokenizer_config.json``; the vocab files of tokenizers saved otherwise: ``_TOKENIZER_FILES``, ``*.tiktoken``)."""
+    return any(name in _TOKENIZER_FILES or name.endswith(".tiktoken") for name in os.listdir(path))
 
 
 def model_location(model: str | os.PathLike) -> str:
