@@ -735,3 +735,21 @@ def test_a_model_id_of_the_local_hf_cache_still_loads(tiny_t5, tmp_path):
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "loaded True True" in done.stdout
+
+
+def test_a_model_without_a_language_model_head_is_refused(tmp_path, model_dir):
+    """An embedding model (BertModel, as all-MiniLM) loads as BertLMHeadModel with a random head: refused, named."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    tok = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+    config = BertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=64)
+    torch.manual_seed(0)
+    BertModel(config).save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    for mode in ("ab", "query_likelihood"):
+        with pytest.raises(ValueError, match=r"is no causal or seq2seq language model: loaded as BertLMHeadModel, it "
+                                             r"lacks \d+ weights \(cls\.predictions"):
+            TransformersComparator(tmp_path, mode=mode)
+

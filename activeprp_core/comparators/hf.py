@@ -73,8 +73,9 @@ class TransformersComparator(SwappablePrompts, FreshState, Comparator):
         ImportError: torch/transformers missing (names the ``activeprp[hf]`` extra).
         ValueError: unknown mode, a prompt without its placeholders, answer labels that are not single tokens,
             a count below 1, a context too small for the prompt template, a ``device`` torch cannot use in this
-            process (e.g. ``"cuda"`` without CUDA, ``"gpu"``), or a ``dtype`` name that is no floating-point torch
-            dtype (e.g. ``"fp16"``).
+            process (e.g. ``"cuda"`` without CUDA, ``"gpu"``), a ``dtype`` name that is no floating-point torch
+            dtype (e.g. ``"fp16"``), or a model that is no causal or seq2seq LM (weights of its LM head missing, as
+            in an embedding model or a cross-encoder; named, with the missing weights).
         TypeError: a count that is not an int (bools refused), a ``dtype`` neither a str nor a torch dtype.
         OSError: no model at ``model``, naming it and what to give instead (``hf_model.check_model_source``):
             ``FileNotFoundError`` for no such directory and no such model id in the local HF cache (nothing is

@@ -35,6 +35,8 @@ def _load(path: str, device: str, dtype: Any) -> tuple[Any, Any]:
 
     Raises:
         OSError: no model at ``path`` (``check_model_source``).
+        ValueError: the model lacks weights of the class it loads as (no language-model head: an embedding model,
+            a cross-encoder), which transformers would fill with random values.
     """
     key = (path, device, str(dtype))
     with _MODELS_LOCK:
@@ -45,8 +47,15 @@ def _load(path: str, device: str, dtype: Any) -> tuple[Any, Any]:
             config = AutoConfig.from_pretrained(path, local_files_only=True)
             tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)  # before the (slow) weights
             auto = AutoModelForSeq2SeqLM if config.is_encoder_decoder else AutoModelForCausalLM
-            model = auto.from_pretrained(path, dtype=dtype, local_files_only=True).to(device).eval()
-            _MODELS[key] = (model, tokenizer)
+            model, info = auto.from_pretrained(path, dtype=dtype, local_files_only=True, output_loading_info=True)
+            if info["missing_keys"]:  # transformers filled them with random values: the judge would be random
+                missing = sorted(info["missing_keys"])
+                raise ValueError(
+                    f"{path!r} is no causal or seq2seq language model: loaded as {type(model).__name__}, it lacks "
+                    f"{len(missing)} weights ({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}), "
+                    f"e.g. the language-model head of an embedding model or a cross-encoder. Give a causal (chat) LM "
+                    f"or a seq2seq LM such as Flan-T5")
+            _MODELS[key] = (model.to(device).eval(), tokenizer)
         return _MODELS[key]
 
 
