@@ -753,3 +753,29 @@ def test_a_model_without_a_language_model_head_is_refused(tmp_path, model_dir):
                                              r"lacks \d+ weights \(cls\.predictions"):
             TransformersComparator(tmp_path, mode=mode)
 
+
+def test_the_converted_bundled_model_is_readable_as_new_files_are(tmp_path, model_dir, monkeypatch):
+    """The conversion's files get the modes ``open`` gives (0644 under umask 022; safetensors writes 0600), its
+    directory those ``mkdir`` gives (0755): a shared ``ACTIVEPRP_CACHE_DIR`` serves other users. A tiny random
+    Llama stands in for the GGUF's dequantised model (the slow step)."""
+    import stat
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    tok = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+    torch.manual_seed(0)
+    tiny = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32,
+                                        num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1))
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", lambda *a, **kw: tiny)
+    monkeypatch.setattr(AutoTokenizer, "from_pretrained", lambda *a, **kw: tok)
+    old = os.umask(0o022)
+    try:
+        target = bundled_model_dir(tmp_path / "cache")
+    finally:
+        os.umask(old)
+    assert target.name == model_dir.name and (target / "model.safetensors").is_file()
+    assert stat.S_IMODE(target.stat().st_mode) == 0o755
+    modes = {path.name: stat.S_IMODE(path.stat().st_mode) for path in target.iterdir()}
+    assert modes and set(modes.values()) == {0o644}, modes
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == [model_dir.name]  # no temp dir left

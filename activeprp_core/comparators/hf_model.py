@@ -9,6 +9,7 @@ import importlib.util
 import os
 import re
 import shutil
+import stat
 import tempfile
 import threading
 from collections.abc import Callable, Sequence
@@ -143,7 +144,8 @@ def bundled_model_dir(cache_dir: str | os.PathLike | None = None) -> Path:
     The GGUF (Q4_1) is dequantised by transformers (``gguf_file=``, needs ``gguf`` and ``accelerate``; the slow
     step, done once) and saved with its tokenizer under ``cache_dir`` (default: ``$ACTIVEPRP_CACHE_DIR`` or
     ``~/.cache/activeprp``), from which later loads are quick (times: docs/comparators.md). The directory is
-    written atomically (temp dir + rename), so concurrent first uses are safe.
+    written atomically (temp dir + rename), so concurrent first uses are safe, with the modes new files get (0644
+    under a 022 umask: ``_default_modes``), so that other users can read a shared cache.
 
     Returns:
         the directory (a ``Path``).
@@ -168,10 +170,10 @@ def bundled_model_dir(cache_dir: str | os.PathLike | None = None) -> Path:
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=root))
-    tmp.chmod(0o755)
     try:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+        _default_modes(tmp)
         os.replace(tmp, target)
     except OSError:
         if not (target / "config.json").is_file():
@@ -179,6 +181,23 @@ def bundled_model_dir(cache_dir: str | os.PathLike | None = None) -> Path:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+def _default_modes(directory: Path) -> None:
+    """Give ``directory`` and its files the modes ``mkdir`` and ``open`` give new ones (0777 / 0666 less the umask:
+    0755 / 0644 under the usual 022), so that a shared cache directory serves other users: ``mkdtemp`` makes 0700 and
+    safetensors writes 0600. The modes are read off probes made here (``os.umask`` can only be read by setting it,
+    which races with other threads creating files)."""
+    probe_dir, probe_file = directory / ".mode-dir", directory / ".mode-file"
+    probe_dir.mkdir()
+    probe_file.touch()
+    dir_mode, file_mode = stat.S_IMODE(probe_dir.stat().st_mode), stat.S_IMODE(probe_file.stat().st_mode)
+    probe_dir.rmdir()
+    probe_file.unlink()
+    for path in directory.iterdir():
+        if path.is_file():
+            path.chmod(file_mode)
+    directory.chmod(dir_mode)
 
 
 def pad(seqs: list[list[int]], pad_id: int, left: bool) -> tuple[list[list[int]], list[list[int]]]:
