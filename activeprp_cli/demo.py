@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import json
 import os
 import time
@@ -19,12 +18,11 @@ from activeprp_core.types import Candidate
 
 from . import progress_wanted, require_extra
 from .metrics import EVAL_EXTRA, ndcg_at_k, ranking_to_run
-from .rerank import add_comparator_args, add_ranking_args, count, make_comparator, run_rerank
+from .rerank import LOCAL, add_comparator_args, add_ranking_args, count, make_comparator, model_bars, run_rerank
 
 DATA = "dl19_demo.jsonl"  # DEMO_QUERIES queries x DEMO_HITS BM25 hits + qrels; see activeprp_cli/data/SOURCE.md
 DEMO_QUERIES, DEMO_HITS = 10, 30
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # set by the user: torch reads them, the demo leaves it be
-LOCAL = ("bundled", "hf")  # the comparators that run torch in this process
 PROC_LOADAVG = Path("/proc/loadavg")
 
 
@@ -88,28 +86,6 @@ def torch_threads(args: argparse.Namespace) -> Iterator[str]:
         yield f"torch threads: {threads} ({why})"
     finally:
         torch.set_num_threads(previous)
-
-
-@contextlib.contextmanager
-def model_bars(args: argparse.Namespace, show: bool) -> Iterator[None]:
-    """transformers' own progress bars (its "Loading weights" bar, and huggingface_hub's) shown in the ``with`` block
-    only when ``show`` (``progress_wanted``: not ``--no-progress``, stderr a terminal); their state is restored
-    afterwards. Nothing is imported for a comparator that loads no local model."""
-    if show or args.comparator not in LOCAL or importlib.util.find_spec("transformers") is None:
-        yield
-        return
-    from huggingface_hub import utils as hub
-    from transformers.utils import logging as hf_logging
-
-    was, hub_off = hf_logging.is_progress_bar_enabled(), hub.are_progress_bars_disabled()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        if was:
-            hf_logging.enable_progress_bar()  # turns huggingface_hub's on too
-        if hub_off != hub.are_progress_bars_disabled():
-            (hub.disable_progress_bars if hub_off else hub.enable_progress_bars)()
 
 
 def demo_judge(args: argparse.Namespace, rows: list[dict[str, Any]]) -> Any:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib.util
 import json
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
@@ -18,10 +19,11 @@ from activeprp_core.rankers.auto import AUTO
 from activeprp_core.settings import FIELDS, ONLINE, SPECS, Count, Flag, RerankSettings, Seconds
 from activeprp_core.types import Candidate, RerankResult
 
-from . import InputError, printable
+from . import InputError, printable, progress_wanted
 from .trecfiles import field, iter_json_objects
 
 COMPARATORS = ("bundled", "hf", "openai", "simulated")
+LOCAL = ("bundled", "hf")  # the comparators that run torch in this process
 _ID_KEYS, _TEXT_KEYS = ("id", "docid", "_id", "doc_id"), ("text", "content", "contents", "passage")
 DEFAULT_PASSAGE_TOKENS = 128
 """``--passage-tokens``' default: a local model (bundled, hf) cuts each passage to 128 tokens
@@ -117,6 +119,30 @@ def make_comparator(args: argparse.Namespace, candidates: list[Candidate] | None
     _need_model(args)
     with _building(args.comparator):
         return _make_comparator(args, candidates)
+
+
+@contextlib.contextmanager
+def model_bars(args: argparse.Namespace, show: bool) -> Iterator[None]:
+    """transformers' own progress bars (its "Loading weights" bar, and huggingface_hub's) shown in the ``with`` block
+    only when ``show`` (``progress_wanted``: not ``--no-progress``, stderr a terminal); their state is restored
+    afterwards. Nothing is imported for a comparator that loads no local model. Not reached: the bar of the bundled
+    model's one-time GGUF conversion ("Converting and de-quantizing GGUF tensors"), a plain tqdm in transformers that
+    no switch of it turns off."""
+    if show or args.comparator not in LOCAL or importlib.util.find_spec("transformers") is None:
+        yield
+        return
+    from huggingface_hub import utils as hub
+    from transformers.utils import logging as hf_logging
+
+    was, hub_off = hf_logging.is_progress_bar_enabled(), hub.are_progress_bars_disabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was:
+            hf_logging.enable_progress_bar()  # turns huggingface_hub's on too
+        if hub_off != hub.are_progress_bars_disabled():
+            (hub.disable_progress_bars if hub_off else hub.enable_progress_bars)()
 
 
 def check_comparator(args: argparse.Namespace, here: bool) -> None:
@@ -355,6 +381,8 @@ def add_parser(subparsers: Any) -> None:
     add_settings_args(p, ONLINE)
     add_comparator_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object (top-K and stats) instead of text")
+    p.add_argument("--no-progress", action="store_true", help="hide the model's loading bar (bundled/hf; stderr; "
+                   "shown only when stderr is a terminal)")
     p.set_defaults(func=main)
 
 
@@ -369,7 +397,9 @@ def main(args: argparse.Namespace) -> int:
     candidates = read_candidates(args.candidates)
     if not candidates:
         raise InputError(f"{args.candidates}: no candidates")
-    with make_comparator(args, candidates) as comparator:
+    with model_bars(args, progress_wanted(args.no_progress)):
+        comparator = make_comparator(args, candidates)
+    with comparator:
         result = run_rerank(args.query, candidates, comparator, args)
     top = result.order[: result.top_k]
     if args.json:

@@ -51,6 +51,7 @@ from .rerank import (
     check_comparator,
     count,
     make_comparator,
+    model_bars,
     seconds,
     settings_from_args,
 )
@@ -222,8 +223,8 @@ def add_parser(subparsers: Any) -> None:
                         "all)")
     p.add_argument("--tag", type=run_tag, default="activeprp", help="the run tag of OUT (6th column, no whitespace)")
     p.add_argument("--no-progress", action="store_true",
-                   help="hide the progress bar over queries (stderr; shown only when tqdm is installed and stderr "
-                        "is a terminal)")
+                   help="hide the progress bars, over queries and the model's loading (bundled/hf) (stderr; shown "
+                        "only when tqdm is installed and stderr is a terminal)")
     p.add_argument("--max-active", type=count(minimum=1), default=DEFAULT_MAX_ACTIVE, metavar="Q",
                    help="queries in progress at once: their rounds are merged into shared batches (default "
                         "%(default)s); bounds memory")
@@ -332,9 +333,10 @@ def start(args: argparse.Namespace, requests: Sequence[Request], qrels: Mapping[
     """The comparator to close at the end (None with ``--ray``: each actor builds its own), the start time and
     the lazy outcomes (``rerank_requests`` or ``ray_outcomes``)."""
     if args.ray is None:
-        comparator = as_comparator(build_comparator(args, requests, qrels))
-        return comparator, time.perf_counter(), rerank_requests(requests, comparator, args,
-                                                                progress_wanted(args.no_progress))
+        progress = progress_wanted(args.no_progress)
+        with model_bars(args, progress):
+            comparator = as_comparator(build_comparator(args, requests, qrels))
+        return comparator, time.perf_counter(), rerank_requests(requests, comparator, args, progress)
     factory = comparator_factory(args, requests, qrels)
     if args.comparator in ("simulated", "openai"):  # cheap to build: its errors show here, before Ray starts
         factory().close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
@@ -309,3 +310,44 @@ def test_the_comparator_flags_say_what_they_mean_for_each_comparator(capsys):
                                               "openai", "--model", "m", "--api-key", "k"])
     with make_comparator(args) as judge:  # openai reads the flag in words
         assert judge.max_passage_words == args.passage_tokens == DEFAULT_PASSAGE_TOKENS
+
+
+@pytest.mark.parametrize("command", ["rerank", "rerank-run"])
+def test_no_progress_hides_the_local_model_s_loading_bar_in_every_command(command, candidates_file, tmp_path,
+                                                                          monkeypatch, capsys):
+    """``rerank-run --no-progress 2> FILE`` (and ``rerank``) still wrote transformers' "Loading weights" bar into
+    FILE: the model's bars follow ``progress_wanted`` while the comparator is built (``model_bars``, as in the demo),
+    and their state is put back after."""
+    hf_logging = pytest.importorskip("transformers.utils.logging")
+    from huggingface_hub import utils as hub
+
+    from activeprp_cli import rerank as rerank_cli
+    from activeprp_cli import rerank_run
+    from activeprp_core import SimulatedComparator
+
+    seen = []
+
+    def judge(*args, **kwargs):
+        seen.append((hf_logging.is_progress_bar_enabled(), hub.are_progress_bars_disabled()))
+        return SimulatedComparator({})
+
+    monkeypatch.setattr(rerank_cli, "make_comparator", judge)
+    monkeypatch.setattr(rerank_run, "build_comparator", judge)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    before = (hf_logging.is_progress_bar_enabled(), hub.are_progress_bars_disabled())
+    assert before == (True, False)
+    row, path = candidates_file
+    if command == "rerank":
+        base = ["rerank", "--query", row["query"], "--candidates", str(path), "--comparator", "bundled"]
+    else:
+        run, queries, corpus = tmp_path / "in.run", tmp_path / "q.tsv", tmp_path / "corpus.tsv"
+        hits = row["hits"][:3]
+        run.write_text("".join(f"1 Q0 {h['docid']} {r} {10 - r} bm25\n" for r, h in enumerate(hits, 1)))
+        queries.write_text(f"1\t{row['query']}\n")
+        corpus.write_text("".join(f"{h['docid']}\t{' '.join(h['content'].split())}\n" for h in hits))
+        base = ["rerank-run", "--run", str(run), "--queries", str(queries), "--corpus", str(corpus), "--out",
+                str(tmp_path / "out.run"), "--comparator", "bundled", "--budget", "2"]
+    assert main([*base, "--no-progress"]) == 0 and main(base) == 0
+    assert seen == [(False, True), (True, False)]
+    assert (hf_logging.is_progress_bar_enabled(), hub.are_progress_bars_disabled()) == before
+    capsys.readouterr()
