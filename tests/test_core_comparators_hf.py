@@ -98,9 +98,11 @@ def test_truncation_keeps_prompts_inside_the_context(model_dir):
     assert len(prompt) + len(query) <= 160 and len(query) <= comp.max_query_tokens
     (j,) = comp.judge("fleas", [(Candidate("a", long_a), Candidate("b", long_b))])
     assert 0.0 <= j.prob <= 1.0 and j.prompt_tokens <= 160
-    too_small = TransformersComparator(model_dir, mode="ab", max_context=60)
-    with pytest.raises(ValueError, match="no room for passages"):
-        too_small.ab_prompt_ids("fleas", long_a, long_b)
+    with pytest.raises(ValueError, match="no room for passages in a 60-token context"):
+        TransformersComparator(model_dir, mode="ab", max_context=60)  # the template alone (79 tokens): at once
+    tight = TransformersComparator(model_dir, mode="ab", max_context=100)  # fits the template, not a 64-token query
+    with pytest.raises(ValueError, match="no room for passages in a 100-token context"):
+        tight.ab_prompt_ids("how long do fleas live " * 20, long_a, long_b)
 
 
 @pytest.mark.parametrize("mode", ["ab", "query_likelihood"])
@@ -779,3 +781,16 @@ def test_the_converted_bundled_model_is_readable_as_new_files_are(tmp_path, mode
     modes = {path.name: stat.S_IMODE(path.stat().st_mode) for path in target.iterdir()}
     assert modes and set(modes.values()) == {0o644}, modes
     assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == [model_dir.name]  # no temp dir left
+
+
+@pytest.mark.parametrize("mode", ["ab", "query_likelihood"])
+def test_a_context_too_small_for_the_template_is_refused_at_construction(tiny_t5, mode):
+    """``max_context=12`` (40 with the bundled chat model) constructed fine and raised only when judging
+    (``on_failure="prior"`` too): the template of the mode is now fitted at construction and by ``with_prompts``."""
+    with pytest.raises(ValueError, match="leave no room for passages in a 12-token context"):
+        TransformersComparator(tiny_t5, mode=mode, max_context=12)
+    comp = TransformersComparator(tiny_t5, mode=mode, max_context=512)
+    name = "prompt" if mode == "ab" else "ql_prompt"
+    long = "word " * 600 + ("{query} {first} {second}" if mode == "ab" else "{passage}")
+    with pytest.raises(ValueError, match="leave no room for passages in a 512-token context"):
+        comp.with_prompts(**{name: long})

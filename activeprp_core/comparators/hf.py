@@ -72,7 +72,8 @@ class TransformersComparator(SwappablePrompts, FreshState, Comparator):
     Raises:
         ImportError: torch/transformers missing (names the ``activeprp[hf]`` extra).
         ValueError: unknown mode, a prompt without its placeholders, answer labels that are not single tokens,
-            a count below 1, a context too small for the prompt template, a ``device`` torch cannot use in this
+            a count below 1, a context too small for the prompt template of the mode (with an empty query and empty
+            passages; ``judge`` raises it for a query that leaves no room), a ``device`` torch cannot use in this
             process (e.g. ``"cuda"`` without CUDA, ``"gpu"``), a ``dtype`` name that is no floating-point torch
             dtype (e.g. ``"fp16"``), or a model that is no causal or seq2seq LM (weights of its LM head missing, as
             in an embedding model or a cross-encoder; named, with the missing weights).
@@ -127,7 +128,7 @@ class TransformersComparator(SwappablePrompts, FreshState, Comparator):
 
         Raises:
             ValueError: answer labels that are not single tokens, or both the same token; a bad device or dtype
-                (``LocalModel``).
+                (``LocalModel``); a context too small for the template of the mode (``_check_context``).
             OSError: no model at the path in this process (``hf_model.check_model_source``, or transformers' error;
                 naming it).
         """
@@ -140,6 +141,25 @@ class TransformersComparator(SwappablePrompts, FreshState, Comparator):
         self._lock = threading.Lock()
         self.scored_prompts = self.forward_passes = 0
         self.reset_prompt_state()
+        self._check_context()
+
+    def with_prompts(self, **prompts: Any) -> Any:
+        """``SwappablePrompts.with_prompts``, the copy's template checked against the context as at construction.
+
+        Raises:
+            ValueError: as ``SwappablePrompts.with_prompts``; a context too small for the new template of the mode.
+        """
+        new = super().with_prompts(**prompts)
+        new._check_context()
+        return new
+
+    def _check_context(self) -> None:
+        """Raise ``LocalModel.fit``'s ValueError now, not at judge time, when the template of the mode with an empty
+        query and empty passages leaves no room for passages in the context."""
+        if self.mode == "ab":
+            self.ab_prompt_ids("", "", "")
+        else:
+            self.ql_prompt_ids("", "")
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         """An unpickled (or deep-copied) comparator: ``FreshState.__setstate__``, which loads the model here.
