@@ -794,3 +794,29 @@ def test_a_context_too_small_for_the_template_is_refused_at_construction(tiny_t5
     long = "word " * 600 + ("{query} {first} {second}" if mode == "ab" else "{passage}")
     with pytest.raises(ValueError, match="leave no room for passages in a 512-token context"):
         comp.with_prompts(**{name: long})
+
+
+def test_close_keeps_a_local_model_and_clear_model_cache_lets_it_go(tiny_t5, tmp_path):
+    """The process-wide cache kept every model loaded (``close()``, ``del``: RSS never fell): ``clear_model_cache``
+    drops them; a comparator still holding one keeps working, and the model is freed once none is left."""
+    import gc
+    import shutil
+    import weakref
+
+    from activeprp_core.comparators import clear_model_cache
+
+    where = shutil.copytree(tiny_t5, tmp_path / "own")  # a path of its own: no other test's comparator holds it
+    comp = TransformersComparator(where, mode="ab")
+    model = weakref.ref(comp.model)
+    comp.close()
+    del comp
+    gc.collect()
+    assert model() is not None  # the cache keeps it
+    kept = TransformersComparator(where, mode="ab")
+    assert kept.model is model() and clear_model_cache() >= 1
+    pair = [(Candidate("a", "x"), Candidate("b", "y"))]
+    assert 0.0 <= kept.compare("q", pair)[0] <= 1.0  # still works on its model
+    del kept
+    gc.collect()
+    assert model() is None
+    assert TransformersComparator(where, mode="ab").model is not None  # loaded again

@@ -10,6 +10,7 @@ and a missing one raises ``ImportError`` naming the extra to install (``activepr
 from .base import CallGuard, Comparator, SupportsCompare, as_comparator
 from .hf import TransformersABComparator, TransformersComparator, bundled_model_dir
 from .hf_likelihood import TransformersQLComparator
+from .hf_model import clear_model_cache
 from .openai_chat import OpenAIChatComparator
 from .prompts import PRP_PROMPT, QL_PROMPT
 from .remote import RemoteComparator
@@ -17,4 +18,4 @@ from .simulated import SimulatedComparator
 
 __all__ = ["PRP_PROMPT", "QL_PROMPT", "CallGuard", "Comparator", "OpenAIChatComparator", "RemoteComparator",
            "SimulatedComparator", "SupportsCompare", "TransformersABComparator", "TransformersComparator",
-           "TransformersQLComparator", "as_comparator", "bundled_model_dir"]
+           "TransformersQLComparator", "as_comparator", "bundled_model_dir", "clear_model_cache"]

@@ -60,7 +60,8 @@ class TransformersComparator(SwappablePrompts, FreshState, Comparator):
     substitute only their placeholders (other braces stay literal).
 
     Copies and pickles (``FreshState``): the model is loaded once per process and only read, so a copy never copies
-    its weights. ``copy.copy`` shares everything but the counters (it counts on from the original's values by
+    its weights. ``close()`` keeps it loaded for the next comparator on it; ``hf_model.clear_model_cache()`` lets the
+    process's models go. ``copy.copy`` shares everything but the counters (it counts on from the original's values by
     itself). ``copy.deepcopy`` copies the settings and shares the loaded model
     and tokenizer, with a lock of its own (the copy and the original may then run at the same time, as two
     comparators on one model do) and an empty score cache. A pickle holds the settings and the model's absolute

@@ -60,6 +60,18 @@ def _load(path: str, device: str, dtype: Any) -> tuple[Any, Any]:
         return _MODELS[key]
 
 
+def clear_model_cache() -> int:
+    """Drop the models this process loaded for ``TransformersComparator`` (kept per process by path, device and
+    dtype; ``close()`` keeps them) and return how many. A comparator built before keeps working on its model (it
+    holds a reference): the memory is freed once no such comparator is left (``gc.collect()``; on CUDA also
+    ``torch.cuda.empty_cache()``). The next comparator on a path loads it from disk again (a model re-saved there
+    is read anew)."""
+    with _MODELS_LOCK:
+        dropped = len(_MODELS)
+        _MODELS.clear()
+    return dropped
+
+
 def check_model_source(path: str) -> None:
     """Check that ``path`` is a model directory (it has ``config.json``) or the id of a model in the local HF cache,
     before transformers reads it (it would report a missing directory as a malformed repo id, and a model id not in
