@@ -379,13 +379,28 @@ def _quantile(seconds: list[float]) -> float | None:
 def floors_by_query(floors: Iterable[tuple[str, CallFloor]]) -> dict[str, CallFloor]:
     """What each query text's calls read in a call made for several queries at once (``CallGuard.floors``, set by
     ``RerankPool``'s merged calls and ``rerank_many``'s): from ``(query text, that query's CallFloor)`` pairs, in
-    order, each text's floor; for a text of several queries, a probing one's (the comparator tells their calls
-    apart by text only, and the probe's must go out; the others' calls of that text go out with it)."""
-    out: dict[str, CallFloor] = {}
+    order, each text's floor; for a text of several queries, one ``_SameText`` of them all (the comparator tells
+    their calls apart by text only)."""
+    groups: dict[str, list[CallFloor]] = {}
     for query, floor in floors:
-        if query not in out or floor.probing:
-            out[query] = floor
-    return out
+        groups.setdefault(query, []).append(floor)
+    return {query: group[0] if len(group) == 1 else _SameText(group) for query, group in groups.items()}
+
+
+class _SameText(CallFloor):
+    """The ``CallFloor`` of several queries with one text in a merged call: their calls read a probing one's floor
+    (none: the probe's calls must go out, and the others' of that text go with them). Which query a call that goes
+    out is for is not told, so each call marks all of them with its time, the latest winning (``sent``): a round's
+    wait for slots is then never taken for the judge's latency, at worst a little of its calls' time in flight is
+    not (review s65i: only one query was marked, and the other's wait raised the call floor to its whole budget)."""
+
+    def __init__(self, floors: list[CallFloor]) -> None:
+        super().__init__(floors[0].latency)
+        self.floors, self.probing = floors, any(floor.probing for floor in floors)
+
+    def sent(self, at: float) -> None:
+        for floor in self.floors:
+            floor.first_sent = at
 
 
 def margin_of(answers: object) -> float:

@@ -385,6 +385,30 @@ def test_a_cut_round_s_wait_for_slots_is_not_taken_for_the_judge_s_latency():
     assert latency.call_floor() == pytest.approx(1.55) and _guarded(clock, query()).too_late()
 
 
+def test_a_merged_call_marks_every_query_of_a_text_as_sent_with_its_latest_call():
+    """Review s65i, finding 1: in a call merged across queries the floors are per query text
+    (``floors_by_query``), so of two requests with one text only one was marked as sent; the other's round, cut
+    with no call back, took its wait for the slot for the judge's latency (the floor its whole 1.6 s budget, and a
+    later request sent no call). Each call marks all of that text's queries, the latest call winning."""
+    from activeprp_core.comparators.base import CallGuard
+    from activeprp_core.judging import CallFloor, floors_by_query
+
+    clock = FakeClock()
+    latency = RoundLatency(clock)
+    first, second, other = CallFloor(latency), CallFloor(latency), CallFloor(latency)
+    second.probing = True
+    guard = CallGuard()
+    guard.clock, guard.floors = clock, floors_by_query([("alpha", first), ("alpha", second), ("beta", other)])
+    assert guard.floors["beta"] is other and guard.floors["alpha"].call_floor() is None  # a probing one's: none
+    clock.now = 1.0
+    guard.sending("alpha")
+    clock.now = 2.0
+    guard.sending("alpha")  # the second call of that text: for either query
+    assert (first.first_sent, second.first_sent, other.first_sent) == (2.0, 2.0, None)
+    guard.sending("beta")
+    assert other.first_sent == 2.0
+
+
 def test_only_a_round_cut_with_no_call_back_sets_the_call_floor_and_an_answered_round_wins():
     """``RoundLatency.call_floor``: a cut round some of whose calls came back (answered, or failed with a judge
     error before the retry the deadline cut) shows calls can come back in its seconds: no floor from it; a round

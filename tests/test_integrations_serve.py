@@ -1156,10 +1156,12 @@ def test_bodies_received_at_once_are_capped_by_the_queue():
     assert served.status_code == 200
 
 
-def test_one_client_s_stalled_uploads_cannot_take_every_body_slot():
+@pytest.mark.parametrize("pool, cap", [((1, 4), 2), ((1, 3), "half")])
+def test_one_client_s_stalled_uploads_cannot_take_every_body_slot(pool, cap):
     """300 connections from one client that sent a head and then a byte every 2 s held every body slot (max_active
-    + max_queue), so every other client's rerank got 429 for as long as it went on."""
-    app = create_app(WordJudge(), **SERVER, max_active=1, max_queue=4, max_uploads_per_client=2)
+    + max_queue), so every other client's rerank got 429 for as long as it went on. The default cap, ``"half"``,
+    is half of the server's own pool (review s65i: it was half of the default pool, 144, above a small one's 4)."""
+    app = create_app(WordJudge(), **SERVER, max_active=pool[0], max_queue=pool[1], max_uploads_per_client=cap)
     with serving(app) as (url, _):
         stalled = [_connect(url, HEAD % 1000 + b'{"query": ') for _ in range(2)]
         deadline = time.monotonic() + 10

@@ -65,7 +65,8 @@ def clear_model_cache() -> int:
     dtype; ``close()`` keeps them) and return how many. A comparator built before keeps working on its model (it
     holds a reference): the memory is freed once no such comparator is left (``gc.collect()``; on CUDA also
     ``torch.cuda.empty_cache()``). The next comparator on a path loads it from disk again (a model re-saved there
-    is read anew)."""
+    is read anew), and so does a deep copy or unpickling of one built before: a second copy of the weights while the
+    first is still held."""
     with _MODELS_LOCK:
         dropped = len(_MODELS)
         _MODELS.clear()

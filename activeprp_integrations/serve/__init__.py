@@ -65,13 +65,14 @@ DEFAULT_CLIENT_TIMEOUT = 30.0
 """Seconds a client may take to send a request's head (from connecting or its previous answer) and, then, its
 body, and to read an answer, by default: a stalled or trickling client holds a connection and up to a body's cap (or
 an answer) of memory that long."""
-DEFAULT_MAX_UPLOADS_PER_CLIENT = (DEFAULT_MAX_ACTIVE + DEFAULT_MAX_QUEUE) // 2
-"""Request bodies received at once from one peer address by default: half of the ``max_active + max_queue`` (288)
-the server receives at once, so that the other clients always have the other half. 300 connections from one client
-that sent a head and then a byte every 2 s took every slot, and every other client's rerank got 429 for as long as
-they went on. Not lower: a burst holds its slots while its bodies arrive (200 requests sent at once over loopback all
-held one), and a service's usual client is one application server. Behind a proxy every client has the proxy's
-address: raise it there (docs/serve.md, "Size caps")."""
+HALF = "half"
+DEFAULT_MAX_UPLOADS_PER_CLIENT = HALF
+"""Request bodies received at once from one peer address by default: half of the ``max_active + max_queue`` the
+server receives at once (144 of the default 288), so that the other clients always have the other half. 300
+connections from one client that sent a head and then a byte every 2 s took every slot, and every other client's
+rerank got 429 for as long as they went on. Not lower: a burst holds its slots while its bodies arrive (200 requests
+sent at once over loopback all held one), and a service's usual client is one application server. Behind a proxy
+every client has the proxy's address: raise it there (docs/serve.md, "Size caps")."""
 AUTH_KEYS_ENV = "ACTIVEPRP_AUTH_KEYS"
 """The environment variable holding API keys the service accepts (comma-separated), beside ``--auth-key``."""
 SIMULATED_HELP = ("a judge without a model and without labels (a request's documents carry none: each counts as "
@@ -108,7 +109,7 @@ def create_app(
     secrets: Iterable[str | None] = (),
     judge_block: JudgeBlock | None = None,
     client_timeout: float | None = DEFAULT_CLIENT_TIMEOUT,
-    max_uploads_per_client: int | None = DEFAULT_MAX_UPLOADS_PER_CLIENT,
+    max_uploads_per_client: int | str | None = DEFAULT_MAX_UPLOADS_PER_CLIENT,
     **options: Any,
 ) -> FastAPI:
     """A FastAPI app serving Cohere-compatible reranking with ``comparator`` as the judge (``app.create_app``,
@@ -140,7 +141,8 @@ def create_app(
             limit). At most ``max_active + max_queue`` bodies are received at once (one more: 429), so the bodies
             held in memory are bounded by that times the body cap, each for at most these seconds.
         max_uploads_per_client: the most bodies received at once from one peer address (one more: 429), so that
-            one client's slow uploads cannot take every slot; None = no cap per client. The address is the ASGI
+            one client's slow uploads cannot take every slot; ``"half"`` (``HALF``, the default): half of
+            ``max_active + max_queue``; None = no cap per client. The address is the ASGI
             scope's client: the TCP peer's, a proxy's behind one (the app reads no forwarded header; uvicorn
             takes X-Forwarded-For's only from a peer in its ``forwarded_allow_ips``, by default loopback).
 
@@ -162,6 +164,11 @@ def create_app(
                   max_body_bytes=max_body_bytes, auth_keys=auth_keys, cool_down=cool_down, secrets=secrets,
                   judge_block=judge_block, client_timeout=client_timeout,
                   max_uploads_per_client=max_uploads_per_client, **options)
+
+
+def uploads_per_client(text: str) -> int | str | None:
+    """``--max-uploads-per-client``'s type: ``half`` (``HALF``), ``none`` or a count >= 1."""
+    return HALF if text == HALF else count(minimum=1, allow_none=True)(text)
 
 
 def auth_keys(args: argparse.Namespace) -> list[str]:
@@ -245,12 +252,13 @@ def add_parser(subparsers: Any) -> None:
                         "answer (else the connection is closed), then its whole body (else 408), and to read an "
                         "answer (else what is unsent is dropped and the connection reset); at most --max-active "
                         "plus --max-queue bodies are received at once (default %(default)s)")
-    g.add_argument("--max-uploads-per-client", type=count(minimum=1, allow_none=True),
+    g.add_argument("--max-uploads-per-client", type=uploads_per_client,
                    default=DEFAULT_MAX_UPLOADS_PER_CLIENT,
                    help="request bodies received at once from one peer address, one more gets 429 with Retry-After, "
                         "so that one client's slow uploads cannot take every slot; behind a proxy every client has "
                         "its address (X-Forwarded-For is read only from $FORWARDED_ALLOW_IPS, by default loopback "
-                        "addresses): raise it there; none = no cap per client (default %(default)s)")
+                        "addresses): raise it there; half = half of --max-active plus --max-queue; none = no cap "
+                        "per client (default %(default)s)")
     g.add_argument("--shutdown-timeout", type=seconds(allow_none=False), default=60.0,
                    help="seconds a graceful shutdown (Ctrl-C, SIGTERM) waits for the requests in flight: a request "
                         "not yet reranked whose time budget would end after that gets 503 with Retry-After at "

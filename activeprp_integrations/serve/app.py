@@ -33,6 +33,7 @@ from . import (
     DEFAULT_MAX_QUERY_BYTES,
     DEFAULT_MAX_QUEUE,
     DEFAULT_MAX_UPLOADS_PER_CLIENT,
+    HALF,
     SERVE,
     serve_settings,
 )
@@ -104,7 +105,7 @@ def create_app(
     secrets: Iterable[str | None] = (),
     judge_block: JudgeBlock | None = None,
     client_timeout: float | None = DEFAULT_CLIENT_TIMEOUT,
-    max_uploads_per_client: int | None = DEFAULT_MAX_UPLOADS_PER_CLIENT,
+    max_uploads_per_client: int | str | None = DEFAULT_MAX_UPLOADS_PER_CLIENT,
     **options: Any,
 ) -> FastAPI:
     """The app of ``activeprp_integrations.serve.create_app``, whose docstring documents every parameter and
@@ -114,6 +115,8 @@ def create_app(
                                  ("max_documents", max_documents, 1), ("max_document_bytes", max_document_bytes, 1),
                                  ("max_query_bytes", max_query_bytes, 1)]:
         check_count(value, name, minimum=minimum)
+    if max_uploads_per_client == HALF:
+        max_uploads_per_client = max(1, (max_active + max_queue) // 2)
     for name, value in [("max_body_bytes", max_body_bytes), ("max_uploads_per_client", max_uploads_per_client)]:
         check_count(value, name, minimum=1, allow_none=True)
     client_timeout = check_seconds(client_timeout, "client_timeout", positive=True, allow_none=True)
