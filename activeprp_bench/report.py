@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Sequence
+from math import isnan, nan
 from pathlib import Path
 
 import numpy as np
@@ -62,13 +63,23 @@ def modelled_wall_s(round_calls: str, latency_s: float = 0.5, in_flight: int = 1
     return latency_s * sum(-(-int(c) // in_flight) for c in round_calls.split())
 
 
+def row_wall_s(row: Row, latency_s: float = 0.5, in_flight: int = 16) -> float:
+    """``modelled_wall_s`` of one row, or NaN when the row ran rounds but holds no per-round calls: rows read back
+    from a file written with ``SLIM_COLUMNS`` (or from a rows cache seeded from one). A row of no rounds (the prior
+    order) takes 0.0 s."""
+    if row.rounds and not row.round_calls:
+        return nan
+    return modelled_wall_s(row.round_calls, latency_s, in_flight)
+
+
 class Summary:
     """Aggregates of grid rows per (ranker, oracle, budget, max_rounds).
 
     nDCG@10 is macro-averaged like the paper's Table 1: the mean over collections of the mean over their
     queries, per seed; ``ndcg`` holds ``(mean, ci_low, ci_high)`` over seeds (bootstrap, 10k resamples).
     ``calls`` / ``rounds`` / ``wall``: mean per query over queries and seeds (``wall``: ``modelled_wall_s`` at
-    ``latency_s`` and ``in_flight``); ``rounds_max``: the worst query's rounds. ``per_query``: the seed-averaged
+    ``latency_s`` and ``in_flight``; NaN, printed ``n/a``, when a row lacks its per-round calls: ``row_wall_s``);
+    ``rounds_max``: the worst query's rounds. ``per_query``: the seed-averaged
     nDCG@10 of every (collection, qid), for paired tests. ``resolved``: the concrete ranker/oracle choices
     (``auto`` rows), most frequent first.
     """
@@ -97,7 +108,7 @@ class Summary:
             self.calls[key] = float(np.mean([r.calls for r in rs]))
             self.rounds[key] = float(np.mean([r.rounds for r in rs]))
             self.rounds_max[key] = max(r.rounds for r in rs)
-            self.wall[key] = float(np.mean([modelled_wall_s(r.round_calls, latency_s, in_flight) for r in rs]))
+            self.wall[key] = float(np.mean([row_wall_s(r, latency_s, in_flight) for r in rs]))
             counts = Counter(r.resolved for r in rs if r.resolved)
             self.resolved[key] = [name for name, _ in counts.most_common()]
             self.per_query[key] = {q: float(np.mean(v)) for q, v in by_query.items()}
@@ -137,6 +148,10 @@ def _budget(b: int) -> str:
     return "inf" if b < 0 else str(b)
 
 
+def _figure(value: float) -> str:
+    return "n/a" if isnan(value) else f"{value:.1f}"
+
+
 def _row_label(ranker: str, cap: int, caps: set[int]) -> str:
     return _label(ranker) + (f" (max_rounds {_budget(cap)})" if len(caps) > 1 else "")
 
@@ -165,7 +180,7 @@ def markdown_table(s: Summary, what: str = "ndcg", paper: bool = True) -> str:
                     cell += f" ({ref[PAPER_BUDGETS.index(b)]:.2f})"
                 cells.append(cell)
             else:
-                cells.append(f"{getattr(s, what)[key]:.1f}")
+                cells.append(_figure(getattr(s, what)[key]))
         lines.append(f"| {oracle} | {_row_label(ranker, cap, caps)} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -178,7 +193,7 @@ def pareto_table(s: Summary) -> str:
     for key in s.front():
         ranker, oracle, budget, cap = key
         lines.append(f"| {s.rounds[key]:.1f} / {s.rounds_max[key]} | {s.calls[key]:.1f} | {100 * s.ndcg[key][0]:.2f} "
-                     f"| {s.wall[key]:.1f} | {_label(ranker)} | {oracle} | {_budget(budget)} | {_budget(cap)} "
+                     f"| {_figure(s.wall[key])} | {_label(ranker)} | {oracle} | {_budget(budget)} | {_budget(cap)} "
                      f"| {', '.join(s.resolved[key][:2])} |")
     return "\n".join(lines)
 

@@ -14,7 +14,14 @@ from tests.conftest import skip_without_bench
 np = skip_without_bench()
 
 from activeprp_bench.grid import Row, write_csv  # noqa: E402
-from activeprp_bench.report import Summary, compare_table, paper_setting, plot  # noqa: E402
+from activeprp_bench.report import (  # noqa: E402
+    Summary,
+    compare_table,
+    markdown_table,
+    paper_setting,
+    pareto_table,
+    plot,
+)
 from activeprp_bench.stats import macro_diff_ci, macro_diff_test  # noqa: E402
 from activeprp_cli import main  # noqa: E402
 
@@ -107,6 +114,34 @@ def test_bench_grid_prints_the_papers_brackets_only_beside_its_setting(tmp_path,
     assert main(["bench", "grid", "--from-csv", str(tmp_path / "rows.csv.gz"), "--out", str(tmp_path / "o")]) == 0
     out = capsys.readouterr().out
     assert ("(paper Table 1 in brackets)" in out) is brackets and ("(30.12)" in out) is brackets
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.split("|")[1:-1]]
+
+
+def test_a_row_without_its_per_round_calls_has_no_wall_figure_not_zero():
+    """Rows read back from a slim rows file or a rows cache have no ``round_calls``; their modelled wall time was
+    printed as 0.0 s (review s65h, finding 1). A row of no rounds (the prior order) still takes 0.0 s."""
+    slim = _rows("heapsort", "adaptive", 20, 0.6, calls=20)  # rounds 10, round_calls ""
+    mixed = _rows("heapsort", "adaptive", 40, 0.7, calls=40)
+    mixed[0].round_calls = "16 16 8"
+    full = _rows("heapsort", "adaptive", 60, 0.8, calls=60)
+    for r in full:
+        r.round_calls = "20 20 20"
+    prior = _rows("heapsort", "adaptive", 10, 0.4, calls=0, max_rounds=0)
+    s = Summary(slim + mixed + full + prior, np.random.default_rng(0), 10)
+    assert s.wall[("heapsort", "adaptive", 60, -1)] == 0.5 * 6
+    assert s.wall[("heapsort", "adaptive", 10, 0)] == 0.0
+    assert np.isnan(s.wall[("heapsort", "adaptive", 20, -1)]) and np.isnan(s.wall[("heapsort", "adaptive", 40, -1)])
+    wall = {cells[1]: cells[2:] for cells in map(_cells, markdown_table(s, "wall").splitlines()[2:])}
+    assert wall == {"HeapSort (max_rounds 0)": ["0.0", "", "", ""],
+                    "HeapSort (max_rounds inf)": ["", "n/a", "n/a", "3.0"]}
+    front = [_cells(line)[1:7] for line in pareto_table(s).splitlines()[2:]]  # calls, nDCG, wall s, the cell
+    assert front == [["0.0", "40.00", "0.0", "HeapSort", "adaptive", "10"],
+                     ["20.0", "60.00", "n/a", "HeapSort", "adaptive", "20"],
+                     ["40.0", "70.00", "n/a", "HeapSort", "adaptive", "40"],
+                     ["60.0", "80.00", "3.0", "HeapSort", "adaptive", "60"]]
 
 
 def test_compare_table_differences_are_the_macro_means_difference():
