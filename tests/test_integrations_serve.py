@@ -1156,16 +1156,17 @@ def test_bodies_received_at_once_are_capped_by_the_queue():
     assert served.status_code == 200
 
 
-@pytest.mark.parametrize("pool, cap", [((1, 4), 2), ((1, 3), "half")])
-def test_one_client_s_stalled_uploads_cannot_take_every_body_slot(pool, cap):
+@pytest.mark.parametrize("pool, cap, held", [((1, 4), 2, 2), ((16, 16), "half", 16)])
+def test_one_client_s_stalled_uploads_cannot_take_every_body_slot(pool, cap, held):
     """300 connections from one client that sent a head and then a byte every 2 s held every body slot (max_active
     + max_queue), so every other client's rerank got 429 for as long as it went on. The default cap, ``"half"``,
-    is half of the server's own pool (review s65i: it was half of the default pool, 144, above a small one's 4)."""
+    is half of the server's own pool, at least 16 (review s65i: it was half of the default pool, 144, above a
+    smaller one's 32)."""
     app = create_app(WordJudge(), **SERVER, max_active=pool[0], max_queue=pool[1], max_uploads_per_client=cap)
     with serving(app) as (url, _):
-        stalled = [_connect(url, HEAD % 1000 + b'{"query": ') for _ in range(2)]
+        stalled = [_connect(url, HEAD % 1000 + b'{"query": ') for _ in range(held)]
         deadline = time.monotonic() + 10
-        while metric(httpx.get(f"{url}/metrics").text, "activeprp_requests_in_progress") < 2:
+        while metric(httpx.get(f"{url}/metrics").text, "activeprp_requests_in_progress") < held:
             assert time.monotonic() < deadline, "the stalled uploads did not reach the gate"
             time.sleep(0.02)
         refused = httpx.post(f"{url}/v2/rerank", json=GOOD)  # from 127.0.0.1, like the stalled ones
@@ -1177,7 +1178,7 @@ def test_one_client_s_stalled_uploads_cannot_take_every_body_slot(pool, cap):
         for sock in stalled:
             sock.close()
     assert refused.status_code == 429 and refused.headers["retry-after"] == "1"
-    assert refused.json()["message"].startswith("2 request bodies from your address are being received, this "
+    assert refused.json()["message"].startswith(f"{held} request bodies from your address are being received, this "
                                                 "server's cap per client (--max-uploads-per-client)")
     assert served.startswith(b"HTTP/1.1 200") and b'"results"' in served
 

@@ -66,9 +66,13 @@ DEFAULT_CLIENT_TIMEOUT = 30.0
 body, and to read an answer, by default: a stalled or trickling client holds a connection and up to a body's cap (or
 an answer) of memory that long."""
 HALF = "half"
+MIN_UPLOADS_PER_CLIENT = 16
+"""The least ``HALF`` comes to: a small server's pool (``max_active=1, max_queue=1``) halved would refuse one client
+its second request sent at once (its bodies arrive together)."""
 DEFAULT_MAX_UPLOADS_PER_CLIENT = HALF
 """Request bodies received at once from one peer address by default: half of the ``max_active + max_queue`` the
-server receives at once (144 of the default 288), so that the other clients always have the other half. 300
+server receives at once (144 of the default 288), so that the other clients always have the other half; at least
+``MIN_UPLOADS_PER_CLIENT``, so a pool of up to 32 has no cap per client. 300
 connections from one client that sent a head and then a byte every 2 s took every slot, and every other client's
 rerank got 429 for as long as they went on. Not lower: a burst holds its slots while its bodies arrive (200 requests
 sent at once over loopback all held one), and a service's usual client is one application server. Behind a proxy
@@ -142,9 +146,10 @@ def create_app(
             held in memory are bounded by that times the body cap, each for at most these seconds.
         max_uploads_per_client: the most bodies received at once from one peer address (one more: 429), so that
             one client's slow uploads cannot take every slot; ``"half"`` (``HALF``, the default): half of
-            ``max_active + max_queue``; None = no cap per client. The address is the ASGI
-            scope's client: the TCP peer's, a proxy's behind one (the app reads no forwarded header; uvicorn
-            takes X-Forwarded-For's only from a peer in its ``forwarded_allow_ips``, by default loopback).
+            ``max_active + max_queue``, at least ``MIN_UPLOADS_PER_CLIENT`` (16); None = no cap per client. The
+            address is the ASGI scope's client: the TCP peer's, a proxy's behind one (the app reads no forwarded
+            header; uvicorn takes X-Forwarded-For's only from a peer in its ``forwarded_allow_ips``, by default
+            loopback).
 
     Returns:
         the app; its lifespan starts the breaker's probes and stops the service after the requests in flight
@@ -257,8 +262,8 @@ def add_parser(subparsers: Any) -> None:
                    help="request bodies received at once from one peer address, one more gets 429 with Retry-After, "
                         "so that one client's slow uploads cannot take every slot; behind a proxy every client has "
                         "its address (X-Forwarded-For is read only from $FORWARDED_ALLOW_IPS, by default loopback "
-                        "addresses): raise it there; half = half of --max-active plus --max-queue; none = no cap "
-                        "per client (default %(default)s)")
+                        "addresses): raise it there; half = half of --max-active plus --max-queue, at "
+                        "least 16; none = no cap per client (default %(default)s)")
     g.add_argument("--shutdown-timeout", type=seconds(allow_none=False), default=60.0,
                    help="seconds a graceful shutdown (Ctrl-C, SIGTERM) waits for the requests in flight: a request "
                         "not yet reranked whose time budget would end after that gets 503 with Retry-After at "

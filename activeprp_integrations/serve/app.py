@@ -34,6 +34,7 @@ from . import (
     DEFAULT_MAX_QUEUE,
     DEFAULT_MAX_UPLOADS_PER_CLIENT,
     HALF,
+    MIN_UPLOADS_PER_CLIENT,
     SERVE,
     serve_settings,
 )
@@ -116,7 +117,7 @@ def create_app(
                                  ("max_query_bytes", max_query_bytes, 1)]:
         check_count(value, name, minimum=minimum)
     if max_uploads_per_client == HALF:
-        max_uploads_per_client = max(1, (max_active + max_queue) // 2)
+        max_uploads_per_client = max(MIN_UPLOADS_PER_CLIENT, (max_active + max_queue) // 2)
     for name, value in [("max_body_bytes", max_body_bytes), ("max_uploads_per_client", max_uploads_per_client)]:
         check_count(value, name, minimum=1, allow_none=True)
     client_timeout = check_seconds(client_timeout, "client_timeout", positive=True, allow_none=True)
