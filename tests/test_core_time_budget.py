@@ -141,6 +141,12 @@ def _after_a_burst(clock: FakeClock) -> RoundLatency:
     return latency
 
 
+def _queries(cands, clock: FakeClock, latency: RoundLatency, time_budget: float):
+    """A new ``auto`` rerank of ``cands`` (budget 50, top 3) on ``clock`` and the shared ``latency``, per call."""
+    return lambda: Reranking("q", cands, ranker="auto", budget=50, top_k=3, time_budget=time_budget, clock=clock,
+                             latency=latency)
+
+
 def _guarded(clock: FakeClock, reranking: Reranking):
     """The ``CallGuard`` a comparator asks before each call of ``reranking`` (``too_late``), as the drivers set it."""
     from activeprp_core.comparators.base import CallGuard
@@ -182,11 +188,7 @@ def test_a_fresh_round_latency_still_holds_calls_back_and_a_cut_probe_keeps_it()
     judge = SimulatedComparator(labels)
     clock = FakeClock()
     latency = _after_a_burst(clock)
-
-    def query() -> Reranking:
-        return Reranking("q", cands, ranker="auto", budget=50, top_k=3, time_budget=2.0, clock=clock,
-                         latency=latency)
-
+    query = _queries(cands, clock, latency, 2.0)
     clock.now = 2.0  # the burst's last round was observed 2 s ago: under its 2.5 s
     fresh = query()
     assert fresh.ledger.rounds_left() == 0 and _guarded(clock, fresh).too_late()
@@ -241,11 +243,7 @@ def test_a_stale_record_whose_fastest_round_refuses_the_calls_is_probed_though_a
     for _ in range(4):
         latency.record(2.5)
     assert latency.estimate() == 1.0 and latency.fastest() == 2.5
-
-    def query() -> Reranking:
-        return Reranking("q", cands, ranker="auto", budget=50, top_k=3, time_budget=2.0, clock=clock,
-                         latency=latency)
-
+    query = _queries(cands, clock, latency, 2.0)
     clock.now = 2.0  # fresh for the fastest round's 2.5 s: the floor holds, no probe
     assert not latency.probe(2.0)
     fresh = query()
@@ -288,11 +286,7 @@ def test_a_judge_slower_than_the_time_budget_gets_one_probe_per_floor_not_a_roun
     judge = SimulatedComparator(labels)
     clock = FakeClock()
     latency = RoundLatency(clock)
-
-    def query() -> Reranking:
-        return Reranking("q", cands, ranker="auto", budget=50, top_k=3, time_budget=3.0, clock=clock,
-                         latency=latency)
-
+    query = _queries(cands, clock, latency, 3.0)
     def refused(reranking: Reranking) -> None:
         """What the comparator does with calls ``too_late``: none is sent (``Judgment.cut == "unsent"``)."""
         while (batch := reranking.next_batch()) is not DONE:
@@ -333,11 +327,7 @@ def test_a_judge_that_turns_slower_than_the_time_budget_gets_one_probe_per_floor
     judge = SimulatedComparator(labels)
     clock = FakeClock()
     latency = RoundLatency(clock)
-
-    def query() -> Reranking:
-        return Reranking("q", cands, ranker="auto", budget=50, top_k=3, time_budget=3.0, clock=clock,
-                         latency=latency)
-
+    query = _queries(cands, clock, latency, 3.0)
     drive(query(), clock, judge, seconds_per_round=0.02)  # fast: answered
     assert latency.call_floor() == pytest.approx(0.02)
     slow = query()
@@ -364,11 +354,7 @@ def test_a_cut_round_s_wait_for_slots_is_not_taken_for_the_judge_s_latency():
     cands, labels = make_case(20, seed=4)
     clock = FakeClock()
     latency = RoundLatency(clock)
-
-    def query() -> Reranking:
-        return Reranking("q", cands, ranker="auto", budget=50, top_k=3, time_budget=1.5, clock=clock,
-                         latency=latency)
-
+    query = _queries(cands, clock, latency, 1.5)
     drive(query(), clock, SimulatedComparator(labels), seconds_per_round=0.3)
     queued = query()
     batch = queued.next_batch()
