@@ -231,6 +231,8 @@ def test_a_base_url_without_http_is_a_one_line_usage_error_of_every_command(comm
     with pytest.raises(InputError, match="base_url must be an http:// or https:// URL"):
         _openai_judge(command, "--base-url", "localhost:8000/v1")
     if command in ("rerank", "serve"):
+        if command == "serve":
+            pytest.importorskip("uvicorn")  # without the serve extra the command stops at that first
         path = tmp_path / "c.jsonl"
         path.write_bytes(GOOD)
         argv = [*JUDGE_COMMANDS[command], "--comparator", "openai", "--model", "m", "--api-key", "k", "--base-url",
