@@ -30,7 +30,9 @@ from activeprp_cli.rerank import (
     seconds,
     settings_from_args,
 )
+from activeprp_core.budget import check_count
 from activeprp_core.comparators.openai_chat import url_credentials
+from activeprp_core.comparators.remote import check_seconds
 from activeprp_core.errors import InputError
 from activeprp_core.settings import FIELDS, ONLINE, RerankSettings, takes_settings
 
@@ -116,8 +118,8 @@ def create_app(
     max_uploads_per_client: int | str | None = DEFAULT_MAX_UPLOADS_PER_CLIENT,
     **options: Any,
 ) -> FastAPI:
-    """A FastAPI app serving Cohere-compatible reranking with ``comparator`` as the judge (``app.create_app``,
-    imported on first use: it needs the ``serve`` extra).
+    """A FastAPI app serving Cohere-compatible reranking with ``comparator`` as the judge (the app's modules are
+    imported on first use: they need the ``serve`` extra).
 
     Args:
         comparator: the judge shared by every request (any ``Comparator`` or object with ``compare``; an async
@@ -161,14 +163,45 @@ def create_app(
             a key that is not a str (nor None), or holding only blank keys.
     """
     try:
-        from .app import create_app as create
+        from .app import Metrics, fastapi_app
+        from .bodies import CAPPED, Limits
+        from .routes import Routes, scrub_logs
+        from .service import RerankService
     except ImportError as err:
         raise ImportError(f"{EXTRA_HINT}: {err}") from err
-    return create(comparator, settings, max_active=max_active, max_queue=max_queue, max_documents=max_documents,
-                  max_document_bytes=max_document_bytes, max_query_bytes=max_query_bytes,
-                  max_body_bytes=max_body_bytes, auth_keys=auth_keys, cool_down=cool_down, secrets=secrets,
-                  judge_block=judge_block, client_timeout=client_timeout,
-                  max_uploads_per_client=max_uploads_per_client, **options)
+    settings = RerankSettings.of(SERVE if settings is None else settings, **options)
+    for name, value, minimum in [("max_active", max_active, 1), ("max_queue", max_queue, 0),
+                                 ("max_documents", max_documents, 1), ("max_document_bytes", max_document_bytes, 1),
+                                 ("max_query_bytes", max_query_bytes, 1)]:
+        check_count(value, name, minimum=minimum)
+    if max_uploads_per_client == HALF:
+        max_uploads_per_client = max(MIN_UPLOADS_PER_CLIENT, (max_active + max_queue) // 2)
+    for name, value in [("max_body_bytes", max_body_bytes), ("max_uploads_per_client", max_uploads_per_client)]:
+        check_count(value, name, minimum=1, allow_none=True)
+    client_timeout = check_seconds(client_timeout, "client_timeout", positive=True, allow_none=True)
+    if isinstance(auth_keys, (str, bytes)):  # its characters would each be a key
+        raise TypeError(f"auth_keys must be a list of keys, not one {type(auth_keys).__name__}: pass [key]")
+    auth_keys = list(auth_keys)
+    wrong = [k for k in auth_keys if k is not None and not isinstance(k, str)]
+    if wrong:
+        raise TypeError(f"auth_keys must hold str keys (or None for a missing one), not "
+                        f"{type(wrong[0]).__name__}: pass each key as a str")
+    # the gate strips the client's token, so a key read with its newline would match no one
+    keys = [k.strip() for k in auth_keys if k and k.strip()]
+    if auth_keys and not keys:
+        raise ValueError(f"auth_keys holds no key, only blanks ({len(auth_keys)} of None, '' or spaces): pass the "
+                         "keys themselves, or none at all to serve without a key")
+    metrics = Metrics()
+    service = RerankService(comparator, settings, max_active=max_active, max_queue=max_queue,
+                            cool_down=check_seconds(cool_down, "cool_down", positive=True), on_call=metrics.call)
+    metrics.watch(service)
+    limits = Limits(max_documents, max_document_bytes, {name: getattr(settings, name) for name in CAPPED},
+                    max_query_bytes, max_body_bytes)
+    secrets = [s for s in [*secrets, *keys] if s]
+    scrub_logs(secrets)
+    gate = dict(keys=keys, max_uploads=max_active + max_queue, body_timeout=client_timeout,
+                max_uploads_per_client=max_uploads_per_client)
+    return fastapi_app(Routes(service, limits, metrics, secrets, judge_block), gate)
 
 
 def uploads_per_client(text: str) -> int | str | None:

@@ -1,6 +1,7 @@
 """The FastAPI app of ``activeprp serve``: Cohere's rerank API (``/v1/rerank``, ``/v2/rerank``), Jina's and TEI's
 ``/rerank``, ``/health``, ``/ready`` and Prometheus ``/metrics``, over one shared ``RerankService`` (request bodies
-and caps: ``bodies``; handlers: ``routes``; the key, body cap and disconnects: ``gate``).
+and caps: ``bodies``; handlers: ``routes``; the key, body cap and disconnects: ``gate``). The package's
+``create_app`` checks its arguments and wires these parts (it imports this module on first use).
 
 Error contract (the body is always JSON ``{"message": ..., "type": ...}``): a caller's mistake is a 4xx (400 for a
 body that does not validate, including malformed JSON; 401 without a right key; 413 for a body, query, document
@@ -13,34 +14,17 @@ failing, the breaker is open), with the typed error's message, API keys scrubbed
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from activeprp_core import RerankResult, RerankSettings
-from activeprp_core.budget import check_count
-from activeprp_core.comparators.remote import check_seconds
+from activeprp_core import RerankResult
 
-from . import (
-    DEFAULT_CLIENT_TIMEOUT,
-    DEFAULT_COOL_DOWN,
-    DEFAULT_MAX_ACTIVE,
-    DEFAULT_MAX_DOCUMENT_BYTES,
-    DEFAULT_MAX_DOCUMENTS,
-    DEFAULT_MAX_QUERY_BYTES,
-    DEFAULT_MAX_QUEUE,
-    DEFAULT_MAX_UPLOADS_PER_CLIENT,
-    HALF,
-    MIN_UPLOADS_PER_CLIENT,
-    SERVE,
-    serve_settings,
-)
-from .bodies import CAPPED, Limits
+from . import create_app  # noqa: F401  (still importable from here; defined once, beside its docstring)
 from .gate import Gate
-from .routes import JudgeBlock, Routes, add_error_handlers, scrub_logs
+from .routes import Routes, add_error_handlers
 from .service import RerankService
 
 RERANK_ROUTES = ("/v1/rerank", "/v2/rerank", "/rerank")
@@ -90,63 +74,7 @@ class Metrics:
         self.tokens.labels("completion").inc(result.completion_tokens)
 
 
-@serve_settings
-def create_app(
-    comparator: Any,
-    settings: RerankSettings | None = None,
-    *,
-    max_active: int = DEFAULT_MAX_ACTIVE,
-    max_queue: int = DEFAULT_MAX_QUEUE,
-    max_documents: int = DEFAULT_MAX_DOCUMENTS,
-    max_document_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES,
-    max_query_bytes: int = DEFAULT_MAX_QUERY_BYTES,
-    max_body_bytes: int | None = None,
-    auth_keys: Iterable[str] = (),
-    cool_down: float = DEFAULT_COOL_DOWN,
-    secrets: Iterable[str | None] = (),
-    judge_block: JudgeBlock | None = None,
-    client_timeout: float | None = DEFAULT_CLIENT_TIMEOUT,
-    max_uploads_per_client: int | str | None = DEFAULT_MAX_UPLOADS_PER_CLIENT,
-    **options: Any,
-) -> FastAPI:
-    """The app of ``activeprp_integrations.serve.create_app``, whose docstring documents every parameter and
-    whose signature is this one (``tests/test_integrations_serve.py`` pins it)."""
-    settings = RerankSettings.of(SERVE if settings is None else settings, **options)
-    for name, value, minimum in [("max_active", max_active, 1), ("max_queue", max_queue, 0),
-                                 ("max_documents", max_documents, 1), ("max_document_bytes", max_document_bytes, 1),
-                                 ("max_query_bytes", max_query_bytes, 1)]:
-        check_count(value, name, minimum=minimum)
-    if max_uploads_per_client == HALF:
-        max_uploads_per_client = max(MIN_UPLOADS_PER_CLIENT, (max_active + max_queue) // 2)
-    for name, value in [("max_body_bytes", max_body_bytes), ("max_uploads_per_client", max_uploads_per_client)]:
-        check_count(value, name, minimum=1, allow_none=True)
-    client_timeout = check_seconds(client_timeout, "client_timeout", positive=True, allow_none=True)
-    if isinstance(auth_keys, (str, bytes)):  # its characters would each be a key
-        raise TypeError(f"auth_keys must be a list of keys, not one {type(auth_keys).__name__}: pass [key]")
-    auth_keys = list(auth_keys)
-    wrong = [k for k in auth_keys if k is not None and not isinstance(k, str)]
-    if wrong:
-        raise TypeError(f"auth_keys must hold str keys (or None for a missing one), not "
-                        f"{type(wrong[0]).__name__}: pass each key as a str")
-    # the gate strips the client's token, so a key read with its newline would match no one
-    keys = [k.strip() for k in auth_keys if k and k.strip()]
-    if auth_keys and not keys:
-        raise ValueError(f"auth_keys holds no key, only blanks ({len(auth_keys)} of None, '' or spaces): pass the "
-                         "keys themselves, or none at all to serve without a key")
-    metrics = Metrics()
-    service = RerankService(comparator, settings, max_active=max_active, max_queue=max_queue,
-                            cool_down=check_seconds(cool_down, "cool_down", positive=True), on_call=metrics.call)
-    metrics.watch(service)
-    limits = Limits(max_documents, max_document_bytes, {name: getattr(settings, name) for name in CAPPED},
-                    max_query_bytes, max_body_bytes)
-    secrets = [s for s in [*secrets, *keys] if s]
-    scrub_logs(secrets)
-    gate = dict(keys=keys, max_uploads=max_active + max_queue, body_timeout=client_timeout,
-                max_uploads_per_client=max_uploads_per_client)
-    return _app(Routes(service, limits, metrics, secrets, judge_block), gate)
-
-
-def _app(routes: Routes, gate: dict[str, Any]) -> FastAPI:
+def fastapi_app(routes: Routes, gate: dict[str, Any]) -> FastAPI:
     """The app serving ``routes``, with the error handlers and the ``Gate`` middleware."""
 
     @asynccontextmanager
