@@ -20,12 +20,10 @@ from activeprp_core.comparators.prompts import (
     MAX_PASSAGE_WORDS,
     PRP_PROMPT,
     TOP_LOGPROBS,
-    SwappablePrompts,
+    ChatPrompts,
     chat_token_bound,
     check_prompt,
     check_top_logprobs,
-    cut_words,
-    prp_messages,
 )
 from activeprp_core.comparators.remote import (
     BACKOFF_INITIAL,
@@ -184,9 +182,9 @@ def own_pool(client: Any) -> Any:
     return client.with_options(http_client=openai.DefaultAsyncHttpxClient())
 
 
-class FrameworkJudge(SwappablePrompts, RemoteComparator):
+class FrameworkJudge(ChatPrompts, RemoteComparator):
     """A ``RemoteComparator`` provider over a framework's model object: the PRP prompt of
-    ``OpenAIChatComparator`` (the same messages: ``prompts.prp_messages``), one call per ordered pair through
+    ``OpenAIChatComparator`` (the same messages: ``prompts.ChatPrompts``), one call per ordered pair through
     the framework's native async call, P(A) from the answer token's logprobs when the reply carries them, else
     the one-letter answer (``answers.answer_from``, the OpenAI provider's parser).
 
@@ -232,7 +230,6 @@ class FrameworkJudge(SwappablePrompts, RemoteComparator):
             count below its minimum. TypeError: a prompt that is not a str, a count that is not an int.
     """
 
-    prompt_names = ("prompt", "system_prompt")
     fresh_state = (*RemoteComparator.fresh_state, "judge_llm")  # made from ``llm``: its clients are (or share) yours
     model_type: type
     model_kind: str
@@ -434,10 +431,6 @@ class FrameworkJudge(SwappablePrompts, RemoteComparator):
         """The PRP prompt of one ordered pair as the framework's chat messages (the same messages as
         ``OpenAIChatComparator``)."""
         return self.framework_messages(self.messages(query, first, second))
-
-    def messages(self, query: str, first: str, second: str) -> list[dict[str, str]]:
-        n = self.max_passage_words
-        return prp_messages(self.prompt, self.system_prompt, query, cut_words(first, n), cut_words(second, n))
 
     def classify(self, error: Exception) -> Failure | None:
         """An error carrying an HTTP ``status_code`` (the openai / anthropic SDKs' ``APIStatusError``, an httpx

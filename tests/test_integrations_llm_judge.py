@@ -545,6 +545,19 @@ def test_the_remote_judges_share_their_defaults():
     assert judge.request("q", "a", "b")["max_tokens"] == prompts.ANSWER_TOKENS
 
 
+def test_the_chat_judges_build_their_messages_with_one_method():
+    """``OpenAIChatComparator`` and ``FrameworkJudge`` each rendered and cut the pair's messages themselves."""
+    from activeprp_core.comparators.prompts import ChatPrompts
+    from activeprp_integrations._chat_judge import FrameworkJudge
+
+    assert OpenAIChatComparator.messages is FrameworkJudge.messages is ChatPrompts.messages
+    judge = OpenAIChatComparator("m", base_url="http://127.0.0.1:9/v1", api_key="k", system_prompt="S",
+                                 max_passage_words=2)
+    sent = judge.request("q", "one two three", "four")["messages"]
+    assert sent == judge.messages("q", "one two three", "four") and sent[0] == {"role": "system", "content": "S"}
+    assert "one two" in sent[1]["content"] and "three" not in sent[1]["content"]
+
+
 def test_top_logprobs_has_the_openai_comparators_limit():
     llm = ScriptedChat(script=lambda t: ai("A"), seen=[])
     assert ChatModelComparator(llm, top_logprobs=MAX_TOP_LOGPROBS).settings["top_logprobs"] == MAX_TOP_LOGPROBS == 20

@@ -21,12 +21,10 @@ from .prompts import (
     MAX_PASSAGE_WORDS,
     PRP_PROMPT,
     TOP_LOGPROBS,
-    SwappablePrompts,
+    ChatPrompts,
     chat_token_bound,
     check_prompt,
     check_top_logprobs,
-    cut_words,
-    prp_messages,
 )
 from .remote import (
     BACKOFF_INITIAL,
@@ -115,7 +113,7 @@ def url_credentials(url: str | None) -> UrlCredentials:
     return UrlCredentials(urlunsplit(parts._replace(netloc=host)), f"Basic {token}", secrets)
 
 
-class OpenAIChatComparator(SwappablePrompts, RemoteComparator):
+class OpenAIChatComparator(ChatPrompts, RemoteComparator):
     """P(first preferred) from an OpenAI-compatible chat model answering the PRP prompt with one token.
 
     Each ordered pair is one request (``max_tokens=1``, ``temperature=0``, ``top_logprobs`` with ``logprobs``):
@@ -161,8 +159,6 @@ class OpenAIChatComparator(SwappablePrompts, RemoteComparator):
         TypeError: an ``api_key`` that is not a str (its value is never shown), a ``logprobs`` that is not a bool.
         TypeError / ValueError: a ``base_url`` that is not an http:// or https:// URL with a host (``check_base_url``).
     """
-
-    prompt_names = ("prompt", "system_prompt")
 
     def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None,
                  prompt: str = PRP_PROMPT, system_prompt: str | None = None, logprobs: bool = True,
@@ -214,10 +210,8 @@ class OpenAIChatComparator(SwappablePrompts, RemoteComparator):
     # ---- provider: requests, replies, failures ------------------------------------------------------
     def request(self, query: str, first: str, second: str) -> dict[str, Any]:
         """The keyword arguments of ``chat.completions.create`` for one ordered pair."""
-        messages = prp_messages(self.prompt, self.system_prompt, query, cut_words(first, self.max_passage_words),
-                                cut_words(second, self.max_passage_words))
-        kw: dict[str, Any] = {"model": self.model, "messages": messages, "max_tokens": ANSWER_TOKENS,
-                              "temperature": 0}
+        kw: dict[str, Any] = {"model": self.model, "messages": self.messages(query, first, second),
+                              "max_tokens": ANSWER_TOKENS, "temperature": 0}
         if self.logprobs:
             kw.update(logprobs=True, top_logprobs=self.top_logprobs)
         return kw

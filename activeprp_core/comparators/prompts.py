@@ -158,6 +158,22 @@ def prp_messages(prompt: str, system_prompt: str | None, query: str, first: str,
     return messages
 
 
+class ChatPrompts(SwappablePrompts):
+    """Mixin of the chat judges (``OpenAIChatComparator``, the framework judges): their templates ``prompt`` and
+    ``system_prompt``, and the chat messages of one ordered pair with each passage cut to ``max_passage_words``
+    words, the same bytes whichever provider carries them."""
+
+    prompt_names = ("prompt", "system_prompt")
+    prompt: str
+    system_prompt: str | None
+    max_passage_words: int
+
+    def messages(self, query: str, first: str, second: str) -> list[dict[str, str]]:
+        """``prp_messages`` of one ordered pair, each passage cut by ``cut_words``."""
+        n = self.max_passage_words
+        return prp_messages(self.prompt, self.system_prompt, query, cut_words(first, n), cut_words(second, n))
+
+
 def chat_token_bound(messages: list[dict[str, str]], completion_tokens: int) -> int:
     """An upper bound on the tokens of one chat request for any tokenizer whose every token covers at least one
     byte (byte-level BPE, byte fallback): the UTF-8 bytes of each message's role and content, plus the template's
