@@ -10,6 +10,8 @@ import pytest
 from hypothesis import settings
 
 from activeprp_core import Candidate, SimulatedComparator
+from activeprp_core.comparators.answers import Answer
+from activeprp_core.comparators.remote import RemoteComparator
 
 # CI's property tests draw their examples from a fixed seed, so that a red run reproduces (.ci/run sets
 # HYPOTHESIS_PROFILE=ci); elsewhere each run explores new examples.
@@ -103,6 +105,31 @@ class Recorder(SimulatedComparator):
     def sizes(self) -> list[int]:
         """The length of each batch asked through ``compare``."""
         return [len(b) for b in self.batches]
+
+
+class FakeRemote(RemoteComparator):
+    """The shared fake remote provider: a ``RemoteComparator`` whose request is the query and whose reply is P(A)
+    itself. ``send`` (what a subclass overrides: one attempt, sync) counts ``sent`` and answers 0.75; ``asend``
+    runs ``send`` on the loop; ``classify`` knows no error. Building one needs tenacity (importorskip it)."""
+
+    model, endpoint = "m", "127.0.0.1"
+
+    def __init__(self, **transport):
+        super().__init__(**transport)
+        self.sent = 0
+
+    def request(self, query, first, second):
+        return query
+
+    def send(self, client, request):
+        self.sent += 1
+        return 0.75
+
+    async def asend(self, client, request):
+        return self.send(client, request)
+
+    def parse(self, response):
+        return Answer(response)
 
 
 @pytest.fixture

@@ -26,7 +26,7 @@ from activeprp_core import (
 from activeprp_core.judging import RoundLatency
 from activeprp_core.rankers.auto import choose
 from activeprp_core.types import IN_FLIGHT, UNSENT, Judgment
-from tests.conftest import make_case
+from tests.conftest import FakeRemote, make_case
 
 SLOW = 5.0  # seconds a hanging judge waits: far beyond every time budget here
 
@@ -426,34 +426,13 @@ def _timed_judge(clock: FakeClock, seconds: float, max_concurrency: int):
     """A ``RemoteComparator`` each of whose calls takes ``seconds`` on ``clock`` (moved forward as it is sent) and
     answers 0.75; ``sent`` counts the calls."""
     pytest.importorskip("tenacity")
-    from activeprp_core.comparators.answers import Answer
-    from activeprp_core.comparators.remote import RemoteComparator
 
-    class Timed(RemoteComparator):
-        model, endpoint = "m", "127.0.0.1"
-
-        def __init__(self):
-            super().__init__(max_concurrency=max_concurrency)
-            self.sent = 0
-
-        def request(self, query, first, second):
-            return query
-
+    class Timed(FakeRemote):
         def send(self, client, request):
-            self.sent += 1
             clock.now += seconds
-            return 0.75
+            return super().send(client, request)
 
-        async def asend(self, client, request):
-            return self.send(client, request)
-
-        def parse(self, response):
-            return Answer(response)
-
-        def classify(self, error):
-            return None
-
-    return Timed()
+    return Timed(max_concurrency=max_concurrency)
 
 
 @pytest.mark.parametrize("use_async", [False, True])
@@ -893,40 +872,23 @@ def _failing_first(clock: FakeClock, now: float | list[float], retry_after: floa
     backoff: the retries wait for nothing but the deadline."""
     times = now if isinstance(now, list) else [now] * fails
     pytest.importorskip("tenacity")
-    from activeprp_core.comparators.answers import Answer
     from activeprp_core.comparators.failures import Failure, Fault
-    from activeprp_core.comparators.remote import RemoteComparator
 
-    class FailingFirst(RemoteComparator):
-        model, endpoint = "m", "127.0.0.1"
-
-        def __init__(self):
-            super().__init__(max_concurrency=2, backoff_initial=0.0, backoff_max=0.0)
-            self.sent = 0
-
-        def request(self, query, first, second):
-            return query
-
+    class FailingFirst(FakeRemote):
         def send(self, client, request):
-            self.sent += 1
+            answer = super().send(client, request)
             if self.sent <= fails:
                 if during:
                     clock.now = times[self.sent - 1]
                 raise ConnectionRefusedError("connection refused")
-            return 0.75
-
-        async def asend(self, client, request):
-            return self.send(client, request)
-
-        def parse(self, response):
-            return Answer(response)
+            return answer
 
         def classify(self, error):
             if not during:
                 clock.now = times[self.sent - 1]  # read more than once per failure: by the attempt it is of
             return Failure(Fault.RETRY, str(error), retry_after=retry_after)
 
-    return FailingFirst()
+    return FailingFirst(max_concurrency=2, backoff_initial=0.0, backoff_max=0.0)
 
 
 def _judge_one(judge, guard, use_async: bool):
@@ -1052,35 +1014,45 @@ def test_a_sync_call_a_worker_takes_once_the_deadline_passed_is_unsent_and_costs
     as a failed call, "not sent: the batch already failed", billed to ``budget``: a rerank whose judge never
     failed raised ``ComparatorUnavailable`` ("every one of the ... calls failed")."""
     pytest.importorskip("tenacity")
-    from activeprp_core.comparators.answers import Answer
-    from activeprp_core.comparators.remote import RemoteComparator
 
     release, workers = threading.Event(), []
 
-    class Blocking(RemoteComparator):  # every call waits for the test's release
-        model, endpoint = "m", "127.0.0.1"
-
-        def __init__(self):
-            super().__init__(max_concurrency=1)
-            self.sent = 0
-
-        def request(self, query, first, second):
-            return query
-
+    class Blocking(FakeRemote):  # every call waits for the test's release
         def send(self, client, request):
-            self.sent += 1
             workers.append(threading.current_thread())
             release.wait(10)
-            return 0.75
-
-        def parse(self, response):
-            return Answer(response)
+            return super().send(client, request)
 
     _cut_by_the_waiting_side_after(monkeypatch, workers, release)
-    judge, cands = Blocking(), [Candidate(name, name) for name in "abcd"]  # 6 pairs, one round
+    judge, cands = Blocking(max_concurrency=1), [Candidate(name, name) for name in "abcd"]  # 6 pairs, one round
     result = rerank("q", cands, comparator=judge, ranker="allpairs", oracle="single", budget=10, time_budget=0.3)
     assert judge.sent == 1  # the first call; the others were taken by the worker once the deadline had passed
     assert (result.calls, result.cut_calls, result.failed_calls, result.errors) == (1, 1, 0, [])
+
+
+def _blocked_and_failing_first(release: threading.Event, workers: list):
+    """``_failing_first`` with a long backoff, a guard and two pairs, for the races of the sync path at the deadline:
+    the pair "blocked" waits for ``release`` (on past the deadline); "retried" fails at once, its worker thread
+    noted in ``workers`` (the waiting side waits for it to end), 100 s left on the guard's clock as the failure is
+    read, so that its 5 s backoff is waited out; the waiting side waits 0.3 s of real time."""
+    from activeprp_core.comparators import CallGuard
+
+    clock = FakeClock()
+    judge = _failing_first(clock, -100.0)
+    judge.backoff_initial = judge.backoff_max = 5.0
+    send = judge.send
+
+    def blocked_or_failing_first(client, request):
+        if request == "blocked":
+            release.wait(10)
+            return 0.75
+        workers.append(threading.current_thread())
+        return send(client, request)
+
+    judge.send, judge.request = blocked_or_failing_first, lambda query, first, second: first
+    guard = CallGuard(2, 5)
+    guard.clock, guard.deadline = clock, 0.3
+    return judge, guard, [(Candidate(name, name), Candidate("b", "b")) for name in ("blocked", "retried")]
 
 
 def test_a_sync_retry_a_worker_wakes_to_once_the_deadline_passed_is_cut_before_its_retry(monkeypatch):
@@ -1088,25 +1060,9 @@ def test_a_sync_retry_a_worker_wakes_to_once_the_deadline_passed_is_cut_before_i
     waiting side reaches the deadline (a worker woken late by a busy machine). Its retry is not sent, so it is cut
     before its retry (a judge error with the attempt's error, as when the worker wakes in time), recorded once.
     It came back as a failed call, "not retried: the batch already failed", unrecorded."""
-    from activeprp_core.comparators import CallGuard
-
-    clock, release, retried, workers = FakeClock(), threading.Event(), threading.Event(), []
-    judge = _failing_first(clock, -100.0)  # the guard's clock, as the failure is read: 100 s left, a long backoff
-    judge.backoff_initial = judge.backoff_max = 5.0
-    send = judge.send
-
-    def blocked_or_failing_first(client, request):
-        if request == "blocked":  # runs on past the deadline
-            release.wait(10)
-            return 0.75
-        workers.append(threading.current_thread())  # the waiting side waits for this one to end
-        return send(client, request)
-
-    judge.send, judge.request = blocked_or_failing_first, lambda query, first, second: first
+    release, retried, workers = threading.Event(), threading.Event(), []
+    judge, guard, pairs = _blocked_and_failing_first(release, workers)
     _cut_by_the_waiting_side_after(monkeypatch, workers, retried)
-    guard = CallGuard(2, 5)
-    guard.clock, guard.deadline = clock, 0.3  # the waiting side's wait: 0.3 s of real time
-    pairs = [(Candidate(name, name), Candidate("b", "b")) for name in ("blocked", "retried")]
     try:
         out = judge.judge("q", pairs, guard=guard)
     finally:
@@ -1122,19 +1078,8 @@ def test_a_sync_call_the_waiting_side_cuts_before_its_worker_wakes_from_its_back
     for 2 calls: a cancelled batch billed for it, serve's breaker counting its suspect twice)."""
     from activeprp_core.comparators import CallGuard, remote
 
-    clock, release, cut, workers = FakeClock(), threading.Event(), threading.Event(), []
-    judge = _failing_first(clock, -100.0)  # the guard's clock, as the failure is read: 100 s left, a long backoff
-    judge.backoff_initial = judge.backoff_max = 5.0
-    send = judge.send
-
-    def blocked_or_failing_first(client, request):
-        if request == "blocked":  # runs on past the deadline
-            release.wait(10)
-            return 0.75
-        workers.append(threading.current_thread())
-        return send(client, request)
-
-    judge.send, judge.request = blocked_or_failing_first, lambda query, first, second: first
+    release, cut, workers = threading.Event(), threading.Event(), []
+    judge, guard, pairs = _blocked_and_failing_first(release, workers)
     record, waiter = CallGuard.record, threading.current_thread()
 
     def cut_then_let_the_worker_end(self, ok, reason=None, *args, **kwargs):
@@ -1154,9 +1099,6 @@ def test_a_sync_call_the_waiting_side_cuts_before_its_worker_wakes_from_its_back
 
     monkeypatch.setattr(CallGuard, "record", cut_then_let_the_worker_end)
     monkeypatch.setattr(remote._Stop, "wait", woken_after_the_cut)
-    guard = CallGuard(2, 5)
-    guard.clock, guard.deadline = clock, 0.3  # the waiting side's wait: 0.3 s of real time
-    pairs = [(Candidate(name, name), Candidate("b", "b")) for name in ("blocked", "retried")]
     try:
         out = judge.judge("q", pairs, guard=guard)
     finally:
