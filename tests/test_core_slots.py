@@ -11,6 +11,7 @@ import pytest
 
 from activeprp_core.blocking import run_blocking
 from activeprp_core.slots import DeadlinePassed, FairSlots, held, wait_for
+from tests.conftest import FakeRemote
 
 
 def test_fair_slots_serve_lower_keys_first_and_never_let_a_waiter_be_overtaken():
@@ -558,31 +559,12 @@ def test_a_remote_sync_call_whose_workers_take_its_slots_raises_when_its_own_loo
 
     from activeprp_core import Candidate
     from activeprp_core.comparators import CallGuard
-    from activeprp_core.comparators.answers import Answer
-    from activeprp_core.comparators.remote import RemoteComparator
     from activeprp_core.slots import LoopBlocked
-
-    class Judge(RemoteComparator):
-        model, endpoint = "m", "127.0.0.1"
-
-        def __init__(self):
-            super().__init__(max_concurrency=2)
-            self.sent = 0
-
-        def request(self, query, first, second):
-            return query
-
-        def send(self, client, request):
-            self.sent += 1
-            return 0.75
-
-        def parse(self, response):
-            return Answer(response)
 
     pairs = [(Candidate("a", "x"), Candidate("b", "y")), (Candidate("b", "y"), Candidate("a", "x"))]
 
     async def scenario():
-        judge, guard, release = Judge(), CallGuard(max_concurrency=2), asyncio.Event()
+        judge, guard, release = FakeRemote(max_concurrency=2), CallGuard(max_concurrency=2), asyncio.Event()
 
         async def task_holds(n):
             async with guard.slots(n):
