@@ -91,7 +91,9 @@ def converged_quality(collections: Sequence[Collection], params: dict[str, float
     return out
 
 
-def _bisect(f, lo: float, hi: float, target: float, increasing: bool, iters: int) -> float:
+def bisect(f, lo: float, hi: float, target: float, increasing: bool, iters: int) -> float:
+    """The knob in ``[lo, hi]`` at which ``f`` (monotone: ``increasing`` or not) reaches ``target``, after ``iters``
+    halvings of the interval (its midpoint; an end of it when the target is out of range)."""
     for _ in range(iters):
         mid = (lo + hi) / 2
         if (f(mid) < target) == increasing:
@@ -112,9 +114,9 @@ def calibrate(collections: Sequence[Collection], pair_noise: float = 0.5, flip_t
     """
     params = {"strength": 1.0, "doc_noise": 1.0, "position_bias": 0.5, "pair_noise": pair_noise}
     for _ in range(rounds):
-        params["position_bias"] = _bisect(lambda b: flip_rate(collections, {**params, "position_bias": b}, seed),
+        params["position_bias"] = bisect(lambda b: flip_rate(collections, {**params, "position_bias": b}, seed),
                                           0.0, 4.0, flip_target, True, iters)
-        params["doc_noise"] = _bisect(
+        params["doc_noise"] = bisect(
             lambda s: converged_quality(collections, {**params, "doc_noise": s}, seed)["mean"],
             0.0, 4.0, quality_target, False, iters)
     params = {k: round(v, 3) for k, v in params.items()}

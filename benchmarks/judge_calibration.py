@@ -30,6 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's packages
 
+from activeprp_bench import calibration  # noqa: E402
 from activeprp_bench import judges as J  # noqa: E402
 from activeprp_bench.calibration import PAPER_FLIP_RATE, PAPER_XL_CONVERGED  # noqa: E402
 from activeprp_cli.metrics import ndcg_at_k, ranking_to_run  # noqa: E402
@@ -188,13 +189,8 @@ def bundled_sort_ndcg(colls: Sequence[Coll], judge_of: JudgeOf, depth: int = 20)
 
 # ---- fitting --------------------------------------------------------------------------------------------------
 def bisect(f: Callable[[float], float], lo: float, hi: float, target: float, increasing: bool, iters: int) -> float:
-    for _ in range(iters):
-        mid = (lo + hi) / 2
-        if (f(mid) < target) == increasing:
-            lo = mid
-        else:
-            hi = mid
-    return round((lo + hi) / 2, 3)
+    """``activeprp_bench.calibration.bisect`` rounded to 3 decimals, as the knobs are copied into ``judges.py``."""
+    return round(calibration.bisect(f, lo, hi, target, increasing, iters), 3)
 
 
 FIT_PARTS = ("bias", "soft", "setwise", "qwen", "ql")

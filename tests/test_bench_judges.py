@@ -255,6 +255,19 @@ def test_resolve_judges_expands_family_and_checks_coverage():
     assert J.resolve_judges(["positional", "family"], depth=100, collection="dl19")[0] == "positional"
 
 
+def test_the_calibration_script_bisects_with_the_package_s_bisect_rounded():
+    """``benchmarks/judge_calibration.py`` had its own copy of ``activeprp_bench.calibration``'s bisection."""
+    from activeprp_bench.calibration import bisect
+
+    spec = importlib.util.spec_from_file_location("judge_calibration", ROOT / "benchmarks" / "judge_calibration.py")
+    script = sys.modules["judge_calibration"] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert abs(bisect(lambda x: x * x, 0.0, 4.0, 2.0, True, 30) - 2 ** 0.5) < 1e-6
+    assert abs(bisect(lambda x: -x, 0.0, 4.0, -3.0, False, 30) - 3.0) < 1e-6
+    assert script.bisect(lambda x: x * x, 0.0, 4.0, 2.0, True, 30) == 1.414
+    assert script.calibration.bisect is bisect
+
+
 def test_calibration_answer_stats_count_the_answers():
     spec = importlib.util.spec_from_file_location("judge_calibration", ROOT / "benchmarks" / "judge_calibration.py")
     calibration = sys.modules["judge_calibration"] = importlib.util.module_from_spec(spec)  # dataclasses need it
