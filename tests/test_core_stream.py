@@ -288,15 +288,33 @@ class Slowed(Comparator):
         return [1.0] * len(pairs)
 
 
+def _slowed_pool(judge: Slowed, now: list[float] | None = None) -> RerankPool:
+    """A ``RerankPool`` over ``judge`` (mohajer, 20 calls, the top 3 of ``_cands()``) whose record of rounds reads
+    the clock ``now[0]`` when given (else real time); made in the test's event loop."""
+    pool = RerankPool(judge, RerankSettings(budget=20, top_k=3, ranker="mohajer", oracle="single"))
+    if now is not None:
+        pool.latency = judging.RoundLatency(lambda: now[0])
+    return pool
+
+
+def _prior(result) -> bool:
+    """Nothing sent: the candidates in their prior order."""
+    return result.calls == 0 and result.order == list(range(8))
+
+
+def _ranked(result) -> bool:
+    """Ranked by calls, none of them cut."""
+    return result.calls > 0 and result.cut_calls == 0 and result.order != list(range(8))
+
+
 def test_after_a_slow_spell_of_the_judge_short_budgets_rank_again_once_its_rounds_age_out(monkeypatch):
     """A slow spell's rounds make a time budget shorter than them plan no round (nothing sent, so nothing faster is
     observed); once they are ``LATENCY_HORIZON`` old they no longer count and the requests send calls again."""
     monkeypatch.setattr(judging, "LATENCY_HORIZON", 0.5)
     judge = Slowed(0.3)
-    settings = RerankSettings(budget=20, top_k=3, ranker="mohajer", oracle="single")
 
     async def run():
-        pool = RerankPool(judge, settings)
+        pool = _slowed_pool(judge)
         await pool.rerank("q", _cands(), {"time_budget": 1.0})  # the slow spell: rounds of about 0.3 s
         judge.delay, sent = 0.0, judge.calls
         during = await pool.rerank("q", _cands(), {"time_budget": 0.2})  # no round of 0.3 s fits in 0.2 s
@@ -306,8 +324,7 @@ def test_after_a_slow_spell_of_the_judge_short_budgets_rank_again_once_its_round
         return sent, during, after
 
     sent, during, after = asyncio.run(run())
-    assert sent > 0 and during.calls == 0 and during.order == list(range(8))
-    assert after.calls > 0 and after.order != list(range(8)) and after.cut_calls == 0
+    assert sent > 0 and _prior(during) and _ranked(after)
 
 
 @pytest.mark.parametrize("max_batch_size", [None, 8], ids=["each", "merged"])
@@ -322,12 +339,10 @@ def test_after_a_burst_a_short_time_budget_probes_the_judge_instead_of_waiting_o
     1129ab, finding 2: the merged call read the shared record's floor, so the probe was used up, its calls
     refused)."""
     judge = Slowed(0.0, max_batch_size)
-    settings = RerankSettings(budget=20, top_k=3, ranker="mohajer", oracle="single")
     now = [0.0]
 
     async def run():
-        pool = RerankPool(judge, settings)
-        pool.latency = judging.RoundLatency(lambda: now[0])
+        pool = _slowed_pool(judge, now)
         for _ in range(20):
             pool.latency.record(2.5)
         during = []
@@ -339,8 +354,7 @@ def test_after_a_burst_a_short_time_budget_probes_the_judge_instead_of_waiting_o
         return during, after
 
     during, after = asyncio.run(run())
-    assert all(r.calls == 0 and r.order == list(range(8)) for r in during)
-    assert all(r.calls > 0 and r.cut_calls == 0 and r.order != list(range(8)) for r in after)
+    assert all(map(_prior, during)) and all(map(_ranked, after))
 
 
 @pytest.mark.parametrize("max_batch_size", [None, 8], ids=["each", "merged"])
@@ -352,12 +366,10 @@ def test_a_judge_slower_than_the_time_budget_is_sent_one_probe_per_floor_not_a_r
     left send nothing and get their prior order, until the record is that round's length old (on the record's
     clock); then one request's round is the probe, and answered fast, it refutes the record."""
     judge = Slowed(0.5, max_batch_size)
-    settings = RerankSettings(budget=20, top_k=3, ranker="mohajer", oracle="single")
     now = [0.0]
 
     async def run():
-        pool = RerankPool(judge, settings)
-        pool.latency = judging.RoundLatency(lambda: now[0])
+        pool = _slowed_pool(judge, now)
         first = await pool.rerank("q", _cands(), {"time_budget": 0.3})
         sent = judge.calls
         during = [await pool.rerank("q", _cands(), {"time_budget": 0.2}) for _ in range(3)]
@@ -369,8 +381,7 @@ def test_a_judge_slower_than_the_time_budget_is_sent_one_probe_per_floor_not_a_r
 
     first, during, during_calls, after = asyncio.run(run())
     assert first.calls == first.cut_calls > 0
-    assert during_calls == 0 and all(r.calls == 0 and r.order == list(range(8)) for r in during)
-    assert all(r.calls > 0 and r.cut_calls == 0 and r.order != list(range(8)) for r in after)
+    assert during_calls == 0 and all(map(_prior, during)) and all(map(_ranked, after))
 
 
 
