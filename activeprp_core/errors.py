@@ -131,7 +131,9 @@ re-exported there), ``comparators.base.CallGuard`` and ``types.RerankResult``.""
 
 class ComparatorUnavailable(ComparatorError):
     """The endpoint keeps failing: ``max_consecutive_failures`` calls in a row failed after their retries (the
-    circuit breaker opened and no further call was sent), or every call of a rerank failed."""
+    circuit breaker opened and no further call was sent), or every call of a rerank failed. Its ``status_code`` is
+    that of the last of those failed calls that got an HTTP response (429: rate limited; 5xx: an outage), None when
+    none did (refused connections, timeouts)."""
 
 
 class InvalidAnswer(ComparatorError, ValueError):

@@ -74,6 +74,7 @@ class Ledger:
         self.failure: str | None = None
         self.errors: list[str] = []
         self.errored_cuts = 0
+        self.last_status: int | None = None  # of the last failed call (or cut before its retry) with an HTTP status
         self._held: list[Cost | None] = []  # per prompt of the batch in flight: its reservation (None: never sent)
         self._questions: list[int] = []  # per question of the batch in flight: its number of prompts
 
@@ -191,6 +192,7 @@ class Ledger:
                 if j.cut_before_retry:
                     self.errored_cuts += 1
                     self.note_error(j.error)
+                    self.last_status = self.last_status if j.status_code is None else j.status_code
                 continue
             self.counts.failed_calls += j.prob is None
             self.counts.prompt_tokens += j.prompt_tokens
@@ -198,6 +200,8 @@ class Ledger:
             self.caps.reconcile(held, j)
             if j.prob is None and j.error:
                 self.note_error(j.error)
+            if j.prob is None and j.status_code is not None:
+                self.last_status = j.status_code
         self.settle()
 
     def refund_unsent(self, sent: int) -> None:

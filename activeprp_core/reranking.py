@@ -233,7 +233,7 @@ class Reranking:
         reasons = f" ({'; '.join(ledger.errors)})" if ledger.errors else ""
         why = ledger.judge_failure()
         if why is not None:
-            error = ComparatorUnavailable(why)
+            error = ComparatorUnavailable(why, status_code=ledger.last_status)
             if self.settings.on_failure == "raise":
                 error.accounting = counts
                 log.warning("rerank of %d candidates failed: %s", n, error)

@@ -62,12 +62,15 @@ class Judgment:
             from going out or cut the retry (a dead judge slower than the time left). A rerank
             in which no call was answered and such a call or a failed one was seen is a judge failure
             (docs/errors.md).
+        status_code: the HTTP status of the failed call's last response (a 429, a 5xx), None when it got none (a
+            refused connection, a timeout) or did not fail: what ``ComparatorUnavailable`` reports when every call
+            failed.
 
     Raises:
         InvalidAnswer (a ValueError): ``prob`` is not a number (a str or a bool is not one), or lies outside
-            [0, 1] (a comparator bug, never silently parsed or clipped); ``retries`` or a token count is not an
-            int >= 0 (a negative count would let calls past ``token_budget``). A ``Judgment`` is valid once made:
-            nothing downstream checks it again.
+            [0, 1] (a comparator bug, never silently parsed or clipped); ``retries``, a token count or a
+            ``status_code`` other than None is not an int >= 0 (a negative count would let calls past
+            ``token_budget``). A ``Judgment`` is valid once made: nothing downstream checks it again.
     """
 
     prob: float | None
@@ -77,6 +80,7 @@ class Judgment:
     error: str | None = None
     cut: str | None = None
     cut_before_retry: bool = False
+    status_code: int | None = None
 
     def __post_init__(self) -> None:
         for name in COUNTS:
@@ -89,6 +93,8 @@ class Judgment:
         if self.cut_before_retry is not False and (self.cut_before_retry is not True or self.cut != IN_FLIGHT):
             raise ValueError(f"Judgment.cut_before_retry must be a bool, True only with cut={IN_FLIGHT!r}, got "
                              f"cut_before_retry={self.cut_before_retry!r}, cut={self.cut!r}")
+        if self.status_code is not None and type(self.status_code) is not int:
+            self.status_code = _count("status_code", self.status_code)
         if self.prob is None:
             return
         try:

@@ -160,7 +160,7 @@ def test_an_endpoint_answering_500_opens_the_circuit_breaker(use_async, ranker):
         sent = server.requests
         error = info.value
         assert "circuit breaker open: 5 calls in a row failed" in str(error) and KEY not in str(error)
-        assert error.accounting.failed_calls >= 5
+        assert error.status_code == 500 and error.accounting.failed_calls >= 5
         assert max(collections.Counter(r.text for r in server.seen).values()) <= 3  # max_attempts per call
         if ranker == "bubblesort":  # one pair per round: exactly the 5 calls of the breaker, 3 attempts each
             assert error.accounting.calls == 5 and sent == 15
@@ -174,7 +174,18 @@ def test_connection_refused_is_retried_then_opens_the_breaker(use_async):
     with pytest.raises(ComparatorUnavailable) as info:
         run(use_async, "q", candidates(), comparator=comp, budget=40, ranker="bubblesort")
     assert info.value.accounting.calls == 5 and info.value.accounting.retries == 10
-    assert "APIConnectionError" in str(info.value)
+    assert "APIConnectionError" in str(info.value) and info.value.status_code is None  # no HTTP response
+
+
+@pytest.mark.parametrize("use_async", [True, False])
+@pytest.mark.parametrize("code", [429, 500])
+def test_every_call_failing_with_an_http_status_raises_unavailable_with_that_status(use_async, code):
+    """Every call of a rerank (fewer than the breaker's 5) failed with HTTP 429, or 500: ``ComparatorUnavailable``
+    had ``status_code`` None, so a caller could not tell rate limiting from an outage. It carries the status."""
+    with FaultServer(status(code, "no"), max_requests=50) as server, \
+            pytest.raises(ComparatorUnavailable, match="every one of the .* calls failed") as info:
+        run(use_async, "q", candidates(3), comparator=comparator(server.url, max_attempts=1), budget=4)
+    assert info.value.status_code == code and info.value.accounting.failed_calls < 5
 
 
 @pytest.mark.parametrize("use_async", [True, False])

@@ -141,6 +141,7 @@ class Counts(Comparator):
 @pytest.mark.parametrize("judge, message", [
     (Counts(tokens=-50), "reported prompt_tokens=-50: prompt_tokens must be >= 0, got -50"),
     (Counts(tokens="7"), "reported prompt_tokens='7'"),
+    (Returns(lambda p: [Judgment(None, status_code="429")] * len(p)), "reported status_code='429'"),
     (Counts(estimate=lambda pairs: [-100] * len(pairs)), r"priced 1 prompts for token_budget as \[-100\]"),
     (Counts(estimate=lambda pairs: [10] * (len(pairs) - 1)), "priced 1 prompts for token_budget as \\[\\]"),
 ])

@@ -808,10 +808,11 @@ def test_a_dead_judge_under_a_time_budget_shorter_than_its_retries_is_a_judge_fa
             kw = {"comparator": judge, "budget": 20, "top_k": 2, "time_budget": 0.5, **kw}
             return asyncio.run(arerank("q", cands, **kw)) if use_async else rerank("q", cands, **kw)
 
-    def check(url: str, last: str) -> None:
+    def check(url: str, last: str, status_code: int | None) -> None:
         with pytest.raises(ComparatorUnavailable, match="no call of .* was answered") as info:
             run(url)
         assert info.value.accounting.cut_calls == info.value.accounting.calls > 0
+        assert info.value.status_code == status_code  # the 500 the cut calls got (None: no response)
         res = run(url, on_failure="prior")
         assert res.cut_calls == res.calls > 0 and res.failed_calls == 0 and res.order == list(range(8))
         assert res.failure.startswith("ComparatorUnavailable: no call of") and last in res.errors[0]
@@ -820,11 +821,11 @@ def test_a_dead_judge_under_a_time_budget_shorter_than_its_retries_is_a_judge_fa
     if dead == "refused":
         with socket.socket() as sock:  # bound, never listening: every connection is refused
             sock.bind(("127.0.0.1", 0))
-            check(f"http://127.0.0.1:{sock.getsockname()[1]}/v1", "APIConnectionError")
+            check(f"http://127.0.0.1:{sock.getsockname()[1]}/v1", "APIConnectionError", None)
     else:
         with FaultServer(lambda r: Reply(500, error_body("boom", "server_error")), max_requests=400,
                          max_seconds=30) as server:
-            check(server.url, f"InternalServerError from {server.url} (model 'm'): boom")
+            check(server.url, f"InternalServerError from {server.url} (model 'm'): boom", 500)
 
 
 def test_guard_slots_survive_cancelled_and_timed_out_waiters():

@@ -74,11 +74,12 @@ def cut_in_flight(retries: int = 0, reason: str = "cut at the deadline: no answe
     return Judgment(None, retries=retries, error=reason, cut=IN_FLIGHT)
 
 
-def cut_before_retry(retries: int, last: str) -> Judgment:
-    """The answer of a call whose attempt failed with ``last`` (its error, as a message may show it) and whose
-    retry the deadline kept from going out: cut in flight, and a judge error (``Judgment.cut_before_retry``)."""
+def cut_before_retry(retries: int, last: str, status_code: int | None = None) -> Judgment:
+    """The answer of a call whose attempt failed with ``last`` (its error, as a message may show it; its HTTP
+    ``status_code`` if it had a response) and whose retry the deadline kept from going out: cut in flight, and a
+    judge error (``Judgment.cut_before_retry``)."""
     return Judgment(None, retries=retries, error=f"cut at the deadline before its retry (last: {last})",
-                    cut=IN_FLIGHT, cut_before_retry=True)
+                    cut=IN_FLIGHT, cut_before_retry=True, status_code=status_code)
 
 
 class CallGuard:
@@ -141,6 +142,7 @@ class CallGuard:
         self._answered = False  # a call on this guard got a usable answer
         self._sources: set[Any] = set()  # the queries (RequestGuard keys) of the failed calls in a row
         self._last_reason: str | None = None
+        self._last_status: int | None = None  # of the streak's last failed call that got an HTTP response
         self._error: ComparatorError | None = None
         self._fair_slots = None if max_concurrency is None else FairSlots(max_concurrency)
 
@@ -208,7 +210,8 @@ class CallGuard:
                 self._error = error
 
     def record(self, ok: bool | None, reason: str | None = None, retry_after: float | None = None,
-               unusable: bool = False, source: Any = None, retries: int = 0, seconds: float | None = None) -> None:
+               unusable: bool = False, source: Any = None, retries: int = 0, seconds: float | None = None,
+               status_code: int | None = None) -> None:
         """Note one call that reached the backend; ``max_consecutive_failures`` failures in a row open the breaker.
         ``ok=None``: it was sent but its outcome is unknown (cancelled in flight): counted, streak unchanged; with
         a ``reason``, its attempt failed with ``reason`` and the deadline kept its retry from going out
@@ -222,7 +225,9 @@ class CallGuard:
         ``retries``: the call's transport retries (its requests to the backend beyond the first), whatever its
         outcome; not read here (a guard that keeps metrics, e.g. ``activeprp serve``'s breaker, counts them).
         ``seconds``: an answered call's (``ok``) own latency, from its first attempt's send to its answer (not its
-        wait for a slot; None: not timed): noted on the record ``too_late`` reads (``note_call``)."""
+        wait for a slot; None: not timed): noted on the record ``too_late`` reads (``note_call``).
+        ``status_code``: the HTTP status of a failed call's last response (None: it got none), which the breaker's
+        ``ComparatorUnavailable`` carries (the streak's last one)."""
         self.note_call(ok, seconds)
         with self._lock:
             self.completed += 1
@@ -235,6 +240,7 @@ class CallGuard:
             self._failures += 1
             self._sources.add(source)
             self._last_reason = reason or self._last_reason
+            self._last_status = self._last_status if status_code is None else status_code
             limit = self.max_consecutive_failures
             if limit is not None and self._failures >= limit and self._error is None:
                 self._streak_full(unusable)
@@ -251,6 +257,7 @@ class CallGuard:
         """Start the count of failed calls in a row afresh (called holding the lock)."""
         self._failures = 0
         self._sources.clear()
+        self._last_status = None
 
     def _streak_full(self, unusable: bool) -> None:
         """``max_consecutive_failures`` calls in a row failed, the last one ``unusable`` or not (called holding the
@@ -262,7 +269,8 @@ class CallGuard:
     def _unavailable(self, why: str = "") -> ComparatorUnavailable:
         """The error of an open breaker: the streak of failed calls and the last one's reason, then ``why``."""
         return ComparatorUnavailable(
-            f"circuit breaker open: {self._failures} calls in a row failed (last: {self._last_reason}){why}")
+            f"circuit breaker open: {self._failures} calls in a row failed (last: {self._last_reason}){why}",
+            status_code=self._last_status)
 
     def record_all(self, judgments: Sequence[Judgment], seconds: float | None = None) -> None:
         """``record`` each judgment in order (a failed call is one with ``prob is None``); ``seconds``: the
@@ -315,10 +323,11 @@ class RequestGuard(CallGuard):
         self.shared.trip(error)
 
     def record(self, ok: bool | None, reason: str | None = None, retry_after: float | None = None,
-               unusable: bool = False, source: Any = None, retries: int = 0, seconds: float | None = None) -> None:
+               unusable: bool = False, source: Any = None, retries: int = 0, seconds: float | None = None,
+               status_code: int | None = None) -> None:
         self.note_call(ok, seconds)  # on this request's record (its too_late's), not the shared guard's
         self.completed += 1
-        self.shared.record(ok, reason, retry_after, unusable, self.key, retries)
+        self.shared.record(ok, reason, retry_after, unusable, self.key, retries, status_code=status_code)
 
     @property
     def fair_slots(self) -> FairSlots | None:

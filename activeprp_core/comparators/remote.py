@@ -323,7 +323,7 @@ class RemoteComparator(FreshState, Comparator):
         if error is None:
             return _cut(guard, tries, record)
         fault = self._fault(error)
-        return _cut(guard, tries, record, self._call_failed(error, _reason(fault, error)))
+        return _cut(guard, tries, record, self._call_failed(error, _reason(fault, error)), _status(fault))
 
     def _honoured(self, failure: Failure | None) -> float | None:
         """The seconds ``failure``'s endpoint asked to wait (its Retry-After) as honoured: capped at
@@ -686,15 +686,21 @@ def _settle(comp: RemoteComparator, guard: CallGuard, retrying: Any, response: A
         outcome, ok, reason = error, False, error.message
     elif failure is None or failure.fault in (Fault.RETRY, Fault.FAIL):
         ok, reason = False, comp._call_failed(error, _reason(failure, error))
-        outcome = Judgment(prob=None, retries=retries, error=reason)
+        outcome = Judgment(prob=None, retries=retries, error=reason, status_code=_status(failure))
     else:
         outcome = failure.error(comp._call_failed(error, failure.message), status_code=failure.status_code)
         if failure.fault is Fault.REFUSE:
             guard.trip(outcome)
         ok, reason = failure.fault is Fault.REJECT, outcome.message  # a REJECT (e.g. too long): the endpoint is up
     if record:
-        guard.record(ok, reason, comp._honoured(failure), unusable, retries=retries, seconds=seconds)
+        guard.record(ok, reason, comp._honoured(failure), unusable, retries=retries, seconds=seconds,
+                     status_code=_status(failure))
     return outcome
+
+
+def _status(failure: Failure | None) -> int | None:
+    """The HTTP status of a failed attempt (None: it got no response)."""
+    return None if failure is None else failure.status_code
 
 
 def _reason(failure: Failure | None, error: Exception) -> str:
@@ -702,13 +708,14 @@ def _reason(failure: Failure | None, error: Exception) -> str:
     return failure.message if failure else str(error)
 
 
-def _cut(guard: CallGuard, tries: _Attempts, record: bool, last: str | None = None) -> Judgment:
+def _cut(guard: CallGuard, tries: _Attempts, record: bool, last: str | None = None,
+         status_code: int | None = None) -> Judgment:
     """The outcome of a call the deadline cut after ``tries`` went out: recorded on ``guard`` (when ``record``) as
     sent, its outcome unknown (``record(None)``: spent, the breaker neither counts nor resets on it). ``last``: the
     error of its last attempt when the deadline stopped its retry (``cut_before_retry``; recorded with it as the
-    reason), else None (cut in flight). A call the waiting side cuts before its first attempt is counted (it may be
-    going out) is a plain cut in flight, with no retry."""
+    reason, with its HTTP ``status_code``), else None (cut in flight). A call the waiting side cuts before its
+    first attempt is counted (it may be going out) is a plain cut in flight, with no retry."""
     retries = max(tries.count - 1, 0)
     if record:
-        guard.record(None, last, retries=retries)
-    return cut_in_flight(retries) if last is None else cut_before_retry(retries, last)
+        guard.record(None, last, retries=retries, status_code=status_code)
+    return cut_in_flight(retries) if last is None else cut_before_retry(retries, last, status_code)

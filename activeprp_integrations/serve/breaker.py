@@ -69,15 +69,16 @@ class Breaker(CallGuard):
         return self.error is not None
 
     def record(self, ok: bool | None, reason: str | None = None, retry_after: float | None = None,
-               unusable: bool = False, source: Any = None, retries: int = 0, seconds: float | None = None) -> None:
+               unusable: bool = False, source: Any = None, retries: int = 0, seconds: float | None = None,
+               status_code: int | None = None) -> None:
         if ok:
             self.asked = None
         elif retry_after is not None and ok is False:
             self.asked = max(self.asked or 0.0, retry_after)
         if ok is None and reason is not None:  # cut before its retry: a suspect failure (see the class)
-            super().record(False, reason, retry_after, True, source, retries)
+            super().record(False, reason, retry_after, True, source, retries, status_code=status_code)
         else:
-            super().record(ok, reason, retry_after, unusable, source, retries, seconds)
+            super().record(ok, reason, retry_after, unusable, source, retries, seconds, status_code)
         if self.on_call is not None:
             self.on_call(ok, retries)
         self._noticed()
@@ -185,6 +186,7 @@ class ProbeGuard(CallGuard):
         self.retries = 0
 
     def record(self, ok: bool | None, reason: str | None = None, retry_after: float | None = None,
-               unusable: bool = False, source: Any = None, retries: int = 0, seconds: float | None = None) -> None:
-        super().record(ok, reason, retry_after, unusable, source, retries, seconds)
+               unusable: bool = False, source: Any = None, retries: int = 0, seconds: float | None = None,
+               status_code: int | None = None) -> None:
+        super().record(ok, reason, retry_after, unusable, source, retries, seconds, status_code)
         self.retries += retries

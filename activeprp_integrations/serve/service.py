@@ -239,9 +239,10 @@ class RerankService:
     def _refuse_while_open(self) -> None:
         error = self.breaker.error
         if error is not None and self.settings.on_failure == "raise":
-            why = str(error).removeprefix("circuit breaker open: ")  # the breaker's own error says so already
+            why = error.message.removeprefix("circuit breaker open: ")  # the breaker's own error says so already
             raise ComparatorUnavailable(f"the judge is unavailable, no call sent (circuit breaker open: "
-                                        f"{why}); it is probed again in {self.breaker.retry_after()} s")
+                                        f"{why}); it is probed again in {self.breaker.retry_after()} s",
+                                        status_code=error.status_code)
 
     async def _probe(self) -> bool:
         query, first, second = PROBE
