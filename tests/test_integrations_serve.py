@@ -553,6 +553,15 @@ def test_the_breaker_s_on_call_is_typed_as_it_is_called_with_ok_and_retries():
     breaker.record(None, "cut before its retry", retries=1)
     assert calls == [(True, 2), (None, 1)]
 
+def judge_log(caplog, response) -> str:
+    """The server's log line of a judge failure's ``response``, found by its ``request_id``: the judge's whole
+    message, which the body does not quote (it names the judge's endpoint and model)."""
+    rid = response.json()["request_id"]
+    assert response.headers["x-request-id"] == rid
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "activeprp.serve" and rid in r.getMessage()]
+    return line
+
+
 def _wait_until(predicate, timeout=10.0):
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -617,7 +626,8 @@ def test_a_judge_asking_to_retry_later_is_not_probed_sooner_and_clients_are_told
 
 
 @pytest.mark.parametrize("everyone", [False, True])
-def test_one_callers_documents_cannot_open_the_breaker_for_all_but_a_judge_off_the_point_for_all_does(everyone):
+def test_one_callers_documents_cannot_open_the_breaker_for_all_but_a_judge_off_the_point_for_all_does(everyone,
+                                                                                                    caplog):
     """A judge made to answer neither A nor B by a phrase planted in a caller's documents opened the shared breaker
     after 5 such calls: every other caller got 503 (and /ready too) until the cool-down's probe. Now a streak that
     ends in an unusable answer is checked by a probe at once, and opens the breaker only when that fails too."""
@@ -645,7 +655,7 @@ def test_one_callers_documents_cannot_open_the_breaker_for_all_but_a_judge_off_t
     if everyone:  # the probe got no answer either: the judge is off the point for all, and the breaker opens
         assert ready.status_code == 503 and after.status_code == 503
         assert after.json()["message"].count("circuit breaker open") == 1
-        assert "answer 'I'), and the breaker's probe got no answer either" in after.json()["message"]
+        assert "answer 'I'), and the breaker's probe got no answer either" in judge_log(caplog, after)
     else:
         assert ready.status_code == 200 and after.status_code == 200
         assert len(after.json()["results"]) == 6 and probed >= 3 * SERVER_BREAKER
@@ -795,7 +805,7 @@ def _refusing_endpoint():
 
 
 @pytest.mark.parametrize("endpoint", ["refusing", "closed port"])
-def test_an_openai_judge_failure_reaches_the_caller_as_502_or_503_without_the_key(endpoint):
+def test_an_openai_judge_failure_reaches_the_caller_as_502_or_503_without_the_key(endpoint, caplog):
     pytest.importorskip("openai")
     from activeprp_core.comparators import OpenAIChatComparator
 
@@ -810,6 +820,11 @@ def test_an_openai_judge_failure_reaches_the_caller_as_502_or_503_without_the_ke
     assert response.json()["type"] == "judge_failure" and "SECRET" not in response.text
     assert response.json()["message"].startswith("ComparatorAuthError" if endpoint == "refusing" else
                                                  "ComparatorUnavailable")
+    where = base_url.removeprefix("http://").removesuffix("/v1")  # the judge's 127.0.0.1:PORT
+    assert where not in response.text and base_url in judge_log(caplog, response)
+    # the cause in words: "[Errno 111] Connection refused" (sync httpx) or "All connection attempts failed"
+    causes = ["(HTTP 401)"] if endpoint == "refusing" else ["connection refused)", "connection failed)"]
+    assert any(cause in response.json()["message"] for cause in causes), response.text
 
 
 class GatedJudge(WordJudge):
@@ -1274,7 +1289,7 @@ def test_the_judge_s_retries_are_a_metric():
     assert f"activeprp_judge_retries_total {float(spent['retries'])}" in metrics
 
 
-def test_a_transient_fault_whose_retries_the_time_budget_stopped_leaves_the_breaker_closed():
+def test_a_transient_fault_whose_retries_the_time_budget_stopped_leaves_the_breaker_closed(caplog):
     """A judge failing each prompt's first attempt with a 500, and retries that would start past the request's
     time budget: the calls are cut before their retries. They opened the breaker (5 in a row), so every other
     request got 503 for --cool-down. Now the streak is checked with a probe, which the judge answers: the breaker
@@ -1301,8 +1316,8 @@ def test_a_transient_fault_whose_retries_the_time_budget_stopped_leaves_the_brea
         _wait_until(lambda: breaker.probes >= 1 or breaker.open)
         after, ready = _post(client, "/v2/rerank", GOOD), client.get("/ready")
         metrics = client.get("/metrics").text
-    assert cut.status_code == 503 and "no call of" in cut.json()["message"], cut.text
-    assert "cut at the deadline before its retry" in cut.json()["message"]
+    assert cut.status_code == 503 and "(HTTP 500)" in cut.json()["message"], cut.text
+    assert "no call of" in judge_log(caplog, cut) and "cut at the deadline before its retry" in judge_log(caplog, cut)
     assert after.status_code == 200 and ready.status_code == 200 and not breaker.open, after.text
     assert metric(metrics, "activeprp_judge_failed_calls_total") == 0
     assert metric(metrics, "activeprp_judge_calls_total") - warm["calls"] - breaker.probes - \
@@ -1310,7 +1325,7 @@ def test_a_transient_fault_whose_retries_the_time_budget_stopped_leaves_the_brea
     assert metric(metrics, "activeprp_judge_breaker_open") == 0
 
 
-def test_a_dead_judge_under_a_time_budget_shorter_than_its_retries_fails_loudly_and_opens_the_breaker():
+def test_a_dead_judge_under_a_time_budget_shorter_than_its_retries_fails_loudly_and_opens_the_breaker(caplog):
     """A judge nobody listens on, under a time budget shorter than its retries: every call is cut before its
     retry. Each request is a judge failure (503), and the streak of such
     calls is checked with a probe, which gets no answer: the breaker opens, /ready is 503. Such requests were
@@ -1328,10 +1343,12 @@ def test_a_dead_judge_under_a_time_budget_shorter_than_its_retries_fails_loudly_
             breaker = client.app.state.service.breaker
             _wait_until(lambda: breaker.open)
             ready, later = client.get("/ready"), _post(client, "/v2/rerank", body)
-    assert first.status_code == 503 and "no call of" in first.json()["message"], first.text
-    assert "cut at the deadline before its retry (last: APIConnectionError" in first.json()["message"]
+    assert first.status_code == 503 and "no call of" in judge_log(caplog, first), first.text
+    assert "cut at the deadline before its retry (last: APIConnectionError" in judge_log(caplog, first)
     assert ready.status_code == 503 and later.status_code == 503
     assert "circuit breaker open" in later.json()["message"], later.text
+    where = url.removeprefix("http://").removesuffix("/v1")  # 127.0.0.1:PORT: the judge's, not the service's
+    assert where in judge_log(caplog, first) and not any(where in r.text for r in (first, ready, later))
 
 
 def _openai_judge(url):
@@ -1403,7 +1420,7 @@ def test_the_retries_of_the_breaker_s_probe_are_a_metric():
     assert not answered and seen == [(False, 1)] and endpoint.requests == 2
 
 
-def test_serve_s_reply_cap_makes_a_judge_reply_over_it_a_failed_call(monkeypatch):
+def test_serve_s_reply_cap_makes_a_judge_reply_over_it_a_failed_call(monkeypatch, caplog):
     """``activeprp serve --max-reply-bytes`` reaches the openai judge: a stand-in judge's 8 KB answers are read
     under the 1 MiB default, and each is a failed call, not retried, under a 4096-byte cap (all failed: 503)."""
     pytest.importorskip("openai")
@@ -1423,7 +1440,7 @@ def test_serve_s_reply_cap_makes_a_judge_reply_over_it_a_failed_call(monkeypatch
             metrics = client.get("/metrics").text
     assert ok.status_code == 200 and ok.json()["meta"]["activeprp"]["failed_calls"] == 0
     assert refused.status_code == 503 and refused.json()["message"].startswith("ComparatorUnavailable")
-    assert "reply too large" in refused.text and "cap of 4096 bytes (max_reply_bytes)" in refused.text
+    assert "reply too large" in refused.text and "cap of 4096 bytes (max_reply_bytes)" in judge_log(caplog, refused)
     assert metric(metrics, "activeprp_judge_retries_total") == 0 and endpoint.requests > read
 
 
@@ -1440,7 +1457,8 @@ def test_no_secret_in_a_degraded_answer_or_the_log(on_failure, caplog):
     with caplog.at_level(logging.WARNING, logger="activeprp"), TestClient(app) as client:
         response = client.post("/v2/rerank", json=GOOD, headers={"Authorization": "Bearer K"})
     assert response.status_code == (200 if on_failure == "prior" else 502)
-    assert "sk-SECRET-9" not in response.text and "key ***" in response.text
+    assert "sk-SECRET-9" not in response.text  # a 502 quotes no judge message; a degraded answer's errors do
+    assert ("key ***" in response.text) == (on_failure == "prior")
     logged = [r.getMessage() for r in caplog.records if r.name.startswith("activeprp")]
     assert logged and all("sk-SECRET-9" not in m and "key ***" in m for m in logged)
 
@@ -1456,16 +1474,20 @@ def test_a_judge_answering_the_wrong_shape_is_502():
     assert response.status_code == 502 and response.json()["message"].startswith("InvalidAnswer")
 
 
-@pytest.mark.parametrize(("reply", "status", "starts"), [
+@pytest.mark.parametrize(("reply", "status", "starts", "cause"), [
     ({"status": 400, "message": "This model's maximum context length is 2048 tokens. However, you requested 9000 "
-                                "tokens."}, 413, "the judge cannot take a prompt this long"),
+                                "tokens."}, 413, "the judge cannot take a prompt this long", "HTTP 400"),
     ({"status": 400, "message": "the request exceeds the available context size, try increasing it"}, 413,
-     "the judge cannot take a prompt this long"),
-    ({"status": 400, "message": "top_logprobs is not supported"}, 502, "ComparatorRequestError"),
-    ({"status": 200, "message": None}, 503, "ComparatorUnavailable"),  # a garbage answer, every time
-    ({"status": 200, "delay_s": 1.0}, 503, "ComparatorUnavailable"),  # slower than the judge's timeout
+     "the judge cannot take a prompt this long", "HTTP 400"),
+    ({"status": 400, "message": "top_logprobs is not supported"}, 502, "ComparatorRequestError", "HTTP 400"),
+    ({"status": 429, "message": "rate limited"}, 503, "ComparatorUnavailable", "HTTP 429"),
+    ({"status": 200, "message": None}, 503, "ComparatorUnavailable", "unusable answers"),  # garbage, every time
+    ({"status": 200, "delay_s": 1.0}, 503, "ComparatorUnavailable", "timed out"),  # slower than the judge's timeout
 ])
-def test_each_kind_of_openai_judge_failure_gets_its_documented_status(reply, status, starts):
+def test_each_kind_of_openai_judge_failure_gets_its_documented_status(reply, status, starts, cause, caplog):
+    """Each body says what failed (its type, the judge's HTTP status or why, the calls spent) and a request id,
+    and nothing of where the judge is: its URL, host and port, and its model name, were quoted to every client.
+    The server's log has the judge's whole message under that request id."""
     pytest.importorskip("openai")
     from activeprp_core.comparators import OpenAIChatComparator
     from tests._llm_server import FaultServer, Reply, completion, error_body
@@ -1479,12 +1501,17 @@ def test_each_kind_of_openai_judge_failure_gets_its_documented_status(reply, sta
 
     query, docs = make_request(5, n_docs=6)
     with FaultServer(plan, max_requests=100, max_seconds=60) as endpoint, \
-            OpenAIChatComparator("m", base_url=endpoint.url, api_key="sk-SECRET", max_attempts=1,
+            OpenAIChatComparator("internal-judge-7b", base_url=endpoint.url, api_key="sk-SECRET", max_attempts=1,
                                  timeout=0.2 if "delay_s" in reply else 10.0) as judge, \
             TestClient(create_app(judge, **SERVER)) as client:  # 0.2 s for all: a busy machine's 400s timed out
         response = _post(client, "/v2/rerank", {"query": query, "documents": docs})
     assert response.status_code == status and response.json()["message"].startswith(starts)
     assert "SECRET" not in response.text
+    message, where = response.json()["message"], endpoint.url.removeprefix("http://").removesuffix("/v1")
+    assert f"{cause}" in message and f"request id {response.json()['request_id']}" in message
+    assert "internal-judge-7b" not in response.text and where not in response.text, response.text
+    logged = judge_log(caplog, response)  # an unusable answer's message names no endpoint in the first place
+    assert f"answered {status}: " in logged and (endpoint.url in logged or "unusable answer" in logged)
     if status == 503:
         assert int(response.headers["retry-after"]) >= 1
     if status == 413:

@@ -8,8 +8,10 @@ body that does not validate, including malformed JSON; 401 without a right key; 
 or document count over the server's caps, and for a prompt too long for the judge's context); 429 with
 ``Retry-After`` when the queue is full; a judge failure is 502 (the endpoint refused the request or the key, or a
 comparator answered the wrong shape) or 503 with ``Retry-After`` (``ComparatorUnavailable``: the endpoint keeps
-failing, the breaker is open), with the typed error's message, API keys scrubbed; 503 ``unavailable`` with
-``Retry-After`` too for a request the server's graceful shutdown refuses or cuts (``protocol.DrainingServer``).
+failing, the breaker is open), saying the typed error's type, cause and the calls spent with a request id, never
+the judge's URL or model (the server's log has the whole message under that id: ``routes.judge_summary``); 503
+``unavailable`` with ``Retry-After`` too for a request the server's graceful shutdown refuses or cuts
+(``protocol.DrainingServer``).
 """
 
 from __future__ import annotations

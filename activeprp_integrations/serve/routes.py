@@ -19,9 +19,17 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from activeprp_core import Candidate, ComparatorError, ComparatorRequestError, ComparatorUnavailable, RerankResult
+from activeprp_core import (
+    Candidate,
+    ComparatorAuthError,
+    ComparatorError,
+    ComparatorRequestError,
+    ComparatorUnavailable,
+    InvalidAnswer,
+    RerankResult,
+)
 from activeprp_core.comparators.prompts import cut_words
-from activeprp_core.errors import scrub
+from activeprp_core.errors import describe, scrub
 from activeprp_core.reranking import log as engine_log
 
 from .bodies import CallerError, IntegerTooLong, Limits, RerankRequest, TEIRequest, parse_json, returned_document
@@ -37,6 +45,7 @@ Respond = Callable[[RerankResult, list[int], list[str]], Any]
 """Builds a route's response body from the result, the returned indices (best first) and the judged texts."""
 
 _IDS = random.Random()  # seeded from os.urandom once: response ids need to be unique, not secret
+log = logging.getLogger("activeprp.serve")
 
 
 def response_id() -> str:
@@ -44,9 +53,15 @@ def response_id() -> str:
     return str(uuid.UUID(int=_IDS.getrandbits(128), version=4))
 
 
-def error_response(status: int, message: str, kind: str, retry_after: int | None = None) -> JSONResponse:
-    headers = None if retry_after is None else {"Retry-After": str(retry_after)}
-    return JSONResponse({"message": message, "type": kind}, status_code=status, headers=headers)
+def error_response(status: int, message: str, kind: str, retry_after: int | None = None,
+                   request_id: str | None = None) -> JSONResponse:
+    """The JSON error body ``{"message", "type"}``, with ``request_id`` (also as ``X-Request-ID``) when given."""
+    headers, body = {}, {"message": message, "type": kind}
+    if retry_after is not None:
+        headers["Retry-After"] = str(retry_after)
+    if request_id is not None:
+        headers["X-Request-ID"] = body["request_id"] = request_id
+    return JSONResponse(body, status_code=status, headers=headers or None)
 
 
 TOO_LONG = re.compile(r"context (length|size|window)|maximum context|too long|too many tokens|token limit|exceed|"
@@ -58,6 +73,45 @@ def too_long(error: ComparatorError) -> bool:
     """Whether the judge's endpoint rejected a prompt as too long for its context (a 400/413/422 saying so)."""
     return isinstance(error, ComparatorRequestError) and error.status_code in (400, 413, 422) and \
         bool(TOO_LONG.search(error.message))
+
+
+JUDGE_KINDS = ((ComparatorAuthError, "the judge's endpoint refused the server's key or model"),
+               (ComparatorRequestError, "the judge's endpoint rejected the request"),
+               (ComparatorUnavailable, "the judge is unavailable"),
+               (InvalidAnswer, "the judge answered the wrong number of answers or not a probability"))
+CAUSES = tuple((re.compile(pattern, re.IGNORECASE), words) for pattern, words in (
+    (r"timed? ?out|timeout", "timed out"),
+    (r"connection refused|errno 111\b|econnrefused", "connection refused"),
+    (r"name or service not known|nodename nor servname|name resolution|getaddrinfo|no address associated",
+     "the host name did not resolve"),
+    (r"ssl|certificate|\btls\b", "TLS failure"),
+    (r"reply too large", "reply too large"),
+    (r"unusable answer", "unusable answers"),
+    (r"connection|disconnect|protocol", "connection failed"),
+))
+"""What a judge's failure says about its transport, in words that name no endpoint (first match)."""
+
+
+def judge_cause(error: ComparatorError) -> str:
+    """Why the judge failed, in words that name no endpoint, host, port or model (a service's clients must not
+    learn where its judge is): the HTTP status, else the kind of transport failure read from the message ("timed
+    out", "connection refused"); "" when it says neither."""
+    if error.status_code is not None:
+        return f"HTTP {error.status_code}"
+    return next((words for pattern, words in CAUSES if pattern.search(error.message)), "")
+
+
+def judge_summary(error: ComparatorError) -> str:
+    """``error`` for a service's clients: its type, what it means, whether the breaker is open, ``judge_cause``
+    and the judge calls spent; never its message, which names the judge's endpoint and model (the server's log
+    has it)."""
+    kind = next((words for cls, words in JUDGE_KINDS if isinstance(error, cls)), "the judge failed")
+    cause = ", ".join(c for c in ("circuit breaker open" if "circuit breaker open" in error.message else "",
+                                  judge_cause(error)) if c)
+    spent = error.accounting
+    calls = "no judge call sent" if spent is None or not spent.calls else \
+        f"{spent.calls} judge call{'s' * (spent.calls != 1)}, {spent.failed_calls} failed"
+    return f"{type(error).__name__}: {kind}{f' ({cause})' if cause else ''}; {calls}"
 
 
 def _invalid_json(why: str, at: Any) -> str:
@@ -238,17 +292,24 @@ class Routes:
 
     def judge_failure(self, err: ComparatorError, query: str, texts: list[str]) -> Response:
         """A judge's failure as a response: a prompt too long for the judge's context is the caller's (413);
-        ``ComparatorUnavailable`` (the breaker) 503 with ``Retry-After``; any other 502."""
-        message = scrub(f"{type(err).__name__}: {err}", self.secrets)
+        ``ComparatorUnavailable`` (the breaker) 503 with ``Retry-After``; any other 502. The body says what failed
+        (``judge_summary``) and a request id; the server's log has the whole message (which names the judge's
+        endpoint and model, for the operator only) under that id."""
+        rid = response_id()
+        see = f"; request id {rid} (the server's log has the details)"
         if too_long(err):
             longest = max(len(t.encode("utf-8", "surrogatepass")) for t in texts)
-            return error_response(413, f"the judge cannot take a prompt this long ({message}): shorten the query "
-                                       f"({len(query.encode('utf-8', 'surrogatepass'))} bytes) or the documents "
-                                       f"(the longest has {longest} bytes), e.g. with max_tokens_per_doc",
-                                  "too_long")
-        if isinstance(err, ComparatorUnavailable):
-            return error_response(503, message, "judge_failure", self.service.breaker.retry_after())
-        return error_response(502, message, "judge_failure")
+            status, kind, retry_after = 413, "too_long", None
+            message = (f"the judge cannot take a prompt this long ({type(err).__name__}, {judge_cause(err)}): "
+                       f"shorten the query ({len(query.encode('utf-8', 'surrogatepass'))} bytes) or the documents "
+                       f"(the longest has {longest} bytes), e.g. with max_tokens_per_doc{see}")
+        elif isinstance(err, ComparatorUnavailable):
+            status, kind, retry_after = 503, "judge_failure", self.service.breaker.retry_after()
+            message = judge_summary(err) + see
+        else:
+            status, kind, retry_after, message = 502, "judge_failure", None, judge_summary(err) + see
+        log.warning("request %s answered %d: %s", rid, status, scrub(describe(err), self.secrets))
+        return error_response(status, message, kind, retry_after, rid)
 
     def meta(self, version: str, result: RerankResult, n: int) -> dict[str, Any]:
         stats = result.stats()
@@ -320,8 +381,10 @@ class Routes:
         if error is None:
             return JSONResponse({"status": "ready"})
         wait = breaker.retry_after()
+        cause = judge_cause(error)
         return JSONResponse({"status": "unavailable", "retry_after": wait,
-                             "message": scrub(f"the judge's circuit breaker is open: {error}", self.secrets)},
+                             "message": f"the judge's circuit breaker is open ({type(error).__name__}"
+                                        f"{f', {cause}' if cause else ''}): the server's log has why"},
                             status_code=503, headers={"Retry-After": str(wait)})
 
     async def prometheus(self) -> Response:
