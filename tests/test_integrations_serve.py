@@ -1445,10 +1445,13 @@ def test_serve_s_reply_cap_makes_a_judge_reply_over_it_a_failed_call(monkeypatch
 
 
 class Leaky(Comparator):
-    """A judge whose error quotes a key that only the service knows as a secret."""
+    """A judge whose error quotes a key that only the service knows as a secret, and where the judge is."""
+
+    endpoint, model = "http://judge.internal:8000/v1", "internal-judge-7b"
 
     def compare(self, query, pairs):
-        raise ComparatorRequestError("bad request for key sk-SECRET-9", status_code=400)
+        raise ComparatorRequestError(f"bad request for key sk-SECRET-9 at {self.endpoint} (model {self.model!r}), "
+                                     "judge.internal unhappy", status_code=400)
 
 
 @pytest.mark.parametrize("on_failure", ["prior", "raise"])
@@ -1459,8 +1462,11 @@ def test_no_secret_in_a_degraded_answer_or_the_log(on_failure, caplog):
     assert response.status_code == (200 if on_failure == "prior" else 502)
     assert "sk-SECRET-9" not in response.text  # a 502 quotes no judge message; a degraded answer's errors do
     assert ("key ***" in response.text) == (on_failure == "prior")
+    # nor where the judge is: a degraded answer's meta quoted its URL and model to every client
+    assert not any(where in response.text for where in ("judge.internal", "8000", "internal-judge-7b"))
     logged = [r.getMessage() for r in caplog.records if r.name.startswith("activeprp")]
     assert logged and all("sk-SECRET-9" not in m and "key ***" in m for m in logged)
+    assert all(Leaky.endpoint in m and "internal-judge-7b" in m for m in logged)  # the operator's log keeps them
 
 
 class ShortAnswers(Comparator):

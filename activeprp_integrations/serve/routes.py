@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -10,6 +11,7 @@ import re
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -112,6 +114,18 @@ def judge_summary(error: ComparatorError) -> str:
     calls = "no judge call sent" if spent is None or not spent.calls else \
         f"{spent.calls} judge call{'s' * (spent.calls != 1)}, {spent.failed_calls} failed"
     return f"{type(error).__name__}: {kind}{f' ({cause})' if cause else ''}; {calls}"
+
+
+def judge_whereabouts(judge: Any) -> list[str]:
+    """What names where ``judge`` is, for a service to keep from its clients: its ``endpoint`` (a URL; its host
+    and port, and host, alone too) and its ``model``, those it has."""
+    endpoint, model = getattr(judge, "endpoint", None), getattr(judge, "model", None)
+    found = [text for text in (endpoint, model) if isinstance(text, str) and text]
+    if isinstance(endpoint, str) and "//" in endpoint:
+        with contextlib.suppress(ValueError):  # a port that is no number
+            url = urlsplit(endpoint)
+            found += [text for text in (url.netloc, url.hostname) if text]
+    return found
 
 
 def _invalid_json(why: str, at: Any) -> str:
@@ -255,6 +269,8 @@ class Routes:
                  judge_block: JudgeBlock | None) -> None:
         self.service, self.limits, self.metrics = service, limits, metrics
         self.secrets, self.judge_block = secrets, judge_block
+        # what a 200's meta may quote of the judge's errors: neither secrets nor where the judge is
+        self.hidden = [*secrets, *judge_whereabouts(service.pool.judge)]
 
     def mount(self, app: FastAPI) -> None:
         app.router.route_class = BoundedJSONRoute
@@ -314,8 +330,8 @@ class Routes:
     def meta(self, version: str, result: RerankResult, n: int) -> dict[str, Any]:
         stats = result.stats()
         if stats["failure"]:  # a degraded rerank (on_failure="prior") reports the judge's errors
-            stats["failure"] = scrub(stats["failure"], self.secrets)
-        stats["errors"] = [scrub(e, self.secrets) for e in stats["errors"]]
+            stats["failure"] = scrub(stats["failure"], self.hidden)
+        stats["errors"] = [scrub(e, self.hidden) for e in stats["errors"]]
         if self.judge_block is not None:  # default: the JudgeStats of result.stats()
             stats["judge"] = self.judge_block(result)
         return {
