@@ -80,7 +80,7 @@ def too_long(error: ComparatorError) -> bool:
 JUDGE_KINDS = ((ComparatorAuthError, "the judge's endpoint refused the server's key or model"),
                (ComparatorRequestError, "the judge's endpoint rejected the request"),
                (ComparatorUnavailable, "the judge is unavailable"),
-               (InvalidAnswer, "the judge answered the wrong number of answers or not a probability"))
+               (InvalidAnswer, "the comparator answered the wrong shape (a comparator bug)"))
 CAUSES = tuple((re.compile(pattern, re.IGNORECASE), words) for pattern, words in (
     (r"timed? ?out|timeout", "timed out"),
     (r"connection refused|errno 111\b|econnrefused", "connection refused"),
@@ -92,6 +92,7 @@ CAUSES = tuple((re.compile(pattern, re.IGNORECASE), words) for pattern, words in
     (r"connection|disconnect|protocol", "connection failed"),
 ))
 """What a judge's failure says about its transport, in words that name no endpoint (first match)."""
+URL = re.compile(r"\b[a-z][a-z0-9+.-]*://\S+", re.IGNORECASE)
 
 
 def judge_cause(error: ComparatorError) -> str:
@@ -100,7 +101,8 @@ def judge_cause(error: ComparatorError) -> str:
     out", "connection refused"); "" when it says neither."""
     if error.status_code is not None:
         return f"HTTP {error.status_code}"
-    return next((words for pattern, words in CAUSES if pattern.search(error.message)), "")
+    said = URL.sub("", error.message)  # a host named e.g. "timeout-proxy" says nothing of the failure
+    return next((words for pattern, words in CAUSES if pattern.search(said)), "")
 
 
 def judge_summary(error: ComparatorError) -> str:
