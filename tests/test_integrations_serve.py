@@ -1474,6 +1474,21 @@ class ShortAnswers(Comparator):
         return [0.5] * (len(pairs) - 1)  # one answer short: InvalidAnswer, a comparator bug
 
 
+@pytest.mark.parametrize(("message", "status", "cause"), [
+    ("APIConnectionError from http://timeout-proxy:8000/v1 (model 'm'): Connection error. (ConnectError: [Errno "
+     "111] Connection refused)", None, "connection refused"),  # the host's name is no cause
+    ("APITimeoutError from http://judge:8000/v1 (model 'm'): Request timed out.", None, "timed out"),
+    ("RateLimitError from http://judge:8000/v1 (model 'm'): slow down", 429, "HTTP 429"),
+    ("unusable answer: unparseable answer 'I'", None, "unusable answers"),
+    ("something new", None, ""),
+])
+def test_a_judge_failure_s_cause_is_told_in_words_that_name_no_endpoint(message, status, cause):
+    from activeprp_core import ComparatorUnavailable
+    from activeprp_integrations.serve.routes import judge_cause
+
+    assert judge_cause(ComparatorUnavailable(message, status_code=status)) == cause
+
+
 def test_a_judge_answering_the_wrong_shape_is_502():
     with TestClient(create_app(ShortAnswers(), **SERVER)) as client:
         response = _post(client, "/v2/rerank", GOOD)
