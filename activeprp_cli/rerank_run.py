@@ -55,7 +55,16 @@ from .rerank import (
     seconds,
     settings_from_args,
 )
-from .trecfiles import STDOUT, check_token, rank_disagreements, read_qrels, read_run_candidates, write_run
+from .trecfiles import (
+    STDOUT,
+    check_token,
+    is_stdout,
+    named_fd,
+    rank_disagreements,
+    read_qrels,
+    read_run_candidates,
+    write_run,
+)
 
 Request = tuple[str, str, list[Candidate]]  # (qid, query text, candidates in the run's trec_eval order)
 RUNNERS = "activeprp.runners"  # entry-point group: name -> a function running many queries elsewhere (ray)
@@ -155,8 +164,14 @@ def check_out(path: str, directory: bool = False, parents: bool = False) -> None
     """Raise ``InputError`` unless ``path`` can be written: as a file (the default; ``-`` is stdout) whose
     directory exists and is writable, or with ``parents`` whose directory ``mkdir -p`` can make; with
     ``directory``, as a directory that is there and writable or that ``mkdir -p`` can make. A directory that
-    ``mkdir -p`` can make: the nearest part of it that exists is a writable directory."""
+    ``mkdir -p`` can make: the nearest part of it that exists is a writable directory. A file that names an open
+    file descriptor (``trecfiles.named_fd``: ``/dev/stdout``, ``/dev/fd/N``) must be open for writing."""
     if path == STDOUT and not directory:
+        return
+    fd = None if directory else named_fd(path)
+    if fd is not None:
+        if not _open_for_writing(fd):
+            raise InputError(f"{path}: file descriptor {fd} is not open for writing")
         return
     out = Path(os.path.realpath(path))  # write_run writes through a symlink
     if not directory and out.is_dir():
@@ -171,9 +186,19 @@ def check_out(path: str, directory: bool = False, parents: bool = False) -> None
         raise InputError(f"{path}: directory {str(existing)!r} is not writable")
 
 
+def _open_for_writing(fd: int) -> bool:
+    import fcntl  # POSIX, as are the names named_fd finds
+
+    try:
+        return (fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE) in (os.O_WRONLY, os.O_RDWR)
+    except OSError:  # not open
+        return False
+
+
 def notes(args: argparse.Namespace) -> TextIO:
-    """Where the command's notes go: stdout, or stderr when the run itself goes to stdout (``--out -``)."""
-    return sys.stderr if args.out == STDOUT else sys.stdout
+    """Where the command's notes go: stdout, or stderr when the run itself goes to stdout (``--out -``,
+    ``/dev/stdout``)."""
+    return sys.stderr if is_stdout(args.out) else sys.stdout
 
 
 def out_name(args: argparse.Namespace) -> str:
@@ -214,8 +239,8 @@ def add_parser(subparsers: Any) -> None:
     files.add_argument("--queries", required=True, help="queries: qid<TAB>text, or JSONL with _id/qid and text")
     files.add_argument("--corpus", required=True, help="passages: docid<TAB>text, or JSONL with _id/docid/id, "
                                                        "text/contents and an optional title")
-    files.add_argument("--out", required=True, help="the reranked TREC run to write (- for stdout; the notes then go "
-                       "to stderr)")
+    files.add_argument("--out", required=True, help="the reranked TREC run to write (- or /dev/stdout for stdout; the "
+                       "notes then go to stderr)")
     files.add_argument("--qrels", help="TREC qrels: print nDCG@10 of the input and the output (ir-measures); the "
                                        "graded labels of --comparator simulated")
     p.add_argument("--depth", type=count(minimum=1), default=None, metavar="N",

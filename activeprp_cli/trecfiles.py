@@ -333,11 +333,36 @@ def read_run_candidates(run_path: str | Path, queries_path: str | Path, corpus: 
                  for qid, rows in kept.items()]
 
 
+def named_fd(path: str | Path) -> int | None:
+    """The file descriptor of this process that ``path`` names, itself or through symlinks (``/dev/stdout`` ->
+    ``/proc/self/fd/1``, ``/dev/fd/N``, bash's ``>(cmd)``), else None. Such a name must not be resolved and
+    replaced like a file's: for a pipe it resolves to ``pipe:[N]``, which exists nowhere, and for a file opened by
+    ``>>`` to that file, whose earlier content a new file would drop."""
+    fd_dirs = {os.path.realpath(d) for d in ("/dev/fd", "/proc/self/fd")}  # /proc/PID/fd of this process
+    link = os.path.abspath(path)
+    for _ in range(40):  # the most symlinks Linux follows in one path
+        folder, name = os.path.split(link)
+        if name.isdigit() and os.path.realpath(folder) in fd_dirs:
+            return int(name)
+        try:
+            link = os.path.join(folder, os.readlink(link))
+        except OSError:  # not a symlink, or one this process may not read (another's /proc/PID/fd)
+            return None
+    return None
+
+
+def is_stdout(path: str | Path) -> bool:
+    """Whether ``path`` names stdout: ``"-"`` (``STDOUT``), or a name of file descriptor 1 (``named_fd``)."""
+    return str(path) == STDOUT or named_fd(path) == 1
+
+
 def write_run(path: str | Path, ranked: Iterable[tuple[str, Sequence[str]]], tag: str = "activeprp") -> int:
     """Write a TREC run: for each ``(qid, docids best first)``, lines ``qid Q0 docid rank score tag`` with rank
     1..n and score n..1 (strictly decreasing, so trec_eval's sort by score keeps the order). ``ranked`` is
     consumed lazily; the file appears (atomically replacing ``path``, or the file a symlink there points to) only
-    when it is exhausted. ``path`` ``"-"`` (``STDOUT``), a FIFO or a device gets the lines as they come instead.
+    when it is exhausted. ``path`` ``"-"`` (``STDOUT``), a FIFO or a device gets the lines as they come instead, and
+    so does a path naming one of this process's open files (``named_fd``: ``/dev/stdout``, ``/dev/fd/N``): it is
+    written through that file descriptor, as a shell's ``>>`` or ``>`` opened it, never reopened or replaced.
     Returns the number of lines written.
 
     Raises:
@@ -345,8 +370,12 @@ def write_run(path: str | Path, ranked: Iterable[tuple[str, Sequence[str]]], tag
         OSError: the directory of ``path`` is missing or not writable.
     """
     check_token("tag", tag)
-    if str(path) == STDOUT:
+    fd = named_fd(path)
+    if is_stdout(path):
         return _write_lines(sys.stdout, ranked, tag)
+    if fd is not None:  # /dev/fd/N, /dev/stderr, bash's >(cmd): the open file, at its offset and with its flags
+        with os.fdopen(os.dup(fd), "w", encoding="utf-8", newline="\n") as f:
+            return _write_lines(f, ranked, tag)
     path = Path(os.path.realpath(path))  # through a symlink, as a shell's > does: the link stays
     if path.exists() and not path.is_file():  # a FIFO or a device (/dev/null): written into, never replaced
         with open(path, "w", encoding="utf-8", newline="\n") as f:
@@ -393,5 +422,6 @@ def check_token(name: str, value: str) -> None:
         raise ValueError(f"a TREC run {name} must be a non-empty string without whitespace, got {value!r}")
 
 
-__all__ = ["STDOUT", "Qrels", "Run", "RunRow", "check_token", "iter_lines", "rank_disagreements", "read_corpus",
-           "read_json", "read_qrels", "read_queries", "read_run", "read_run_candidates", "trec_eval_key", "write_run"]
+__all__ = ["STDOUT", "Qrels", "Run", "RunRow", "check_token", "is_stdout", "iter_lines", "named_fd",
+           "rank_disagreements", "read_corpus", "read_json", "read_qrels", "read_queries", "read_run",
+           "read_run_candidates", "trec_eval_key", "write_run"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -166,6 +167,61 @@ def test_out_through_a_symlink_writes_its_target_and_keeps_the_link(files, tmp_p
     assert main(cli_args(files, link)) == 0
     assert link.is_symlink() and target.read_text().startswith("q1 Q0 ")
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["latest.run"]  # no temporary file left
+
+
+def run_command(args, **kw) -> subprocess.CompletedProcess:
+    """``python -m activeprp_cli ARGS`` in a process of its own (for what the shell gives it: fds, redirections)."""
+    return subprocess.run([sys.executable, "-m", "activeprp_cli", *map(str, args)], cwd=ROOT, timeout=120, **kw)
+
+
+needs_dev_fd = pytest.mark.skipif(not Path("/dev/fd").is_dir(), reason="no /dev/fd here")
+
+
+@needs_dev_fd
+def test_out_dev_stdout_or_dev_fd_writes_into_the_open_file(files, tmp_path):
+    """``--out /dev/stdout | cat`` and ``--out >(gzip > run.gz)`` (bash passes ``/dev/fd/63``) ended in a
+    FileNotFoundError traceback (the temporary file went to ``/proc/PID/fd/.pipe:[N]...``), and ``--out /dev/stdout
+    >> acc.txt`` replaced acc.txt by a new file holding only the run. Now the lines go into the open file: a pipe
+    gets them, an appended file keeps what it held, and the notes go to stderr as with ``--out -``."""
+    pytest.importorskip("ir_measures", reason='pip install "activeprp[eval]"')  # --qrels
+    reference = tmp_path / "reference.run"
+    assert main(cli_args(files, reference)) == 0
+    expected = reference.read_text()
+
+    piped = run_command(cli_args(files, "/dev/stdout"), capture_output=True, text=True)
+    assert (piped.returncode, piped.stdout) == (0, expected) and "Traceback" not in piped.stderr
+    assert "wrote 3 lines (2 queries) to /dev/stdout" in piped.stderr
+
+    acc = tmp_path / "acc.txt"
+    acc.write_text("PREVIOUS CONTENT\n")
+    with open(acc, "a") as appended:
+        assert run_command(cli_args(files, "/dev/stdout"), stdout=appended, stderr=subprocess.DEVNULL).returncode == 0
+    assert acc.read_text() == "PREVIOUS CONTENT\n" + expected
+
+    reader, writer = os.pipe()
+    with os.fdopen(reader) as lines:
+        proc = subprocess.Popen([sys.executable, "-m", "activeprp_cli", *cli_args(files, f"/dev/fd/{writer}")],
+                                cwd=ROOT, pass_fds=[writer], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                text=True)
+        os.close(writer)
+        got = lines.read()
+        assert (proc.wait(timeout=120), got) == (0, expected), proc.stderr.read()
+        proc.stderr.close()
+
+
+@needs_dev_fd
+def test_out_naming_a_closed_or_read_only_fd_is_one_line_exit_2(files, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(cli, "build_comparator", lambda *a: pytest.fail("a comparator was built"))
+    pytest.importorskip("ir_measures", reason='pip install "activeprp[eval]"')  # --qrels
+    reader, writer = os.pipe()
+    os.close(writer)
+    try:
+        for fd in (writer, reader):
+            assert main(cli_args(files, f"/dev/fd/{fd}")) == 2
+            assert capsys.readouterr().err == (f"activeprp: error: /dev/fd/{fd}: file descriptor {fd} is not open "
+                                               "for writing\n")
+    finally:
+        os.close(reader)
 
 
 BAD_INPUTS = [
