@@ -414,8 +414,9 @@ def report(args: argparse.Namespace, requests: Sequence[Request], qrels: Mapping
         print(ndcg_line(qrels, before, reranked, label), file=notes(args))
     if failed and args.on_failure != "prior":
         shown = ", ".join(failed[:10]) + (", ..." if len(failed) > 10 else "")
-        return fail(f"{len(failed)} of {len(requests)} queries failed ({shown}); {out_name(args)} holds the other "
-                    f"{len(reranked)}", 1)
+        holds = (f"{out_name(args)} holds the other {len(reranked)}" if reranked else
+                 f"nothing was written to {out_name(args)}")
+        return fail(f"{len(failed)} of {len(requests)} queries failed ({shown}); {holds}", 1)
     return 0
 
 
@@ -446,13 +447,16 @@ def main(args: argparse.Namespace) -> int:
     written = Written()
     try:
         with sigterm_exits():
-            lines = write_run(args.out, written.ranked_lists(requests, outcomes, args.on_failure), tag=args.tag)
+            # every query failed: a run from before stays, not an empty file (the error line says so)
+            lines = write_run(args.out, written.ranked_lists(requests, outcomes, args.on_failure), tag=args.tag,
+                              write_empty=False)
     finally:
         if comparator is not None:  # comparators holding a client or a file
             comparator.close()
     calls = written.calls
-    print(f"wrote {lines} lines ({len(written.reranked)} queries) to {out_name(args)} in "
-          f"{time.perf_counter() - started:.1f} s; LLM calls: {sum(calls)} total, at most {max(calls, default=0)} "
-          "per query", file=notes(args))
+    what = (f"wrote {lines} lines ({len(written.reranked)} queries) to {out_name(args)}" if lines else
+            f"wrote nothing ({out_name(args)} left as it was)")
+    print(f"{what} in {time.perf_counter() - started:.1f} s; LLM calls: {sum(calls)} total, at most "
+          f"{max(calls, default=0)} per query", file=notes(args))
     print(f"judge (all queries): {pooled(written.judges).summary()}", file=notes(args))
     return report(args, requests, qrels, written)

@@ -356,14 +356,16 @@ def is_stdout(path: str | Path) -> bool:
     return str(path) == STDOUT or named_fd(path) == 1
 
 
-def write_run(path: str | Path, ranked: Iterable[tuple[str, Sequence[str]]], tag: str = "activeprp") -> int:
+def write_run(path: str | Path, ranked: Iterable[tuple[str, Sequence[str]]], tag: str = "activeprp", *,
+              write_empty: bool = True) -> int:
     """Write a TREC run: for each ``(qid, docids best first)``, lines ``qid Q0 docid rank score tag`` with rank
     1..n and score n..1 (strictly decreasing, so trec_eval's sort by score keeps the order). ``ranked`` is
     consumed lazily; the file appears (atomically replacing ``path``, or the file a symlink there points to) only
     when it is exhausted. ``path`` ``"-"`` (``STDOUT``), a FIFO or a device gets the lines as they come instead, and
     so does a path naming one of this process's open files (``named_fd``: ``/dev/stdout``, ``/dev/fd/N``): it is
     written through that file descriptor, as a shell's ``>>`` or ``>`` opened it, never reopened or replaced.
-    Returns the number of lines written.
+    With ``write_empty=False``, a ``ranked`` that gives no line leaves ``path`` as it was (no file made or
+    replaced). Returns the number of lines written.
 
     Raises:
         ValueError: an empty or whitespace-containing qid, docid or tag; a docid twice within a query.
@@ -385,6 +387,9 @@ def write_run(path: str | Path, ranked: Iterable[tuple[str, Sequence[str]]], tag
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
             written = _write_lines(f, ranked, tag)
+        if not written and not write_empty:
+            os.unlink(tmp)
+            return 0
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)

@@ -453,6 +453,22 @@ def test_a_failing_query_is_reported_the_others_written_and_exit_1(three_queries
         in captured.out
 
 
+def test_when_every_query_fails_an_existing_out_is_left_as_it_was(three_queries, tmp_path, capsys, monkeypatch):
+    """With every query failed (below the circuit breaker, or with it off), a run from before was replaced by an
+    empty file, and the error line said OUT "holds the other 0"."""
+    from activeprp_core import ComparatorRequestError
+
+    use(monkeypatch, Recorder(None, ComparatorRequestError("prompt too long", status_code=400)))
+    out = tmp_path / "out.run"
+    out.write_text("q1 Q0 d1 1 1 before\n")
+    assert main(cli_args(three_queries, out, "--max-consecutive-failures", "none")) == 1
+    assert out.read_text() == "q1 Q0 d1 1 1 before\n" and not list(tmp_path.glob(".out.run.*"))
+    captured = capsys.readouterr()
+    assert captured.err.endswith(f"activeprp: error: 3 of 3 queries failed (q1, q2, q3); nothing was written to "
+                                 f"{out}\n")
+    assert f"wrote nothing ({out} left as it was) in " in captured.out
+
+
 def test_with_on_failure_prior_a_failing_query_is_written_in_input_order(three_queries, tmp_path, capsys,
                                                                           monkeypatch):
     use(monkeypatch, Recorder("second query", RuntimeError("bug in a comparator")))

@@ -220,6 +220,16 @@ def test_write_run_refuses_bad_tokens_and_leaves_no_file(tmp_path):
         assert list(tmp_path.iterdir()) == []
 
 
+def test_write_run_with_write_empty_false_leaves_the_file_as_it_was_when_nothing_comes(tmp_path):
+    out = tmp_path / "out.run"
+    assert write_run(out, iter([]), write_empty=False) == 0
+    assert list(tmp_path.iterdir()) == []
+    out.write_text("before\n")
+    assert write_run(out, iter([]), write_empty=False) == 0
+    assert out.read_text() == "before\n" and list(tmp_path.iterdir()) == [out]
+    assert write_run(out, iter([]), write_empty=True) == 0 and out.read_text() == ""
+
+
 def test_a_fifo_out_is_written_into_not_replaced(tmp_path):
     """Through a symlink (or given directly), a FIFO or a device such as /dev/null was replaced by a regular file
     (as root, /dev/null itself)."""
