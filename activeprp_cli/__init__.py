@@ -26,8 +26,8 @@ from importlib.metadata import PackageNotFoundError, entry_points, version
 
 from activeprp_core.errors import InputError
 
-__all__ = ["InputError", "build_parser", "fail", "main", "package_version", "printable", "progress_wanted",
-           "require_extra"]
+__all__ = ["InputError", "build_parser", "discard_stdout", "fail", "main", "package_version", "printable",
+           "progress_wanted", "require_extra"]
 
 SUBCOMMANDS = ("rerank", "rerank_run", "demo")  # module names (rerank_run registers rerank-run)
 COMMAND_GROUP = "activeprp.commands"
@@ -107,9 +107,14 @@ CLOSED_STDOUT = 141
 """The exit status when stdout's reader went away: 128 + SIGPIPE, as for a command the signal stopped."""
 
 
-def _stdout_closed() -> int:
-    # Python's "Note on SIGPIPE": point stdout at devnull, so that the flush at exit cannot fail again
+def discard_stdout() -> None:
+    """Point stdout at devnull after a write to it failed, so that the flush of what is still buffered, at exit,
+    cannot fail again with a message of its own (Python's "Note on SIGPIPE")."""
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def _stdout_closed() -> int:
+    discard_stdout()
     return CLOSED_STDOUT
 
 

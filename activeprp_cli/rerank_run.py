@@ -43,7 +43,7 @@ from activeprp_core.many import DEFAULT_MAX_ACTIVE, RerankFailure, arerank_many,
 from activeprp_core.settings import RerankSettings
 from activeprp_core.types import Candidate, RerankResult
 
-from . import InputError, fail, printable, progress_wanted, require_extra
+from . import InputError, discard_stdout, fail, printable, progress_wanted, require_extra
 from .metrics import EVAL_EXTRA
 from .rerank import (
     add_comparator_args,
@@ -57,6 +57,7 @@ from .rerank import (
 )
 from .trecfiles import (
     STDOUT,
+    RunWriteError,
     check_token,
     is_stdout,
     named_fd,
@@ -420,6 +421,18 @@ def report(args: argparse.Namespace, requests: Sequence[Request], qrels: Mapping
     return 0
 
 
+def write_failure(args: argparse.Namespace, error: RunWriteError, written: Written, total: int) -> str:
+    """The error line of a write to OUT that failed (``RunWriteError``): why, how far the queries had gone and
+    the LLM calls they spent, and what OUT holds. Stdout is discarded when it was OUT (see ``discard_stdout``)."""
+    if is_stdout(args.out):
+        discard_stdout()
+    name = out_name(args)
+    done = (f"{name}: cannot write ({error.strerror}) with {len(written.calls)} of {total} queries done "
+            f"({sum(written.calls)} LLM calls)")
+    return f"{done}; the lines before it went out" if error.in_place else \
+        f"{done}, whose lines are lost; {name} is as it was"
+
+
 @contextlib.contextmanager
 def sigterm_exits(status: int | None = None) -> Iterator[None]:
     """Within the block, SIGTERM raises ``SystemExit(status)`` (default 143, 128 + SIGTERM), so that cleanups run as
@@ -446,10 +459,12 @@ def main(args: argparse.Namespace) -> int:
     comparator, started, outcomes = start(args, requests, qrels)
     written = Written()
     try:
-        with sigterm_exits():
+        with sigterm_exits(), contextlib.closing(outcomes):  # closed: a write error stops the queries left
             # every query failed: a run from before stays, not an empty file (the error line says so)
             lines = write_run(args.out, written.ranked_lists(requests, outcomes, args.on_failure), tag=args.tag,
                               write_empty=False)
+    except RunWriteError as error:
+        return fail(write_failure(args, error, written, len(requests)), 1)
     finally:
         if comparator is not None:  # comparators holding a client or a file
             comparator.close()

@@ -356,6 +356,29 @@ def is_stdout(path: str | Path) -> bool:
     return str(path) == STDOUT or named_fd(path) == 1
 
 
+class RunWriteError(OSError):
+    """``write_run`` could not write its lines (disk full, quota, file too large, a device refusing them):
+    ``filename`` is the path given, ``strerror`` says why. ``in_place``: the lines went into an open stream
+    (stdout, a FIFO, a device, a file descriptor), which keeps those that got through; otherwise the file at
+    ``filename`` was left as it was (its temporary file removed)."""
+
+    def __init__(self, error: OSError, path: str | Path, in_place: bool) -> None:
+        super().__init__(error.errno, error.strerror, str(path))
+        self.in_place = in_place
+
+
+@contextlib.contextmanager
+def _writing(path: str | Path, in_place: bool) -> Iterator[None]:
+    """Within the block, an ``OSError`` is a ``RunWriteError`` for ``path``; not ``BrokenPipeError``: the reader
+    went away, which the command line ends quietly (exit status 141)."""
+    try:
+        yield
+    except (BrokenPipeError, RunWriteError):
+        raise
+    except OSError as error:
+        raise RunWriteError(error, path, in_place) from error
+
+
 def write_run(path: str | Path, ranked: Iterable[tuple[str, Sequence[str]]], tag: str = "activeprp", *,
               write_empty: bool = True) -> int:
     """Write a TREC run: for each ``(qid, docids best first)``, lines ``qid Q0 docid rank score tag`` with rank
@@ -365,48 +388,83 @@ def write_run(path: str | Path, ranked: Iterable[tuple[str, Sequence[str]]], tag
     so does a path naming one of this process's open files (``named_fd``: ``/dev/stdout``, ``/dev/fd/N``): it is
     written through that file descriptor, as a shell's ``>>`` or ``>`` opened it, never reopened or replaced.
     With ``write_empty=False``, a ``ranked`` that gives no line leaves ``path`` as it was (no file made or
-    replaced). Returns the number of lines written.
+    replaced). Returns the number of lines written. What ``ranked`` raises propagates as it is.
 
     Raises:
         ValueError: an empty or whitespace-containing qid, docid or tag; a docid twice within a query.
-        OSError: the directory of ``path`` is missing or not writable.
+        RunWriteError: an ``OSError`` while writing (the directory of ``path`` missing or not writable, the disk
+            full, ...); the file at ``path`` is then left as it was.
     """
     check_token("tag", tag)
-    fd = named_fd(path)
     if is_stdout(path):
-        return _write_lines(sys.stdout, ranked, tag)
-    if fd is not None:  # /dev/fd/N, /dev/stderr, bash's >(cmd): the open file, at its offset and with its flags
-        with os.fdopen(os.dup(fd), "w", encoding="utf-8", newline="\n") as f:
-            return _write_lines(f, ranked, tag)
-    path = Path(os.path.realpath(path))  # through a symlink, as a shell's > does: the link stays
-    if path.exists() and not path.is_file():  # a FIFO or a device (/dev/null): written into, never replaced
-        with open(path, "w", encoding="utf-8", newline="\n") as f:
-            return _write_lines(f, ranked, tag)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.chmod(tmp, _file_mode(path))  # mkstemp's file is 0600; the run gets the mode of the file it replaces
+        return _write_lines(sys.stdout, ranked, tag, path, in_place=True)
+    fd = named_fd(path)
+    real = Path(os.path.realpath(path))  # through a symlink, as a shell's > does: the link stays
+    if fd is None and not (real.exists() and not real.is_file()):
+        return _replace(path, real, ranked, tag, write_empty)
+    with _writing(path, in_place=True):
+        # /dev/fd/N, /dev/stderr, bash's >(cmd): the open file, at its offset and with its flags; else a FIFO or a
+        # device (/dev/null), written into, never replaced
+        f = (os.fdopen(os.dup(fd), "w", encoding="utf-8", newline="\n") if fd is not None else
+             open(real, "w", encoding="utf-8", newline="\n"))  # noqa: SIM115 - closed below
+    with _closing(f, path, in_place=True):
+        return _write_lines(f, ranked, tag, path, in_place=True)
+
+
+@contextlib.contextmanager
+def _closing(f: TextIO, path: str | Path, in_place: bool) -> Iterator[None]:
+    """``f`` closed on the way out. After an error its close must not raise another: the flush of the lines still
+    buffered would fail again, with a plain ``OSError`` in place of the ``RunWriteError``."""
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            written = _write_lines(f, ranked, tag)
+        yield
+    except BaseException:
+        with contextlib.suppress(OSError):
+            f.close()
+        raise
+    with _writing(path, in_place):
+        f.close()
+
+
+def _replace(path: str | Path, real: Path, ranked: Iterable[tuple[str, Sequence[str]]], tag: str,
+             write_empty: bool) -> int:
+    """``write_run`` of a regular file (or none yet) at ``real``: a temporary file beside it, renamed over it."""
+    with _writing(path, in_place=False):
+        fd, tmp = tempfile.mkstemp(prefix=f".{real.name}.", suffix=".tmp", dir=real.parent)
+    try:
+        with _writing(path, in_place=False):
+            os.chmod(tmp, _file_mode(real))  # mkstemp's file is 0600; the run gets the mode of the file it replaces
+        f = os.fdopen(fd, "w", encoding="utf-8", newline="\n")
+        with _closing(f, path, in_place=False):
+            written = _write_lines(f, ranked, tag, path, in_place=False)
         if not written and not write_empty:
             os.unlink(tmp)
             return 0
-        os.replace(tmp, path)
+        with _writing(path, in_place=False):
+            os.replace(tmp, real)
     except BaseException:
-        os.unlink(tmp)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
         raise
     return written
 
 
-def _write_lines(f: TextIO, ranked: Iterable[tuple[str, Sequence[str]]], tag: str) -> int:
+def _write_lines(f: TextIO, ranked: Iterable[tuple[str, Sequence[str]]], tag: str, path: str | Path, *,
+                 in_place: bool) -> int:
+    """Write ``ranked``'s lines to ``f`` and flush it; ``OSError`` of the writes, not of ``ranked``, become
+    ``RunWriteError`` (``_writing``)."""
     written = 0
     for qid, docids in ranked:
         check_token("qid", qid)
         if len(set(docids)) != len(docids):
             raise ValueError(f"qid {qid}: the ranked docids contain duplicates")
-        for rank, docid in enumerate(docids, 1):
+        for docid in docids:
             check_token("docid", docid)
-            f.write(f"{qid} Q0 {docid} {rank} {len(docids) - rank + 1} {tag}\n")
+        with _writing(path, in_place):
+            f.writelines(f"{qid} Q0 {docid} {rank} {len(docids) - rank + 1} {tag}\n"
+                         for rank, docid in enumerate(docids, 1))
         written += len(docids)
+    with _writing(path, in_place):
+        f.flush()
     return written
 
 
@@ -427,6 +485,6 @@ def check_token(name: str, value: str) -> None:
         raise ValueError(f"a TREC run {name} must be a non-empty string without whitespace, got {value!r}")
 
 
-__all__ = ["STDOUT", "Qrels", "Run", "RunRow", "check_token", "is_stdout", "iter_lines", "named_fd",
-           "rank_disagreements", "read_corpus", "read_json", "read_qrels", "read_queries", "read_run",
+__all__ = ["STDOUT", "Qrels", "Run", "RunRow", "RunWriteError", "check_token", "is_stdout", "iter_lines",
+           "named_fd", "rank_disagreements", "read_corpus", "read_json", "read_qrels", "read_queries", "read_run",
            "read_run_candidates", "trec_eval_key", "write_run"]

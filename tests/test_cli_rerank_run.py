@@ -523,6 +523,42 @@ def test_sigterm_leaves_no_temporary_file(three_queries, tmp_path):
     assert not out.exists() and not list(tmp_path.glob(".out.run.*"))
 
 
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full here")
+def test_a_full_device_as_out_is_one_line_exit_1(three_queries, capsys):
+    """A write error on OUT (ENOSPC: /dev/full) ended in a traceback."""
+    assert main(cli_args(three_queries, "/dev/full")) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.splitlines()[-1] == (
+        "activeprp: error: /dev/full: cannot write (No space left on device) with 3 of 3 queries done (3 LLM calls); "
+        "the lines before it went out")
+
+
+@needs_dev_fd
+def test_a_write_error_on_a_file_or_on_stdout_is_one_line_exit_1_and_keeps_the_old_out(three_queries, tmp_path):
+    """A file too large (RLIMIT_FSIZE, standing for a full disk or a quota) ended in a 29-line traceback; so did a
+    full stdout with ``--out -``. Now one line says so, with how far the queries had gone; the old OUT is kept."""
+    resource = pytest.importorskip("resource")
+
+    def small_files():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (64, 64))  # the run is 6 lines, ~150 bytes
+
+    out = tmp_path / "out.run"
+    out.write_text("old\n")
+    proc = run_command(cli_args(three_queries, out), capture_output=True, text=True, preexec_fn=small_files)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.splitlines() == [
+        f"activeprp: error: {out}: cannot write (File too large) with 3 of 3 queries done (3 LLM calls), whose lines "
+        f"are lost; {out} is as it was"]
+    assert out.read_text() == "old\n" and not list(tmp_path.glob(".out.run.*"))
+    if Path("/dev/full").exists():
+        with open("/dev/full", "w") as full:
+            proc = run_command(cli_args(three_queries, "-"), stdout=full, stderr=subprocess.PIPE, text=True)
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr
+        last = proc.stderr.splitlines()[-1]
+        assert re.fullmatch(r"activeprp: error: stdout: cannot write \(No space left on device\) with [123] of 3 "
+                            r"queries done \([123] LLM calls\); the lines before it went out", last)
+
+
 def test_a_dead_endpoint_stops_with_exit_1_and_no_output(three_queries, tmp_path, capsys, monkeypatch):
     from activeprp_core import ComparatorAuthError
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
@@ -228,6 +229,27 @@ def test_write_run_with_write_empty_false_leaves_the_file_as_it_was_when_nothing
     assert write_run(out, iter([]), write_empty=False) == 0
     assert out.read_text() == "before\n" and list(tmp_path.iterdir()) == [out]
     assert write_run(out, iter([]), write_empty=True) == 0 and out.read_text() == ""
+
+
+def test_write_run_raises_run_write_error_for_the_writes_only(tmp_path):
+    """An OSError of the writes (a full disk) is a RunWriteError naming the path; one that ``ranked`` raises (a
+    comparator's ConnectionError) propagates as it is, and the file is left as it was either way."""
+    from activeprp_cli.trecfiles import RunWriteError
+
+    def failing():
+        yield "q1", ["d1"]
+        raise ConnectionError("the judge went away")
+
+    out = tmp_path / "out.run"
+    out.write_text("before\n")
+    with pytest.raises(ConnectionError):
+        write_run(out, failing())
+    assert out.read_text() == "before\n" and list(tmp_path.iterdir()) == [out]
+    if os.path.exists("/dev/full"):
+        with pytest.raises(RunWriteError) as raised:
+            write_run("/dev/full", [("q1", ["d1"])])
+        assert (raised.value.filename, raised.value.strerror, raised.value.in_place) == (
+            "/dev/full", os.strerror(errno.ENOSPC), True)
 
 
 def test_a_fifo_out_is_written_into_not_replaced(tmp_path):
