@@ -30,7 +30,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, NamedTuple, TextIO
@@ -95,8 +95,7 @@ def rerank_requests(requests: Sequence[Request], comparator: Any, args: argparse
     """One ``Outcome`` per request, in input order: ``rerank_many`` over all requests (``max_active`` =
     ``--max-active``, ``carry_judge=False``: each query's result is that of ``rerank`` of it alone), or for
     ``--comparator openai`` ``arerank_many`` with ``max_concurrency`` = ``--max-concurrency`` requests in flight
-    across queries (run with ``asyncio.run``; results come at the end).
-    ``progress``: a tqdm bar over queries on stderr.
+    across queries (each result as it comes, ``iterate_async``). ``progress``: a tqdm bar over queries on stderr.
 
     Raises:
         ComparatorAuthError / ComparatorUnavailable: a dead endpoint (with ``--on-failure raise``).
@@ -109,10 +108,40 @@ def rerank_requests(requests: Sequence[Request], comparator: Any, args: argparse
         yield from map(Outcome.of, rerank_many(pairs, settings, **kw))
         return
 
-    async def collect() -> list[RerankResult | RerankFailure]:
-        return [item async for item in arerank_many(pairs, settings, **kw)]
+    yield from map(Outcome.of, iterate_async(arerank_many(pairs, settings, **kw)))
 
-    yield from map(Outcome.of, asyncio.run(collect()))
+
+_DONE = object()
+
+
+def iterate_async(agen: AsyncIterator[Any]) -> Iterator[Any]:
+    """The items of ``agen`` here, each as soon as it comes: an event loop of its own runs ``agen`` up to its next
+    item, then waits (as ``asyncio.run`` runs a whole coroutine). On the way out (exhausted, closed early, an
+    exception, Ctrl-C) the step in flight is cancelled and ``agen`` closed, so that no call is sent after it, then
+    the loop's other tasks are cancelled and it is closed, as ``asyncio.run`` does."""
+
+    async def step() -> Any:
+        return await anext(agen, _DONE)
+
+    loop = asyncio.new_event_loop()
+    task = None
+    try:
+        while (item := loop.run_until_complete(task := loop.create_task(step()))) is not _DONE:
+            yield item
+    finally:
+        try:
+            if task is not None and not task.done():  # interrupted while waiting for the next item
+                task.cancel()
+                loop.run_until_complete(asyncio.gather(task, return_exceptions=True))
+            loop.run_until_complete(agen.aclose())
+            left = asyncio.all_tasks(loop)
+            if left:  # gather() of nothing would belong to another loop
+                for other in left:
+                    other.cancel()
+                loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            loop.close()
 
 
 LOCAL_RAY = "local"

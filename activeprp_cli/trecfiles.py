@@ -450,7 +450,8 @@ def _replace(path: str | Path, real: Path, ranked: Iterable[tuple[str, Sequence[
 
 def _write_lines(f: TextIO, ranked: Iterable[tuple[str, Sequence[str]]], tag: str, path: str | Path, *,
                  in_place: bool) -> int:
-    """Write ``ranked``'s lines to ``f`` and flush it; ``OSError`` of the writes, not of ``ranked``, become
+    """Write ``ranked``'s lines to ``f`` and flush it (``in_place``: after each query, so that a reader of a
+    stream gets each query's lines as it comes); ``OSError`` of the writes, not of ``ranked``, become
     ``RunWriteError`` (``_writing``)."""
     written = 0
     for qid, docids in ranked:
@@ -462,6 +463,8 @@ def _write_lines(f: TextIO, ranked: Iterable[tuple[str, Sequence[str]]], tag: st
         with _writing(path, in_place):
             f.writelines(f"{qid} Q0 {docid} {rank} {len(docids) - rank + 1} {tag}\n"
                          for rank, docid in enumerate(docids, 1))
+            if in_place:
+                f.flush()
         written += len(docids)
     with _writing(path, in_place):
         f.flush()

@@ -529,8 +529,8 @@ def test_a_full_device_as_out_is_one_line_exit_1(three_queries, capsys):
     assert main(cli_args(three_queries, "/dev/full")) == 1
     err = capsys.readouterr().err
     assert "Traceback" not in err and err.splitlines()[-1] == (
-        "activeprp: error: /dev/full: cannot write (No space left on device) with 3 of 3 queries done (3 LLM calls); "
-        "the lines before it went out")
+        "activeprp: error: /dev/full: cannot write (No space left on device) with 1 of 3 queries done (1 LLM calls); "
+        "the lines before it went out")  # a stream is flushed after each query
 
 
 @needs_dev_fd
@@ -554,9 +554,9 @@ def test_a_write_error_on_a_file_or_on_stdout_is_one_line_exit_1_and_keeps_the_o
         with open("/dev/full", "w") as full:
             proc = run_command(cli_args(three_queries, "-"), stdout=full, stderr=subprocess.PIPE, text=True)
         assert proc.returncode == 1 and "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr
-        last = proc.stderr.splitlines()[-1]
-        assert re.fullmatch(r"activeprp: error: stdout: cannot write \(No space left on device\) with [123] of 3 "
-                            r"queries done \([123] LLM calls\); the lines before it went out", last)
+        assert proc.stderr.splitlines()[-1] == (
+            "activeprp: error: stdout: cannot write (No space left on device) with 1 of 3 queries done (1 LLM "
+            "calls); the lines before it went out")
 
 
 def test_a_dead_endpoint_stops_with_exit_1_and_no_output(three_queries, tmp_path, capsys, monkeypatch):
@@ -619,6 +619,63 @@ def test_openai_goes_through_arerank_many_with_max_concurrency_across_queries(th
     out = tmp_path / "out.run"
     assert main(cli_args(three_queries, out, "--comparator", "openai", "--model", "m", "--max-concurrency", "2")) == 0
     assert judge.most == 2 and len(judge.queries) == 3  # calls of different queries in flight together, capped
+
+
+class AsyncEndpoint:
+    """An ``openai`` stand-in: answers each query's calls (async only) after ``on_call(query)``."""
+
+    def __init__(self, on_call=lambda query: None):
+        from activeprp_core import SimulatedComparator
+
+        self.inner, self.on_call, self.queries = SimulatedComparator({"d1": 1, "d2": 2, "d4": 3}), on_call, []
+
+    def compare(self, query, pairs):
+        raise AssertionError("the sync path was used")
+
+    async def acompare(self, query, pairs):
+        import asyncio
+
+        self.queries.append(query)
+        self.on_call(query)
+        await asyncio.sleep(0)
+        return self.inner.compare(query, pairs)
+
+
+OPENAI = ("--comparator", "openai", "--model", "m", "--max-active", "1")
+
+
+def test_openai_writes_each_query_as_it_finishes(three_queries, capsys, monkeypatch):
+    """With ``--comparator openai`` all of ``arerank_many`` was collected before the first line was written, so
+    ``--out -`` showed nothing until the last query was done; now q1's and q2's lines are out before q3 is asked."""
+    seen = []
+    judge = AsyncEndpoint(lambda query: seen.append(capsys.readouterr().out) if query == "third query" else None)
+    use(monkeypatch, judge)
+    assert main(cli_args(three_queries, "-", *OPENAI)) == 0
+    out = "".join(seen) + capsys.readouterr().out
+    assert sorted({line.split()[0] for line in out.splitlines()}) == ["q1", "q2", "q3"]
+    assert seen and {line.split()[0] for line in seen[0].splitlines()} == {"q1", "q2"}
+
+
+def test_openai_stops_asking_after_a_write_error_and_ctrl_c_keeps_no_output(three_queries, tmp_path, capsys,
+                                                                           monkeypatch):
+    """A write error on OUT (``/dev/full``) after the first query: the queries left are not asked (their calls
+    would be paid for nothing). Ctrl-C during a call: one line, exit 130, no OUT, no temporary file."""
+    if Path("/dev/full").exists():
+        judge = AsyncEndpoint()
+        use(monkeypatch, judge)
+        assert main(cli_args(three_queries, "/dev/full", *OPENAI)) == 1
+        assert "cannot write (No space left on device) with 1 of 3 queries done" in capsys.readouterr().err
+        assert judge.queries == ["first query"]
+
+    def interrupt(query):
+        if query == "second query":
+            raise KeyboardInterrupt
+
+    use(monkeypatch, AsyncEndpoint(interrupt))
+    out = tmp_path / "out.run"
+    assert main(cli_args(three_queries, out, *OPENAI)) == 130
+    assert capsys.readouterr().err == "activeprp: error: interrupted\n"
+    assert not out.exists() and not list(tmp_path.glob(".out.run.*"))
 
 
 def test_without_tqdm_no_bar_is_shown(three_queries, tmp_path, capsys, monkeypatch):

@@ -252,6 +252,30 @@ def test_write_run_raises_run_write_error_for_the_writes_only(tmp_path):
             "/dev/full", os.strerror(errno.ENOSPC), True)
 
 
+def test_a_stream_out_gets_each_query_as_it_comes(tmp_path):
+    """A FIFO (as stdout, a device, ``/dev/fd/N``) got the lines in blocks of 8 KiB, so a reader saw nothing of a
+    small run until its end; now each query's lines are flushed as soon as they are written."""
+    fifo = tmp_path / "run.fifo"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    arrived = []
+
+    def ranked():
+        yield "q1", ["d1", "d2"]
+        try:
+            arrived.append(os.read(reader, 4096))
+        except BlockingIOError:  # nothing there yet
+            arrived.append(b"")
+        yield "q2", ["d3"]
+
+    try:
+        assert write_run(fifo, ranked()) == 3
+        assert arrived == [b"q1 Q0 d1 1 2 activeprp\nq1 Q0 d2 2 1 activeprp\n"]
+        assert os.read(reader, 4096) == b"q2 Q0 d3 1 1 activeprp\n"
+    finally:
+        os.close(reader)
+
+
 def test_a_fifo_out_is_written_into_not_replaced(tmp_path):
     """Through a symlink (or given directly), a FIFO or a device such as /dev/null was replaced by a regular file
     (as root, /dev/null itself)."""
