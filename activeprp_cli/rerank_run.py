@@ -216,6 +216,22 @@ def check_out(path: str, directory: bool = False, parents: bool = False) -> None
         raise InputError(f"{path}: directory {str(existing)!r} is not writable")
 
 
+INPUT_FLAGS = ("run", "queries", "corpus", "qrels")
+
+
+def check_out_is_no_input(args: argparse.Namespace) -> None:
+    """Raise ``InputError`` when ``--out`` is one of the input files (by name, a symlink or a hard link: the same
+    file, ``os.path.samefile``): the run would overwrite it. Stdout, a FIFO, a device and a file not there yet are
+    none."""
+    if not os.path.isfile(args.out):
+        return
+    for flag in INPUT_FLAGS:
+        given = getattr(args, flag)
+        with contextlib.suppress(OSError):  # an input not there: its own error comes when it is read
+            if given and given != STDOUT and os.path.samefile(args.out, given):
+                raise InputError(f"--out {args.out} is the --{flag} file {given}: the run would overwrite it")
+
+
 def _open_for_writing(fd: int) -> bool:
     import fcntl  # POSIX, as are the names named_fd finds
 
@@ -363,6 +379,8 @@ def read_inputs(args: argparse.Namespace) -> tuple[list[Request], dict[str, dict
     """
     if args.comparator == "simulated" and not args.qrels:
         raise InputError("--comparator simulated needs --qrels QRELS (its graded labels)")
+    check_out(args.out)  # before the reading, which takes a while on a large corpus
+    check_out_is_no_input(args)
     run, requests = read_run_candidates(args.run, args.queries, args.corpus, args.depth)
     qrels = read_qrels(args.qrels) if args.qrels else None
     if qrels is not None:
@@ -370,7 +388,6 @@ def read_inputs(args: argparse.Namespace) -> tuple[list[Request], dict[str, dict
         if requests and not any(qrels.get(qid) for qid, _, _ in requests):  # nothing to score, no labels to judge by
             raise InputError(f"--qrels {args.qrels} judges none of the {len(requests)} queries of --run {args.run} "
                              f"(e.g. {requests[0][0]}): the qrels of another collection?")
-    check_out(args.out)
     read, kept = sum(map(len, run.values())), sum(len(c) for _, _, c in requests)
     print(f"read {read} lines ({len(run)} queries) from {args.run}; reranking {kept} "
           f"(depth {args.depth or 'all'}) with ranker={args.ranker} oracle={args.oracle} budget={args.budget} "

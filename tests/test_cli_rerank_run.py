@@ -277,6 +277,32 @@ def test_bad_paths_are_one_line_exit_2(files, tmp_path, capsys, monkeypatch, cha
     assert err == "activeprp: error: " + message.format(**files, parent=files["out"].parent) + "\n"
 
 
+@pytest.mark.parametrize("flag", ["run", "queries", "corpus", "qrels"])
+@pytest.mark.parametrize("how", ["same name", "symlink", "hard link"])
+def test_out_naming_an_input_is_one_line_exit_2_and_the_input_is_kept(files, tmp_path, capsys, monkeypatch, flag,
+                                                                       how):
+    """``--out`` = ``--qrels`` replaced the qrels with the run (exit 0); ``--out`` = ``--run`` cut the run."""
+    monkeypatch.setattr(cli, "build_comparator", lambda *a: pytest.fail("a comparator was built"))
+    pytest.importorskip("ir_measures", reason='pip install "activeprp[eval]"')  # --qrels
+    before = files[flag].read_bytes()
+    out = files[flag]
+    if how != "same name":
+        out = tmp_path / "other.name"
+        (out.symlink_to if how == "symlink" else out.hardlink_to)(files[flag])
+    assert main(cli_args(files, out)) == 2
+    assert capsys.readouterr().err == (f"activeprp: error: --out {out} is the --{flag} file {files[flag]}: the run "
+                                       "would overwrite it\n")
+    assert files[flag].read_bytes() == before
+
+
+def test_out_is_checked_before_the_inputs_are_read(files, tmp_path, capsys, monkeypatch):
+    """A typo in --out's directory came only after the whole corpus was read (seconds to minutes on a large one)."""
+    monkeypatch.setattr(cli, "read_run_candidates", lambda *a: pytest.fail("the inputs were read first"))
+    out = tmp_path / "no" / "out.run"
+    assert main(cli_args(files, out)) == 2
+    assert capsys.readouterr().err == f"activeprp: error: {out}: no such directory '{out.parent}'\n"
+
+
 def test_qrels_without_ir_measures_names_the_eval_extra(files, tmp_path, capsys, monkeypatch):
     import sys
 
