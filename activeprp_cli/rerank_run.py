@@ -475,8 +475,9 @@ def write_failure(args: argparse.Namespace, error: RunWriteError, written: Writt
     name = out_name(args)
     done = (f"{name}: cannot write ({error.strerror}) with {len(written.calls)} of {total} queries done "
             f"({sum(written.calls)} LLM calls)")
-    return f"{done}; the lines before it went out" if error.in_place else \
-        f"{done}, whose lines are lost; {name} is as it was"
+    if error.in_place:
+        return f"{done}; the lines before it went out"
+    return f"{done}, whose lines are lost; {name} is as it was"
 
 
 @contextlib.contextmanager

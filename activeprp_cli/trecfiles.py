@@ -431,10 +431,10 @@ def _replace(path: str | Path, real: Path, ranked: Iterable[tuple[str, Sequence[
     with _writing(path, in_place=False):
         fd, tmp = tempfile.mkstemp(prefix=f".{real.name}.", suffix=".tmp", dir=real.parent)
     try:
-        with _writing(path, in_place=False):
-            os.chmod(tmp, _file_mode(real))  # mkstemp's file is 0600; the run gets the mode of the file it replaces
         f = os.fdopen(fd, "w", encoding="utf-8", newline="\n")
         with _closing(f, path, in_place=False):
+            with _writing(path, in_place=False):  # mkstemp's file is 0600; the run gets the mode of the one it replaces
+                os.chmod(tmp, _file_mode(real))
             written = _write_lines(f, ranked, tag, path, in_place=False)
         if not written and not write_empty:
             os.unlink(tmp)
