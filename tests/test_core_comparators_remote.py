@@ -26,6 +26,7 @@ from activeprp_core.comparators.prompts import (
     parse_answer,
     prp_messages,
 )
+from tests.conftest import FakeRemote
 
 pytest.importorskip("tenacity")
 
@@ -386,6 +387,48 @@ def test_a_sync_call_still_waiting_for_its_slot_at_the_deadline_is_not_sent_and_
     with held(guard.fair_slots.take(1, timeout=30.0, threads=True)):  # the waiting call got the slot, and left
         pass
     assert judge.park.peak == 0 and guard.fair_slots.free == 1 and guard.completed == 0
+
+
+class Interrupting(FakeRemote):
+    """A remote judge whose first call raises ``error`` (a ``KeyboardInterrupt`` or ``SystemExit``, as a framework's
+    callback or a signal handler may raise in the transport); its other calls wait for ``release``, then answer."""
+
+    def __init__(self, error, **transport):
+        super().__init__(**transport)
+        self.error, self.release, self._lock = error, threading.Event(), threading.Lock()
+
+    def send(self, client, request):
+        with self._lock:
+            first = super().send(client, request) and self.sent == 1
+        if first:
+            raise self.error
+        self.release.wait(5)  # set by the test once the rerank raised; the bound ends the old code's wait for it
+        return 0.75
+
+
+@pytest.mark.parametrize("error", [KeyboardInterrupt(), SystemExit(3)], ids=["KeyboardInterrupt", "SystemExit"])
+@pytest.mark.parametrize("path", ["threads", "time_budget", "prior", "rerank_many"])
+def test_a_remote_call_s_keyboard_interrupt_or_system_exit_propagates_as_itself_from_worker_threads(error, path):
+    """Review s66a finding 1: on the thread-pool path (``max_concurrency`` > 1, any ``time_budget``,
+    ``rerank_many``) the worker's ``KeyboardInterrupt`` / ``SystemExit`` became the ask's outcome and then an
+    ``InvalidAnswer``: ``on_failure="prior"`` returned a best-effort result for a ``sys.exit()`` and ``rerank_many``
+    a ``RerankFailure``, going on with the other query. Now it propagates as itself, as with ``max_concurrency=1``,
+    at once (the other calls in flight wait for ``release``, set only after it)."""
+    from activeprp_core import rerank_many
+
+    judge = Interrupting(error, max_concurrency=1 if path == "time_budget" else 4)
+    cands = [Candidate(f"d{i}", f"passage {i}") for i in range(6)]
+    kw = {"comparator": judge, "budget": 10, "ranker": "quicksort"}
+    run = {"threads": lambda: rerank("q", cands, **kw),
+           "time_budget": lambda: rerank("q", cands, time_budget=60, **kw),
+           "prior": lambda: rerank("q", cands, on_failure="prior", **kw),
+           "rerank_many": lambda: list(rerank_many([("q", cands), ("r", cands)], **kw))}[path]
+    try:
+        with pytest.raises(type(error)) as raised:
+            run()
+        assert raised.value is error
+    finally:
+        judge.release.set()
 
 
 class ThreadNoting(RemoteComparator):

@@ -395,6 +395,8 @@ def _in_threads(call: Any, asks: Sequence[tuple[CallGuard, Sequence[Item]]]) -> 
     holding its slot; its late answer is discarded).
 
     Raises:
+        BaseException: a call's ``KeyboardInterrupt`` or ``SystemExit`` (any exception that is no ``Exception``),
+            as itself and at once, not as its ask's outcome: no call of any ask is sent after it.
         slots.LoopBlocked: the calling thread runs an event loop whose tasks hold every slot of a guard (they give
             them back only when this thread returns to its loop): nothing is sent.
     """
@@ -417,6 +419,9 @@ def _in_threads(call: Any, asks: Sequence[tuple[CallGuard, Sequence[Item]]]) -> 
     owners = [[(f, job) for f, job, (k, _, _) in zip(futures, holding, jobs) if k == ask] for ask in range(len(asks))]
     try:
         at_deadline = _wait([[f for f, _ in own] for own in owners], stops, [guard for guard, _ in asks], timeout)
+        for future in futures:  # also one that raised as the wait ended (at the deadline, or a guard's stop)
+            if future.done() and not future.cancelled():
+                _raise_interrupt(future)
         for stop in stops:  # before reading which calls hold a slot: one that gets it now sends nothing
             stop.set(_Stop.DEADLINE if at_deadline else _Stop.STOPPED, at_deadline)
         out: list[list[Judgment] | Exception] = []
@@ -536,6 +541,7 @@ def _wait(owners: list[list[Future]], stops: list[_Stop], guards: list[CallGuard
         for future in done:
             if future.cancelled() or future.exception() is None:
                 continue
+            _raise_interrupt(future)
             k = ask_of[future]
             stops[k].set(_Stop.FAILED)
             for queued in owners[k]:
@@ -543,6 +549,15 @@ def _wait(owners: list[list[Future]], stops: list[_Stop], guards: list[CallGuard
             if guards[k].error is not None:
                 return False
     return False
+
+
+def _raise_interrupt(future: Future) -> None:
+    """Raise the exception of the finished ``future`` when it is no ``Exception`` (a ``KeyboardInterrupt``, a
+    ``SystemExit``): it is no ask's outcome but propagates as itself, as it does from a call in this thread; the
+    caller's ``finally`` then stops every ask, so no call is sent after it."""
+    error = future.exception()
+    if error is not None and not isinstance(error, Exception):
+        raise error
 
 
 class _InFlight(Exception):
