@@ -15,11 +15,13 @@ Everything else that goes wrong is an ``ActivePRPError``, except the ``RuntimeEr
     │                                  answer that is not a number in [0, 1] (a comparator bug)
     └── RankerError                    also a RuntimeError: a ranker returned something that is not a permutation
 
-    RuntimeError (outside the tree: no comparator failed, no ``accounting``)
+    RuntimeError (outside the tree: no comparator failed)
     ├── slots.LoopBlocked              the sync API (``rerank``, ``rerank_many``, a comparator's ``judge``) was
     │                                  called on a thread whose running event loop's tasks hold the call slots
     │                                  (of the same comparator or guard) it waits for: waiting would hang
-    │                                  forever; await the async API there instead
+    │                                  forever; await the async API there instead (no ``accounting``)
+    ├── comparators.ComparatorClosed   a remote comparator was closed while a rerank's call was in flight on its
+    │                                  client (with ``accounting``; not retried, not counted by the breaker)
     └── (plain RuntimeError)           ``Reranking`` stepped out of order: ``send()`` with no batch pending,
                                        ``result()`` before it is done or after it stopped on an error (named)
 

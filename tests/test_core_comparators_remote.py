@@ -18,7 +18,7 @@ from activeprp_core.comparators import CallGuard, OpenAIChatComparator, RemoteCo
 from activeprp_core.comparators.answers import Answer, UnusableAnswer, answer_from
 from activeprp_core.comparators.base import comparator_name
 from activeprp_core.comparators.clients import LoopClients
-from activeprp_core.comparators.failures import Failure, status_failure
+from activeprp_core.comparators.failures import Failure, Fault, status_failure
 from activeprp_core.comparators.prompts import (
     PRP_PROMPT,
     SwappablePrompts,
@@ -429,6 +429,85 @@ def test_a_remote_call_s_keyboard_interrupt_or_system_exit_propagates_as_itself_
         assert raised.value is error
     finally:
         judge.release.set()
+
+
+class ClosedMidCall(FakeRemote):
+    """A remote judge with clients (``FakeClient``s, numbered as opened) whose first call closes the comparator while
+    it is in flight (``close()`` on the sync path, ``aclose()`` on the async one: a shared judge's other user leaving
+    its ``with`` block). An attempt on a closed client fails as httpx's does, which the openai SDK raises as a
+    connection error: ``classify`` retries it."""
+
+    def __init__(self, **transport):
+        super().__init__(**transport)
+        self.opened, self.closed, self.refused = [], [], 0
+
+    def open_client(self):
+        self.opened.append(FakeClient(len(self.opened)))
+        return self.opened[-1]
+
+    open_async_client = open_client
+
+    def close_client(self, client):
+        self.closed.append(client)
+
+    async def aclose_client(self, client):
+        self.closed.append(client)
+
+    def send(self, client, request):
+        answer = super().send(client, request)
+        if self.sent == 1:
+            self.close()
+        return self._refused(client, answer)
+
+    def _refused(self, client, answer):
+        if client in self.closed:
+            self.refused += 1
+            raise ConnectionError("Cannot send a request, as the client has been closed.")
+        return answer
+
+    async def asend(self, client, request):
+        answer = super().send(client, request)
+        if self.sent == 1:
+            await self.aclose()
+        return self._refused(client, answer)
+
+    def classify(self, error):
+        return Failure(Fault.RETRY, str(error))
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_closing_a_judge_while_a_rerank_s_call_is_in_flight_raises_comparator_closed_at_once(use_async):
+    """Review s66a finding 2: the call kept the client it started with, and every retry went to that closed client;
+    the closed client's refusal was a connection error, retried with backoff and counted by the circuit breaker, so
+    the rerank blamed a healthy endpoint (sync: a failed call, or ComparatorUnavailable; async: the batch's calls,
+    all on the batch's client, opened the breaker). Closing a client in use is the caller's lifetime mistake (httpx
+    raises RuntimeError for it): the call is not retried, the rerank raises ``ComparatorClosed`` (a RuntimeError,
+    with its accounting, not degraded by "prior"), and a later rerank opens a new client."""
+    from activeprp_core.comparators.clients import ComparatorClosed
+
+    def closed():
+        return pytest.raises(ComparatorClosed, match="was closed .* while a rerank's call was in flight")
+
+    judge, guard = ClosedMidCall(backoff_initial=0.0, backoff_max=0.0), CallGuard(1, max_consecutive_failures=1)
+    with closed() as raised:
+        asyncio.run(judge.ajudge("q", [pair("1")], guard=guard)) if use_async else judge.judge("q", [pair("1")],
+                                                                                               guard=guard)
+    # one attempt on the closed client, no retry, recorded as sent (billed) but not counted by the breaker
+    assert judge.refused == 1 and guard.completed == 1 and guard.error is None
+    assert raised.value.__cause__ is None and raised.value.__suppress_context__  # no client error chained
+
+    judge = ClosedMidCall(max_concurrency=1, backoff_initial=0.0, backoff_max=0.0)
+    cands = [Candidate(f"d{i}", f"passage {i}") for i in range(6)]
+    kw = {"comparator": judge, "budget": 10, "ranker": "quicksort", "on_failure": "prior"}
+    run = (lambda: asyncio.run(arerank("q", cands, **kw))) if use_async else (lambda: rerank("q", cands, **kw))
+    with closed() as raised:
+        run()
+    # billed with every call sent (async: also those that took the slot, on a new client, before the batch's other
+    # calls were cancelled)
+    assert judge.refused == 1 and raised.value.accounting.calls == judge.sent
+    sent = judge.sent
+    later = run()
+    assert later.calls > 0 and later.failed_calls == 0 and judge.sent == sent + later.calls and judge.refused == 1
 
 
 class ThreadNoting(RemoteComparator):

@@ -74,24 +74,26 @@ def test_the_service_page_names_every_keyword_of_create_app():
 
 def test_the_exception_trees_draw_every_class_under_its_parent():
     """docs/errors.md and errors.py's docstring drew no ``LoopBlocked`` (a RuntimeError a sync caller meets) nor
-    the RuntimeErrors of ``Reranking`` stepped out of order; each class drawn is a subclass of the one above it."""
-    from activeprp_core import errors, slots
+    the RuntimeErrors of ``Reranking`` stepped out of order; each class drawn (``ComparatorClosed`` too) is a subclass
+    of the one above it."""
+    from activeprp_core import comparators, errors, slots
 
     known = {**{n: getattr(activeprp_core, n) for n in activeprp_core.__all__}, "LoopBlocked": slots.LoopBlocked,
-             "RuntimeError": RuntimeError}
+             "ComparatorClosed": comparators.ComparatorClosed, "RuntimeError": RuntimeError}
     page = (Path(__file__).parent.parent / "docs" / "errors.md").read_text(encoding="utf-8")
     doc = errors.__doc__
     for text in (page[page.index("```\nActivePRPError"):page.index("```", page.index("ActivePRPError"))],
                  doc[doc.index("    ActivePRPError"):doc.index("Every ``ComparatorError``")]):
         drawn, parents = [], {}
         for line in text.splitlines():
-            match = re.match(r"^\s*((?:[│ ] {3})*)(?:[├└]── )?((?:slots\.)?[A-Z]\w+)\b", line)
+            match = re.match(r"^\s*((?:[│ ] {3})*)(?:[├└]── )?((?:slots\.|comparators\.)?[A-Z]\w+)\b", line)
             if match and (("── " in line) or not line.strip().startswith("│")):
                 depth = len(match.group(1)) // 4 + ("── " in line)
-                name = match.group(2).removeprefix("slots.")
+                name = match.group(2).removeprefix("slots.").removeprefix("comparators.")
                 parents[depth] = name
                 drawn.append(name)
                 if depth:
                     assert issubclass(known[name], known[parents[depth - 1]]), (name, parents[depth - 1])
-        assert {"ActivePRPError", "RankerError", "RuntimeError", "LoopBlocked"} <= set(drawn) <= set(known), drawn
+        assert {"ActivePRPError", "RankerError", "RuntimeError", "LoopBlocked", "ComparatorClosed"} <= set(drawn)
+        assert set(drawn) <= set(known), drawn
         assert "(plain RuntimeError)" in text and "Reranking" in text

@@ -8,6 +8,7 @@ and a missing one raises ``ImportError`` naming the extra to install (``activepr
 """
 
 from .base import CallGuard, Comparator, SupportsCompare, as_comparator
+from .clients import ComparatorClosed
 from .hf import TransformersABComparator, TransformersComparator, bundled_model_dir
 from .hf_likelihood import TransformersQLComparator
 from .hf_model import clear_model_cache
@@ -16,6 +17,7 @@ from .prompts import PRP_PROMPT, QL_PROMPT
 from .remote import RemoteComparator
 from .simulated import SimulatedComparator
 
-__all__ = ["PRP_PROMPT", "QL_PROMPT", "CallGuard", "Comparator", "OpenAIChatComparator", "RemoteComparator",
-           "SimulatedComparator", "SupportsCompare", "TransformersABComparator", "TransformersComparator",
-           "TransformersQLComparator", "as_comparator", "bundled_model_dir", "clear_model_cache"]
+__all__ = ["PRP_PROMPT", "QL_PROMPT", "CallGuard", "Comparator", "ComparatorClosed", "OpenAIChatComparator",
+           "RemoteComparator", "SimulatedComparator", "SupportsCompare", "TransformersABComparator",
+           "TransformersComparator", "TransformersQLComparator", "as_comparator", "bundled_model_dir",
+           "clear_model_cache"]

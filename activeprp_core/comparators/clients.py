@@ -13,6 +13,14 @@ from typing import Any
 from .base import in_daemon_workers
 
 
+class ComparatorClosed(RuntimeError):
+    """A remote comparator was closed (``close()``, ``aclose()``, the end of ``with`` / ``async with``) while a call
+    of a rerank was in flight on one of its clients, which the close ended. A lifetime mistake of the caller's (as
+    httpx's "the client has been closed"), not a failure of the endpoint: the call is neither retried nor counted by
+    the circuit breaker, and the rerank raises this (with ``accounting``; ``on_failure="prior"`` does not degrade
+    it). Calls that start after the close open new clients."""
+
+
 @dataclass
 class _LoopClient:
     loop: weakref.ref  # the event loop the client belongs to
@@ -83,6 +91,12 @@ class LoopClients:
                     del self._loops[id(entry.loop())]
             if not entry.dead:
                 await self._aclose_async(entry.client)
+
+    def current(self, client: Any) -> bool:
+        """Whether ``client`` (as ``sync`` or ``for_running_loop`` gave it) is still one of these clients: False once
+        ``close`` / ``aclose`` (or its loop's shutdown) ended it. None (no client) always is."""
+        with self._lock:
+            return client is None or client is self._sync or any(e.client is client for e in self._loops.values())
 
     def live_async_clients(self) -> int:
         """How many async clients are held for loops that are still open (for tests and diagnostics)."""

@@ -35,7 +35,7 @@ from .base import (
     thread_timeout,
     unsent,
 )
-from .clients import LoopClients
+from .clients import ComparatorClosed, LoopClients
 from .failures import MAX_MESSAGE, Failure, Fault
 
 
@@ -199,7 +199,33 @@ class RemoteComparator(FreshState, Comparator):
     def _fault(self, error: BaseException) -> Failure | None:
         if isinstance(error, AttemptTimedOut):
             return Failure(Fault.RETRY, str(error))
-        return None if isinstance(error, ComparatorError) or not isinstance(error, Exception) else self.classify(error)
+        if isinstance(error, (ComparatorError, ComparatorClosed)) or not isinstance(error, Exception):
+            return None
+        return self.classify(error)
+
+    def _send_open(self, client: Any, request: Any) -> Any:
+        """``send``; a failure on a client that ``close`` ended meanwhile raises ``ComparatorClosed``."""
+        try:
+            return self.send(client, request)
+        except Exception:
+            self._raise_if_closed(client)
+            raise
+
+    async def _asend_open(self, client: Any, request: Any) -> Any:
+        """Async ``_send_open``: ``asend``."""
+        try:
+            return await self.asend(client, request)
+        except Exception:
+            self._raise_if_closed(client)
+            raise
+
+    def _raise_if_closed(self, client: Any) -> None:
+        """Raise ``ComparatorClosed`` when ``close`` / ``aclose`` ended ``client`` after a call took it: its attempt
+        failed for that (httpx: "the client has been closed"), not for the endpoint."""
+        if not self._clients.current(client):
+            raise ComparatorClosed(f"{type(self).__name__} was closed (close(), aclose() or the end of a with block) "
+                                   "while a rerank's call was in flight on its client: close a shared comparator "
+                                   "once no rerank uses it") from None
 
     def _handled(self, error: Exception) -> bool:
         return isinstance(error, ComparatorError) or self._fault(error) is not None
@@ -231,7 +257,7 @@ class RemoteComparator(FreshState, Comparator):
                 if stop.is_set():
                     raise _Abandoned
                 guard.check()
-            return tries.send(lambda req: self.send(client, req), request, self.timed)
+            return tries.send(partial(self._send_open, client), request, self.timed)
 
         retrying = _retrying(self, Retrying, guard, query, sleep=stop.wait)  # a backoff wait ends when it stops
         try:
@@ -248,7 +274,7 @@ class RemoteComparator(FreshState, Comparator):
             raise outcome  # outside the except block: the client's error (and its body) is not chained
         return outcome
 
-    async def _acall(self, client: Any, guard: CallGuard, item: Item) -> Judgment:
+    async def _acall(self, guard: CallGuard, item: Item) -> Judgment:
         from tenacity import AsyncRetrying
 
         query, threaded = item[0], self.sends_in_thread()
@@ -265,7 +291,9 @@ class RemoteComparator(FreshState, Comparator):
         try:
             async with guard.slots(1, guard.time_left(query)) as hold:
                 guard.check()
-                send = self._threaded(hold) if threaded else partial(self.asend, client)
+                # the client now, not the batch's: a call that starts after a close() opens a new one
+                send = self._threaded(hold) if threaded else partial(self._asend_open,
+                                                                     await self._clients.for_running_loop())
                 try:
                     response = await retrying(attempt, send)
                     outcome = _settle(self, guard, retrying, response, seconds=tries.seconds())
@@ -286,7 +314,7 @@ class RemoteComparator(FreshState, Comparator):
         with the sync client, in a daemon thread whose slot (``hold``) stays taken until it returns. Its attempt is
         cut at the deadline as an awaited one is (the wait for the thread ends; its late answer is discarded)."""
         client = self._clients.sync()
-        return lambda req: in_thread(partial(self.send, client, req), hold)
+        return lambda req: in_thread(partial(self._send_open, client, req), hold)
 
     def _after(self, error: Exception, guard: CallGuard, retrying: Any, tries: _Attempts,
                record: bool = True) -> Judgment | ComparatorError:
@@ -297,7 +325,8 @@ class RemoteComparator(FreshState, Comparator):
         or ``_settle``'s reading of ``error``.
 
         Raises:
-            ``error`` itself when it is no transport failure (a bug).
+            ``error`` itself when it is no transport failure (a bug), or a ``ComparatorClosed`` (recorded as sent,
+            its outcome unknown).
         """
         if isinstance(error, (DeadlinePassed, _InFlight)):
             if not tries.count:
@@ -309,6 +338,10 @@ class RemoteComparator(FreshState, Comparator):
                     or not tries.asked_past_deadline(self._honoured(self._fault(last)))):
                 return self._deadline_cut(guard, tries, record)
             error = last
+        if isinstance(error, ComparatorClosed):  # sent, its answer lost to the close: spent, the breaker unchanged
+            if record:
+                guard.record(None, retries=tries.count - 1)
+            raise error
         if not self._handled(error):
             raise error
         if tries.timed_out(self._fault(error)):  # its last attempt failed only at the deadline: cut in flight
@@ -359,8 +392,7 @@ class RemoteComparator(FreshState, Comparator):
         """Async ``judge_batch``: concurrent requests, at most ``guard.max_concurrency`` at a time; when one
         raises, the others are cancelled."""
         guard = guard or CallGuard(self.max_concurrency, None)
-        client = await self._clients.for_running_loop()
-        return await gather_or_cancel([self._acall(client, guard, item) for item in items])
+        return await gather_or_cancel([self._acall(guard, item) for item in items])
 
     def judge(self, query: str, pairs: Sequence[Pair], *, guard: CallGuard | None = None) -> list[Judgment]:
         """One ``Judgment`` per ordered pair of ``query`` (see ``judge_batch``)."""
@@ -372,7 +404,9 @@ class RemoteComparator(FreshState, Comparator):
 
     def close(self) -> None:
         """Close the clients (shared with ``with_prompts`` copies), each async one on its own loop. A later
-        call opens new ones."""
+        call opens new ones; a call in flight on one of them fails, and its rerank raises ``ComparatorClosed`` (a
+        ``RuntimeError``: close a shared comparator once no rerank uses it), not retried, not counted by the
+        circuit breaker."""
         self._clients.close()
 
     async def aclose(self) -> None:
