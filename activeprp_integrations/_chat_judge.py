@@ -217,7 +217,8 @@ class FrameworkJudge(ChatPrompts, RemoteComparator):
             ``{"use_responses_api": True}`` counts.
         max_passage_words: passages are cut to this many whitespace-separated words.
         max_concurrency, max_attempts, backoff_initial, backoff_max, max_retry_after: the transport's
-            (``RemoteComparator``): calls in flight, and the judge's own retry policy.
+            (``RemoteComparator``): calls in flight (the default cap of each rerank, not of the judge), and the
+            judge's own retry policy.
 
     Copies (``RemoteComparator``): ``copy.copy`` / ``with_prompts`` share ``llm``; ``copy.deepcopy`` and pickling
     copy ``llm`` (deep) and make the judge's model again from that copy. A model whose client cannot be copied

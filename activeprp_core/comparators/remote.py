@@ -47,7 +47,8 @@ def require(owner: str, extra: str, *modules: str) -> None:
 
 
 MAX_CONCURRENCY = 8
-"""The default ``max_concurrency`` of a remote judge: its cap on requests in flight when the rerank sets none."""
+"""The default ``max_concurrency`` of a remote judge: the cap on requests in flight of each rerank that sets none
+(per rerank, not per comparator: see ``RemoteComparator``)."""
 MAX_ATTEMPTS = 3
 """The default ``max_attempts``: attempts of a call on a retried failure (timeouts, 429, 5xx ...)."""
 BACKOFF_INITIAL = 0.5
@@ -69,7 +70,11 @@ class RemoteComparator(FreshState, Comparator):
     client methods when it holds clients.
 
     Args (keyword, passed on by the provider's ``__init__``):
-        max_concurrency: the default cap on requests in flight when the rerank sets none. The defaults of these
+        max_concurrency: the cap on requests in flight of each rerank on this comparator that sets none (its
+            ``max_concurrency=None``): a cap per rerank (a ``rerank_many`` is one), not per comparator, so N
+            reranks at once on one comparator may have N times it in flight. One cap across an app's concurrent
+            requests: rerank them through one ``stream.RerankPool`` (``pool.rerank`` per request, as ``activeprp
+            serve`` does), whose guard's cap counts the calls of all of them. The defaults of these
             five are the module's constants (``MAX_CONCURRENCY`` 8, ``MAX_ATTEMPTS`` 3, ``BACKOFF_INITIAL`` 0.5 s,
             ``BACKOFF_MAX`` 8 s, ``MAX_RETRY_AFTER`` 60 s), the defaults of every remote judge too.
         max_attempts, backoff_initial, backoff_max, max_retry_after: up to ``max_attempts`` attempts on a
