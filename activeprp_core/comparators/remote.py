@@ -435,7 +435,8 @@ def _in_threads(call: Any, asks: Sequence[tuple[CallGuard, Sequence[Item]]]) -> 
 
     Raises:
         BaseException: a call's ``KeyboardInterrupt`` or ``SystemExit`` (any exception that is no ``Exception``),
-            as itself and at once, not as its ask's outcome: no call of any ask is sent after it.
+            as itself and at once, not as its ask's outcome: every ask's queued calls are dropped and no retry
+            starts (calls in flight run on in their threads, their answers dropped).
         slots.LoopBlocked: the calling thread runs an event loop whose tasks hold every slot of a guard (they give
             them back only when this thread returns to its loop): nothing is sent.
     """
@@ -593,7 +594,7 @@ def _wait(owners: list[list[Future]], stops: list[_Stop], guards: list[CallGuard
 def _raise_interrupt(future: Future) -> None:
     """Raise the exception of the finished ``future`` when it is no ``Exception`` (a ``KeyboardInterrupt``, a
     ``SystemExit``): it is no ask's outcome but propagates as itself, as it does from a call in this thread; the
-    caller's ``finally`` then stops every ask, so no call is sent after it."""
+    caller's ``finally`` then stops every ask (queued calls dropped, no retry started)."""
     error = future.exception()
     if error is not None and not isinstance(error, Exception):
         raise error
