@@ -41,6 +41,19 @@ def test_the_wall_time_quoted_for_the_default_judge_is_at_its_default_cap():
     assert all("benchmarks/wrapper_walltime.py" in text and "~3 s" not in text for text in (readme, judges))
 
 
+def test_frameworks_page_names_the_calls_the_llm_judges_send():
+    """frameworks.md said the ``llm=`` judges go through the framework's batching (``abatch``); they send one
+    ``ainvoke`` / ``invoke`` (``achat`` / ``chat``) per ordered pair (review s66b, finding 4)."""
+    langchain = pytest.importorskip("activeprp_integrations.langchain_judge",
+                                    reason='pip install "activeprp[langchain]"')
+    llama_index = pytest.importorskip("activeprp_integrations.llama_index_judge",
+                                      reason='pip install "activeprp[llama-index]"')
+    text = " ".join((ROOT / "docs" / "frameworks.md").read_text(encoding="utf-8").split())
+    for judge in (langchain.ChatModelComparator, llama_index.LLMComparator):
+        assert f"`{judge.acall}` / `{judge.call}`" in text
+    assert "one call of the framework's own per ordered pair" in text and "batching" not in text
+
+
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
 def test_relative_links_point_to_existing_files(page):
     targets = [t.split("#")[0] for t in LINK.findall(page.read_text(encoding="utf-8"))]
