@@ -13,8 +13,10 @@ import logging
 import math
 import os
 import pickle
+import re
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from _llm_server import FaultServer, Reply, closed_port_url, completion, error_body
@@ -203,6 +205,19 @@ def test_a_transport_failure_says_where_and_why(use_async):
         assert server.requests == 0
     assert "(LocalProtocolError: Illegal header value" in j.error and KEY not in j.error and "***" in j.error
     assert "\n" not in j.error
+
+
+@pytest.mark.parametrize("use_async", [True, False])
+def test_errors_page_quotes_what_a_refused_connection_says(use_async):
+    """docs/errors.md quoted ``[Errno 111] Connection refused`` only, which the async path (``arerank``,
+    ``activeprp rerank``) never prints: httpx's async transport says "All connection attempts failed" (review s66b,
+    finding 6). The page quotes the cause each path prints (the errno's number is the platform's)."""
+    url = closed_port_url()
+    result = run(use_async, "q", candidates(2), comparator=comparator(url, max_attempts=1), budget=1,
+                 on_failure="prior")
+    cause = result.errors[0].split("Connection error. ", 1)[1]
+    page = " ".join((Path(__file__).parents[1] / "docs" / "errors.md").read_text(encoding="utf-8").split())
+    assert re.sub(r"\[Errno \d+\]", "[Errno 111]", cause) in page
 
 
 @pytest.mark.parametrize("use_async", [True, False])
