@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.util
+import ipaddress
 import logging
 import os
 import socket
@@ -59,7 +60,8 @@ RAY_ADDRESS_ENV = "RAY_ADDRESS"
 """Where ``ray.init`` looks first for the cluster of ``address="auto"`` (or of no address)."""
 LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 """Ray's switch for a single-machine instance (its default on macOS/Windows): "0" makes a local Ray use
-127.0.0.1 as its node address, so its servers listen on loopback only (checked with ``ss -ltnp`` on ray 2.60)."""
+127.0.0.1 as its node address, so its servers listen on loopback only (checked with ``ss -ltnp`` on ray 2.60). Ray
+reads it when it is imported; ``connect`` also applies it to a Ray imported earlier (``_start_local``)."""
 ORDER, ERROR = "order", "error"
 
 _RESERVED = ("requests", "comparator", "progress")
@@ -247,9 +249,9 @@ def connect(address: str | None = None, *, num_cpus: int | None = None) -> bool:
             container that kept /tmp) makes ``ray.init`` retry it for minutes; run ``ray stop`` (or remove that
             file), or pass ``HOST:PORT``, which is probed. None: start a new
             local Ray on this machine that listens on 127.0.0.1 only (Ray's ``address="local"``: ``RAY_ADDRESS``
-            and a cluster left by ``ray start`` are ignored; sets
-            ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` unless set, which only works when Ray was not imported yet in
-            this process), no dashboard.
+            and a cluster left by ``ray start`` are ignored; sets ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` unless
+            set, and holds to it whether or not Ray was imported earlier in this process: ``_start_local``), no
+            dashboard.
         num_cpus: CPUs of a local Ray (None = all).
 
     Returns:
@@ -260,6 +262,7 @@ def connect(address: str | None = None, *, num_cpus: int | None = None) -> bool:
         ImportError: Ray Data is missing (names ``activeprp[ray]``), or ``address`` is ``ray://...`` and Ray
         Client's grpcio is missing (names ``ray[client]``). ConnectionError: nothing answers at ``address``
         within ``PROBE_TIMEOUT_S`` (or Ray's own). ValueError (from Ray): an address Ray cannot read.
+        RuntimeError: a local Ray took an address that is not loopback (``_start_local``; it is shut down).
     """
     if address is None:
         os.environ.setdefault(LOOPBACK_ENV, "0")
@@ -267,12 +270,43 @@ def connect(address: str | None = None, *, num_cpus: int | None = None) -> bool:
     if ray.is_initialized():
         return False
     if address is None:
-        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False)
+        _start_local(ray, num_cpus)
     else:
         from_env = address == "auto" and os.environ.get(RAY_ADDRESS_ENV)  # what ray.init reads for "auto"
         _probe(from_env or address, f" ({RAY_ADDRESS_ENV}, which address 'auto' reads)" if from_env else "")
         ray.init(address=address)
     return True
+
+
+def _start_local(ray: Any, num_cpus: int | None) -> None:
+    """``ray.init`` of a new local Ray, on 127.0.0.1 unless ``LOOPBACK_ENV`` says "1" or "true" (Ray's reading).
+
+    Ray reads ``LOOPBACK_ENV`` once, when it is imported, into ``ray._private.ray_constants.ENABLE_RAY_CLUSTER``,
+    which ``ray.init`` reads when it picks the node address: after an ``import ray`` that came before ``connect``
+    set the variable, the node took the machine's address and every server listened on all interfaces. So the
+    constant follows the variable during this ``ray.init`` (and is put back after it), and the node address is
+    checked after it through Ray's public ``ray.util.get_node_ip_address``.
+
+    Raises:
+        RuntimeError: the node address is not loopback although ``LOOPBACK_ENV`` asks for it (a Ray whose
+            constant is gone or no longer decides it); that Ray is shut down first.
+    """
+    loopback = os.environ.get(LOOPBACK_ENV, "").lower() not in ("1", "true")
+    constants = sys.modules.get("ray._private.ray_constants")
+    imported_as = getattr(constants, "ENABLE_RAY_CLUSTER", None)
+    if loopback and imported_as is not None:
+        constants.ENABLE_RAY_CLUSTER = False
+    try:
+        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False)
+    finally:
+        if loopback and imported_as is not None:
+            constants.ENABLE_RAY_CLUSTER = imported_as
+    node = ray.util.get_node_ip_address()
+    if loopback and not ipaddress.ip_address(node.strip("[]")).is_loopback:
+        ray.shutdown()
+        raise RuntimeError(f"the local Ray took the node address {node}, not 127.0.0.1, so it would listen on "
+                           f"every interface; it was shut down. Call connect() before importing ray, or start "
+                           f"Python with {LOOPBACK_ENV}=0 set, or pass the address of a cluster")
 
 
 def _probe(address: str, source: str = "") -> None:

@@ -1,10 +1,11 @@
 """activeprp_integrations.ray on a local Ray (``ray.init(num_cpus=2)``): the same orders as ``rerank`` of each row
 in one process, failed rows, a dead endpoint, ``rerank-run --ray``; plus the import contract (no Ray needed).
 
-The local Ray is started by the fixture below with ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` set before Ray is
-imported: then its node address is 127.0.0.1 and every server it starts (GCS, raylet, workers, the runtime-env
-agent) listens on loopback only, which ``test_ray_listens_on_loopback_only`` checks with ``ss -ltnp`` (without the
-variable, ray 2.60 binds them on all interfaces even with ``_node_ip_address="127.0.0.1"``: docs/ray-notes.md).
+The local Ray is started by the fixture below with ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` (set before Ray is
+imported here; ``connect()`` also applies it to a Ray imported earlier): then its node address is 127.0.0.1 and every
+server it starts (GCS, raylet, workers, the runtime-env agent) listens on loopback only, which
+``test_ray_listens_on_loopback_only`` checks with ``ss -ltnp`` (without the variable, ray 2.60 binds them on all
+interfaces even with ``_node_ip_address="127.0.0.1"``: docs/ray-notes.md).
 Each pipeline runs under a time limit; the fixture stops Ray (about 1.5 s) whatever happens.
 """
 
@@ -41,6 +42,60 @@ def test_a_missing_ray_names_the_extra(monkeypatch):
         adapter.rerank_dataset(None, dict, budget=1)
     with pytest.raises(ImportError, match=r"activeprp\[ray\]"):
         adapter.connect()
+
+
+class FakeRay:
+    """What ``_start_local`` calls of Ray: ``init`` notes the private constant it ran under; the node address is
+    ``node``."""
+
+    def __init__(self, constants, node: str) -> None:
+        self.constants, self.seen, self.shut = constants, [], False
+        self.util = type("util", (), {"get_node_ip_address": staticmethod(lambda: node)})
+
+    def init(self, **kw) -> None:
+        self.seen.append((kw["address"], self.constants.ENABLE_RAY_CLUSTER))
+
+    def shutdown(self) -> None:
+        self.shut = True
+
+
+@pytest.mark.parametrize("variable, during_init", [("0", False), (None, False), ("1", True), ("true", True)])
+def test_a_local_ray_follows_the_loopback_variable_though_ray_was_imported_first(monkeypatch, variable, during_init):
+    """Ray reads RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER into ray_constants.ENABLE_RAY_CLUSTER when it is imported: after
+    an ``import ray`` before ``connect()`` (docs/many-queries.md's snippet), the local Ray took the machine's address
+    and listened on every interface (review s66b, finding 2). The constant follows the variable during ``ray.init``
+    and is put back after it; no Ray runs here."""
+    from types import SimpleNamespace
+
+    from activeprp_integrations import ray as adapter
+
+    constants = SimpleNamespace(ENABLE_RAY_CLUSTER=True)  # as Ray imported without the variable on Linux has it
+    monkeypatch.setitem(sys.modules, "ray._private.ray_constants", constants)
+    if variable is None:
+        monkeypatch.delenv(adapter.LOOPBACK_ENV, raising=False)
+    else:
+        monkeypatch.setenv(adapter.LOOPBACK_ENV, variable)
+    fake = FakeRay(constants, "127.0.0.1")
+    adapter._start_local(fake, 1)
+    assert fake.seen == [("local", during_init)] and constants.ENABLE_RAY_CLUSTER is True and not fake.shut
+
+
+def test_a_local_ray_on_a_public_address_is_shut_down_and_refused(monkeypatch):
+    """Where the constant no longer decides (a later Ray), a local Ray that took a public address is refused."""
+    from types import SimpleNamespace
+
+    from activeprp_integrations import ray as adapter
+
+    monkeypatch.setitem(sys.modules, "ray._private.ray_constants", SimpleNamespace())
+    monkeypatch.setenv(adapter.LOOPBACK_ENV, "0")
+    fake = FakeRay(SimpleNamespace(ENABLE_RAY_CLUSTER=None), "192.0.2.2")
+    with pytest.raises(RuntimeError, match=r"node address 192\.0\.2\.2, not 127\.0\.0\.1.*before importing ray"):
+        adapter._start_local(fake, 1)
+    assert fake.shut
+    monkeypatch.setenv(adapter.LOOPBACK_ENV, "1")  # asked for: left as it is
+    fake = FakeRay(SimpleNamespace(ENABLE_RAY_CLUSTER=None), "192.0.2.2")
+    adapter._start_local(fake, 1)
+    assert not fake.shut
 
 
 def test_candidate_records_keep_extra_keys_as_metadata():
@@ -119,12 +174,8 @@ def bounded(fn, seconds: float = LIMIT_S):
 
 @pytest.fixture(scope="module")
 def local_ray():
-    from ray._private import ray_constants
-
     from activeprp_integrations.ray import connect
 
-    if ray_constants.ENABLE_RAY_CLUSTER:
-        pytest.skip("Ray was imported before this module could keep a local Ray on loopback")
     saved = os.environ.get("RAY_ENABLE_AUTO_CONNECT")
     os.environ["RAY_ENABLE_AUTO_CONNECT"] = "0"  # a pipeline cut off by shutdown must not start another Ray
     assert connect(num_cpus=2), "a Ray was already running in the test process"
@@ -295,6 +346,51 @@ def rerank_run_args(tmp_path) -> list[str]:
     return ["rerank-run", "--run", str(run), "--queries", str(DL19 / "topics.dl19-passage.txt"), "--corpus",
             str(corpus), "--qrels", str(DL19 / "qrels.dl19-passage.txt"), "--comparator", "simulated",
             "--budget", "30", "--no-progress"]
+
+
+IMPORTED_FIRST = """
+import json, os, re, shutil, subprocess
+import ray  # before connect(), as docs/many-queries.md's snippet does
+from activeprp_integrations.ray import connect
+assert connect(num_cpus=1)
+try:
+    session, listening = os.getsid(0), None
+    if shutil.which("ss"):
+        listening = []
+        for line in subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=True).stdout.splitlines():
+            for pid in map(int, re.findall(r"pid=(\\d+),", line)):
+                try:
+                    ours = os.getsid(pid) == session  # this driver and the Ray it started
+                except OSError:
+                    ours = False
+                if ours:
+                    listening.append(line.split()[3].rsplit(":", 1)[0])
+    print(json.dumps({"nodes": [n["NodeManagerAddress"] for n in ray.nodes()], "listening": listening}))
+finally:
+    ray.shutdown()
+"""
+
+
+def test_connect_keeps_a_local_ray_on_loopback_when_ray_was_imported_first():
+    """docs/many-queries.md's Ray snippet imports ray, then calls connect(): the local Ray advertised the machine's
+    IP and listened on ``*`` (review s66b, finding 2). In a fresh interpreter, without the variable set, and its own
+    session (killed at the time limit; the Ray stops with its ``ray.shutdown()``)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "RAY_ADDRESS")}
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
+    child = subprocess.Popen([sys.executable, "-c", IMPORTED_FIRST], env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = child.communicate(timeout=LIMIT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(child.pid, 9)
+        child.communicate()
+        pytest.fail(f"a local Ray did not start and stop within {LIMIT_S} s")
+    assert child.returncode == 0, err[-3000:]
+    seen = json.loads(out.strip().splitlines()[-1])
+    assert seen["nodes"] == ["127.0.0.1"], seen
+    if seen["listening"] is not None:
+        assert len(seen["listening"]) >= 3, seen  # gcs_server, raylet, the driver at least
+        assert set(seen["listening"]) <= {"127.0.0.1", "[::ffff:127.0.0.1]", "[::1]"}, seen
 
 
 def test_rerank_run_with_ray_writes_the_same_run(local_ray, ray_runner, tmp_path, capsys):
