@@ -8,7 +8,7 @@ import contextlib
 import importlib.util
 import json
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from activeprp_core.budget import check_count, check_seconds
 from activeprp_core.comparators.openai_chat import MAX_REPLY_BYTES, TIMEOUT
@@ -38,6 +38,35 @@ CPU batching gains little (docs/comparators.md), and the demo's committed figure
 (benchmarks/results/demo/) were measured with 4."""
 
 
+class CandidateLine(NamedTuple):
+    """One line of a candidates file as ``read_candidate_lines`` read it: its ``line`` number, the JSON object as
+    given (``document``: never changed), its id as given (``id``: a str or an int) and the ``candidate`` made of it."""
+
+    line: int
+    document: dict[str, Any]
+    id: str | int
+    candidate: Candidate
+
+
+def read_candidate_lines(path: str) -> list[CandidateLine]:
+    """``read_candidates``, with each candidate's line number and JSON object as given (``CandidateLine``).
+
+    Raises:
+        InputError: as ``read_candidates``.
+    """
+    out, lines = [], {}
+    for n, row in iter_json_objects(path):
+        id_key, doc_id = field(path, n, row, _ID_KEYS, "id", allow_int=True)
+        if doc_id in lines:
+            raise InputError(f"{path}:{n}: id {doc_id!r} is also the id of line {lines[doc_id]}: give each "
+                             "candidate its own id")
+        lines[doc_id] = n
+        text_key, text = field(path, n, row, _TEXT_KEYS, "text", allow_int=False)
+        meta = {k: v for k, v in row.items() if k not in (id_key, text_key)}
+        out.append(CandidateLine(n, row, row[id_key], Candidate(doc_id, model_text(text), meta)))
+    return out
+
+
 def read_candidates(path: str) -> list[Candidate]:
     """Candidates from a JSONL file (``-`` = stdin), one object per line, in prior order (best first).
 
@@ -50,17 +79,7 @@ def read_candidates(path: str) -> list[Candidate]:
             without a usable id or text, or an id an earlier line already has (the message names the file and
             line).
     """
-    out, lines = [], {}
-    for n, row in iter_json_objects(path):
-        id_key, doc_id = field(path, n, row, _ID_KEYS, "id", allow_int=True)
-        if doc_id in lines:
-            raise InputError(f"{path}:{n}: id {doc_id!r} is also the id of line {lines[doc_id]}: give each "
-                             "candidate its own id")
-        lines[doc_id] = n
-        text_key, text = field(path, n, row, _TEXT_KEYS, "text", allow_int=False)
-        meta = {k: v for k, v in row.items() if k not in (id_key, text_key)}
-        out.append(Candidate(doc_id, model_text(text), meta))
-    return out
+    return [line.candidate for line in read_candidate_lines(path)]
 
 
 SIMULATED_HELP = "reads each candidate's 'label' field (for dry runs)"
@@ -380,7 +399,9 @@ def add_parser(subparsers: Any) -> None:
                         "(each line its own) and text/content/contents/passage")
     add_settings_args(p, ONLINE)
     add_comparator_args(p)
-    p.add_argument("--json", action="store_true", help="print one JSON object (top-K and stats) instead of text")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON object instead of text: the query, 'top' (per top-K candidate its rank, id "
+                        "as given, score and 'document', its JSONL object as given) and 'stats'")
     p.add_argument("--no-progress", action="store_true", help="hide the model's loading bar (bundled/hf; stderr; "
                    "shown only when stderr is a terminal)")
     p.set_defaults(func=main)
@@ -388,13 +409,15 @@ def add_parser(subparsers: Any) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Handler of ``activeprp rerank``: prints rank, id, score and a text snippet per top-K row, then stats
-    (ids and texts with control characters escaped, see ``printable``).
+    (ids and texts with control characters escaped, see ``printable``); with ``--json``, one object whose ``top``
+    rows carry the rank, the id as given, the score and the candidate's JSONL object as given (``document``).
 
     Raises:
         InputError: unreadable candidates (``FILE:LINE: reason``) or an unbuildable comparator (exit 2).
         ComparatorError: the comparator failed and ``--on-failure`` is ``raise`` (exit 1).
     """
-    candidates = read_candidates(args.candidates)
+    lines = read_candidate_lines(args.candidates)
+    candidates = [line.candidate for line in lines]
     if not candidates:
         raise InputError(f"{args.candidates}: no candidates")
     with model_bars(args, progress_wanted(args.no_progress)):
@@ -403,7 +426,8 @@ def main(args: argparse.Namespace) -> int:
         result = run_rerank(args.query, candidates, comparator, args)
     top = result.order[: result.top_k]
     if args.json:
-        rows = [{"rank": r, "id": candidates[i].id, "score": result.scores[i]} for r, i in enumerate(top, 1)]
+        rows = [{"rank": r, "id": lines[i].id, "score": result.scores[i], "document": lines[i].document}
+                for r, i in enumerate(top, 1)]
         print(json.dumps({"query": args.query, "top": rows, "stats": result.stats()}))
         return 0
     print(f"{'rank':>4}  {'id':<16} {'score':>6}  text")

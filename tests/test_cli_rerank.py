@@ -65,6 +65,22 @@ def test_rerank_bundled_json_output(candidates_file, capsys):
     assert out["stats"]["calls"] <= 5 and out["stats"]["failed_calls"] == 0 and out["stats"]["prompt_tokens"] > 0
 
 
+def test_rerank_json_rows_carry_each_input_document_as_given(tmp_path, capsys):
+    """``--json`` gave only rank, id and score, with an integer id turned into a string: the texts and the other
+    fields (read into metadata) never came back. Each row now carries the JSONL object as given (``document``),
+    and its id keeps its JSON type; a first-stage ``score`` field stays in the document, beside the rerank's."""
+    docs = [{"id": 7, "text": "seven", "label": 1, "score": 12.5, "source": {"url": "u7"}},
+            {"docid": "b", "content": "bee", "label": 3, "tags": ["x"]},
+            {"id": 9, "text": "nine", "label": 2}]
+    path = tmp_path / "cands.jsonl"
+    path.write_text("".join(json.dumps(d) + "\n" for d in docs))
+    assert main(_rerank_args(path, "--ranker", "allpairs", "--budget", "none", "--top-k", "3", "--json")) == 0
+    top = json.loads(capsys.readouterr().out)["top"]
+    assert [r["document"] for r in top] == [docs[1], docs[2], docs[0]]  # by label, every document as given
+    assert [r["id"] for r in top] == ["b", 9, 7] and [r["rank"] for r in top] == [1, 2, 3]
+    assert top[0]["score"] > top[1]["score"] > top[2]["score"] and top[2]["document"]["score"] == 12.5
+
+
 def test_rerank_reports_an_unbuildable_comparator(candidates_file, capsys, monkeypatch):
     pytest.importorskip("openai", reason='pip install "activeprp[openai]"')  # without it: a missing extra
     row, path = candidates_file
