@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import importlib.util
 import json
+import math
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, NamedTuple
 
@@ -82,7 +83,7 @@ def read_candidates(path: str) -> list[Candidate]:
     return [line.candidate for line in read_candidate_lines(path)]
 
 
-SIMULATED_HELP = "reads each candidate's 'label' field (for dry runs)"
+SIMULATED_HELP = "reads each candidate's 'label' field, a number every candidate needs (for dry runs)"
 """What ``--comparator simulated`` does in ``rerank`` (``add_comparator_args``' default ``simulated`` help)."""
 
 
@@ -213,7 +214,7 @@ def _make_comparator(args: argparse.Namespace, candidates: list[Candidate] | Non
     if kind == "simulated":
         from activeprp_core.comparators.simulated import SimulatedComparator
 
-        return SimulatedComparator({c.id: float(c.metadata.get("label", 0)) for c in candidates or []})
+        return SimulatedComparator({c.id: candidate_label(c) for c in candidates or []})
     if kind == "openai":
         from activeprp_core.comparators import OpenAIChatComparator
 
@@ -227,6 +228,30 @@ def _make_comparator(args: argparse.Namespace, candidates: list[Candidate] | Non
     if kind == "bundled":
         return TransformersComparator.from_bundled(args.mode or "query_likelihood", **kw)
     return TransformersComparator(args.model, mode=args.mode or "ab", **kw)
+
+
+def candidate_label(candidate: Candidate) -> float:
+    """The graded label ``--comparator simulated`` judges ``candidate`` by in ``rerank``: its ``label`` field, a
+    finite number (or a string of one). A missing label is an error, not 0: a dry run whose labels were lost
+    would otherwise rank every candidate as a tie, silently.
+
+    Raises:
+        ValueError: no ``label``, or one that is not a finite number (the message names the id).
+    """
+    if "label" not in candidate.metadata:
+        raise ValueError(f"id {candidate.id!r} has no 'label' field (--comparator simulated judges by each "
+                         "candidate's numeric label)")
+    value = candidate.metadata["label"]
+    try:
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise ValueError
+        label = float(value)
+    except (ValueError, OverflowError):
+        label = math.nan
+    if not math.isfinite(label):
+        raise ValueError(f"id {candidate.id!r}: label {json.dumps(value)[:40]} is not a finite number "
+                         "(--comparator simulated judges by each candidate's numeric label)")
+    return label
 
 
 def judge_timing(args: argparse.Namespace) -> dict[str, Any]:
@@ -413,13 +438,20 @@ def main(args: argparse.Namespace) -> int:
     rows carry the rank, the id as given, the score and the candidate's JSONL object as given (``document``).
 
     Raises:
-        InputError: unreadable candidates (``FILE:LINE: reason``) or an unbuildable comparator (exit 2).
+        InputError: unreadable candidates (``FILE:LINE: reason``), with ``--comparator simulated`` a candidate
+            without a numeric label (``candidate_label``; ``FILE:LINE: id ...``), or an unbuildable comparator (exit 2).
         ComparatorError: the comparator failed and ``--on-failure`` is ``raise`` (exit 1).
     """
     lines = read_candidate_lines(args.candidates)
     candidates = [line.candidate for line in lines]
     if not candidates:
         raise InputError(f"{args.candidates}: no candidates")
+    if args.comparator == "simulated":
+        for line in lines:
+            try:
+                candidate_label(line.candidate)
+            except ValueError as err:
+                raise InputError(f"{args.candidates}:{line.line}: {err}") from None
     with model_bars(args, progress_wanted(args.no_progress)):
         comparator = make_comparator(args, candidates)
     with comparator:

@@ -90,7 +90,7 @@ def test_rerank_reports_an_unbuildable_comparator(candidates_file, capsys, monke
 
 
 # ---- bad input: one line on stderr, exit 2, never a traceback --------------------------------------------------------
-GOOD = b'{"id": "a", "text": "first passage"}\n{"id": "b", "text": "second passage"}\n'
+GOOD = b'{"id": "a", "text": "first passage", "label": 1}\n{"id": "b", "text": "second passage", "label": 0}\n'
 BAD_FILES = {
     "not JSON": (GOOD + b'{"id": "c", "text": oops}\n', 3, "not JSON (Expecting value at column 21)"),
     "not an object": (b'["a", "text"]\n', 1, "not a JSON object but an array"),
@@ -123,6 +123,31 @@ def test_bad_candidate_files_get_one_line_naming_file_and_line(tmp_path, capsys,
     path.write_bytes(content)
     assert main(_rerank_args(path)) == 2
     assert _one_error_line(capsys).startswith(f"{path}:{line}: {reason}")
+
+
+@pytest.mark.parametrize(("third", "reason"), [
+    ('{"id": 3, "text": "x"}', "id '3' has no 'label' field (--comparator simulated judges by each candidate's "
+                               "numeric label)"),
+    ('{"id": "c", "text": "x", "label": "high"}', "id 'c': label \"high\" is not a finite number"),
+    ('{"id": "c", "text": "x", "label": null}', "id 'c': label null is not a finite number"),
+    ('{"id": "c", "text": "x", "label": true}', "id 'c': label true is not a finite number"),
+    ('{"id": "c", "text": "x", "label": NaN}', "id 'c': label NaN is not a finite number"),
+])
+def test_the_simulated_judge_needs_a_numeric_label_on_every_candidate(tmp_path, capsys, third, reason):
+    """``rerank --comparator simulated`` judged a candidate without ``label`` as 0, silently, and a label of
+    ``"high"`` ended in ``cannot build the simulated comparator: could not convert string to float: 'high'``, with
+    no file, line or id. Both are now one line naming the file, the line and the id."""
+    path = tmp_path / "cands.jsonl"
+    path.write_bytes(GOOD + b"\n" + third.encode() + b"\n")
+    assert main(_rerank_args(path)) == 2
+    assert _one_error_line(capsys).startswith(f"{path}:4: {reason}")
+
+
+def test_a_numeric_string_label_still_counts(tmp_path, capsys):
+    path = tmp_path / "cands.jsonl"
+    path.write_bytes(GOOD + b'{"id": "c", "text": "x", "label": "2.5"}\n')
+    assert main(_rerank_args(path, "--ranker", "allpairs", "--json")) == 0
+    assert [r["id"] for r in json.loads(capsys.readouterr().out)["top"]] == ["c", "a", "b"]
 
 
 @pytest.mark.parametrize(("make", "reason"), [
