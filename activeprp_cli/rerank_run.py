@@ -281,7 +281,8 @@ def add_parser(subparsers: Any) -> None:
                               description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     files = p.add_argument_group("files (.jsonl/.json names are read as JSONL, others as TSV)")
     files.add_argument("--run", required=True, help="TREC run: qid Q0 docid rank score tag; each query's rows "
-                       "in trec_eval's order (score descending, ties by docid descending; rank is not used)")
+                       "in trec_eval's order (score descending, ties by docid descending; rank is not used: any "
+                       "token, 1.0 too)")
     files.add_argument("--queries", required=True, help="queries: qid<TAB>text, or JSONL with _id/qid and text")
     files.add_argument("--corpus", required=True, help="passages: docid<TAB>text, or JSONL with _id/docid/id, "
                                                        "text/contents and an optional title")

@@ -3,9 +3,10 @@
 Formats (blank lines are skipped; line numbers are the file's own; a UTF-8 BOM is accepted; anything else that
 is not UTF-8 is an error):
 
-- run: ``qid Q0 docid rank score tag``, six whitespace-separated columns, integer rank, finite score; each
-  query's rows are taken in trec_eval's order (score descending, ties by docid descending), not by the rank
-  column, so that the first stage is the order that trec_eval and ir-measures evaluate;
+- run: ``qid Q0 docid rank score tag``, six whitespace-separated columns, finite score; each query's rows are
+  taken in trec_eval's order (score descending, ties by docid descending), not by the rank column, so that the
+  first stage is the order that trec_eval and ir-measures evaluate; the rank may be any token (``1``, ``1.0``,
+  ``-``), as both ignore it;
 - qrels: ``qid iteration docid grade``, four columns, integer grade;
 - queries: TSV ``qid<TAB>text``, or JSONL ``{"_id" | "qid": ..., "text": ...}``;
 - corpus: TSV ``docid<TAB>text``, or JSONL ``{"_id" | "docid" | "id": ..., "text" | "contents": ..., "title"?}``
@@ -45,10 +46,11 @@ QUERY_ID_KEYS, DOC_ID_KEYS, DOC_TEXT_KEYS = ("_id", "qid"), ("_id", "docid", "id
 
 
 class RunRow(NamedTuple):
-    """One line of a TREC run: ``docid``, its integer ``rank``, its ``score`` and the file ``line`` (1-based)."""
+    """One line of a TREC run: ``docid``, its ``rank`` (the column as an int, or a float such as ``1.0``; None when
+    it is no number: trec_eval and ir-measures ignore it), its ``score`` and the file ``line`` (1-based)."""
 
     docid: str
-    rank: int
+    rank: int | float | None
     score: float
     line: int
 
@@ -190,12 +192,13 @@ def trec_eval_key(row: RunRow) -> tuple[float, str]:
 
 def read_run(path: str | Path) -> Run:
     """A TREC run file: ``{qid: [RunRow, ...]}``, qids in file order, each query's rows in trec_eval's order
-    (``trec_eval_key``: score descending, ties by docid descending); the rank column is checked and kept in each
-    row but does not order them, as trec_eval ignores it (see ``rank_disagreements``).
+    (``trec_eval_key``: score descending, ties by docid descending); the rank column is kept in each row
+    (``RunRow.rank``) but does not order them, and any token is accepted there, as trec_eval and ir-measures
+    ignore it (see ``rank_disagreements``).
 
     Raises:
-        InputError: a line without six columns, a non-integer rank, a score that is not a finite number, a
-            docid twice within one query, an empty file, or any ``iter_lines`` error.
+        InputError: a line without six columns, a score that is not a finite number, a docid twice within one
+            query, an empty file, or any ``iter_lines`` error.
     """
     run: Run = {}
     seen: dict[tuple[str, str], int] = {}
@@ -204,10 +207,7 @@ def read_run(path: str | Path) -> Run:
         if len(cols) != 6:
             raise InputError(f"{path}:{n}: expected 6 columns (qid Q0 docid rank score tag), got {len(cols)}")
         qid, _, docid, rank, score, _ = cols
-        try:
-            rank_i = int(rank)
-        except ValueError:
-            raise InputError(f"{path}:{n}: rank {rank!r} is not an integer") from None
+        rank_n = _rank(rank)
         try:
             score_f = float(score)
         except ValueError:
@@ -217,7 +217,7 @@ def read_run(path: str | Path) -> Run:
         first = seen.setdefault((qid, docid), n)
         if first != n:
             raise InputError(f"{path}:{n}: docid {docid} appears twice for qid {qid} (first at line {first})")
-        run.setdefault(qid, []).append(RunRow(docid, rank_i, score_f, n))
+        run.setdefault(qid, []).append(RunRow(docid, rank_n, score_f, n))
     if not run:
         raise InputError(f"{path}: no run lines")
     for rows in run.values():
@@ -228,8 +228,22 @@ def read_run(path: str | Path) -> Run:
 def rank_disagreements(run: Run) -> list[str]:
     """The qids (file order) of ``run`` (from ``read_run``) whose rank column contradicts the order its rows are
     taken in: a row ranked after (a larger rank than) a row it comes before. Equal ranks (all 0 or 1, as some
-    tools write) contradict nothing."""
-    return [qid for qid, rows in run.items() if any(a.rank > b.rank for a, b in zip(rows, rows[1:]))]
+    tools write) contradict nothing, nor does a rank that is no number (None)."""
+    return [qid for qid, rows in run.items()
+            if any(a.rank is not None and b.rank is not None and a.rank > b.rank for a, b in zip(rows, rows[1:]))]
+
+
+def _rank(text: str) -> int | float | None:
+    """A run's rank column as ``RunRow.rank`` keeps it: an int, else a finite float, else None."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
 
 
 def read_qrels(path: str | Path) -> Qrels:

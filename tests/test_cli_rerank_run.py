@@ -226,7 +226,6 @@ def test_out_naming_a_closed_or_read_only_fd_is_one_line_exit_2(files, tmp_path,
 
 BAD_INPUTS = [
     ("run", "q1 Q0 d1 1 3.0\n", "{run}:1: expected 6 columns (qid Q0 docid rank score tag), got 5"),
-    ("run", "q1 Q0 d1 1 3.0 t\n\nq1 Q0 d2 x 2.0 t\n", "{run}:3: rank 'x' is not an integer"),
     ("run", "q1 Q0 d1 1 3.0 t\nq9 Q0 d2 1 2.0 t\n", "{run}:2: qid q9 has no query in {queries}"),
     ("run", "q1 Q0 d1 1 3.0 t\nq1 Q0 d7 2 2.0 t\n",
      "{run}:2: docid d7 is not in {corpus} (1 run line(s) lack a passage)"),
@@ -724,6 +723,18 @@ def test_redirected_stderr_gets_no_bar_frames(three_queries, tmp_path, capsys, m
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
     assert main(args) == 0
     assert "3/3" in capsys.readouterr().err
+
+
+def test_a_rank_column_of_floats_or_words_is_read_as_trec_eval_reads_it(files, tmp_path, capsys):
+    """``rank '1.0' is not an integer`` stopped the command though the rank column is documented as not used;
+    trec_eval and ir-measures take any token there. The run is now reranked, every row kept."""
+    pytest.importorskip("ir_measures", reason='pip install "activeprp[eval]"')  # --qrels
+    files["run"].write_text("q1 Q0 d1 1.0 3.0 bm25\nq1 Q0 d2 2.0 2.0 bm25\nq2 Q0 d3 - 1.0 bm25\n")
+    out = tmp_path / "out.run"
+    assert main(cli_args(files, out)) == 0
+    assert sorted(line.split()[:3] for line in out.read_text().splitlines()) == [
+        ["q1", "Q0", "d1"], ["q1", "Q0", "d2"], ["q2", "Q0", "d3"]]
+    assert "wrote 3 lines (2 queries)" in capsys.readouterr().out
 
 
 def test_the_first_stage_is_the_order_trec_eval_evaluates(files, tmp_path, capsys):

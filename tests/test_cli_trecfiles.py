@@ -37,8 +37,6 @@ RUN = "q1 Q0 d1 1 3.0 bm25\nq1 Q0 d2 2 2.0 bm25\nq2 Q0 d3 1 9.5 bm25\n"
 @pytest.mark.parametrize(("text", "line", "reason"), [
     ("q1 Q0 d1 1 3.0\n", 1, "expected 6 columns (qid Q0 docid rank score tag), got 5"),
     ("q1 Q0 d1 1 3.0 t\nq1 Q0 d2 2 2.0 t x\n", 2, "expected 6 columns (qid Q0 docid rank score tag), got 7"),
-    ("q1 Q0 d1 1 3.0 t\n\n\nq1 Q0 d2 two 2.0 t\n", 4, "rank 'two' is not an integer"),
-    ("q1 Q0 d1 1.5 3.0 t\n", 1, "rank '1.5' is not an integer"),
     ("q1 Q0 d1 1 high t\n", 1, "score 'high' is not a finite number"),
     ("q1 Q0 d1 1 nan t\n", 1, "score 'nan' is not a finite number"),
     ("q1 Q0 d1 1 3 t\nq2 Q0 d1 1 3 t\nq1 Q0 d1 2 2 t\n", 3, "docid d1 appears twice for qid q1 (first at line 1)"),
@@ -55,6 +53,21 @@ def test_run_sorted_by_rank_with_bom_and_blank_lines(tmp_path):
     run = read_run(path)
     assert list(run) == ["q1", "q0"]  # file order of qids
     assert [(r.docid, r.rank, r.score, r.line) for r in run["q1"]] == [("d1", 1, 3.0, 4), ("d2", 2, 2.0, 1)]
+
+
+def test_any_rank_token_is_accepted_as_trec_eval_and_ir_measures_ignore_it(tmp_path):
+    """A rank of ``1.0`` was fatal (``rank '1.0' is not an integer``) though the column is not used; trec_eval and
+    ir-measures read any token there. It is kept as a number where it is one (None else), and a rank that is no
+    number contradicts nothing in ``rank_disagreements``."""
+    path = write(tmp_path, "run.txt", "q1 Q0 d1 1.0 3.0 t\nq1 Q0 d2 x 4.0 t\nq1 Q0 d3 3 1.5 t\nq2 Q0 d4 - 2 t\n"
+                                      "q2 Q0 d5 2.5 1 t\n")
+    run = read_run(path)
+    assert [(r.docid, r.rank) for r in run["q1"]] == [("d2", None), ("d1", 1.0), ("d3", 3)]
+    assert [(r.docid, r.rank) for r in run["q2"]] == [("d4", None), ("d5", 2.5)]
+    assert rank_disagreements(run) == []
+    ir_measures = pytest.importorskip("ir_measures")
+    assert {(d.query_id, d.doc_id) for d in ir_measures.read_trec_run(str(path))} == {
+        (q, r.docid) for q, rows in run.items() for r in rows}
 
 
 #: a fused run (every rank 1), a run with ranks 0 and a score tie, a run whose ranks contradict its scores, and
