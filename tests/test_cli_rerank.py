@@ -355,6 +355,52 @@ def test_the_comparator_flags_say_what_they_mean_for_each_comparator(capsys):
         assert judge.max_passage_words == args.passage_tokens == DEFAULT_PASSAGE_TOKENS
 
 
+#: each comparator flag and a value, and the comparators that read it (the others do nothing with it)
+FLAG_USERS = [
+    (["--mode", "ab"], {"bundled", "hf"}), (["--model", "m"], {"hf", "openai"}),
+    (["--base-url", "http://127.0.0.1:9/v1"], {"openai"}), (["--api-key", "k"], {"openai"}),
+    (["--batch-size", "4"], {"bundled", "hf"}), (["--passage-tokens", "128"], {"bundled", "hf", "openai"}),
+    (["--max-reply-bytes", "4096"], {"openai"}), (["--judge-timeout", "5"], {"openai"}),
+    (["--judge-retries", "0"], {"openai"}),
+]
+
+
+@pytest.mark.parametrize(("flag", "users"), FLAG_USERS, ids=[f[0] for f, _ in FLAG_USERS])
+@pytest.mark.parametrize("kind", ["bundled", "hf", "openai", "simulated"])
+def test_a_comparator_flag_the_comparator_does_not_use_is_refused(capsys, tmp_path, flag, users, kind):
+    """``--model`` with the simulated judge, ``--batch-size`` or ``--mode ab`` with openai, ``--judge-timeout``
+    with a local model ... were accepted and did nothing. Each is now one line naming the flag and what it needs
+    (exit 2), given even at its default value; a flag the comparator reads passes the check."""
+    from activeprp_cli import build_parser
+    from activeprp_cli.rerank import check_comparator_flags
+
+    need = {"hf": ["--model", "m"], "openai": ["--model", "m", "--base-url", "http://127.0.0.1:9/v1", "--api-key",
+                                              "k"]}.get(kind, [])  # openai on a closed port: nothing is called
+    need = [x for pair in zip(need[::2], need[1::2]) if pair[0] != flag[0] for x in pair] + ["--budget", "0"]
+    args = build_parser().parse_args(["rerank", "--query", "q", "--candidates", "c.jsonl", "--comparator", kind,
+                                      *need, *flag])
+    if kind in users:
+        check_comparator_flags(args)
+        return
+    path = tmp_path / "c.jsonl"
+    path.write_bytes(GOOD)
+    assert main(["rerank", "--query", "q", "--candidates", str(path), "--comparator", kind, *need, *flag]) == 2
+    wanted = " or ".join(sorted(users, key=["bundled", "hf", "openai"].index))
+    assert _one_error_line(capsys) == f"{flag[0]} needs --comparator {wanted}: --comparator {kind} does not use it"
+
+
+@pytest.mark.parametrize("command", ["demo", "rerank-run", "serve"])
+def test_the_other_commands_refuse_an_unused_comparator_flag_too(command, capsys, tmp_path, monkeypatch):
+    if command == "serve":
+        uvicorn = pytest.importorskip("uvicorn", reason='pip install "activeprp[serve]"')  # else no such command
+        monkeypatch.setattr(uvicorn.Server, "run", lambda server: None)  # were it accepted: no server starts
+    required = {"demo": [], "serve": [], "rerank-run": ["--run", str(tmp_path / "r"), "--queries",
+                                                        str(tmp_path / "q"), "--corpus", str(tmp_path / "c"),
+                                                        "--out", str(tmp_path / "o")]}
+    assert main([command, *required[command], "--comparator", "simulated", "--model", "m"]) == 2
+    assert _one_error_line(capsys) == "--model needs --comparator hf or openai: --comparator simulated does not use it"
+
+
 @pytest.mark.parametrize("command", ["rerank", "rerank-run"])
 def test_no_progress_hides_the_local_model_s_loading_bar_in_every_command(command, candidates_file, tmp_path,
                                                                           monkeypatch, capsys):

@@ -834,6 +834,21 @@ def test_the_help_of_comparator_simulated_says_what_each_command_does(capsys, co
     assert says in simulated and not_says not in simulated
 
 
+@pytest.mark.parametrize("flag", [["--ray-actors", "2"], ["--ray-gpus", "0.5"]])
+def test_a_ray_flag_without_ray_is_refused(files, tmp_path, capsys, flag):
+    """``--ray-actors`` and ``--ray-gpus`` without ``--ray`` were accepted and did nothing (the run went through
+    rerank_many in this process). Now one line naming the flag and what it needs (exit 2); with ``--ray`` they
+    pass the check."""
+    from activeprp_cli import build_parser
+
+    out = tmp_path / "out.run"
+    assert main(cli_args(files, out, *flag)) == 2
+    assert capsys.readouterr().err == (f"activeprp: error: {flag[0]} needs --ray: without it nothing runs on "
+                                       "Ray\n")
+    assert not out.exists()
+    cli.check_flags(build_parser().parse_args(cli_args(files, out, "--ray", *flag)))
+
+
 class FakeRay:
     """A stand-in ``ray`` module for ``activeprp_integrations.ray`` (no Ray starts): it records ``ray.init``'s
     keyword arguments and ``shutdown``, reports ``gpus`` GPUs, and its dataset fails the test if it is consumed."""
