@@ -485,11 +485,15 @@ def main(args: argparse.Namespace) -> int:
     rows carry the rank, the id as given, the score and the candidate's JSONL object as given (``document``).
 
     Raises:
-        InputError: unreadable candidates (``FILE:LINE: reason``), with ``--comparator simulated`` a candidate
-            without a numeric label (``candidate_label``; ``FILE:LINE: id ...``), or an unbuildable comparator (exit 2).
+        InputError: a flag the comparator does not use (``check_comparator_flags``), an empty or blank
+            ``--query``, unreadable candidates (``FILE:LINE: reason``), with ``--comparator simulated`` a
+            candidate without a numeric label (``candidate_label``; ``FILE:LINE: id ...``), or an unbuildable
+            comparator (exit 2).
         ComparatorError: the comparator failed and ``--on-failure`` is ``raise`` (exit 1).
     """
     check_comparator_flags(args)
+    if not args.query.strip():  # as rerank-run refuses an empty query text
+        raise InputError("--query is empty: give the query text")
     lines = read_candidate_lines(args.candidates)
     candidates = [line.candidate for line in lines]
     if not candidates:

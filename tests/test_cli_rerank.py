@@ -150,6 +150,16 @@ def test_a_numeric_string_label_still_counts(tmp_path, capsys):
     assert [r["id"] for r in json.loads(capsys.readouterr().out)["top"]] == ["c", "a", "b"]
 
 
+@pytest.mark.parametrize("query", ["", "  \t "])
+def test_an_empty_query_is_refused_as_rerank_run_refuses_one(tmp_path, capsys, query):
+    """``rerank --query ""`` was reranked (every prompt without a query), while ``rerank-run`` refuses a query with
+    an empty text; both refuse it now, with one line."""
+    path = tmp_path / "cands.jsonl"
+    path.write_bytes(GOOD)
+    assert main(["rerank", "--query", query, "--candidates", str(path), "--comparator", "simulated"]) == 2
+    assert _one_error_line(capsys) == "--query is empty: give the query text"
+
+
 @pytest.mark.parametrize(("make", "reason"), [
     (lambda tmp: tmp, "is a directory, not a file"),
     (lambda tmp: tmp / "missing.jsonl", "no such file"),
