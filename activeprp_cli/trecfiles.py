@@ -1,7 +1,7 @@
 """Strict readers and a writer for the IR file formats: TREC runs and qrels, queries and corpora.
 
 Formats (blank lines are skipped; line numbers are the file's own; a UTF-8 BOM is accepted; anything else that
-is not UTF-8 is an error):
+is not UTF-8 is an error, a gzip-compressed file named as one):
 
 - run: ``qid Q0 docid rank score tag``, six whitespace-separated columns, finite score; each query's rows are
   taken in trec_eval's order (score descending, ties by docid descending), not by the rank column, so that the
@@ -28,6 +28,7 @@ import contextlib
 import json
 import math
 import os
+import shlex
 import stat
 import sys
 import tempfile
@@ -79,7 +80,8 @@ def iter_lines(path: str | Path) -> Iterator[tuple[int, str]]:
     streamed. Lines end at ``\\n`` only (other Unicode line breaks stay inside their line, as JSONL says).
 
     Raises:
-        InputError: a missing file, a directory, an unreadable file, or bytes that are not UTF-8 (with the line).
+        InputError: a missing file, a directory, an unreadable file, a gzip-compressed file (not read: the message
+            says how to decompress it), or bytes that are not UTF-8 (with the line).
     """
     try:
         f = _open(path)
@@ -96,10 +98,33 @@ def iter_lines(path: str | Path) -> Iterator[tuple[int, str]]:
             try:
                 line = raw.decode("utf-8").rstrip("\r\n")
             except UnicodeDecodeError as err:
+                if n == 1:
+                    _refuse_gzip(path, raw)
                 raise InputError(f"{path}:{n}: not UTF-8 (byte 0x{raw[err.start]:02x} at column {err.start + 1})"
                                  ) from None
             if line.strip():
                 yield n, line
+
+
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def _refuse_gzip(path: str | Path, data: bytes) -> None:
+    """Raise ``InputError`` when ``data``, the start of ``path``, is gzip's: its bytes are no UTF-8, but "not UTF-8"
+    would not say why. Gzip is not read: decompressing first keeps one text path for every reader."""
+    if data.startswith(GZIP_MAGIC):
+        how = "pipe it through zcat" if str(path) == "-" else f"gunzip -k {shlex.quote(str(path))}"
+        raise InputError(f"{path}: looks gzip-compressed, which is not read: decompress it first ({how})")
+
+
+def _jsonl_hint(line: str) -> str:
+    """What to tell of a JSONL line that a JSON array or a pretty-printed JSON file would start with."""
+    start = line.lstrip()[:1]
+    if start == "[":
+        return " (JSONL wants one JSON object per line; from a JSON array: jq -c '.[]' FILE)"
+    if start == "{" and not line.rstrip().endswith("}"):
+        return " (JSONL wants each JSON object on one line: jq -c . FILE)"
+    return ""
 
 
 def _is_jsonl(path: str | Path) -> bool:
@@ -110,11 +135,12 @@ def _json_object(path: str | Path, n: int, line: str) -> dict:
     try:
         obj = json.loads(line)
     except json.JSONDecodeError as err:
-        raise InputError(f"{path}:{n}: not JSON ({err.msg} at column {err.colno})") from None
+        raise InputError(f"{path}:{n}: not JSON ({err.msg} at column {err.colno}){_jsonl_hint(line)}") from None
     except ValueError as err:  # e.g. an integer too long to convert
         raise InputError(f"{path}:{n}: not JSON ({err})") from None
     if not isinstance(obj, dict):
-        raise InputError(f"{path}:{n}: not a JSON object but {json_type(obj)}")
+        raise InputError(f"{path}:{n}: not a JSON object but {json_type(obj)}"
+                         f"{_jsonl_hint(line) or ' (JSONL wants one JSON object per line)'}")
     return obj
 
 
@@ -123,12 +149,13 @@ def read_json(path: str | Path) -> object:
 
     Raises:
         OSError: the file cannot be read (left to the caller, which knows what a missing file means there).
-        InputError: the file is not UTF-8 text or not JSON (``FILE: reason``).
+        InputError: the file is not UTF-8 text (a gzip-compressed one is named so) or not JSON (``FILE: reason``).
     """
     data = Path(path).read_bytes()
     try:
         return json.loads(data.decode("utf-8").removeprefix("\ufeff"))
     except UnicodeDecodeError as err:
+        _refuse_gzip(path, data)
         raise InputError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
     except ValueError as err:
         raise InputError(f"{path}: not JSON ({err})") from None

@@ -232,7 +232,9 @@ BAD_INPUTS = [
     ("run", "q1 Q0 d1 1 3.0 t\nq1 Q0 d1 2 2.0 t\n", "{run}:2: docid d1 appears twice for qid q1 (first at line 1)"),
     ("queries", "q1\tfirst\n\n{\"_id\": \"q2\"}\n", "{queries}:3: expected qid<TAB>text"),
     ("corpus", '{"_id": "d1", "text": "a"}\nnot json\n', "{corpus}:2: not JSON (Expecting value at column 1)"),
-    ("corpus", '{"_id": "d1", "text": "a"}\n[1]\n', "{corpus}:2: not a JSON object but an array"),
+    ("corpus", '{"_id": "d1", "text": "a"}\n[1]\n',
+     "{corpus}:2: not a JSON object but an array (JSONL wants one JSON object per line; from a JSON array: jq -c "
+     "'.[]' FILE)"),
     ("corpus", '{"_id": "d1", "text": "a"}\n{"_id": "d2"}\n', "{corpus}:2: no text field (text / contents)"),
     ("corpus", b'{"_id": "d1", "text": "caf\xe9"}\n', "{corpus}:1: not UTF-8 (byte 0xe9 at column 27)"),
     ("qrels", "q1 0 d2\n", "{qrels}:1: expected 4 columns (qid iteration docid grade), got 3"),

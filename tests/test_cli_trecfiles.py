@@ -119,6 +119,39 @@ def test_missing_file_and_directory(tmp_path):
                                                          f"{tmp_path}: is a directory, not a file")
 
 
+def test_a_gzip_file_is_named_as_one_with_how_to_decompress_it(tmp_path):
+    """A gzip input said ``FILE:1: not UTF-8 (byte 0x8b at column 2)``; gzip is not read, and the message now says
+    that the file looks gzip-compressed and how to decompress it (the line readers and ``read_json`` alike)."""
+    import gzip
+
+    from activeprp_cli.trecfiles import read_json
+
+    path = write(tmp_path, "run.txt.gz", gzip.compress(RUN.encode()))
+    wanted = f"{path}: looks gzip-compressed, which is not read: decompress it first (gunzip -k {path})"
+    for reader in (read_run, read_json, read_corpus):
+        with pytest.raises(InputError) as err:
+            reader(path)
+        assert str(err.value) == wanted
+
+
+@pytest.mark.parametrize(("text", "reason"), [
+    ('[{"_id": "q1", "text": "a"}, {"_id": "q2", "text": "b"}]\n',
+     "1: not a JSON object but an array (JSONL wants one JSON object per line; from a JSON array: jq -c '.[]' FILE)"),
+    ('[\n  {"_id": "q1", "text": "a"}\n]\n', "1: not JSON (Expecting value at column 2) (JSONL wants one JSON "
+                                              "object per line; from a JSON array: jq -c '.[]' FILE)"),
+    ('{\n  "_id": "q1",\n  "text": "a"\n}\n', "1: not JSON (Expecting property name enclosed in double quotes at "
+                                             "column 2) (JSONL wants each JSON object on one line: jq -c . FILE)"),
+    ('"q1 a"\n', "1: not a JSON object but a string (JSONL wants one JSON object per line)"),
+])
+def test_json_where_jsonl_is_wanted_says_jsonl_is_wanted(tmp_path, text, reason):
+    """A JSON array given where JSONL is wanted said ``not a JSON object but an array`` and a pretty-printed file
+    ``not JSON (...)``, neither saying that one object per line is wanted."""
+    path = write(tmp_path, "queries.jsonl", text)
+    with pytest.raises(InputError) as err:
+        read_queries(path)
+    assert str(err.value) == f"{path}:{reason}"
+
+
 def test_iter_lines_numbers_are_the_files(tmp_path):
     path = write(tmp_path, "x.tsv", "\n\na\n \nb\n")
     assert list(iter_lines(path)) == [(3, "a"), (5, "b")]
