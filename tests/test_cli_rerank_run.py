@@ -853,7 +853,8 @@ def test_a_ray_flag_without_ray_is_refused(files, tmp_path, capsys, flag):
 
 class FakeRay:
     """A stand-in ``ray`` module for ``activeprp_integrations.ray`` (no Ray starts): it records ``ray.init``'s
-    keyword arguments and ``shutdown``, reports ``gpus`` GPUs, and its dataset fails the test if it is consumed."""
+    keyword arguments and ``shutdown``, reports ``gpus`` GPUs on a loopback node, and its dataset fails the test if
+    it is consumed."""
 
     def __init__(self, gpus: float = 0) -> None:
         import types
@@ -863,6 +864,7 @@ class FakeRay:
         self.data = types.ModuleType("ray.data")
         self.data.from_items = lambda records: self.Dataset()
         self.data.ActorPoolStrategy = lambda size: size
+        self.util = types.SimpleNamespace(get_node_ip_address=lambda: "127.0.0.1")  # connect() checks loopback
 
     class Dataset:
         def __init__(self) -> None:
