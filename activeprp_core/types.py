@@ -68,9 +68,10 @@ class Judgment:
 
     Raises:
         InvalidAnswer (a ValueError): ``prob`` is not a number (a str or a bool is not one), or lies outside
-            [0, 1] (a comparator bug, never silently parsed or clipped); ``retries``, a token count or a
-            ``status_code`` other than None is not an int >= 0 (a negative count would let calls past
-            ``token_budget``). A ``Judgment`` is valid once made: nothing downstream checks it again.
+            [0, 1] (a comparator bug, never silently parsed or clipped); ``retries`` or a token count is not an
+            int >= 0 (a negative count would let calls past ``token_budget``); a ``status_code`` other than None
+            is not an int HTTP status (100-599). A ``Judgment`` is valid once made: nothing downstream checks it
+            again.
     """
 
     prob: float | None
@@ -93,8 +94,8 @@ class Judgment:
         if self.cut_before_retry is not False and (self.cut_before_retry is not True or self.cut != IN_FLIGHT):
             raise ValueError(f"Judgment.cut_before_retry must be a bool, True only with cut={IN_FLIGHT!r}, got "
                              f"cut_before_retry={self.cut_before_retry!r}, cut={self.cut!r}")
-        if self.status_code is not None and type(self.status_code) is not int:
-            self.status_code = _count("status_code", self.status_code)
+        if self.status_code is not None:
+            self.status_code = _status(self.status_code)
         if self.prob is None:
             return
         try:
@@ -113,6 +114,8 @@ class Judgment:
             self.prob = prob
 
 
+HTTP_STATUSES = range(100, 600)
+"""The values a ``Judgment.status_code`` may take (None aside)."""
 COUNTS = ("retries", "prompt_tokens", "completion_tokens")
 """The counts a ``Judgment`` reports: ints >= 0."""
 
@@ -127,6 +130,21 @@ def _count(name: str, value: Any) -> int:
         return check_count(value, name)
     except (TypeError, ValueError) as error:
         raise InvalidAnswer(f"comparator reported {name}={value!r}: {error}") from None
+
+
+def _status(value: Any) -> int:
+    """``value`` of ``Judgment.status_code`` as an int HTTP status (100-599; a numpy integer is one).
+
+    Raises:
+        InvalidAnswer: not an integer in 100-599 (a bool or a str is not one).
+    """
+    try:
+        status = check_count(value, "status_code", minimum=None)
+    except TypeError as error:
+        raise InvalidAnswer(f"comparator reported status_code={value!r}: {error}") from None
+    if status not in HTTP_STATUSES:
+        raise InvalidAnswer(f"comparator reported status_code={value!r}: not an HTTP status (100-599)")
+    return status
 
 
 def check_candidates(query: Any, candidates: Any) -> list[Candidate]:

@@ -162,6 +162,14 @@ def test_a_rejected_request_fails_that_call_only_and_a_bug_is_not_hidden():
         broken.judge("q", [pair()])
 
 
+def test_a_status_that_is_no_http_status_fails_the_call_without_one():
+    """A ``Judgment.status_code`` outside 100-599 is invalid, so a client's own code (0, 999) is read as none."""
+    for code, fault in ((0, Fault.REJECT), (999, Fault.RETRY)):
+        assert status_failure(code, "odd") == Failure(fault, "odd")
+    judge = ChatModelJudge(FakeChatModel(lambda t: StatusError(999, "odd status")), max_attempts=1)
+    assert judge.judge("q", [pair()])[0].status_code is None
+
+
 def test_the_default_send_works_in_a_thread_that_runs_an_event_loop():
     """A sync ``rerank`` inside ``async def`` (a Jupyter cell) with a provider that keeps the default ``send``: with
     one worker its calls run in the caller's thread, whose loop is running (``asyncio.run`` refused it before)."""

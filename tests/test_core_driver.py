@@ -142,6 +142,8 @@ class Counts(Comparator):
     (Counts(tokens=-50), "reported prompt_tokens=-50: prompt_tokens must be >= 0, got -50"),
     (Counts(tokens="7"), "reported prompt_tokens='7'"),
     (Returns(lambda p: [Judgment(None, status_code="429")] * len(p)), "reported status_code='429'"),
+    (Returns(lambda p: [Judgment(None, status_code=-1)] * len(p)), r"reported status_code=-1: .*\(100-599\)"),
+    (Returns(lambda p: [Judgment(None, status_code=99999)] * len(p)), r"status_code=99999: not an HTTP status"),
     (Counts(estimate=lambda pairs: [-100] * len(pairs)), r"priced 1 prompts for token_budget as \[-100\]"),
     (Counts(estimate=lambda pairs: [10] * (len(pairs) - 1)), "priced 1 prompts for token_budget as \\[\\]"),
 ])

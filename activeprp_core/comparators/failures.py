@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass
 
 from ..errors import ComparatorAuthError, ComparatorError, ComparatorRequestError
+from ..types import HTTP_STATUSES
 from .answers import field
 
 MAX_MESSAGE = 300
@@ -59,7 +60,10 @@ class Failure:
 
 def status_failure(status: int, message: str, retry_after: float | None = None) -> Failure:
     """The ``Failure`` of an HTTP status: 401/403 refuse (``ComparatorAuthError``), 404 refuses
-    (``ComparatorRequestError``), 408/409/429/5xx retry, any other status rejects this call."""
+    (``ComparatorRequestError``), 408/409/429/5xx retry, any other status rejects this call (one outside
+    ``HTTP_STATUSES``, a client's own code, is kept as no status)."""
+    if status not in HTTP_STATUSES:
+        return Failure(Fault.REJECT if status < 500 else Fault.RETRY, message)
     if status in (401, 403, 404):
         kind = ComparatorAuthError if status != 404 else ComparatorRequestError
         return Failure(Fault.REFUSE, message, status, error=kind)
