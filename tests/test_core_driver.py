@@ -215,6 +215,17 @@ def test_the_library_prints_nothing_until_the_application_configures_logging():
     assert "WARNING:activeprp.engine:rerank of 5 candidates failed" in configured.stderr
 
 
+@pytest.mark.parametrize("max_consecutive_failures", [None, 3])
+def test_a_comparator_s_own_failed_calls_give_their_status_with_or_without_the_breaker(max_consecutive_failures):
+    """The breaker's ``ComparatorUnavailable`` (``record_all``) carries the calls' ``status_code`` as the
+    rerank's own does."""
+    limited = Returns(lambda p: [Judgment(None, error="rate limited", status_code=429)] * len(p))
+    with pytest.raises(ComparatorUnavailable) as raised:
+        rerank("q", cands(6), comparator=limited, budget=10, max_consecutive_failures=max_consecutive_failures)
+    assert raised.value.status_code == 429
+    assert ("circuit breaker" in raised.value.message) == (max_consecutive_failures is not None)
+
+
 def test_on_failure_prior_degrades_reports_and_warns(caplog):
     cs, labels = make_case(30, seed=1)
     comp = Failing(SimulatedComparator(labels), ComparatorUnavailable("endpoint down", status_code=503), fail_at=2)

@@ -276,7 +276,7 @@ class CallGuard:
         """``record`` each judgment in order (a failed call is one with ``prob is None``); ``seconds``: the
         latency of the one call (a local model's forward pass) that answered them all (None: not timed)."""
         for j in judgments:
-            self.record(j.prob is not None, j.error, retries=j.retries, seconds=seconds)
+            self.record(j.prob is not None, j.error, retries=j.retries, seconds=seconds, status_code=j.status_code)
 
     @property
     def fair_slots(self) -> FairSlots | None:
