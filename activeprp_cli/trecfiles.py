@@ -407,6 +407,10 @@ class RunWriteError(OSError):
         super().__init__(error.errno, error.strerror, str(path))
         self.in_place = in_place
 
+    def __reduce__(self):
+        # OSError's would call __init__ with its args (errno, strerror, filename): not this signature
+        return type(self), (OSError(self.errno, self.strerror), self.filename, self.in_place), self.__dict__
+
 
 @contextlib.contextmanager
 def _writing(path: str | Path, in_place: bool) -> Iterator[None]:

@@ -298,6 +298,20 @@ def test_write_run_raises_run_write_error_for_the_writes_only(tmp_path):
             "/dev/full", os.strerror(errno.ENOSPC), True)
 
 
+def test_a_run_write_error_pickles_and_copies_with_what_it_carries():
+    """Its ``__init__`` takes (error, path, in_place), not OSError's args: pickle and copy raised."""
+    import copy
+    import pickle
+
+    from activeprp_cli.trecfiles import RunWriteError
+
+    error = RunWriteError(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)), "out.run", True)
+    for again in (pickle.loads(pickle.dumps(error)), copy.copy(error)):
+        assert type(again) is RunWriteError and str(again) == str(error)
+        assert (again.errno, again.strerror, again.filename, again.in_place) == (
+            errno.ENOSPC, os.strerror(errno.ENOSPC), "out.run", True)
+
+
 def test_a_stream_out_gets_each_query_as_it_comes(tmp_path):
     """A FIFO (as stdout, a device, ``/dev/fd/N``) got the lines in blocks of 8 KiB, so a reader saw nothing of a
     small run until its end; now each query's lines are flushed as soon as they are written."""
