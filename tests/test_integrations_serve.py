@@ -1489,6 +1489,19 @@ def test_a_judge_failure_s_cause_is_told_in_words_that_name_no_endpoint(message,
     assert judge_cause(ComparatorUnavailable(message, status_code=status)) == cause
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_request_ids_differ_between_processes_forked_after_import():
+    """The ids came from a ``random.Random`` seeded at import, so workers forked from one parent (gunicorn
+    ``--preload``) gave the same ids, and a request id no longer named one log line."""
+    code = ("import os\nfrom activeprp_integrations.serve.routes import response_id\n"
+            "read, write = os.pipe()\npid = os.fork()\n"
+            "if pid == 0:\n    os.write(write, response_id().encode())\n    os._exit(0)\n"
+            "os.close(write)\nos.waitpid(pid, 0)\nprint(os.read(read, 100).decode(), response_id())\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    child, parent = done.stdout.split()
+    assert len(child) == len(parent) == 36 and child != parent
+
+
 def test_a_judge_answering_the_wrong_shape_is_502():
     with TestClient(create_app(ShortAnswers(), **SERVER)) as client:
         response = _post(client, "/v2/rerank", GOOD)

@@ -6,7 +6,6 @@ import contextlib
 import json
 import logging
 import math
-import random
 import re
 import uuid
 from collections.abc import Callable, Mapping
@@ -46,13 +45,13 @@ JudgeBlock = Callable[[RerankResult], Mapping[str, Any] | None]
 Respond = Callable[[RerankResult, list[int], list[str]], Any]
 """Builds a route's response body from the result, the returned indices (best first) and the judged texts."""
 
-_IDS = random.Random()  # seeded from os.urandom once: response ids need to be unique, not secret
 log = logging.getLogger("activeprp.serve")
 
 
 def response_id() -> str:
-    """A random UUID4 string for a response's ``id`` (without a system call per response)."""
-    return str(uuid.UUID(int=_IDS.getrandbits(128), version=4))
+    """A random UUID4 string for a response's ``id`` and a request id: read from ``os.urandom`` each time, so
+    processes forked from one parent (gunicorn ``--preload`` workers) never repeat each other's."""
+    return str(uuid.uuid4())
 
 
 def error_response(status: int, message: str, kind: str, retry_after: int | None = None,
