@@ -27,6 +27,7 @@ from hypothesis import strategies as st  # noqa: E402
 from activeprp_cli.rerank import setting_flag  # noqa: E402
 from activeprp_core import Comparator, ComparatorAuthError, ComparatorRequestError, arerank  # noqa: E402
 from activeprp_core.settings import PER_REQUEST  # noqa: E402
+from activeprp_core.types import Judgment  # noqa: E402
 from activeprp_integrations.serve import create_app  # noqa: E402
 from activeprp_integrations.serve.bodies import (  # noqa: E402
     BODY_FIELDS,
@@ -1454,16 +1455,62 @@ class Leaky(Comparator):
                                      "judge.internal unhappy", status_code=400)
 
 
+class HalfDown(Comparator):
+    """Every other call fails with ``error``, as a framework judge's transport words it (its ``endpoint`` is a
+    class name, so nothing of where it is was known to hide)."""
+
+    endpoint, model = "ChatOllama", "llama3.1:70b-internal"
+
+    def __init__(self, error):
+        self.error = error
+
+    def compare(self, query, pairs):
+        return [Judgment(None, error=self.error) if i % 2 else Judgment(1.0) for i in range(len(pairs))]
+
+
+@pytest.mark.parametrize(("error", "said"), [
+    ("ConnectionError from ChatOllama (model 'llama3.1:70b-internal'): HTTPConnectionPool("
+     "host='judge-gpu-03.corp.internal', port=11434): Max retries exceeded with url: /api/chat (Caused by "
+     "NewConnectionError('Failed to establish a new connection: [Errno 111] Connection refused'))",
+     "ConnectionError: a judge call failed (connection refused)"),
+    ("ClientConnectorError: Cannot connect to host judge-gpu-03.corp.internal:11434 ssl:default [Connect call "
+     "failed ('10.1.2.3', 11434)]", "ClientConnectorError: a judge call failed (connection failed)"),
+    ("InternalServerError: Error code: 502 - upstream http://10.1.2.3:9000/v1 failed for llama3.1:70b-internal "
+     "at judge-gpu-03.corp.internal", "InternalServerError: a judge call failed (HTTP 502)"),
+    ("judge-gpu-03.corp.internal:11434 said no", "a judge call failed"),
+])
+def test_a_200_s_failed_calls_are_told_without_the_judge_s_words(error, said, caplog):
+    """``meta.activeprp.errors`` quoted each failed call's text, hiding only the comparator's own endpoint and
+    model: a host and port in a transport's or upstream's words reached every client. It now says each as the
+    502/503 bodies do (type, meaning, HTTP status or cause); the server's log has the text under the request
+    id."""
+    with caplog.at_level(logging.WARNING, logger="activeprp"), \
+            TestClient(create_app(HalfDown(error), **SERVER, max_consecutive_failures=None)) as client:
+        response = client.post("/v2/rerank", json=GOOD)
+    meta = response.json()["meta"]["activeprp"]
+    assert response.status_code == 200 and meta["errors"] == [said] and meta["failure"] is None
+    assert not any(where in response.text for where in ("judge-gpu-03", "10.1.2.3", "llama3.1"))
+    assert "11434" not in json.dumps([meta["errors"], meta["failure"]])  # (wall_time_s may hold the digits)
+    rid = response.headers["x-request-id"]
+    assert response.json()["id"] == rid
+    (logged,) = [r.getMessage() for r in caplog.records if r.name == "activeprp.serve" and rid in r.getMessage()]
+    assert error in logged
+
+
 @pytest.mark.parametrize("on_failure", ["prior", "raise"])
 def test_no_secret_in_a_degraded_answer_or_the_log(on_failure, caplog):
     app = create_app(Leaky(), **SERVER, on_failure=on_failure, secrets=["sk-SECRET-9"], auth_keys=["K"])
     with caplog.at_level(logging.WARNING, logger="activeprp"), TestClient(app) as client:
         response = client.post("/v2/rerank", json=GOOD, headers={"Authorization": "Bearer K"})
     assert response.status_code == (200 if on_failure == "prior" else 502)
-    assert "sk-SECRET-9" not in response.text  # a 502 quotes no judge message; a degraded answer's errors do
-    assert ("key ***" in response.text) == (on_failure == "prior")
+    assert "sk-SECRET-9" not in response.text and "key ***" not in response.text  # no judge message in a body
     # nor where the judge is: a degraded answer's meta quoted its URL and model to every client
-    assert not any(where in response.text for where in ("judge.internal", "8000", "internal-judge-7b"))
+    assert not any(where in response.text for where in ("judge.internal", ":8000", "internal-judge-7b"))
+    if on_failure == "prior":
+        said = "ComparatorRequestError: the judge's endpoint rejected the request (HTTP 400)"
+        meta = response.json()["meta"]["activeprp"]
+        assert meta["errors"] == [said] and meta["failure"] == said + (
+            f"; request id {response.headers['x-request-id']} (the server's log has the details)")
     logged = [r.getMessage() for r in caplog.records if r.name.startswith("activeprp")]
     assert logged and all("sk-SECRET-9" not in m and "key ***" in m for m in logged)
     assert all(Leaky.endpoint in m and "internal-judge-7b" in m for m in logged)  # the operator's log keeps them
@@ -1550,6 +1597,26 @@ def test_each_kind_of_openai_judge_failure_gets_its_documented_status(reply, sta
         assert int(response.headers["retry-after"]) >= 1
     if status == 413:
         assert "shorten" in response.json()["message"]
+        numbers = "; the judge's context holds 2048 tokens, the prompt had 9000)"
+        assert (numbers in response.json()["message"]) == ("2048" in reply["message"])
+
+
+@pytest.mark.parametrize(("said", "told"), [
+    ("This model's maximum context length is 2048 tokens. However, you requested 9000 tokens (8990 in the "
+     "messages, 10 in the completion).", "the judge's context holds 2048 tokens, the prompt had 9000"),
+    ("This model's maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens.",
+     "the judge's context holds 8192 tokens, the prompt had 9000"),
+    ("request (9000 tokens) exceeds the available context size (4096 tokens), try increasing it",
+     "the judge's context holds 4096 tokens, the prompt had 9000"),
+    ("Input validation error: `inputs` tokens + `max_new_tokens` must be <= 2048. Given: 9000 `inputs` tokens "
+     "and 16 `max_new_tokens`", "the judge's context holds 2048 tokens, the prompt had 9000"),
+    ("the request exceeds the available context size, try increasing it", ""),
+])
+def test_a_too_long_prompt_s_numbers_of_tokens_are_told_and_no_other_word(said, told):
+    """The 413 dropped the judge's context limit, the number a client needs to know how far to shorten."""
+    from activeprp_integrations.serve.routes import context_limit
+
+    assert context_limit(ComparatorRequestError(said, status_code=400)) == told
 
 
 @pytest.mark.parametrize("flag, value, message", [

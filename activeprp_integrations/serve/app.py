@@ -11,7 +11,8 @@ comparator answered the wrong shape) or 503 with ``Retry-After`` (``ComparatorUn
 failing, the breaker is open), saying the typed error's type, cause and the calls spent with a request id, never
 the judge's URL or model (the server's log has the whole message under that id: ``routes.judge_summary``); 503
 ``unavailable`` with ``Retry-After`` too for a request the server's graceful shutdown refuses or cuts
-(``protocol.DrainingServer``).
+(``protocol.DrainingServer``). A 200's ``meta.activeprp.errors`` and ``failure`` say the judge's errors the same
+way (``routes.error_summary``).
 """
 
 from __future__ import annotations

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import math
@@ -10,7 +9,6 @@ import re
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
-from urllib.parse import urlsplit
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -42,8 +40,9 @@ MODEL = "activeprp"
 """The ``model`` of a Jina answer to a request that named none (Jina's answers always name one, a string)."""
 
 JudgeBlock = Callable[[RerankResult], Mapping[str, Any] | None]
-Respond = Callable[[RerankResult, list[int], list[str]], Any]
-"""Builds a route's response body from the result, the returned indices (best first) and the judged texts."""
+Respond = Callable[[RerankResult, list[int], list[str], str], Any]
+"""Builds a route's response body from the result, the returned indices (best first), the judged texts and the
+request id."""
 
 log = logging.getLogger("activeprp.serve")
 
@@ -52,6 +51,11 @@ def response_id() -> str:
     """A random UUID4 string for a response's ``id`` and a request id: read from ``os.urandom`` each time, so
     processes forked from one parent (gunicorn ``--preload`` workers) never repeat each other's."""
     return str(uuid.uuid4())
+
+
+def see_log(rid: str) -> str:
+    """Where a body that says what failed points for the judge's own words: the server's log, under ``rid``."""
+    return f"; request id {rid} (the server's log has the details)"
 
 
 def error_response(status: int, message: str, kind: str, retry_after: int | None = None,
@@ -85,6 +89,7 @@ CAUSES = tuple((re.compile(pattern, re.IGNORECASE), words) for pattern, words in
     (r"connection refused|errno 111\b|econnrefused", "connection refused"),
     (r"name or service not known|nodename nor servname|name resolution|getaddrinfo|no address associated",
      "the host name did not resolve"),
+    (r"cannot connect to host|connect call failed", "connection failed"),  # aiohttp's, which says "ssl:default"
     (r"ssl|certificate|\btls\b", "TLS failure"),
     (r"reply too large", "reply too large"),
     (r"unusable answer", "unusable answers"),
@@ -94,14 +99,37 @@ CAUSES = tuple((re.compile(pattern, re.IGNORECASE), words) for pattern, words in
 URL = re.compile(r"\b[a-z][a-z0-9+.-]*://\S+", re.IGNORECASE)
 
 
-def judge_cause(error: ComparatorError) -> str:
-    """Why the judge failed, in words that name no endpoint, host, port or model (a service's clients must not
-    learn where its judge is): the HTTP status, else the kind of transport failure read from the message ("timed
-    out", "connection refused"); "" when it says neither."""
-    if error.status_code is not None:
-        return f"HTTP {error.status_code}"
-    said = URL.sub("", error.message)  # a host named e.g. "timeout-proxy" says nothing of the failure
+STATUS = re.compile(r"\b(?:HTTP|status(?: code)?|error code)[ :=]*([1-5]\d\d)\b", re.IGNORECASE)
+"""An HTTP status named in a judge's message: ``(HTTP 429)`` (a ``ComparatorError``'s), ``Error code: 500``."""
+ERROR_TYPE = re.compile(r"[A-Z][A-Za-z0-9_]*(?:Error|Exception|Timeout|TimedOut|Closed|Unavailable|Answer)\b")
+"""The exception type that begins a failed call's ``error`` or a result's ``failure`` (``errors.describe``)."""
+CONTEXT_LIMIT = re.compile(r"(?:maximum context length|context (?:length|size|window)|must be <=|token limit)"
+                           r"\D{0,40}?(\d{1,9})", re.IGNORECASE)
+PROMPT_TOKENS = re.compile(r"(?:requested|resulted in|request \(|given:?)\s*(\d{1,9})", re.IGNORECASE)
+"""The judge's context limit and the prompt's tokens in its "too long" message (vLLM, OpenAI, llama.cpp, TGI)."""
+
+
+def cause_words(message: str, status_code: int | None = None) -> str:
+    """Why a judge failed, in words that name no endpoint, host, port or model (a service's clients must not
+    learn where its judge is): ``status_code`` as "HTTP 429", else the kind of transport failure read from
+    ``message`` ("timed out", "connection refused"); "" when it says neither."""
+    if status_code is not None:
+        return f"HTTP {status_code}"
+    said = URL.sub("", message)  # a host named e.g. "timeout-proxy" says nothing of the failure
     return next((words for pattern, words in CAUSES if pattern.search(said)), "")
+
+
+def judge_cause(error: ComparatorError) -> str:
+    """``cause_words`` of a judge's failure: its HTTP status, else the kind of transport failure."""
+    return cause_words(error.message, error.status_code)
+
+
+def _summary(name: str, kind: str, message: str, status_code: int | None) -> str:
+    """``name`` (an exception type; "" for none), ``kind`` (what it means), and in brackets the breaker if
+    ``message`` says it is open and ``cause_words``."""
+    cause = ", ".join(c for c in ("circuit breaker open" if "circuit breaker open" in message else "",
+                                  cause_words(message, status_code)) if c)
+    return f"{f'{name}: ' if name else ''}{kind}{f' ({cause})' if cause else ''}"
 
 
 def judge_summary(error: ComparatorError) -> str:
@@ -109,24 +137,30 @@ def judge_summary(error: ComparatorError) -> str:
     and the judge calls spent; never its message, which names the judge's endpoint and model (the server's log
     has it)."""
     kind = next((words for cls, words in JUDGE_KINDS if isinstance(error, cls)), "the judge failed")
-    cause = ", ".join(c for c in ("circuit breaker open" if "circuit breaker open" in error.message else "",
-                                  judge_cause(error)) if c)
     spent = error.accounting
     calls = "no judge call sent" if spent is None or not spent.calls else \
         f"{spent.calls} judge call{'s' * (spent.calls != 1)}, {spent.failed_calls} failed"
-    return f"{type(error).__name__}: {kind}{f' ({cause})' if cause else ''}; {calls}"
+    return f"{_summary(type(error).__name__, kind, error.message, error.status_code)}; {calls}"
 
 
-def judge_whereabouts(judge: Any) -> list[str]:
-    """What names where ``judge`` is, for a service to keep from its clients: its ``endpoint`` (a URL; its host
-    and port, and host, alone too) and its ``model``, those it has."""
-    endpoint, model = getattr(judge, "endpoint", None), getattr(judge, "model", None)
-    found = [text for text in (endpoint, model) if isinstance(text, str) and text]
-    if isinstance(endpoint, str) and "//" in endpoint:
-        with contextlib.suppress(ValueError):  # a port that is no number
-            url = urlsplit(endpoint)
-            found += [text for text in (url.netloc, url.hostname) if text]
-    return found
+def error_summary(text: str) -> str:
+    """A failed call's ``error`` or a result's ``failure`` (a line of the judge's words) for a service's clients,
+    as ``judge_summary`` says an error: made only of the exception type that begins it, fixed words and an HTTP
+    status, so no URL, host, port or model in ``text`` can reach them (the server's log has ``text``)."""
+    named = ERROR_TYPE.match(text)
+    name = named.group() if named else ""
+    kind = next((words for cls, words in JUDGE_KINDS if cls.__name__ == name), "a judge call failed")
+    statuses = STATUS.findall(URL.sub("", text))  # the last: a ComparatorError's own "(HTTP n)" ends its line
+    return _summary(name, kind, text, int(statuses[-1]) if statuses else None)
+
+
+def context_limit(error: ComparatorError) -> str:
+    """The numbers of tokens a judge's "too long" message names, in words of ours ("the judge's context holds
+    2048 tokens, the prompt had 9000"), or "": how far to shorten, and no other word of the judge's."""
+    limit, asked = CONTEXT_LIMIT.search(error.message), PROMPT_TOKENS.search(error.message)
+    said = ([f"the judge's context holds {limit.group(1)} tokens"] if limit else []) + \
+        ([f"the prompt had {asked.group(1)}"] if asked else [])
+    return ", ".join(said)
 
 
 def _invalid_json(why: str, at: Any) -> str:
@@ -270,8 +304,6 @@ class Routes:
                  judge_block: JudgeBlock | None) -> None:
         self.service, self.limits, self.metrics = service, limits, metrics
         self.secrets, self.judge_block = secrets, judge_block
-        # what a 200's meta may quote of the judge's errors: neither secrets nor where the judge is
-        self.hidden = [*secrets, *judge_whereabouts(service.pool.judge)]
 
     def mount(self, app: FastAPI) -> None:
         app.router.route_class = BoundedJSONRoute
@@ -287,16 +319,18 @@ class Routes:
                      field: str = "documents") -> Response:
         """Rerank ``documents`` (the body's ``field``) with the request's ``own`` settings (see ``app`` for the
         statuses): the judge sees each text (``bodies.document_text``) cut to ``max_words`` words; ``respond`` gets
-        the whole texts."""
+        the whole texts. An answer carries a request id (``X-Request-ID``), under which the server logs the
+        judge's own words of a failure or of failed calls."""
         query, texts = self.limits.texts(query, documents, rank_fields, field)
         judged = texts if max_words is None else [cut_words(t, max_words) for t in texts]
         candidates = [Candidate(str(i), t) for i, t in enumerate(judged)]
+        rid = response_id()
         try:
             result = await self.service.rerank(query, candidates, **own)
         except Overloaded as err:
             return error_response(429, str(err), "overloaded", err.retry_after)
         except ComparatorError as err:
-            return self.judge_failure(err, query, judged)
+            return self.judge_failure(err, query, judged, rid)
         except (TypeError, ValueError) as err:
             if getattr(err, "accounting", None) is not None:  # raised while judging: a comparator bug, not the caller's
                 raise
@@ -304,20 +338,24 @@ class Routes:
         except ShuttingDown as err:
             return error_response(503, str(err), "unavailable", 1)
         self.metrics.spent(result)
+        if result.errors or result.failure:
+            said = "; ".join(dict.fromkeys(e for e in (result.failure, *result.errors) if e))
+            log.warning("request %s answered 200 with the judge's errors: %s", rid, scrub(said, self.secrets))
         order = result.order if top_n is None else result.order[:top_n]
-        return JSONResponse(respond(result, order, texts))
+        return JSONResponse(respond(result, order, texts, rid), headers={"X-Request-ID": rid})
 
-    def judge_failure(self, err: ComparatorError, query: str, texts: list[str]) -> Response:
+    def judge_failure(self, err: ComparatorError, query: str, texts: list[str], rid: str) -> Response:
         """A judge's failure as a response: a prompt too long for the judge's context is the caller's (413);
         ``ComparatorUnavailable`` (the breaker) 503 with ``Retry-After``; any other 502. The body says what failed
         (``judge_summary``) and a request id; the server's log has the whole message (which names the judge's
         endpoint and model, for the operator only) under that id."""
-        rid = response_id()
-        see = f"; request id {rid} (the server's log has the details)"
+        see = see_log(rid)
         if too_long(err):
             longest = max(len(t.encode("utf-8", "surrogatepass")) for t in texts)
             status, kind, retry_after = 413, "too_long", None
-            message = (f"the judge cannot take a prompt this long ({type(err).__name__}, {judge_cause(err)}): "
+            limit = context_limit(err)
+            message = (f"the judge cannot take a prompt this long ({type(err).__name__}, {judge_cause(err)}"
+                       f"{f'; {limit}' if limit else ''}): "
                        f"shorten the query ({len(query.encode('utf-8', 'surrogatepass'))} bytes) or the documents "
                        f"(the longest has {longest} bytes), e.g. with max_tokens_per_doc{see}")
         elif isinstance(err, ComparatorUnavailable):
@@ -328,11 +366,13 @@ class Routes:
         log.warning("request %s answered %d: %s", rid, status, scrub(describe(err), self.secrets))
         return error_response(status, message, kind, retry_after, rid)
 
-    def meta(self, version: str, result: RerankResult, n: int) -> dict[str, Any]:
+    def meta(self, version: str, result: RerankResult, n: int, rid: str) -> dict[str, Any]:
+        """A Cohere answer's ``meta`` (Jina's too): ``activeprp`` is ``result.stats()`` with its ``failure`` and
+        ``errors`` (the judge's words, which name where it is) told as ``error_summary`` tells them."""
         stats = result.stats()
-        if stats["failure"]:  # a degraded rerank (on_failure="prior") reports the judge's errors
-            stats["failure"] = scrub(stats["failure"], self.hidden)
-        stats["errors"] = [scrub(e, self.hidden) for e in stats["errors"]]
+        if stats["failure"]:  # a degraded rerank (on_failure="prior")
+            stats["failure"] = error_summary(stats["failure"]) + see_log(rid)
+        stats["errors"] = list(dict.fromkeys(error_summary(e) for e in stats["errors"]))
         if self.judge_block is not None:  # default: the JudgeStats of result.stats()
             stats["judge"] = self.judge_block(result)
         return {
@@ -344,9 +384,9 @@ class Routes:
 
     def cohere(self, version: str) -> Callable[[RerankRequest], Any]:
         async def rerank(body: RerankRequest) -> Response:
-            def respond(result: RerankResult, order: list[int], texts: list[str]) -> dict[str, Any]:
-                return {"id": response_id(), "results": results(body, result, order),
-                        "meta": self.meta(API_VERSIONS[version], result, len(texts))}
+            def respond(result: RerankResult, order: list[int], texts: list[str], rid: str) -> dict[str, Any]:
+                return {"id": rid, "results": results(body, result, order),
+                        "meta": self.meta(API_VERSIONS[version], result, len(texts), rid)}
 
             return await self.answer(body.query, body.documents, body.top_n, body.max_tokens_per_doc,
                                      self.limits.own_settings(body), respond, body.rank_fields)
@@ -366,16 +406,16 @@ class Routes:
             return await self.tei(TEIRequest.model_validate(raw))
         body = RerankRequest.model_validate({"return_documents": True, **raw} if isinstance(raw, dict) else raw)
 
-        def jina(result: RerankResult, order: list[int], texts: list[str]) -> dict[str, Any]:
+        def jina(result: RerankResult, order: list[int], texts: list[str], rid: str) -> dict[str, Any]:
             tokens = result.prompt_tokens + result.completion_tokens
             return {"model": body.model or MODEL, "results": results(body, result, order),
-                    "usage": {"total_tokens": tokens}, "meta": self.meta("jina", result, len(texts))}
+                    "usage": {"total_tokens": tokens}, "meta": self.meta("jina", result, len(texts), rid)}
 
         return await self.answer(body.query, body.documents, body.top_n, body.max_tokens_per_doc,
                                  self.limits.own_settings(body), jina, body.rank_fields)
 
     async def tei(self, body: TEIRequest) -> Response:
-        def respond(result: RerankResult, order: list[int], texts: list[str]) -> list[dict[str, Any]]:
+        def respond(result: RerankResult, order: list[int], texts: list[str], rid: str) -> list[dict[str, Any]]:
             return [{"index": i, "score": result.scores[i], **({"text": texts[i]} if body.return_text else {})}
                     for i in order]
 
