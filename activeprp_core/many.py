@@ -13,7 +13,8 @@ A request that fails on its own (bad input, a comparator error for its prompts, 
 Only when a merged call fails (it returns no answer at all) are its queries asked again one by one to find the
 failing one (their calls are sent again, not charged twice to their budgets). A dead endpoint stops everything fast:
 a ``ComparatorAuthError`` or an open circuit breaker (shared by all queries) raises out of the iterator, unless
-``on_failure="prior"``, with which every query degrades to its best-effort order.
+``on_failure="prior"``, with which every query degrades to its best-effort order. A ``ComparatorClosed`` (the
+comparator closed under a call) raises out of it whatever ``on_failure``.
 
 ``activeprp_core.stream.arerank_stream`` is the service form (``activeprp serve``) of the same machinery.
 """
@@ -39,6 +40,7 @@ from .comparators.base import (
     spent_if_raises,
     stops_on_refusal,
 )
+from .comparators.clients import ComparatorClosed
 from .engine import Batch, Reranking, blocking, bounded, clock_now, drive, exchange, guard_for, iterate_blocking
 from .errors import ComparatorAuthError, InvalidAnswer, describe
 from .judging import JudgeTally, RoundLatency, floors_by_query
@@ -142,7 +144,10 @@ class _Window:
             yield item
 
     def fatal(self, error: Exception) -> bool:
-        """Whether ``error`` means the endpoint is dead for every query (and ``on_failure`` is "raise")."""
+        """Whether ``error`` stops every query: the endpoint is dead for all (and ``on_failure`` is "raise"), or
+        the comparator was closed under a call (``ComparatorClosed``, whatever ``on_failure``)."""
+        if isinstance(error, ComparatorClosed):
+            return True
         dead = isinstance(error, ComparatorAuthError) or self.guard.error is not None
         return dead and self.settings.on_failure == "raise"
 
@@ -418,7 +423,8 @@ def rerank_many(requests: Iterable[tuple[str, Sequence[Candidate]]], settings: R
         TypeError / ValueError: bad shared arguments (``progress`` or ``carry_judge`` not a bool, too) or
         ``requests`` not an iterable of pairs (``check_requests``), before any request is read.
         ``ComparatorAuthError`` / ``ComparatorUnavailable``: the endpoint is dead (with ``on_failure="raise"``);
-        ``accounting`` sums the queries in progress.
+        ``accounting`` sums the queries in progress. ``ComparatorClosed`` likewise, whatever ``on_failure``: the
+        comparator was closed under a call.
     """
     judge, window = _window(requests, settings, options, comparator, max_active, progress, carry_judge)
 
@@ -505,11 +511,28 @@ async def _on_their_own(window: _Window, judge: Comparator) -> AsyncIterator[Rer
 
 async def _each(judge: Comparator, item: _AskEach) -> list[list[Judgment] | Exception]:
     """Each query's calls of ``item`` concurrently, each within its own time left (``bounded``): one outcome per
-    query, its judgments or the exception its calls raised (the others go on)."""
-    outcomes = await asyncio.gather(*(_judged(judge, *ask) for ask in item.asks), return_exceptions=True)
-    for outcome in outcomes:
-        if isinstance(outcome, BaseException) and not isinstance(outcome, Exception):
-            raise outcome  # a cancellation: not a query's failure
+    query, its judgments or the exception its calls raised (the others go on), except a ``ComparatorClosed``:
+    the comparator was closed, so the other queries' calls are cancelled and that error is their outcome too."""
+    tasks = [asyncio.ensure_future(_judged(judge, *ask)) for ask in item.asks]
+    closed = None
+    try:
+        pending = set(tasks)
+        while pending and closed is None:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_EXCEPTION)
+            closed = next((t.exception() for t in done if not t.cancelled()
+                           and isinstance(t.exception(), ComparatorClosed)), None)
+    finally:  # none is left to cancel unless the comparator was closed, or this wait was cancelled
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    outcomes: list[list[Judgment] | Exception] = []
+    for task in tasks:
+        if task.cancelled() and closed is None:
+            raise asyncio.CancelledError  # a cancellation: not a query's failure
+        error = closed if task.cancelled() else task.exception()
+        if error is not None and not isinstance(error, Exception):
+            raise error  # a KeyboardInterrupt or SystemExit, as itself
+        outcomes.append(task.result() if error is None else error)
     return outcomes
 
 

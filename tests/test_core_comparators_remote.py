@@ -518,6 +518,31 @@ def test_closing_a_judge_while_a_rerank_s_call_is_in_flight_raises_comparator_cl
     assert later.calls > 0 and later.failed_calls == 0 and judge.sent == sent + later.calls and judge.refused == 1
 
 
+@pytest.mark.parametrize("use_async", [False, True])
+def test_closing_a_judge_during_rerank_many_stops_every_query_with_comparator_closed(use_async):
+    """Review s66d finding 2: the queries in flight became ``RerankFailure(ComparatorClosed)`` and the others went
+    on, opening new clients after the close (the sync one left open). Now ``ComparatorClosed`` stops the whole
+    run, whatever ``on_failure``, with the accounting of every query in progress."""
+    from activeprp_core import rerank_many
+    from activeprp_core.comparators.clients import ComparatorClosed
+    from activeprp_core.many import arerank_many
+
+    judge = ClosedMidCall(max_concurrency=1, backoff_initial=0.0, backoff_max=0.0)
+    requests = [(f"query {i}", [Candidate(f"d{j}", f"passage {j}") for j in range(5)]) for i in range(4)]
+    kw = {"comparator": judge, "budget": 6, "max_active": 2, "on_failure": "prior"}
+    out = []
+
+    async def collect():
+        async for item in arerank_many(requests, **kw):
+            out.append(item)
+
+    with pytest.raises(ComparatorClosed) as raised:
+        asyncio.run(collect()) if use_async else out.extend(rerank_many(requests, **kw))
+    assert out == [] and judge.refused == 1 and raised.value.accounting.calls == judge.sent
+    assert judge.sent <= 2  # the first call of each query in progress at most: none after the step
+    assert all(client in judge.closed for client in judge.opened)  # none opened after the close and left open
+
+
 class ThreadNoting(RemoteComparator):
     """A sync provider noting whether each call's thread is a daemon, and in which ``contextvars`` context it ran."""
 

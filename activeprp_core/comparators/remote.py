@@ -429,9 +429,10 @@ def _in_threads(call: Any, asks: Sequence[tuple[CallGuard, Sequence[Item]]]) -> 
 
     Returns per ask its judgments, or the exception of its call that raised: that drops the ask's queued calls and
     starts no retry of its own (the other asks go on), and ends the wait at once when its guard stopped (a 401, an
-    open breaker). Under deadlines the calls are waited for until the last of the asks' deadlines: a call not
-    started by then (or still waiting for its slot) is not sent, one still running is cut (its thread runs on,
-    holding its slot; its late answer is discarded).
+    open breaker) or it was a ``ComparatorClosed`` (the comparator closed under it: no ask sends another call).
+    Under deadlines the calls are waited for until the last of the asks' deadlines: a call not started by then (or
+    still waiting for its slot) is not sent, one still running is cut (its thread runs on, holding its slot; its
+    late answer is discarded).
 
     Raises:
         BaseException: a call's ``KeyboardInterrupt`` or ``SystemExit`` (any exception that is no ``Exception``),
@@ -452,7 +453,12 @@ def _in_threads(call: Any, asks: Sequence[tuple[CallGuard, Sequence[Item]]]) -> 
         def slotted(guard: CallGuard, item: Item, stop: _Stop, abandoned: threading.Event) -> Judgment:
             return _holding_a_slot(call, guard, item, stop, abandoned, _Job())
 
-        return [_in_turn(slotted, guard, items, stop, abandoned) for (guard, items), stop in zip(asks, stops)]
+        out: list[list[Judgment] | Exception] = []
+        for (guard, items), stop in zip(asks, stops):
+            if any(isinstance(outcome, ComparatorClosed) for outcome in out):
+                stop.set(_Stop.STOPPED)
+            out.append(_in_turn(slotted, guard, items, stop, abandoned))
+        return out
     holding = [_Job() for _ in jobs]
     futures = in_daemon_workers([partial(_holding_a_slot, call, guard, item, stops[k], abandoned, job)
                                  for (k, guard, item), job in zip(jobs, holding)], workers)
@@ -488,7 +494,7 @@ class _Stop:
     DEADLINE = "the time budget ran out"
     """The wait reached the deadline (``at_deadline``): a call still queued or waiting for its slot is not sent."""
     STOPPED = "the judge was stopped"
-    """The wait ended when a guard stopped (a 401, an open breaker)."""
+    """The wait ended when a guard stopped (a 401, an open breaker) or the comparator was closed under a call."""
     ENDED = "the batch already returned"
     """The batch returned (or raised): its judgments are no longer read."""
 
@@ -568,8 +574,8 @@ def _in_turn(call: Any, guard: CallGuard, items: Sequence[Item], stop: _Stop,
 def _wait(owners: list[list[Future]], stops: list[_Stop], guards: list[CallGuard], timeout: float | None) -> bool:
     """Wait for the calls of every ask (``owners[k]``: ask k's futures) for at most ``timeout`` seconds (None: no
     limit); a call that raises stops its ask (``stops[k]``) and drops its queued calls, and ends the wait when the
-    ask's guard stopped (``guards[k].error``). Returns whether the wait ended at ``timeout`` (the deadline) with
-    calls pending."""
+    ask's guard stopped (``guards[k].error``) or it raised ``ComparatorClosed``. Returns whether the wait ended at
+    ``timeout`` (the deadline) with calls pending."""
     until = None if timeout is None else time.monotonic() + timeout
     ask_of = {future: k for k, own in enumerate(owners) for future in own}
     pending = set(ask_of)
@@ -586,7 +592,7 @@ def _wait(owners: list[list[Future]], stops: list[_Stop], guards: list[CallGuard
             stops[k].set(_Stop.FAILED)
             for queued in owners[k]:
                 queued.cancel()
-            if guards[k].error is not None:
+            if guards[k].error is not None or isinstance(future.exception(), ComparatorClosed):
                 return False
     return False
 
