@@ -495,7 +495,8 @@ def write_failure(args: argparse.Namespace, error: RunWriteError, written: Writt
     done = (f"{name}: cannot write ({error.strerror}) with {len(written.calls)} of {total} queries done "
             f"({sum(written.calls)} LLM calls)")
     if error.in_place:
-        return f"{done}; the lines before it went out"
+        went = "the lines before it" if error.lines is None else f"{error.lines or 'no'} line{'s' * (error.lines != 1)}"
+        return f"{done}; {went} went out"
     return f"{done}, whose lines are lost; {name} is as it was"
 
 

@@ -401,11 +401,12 @@ class RunWriteError(OSError):
     """``write_run`` could not write its lines (disk full, quota, file too large, a device refusing them):
     ``filename`` is the path given, ``strerror`` says why. ``in_place``: the lines went into an open stream
     (stdout, a FIFO, a device, a file descriptor), which keeps those that got through; otherwise the file at
-    ``filename`` was left as it was (its temporary file removed)."""
+    ``filename`` was left as it was (its temporary file removed). ``lines``: the lines written before the write
+    that failed (into a stream: flushed, so they went out), None when not known."""
 
-    def __init__(self, error: OSError, path: str | Path, in_place: bool) -> None:
+    def __init__(self, error: OSError, path: str | Path, in_place: bool, lines: int | None = None) -> None:
         super().__init__(error.errno, error.strerror, str(path))
-        self.in_place = in_place
+        self.in_place, self.lines = in_place, lines
 
     def __reduce__(self):
         # OSError's would call __init__ with its args (errno, strerror, filename): not this signature
@@ -413,15 +414,15 @@ class RunWriteError(OSError):
 
 
 @contextlib.contextmanager
-def _writing(path: str | Path, in_place: bool) -> Iterator[None]:
-    """Within the block, an ``OSError`` is a ``RunWriteError`` for ``path``; not ``BrokenPipeError``: the reader
-    went away, which the command line ends quietly (exit status 141)."""
+def _writing(path: str | Path, in_place: bool, lines: int | None = None) -> Iterator[None]:
+    """Within the block, an ``OSError`` is a ``RunWriteError`` for ``path`` (``lines`` written before it); not
+    ``BrokenPipeError``: the reader went away, which the command line ends quietly (exit status 141)."""
     try:
         yield
     except (BrokenPipeError, RunWriteError):
         raise
     except OSError as error:
-        raise RunWriteError(error, path, in_place) from error
+        raise RunWriteError(error, path, in_place, lines) from error
 
 
 def write_run(path: str | Path, ranked: Iterable[tuple[str, Sequence[str]]], tag: str = "activeprp", *,
@@ -452,8 +453,14 @@ def write_run(path: str | Path, ranked: Iterable[tuple[str, Sequence[str]]], tag
         # device (/dev/null), written into, never replaced
         f = (os.fdopen(os.dup(fd), "w", encoding="utf-8", newline="\n") if fd is not None else
              open(real, "w", encoding="utf-8", newline="\n"))  # noqa: SIM115 - closed below
-    with _closing(f, path, in_place=True):
-        return _write_lines(f, ranked, tag, path, in_place=True)
+    lines = 0
+    try:
+        with _closing(f, path, in_place=True):
+            lines = _write_lines(f, ranked, tag, path, in_place=True)
+    except RunWriteError as error:  # closing it failed, every line written (and flushed)
+        error.lines = lines if error.lines is None else error.lines
+        raise
+    return lines
 
 
 @contextlib.contextmanager
@@ -505,13 +512,13 @@ def _write_lines(f: TextIO, ranked: Iterable[tuple[str, Sequence[str]]], tag: st
             raise ValueError(f"qid {qid}: the ranked docids contain duplicates")
         for docid in docids:
             check_token("docid", docid)
-        with _writing(path, in_place):
+        with _writing(path, in_place, written):
             f.writelines(f"{qid} Q0 {docid} {rank} {len(docids) - rank + 1} {tag}\n"
                          for rank, docid in enumerate(docids, 1))
             if in_place:
                 f.flush()
         written += len(docids)
-    with _writing(path, in_place):
+    with _writing(path, in_place, written):
         f.flush()
     return written
 

@@ -294,8 +294,24 @@ def test_write_run_raises_run_write_error_for_the_writes_only(tmp_path):
     if os.path.exists("/dev/full"):
         with pytest.raises(RunWriteError) as raised:
             write_run("/dev/full", [("q1", ["d1"])])
-        assert (raised.value.filename, raised.value.strerror, raised.value.in_place) == (
-            "/dev/full", os.strerror(errno.ENOSPC), True)
+        assert (raised.value.filename, raised.value.strerror, raised.value.in_place, raised.value.lines) == (
+            "/dev/full", os.strerror(errno.ENOSPC), True, 0)
+
+
+def test_a_run_write_error_on_a_stream_counts_the_lines_that_went_out():
+    """``rerank-run`` said "the lines before it went out" when none had: the error now counts them."""
+    import io
+
+    from activeprp_cli.trecfiles import RunWriteError, _write_lines
+
+    class FullAfterTwoLines(io.StringIO):
+        def flush(self):
+            if self.getvalue().count("\n") > 2:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    with pytest.raises(RunWriteError) as raised:
+        _write_lines(FullAfterTwoLines(), [("q1", ["a", "b"]), ("q2", ["c"])], "t", "-", in_place=True)
+    assert (raised.value.lines, raised.value.in_place) == (2, True)
 
 
 def test_a_run_write_error_pickles_and_copies_with_what_it_carries():
