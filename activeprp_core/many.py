@@ -452,9 +452,12 @@ async def arerank_many(requests: Iterable[tuple[str, Sequence[Candidate]]], sett
     closed or garbage-collected; iterate it in ``contextlib.aclosing(arerank_many(...))``, which closes it (and
     cancels them) on the way out. In steps nothing is sent after a ``break``."""
     judge, window = _window(requests, settings, options, comparator, max_active, progress, carry_judge)
+    # the inner generators are closed here, not left to the loop's finalizer: closing this one would otherwise
+    # leave their tasks running (and a loop closed then would cancel them before they start)
     if not carry_judge and not judge.batches_queries:
-        async for item in _on_their_own(window, judge):
-            yield item
+        async with contextlib.aclosing(_on_their_own(window, judge)) as items:
+            async for item in items:
+                yield item
         return
 
     def ask(item: _Ask | _AskEach) -> Awaitable[Any]:
@@ -464,8 +467,9 @@ async def arerank_many(requests: Iterable[tuple[str, Sequence[Candidate]]], sett
                        records_sent=False)
 
     with contextlib.closing(_session(window, asynchronous=True)) as session:
-        async for item in _pump(session, ask):
-            yield item
+        async with contextlib.aclosing(_pump(session, ask)) as items:
+            async for item in items:
+                yield item
 
 
 async def _judged(judge: Comparator, query: str, pairs: Sequence[Pair], guard: RequestGuard,

@@ -236,6 +236,33 @@ def test_async_queries_that_read_only_their_own_answers_do_not_wait_for_each_oth
                                              top_k=3).order for q, c in reqs]
 
 
+@pytest.mark.parametrize("carry_judge", [False, True])
+def test_closing_arerank_many_early_leaves_no_task_of_it_running(carry_judge):
+    """``aclose()`` of ``arerank_many`` after its first result left its inner generator open: its queries' tasks
+    ran on, and its own close was a task the loop's finalizer scheduled for later. A loop closed then (``rerank-run
+    --out -`` on a full stdout) cancelled those tasks, and one of httpx's connects that had not started warned
+    "coroutine ... was never awaited"."""
+    reqs, labels = requests(4)
+
+    class Slow(Comparator):
+        def compare(self, query, pairs):
+            raise AssertionError("async only")
+
+        async def acompare(self, query, pairs):
+            if query != reqs[0][0]:
+                await asyncio.sleep(3600)  # never answered: only cancelled
+            return SimulatedComparator(labels).compare(query, pairs)
+
+    async def first_then_close():
+        results = arerank_many(reqs, comparator=Slow(), carry_judge=carry_judge, budget=20, max_active=2)
+        first = await anext(results)
+        await results.aclose()
+        return first, asyncio.all_tasks() - {asyncio.current_task()}
+
+    first, left = asyncio.run(first_then_close())
+    assert first.order == [] and left == set()  # the first query has no candidates
+
+
 def test_a_dead_endpoint_with_on_failure_prior_degrades_every_query():
     reqs, labels = requests(10)
     dead = Dead(ComparatorAuthError("invalid key", status_code=401))
