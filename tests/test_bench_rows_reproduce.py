@@ -1,12 +1,16 @@
 """benchmarks/rows_reproduce.py: a committed grid re-run on a few queries from its own arguments gives its committed
-rows, a changed row is found, and docs/benchmarks.md's Table 1 is the committed grid's."""
+rows, a changed row is found, and docs/benchmarks.md's Table 1 is the committed grid's;
+benchmarks/refresh_column.py writes one column and refuses any other difference."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import sys
 from pathlib import Path
+
+import pytest
 
 from tests.conftest import SHARED_DATA, needs_data, skip_without_bench
 
@@ -15,9 +19,10 @@ skip_without_bench()
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+import refresh_column  # noqa: E402
 import rows_reproduce  # noqa: E402
 
-from activeprp_bench.grid import read_csv, write_csv  # noqa: E402
+from activeprp_bench.grid import Row, read_csv, write_csv  # noqa: E402
 
 TABLE_1 = ROOT / "benchmarks" / "results" / "sim_dl1920"
 
@@ -68,3 +73,37 @@ def test_table_1_rows_reproduce_and_a_changed_row_is_found(tmp_path):
     write_csv(rows, grid / "rows.csv.gz")
     n, differ, first = rows_reproduce.compare(grid, str(SHARED_DATA), 1, 1)
     assert differ == 1 and f"'qid': '{changed.qid}'" in first and "calls" in first
+
+
+def test_rerun_argv_only_replaces_the_grids_rankers_and_oracles():
+    argv = ["bench", "grid", "--rankers", "mohajer", "pac_bubble", "--budgets", "100", "--oracles", "randomized"]
+    out = rows_reproduce.rerun_argv(argv, "/data", None, Path("/tmp/o"), 1,
+                                    {"--rankers": ["pac_bubble"], "--oracles": ["bidirectional"]})
+    assert out == ["bench", "grid", "--budgets", "100", "--rankers", "pac_bubble", "--oracles", "bidirectional",
+                   "--data", "/data", "--out", "/tmp/o", "--no-progress"]  # queries None: every query
+
+
+def test_a_grid_without_the_rankers_asked_for_is_skipped_unrun():
+    assert rows_reproduce.compare(TABLE_1, "/no/data/here", 1, 1, ["allpairs"], None) == (0, 0, "")
+
+
+def test_a_grid_directory_after_the_oracles_is_refused_not_taken_for_a_name(capsys):
+    with pytest.raises(SystemExit) as stop:  # it ran every committed grid (10 min), no grid being left named
+        rows_reproduce.main(["--data", "/d", "--oracles", "bidirectional", str(TABLE_1)])
+    assert stop.value.code == 2 and "invalid choice" in capsys.readouterr().err
+
+
+def test_refresh_column_writes_that_column_only_and_refuses_any_other_difference(tmp_path):
+    path = tmp_path / "rows.csv.gz"
+    rows = [Row(collection="dl19", qid=q, ranker="pac_bubble", oracle="bidirectional", budget=100, seed=0, n=100,
+                calls=90, ties=7, wall_time_s=1.5) for q in ("1", "2")]
+    write_csv(rows, path)
+    fresh = [dataclasses.replace(rows[0], ties=6, wall_time_s=9.0), rows[1]]
+    assert refresh_column.refresh(path, fresh, "ties") == 1
+    assert [(r.qid, r.ties, r.calls, r.wall_time_s) for r in read_csv(path)] == [("1", 6, 90, 1.5), ("2", 7, 90, 1.5)]
+    before = path.read_bytes()
+    with pytest.raises(SystemExit, match=r"differs in \['calls'\]"):
+        refresh_column.refresh(path, [dataclasses.replace(rows[1], calls=91, ties=0)], "ties")
+    with pytest.raises(SystemExit, match="not among the committed rows"):
+        refresh_column.refresh(path, [dataclasses.replace(rows[1], qid="3")], "ties")
+    assert path.read_bytes() == before
