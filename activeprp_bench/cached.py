@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from activeprp_core.comparators.base import Comparator, SupportsCompare, as_comparator
+from activeprp_core.comparators.prompts import LABELS
 from activeprp_core.types import Pair
 
 
@@ -31,9 +32,16 @@ PROMPT_SETTINGS = ("model", "mode", "prompt", "ql_prompt", "system_prompt", "ans
 
 def identity(comparator: Any, name: str) -> str:
     """``name`` plus a short digest of the comparator's prompt settings (``PROMPT_SETTINGS`` it has), so a
-    changed template or truncation never reads answers cached under the old one."""
-    settings = repr([(k, getattr(comparator, k, None)) for k in PROMPT_SETTINGS])
+    changed template or truncation never reads answers cached under the old one. Answer labels at their default
+    (``prompts.LABELS``) are keyed as absent: the committed caches were keyed before comparators kept their labels
+    (291f4cb), when every judge asked with the default ones."""
+    settings = repr([(k, _keyed(comparator, k)) for k in PROMPT_SETTINGS])
     return f"{name}#{hashlib.blake2b(settings.encode(), digest_size=6).hexdigest()}"
+
+
+def _keyed(comparator: Any, setting: str) -> Any:
+    value = getattr(comparator, setting, None)
+    return None if setting == "labels" and value is not None and tuple(value) == LABELS else value
 
 
 class CachedComparator(Comparator):

@@ -504,6 +504,15 @@ def test_cache_identity_changes_with_prompt_settings():
     assert identity(a, "m").startswith("m#")
 
 
+def test_cache_identity_keys_default_labels_as_before_judges_kept_them():
+    class Judge:  # what a judge's settings looked like when the committed answers.sqlite files were keyed
+        mode, prompt = "ab", "Which is better? {query} {first} {second}"
+
+    labelled, other = Judge(), Judge()
+    labelled.labels, other.labels = ["A", "B"], ("1", "2")
+    assert identity(labelled, "m") == identity(Judge(), "m") != identity(other, "m")
+
+
 def test_bench_counts_go_through_check_count_and_none_or_minus_one_mean_no_cap(capsys):
     from activeprp_cli import build_parser
 
