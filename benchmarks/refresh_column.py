@@ -1,10 +1,10 @@
 """Refresh one column of a committed grid's rows after the code changed what it counts, and nothing else.
 
-The grid is re-run from its own arguments (``config.json``'s ``argv``, as ``rows_reproduce.py`` does) on every
-judged query, only its cells of ``--rankers`` and ``--oracles``. Each re-run row must equal its committed row in
-every column but ``--column`` and the wall time; then that column is written into the committed rows file, and
-the file's other bytes stay as they were. Any other difference stops the script and changes nothing: that is a
-change of behaviour, to be re-run and explained, not refreshed.
+The grid is re-run from its own arguments (``config.json``'s ``argv``, its ``--queries`` included) with its
+committed answer cache (``rows_reproduce.rerun``), only its cells of ``--rankers`` and ``--oracles``. Each re-run
+row must equal its committed row in every column but ``--column`` and the wall time; then that column is written
+into the committed rows file, and the file's other bytes stay as they were. Any other difference stops the script
+and changes nothing: that is a change of behaviour, to be re-run and explained, not refreshed.
 
 Command (from the repository root), as used for ``ties`` after commit ``76deec4`` (rows_reproduce.md):
 
@@ -15,19 +15,14 @@ Command (from the repository root), as used for ``ties`` after commit ``76deec4`
 from __future__ import annotations
 
 import argparse
-import contextlib
 import csv
-import io
-import json
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from rows_reproduce import KEY, MEASURED, ORACLES, RANKERS, rerun_argv, rows_file
+from rows_reproduce import KEY, MEASURED, ORACLES, RANKERS, grid_queries, rerun, rows_file
 
-from activeprp_bench.grid import Row, open_rows, read_csv
-from activeprp_cli import main as activeprp
+from activeprp_bench.grid import Row, open_rows
 
 
 def refresh(path: Path, fresh: Sequence[Row], column: str) -> int:
@@ -73,15 +68,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="the cells' oracles")
     args = ap.parse_args(argv)
     for grid in args.grids:
-        config = json.loads((grid / "config.json").read_text())
-        with tempfile.TemporaryDirectory() as tmp:
-            out = Path(tmp)
-            only = {"--rankers": args.rankers, "--oracles": args.oracles}
-            with contextlib.redirect_stdout(io.StringIO()):
-                status = activeprp(rerun_argv(config["argv"], str(Path(args.data).resolve()), None, out, 1, only))
-            if status:
-                raise SystemExit(f"{grid}: the re-run exited with {status}")
-            fresh = read_csv(rows_file(out))
+        fresh = rerun(grid.resolve(), str(Path(args.data).resolve()), grid_queries(grid), 1,
+                      {"--rankers": args.rankers, "--oracles": args.oracles})
+        if fresh is None:
+            print(f"{grid}: none of these cells", flush=True)
+            continue
         print(f"{grid}: {refresh(rows_file(grid), fresh, args.column)} of {len(fresh)} re-run rows changed "
               f"{args.column}", flush=True)
     return 0

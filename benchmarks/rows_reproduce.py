@@ -88,27 +88,43 @@ def rerun_argv(argv: list[str], data: str, queries: int | None, out: Path, jobs:
     return [*kept, "--data", data, *every, "--out", str(out), "--no-progress", *extra]
 
 
-def compare(grid: Path, data: str, queries: int, jobs: int, rankers: list[str] | None = None,
-            oracles: list[str] | None = None) -> tuple[int, int, str]:
-    """``(rows compared, rows that differ, the first difference)`` of ``grid`` re-run on ``queries`` queries, only
-    its cells of ``rankers`` and ``oracles`` when given (``(0, 0, "")`` when it has none)."""
+def rerun(grid: Path, data: str, queries: int | None, jobs: int, only: dict[str, list[str] | None] | None = None
+          ) -> list | None:
+    """The rows of ``grid`` re-run from its ``config.json`` on ``queries`` judged queries per collection (None:
+    every one), reading its committed ``answers.sqlite`` (a copy), only its cells of ``only``'s ``--rankers`` /
+    ``--oracles`` when given; None when it has none of them."""
     config = json.loads((grid / "config.json").read_text())
-    only = {}
-    for option, wanted in (("--rankers", rankers), ("--oracles", oracles)):
-        if wanted is not None:
-            only[option] = [w for w in wanted if w in config[option[2:]]]  # the grid's own, as parsed
-            if not only[option]:
-                return 0, 0, ""
+    wanted = {}
+    for option, names in (only or {}).items():
+        if names is not None:
+            wanted[option] = [n for n in names if n in config[option[2:]]]  # the grid's own, as parsed
+            if not wanted[option]:
+                return None
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "grid"
         out.mkdir()
         if (grid / "answers.sqlite").exists():
             shutil.copy(grid / "answers.sqlite", out / "answers.sqlite")
         with contextlib.redirect_stdout(io.StringIO()):
-            status = activeprp(rerun_argv(config["argv"], data, queries, out, jobs, only))
+            status = activeprp(rerun_argv(config["argv"], data, queries, out, jobs, wanted))
         if status:
             raise SystemExit(f"{grid}: the re-run exited with {status}")
-        fresh = read_csv(rows_file(out))
+        return read_csv(rows_file(out))
+
+
+def grid_queries(grid: Path) -> int | None:
+    """The ``--queries`` the grid was run with (None: every judged query)."""
+    argv = json.loads((grid / "config.json").read_text())["argv"]
+    return int(argv[argv.index("--queries") + 1]) if "--queries" in argv else None
+
+
+def compare(grid: Path, data: str, queries: int, jobs: int, rankers: list[str] | None = None,
+            oracles: list[str] | None = None) -> tuple[int, int, str]:
+    """``(rows compared, rows that differ, the first difference)`` of ``grid`` re-run on ``queries`` queries, only
+    its cells of ``rankers`` and ``oracles`` when given (``(0, 0, "")`` when it has none)."""
+    fresh = rerun(grid, data, queries, jobs, {"--rankers": rankers, "--oracles": oracles})
+    if fresh is None:
+        return 0, 0, ""
     with open_rows(rows_file(grid), "r") as f:
         header = f.readline().strip().split(",")
     columns = [c for c in header if c not in MEASURED and c not in KEY]
