@@ -243,7 +243,12 @@ class ActivePRPRerank(common.ComparatorFactories, BaseDocumentCompressor, common
             TypeError: a name that is no field; an ``llm`` that is no ``BaseChatModel``; no judge left. ValueError:
                 both judges (as ``exactly_one_judge``), a bad setting.
         """
-        return common.checked_copy(self, super().model_copy, update, deep)
+        copied = common.checked_copy(self, super().model_copy, update, deep)
+        if deep and self._llm_judge is self.comparator and "comparator" not in (update or {}):
+            # pydantic < 2.14 deep-copies the private attributes apart from the fields (another memo): the copy's
+            # judge of its llm is then its comparator, not a second copy of it
+            copied._llm_judge = copied.comparator
+        return copied
 
     def _inputs(self, documents: Sequence[Document], query: str) -> dict[str, Any]:
         return {"query": query, "documents": list(documents), "model": comparator_name(self.comparator)}
