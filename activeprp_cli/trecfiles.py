@@ -221,11 +221,13 @@ def read_run(path: str | Path) -> Run:
     """A TREC run file: ``{qid: [RunRow, ...]}``, qids in file order, each query's rows in trec_eval's order
     (``trec_eval_key``: score descending, ties by docid descending); the rank column is kept in each row
     (``RunRow.rank``) but does not order them, and any token is accepted there, as trec_eval and ir-measures
-    ignore it (see ``rank_disagreements``).
+    ignore it (see ``rank_disagreements``). A rank that is a number with a fraction (``14.25``) beside an integer
+    score is refused, though: the columns were swapped, and the ranks would be read as scores, in reverse.
 
     Raises:
-        InputError: a line without six columns, a score that is not a finite number, a docid twice within one
-            query, an empty file, or any ``iter_lines`` error.
+        InputError: a line without six columns, a score that is not a finite number, a non-integer rank beside an
+            integer score (the columns swapped), a docid twice within one query, an empty file, or any
+            ``iter_lines`` error.
     """
     run: Run = {}
     seen: dict[tuple[str, str], int] = {}
@@ -241,6 +243,9 @@ def read_run(path: str | Path) -> Run:
             score_f = math.nan
         if not math.isfinite(score_f):
             raise InputError(f"{path}:{n}: score {score!r} is not a finite number")
+        if isinstance(rank_n, float) and not rank_n.is_integer() and score_f.is_integer():
+            raise InputError(f"{path}:{n}: rank {rank!r} is not an integer but score {score!r} is: the rank and score "
+                             "columns look swapped (expected qid Q0 docid rank score tag)")
         first = seen.setdefault((qid, docid), n)
         if first != n:
             raise InputError(f"{path}:{n}: docid {docid} appears twice for qid {qid} (first at line {first})")

@@ -739,6 +739,17 @@ def test_a_rank_column_of_floats_or_words_is_read_as_trec_eval_reads_it(files, t
     assert "wrote 3 lines (2 queries)" in capsys.readouterr().out
 
 
+def test_a_run_with_its_rank_and_score_columns_swapped_is_refused(files, tmp_path, capsys):
+    """``qid Q0 docid SCORE RANK tag`` was read with the ranks as scores: the first stage reversed, and ``--depth``
+    reranked the worst documents, exit 0. Now one line says the columns look swapped, exit 2, and OUT is not made."""
+    files["run"].write_text("q1 Q0 d1 14.25 1 bm25\nq1 Q0 d2 11.75 2 bm25\nq2 Q0 d3 9.25 1 bm25\n")
+    out = tmp_path / "out.run"
+    assert main(cli_args(files, out, "--depth", "1")) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "run.txt:1: rank '14.25' is not an integer but score '1' is" in err
+    assert "columns look swapped" in err and not out.exists()
+
+
 def test_the_first_stage_is_the_order_trec_eval_evaluates(files, tmp_path, capsys):
     """A run whose rank column disagrees with its scores (fused: every rank 1; or ranks against the scores) was
     taken in rank order (ties in file order), so ``--depth`` kept, and the "input" nDCG@10 scored, another first

@@ -39,6 +39,9 @@ RUN = "q1 Q0 d1 1 3.0 bm25\nq1 Q0 d2 2 2.0 bm25\nq2 Q0 d3 1 9.5 bm25\n"
     ("q1 Q0 d1 1 3.0 t\nq1 Q0 d2 2 2.0 t x\n", 2, "expected 6 columns (qid Q0 docid rank score tag), got 7"),
     ("q1 Q0 d1 1 high t\n", 1, "score 'high' is not a finite number"),
     ("q1 Q0 d1 1 nan t\n", 1, "score 'nan' is not a finite number"),
+    # qid Q0 docid SCORE RANK tag: the ranks were read as scores, so the first stage was reversed
+    ("q1 Q0 d1 1 3 t\nq1 Q0 d2 13.50 2 t\n", 2, "rank '13.50' is not an integer but score '2' is: the rank and "
+                                                "score columns look swapped (expected qid Q0 docid rank score tag)"),
     ("q1 Q0 d1 1 3 t\nq2 Q0 d1 1 3 t\nq1 Q0 d1 2 2 t\n", 3, "docid d1 appears twice for qid q1 (first at line 1)"),
 ])
 def test_run_lines_are_checked(tmp_path, text, line, reason):
@@ -60,7 +63,7 @@ def test_any_rank_token_is_accepted_as_trec_eval_and_ir_measures_ignore_it(tmp_p
     ir-measures read any token there. It is kept as a number where it is one (None else), and a rank that is no
     number contradicts nothing in ``rank_disagreements``."""
     path = write(tmp_path, "run.txt", "q1 Q0 d1 1.0 3.0 t\nq1 Q0 d2 x 4.0 t\nq1 Q0 d3 3 1.5 t\nq2 Q0 d4 - 2 t\n"
-                                      "q2 Q0 d5 2.5 1 t\n")
+                                      "q2 Q0 d5 2.5 1.5 t\n")
     run = read_run(path)
     assert [(r.docid, r.rank) for r in run["q1"]] == [("d2", None), ("d1", 1.0), ("d3", 3)]
     assert [(r.docid, r.rank) for r in run["q2"]] == [("d4", None), ("d5", 2.5)]
