@@ -492,13 +492,20 @@ class Buggy(Comparator):
 
 @pytest.mark.parametrize("error", [ValueError("a bug in the judge, key sk-X"),
                                    RuntimeError("CUDA out of memory, sk-X")])
-def test_a_bug_in_the_judge_is_a_json_500_not_the_callers_mistake_nor_a_shutdown(error):
-    with TestClient(create_app(Buggy(error), **SERVER, secrets=["sk-X"]), raise_server_exceptions=False) as client:
+def test_a_bug_in_the_judge_is_a_json_500_not_the_callers_mistake_nor_a_shutdown(error, caplog):
+    """The 500 said "the server's log has it" with no request id to find it by: now the server logs the
+    traceback (secrets scrubbed) under the id the answer gives, in its body and ``X-Request-ID``."""
+    with caplog.at_level(logging.ERROR, logger="activeprp.serve"), \
+            TestClient(create_app(Buggy(error), **SERVER, secrets=["sk-X"]), raise_server_exceptions=False) as client:
         response = _post(client, "/v2/rerank", GOOD)
         ready = client.get("/ready")
     assert response.status_code == 500 and "retry-after" not in response.headers and ready.status_code == 200
-    assert response.json() == {"message": f"internal error ({type(error).__name__}): the server's log has it",
-                               "type": "internal_error"}
+    rid = response.headers["x-request-id"]
+    assert response.json() == {"message": f"internal error ({type(error).__name__}); request id {rid} (the server's "
+                                          "log has the details)", "type": "internal_error", "request_id": rid}
+    logged = [r.getMessage() for r in caplog.records if f"request {rid} answered 500" in r.getMessage()]
+    assert len(logged) == 1 and "Traceback" in logged[0] and f"{error}".replace("sk-X", "***") in logged[0]
+    assert "sk-X" not in logged[0]
 
 
 class SyncJudgeInAThread(WordJudge):
@@ -865,6 +872,7 @@ def test_a_full_queue_is_refused_at_once_with_retry_after_and_no_judge_call():
         refused, refused_s, calls_for_refused, first, second = asyncio.run(burst(url))
         metrics = httpx.get(f"{url}/metrics").text
     assert refused.status_code == 429 and refused.json()["type"] == "overloaded"
+    assert refused.headers["x-request-id"] == refused.json()["request_id"]  # it had none (docs/serve.md: every one)
     assert int(refused.headers["retry-after"]) >= 1 and "--max-queue" in refused.json()["message"]
     assert calls_for_refused == 0 and refused_s < 5
     assert first.status_code == second.status_code == 200
@@ -1174,6 +1182,7 @@ def test_bodies_received_at_once_are_capped_by_the_queue():
         served = httpx.post(f"{url}/v2/rerank", json=GOOD)
     assert refused.status_code == 429 and refused.headers["retry-after"] == "1"
     assert "2 request bodies are being received" in refused.json()["message"]
+    assert refused.headers["x-request-id"] == refused.json()["request_id"]
     assert served.status_code == 200
 
 

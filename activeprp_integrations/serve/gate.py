@@ -12,6 +12,8 @@ from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any
 
+from .routes import response_id
+
 CLIENT_GONE = 499
 """The status the metrics count for a request whose client went away before its answer (nginx's code)."""
 
@@ -34,11 +36,16 @@ def json_values(body: bytes, cap: int) -> int:
 
 
 async def send_error(send: Any, status: int, message: str, kind: str, headers: Iterable[tuple[str, str]] = (),
-                     close: bool = False) -> None:
-    """Send a whole JSON error response ``{"message", "type"}`` through ASGI ``send``; ``close``: with
-    ``Connection: close``, for a refusal before the body was read whole (the server would otherwise go on reading
-    and dropping whatever the client still sends on the connection)."""
-    body = json.dumps({"message": message, "type": kind}).encode()
+                     close: bool = False, request_id: str | None = None) -> None:
+    """Send a whole JSON error response ``{"message", "type"}`` through ASGI ``send``, with ``request_id`` (also as
+    ``X-Request-ID``) when given, as ``routes.error_response``; ``close``: with ``Connection: close``, for a refusal
+    before the body was read whole (the server would otherwise go on reading and dropping whatever the client still
+    sends on the connection)."""
+    said = {"message": message, "type": kind}
+    if request_id is not None:
+        said["request_id"] = request_id
+        headers = [*headers, ("x-request-id", request_id)]
+    body = json.dumps(said).encode()
     head = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
             *((k.encode("latin-1"), v.encode("latin-1")) for k, v in headers),
             *([(b"connection", b"close")] if close else [])]
@@ -104,7 +111,7 @@ class Gate:
                 raise
             await send_error(send_counting, 503, "the server stopped this request before its answer (its shutdown "
                              "passed --shutdown-timeout): retry, on another replica if there is one", "unavailable",
-                             [("retry-after", "1")], close=True)
+                             [("retry-after", "1")], close=True, request_id=response_id())
         except Exception:
             status[0] = 500  # the server's error handler answers it
             raise
@@ -132,17 +139,17 @@ class Gate:
         refusal = self.overloaded()
         if refusal is not None:
             return await send_error(send, 429, str(refusal), "overloaded", [("retry-after", str(refusal.retry_after))],
-                                    close=True)
+                                    close=True, request_id=response_id())
         client = (scope.get("client") or (None,))[0]  # the peer: a proxy's own address behind one
         mine = self.client_uploads[client]
         if self.max_uploads_per_client is not None and mine >= self.max_uploads_per_client:
             return await send_error(send, 429, f"{mine} request bodies from your address are being received, this "
                                     "server's cap per client (--max-uploads-per-client): retry later", "overloaded",
-                                    [("retry-after", "1")], close=True)
+                                    [("retry-after", "1")], close=True, request_id=response_id())
         if self.uploads >= self.max_uploads:
             return await send_error(send, 429, f"{self.uploads} request bodies are being received, this server's cap "
                                     "(--max-active plus --max-queue): retry later", "overloaded",
-                                    [("retry-after", "1")], close=True)
+                                    [("retry-after", "1")], close=True, request_id=response_id())
         length = next((v for k, v in headers if k.lower() == b"content-length"), None)
         if length is not None and (not length.isdigit() or int(length) > self.max_body_bytes):
             return await self._too_large(send)

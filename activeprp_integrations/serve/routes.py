@@ -6,8 +6,9 @@ import json
 import logging
 import math
 import re
+import traceback
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -235,10 +236,21 @@ def _body_hint(request: Request) -> str:
     return f" (send the body as JSON with the header 'Content-Type: application/json'; got {got!r})"
 
 
-def add_error_handlers(app: FastAPI) -> None:
+def internal_error(exc: BaseException, rid: str, secrets: Collection[str] = ()) -> JSONResponse:
+    """A bug's (e.g. a comparator's) 500 ``{"message", "type": "internal_error", "request_id"}``: the message names
+    only the exception's type (its message may hold a secret); the server logs its traceback (ERROR, ``secrets``
+    scrubbed) under the request id ``rid``."""
+    said = scrub("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)), secrets)
+    log.error("request %s answered 500: %s", rid, said)
+    return error_response(500, f"internal error ({type(exc).__name__}){see_log(rid)}", "internal_error",
+                          request_id=rid)
+
+
+def add_error_handlers(app: FastAPI, secrets: Collection[str] = ()) -> None:
     """Every caller mistake as a 4xx ``{"message", "type": "invalid_request"}`` (400 for a body that does not
-    validate, the ``CallerError``'s own status otherwise); any other exception (a bug, e.g. in a comparator) as a
-    500 ``{"message", "type": "internal_error"}`` that names only its type (its message may hold a secret)."""
+    validate, the ``CallerError``'s own status otherwise); any other exception (a bug, e.g. in a comparator) as
+    ``internal_error``'s 500, under a request id of its own (a rerank's bug is answered by ``Routes.answer``, under
+    the request's id)."""
 
     async def invalid(request: Request, exc: RequestValidationError | ValidationError) -> JSONResponse:
         return error_response(400, _validation_message(exc) + _body_hint(request), "invalid_request")
@@ -253,9 +265,8 @@ def add_error_handlers(app: FastAPI) -> None:
     async def refused(request: Request, exc: CallerError) -> JSONResponse:
         return error_response(exc.status, str(exc), "invalid_request")
 
-    async def bug(request: Request, exc: Exception) -> JSONResponse:  # the server logs the exception too
-        return error_response(500, f"internal error ({type(exc).__name__}): the server's log has it",
-                              "internal_error")
+    async def bug(request: Request, exc: Exception) -> JSONResponse:
+        return internal_error(exc, response_id(), secrets)
 
     for kind, handler in ((RequestValidationError, invalid), (ValidationError, invalid),
                           (StarletteHTTPException, http_error), (CallerError, refused), (Exception, bug)):
@@ -320,15 +331,24 @@ class Routes:
         """Rerank ``documents`` (the body's ``field``) with the request's ``own`` settings (see ``app`` for the
         statuses): the judge sees each text (``bodies.document_text``) cut to ``max_words`` words; ``respond`` gets
         the whole texts. An answer carries a request id (``X-Request-ID``), under which the server logs the
-        judge's own words of a failure or of failed calls."""
+        judge's own words of a failure or of failed calls, or a bug's traceback (a 500)."""
         query, texts = self.limits.texts(query, documents, rank_fields, field)
+        rid = response_id()
+        try:
+            return await self._answer(query, texts, top_n, max_words, own, respond, rid)
+        except (CallerError, StarletteHTTPException):
+            raise
+        except Exception as err:
+            return internal_error(err, rid, self.secrets)
+
+    async def _answer(self, query: str, texts: list[str], top_n: int | None, max_words: int | None,
+                      own: dict[str, Any], respond: Respond, rid: str) -> Response:
         judged = texts if max_words is None else [cut_words(t, max_words) for t in texts]
         candidates = [Candidate(str(i), t) for i, t in enumerate(judged)]
-        rid = response_id()
         try:
             result = await self.service.rerank(query, candidates, **own)
         except Overloaded as err:
-            return error_response(429, str(err), "overloaded", err.retry_after)
+            return error_response(429, str(err), "overloaded", err.retry_after, rid)
         except ComparatorError as err:
             return self.judge_failure(err, query, judged, rid)
         except (TypeError, ValueError) as err:
@@ -336,7 +356,7 @@ class Routes:
                 raise
             raise CallerError(str(err)) from None
         except ShuttingDown as err:
-            return error_response(503, str(err), "unavailable", 1)
+            return error_response(503, str(err), "unavailable", 1, rid)
         self.metrics.spent(result)
         if result.errors or result.failure:
             said = "; ".join(dict.fromkeys(e for e in (result.failure, *result.errors) if e))
