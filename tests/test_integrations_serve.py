@@ -1545,6 +1545,19 @@ def test_a_judge_failure_s_cause_is_told_in_words_that_name_no_endpoint(message,
     assert judge_cause(ComparatorUnavailable(message, status_code=status)) == cause
 
 
+@pytest.mark.parametrize(("text", "told"), [
+    ("ConnectionError: HTTP 127.0.0.1:8000: connection refused", "ConnectionError: a judge call failed "
+                                                                     "(connection refused)"),  # was "(HTTP 127)"
+    ("APIStatusError: upstream status judge-7:503 at 10.0.0.7:8443 (HTTP 502)",
+     "APIStatusError: a judge call failed (HTTP 502)"),
+    ("RateLimitError: error code: 429.5-beta", "RateLimitError: a judge call failed"),  # no status: a version
+])
+def test_an_error_summary_s_status_is_no_address_s_digits(text, told):
+    from activeprp_integrations.serve.routes import error_summary
+
+    assert error_summary(text) == told
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_request_ids_differ_between_processes_forked_after_import():
     """The ids came from a ``random.Random`` seeded at import, so workers forked from one parent (gunicorn
@@ -1620,9 +1633,16 @@ def test_each_kind_of_openai_judge_failure_gets_its_documented_status(reply, sta
     ("Input validation error: `inputs` tokens + `max_new_tokens` must be <= 2048. Given: 9000 `inputs` tokens "
      "and 16 `max_new_tokens`", "the judge's context holds 2048 tokens, the prompt had 9000"),
     ("the request exceeds the available context size, try increasing it", ""),
+    # digits of an address are no count of tokens: "holds 10 tokens", "holds 17 tokens, the prompt had 8443"
+    ("BadRequestError from http://10.1.2.3:8000/v1 (model 'm'): Error code: 400 - prompt exceeds the context window "
+     "of the model served at 10.1.2.3:8000", ""),
+    ("token limit exceeded on gpu-node-17; given: 8443", ""),
+    ("context length exceeded at [fd00::7]:8000: 9000 tokens", "the judge's context holds 9000 tokens"),
+    ("maximum context length of judge-4096.internal:8000 is 2048 tokens", "the judge's context holds 2048 tokens"),
 ])
 def test_a_too_long_prompt_s_numbers_of_tokens_are_told_and_no_other_word(said, told):
-    """The 413 dropped the judge's context limit, the number a client needs to know how far to shorten."""
+    """The 413 dropped the judge's context limit, the number a client needs to know how far to shorten; the limit
+    and the prompt's tokens are only numbers of "tokens" (TGI's limit: "must be <= N"), never an address's digits."""
     from activeprp_integrations.serve.routes import context_limit
 
     assert context_limit(ComparatorRequestError(said, status_code=400)) == told

@@ -98,16 +98,27 @@ CAUSES = tuple((re.compile(pattern, re.IGNORECASE), words) for pattern, words in
 ))
 """What a judge's failure says about its transport, in words that name no endpoint (first match)."""
 URL = re.compile(r"\b[a-z][a-z0-9+.-]*://\S+", re.IGNORECASE)
+ADDRESS = re.compile(r"\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b|\[[0-9a-f:.]*:[0-9a-f:.]*\](?::\d+)?|"
+                     r"\b[a-z0-9](?:[a-z0-9.-]*[a-z0-9])?:\d{1,5}\b", re.IGNORECASE)
+"""An IP address (v4, or v6 in brackets) or a ``host:port``, with its port."""
 
 
-STATUS = re.compile(r"\b(?:HTTP|status(?: code)?|error code)[ :=]*([1-5]\d\d)\b", re.IGNORECASE)
-"""An HTTP status named in a judge's message: ``(HTTP 429)`` (a ``ComparatorError``'s), ``Error code: 500``."""
+def without_addresses(text: str) -> str:
+    """``text`` less its URLs, IP addresses and ``host:port``s, whose digits are no status nor count of tokens."""
+    return ADDRESS.sub("", URL.sub("", text))
+
+
+STATUS = re.compile(r"\b(?:HTTP|status(?: code)?|error code)[ :=]*([1-5]\d\d)(?![\w.:-])", re.IGNORECASE)
+"""An HTTP status (100-599) named in a judge's message (``without_addresses``): ``(HTTP 429)`` (a
+``ComparatorError``'s), ``Error code: 500``; not the start of a longer number, version or name (``status 503.1``)."""
 ERROR_TYPE = re.compile(r"[A-Z][A-Za-z0-9_]*(?:Error|Exception|Timeout|TimedOut|Closed|Unavailable|Answer)\b")
 """The exception type that begins a failed call's ``error`` or a result's ``failure`` (``errors.describe``)."""
-CONTEXT_LIMIT = re.compile(r"(?:maximum context length|context (?:length|size|window)|must be <=|token limit)"
-                           r"\D{0,40}?(\d{1,9})", re.IGNORECASE)
-PROMPT_TOKENS = re.compile(r"(?:requested|resulted in|request \(|given:?)\s*(\d{1,9})", re.IGNORECASE)
-"""The judge's context limit and the prompt's tokens in its "too long" message (vLLM, OpenAI, llama.cpp, TGI)."""
+CONTEXT_LIMIT = re.compile(r"(?:maximum context length|context (?:length|size|window)|token limit)"
+                           r"\D{0,40}?(?<![\w.:/-])(\d{1,9}) ?tokens\b|must be <= ?(\d{1,9})\b", re.IGNORECASE)
+PROMPT_TOKENS = re.compile(r"(?:requested|resulted in|request \(|given:?) ?(\d{1,9}) ?(?:`inputs` )?tokens\b",
+                           re.IGNORECASE)
+"""The judge's context limit and the prompt's tokens in its "too long" message (vLLM, OpenAI, llama.cpp, TGI), read
+``without_addresses``: a number of tokens ("2048 tokens"; TGI's limit is "must be <= 2048")."""
 
 
 def cause_words(message: str, status_code: int | None = None) -> str:
@@ -151,15 +162,16 @@ def error_summary(text: str) -> str:
     named = ERROR_TYPE.match(text)
     name = named.group() if named else ""
     kind = next((words for cls, words in JUDGE_KINDS if cls.__name__ == name), "a judge call failed")
-    statuses = STATUS.findall(URL.sub("", text))  # the last: a ComparatorError's own "(HTTP n)" ends its line
+    statuses = STATUS.findall(without_addresses(text))  # the last: a ComparatorError's own "(HTTP n)" ends its line
     return _summary(name, kind, text, int(statuses[-1]) if statuses else None)
 
 
 def context_limit(error: ComparatorError) -> str:
     """The numbers of tokens a judge's "too long" message names, in words of ours ("the judge's context holds
     2048 tokens, the prompt had 9000"), or "": how far to shorten, and no other word of the judge's."""
-    limit, asked = CONTEXT_LIMIT.search(error.message), PROMPT_TOKENS.search(error.message)
-    said = ([f"the judge's context holds {limit.group(1)} tokens"] if limit else []) + \
+    said = without_addresses(error.message)
+    limit, asked = CONTEXT_LIMIT.search(said), PROMPT_TOKENS.search(said)
+    said = ([f"the judge's context holds {limit.group(1) or limit.group(2)} tokens"] if limit else []) + \
         ([f"the prompt had {asked.group(1)}"] if asked else [])
     return ", ".join(said)
 
