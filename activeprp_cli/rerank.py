@@ -512,7 +512,7 @@ def main(args: argparse.Namespace) -> int:
     if args.json:
         rows = [{"rank": r, "id": lines[i].id, "score": result.scores[i], "document": lines[i].document}
                 for r, i in enumerate(top, 1)]
-        print(json.dumps({"query": args.query, "top": rows, "stats": result.stats()}))
+        print(json.dumps({"query": args.query, "top": rows, "stats": result.stats()}, allow_nan=False))
         return 0
     print(f"{'rank':>4}  {'id':<16} {'score':>6}  text")
     for rank, i in enumerate(top, 1):

@@ -131,9 +131,16 @@ def _is_jsonl(path: str | Path) -> bool:
     return str(path).lower().endswith((".jsonl", ".json"))
 
 
+def _no_constant(name: str) -> float:
+    """``json.loads``' ``parse_constant``: Python's parser takes ``NaN`` and ``Infinity``, which JSON does not
+    have (a line of them is refused, so that no output made of the line, e.g. ``rerank --json``'s ``document``,
+    carries one)."""
+    raise ValueError(f"{name} is not a JSON number: write a finite number or null")
+
+
 def _json_object(path: str | Path, n: int, line: str) -> dict:
     try:
-        obj = json.loads(line)
+        obj = json.loads(line, parse_constant=_no_constant)
     except json.JSONDecodeError as err:
         raise InputError(f"{path}:{n}: not JSON ({err.msg} at column {err.colno}){_jsonl_hint(line)}") from None
     except ValueError as err:  # e.g. an integer too long to convert

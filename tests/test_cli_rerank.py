@@ -81,6 +81,19 @@ def test_rerank_json_rows_carry_each_input_document_as_given(tmp_path, capsys):
     assert top[0]["score"] > top[1]["score"] > top[2]["score"] and top[2]["document"]["score"] == 12.5
 
 
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+def test_a_candidate_holding_nan_is_refused_so_json_output_stays_json(tmp_path, capsys, constant):
+    """Python's parser took ``"score": NaN``, and ``--json`` copied it into ``document`` as the bare token ``NaN``,
+    which strict JSON readers refuse. The line is now refused with one line naming it, exit 2."""
+    path = tmp_path / "cands.jsonl"
+    path.write_text(f'{{"id": 1, "text": "a", "label": 1}}\n'
+                    f'{{"id": 2, "text": "b", "label": 0, "score": {constant}}}\n')
+    assert main(_rerank_args(path, "--json")) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == (f"activeprp: error: {path}:2: not JSON ({constant} is not a JSON "
+                                                   "number: write a finite number or null)\n")
+
+
 def test_rerank_reports_an_unbuildable_comparator(candidates_file, capsys, monkeypatch):
     pytest.importorskip("openai", reason='pip install "activeprp[openai]"')  # without it: a missing extra
     row, path = candidates_file
@@ -131,7 +144,7 @@ def test_bad_candidate_files_get_one_line_naming_file_and_line(tmp_path, capsys,
     ('{"id": "c", "text": "x", "label": "high"}', "id 'c': label \"high\" is not a finite number"),
     ('{"id": "c", "text": "x", "label": null}', "id 'c': label null is not a finite number"),
     ('{"id": "c", "text": "x", "label": true}', "id 'c': label true is not a finite number"),
-    ('{"id": "c", "text": "x", "label": NaN}', "id 'c': label NaN is not a finite number"),
+    ('{"id": "c", "text": "x", "label": NaN}', "not JSON (NaN is not a JSON number: write a finite number or null)"),
 ])
 def test_the_simulated_judge_needs_a_numeric_label_on_every_candidate(tmp_path, capsys, third, reason):
     """``rerank --comparator simulated`` judged a candidate without ``label`` as 0, silently, and a label of
