@@ -68,6 +68,7 @@ from .trecfiles import (
     read_qrels,
     read_run_candidates,
     write_run,
+    writing,
 )
 
 Request = tuple[str, str, list[Candidate]]  # (qid, query text, candidates in the run's trec_eval order)
@@ -263,6 +264,14 @@ def notes(args: argparse.Namespace) -> TextIO:
     return sys.stderr if is_stdout(args.out) else sys.stdout
 
 
+def note(args: argparse.Namespace, text: str) -> None:
+    """Print one of the command's notes (``notes``), made ``printable`` and flushed: a write that fails (a full
+    disk) is a ``RunWriteError`` naming the stream, which ``main`` ends with one error line."""
+    stream = notes(args)
+    with writing("stderr" if stream is sys.stderr else "stdout", in_place=True):
+        print(printable(text, stream), file=stream, flush=True)
+
+
 def out_name(args: argparse.Namespace) -> str:
     return "stdout" if args.out == STDOUT else args.out
 
@@ -346,11 +355,11 @@ def comparator_factory(args: argparse.Namespace, requests: Sequence[Request],
     if args.comparator != "simulated":
         return functools.partial(make_comparator, args)
     label = " ".join(f"{k}={v}" for k, v in CALIBRATED_PARAMS.items())
-    print(f"simulated judge: labels from {args.qrels}, noise calibrated {label}", file=notes(args))
+    note(args, f"simulated judge: labels from {args.qrels}, noise calibrated {label}")
     unjudged = [qid for qid, _, _ in requests if not (qrels or {}).get(qid)]
     if unjudged:
-        print(f"note: {len(unjudged)} queries (e.g. {unjudged[0]}) have no judgments in {args.qrels}; the simulated "
-              "judge sees all their passages as grade 0", file=notes(args))
+        note(args, f"note: {len(unjudged)} queries (e.g. {unjudged[0]}) have no judgments in {args.qrels}; the "
+             "simulated judge sees all their passages as grade 0")
     factory = functools.partial(SimulatedComparator.from_qrels, qrels or {}, {qid: q for qid, q, _ in requests},
                                 **CALIBRATED_PARAMS)
     try:
@@ -408,14 +417,13 @@ def read_inputs(args: argparse.Namespace) -> tuple[list[Request], dict[str, dict
             raise InputError(f"--qrels {args.qrels} judges none of the {len(requests)} queries of --run {args.run} "
                              f"(e.g. {requests[0][0]}): the qrels of another collection?")
     read, kept = sum(map(len, run.values())), sum(len(c) for _, _, c in requests)
-    print(f"read {read} lines ({len(run)} queries) from {args.run}; reranking {kept} "
-          f"(depth {args.depth or 'all'}) with ranker={args.ranker} oracle={args.oracle} budget={args.budget} "
-          f"top_k={args.top_k} comparator={args.comparator}", file=notes(args))
+    note(args, f"read {read} lines ({len(run)} queries) from {args.run}; reranking {kept} "
+         f"(depth {args.depth or 'all'}) with ranker={args.ranker} oracle={args.oracle} budget={args.budget} "
+         f"top_k={args.top_k} comparator={args.comparator}")
     disagree = rank_disagreements(run)
     if disagree:
-        print(printable(f"note: the rank column of {len(disagree)} queries (e.g. {disagree[0]}) disagrees with their "
-                        "scores; their rows are taken by score, as trec_eval and ir-measures read them",
-                        notes(args)), file=notes(args))
+        note(args, f"note: the rank column of {len(disagree)} queries (e.g. {disagree[0]}) disagrees with their "
+             "scores; their rows are taken by score, as trec_eval and ir-measures read them")
     return requests, qrels
 
 
@@ -472,12 +480,12 @@ def report(args: argparse.Namespace, requests: Sequence[Request], qrels: Mapping
     ``--on-failure prior``)."""
     failed, reranked = written.failed, written.reranked
     if written.degraded or (failed and args.on_failure == "prior"):
-        print(f"note: {written.degraded} queries degraded to the prior order for what was unknown; {len(failed)} "
-              "failed queries were written in their input order (--on-failure prior)", file=notes(args))
+        note(args, f"note: {written.degraded} queries degraded to the prior order for what was unknown; "
+             f"{len(failed)} failed queries were written in their input order (--on-failure prior)")
     if qrels is not None and reranked:
         before = {q: [c.id for c in cands] for q, _, cands in requests}
         label = "input" if args.depth is None else f"input top {args.depth}"
-        print(ndcg_line(qrels, before, reranked, label), file=notes(args))
+        note(args, ndcg_line(qrels, before, reranked, label))
     if failed and args.on_failure != "prior":
         shown = ", ".join(failed[:10]) + (", ..." if len(failed) > 10 else "")
         holds = (f"{out_name(args)} holds the other {len(reranked)}" if reranked else
@@ -519,26 +527,38 @@ def sigterm_exits(status: int | None = None) -> Iterator[None]:
         signal.signal(signal.SIGTERM, before)
 
 
+def notes_failure(error: RunWriteError, what: str | None) -> str:
+    """The error line of a note that could not be written (``note``): why, and ``what`` went to OUT (None: the
+    queries were not reranked yet, so OUT is as it was)."""
+    if error.filename == "stdout":
+        discard_stdout()
+    return f"{error.filename}: cannot write the notes ({error.strerror}); {what or 'no query was reranked'}"
+
+
 def main(args: argparse.Namespace) -> int:
     """Handler of ``activeprp rerank-run``: check every input, rerank all queries (``rerank_many`` or Ray), write
     OUT, print counts (and nDCG@10 with ``--qrels``); report failed queries (see the module docstring)."""
-    requests, qrels = read_inputs(args)
-    comparator, started, outcomes = start(args, requests, qrels)
-    written = Written()
+    what = None
     try:
-        with sigterm_exits(), contextlib.closing(outcomes):  # closed: a write error stops the queries left
-            # every query failed: a run from before stays, not an empty file (the error line says so)
-            lines = write_run(args.out, written.ranked_lists(requests, outcomes, args.on_failure), tag=args.tag,
-                              write_empty=False)
-    except RunWriteError as error:
-        return fail(write_failure(args, error, written, len(requests)), 1)
-    finally:
-        if comparator is not None:  # comparators holding a client or a file
-            comparator.close()
-    calls = written.calls
-    what = (f"wrote {lines} lines ({len(written.reranked)} queries) to {out_name(args)}" if lines else
-            f"wrote nothing ({out_name(args)} left as it was)")
-    print(f"{what} in {time.perf_counter() - started:.1f} s; LLM calls: {sum(calls)} total, at most "
-          f"{max(calls, default=0)} per query", file=notes(args))
-    print(f"judge (all queries): {pooled(written.judges).summary()}", file=notes(args))
-    return report(args, requests, qrels, written)
+        requests, qrels = read_inputs(args)
+        comparator, started, outcomes = start(args, requests, qrels)
+        written = Written()
+        try:
+            with sigterm_exits(), contextlib.closing(outcomes):  # closed: a write error stops the queries left
+                # every query failed: a run from before stays, not an empty file (the error line says so)
+                lines = write_run(args.out, written.ranked_lists(requests, outcomes, args.on_failure), tag=args.tag,
+                                  write_empty=False)
+        except RunWriteError as error:
+            return fail(write_failure(args, error, written, len(requests)), 1)
+        finally:
+            if comparator is not None:  # comparators holding a client or a file
+                comparator.close()
+        calls = written.calls
+        what = (f"wrote {lines} lines ({len(written.reranked)} queries) to {out_name(args)}" if lines else
+                f"wrote nothing ({out_name(args)} left as it was)")
+        note(args, f"{what} in {time.perf_counter() - started:.1f} s; LLM calls: {sum(calls)} total, at most "
+             f"{max(calls, default=0)} per query")
+        note(args, f"judge (all queries): {pooled(written.judges).summary()}")
+        return report(args, requests, qrels, written)
+    except RunWriteError as error:  # a note's (OUT's is answered above)
+        return fail(notes_failure(error, what), 1)

@@ -426,7 +426,7 @@ class RunWriteError(OSError):
 
 
 @contextlib.contextmanager
-def _writing(path: str | Path, in_place: bool, lines: int | None = None) -> Iterator[None]:
+def writing(path: str | Path, in_place: bool, lines: int | None = None) -> Iterator[None]:
     """Within the block, an ``OSError`` is a ``RunWriteError`` for ``path`` (``lines`` written before it); not
     ``BrokenPipeError``: the reader went away, which the command line ends quietly (exit status 141)."""
     try:
@@ -460,7 +460,7 @@ def write_run(path: str | Path, ranked: Iterable[tuple[str, Sequence[str]]], tag
     real = Path(os.path.realpath(path))  # through a symlink, as a shell's > does: the link stays
     if fd is None and not (real.exists() and not real.is_file()):
         return _replace(path, real, ranked, tag, write_empty)
-    with _writing(path, in_place=True):
+    with writing(path, in_place=True):
         # /dev/fd/N, /dev/stderr, bash's >(cmd): the open file, at its offset and with its flags; else a FIFO or a
         # device (/dev/null), written into, never replaced
         f = (os.fdopen(os.dup(fd), "w", encoding="utf-8", newline="\n") if fd is not None else
@@ -485,25 +485,25 @@ def _closing(f: TextIO, path: str | Path, in_place: bool) -> Iterator[None]:
         with contextlib.suppress(OSError):
             f.close()
         raise
-    with _writing(path, in_place):
+    with writing(path, in_place):
         f.close()
 
 
 def _replace(path: str | Path, real: Path, ranked: Iterable[tuple[str, Sequence[str]]], tag: str,
              write_empty: bool) -> int:
     """``write_run`` of a regular file (or none yet) at ``real``: a temporary file beside it, renamed over it."""
-    with _writing(path, in_place=False):
+    with writing(path, in_place=False):
         fd, tmp = tempfile.mkstemp(prefix=f".{real.name}.", suffix=".tmp", dir=real.parent)
     try:
         f = os.fdopen(fd, "w", encoding="utf-8", newline="\n")
         with _closing(f, path, in_place=False):
-            with _writing(path, in_place=False):  # mkstemp's file is 0600; the run gets the mode of the one it replaces
+            with writing(path, in_place=False):  # mkstemp's file is 0600; the run gets the mode of the one it replaces
                 os.chmod(tmp, _file_mode(real))
             written = _write_lines(f, ranked, tag, path, in_place=False)
         if not written and not write_empty:
             os.unlink(tmp)
             return 0
-        with _writing(path, in_place=False):
+        with writing(path, in_place=False):
             os.replace(tmp, real)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
@@ -516,7 +516,7 @@ def _write_lines(f: TextIO, ranked: Iterable[tuple[str, Sequence[str]]], tag: st
                  in_place: bool) -> int:
     """Write ``ranked``'s lines to ``f`` and flush it (``in_place``: after each query, so that a reader of a
     stream gets each query's lines as it comes); ``OSError`` of the writes, not of ``ranked``, become
-    ``RunWriteError`` (``_writing``)."""
+    ``RunWriteError`` (``writing``)."""
     written = 0
     for qid, docids in ranked:
         check_token("qid", qid)
@@ -524,13 +524,13 @@ def _write_lines(f: TextIO, ranked: Iterable[tuple[str, Sequence[str]]], tag: st
             raise ValueError(f"qid {qid}: the ranked docids contain duplicates")
         for docid in docids:
             check_token("docid", docid)
-        with _writing(path, in_place, written):
+        with writing(path, in_place, written):
             f.writelines(f"{qid} Q0 {docid} {rank} {len(docids) - rank + 1} {tag}\n"
                          for rank, docid in enumerate(docids, 1))
             if in_place:
                 f.flush()
         written += len(docids)
-    with _writing(path, in_place, written):
+    with writing(path, in_place, written):
         f.flush()
     return written
 
@@ -554,4 +554,4 @@ def check_token(name: str, value: str) -> None:
 
 __all__ = ["STDOUT", "Qrels", "Run", "RunRow", "RunWriteError", "check_token", "is_stdout", "iter_lines",
            "named_fd", "rank_disagreements", "read_corpus", "read_json", "read_qrels", "read_queries", "read_run",
-           "read_run_candidates", "trec_eval_key", "write_run"]
+           "read_run_candidates", "trec_eval_key", "write_run", "writing"]

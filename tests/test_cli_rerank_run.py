@@ -586,6 +586,40 @@ def test_a_write_error_on_a_file_or_on_stdout_is_one_line_exit_1_and_keeps_the_o
             "calls); no lines went out")
 
 
+NOTES_FULL_AFTER = """
+import errno, sys
+from activeprp_cli import main
+
+class Full:  # stdout refusing the notes from the one that starts with sys.argv[1]
+    def __init__(self, inner):
+        self.inner, self.full = inner, False
+    def write(self, text):
+        self.full |= text.startswith(sys.argv[1])
+        if self.full:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return self.inner.write(text)
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+sys.stdout = Full(sys.stdout)
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+@pytest.mark.parametrize("first", ["read", "wrote"])
+def test_notes_on_a_full_stdout_are_one_line_exit_1(three_queries, tmp_path, first):
+    """With OUT a file and stdout full, the first note (``read N lines ...``) ended in a traceback. Now one line
+    says so, and what went to OUT: nothing before the queries were reranked, else the run's lines."""
+    out = tmp_path / "out.run"
+    proc = subprocess.run([sys.executable, "-c", NOTES_FULL_AFTER, first, *cli_args(three_queries, out)],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    what = "no query was reranked" if first == "read" else f"wrote 6 lines (3 queries) to {out}"
+    assert proc.stderr.splitlines() == [
+        f"activeprp: error: stdout: cannot write the notes (No space left on device); {what}"]
+    assert out.exists() == (first == "wrote")
+
+
 def test_a_dead_endpoint_stops_with_exit_1_and_no_output(three_queries, tmp_path, capsys, monkeypatch):
     from activeprp_core import ComparatorAuthError
 
