@@ -390,13 +390,14 @@ def rerank_records(records: list[dict[str, Any]], comparator_factory: Callable[[
 
     Raises:
         ImportError: Ray Data (names ``activeprp[ray]``) or, for ``ray://``, Ray Client is missing.
-        InputError: ``connect``'s ValueError or ConnectionError (a bad address, nothing at it), or ``num_gpus``
+        InputError: ``connect``'s ValueError, ConnectionError or RuntimeError (a bad address, nothing at it, a
+        local Ray that took an address not loopback), or ``num_gpus``
         per actor above the GPUs of the local Ray started here (it could never start an actor; a cluster's own
         Ray may scale up, so it is not checked). The errors of ``rerank_dataset``.
     """
     try:
         owned = connect(address)  # before Ray is imported: loopback
-    except (ConnectionError, ValueError) as error:
+    except (ConnectionError, ValueError, RuntimeError) as error:
         raise InputError(str(error)) from error
     ray = _ray()
     try:

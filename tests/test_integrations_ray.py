@@ -58,6 +58,9 @@ class FakeRay:
     def shutdown(self) -> None:
         self.shut = True
 
+    def is_initialized(self) -> bool:
+        return False
+
 
 @pytest.mark.parametrize("variable, during_init", [("0", False), (None, False), ("1", True), ("true", True)])
 def test_a_local_ray_follows_the_loopback_variable_though_ray_was_imported_first(monkeypatch, variable, during_init):
@@ -96,6 +99,23 @@ def test_a_local_ray_on_a_public_address_is_shut_down_and_refused(monkeypatch):
     fake = FakeRay(SimpleNamespace(ENABLE_RAY_CLUSTER=None), "192.0.2.2")
     adapter._start_local(fake, 1)
     assert not fake.shut
+
+
+def test_rerank_records_tells_the_refused_local_ray_in_one_line(monkeypatch, capsys):
+    """``rerank-run --ray``'s runner let that RuntimeError through (it caught only ConnectionError and ValueError
+    from ``connect``): a traceback. It is now an ``InputError``: one line."""
+    from types import SimpleNamespace
+
+    from activeprp_cli import InputError
+    from activeprp_integrations import ray as adapter
+
+    monkeypatch.setitem(sys.modules, "ray._private.ray_constants", SimpleNamespace())
+    monkeypatch.setenv(adapter.LOOPBACK_ENV, "0")
+    fake = FakeRay(SimpleNamespace(ENABLE_RAY_CLUSTER=None), "192.0.2.2")
+    monkeypatch.setattr(adapter, "_ray", lambda: fake)
+    with pytest.raises(InputError, match=r"^the local Ray took the node address 192\.0\.2\.2, not 127\.0\.0\.1"):
+        adapter.rerank_records([{"qid": "q", "query": "q", "docid": "d", "text": "t"}], lambda: None)
+    assert fake.shut
 
 
 def test_candidate_records_keep_extra_keys_as_metadata():
