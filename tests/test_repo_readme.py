@@ -44,10 +44,11 @@ def test_the_wall_time_quoted_for_the_default_judge_is_at_its_default_cap():
 def test_frameworks_page_names_the_calls_the_llm_judges_send():
     """frameworks.md said the ``llm=`` judges go through the framework's batching (``abatch``); they send one
     ``ainvoke`` / ``invoke`` (``achat`` / ``chat``) per ordered pair (review s66b, finding 4)."""
-    langchain = pytest.importorskip("activeprp_integrations.langchain_judge",
-                                    reason='pip install "activeprp[langchain]"')
-    llama_index = pytest.importorskip("activeprp_integrations.llama_index_judge",
-                                      reason='pip install "activeprp[llama-index]"')
+    pytest.importorskip("langchain_core", reason='pip install "activeprp[langchain]"')
+    pytest.importorskip("llama_index.core", reason='pip install "activeprp[llama-index]"')
+    from activeprp_integrations import langchain_judge as langchain
+    from activeprp_integrations import llama_index_judge as llama_index
+
     text = " ".join((ROOT / "docs" / "frameworks.md").read_text(encoding="utf-8").split())
     for judge in (langchain.ChatModelComparator, llama_index.LLMComparator):
         assert f"`{judge.acall}` / `{judge.call}`" in text
