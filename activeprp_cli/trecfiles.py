@@ -4,9 +4,9 @@ Formats (blank lines are skipped; line numbers are the file's own; a UTF-8 BOM i
 is not UTF-8 is an error, a gzip-compressed file named as one):
 
 - run: ``qid Q0 docid rank score tag``, six whitespace-separated columns, finite score; each query's rows are
-  taken in trec_eval's order (score descending, ties by docid descending), not by the rank column, so that the
-  first stage is the order that trec_eval and ir-measures evaluate; the rank may be any token (``1``, ``1.0``,
-  ``-``), as both ignore it;
+  taken in trec_eval's order (score as a 32-bit float descending, ties by docid descending), not by the rank
+  column, so that the first stage is the order that trec_eval and ir-measures evaluate; the rank may be any
+  token (``1``, ``1.0``, ``-``), as both ignore it;
 - qrels: ``qid iteration docid grade``, four columns, integer grade;
 - queries: TSV ``qid<TAB>text``, or JSONL ``{"_id" | "qid": ..., "text": ...}``;
 - corpus: TSV ``docid<TAB>text``, or JSONL ``{"_id" | "docid" | "id": ..., "text" | "contents": ..., "title"?}``
@@ -30,6 +30,7 @@ import math
 import os
 import shlex
 import stat
+import struct
 import sys
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -220,16 +221,27 @@ def _check_once(first_lines: dict[str, int], key: str, path: str | Path, n: int,
 def trec_eval_key(row: RunRow) -> tuple[float, str]:
     """The sort key, with ``reverse=True``, of trec_eval's order of one query's rows: score descending, ties by
     docid descending (trec_eval's ``comp_sim_docno``; ir-measures' pytrec_eval measures read a run the same way).
-    Python compares str by code point, which orders UTF-8 text as ``strcmp`` orders its bytes."""
-    return row.score, row.docid
+    The score is compared as trec_eval keeps it, a C ``float`` (``float32``): scores that differ only beyond its
+    precision (``1.00000001`` and ``1.0``) tie there. Python compares str by code point, which orders UTF-8 text
+    as ``strcmp`` orders its bytes."""
+    return _float32(row.score), row.docid
+
+
+def _float32(value: float) -> float:
+    """``value`` rounded to the nearest 32-bit float as C's ``(float)`` cast does, out of range to +-inf."""
+    try:
+        return struct.unpack("f", struct.pack("f", value))[0]
+    except OverflowError:  # struct refuses what the cast makes infinite
+        return math.copysign(math.inf, value)
 
 
 def read_run(path: str | Path) -> Run:
     """A TREC run file: ``{qid: [RunRow, ...]}``, qids in file order, each query's rows in trec_eval's order
-    (``trec_eval_key``: score descending, ties by docid descending); the rank column is kept in each row
-    (``RunRow.rank``) but does not order them, and any token is accepted there, as trec_eval and ir-measures
-    ignore it (see ``rank_disagreements``). A rank that is a number with a fraction (``14.25``) beside an integer
-    score is refused, though: the columns were swapped, and the ranks would be read as scores, in reverse.
+    (``trec_eval_key``: score as a 32-bit float descending, ties by docid descending); the rank column is kept in
+    each row (``RunRow.rank``) but does not order them, and any token is accepted there, as trec_eval and
+    ir-measures ignore it (see ``rank_disagreements``). A rank that is a number with a fraction (``14.25``) beside
+    an integer score is refused, though: the columns were swapped, and the ranks would be read as scores, in
+    reverse.
 
     Raises:
         InputError: a line without six columns, a score that is not a finite number, a non-integer rank beside an

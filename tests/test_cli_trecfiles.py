@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import stat
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from activeprp_cli import InputError
 from activeprp_cli.trecfiles import (
@@ -97,6 +100,47 @@ def test_run_rows_follow_the_scores_as_trec_eval_and_ir_measures_read_them(tmp_p
         for position, docid in enumerate(docids, 1):
             rr = ir_measures.calc_aggregate([ir_measures.RR], {qid: {docid: 1}}, ir_measures.read_trec_run(str(path)))
             assert 1 / rr[ir_measures.RR] == pytest.approx(position), (qid, docid)
+
+
+def evaluated_order(path) -> list[str]:
+    """The order ir-measures (pytrec_eval, trec_eval's C code) evaluates the one query of the run at ``path``: each
+    docid's position is 1 / RR of a copy of the query in which it is the only relevant document."""
+    ir_measures = pytest.importorskip("ir_measures")
+    docs = list(ir_measures.read_trec_run(str(path)))
+    run = [d._replace(query_id=f"{d.query_id}#{i}") for i in range(len(docs)) for d in docs]
+    qrels = [ir_measures.Qrel(f"{d.query_id}#{i}", d.doc_id, 1) for i, d in enumerate(docs)]
+    position = {docs[int(m.query_id.rpartition("#")[2])].doc_id: round(1 / m.value)
+                for m in ir_measures.iter_calc([ir_measures.RR], qrels, run)}
+    return sorted(position, key=position.__getitem__)
+
+
+def test_run_scores_are_compared_as_trec_eval_keeps_them_32_bit_floats(tmp_path):
+    """trec_eval (and pytrec_eval, which ir-measures uses) keeps a score as a C float: 1.00000001 and 1.0 tie
+    there, and the tie goes to the larger docid. read_run compared 64-bit floats, so the first stage, ``--depth``'s
+    cut and the printed input nDCG were of another order than the one ir-measures evaluates."""
+    path = write(tmp_path, "run.txt", "q Q0 a 1 1.00000001 t\nq Q0 b 2 1.0 t\nq Q0 c 3 0.5 t\n"
+                                      "q Q0 d 4 1e-300 t\nq Q0 e 5 0 t\nq Q0 f 6 1e39 t\nq Q0 g 7 1e40 t\n")
+    order = [r.docid for r in read_run(path)["q"]]
+    assert order == ["g", "f", "b", "a", "c", "e", "d"]  # 1e39 and 1e40 are both inf as floats
+    assert order == evaluated_order(path)
+
+
+SCORES_32 = st.floats(width=32, allow_nan=False, allow_infinity=False)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rows=st.lists(st.tuples(st.sampled_from(["a", "b", "B", "z", "\u00e9", "\U0001f600"]), SCORES_32,
+                               st.integers(0, 3), st.booleans()),
+                     min_size=1, max_size=7, unique_by=lambda row: row[0]))
+def test_run_order_is_the_one_ir_measures_evaluates_for_scores_that_tie_only_at_32_bits(tmp_path, rows):
+    """Scores a few 64-bit steps from a 32-bit float (the same float to trec_eval), written as repr writes them."""
+    lines = []
+    for docid, score, steps, up in rows:
+        for _ in range(steps):
+            score = math.nextafter(score, math.inf if up else -math.inf)
+        lines.append(f"q Q0 {docid} 1 {score!r} t\n")
+    path = write(tmp_path, "run.txt", "".join(lines))
+    assert [r.docid for r in read_run(path)["q"]] == evaluated_order(path)
 
 
 @pytest.mark.parametrize(("data", "reason"), [
