@@ -461,7 +461,8 @@ def write_run(path: str | Path, ranked: Iterable[tuple[str, Sequence[str]]], tag
     replaced). Returns the number of lines written. What ``ranked`` raises propagates as it is.
 
     Raises:
-        ValueError: an empty or whitespace-containing qid, docid or tag; a docid twice within a query.
+        ValueError: an empty or whitespace-containing qid, docid or tag; a docid twice within a query; a qid
+            twice.
         RunWriteError: an ``OSError`` while writing (the directory of ``path`` missing or not writable, the disk
             full, ...); the file at ``path`` is then left as it was.
     """
@@ -529,9 +530,12 @@ def _write_lines(f: TextIO, ranked: Iterable[tuple[str, Sequence[str]]], tag: st
     """Write ``ranked``'s lines to ``f`` and flush it (``in_place``: after each query, so that a reader of a
     stream gets each query's lines as it comes); ``OSError`` of the writes, not of ``ranked``, become
     ``RunWriteError`` (``writing``)."""
-    written = 0
+    written, qids = 0, set()
     for qid, docids in ranked:
         check_token("qid", qid)
+        if qid in qids:  # its lines would read back interleaved with the first's (both ranked n..1)
+            raise ValueError(f"qid {qid} is given twice: give each query's docids in one (qid, docids) pair")
+        qids.add(qid)
         if len(set(docids)) != len(docids):
             raise ValueError(f"qid {qid}: the ranked docids contain duplicates")
         for docid in docids:

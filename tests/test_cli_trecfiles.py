@@ -314,6 +314,16 @@ def test_write_run_refuses_bad_tokens_and_leaves_no_file(tmp_path):
         assert list(tmp_path.iterdir()) == []
 
 
+def test_write_run_refuses_a_qid_given_twice_and_leaves_the_file_as_it_was(tmp_path):
+    """Two pairs of one qid were both written ranked n..1: read back interleaved (c, a, d, b), or refused when a
+    docid was in both."""
+    out = write(tmp_path, "out.run", "old\n")
+    for second in (["c", "d"], ["a", "d"]):
+        with pytest.raises(ValueError, match=r"^qid q1 is given twice"):
+            write_run(out, [("q1", ["a", "b"]), ("q2", ["x"]), ("q1", second)])
+        assert out.read_text() == "old\n" and list(tmp_path.iterdir()) == [out]
+
+
 def test_write_run_with_write_empty_false_leaves_the_file_as_it_was_when_nothing_comes(tmp_path):
     out = tmp_path / "out.run"
     assert write_run(out, iter([]), write_empty=False) == 0
