@@ -463,6 +463,7 @@ def write_run(path: str | Path, ranked: Iterable[tuple[str, Sequence[str]]], tag
     Raises:
         ValueError: an empty or whitespace-containing qid, docid or tag; a docid twice within a query; a qid
             twice.
+        TypeError: a str or bytes where a query's sequence of docids is expected.
         RunWriteError: an ``OSError`` while writing (the directory of ``path`` missing or not writable, the disk
             full, ...); the file at ``path`` is then left as it was.
     """
@@ -536,6 +537,9 @@ def _write_lines(f: TextIO, ranked: Iterable[tuple[str, Sequence[str]]], tag: st
         if qid in qids:  # its lines would read back interleaved with the first's (both ranked n..1)
             raise ValueError(f"qid {qid} is given twice: give each query's docids in one (qid, docids) pair")
         qids.add(qid)
+        if isinstance(docids, (str, bytes)):  # each character would be a docid
+            raise TypeError(f"qid {qid}: the docids must be a sequence of str, got a {type(docids).__name__} "
+                            f"{docids!r}: pass [{docids!r}] for one docid")
         if len(set(docids)) != len(docids):
             raise ValueError(f"qid {qid}: the ranked docids contain duplicates")
         for docid in docids:

@@ -324,6 +324,15 @@ def test_write_run_refuses_a_qid_given_twice_and_leaves_the_file_as_it_was(tmp_p
         assert out.read_text() == "old\n" and list(tmp_path.iterdir()) == [out]
 
 
+def test_write_run_refuses_a_str_for_the_docids_as_the_core_does(tmp_path):
+    """("q1", "d7") was written as two docids, d and 7."""
+    out = tmp_path / "out.run"
+    for docids in ("d7", b"d7"):
+        with pytest.raises(TypeError, match=r"^qid q1: the docids must be a sequence of str, got a (str|bytes) "):
+            write_run(out, [("q1", docids)])
+        assert list(tmp_path.iterdir()) == []
+
+
 def test_write_run_with_write_empty_false_leaves_the_file_as_it_was_when_nothing_comes(tmp_path):
     out = tmp_path / "out.run"
     assert write_run(out, iter([]), write_empty=False) == 0
