@@ -10,7 +10,7 @@ is not UTF-8 is an error, a gzip-compressed file named as one):
 - qrels: ``qid iteration docid grade``, four columns, integer grade;
 - queries: TSV ``qid<TAB>text``, or JSONL ``{"_id" | "qid": ..., "text": ...}``;
 - corpus: TSV ``docid<TAB>text``, or JSONL ``{"_id" | "docid" | "id": ..., "text" | "contents": ..., "title"?}``
-  (the passage is ``"title text"`` when a non-empty title is given).
+  (the passage is ``"title text"`` when a non-empty title is given; a title is a string or null).
 
 A file whose name ends in ``.jsonl`` or ``.json`` is read as JSONL, any other as TSV. Every bad input raises
 ``activeprp_core.errors.InputError`` (a ``ValueError``) whose message starts with ``FILE:LINE: `` (or ``FILE: ``
@@ -347,8 +347,8 @@ def read_corpus(path: str | Path, wanted: Iterable[str] | None = None) -> dict[s
     still checked). Docids of ``wanted`` that the corpus lacks are simply absent from the result.
 
     Raises:
-        InputError: a malformed line (see ``read_queries``), a non-string title, a kept docid twice, or any
-            ``iter_lines`` error.
+        InputError: a malformed line (see ``read_queries``), a title neither a string nor null, a kept docid
+            twice, or any ``iter_lines`` error.
     """
     keep = None if wanted is None else set(wanted)
     passages: dict[str, str] = {}
@@ -356,10 +356,10 @@ def read_corpus(path: str | Path, wanted: Iterable[str] | None = None) -> dict[s
     for n, line in iter_lines(path):
         docid, text, obj = _keyed_text(path, n, line, DOC_ID_KEYS, DOC_TEXT_KEYS, "docid")
         if obj is not None:
-            title = obj.get("title") or ""
-            if not isinstance(title, str):
-                raise InputError(f"{path}:{n}: field 'title' must be a string, got {json.dumps(title)[:40]}")
-            text = f"{title} {text}".strip()
+            title = obj.get("title")
+            if title is not None and not isinstance(title, str):
+                raise InputError(f"{path}:{n}: 'title' must be a string or null, not {json_type(title)}")
+            text = f"{model_text(title or '')} {text}".strip()
         if keep is None or docid in keep:
             _check_once(lines, docid, path, n, "docid")
             passages[docid] = text

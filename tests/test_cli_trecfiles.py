@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from activeprp_cli import InputError
 from activeprp_cli.trecfiles import (
     iter_lines,
+    json_type,
     rank_disagreements,
     read_corpus,
     read_qrels,
@@ -242,8 +243,24 @@ def test_corpus_keeps_only_wanted_passages_but_checks_every_line(tmp_path):
         read_corpus(dup, {"d1"})
     assert read_corpus(dup, {"d2"}) == {"d2": "y"}  # duplicates of unwanted docids cost no memory
     title = write(tmp_path, "t.jsonl", '{"_id": "d1", "title": 5, "text": "x"}\n')
-    with pytest.raises(InputError, match=r"t\.jsonl:1: field 'title' must be a string"):
+    with pytest.raises(InputError, match=r"t\.jsonl:1: 'title' must be a string or null, not a number"):
         read_corpus(title)
+
+
+@pytest.mark.parametrize("title", [0, False, [], {}, 1, True, ["T"], 1.5])
+def test_corpus_refuses_every_title_that_is_neither_a_string_nor_null(tmp_path, title):
+    """A falsy title (0, false, [], {}) was dropped in silence while a truthy one (1, true) was refused."""
+    path = write(tmp_path, "c.jsonl", json.dumps({"_id": "d1", "title": title, "text": "x"}) + "\n")
+    with pytest.raises(InputError) as err:
+        read_corpus(path)
+    assert str(err.value) == f"{path}:1: 'title' must be a string or null, not {json_type(title)}"
+
+
+def test_corpus_title_null_or_missing_is_no_title_and_its_lone_surrogates_are_cleaned_as_the_texts(tmp_path):
+    rows = [{"_id": "d1", "title": None, "text": "x"}, {"_id": "d2", "text": "y"},
+            {"_id": "d3", "title": "", "text": "z"}, {"_id": "d4", "title": "T\ud83d", "text": "w\udc00"}]
+    path = write(tmp_path, "c.jsonl", "\n".join(map(json.dumps, rows)) + "\n")
+    assert read_corpus(path) == {"d1": "x", "d2": "y", "d3": "z", "d4": "T\ufffd w\ufffd"}
 
 
 def test_qrels(tmp_path):
