@@ -7,7 +7,8 @@ is not UTF-8 is an error, a gzip-compressed file named as one):
   taken in trec_eval's order (score as a 32-bit float descending, ties by docid descending), not by the rank
   column, so that the first stage is the order that trec_eval and ir-measures evaluate; the rank may be any
   token (``1``, ``1.0``, ``-``), as both ignore it;
-- qrels: ``qid iteration docid grade``, four columns, integer grade;
+- qrels: ``qid iteration docid grade``, four columns, integer grade (in both, Unicode whitespace separates
+  columns, as ir-measures splits them);
 - queries: TSV ``qid<TAB>text``, or JSONL ``{"_id" | "qid": ..., "text": ...}``;
 - corpus: TSV ``docid<TAB>text``, or JSONL ``{"_id" | "docid" | "id": ..., "text" | "contents": ..., "title"?}``
   (the passage is ``"title text"`` when a non-empty title is given; a title is a string or null).
@@ -33,6 +34,7 @@ import stat
 import struct
 import sys
 import tempfile
+import unicodedata
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple, TextIO
@@ -218,6 +220,19 @@ def _check_once(first_lines: dict[str, int], key: str, path: str | Path, n: int,
         raise InputError(f"{path}:{n}: {what} {key} appears twice (first at line {first})")
 
 
+def _columns(path: str | Path, n: int, line: str, names: str) -> list[str]:
+    """The whitespace-separated columns of line ``n``, as many as ``names`` has. Whitespace is Unicode's, as
+    ir-measures splits (trec_eval splits at ASCII only): a no-break space inside a docid makes one column more there
+    too, and the message names it, as the line shows no such separator."""
+    cols, wanted = line.split(), len(names.split())
+    if len(cols) != wanted:
+        odd = next(((i, c) for i, c in enumerate(line, 1) if c.isspace() and c not in " \t"), None)
+        why = "" if odd is None else (f": the U+{ord(odd[1]):04X} ({unicodedata.name(odd[1], 'a control character')}) "
+                                      f"at column {odd[0]} separates columns as a space does (as in ir-measures)")
+        raise InputError(f"{path}:{n}: expected {wanted} columns ({names}), got {len(cols)}{why}")
+    return cols
+
+
 def trec_eval_key(row: RunRow) -> tuple[float, str]:
     """The sort key, with ``reverse=True``, of trec_eval's order of one query's rows: score descending, ties by
     docid descending (trec_eval's ``comp_sim_docno``; ir-measures' pytrec_eval measures read a run the same way).
@@ -251,10 +266,7 @@ def read_run(path: str | Path) -> Run:
     run: Run = {}
     seen: dict[tuple[str, str], int] = {}
     for n, line in iter_lines(path):
-        cols = line.split()
-        if len(cols) != 6:
-            raise InputError(f"{path}:{n}: expected 6 columns (qid Q0 docid rank score tag), got {len(cols)}")
-        qid, _, docid, rank, score, _ = cols
+        qid, _, docid, rank, score, _ = _columns(path, n, line, "qid Q0 docid rank score tag")
         rank_n = _rank(rank)
         try:
             score_f = float(score)
@@ -306,10 +318,7 @@ def read_qrels(path: str | Path) -> Qrels:
     """
     qrels: Qrels = {}
     for n, line in iter_lines(path):
-        cols = line.split()
-        if len(cols) != 4:
-            raise InputError(f"{path}:{n}: expected 4 columns (qid iteration docid grade), got {len(cols)}")
-        qid, _, docid, grade = cols
+        qid, _, docid, grade = _columns(path, n, line, "qid iteration docid grade")
         try:
             grade_i = int(grade)
         except ValueError:

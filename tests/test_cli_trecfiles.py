@@ -55,6 +55,24 @@ def test_run_lines_are_checked(tmp_path, text, line, reason):
     assert str(err.value).startswith(f"{path}:{line}: {reason}")
 
 
+@pytest.mark.parametrize(("reader", "text", "reason"), [
+    (read_run, "q1 Q0 d\u00a01 1 2.0 bm25\n", "expected 6 columns (qid Q0 docid rank score tag), got 7: the U+00A0 "
+     "(NO-BREAK SPACE) at column 8 separates columns as a space does (as in ir-measures)"),
+    (read_qrels, "q1 0 d\u20031 1\n", "expected 4 columns (qid iteration docid grade), got 5: the U+2003 (EM SPACE) "
+     "at column 7 separates columns as a space does (as in ir-measures)"),
+])
+def test_a_non_ascii_space_that_splits_a_column_is_named(tmp_path, reader, text, reason):
+    """"got 7" of a line that shows 6 columns did not say why. ir-measures splits at the no-break space too (and
+    refuses the line), so it stays an error, one that names the character."""
+    path = write(tmp_path, "f.txt", text)
+    with pytest.raises(InputError) as err:
+        reader(path)
+    assert str(err.value) == f"{path}:1: {reason}"
+    ir_measures = pytest.importorskip("ir_measures")
+    with pytest.raises(ValueError, match="too many values to unpack"):
+        list((ir_measures.read_trec_run if reader is read_run else ir_measures.read_trec_qrels)(str(path)))
+
+
 def test_run_sorted_by_rank_with_bom_and_blank_lines(tmp_path):
     path = write(tmp_path, "run.txt", b"\xef\xbb\xbfq1 Q0 d2 2 2.0 t\r\n\n  \nq1 Q0 d1 1 3.0 t\r\nq0 Q0 d9 1 1 t\n")
     run = read_run(path)
