@@ -508,6 +508,60 @@ def test_a_bug_in_the_judge_is_a_json_500_not_the_callers_mistake_nor_a_shutdown
     assert "sk-X" not in logged[0]
 
 
+SECRET_HOST = "secret-judge-7f3c.internal"
+"""A host the service holds as a secret (the scrub of secrets is process-wide: no other test's words)."""
+FAKE_JUDGE_URL = f"http://{SECRET_HOST}:8000/v1"
+
+
+def _broken_route(monkeypatch, route):
+    """Make ``route`` (/ready or /metrics) raise a bug whose text names ``FAKE_JUDGE_URL``, in what it calls."""
+    from activeprp_integrations.serve import routes
+    from activeprp_integrations.serve.service import RerankService
+
+    def broken(*args):
+        raise RuntimeError(f"the judge at {FAKE_JUDGE_URL} is gone")
+
+    if route == "/ready":
+        monkeypatch.setattr(RerankService, "draining", property(broken))
+    else:
+        monkeypatch.setattr(routes, "generate_latest", broken)
+
+
+@pytest.mark.parametrize("route", ["/ready", "/metrics"])
+def test_a_bug_outside_the_rerank_routes_is_the_same_500_and_its_only_traceback_is_scrubbed(route, monkeypatch,
+                                                                                              caplog):
+    """A bug in /ready or /metrics got the JSON 500 from starlette's ServerErrorMiddleware, which then re-raised it:
+    uvicorn logged a second traceback ("Exception in ASGI application"), unscrubbed: here the judge's host, which
+    the service holds as a secret. The gate now answers it as a rerank's bug is answered and it ends there: one
+    traceback, scrubbed, under the answer's request id."""
+    _broken_route(monkeypatch, route)
+    server_log = logging.getLogger("uvicorn.error")
+    try:
+        with caplog.at_level(logging.ERROR, logger="activeprp.serve"), \
+                serving(create_app(WordJudge(), **SERVER, secrets=[SECRET_HOST])) as (url, _):
+            server_log.addHandler(caplog.handler)  # uvicorn's logger does not reach the root's (uvicorn's config)
+            response = httpx.get(url + route, timeout=10)
+    finally:  # once the server has stopped: it logged a re-raised bug after the answer was sent
+        server_log.removeHandler(caplog.handler)
+    rid = response.headers["x-request-id"]
+    assert response.status_code == 500 and response.json() == {
+        "message": f"internal error (RuntimeError); request id {rid} (the server's log has the details)",
+        "type": "internal_error", "request_id": rid}
+    tracebacks = [r for r in caplog.records if "Traceback" in r.getMessage() or r.exc_info]
+    assert [r.name for r in tracebacks] == ["activeprp.serve"] and rid in tracebacks[0].getMessage()
+    assert "the judge at http://***:8000/v1 is gone" in tracebacks[0].getMessage()
+    assert SECRET_HOST not in caplog.text and SECRET_HOST not in response.text
+
+
+@pytest.mark.parametrize("route", ["/ready", "/metrics"])
+def test_a_bug_outside_the_rerank_routes_does_not_reach_the_server(route, monkeypatch):
+    """TestClient raises what reaches the server (its default): the gate answered the bug, nothing went on."""
+    _broken_route(monkeypatch, route)
+    with TestClient(create_app(WordJudge(), **SERVER)) as client:
+        response = client.get(route)
+    assert response.status_code == 500 and response.json()["type"] == "internal_error"
+
+
 class SyncJudgeInAThread(WordJudge):
     """A judge whose ``ajudge`` runs the base class's sync ``judge`` (its chunks, breaker, deadlines) in a worker
     thread, under the guard the service hands it."""

@@ -88,9 +88,9 @@ def fastapi_app(routes: Routes, gate: dict[str, Any]) -> FastAPI:
 
     app = FastAPI(title="ActivePRP rerank", lifespan=lifespan)
     app.state.service, app.state.metrics = routes.service, routes.metrics
-    add_error_handlers(app, routes.secrets)
+    add_error_handlers(app)
     app.add_middleware(Gate, routes=RERANK_ROUTES, max_body_bytes=routes.limits.max_body_bytes,
                        max_body_values=routes.limits.max_body_values, metrics=routes.metrics,
-                       overloaded=routes.service.overloaded, **gate)
+                       overloaded=routes.service.overloaded, secrets=routes.secrets, **gate)
     routes.mount(app)
     return app

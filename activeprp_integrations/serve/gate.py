@@ -8,11 +8,11 @@ import hmac
 import json
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from functools import partial
 from typing import Any
 
-from .routes import response_id
+from .routes import internal_error, response_id
 
 CLIENT_GONE = 499
 """The status the metrics count for a request whose client went away before its answer (nginx's code)."""
@@ -62,7 +62,9 @@ def route_path(scope: dict) -> str:
 
 
 class Gate:
-    """ASGI middleware for the routes in ``routes`` (others pass through):
+    """ASGI middleware in front of every HTTP route: a bug (any ``Exception`` out of a route, or of the steps below)
+    is answered here with ``routes.internal_error``'s 500 (its traceback logged once, ``secrets`` scrubbed) and ends
+    here (``answered``). For the routes in ``routes`` only (others pass through):
 
     1. the key: with ``keys``, a request without ``Authorization: Bearer <one of them>`` gets 401 (compared
        with ``hmac.compare_digest``, every key tried);
@@ -84,8 +86,10 @@ class Gate:
 
     def __init__(self, app: Any, *, routes: Iterable[str], keys: Iterable[str], max_body_bytes: int,
                  max_body_values: int, metrics: Any, overloaded: Callable[[], Any], max_uploads: int,
-                 body_timeout: float | None, max_uploads_per_client: int | None = None) -> None:
+                 body_timeout: float | None, max_uploads_per_client: int | None = None,
+                 secrets: Collection[str] = ()) -> None:
         self.app, self.routes, self.max_body_bytes, self.metrics = app, frozenset(routes), max_body_bytes, metrics
+        self.secrets = secrets
         self.max_body_values, self.max_uploads, self.body_timeout = max_body_values, max_uploads, body_timeout
         self.max_uploads_per_client = max_uploads_per_client
         self.keys, self.overloaded = [k.encode() for k in keys], overloaded
@@ -93,9 +97,11 @@ class Gate:
         self.client_uploads: Counter[str | None] = Counter()  # peer host -> its bodies being received
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        route = route_path(scope) if scope["type"] == "http" else None
-        if route not in self.routes:
+        if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        route = route_path(scope)
+        if route not in self.routes:
+            return await self.answered(self.app, scope, receive, send)
         started, status = time.perf_counter(), [CLIENT_GONE]
 
         async def send_counting(message: dict) -> None:
@@ -105,20 +111,34 @@ class Gate:
 
         self.metrics.in_progress.inc()
         try:
-            await self._serve(scope, receive, send_counting)
+            await self.answered(self._serve, scope, receive, send_counting)
         except asyncio.CancelledError:  # by the server (the client's leaving is handled in _run)
             if status[0] != CLIENT_GONE:  # its response has started: the server closes the connection
                 raise
             await send_error(send_counting, 503, "the server stopped this request before its answer (its shutdown "
                              "passed --shutdown-timeout): retry, on another replica if there is one", "unavailable",
                              [("retry-after", "1")], close=True, request_id=response_id())
-        except Exception:
-            status[0] = 500  # the server's error handler answers it
-            raise
         finally:
             self.metrics.in_progress.dec()
             self.metrics.requests.labels(route, str(status[0])).inc()
             self.metrics.latency.labels(route).observe(time.perf_counter() - started)
+
+    async def answered(self, app: Any, scope: dict, receive: Any, send: Any) -> None:
+        """Run ``app``; a bug it raises is answered with ``internal_error``'s 500 when no response has started, and
+        not raised on: starlette's ServerErrorMiddleware re-raises a bug after its handler's answer, and the server
+        would log its traceback a second time, unscrubbed."""
+        started = [False]
+
+        async def send_noting(message: dict) -> None:
+            started[0] = started[0] or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await app(scope, receive, send_noting)
+        except Exception as err:
+            response = internal_error(err, response_id(), self.secrets)  # logs it
+            if not started[0]:  # else the server ends the unfinished response
+                await response(scope, receive, send)
 
     def authorized(self, headers: list[tuple[bytes, bytes]]) -> bool:
         if not self.keys:

@@ -258,11 +258,11 @@ def internal_error(exc: BaseException, rid: str, secrets: Collection[str] = ()) 
                           request_id=rid)
 
 
-def add_error_handlers(app: FastAPI, secrets: Collection[str] = ()) -> None:
+def add_error_handlers(app: FastAPI) -> None:
     """Every caller mistake as a 4xx ``{"message", "type": "invalid_request"}`` (400 for a body that does not
-    validate, the ``CallerError``'s own status otherwise); any other exception (a bug, e.g. in a comparator) as
-    ``internal_error``'s 500, under a request id of its own (a rerank's bug is answered by ``Routes.answer``, under
-    the request's id)."""
+    validate, the ``CallerError``'s own status otherwise). Any other exception (a bug, e.g. in a comparator) is
+    ``internal_error``'s 500: a rerank's, answered by ``Routes.answer`` under the request's id, any other by the
+    ``gate.Gate`` (not here: starlette's handler for ``Exception`` re-raises to the server after answering)."""
 
     async def invalid(request: Request, exc: RequestValidationError | ValidationError) -> JSONResponse:
         return error_response(400, _validation_message(exc) + _body_hint(request), "invalid_request")
@@ -277,11 +277,8 @@ def add_error_handlers(app: FastAPI, secrets: Collection[str] = ()) -> None:
     async def refused(request: Request, exc: CallerError) -> JSONResponse:
         return error_response(exc.status, str(exc), "invalid_request")
 
-    async def bug(request: Request, exc: Exception) -> JSONResponse:
-        return internal_error(exc, response_id(), secrets)
-
     for kind, handler in ((RequestValidationError, invalid), (ValidationError, invalid),
-                          (StarletteHTTPException, http_error), (CallerError, refused), (Exception, bug)):
+                          (StarletteHTTPException, http_error), (CallerError, refused)):
         app.add_exception_handler(kind, handler)
 
 
