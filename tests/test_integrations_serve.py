@@ -1223,6 +1223,75 @@ def test_a_body_that_does_not_arrive_in_time_gets_408_and_the_connection_closes(
     assert b"--client-timeout" in answer
 
 
+def _raw_answer(answer: bytes) -> tuple[int, dict[str, str], dict]:
+    """The status, headers (lower-case names) and JSON body of one raw HTTP/1.1 answer."""
+    head, _, body = answer.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines)}
+    return int(status_line.split()[1]), headers, json.loads(body)
+
+
+def _request_id(headers, body=None) -> str:
+    """The request id of an answer: a uuid4 in ``X-Request-ID``, the same in an error body's ``request_id``."""
+    import uuid
+
+    rid = headers["x-request-id"]
+    assert uuid.UUID(rid).version == 4 and str(uuid.UUID(rid)) == rid
+    if body is not None:
+        assert body["request_id"] == rid and rid in json.dumps(body)
+    return rid
+
+
+def test_every_answer_carries_a_request_id_and_every_error_body_too():
+    """Only the rerank routes' answers (200, 429, 5xx) had a request id: a request refused before its rerank (400,
+    401, 404, 408, 413 of the gate or of a cap) had none to quote to the operator, nor /health or /metrics. The
+    gate now gives every request its id when it arrives: every answer has it in ``X-Request-ID``, every JSON error
+    body in ``request_id``, each its own (a client's own ``X-Request-ID`` is not taken)."""
+    key = {"Authorization": "Bearer K"}
+    app = create_app(WordJudge(), **SERVER, **LIMITS, auth_keys=["K"], max_body_bytes=4000, client_timeout=0.5)
+    with serving(app) as (url, _), httpx.Client(base_url=url, timeout=10) as client:
+        refused = {
+            401: client.post("/v2/rerank", json=GOOD),
+            400: client.post("/v2/rerank", json={**GOOD, "top_n": "x"}, headers=key),  # FastAPI's 422, ours 400
+            413: client.post("/v1/rerank", json={**GOOD, "documents": ["x" * 300] * 20}, headers=key),  # the gate's
+            404: client.get("/v3/rerank"),
+            405: client.get("/v2/rerank", headers=key),
+        }
+        capped = client.post("/rerank", json={**GOOD, "documents": ["alpha"] * 26}, headers=key)
+        not_json = client.post("/rerank", content=b"query=alpha", headers=key)
+        sent_own = client.post("/v2/rerank", json=GOOD, headers={**key, "X-Request-ID": "mine-1"})
+        others = [client.get(route) for route in ("/health", "/ready", "/metrics")]
+        timed_out = _raw_answer(_until_closed(_connect(url, HEAD.replace(b"Host", b"Authorization: Bearer K\r\nHost")
+                                                       % 1000 + b'{"query": ')))
+    for status, response in refused.items():
+        assert response.status_code == status, response.text
+        _request_id(response.headers, response.json())
+    assert refused[413].json()["type"] == "too_large" and refused[401].json()["type"] == "unauthorized"
+    assert capped.status_code == 413 and capped.json()["type"] == "invalid_request"
+    assert not_json.status_code == 400
+    assert timed_out[0] == 408 and timed_out[2]["type"] == "timeout"
+    rids = [_request_id(r.headers, r.json()) for r in (*refused.values(), capped, not_json)]
+    rids.append(_request_id(timed_out[1], timed_out[2]))
+    assert sent_own.status_code == 200 and _request_id(sent_own.headers) == sent_own.json()["id"] != "mine-1"
+    rids += [sent_own.json()["id"], *(_request_id(r.headers) for r in others)]
+    assert len(set(rids)) == len(rids)
+
+
+@pytest.mark.parametrize("judge", ["leaky", "half down"])
+def test_a_rerank_s_request_id_is_one_in_its_header_its_body_and_the_log(judge, caplog):
+    """A rerank's log line is under the id its answer has (header and body, a Cohere answer's ``id``): the gate
+    gives it, the route does not make a second one."""
+    comparator = Leaky() if judge == "leaky" else HalfDown("ConnectionError: refused")
+    with caplog.at_level(logging.WARNING, logger="activeprp.serve"), \
+            TestClient(create_app(comparator, **SERVER, max_consecutive_failures=None)) as client:
+        response = client.post("/v2/rerank", json=GOOD)
+    body = response.json()
+    rid = _request_id(response.headers, body if judge == "leaky" else None)
+    assert response.status_code == (502 if judge == "leaky" else 200) and body.get("id", rid) == rid
+    logged = [r.getMessage() for r in caplog.records if r.name == "activeprp.serve"]
+    assert len(logged) == 1 and logged[0].startswith(f"request {rid} answered {response.status_code}")
+
+
 def test_bodies_received_at_once_are_capped_by_the_queue():
     """At most max_active + max_queue bodies are read at once: stalled uploads cannot hold more memory than that
     many bodies, and they were not counted by the admission (the queue) at all."""

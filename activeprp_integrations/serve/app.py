@@ -3,7 +3,8 @@
 and caps: ``bodies``; handlers: ``routes``; the key, body cap and disconnects: ``gate``). The package's
 ``create_app`` checks its arguments and wires these parts (it imports this module on first use).
 
-Error contract (the body is always JSON ``{"message": ..., "type": ...}``): a caller's mistake is a 4xx (400 for a
+Error contract (the body is always JSON ``{"message": ..., "type": ..., "request_id": ...}``, and every answer has
+the request's id in ``X-Request-ID``: ``routes.request_id``): a caller's mistake is a 4xx (400 for a
 body that does not validate, including malformed JSON; 401 without a right key; 413 for a body, query, document
 or document count over the server's caps, and for a prompt too long for the judge's context); 429 with
 ``Retry-After`` when the queue is full; a judge failure is 502 (the endpoint refused the request or the key, or a

@@ -12,7 +12,7 @@ from collections.abc import Callable, Collection, Iterable
 from functools import partial
 from typing import Any
 
-from .routes import internal_error, response_id
+from .routes import REQUEST_ID, error_body, internal_error, request_id, response_id
 
 CLIENT_GONE = 499
 """The status the metrics count for a request whose client went away before its answer (nginx's code)."""
@@ -35,17 +35,12 @@ def json_values(body: bytes, cap: int) -> int:
     return strings + outside.count(b",") + 2 * (outside.count(b"[") + outside.count(b"{")) + 1
 
 
-async def send_error(send: Any, status: int, message: str, kind: str, headers: Iterable[tuple[str, str]] = (),
-                     close: bool = False, request_id: str | None = None) -> None:
-    """Send a whole JSON error response ``{"message", "type"}`` through ASGI ``send``, with ``request_id`` (also as
-    ``X-Request-ID``) when given, as ``routes.error_response``; ``close``: with ``Connection: close``, for a refusal
-    before the body was read whole (the server would otherwise go on reading and dropping whatever the client still
-    sends on the connection)."""
-    said = {"message": message, "type": kind}
-    if request_id is not None:
-        said["request_id"] = request_id
-        headers = [*headers, ("x-request-id", request_id)]
-    body = json.dumps(said).encode()
+async def send_error(send: Any, status: int, message: str, kind: str, rid: str,
+                     headers: Iterable[tuple[str, str]] = (), close: bool = False) -> None:
+    """Send a whole JSON error response (``routes.error_body``, ``rid`` the request's id) through ASGI ``send``, as
+    ``routes.error_response``; ``close``: with ``Connection: close``, for a refusal before the body was read whole
+    (the server would otherwise go on reading and dropping whatever the client still sends on the connection)."""
+    body = json.dumps(error_body(message, kind, rid)).encode()
     head = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
             *((k.encode("latin-1"), v.encode("latin-1")) for k, v in headers),
             *([(b"connection", b"close")] if close else [])]
@@ -62,7 +57,9 @@ def route_path(scope: dict) -> str:
 
 
 class Gate:
-    """ASGI middleware in front of every HTTP route: a bug (any ``Exception`` out of a route, or of the steps below)
+    """ASGI middleware in front of every HTTP route. Each request gets its id when it arrives (``routes.request_id``:
+    a ``response_id`` in its scope's ``state``; a client's own ``X-Request-ID`` is not taken), which its answer
+    carries in ``X-Request-ID``, whatever answers it. A bug (any ``Exception`` out of a route, or of the steps below)
     is answered here with ``routes.internal_error``'s 500 (its traceback logged once, ``secrets`` scrubbed) and ends
     here (``answered``). For the routes in ``routes`` only (others pass through):
 
@@ -99,9 +96,21 @@ class Gate:
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        rid = scope.setdefault("state", {})[REQUEST_ID] = response_id()
+        said_id = (b"x-request-id", rid.encode())
+
+        async def send_with_id(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", ()), said_id]}
+            await send(message)
+
         route = route_path(scope)
         if route not in self.routes:
-            return await self.answered(self.app, scope, receive, send)
+            return await self.answered(self.app, scope, receive, send_with_id)
+        await self._counted(route, scope, receive, send_with_id)
+
+    async def _counted(self, route: str, scope: dict, receive: Any, send: Any) -> None:
+        """A rerank route's request, answered (``_serve``) and counted in the metrics."""
         started, status = time.perf_counter(), [CLIENT_GONE]
 
         async def send_counting(message: dict) -> None:
@@ -117,7 +126,7 @@ class Gate:
                 raise
             await send_error(send_counting, 503, "the server stopped this request before its answer (its shutdown "
                              "passed --shutdown-timeout): retry, on another replica if there is one", "unavailable",
-                             [("retry-after", "1")], close=True, request_id=response_id())
+                             request_id(scope), [("retry-after", "1")], close=True)
         finally:
             self.metrics.in_progress.dec()
             self.metrics.requests.labels(route, str(status[0])).inc()
@@ -136,7 +145,7 @@ class Gate:
         try:
             await app(scope, receive, send_noting)
         except Exception as err:
-            response = internal_error(err, response_id(), self.secrets)  # logs it
+            response = internal_error(err, request_id(scope), self.secrets)  # logs it
             if not started[0]:  # else the server ends the unfinished response
                 await response(scope, receive, send)
 
@@ -151,28 +160,28 @@ class Gate:
         return ok and scheme.lower() == b"bearer"
 
     async def _serve(self, scope: dict, receive: Any, send: Any) -> None:
-        headers = scope["headers"]
+        headers, rid = scope["headers"], request_id(scope)
         if not self.authorized(headers):
             return await send_error(send, 401, "missing or wrong API key: send the header 'Authorization: Bearer "
-                                    "<key>' with a key this server was started with", "unauthorized",
+                                    "<key>' with a key this server was started with", "unauthorized", rid,
                                     [("www-authenticate", "Bearer")], close=True)
         refusal = self.overloaded()
         if refusal is not None:
-            return await send_error(send, 429, str(refusal), "overloaded", [("retry-after", str(refusal.retry_after))],
-                                    close=True, request_id=response_id())
+            return await send_error(send, 429, str(refusal), "overloaded", rid,
+                                    [("retry-after", str(refusal.retry_after))], close=True)
         client = (scope.get("client") or (None,))[0]  # the peer: a proxy's own address behind one
         mine = self.client_uploads[client]
         if self.max_uploads_per_client is not None and mine >= self.max_uploads_per_client:
             return await send_error(send, 429, f"{mine} request bodies from your address are being received, this "
                                     "server's cap per client (--max-uploads-per-client): retry later", "overloaded",
-                                    [("retry-after", "1")], close=True, request_id=response_id())
+                                    rid, [("retry-after", "1")], close=True)
         if self.uploads >= self.max_uploads:
             return await send_error(send, 429, f"{self.uploads} request bodies are being received, this server's cap "
-                                    "(--max-active plus --max-queue): retry later", "overloaded",
-                                    [("retry-after", "1")], close=True, request_id=response_id())
+                                    "(--max-active plus --max-queue): retry later", "overloaded", rid,
+                                    [("retry-after", "1")], close=True)
         length = next((v for k, v in headers if k.lower() == b"content-length"), None)
         if length is not None and (not length.isdigit() or int(length) > self.max_body_bytes):
-            return await self._too_large(send)
+            return await self._too_large(send, rid)
         self.uploads += 1
         self.client_uploads[client] += 1
         try:
@@ -180,7 +189,7 @@ class Gate:
         except asyncio.TimeoutError:
             return await send_error(send, 408, f"the request body did not arrive whole within {self.body_timeout:g} "
                                     "s (this server's --client-timeout): send it faster or make it smaller",
-                                    "timeout", close=True)
+                                    "timeout", rid, close=True)
         finally:
             self.uploads -= 1
             self.client_uploads[client] -= 1
@@ -189,13 +198,13 @@ class Gate:
         if body is None:  # the client went away
             return
         if len(body) > self.max_body_bytes:
-            return await self._too_large(send)
+            return await self._too_large(send, rid)
         scan = partial(json_values, body, self.max_body_values)
         values = await asyncio.to_thread(scan) if len(body) > SCAN_IN_THREAD_BYTES else scan()
         if values > self.max_body_values:
             return await send_error(send, 413, f"request body holds more JSON values than this server's cap of "
                                     f"{self.max_body_values}: send fewer documents or fewer fields per document",
-                                    "too_large")
+                                    "too_large", rid)
         await self._run(scope, body, receive, send)
 
     async def _read(self, receive: Any) -> bytes | None:
@@ -209,9 +218,9 @@ class Gate:
             if len(body) > self.max_body_bytes or not message.get("more_body", False):
                 return bytes(body)
 
-    async def _too_large(self, send: Any) -> None:
+    async def _too_large(self, send: Any, rid: str) -> None:
         await send_error(send, 413, f"request body over this server's cap of {self.max_body_bytes} bytes: send "
-                                    "fewer or shorter documents", "too_large", close=True)
+                                    "fewer or shorter documents", "too_large", rid, close=True)
 
     async def _run(self, scope: dict, body: bytes, receive: Any, send: Any) -> None:
         """Run the app on ``body``; cancel it when the client goes away before the response starts."""

@@ -54,20 +54,31 @@ def response_id() -> str:
     return str(uuid.uuid4())
 
 
+REQUEST_ID = "request_id"
+"""The key of a request's id in its ASGI scope's ``state`` (starlette's ``request.state.request_id``)."""
+
+
+def request_id(scope: Mapping[str, Any]) -> str:
+    """The id the ``gate.Gate`` gave the request of ``scope`` when it arrived (a ``response_id``; a client's own
+    ``X-Request-ID`` is not taken): every answer has it in ``X-Request-ID`` (the gate adds it), an error body in
+    ``request_id``, and the server logs under it."""
+    return scope["state"][REQUEST_ID]
+
+
 def see_log(rid: str) -> str:
     """Where a body that says what failed points for the judge's own words: the server's log, under ``rid``."""
     return f"; request id {rid} (the server's log has the details)"
 
 
-def error_response(status: int, message: str, kind: str, retry_after: int | None = None,
-                   request_id: str | None = None) -> JSONResponse:
-    """The JSON error body ``{"message", "type"}``, with ``request_id`` (also as ``X-Request-ID``) when given."""
-    headers, body = {}, {"message": message, "type": kind}
-    if retry_after is not None:
-        headers["Retry-After"] = str(retry_after)
-    if request_id is not None:
-        headers["X-Request-ID"] = body["request_id"] = request_id
-    return JSONResponse(body, status_code=status, headers=headers or None)
+def error_body(message: str, kind: str, rid: str) -> dict[str, str]:
+    """Every error's JSON body: ``{"message", "type", "request_id"}`` (``rid``: the request's ``request_id``)."""
+    return {"message": message, "type": kind, "request_id": rid}
+
+
+def error_response(status: int, message: str, kind: str, rid: str, retry_after: int | None = None) -> JSONResponse:
+    """An error's response: ``error_body``, with ``Retry-After`` when given (its ``X-Request-ID`` is the gate's)."""
+    headers = None if retry_after is None else {"Retry-After": str(retry_after)}
+    return JSONResponse(error_body(message, kind, rid), status_code=status, headers=headers)
 
 
 TOO_LONG = re.compile(r"context (length|size|window)|maximum context|too long|too many tokens|token limit|exceed|"
@@ -254,28 +265,28 @@ def internal_error(exc: BaseException, rid: str, secrets: Collection[str] = ()) 
     scrubbed) under the request id ``rid``."""
     said = scrub("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)), secrets)
     log.error("request %s answered 500: %s", rid, said)
-    return error_response(500, f"internal error ({type(exc).__name__}){see_log(rid)}", "internal_error",
-                          request_id=rid)
+    return error_response(500, f"internal error ({type(exc).__name__}){see_log(rid)}", "internal_error", rid)
 
 
 def add_error_handlers(app: FastAPI) -> None:
     """Every caller mistake as a 4xx ``{"message", "type": "invalid_request"}`` (400 for a body that does not
-    validate, the ``CallerError``'s own status otherwise). Any other exception (a bug, e.g. in a comparator) is
-    ``internal_error``'s 500: a rerank's, answered by ``Routes.answer`` under the request's id, any other by the
-    ``gate.Gate`` (not here: starlette's handler for ``Exception`` re-raises to the server after answering)."""
+    validate, the ``CallerError``'s own status otherwise), under the request's id. Any other exception (a bug, e.g.
+    in a comparator) is ``internal_error``'s 500, answered by the ``gate.Gate`` (not here: starlette's handler for
+    ``Exception`` re-raises to the server after answering)."""
 
     async def invalid(request: Request, exc: RequestValidationError | ValidationError) -> JSONResponse:
-        return error_response(400, _validation_message(exc) + _body_hint(request), "invalid_request")
+        return error_response(400, _validation_message(exc) + _body_hint(request), "invalid_request",
+                              request_id(request.scope))
 
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         if exc.status_code != 400:
-            return error_response(exc.status_code, str(exc.detail), "invalid_request")
+            return error_response(exc.status_code, str(exc.detail), "invalid_request", request_id(request.scope))
         # FastAPI's "There was an error parsing the body" chains the parser's error, which says what is wrong
         why = _parse_error(exc.__cause__) or str(exc.detail) + _body_hint(request)
-        return error_response(400, why, "invalid_request")
+        return error_response(400, why, "invalid_request", request_id(request.scope))
 
     async def refused(request: Request, exc: CallerError) -> JSONResponse:
-        return error_response(exc.status, str(exc), "invalid_request")
+        return error_response(exc.status, str(exc), "invalid_request", request_id(request.scope))
 
     for kind, handler in ((RequestValidationError, invalid), (ValidationError, invalid),
                           (StarletteHTTPException, http_error), (CallerError, refused)):
@@ -334,30 +345,20 @@ class Routes:
         app.api_route("/ready", methods=["GET", "HEAD"])(self.ready)
         app.get("/metrics")(self.prometheus)
 
-    async def answer(self, query: str, documents: list, top_n: int | None, max_words: int | None,
+    async def answer(self, rid: str, query: str, documents: list, top_n: int | None, max_words: int | None,
                      own: dict[str, Any], respond: Respond, rank_fields: list[str] | None = None,
                      field: str = "documents") -> Response:
         """Rerank ``documents`` (the body's ``field``) with the request's ``own`` settings (see ``app`` for the
         statuses): the judge sees each text (``bodies.document_text``) cut to ``max_words`` words; ``respond`` gets
-        the whole texts. An answer carries a request id (``X-Request-ID``), under which the server logs the
-        judge's own words of a failure or of failed calls, or a bug's traceback (a 500)."""
+        the whole texts. The server logs under the request's id ``rid`` the judge's own words of a failure or of
+        failed calls (a bug's traceback: the gate's ``internal_error``)."""
         query, texts = self.limits.texts(query, documents, rank_fields, field)
-        rid = response_id()
-        try:
-            return await self._answer(query, texts, top_n, max_words, own, respond, rid)
-        except (CallerError, StarletteHTTPException):
-            raise
-        except Exception as err:
-            return internal_error(err, rid, self.secrets)
-
-    async def _answer(self, query: str, texts: list[str], top_n: int | None, max_words: int | None,
-                      own: dict[str, Any], respond: Respond, rid: str) -> Response:
         judged = texts if max_words is None else [cut_words(t, max_words) for t in texts]
         candidates = [Candidate(str(i), t) for i, t in enumerate(judged)]
         try:
             result = await self.service.rerank(query, candidates, **own)
         except Overloaded as err:
-            return error_response(429, str(err), "overloaded", err.retry_after, rid)
+            return error_response(429, str(err), "overloaded", rid, err.retry_after)
         except ComparatorError as err:
             return self.judge_failure(err, query, judged, rid)
         except (TypeError, ValueError) as err:
@@ -365,13 +366,13 @@ class Routes:
                 raise
             raise CallerError(str(err)) from None
         except ShuttingDown as err:
-            return error_response(503, str(err), "unavailable", 1, rid)
+            return error_response(503, str(err), "unavailable", rid, 1)
         self.metrics.spent(result)
         if result.errors or result.failure:
             said = "; ".join(dict.fromkeys(e for e in (result.failure, *result.errors) if e))
             log.warning("request %s answered 200 with the judge's errors: %s", rid, scrub(said, self.secrets))
         order = result.order if top_n is None else result.order[:top_n]
-        return JSONResponse(respond(result, order, texts, rid), headers={"X-Request-ID": rid})
+        return JSONResponse(respond(result, order, texts, rid))
 
     def judge_failure(self, err: ComparatorError, query: str, texts: list[str], rid: str) -> Response:
         """A judge's failure as a response: a prompt too long for the judge's context is the caller's (413);
@@ -393,7 +394,7 @@ class Routes:
         else:
             status, kind, retry_after, message = 502, "judge_failure", None, judge_summary(err) + see
         log.warning("request %s answered %d: %s", rid, status, scrub(describe(err), self.secrets))
-        return error_response(status, message, kind, retry_after, rid)
+        return error_response(status, message, kind, rid, retry_after)
 
     def meta(self, version: str, result: RerankResult, n: int, rid: str) -> dict[str, Any]:
         """A Cohere answer's ``meta`` (Jina's too): ``activeprp`` is ``result.stats()`` with its ``failure`` and
@@ -412,27 +413,30 @@ class Routes:
         }
 
     def cohere(self, version: str) -> Callable[[RerankRequest], Any]:
-        async def rerank(body: RerankRequest) -> Response:
+        async def rerank(body: RerankRequest, request: Request) -> Response:
             def respond(result: RerankResult, order: list[int], texts: list[str], rid: str) -> dict[str, Any]:
                 return {"id": rid, "results": results(body, result, order),
                         "meta": self.meta(API_VERSIONS[version], result, len(texts), rid)}
 
-            return await self.answer(body.query, body.documents, body.top_n, body.max_tokens_per_doc,
-                                     self.limits.own_settings(body), respond, body.rank_fields)
+            return await self.answer(request_id(request.scope), body.query, body.documents, body.top_n,
+                                     body.max_tokens_per_doc, self.limits.own_settings(body), respond,
+                                     body.rank_fields)
 
         rerank.__name__ = f"rerank_{version}"
         return rerank
 
     async def rerank_jina_tei(self, request: Request) -> Response:
+        rid = request_id(request.scope)
         if not _sent_as_json(request):
             return error_response(400, "invalid request: the body is not JSON" + _body_hint(request),
-                                  "invalid_request")
+                                  "invalid_request", rid)
         try:
             raw = await request.json()
         except Exception as err:
-            return error_response(400, _parse_error(err) or "invalid request: the body is not JSON", "invalid_request")
+            return error_response(400, _parse_error(err) or "invalid request: the body is not JSON", "invalid_request",
+                                  rid)
         if isinstance(raw, dict) and "texts" in raw:
-            return await self.tei(TEIRequest.model_validate(raw))
+            return await self.tei(TEIRequest.model_validate(raw), rid)
         body = RerankRequest.model_validate({"return_documents": True, **raw} if isinstance(raw, dict) else raw)
 
         def jina(result: RerankResult, order: list[int], texts: list[str], rid: str) -> dict[str, Any]:
@@ -440,16 +444,16 @@ class Routes:
             return {"model": body.model or MODEL, "results": results(body, result, order),
                     "usage": {"total_tokens": tokens}, "meta": self.meta("jina", result, len(texts), rid)}
 
-        return await self.answer(body.query, body.documents, body.top_n, body.max_tokens_per_doc,
+        return await self.answer(rid, body.query, body.documents, body.top_n, body.max_tokens_per_doc,
                                  self.limits.own_settings(body), jina, body.rank_fields)
 
-    async def tei(self, body: TEIRequest) -> Response:
+    async def tei(self, body: TEIRequest, rid: str) -> Response:
         def respond(result: RerankResult, order: list[int], texts: list[str], rid: str) -> list[dict[str, Any]]:
             return [{"index": i, "score": result.scores[i], **({"text": texts[i]} if body.return_text else {})}
                     for i in order]
 
-        return await self.answer(body.query, body.texts, body.top_n, None, self.limits.own_settings(body), respond,
-                                 field="texts")
+        return await self.answer(rid, body.query, body.texts, body.top_n, None, self.limits.own_settings(body),
+                                 respond, field="texts")
 
     async def health(self) -> dict[str, str]:
         """Liveness: the process answers (whatever the judge's state)."""
