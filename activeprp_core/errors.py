@@ -109,7 +109,9 @@ class ComparatorError(ActivePRPError):
         self.message, self.status_code, self.accounting = message, status_code, accounting
 
     def __str__(self) -> str:
-        return self.message if self.status_code is None else f"{self.message} (HTTP {self.status_code})"
+        said = f" (HTTP {self.status_code})"
+        # a message that ends with its status already (a failed call's: ``RemoteComparator``) says it once
+        return self.message if self.status_code is None or self.message.endswith(said) else self.message + said
 
     def __reduce__(self):  # keep the keyword fields across pickling (Ray moves errors between processes)
         return type(self), (self.message,), {"status_code": self.status_code, "accounting": self.accounting}

@@ -18,7 +18,7 @@ from activeprp_core.comparators import CallGuard, OpenAIChatComparator, RemoteCo
 from activeprp_core.comparators.answers import Answer, UnusableAnswer, answer_from
 from activeprp_core.comparators.base import comparator_name
 from activeprp_core.comparators.clients import LoopClients
-from activeprp_core.comparators.failures import Failure, Fault, status_failure
+from activeprp_core.comparators.failures import MAX_MESSAGE, Failure, Fault, status_failure
 from activeprp_core.comparators.prompts import (
     PRP_PROMPT,
     SwappablePrompts,
@@ -134,7 +134,23 @@ def test_transient_failures_are_retried_then_fail_the_call():
     (failed,) = ChatModelJudge(FakeChatModel(lambda t: StatusError(429, "slow down")), max_attempts=2).judge(
         "q", [pair()])
     assert failed.prob is None and failed.retries == 1
-    assert failed.error == "StatusError from FakeChatModel (model 'fake-chat'): slow down"
+    # its status at the end, as a ComparatorError says it (the SDK's message does not): a 200's errors tell it
+    assert failed.error == "StatusError from FakeChatModel (model 'fake-chat'): slow down (HTTP 429)"
+    assert failed.status_code == 429
+    (long,) = ChatModelJudge(FakeChatModel(lambda t: StatusError(500, "x" * 1000)), max_attempts=1).judge(
+        "q", [pair()])
+    assert long.error.endswith("xx (HTTP 500)") and len(long.error) == MAX_MESSAGE  # not cut off with the words
+
+
+def test_the_error_of_a_rerank_whose_every_call_failed_says_their_status_once():
+    """The failed calls' text ends with its status now, and so does the error's message: said once, not twice."""
+    from activeprp_core import ComparatorUnavailable
+
+    judge = ChatModelJudge(FakeChatModel(lambda t: StatusError(500, "down")), max_attempts=1)
+    with pytest.raises(ComparatorUnavailable) as raised:
+        rerank("q", list(pair()), comparator=judge, budget=2)
+    said = str(raised.value)
+    assert raised.value.status_code == 500 and said.endswith(": down (HTTP 500)") and said.count("HTTP 500") == 1
 
 
 @pytest.mark.parametrize("use_async", [True, False])

@@ -1629,6 +1629,31 @@ def test_a_200_s_failed_calls_are_told_without_the_judge_s_words(error, said, ca
     assert error in logged
 
 
+def test_an_openai_judge_s_failed_calls_in_a_200_say_their_http_status(caplog):
+    """The openai SDK's error says the body's ``error.message``, with no status: a 200's ``meta.activeprp.errors``
+    read "InternalServerError: a judge call failed" where other judges' said "(HTTP 500)". A failed call's text
+    now ends with the status the SDK's ``APIStatusError.status_code`` gave, as a ``ComparatorError``'s does."""
+    pytest.importorskip("openai")
+    from activeprp_core.comparators import OpenAIChatComparator
+    from tests._llm_server import FaultServer, Reply, error_body
+
+    def plan(request):  # every other call fails
+        return Reply(500, error_body("the model crashed", "server_error")) if request.n % 2 else Reply()
+
+    with caplog.at_level(logging.WARNING, logger="activeprp.serve"), \
+            FaultServer(plan, max_requests=100, max_seconds=60) as endpoint, \
+            OpenAIChatComparator("internal-judge-7b", base_url=endpoint.url, api_key="k", max_attempts=1,
+                                 max_concurrency=1) as judge, \
+            TestClient(create_app(judge, **SERVER, max_consecutive_failures=None)) as client:
+        response = client.post("/v2/rerank", json=GOOD)
+    meta = response.json()["meta"]["activeprp"]
+    assert response.status_code == 200 and meta["failed_calls"] >= 1 and meta["failure"] is None
+    assert meta["errors"] == ["InternalServerError: a judge call failed (HTTP 500)"]
+    (logged,) = [r.getMessage() for r in caplog.records if response.json()["id"] in r.getMessage()]
+    said = f"InternalServerError from {endpoint.url} (model 'internal-judge-7b'): the model crashed (HTTP 500)"
+    assert said in logged
+
+
 @pytest.mark.parametrize("on_failure", ["prior", "raise"])
 def test_no_secret_in_a_degraded_answer_or_the_log(on_failure, caplog):
     app = create_app(Leaky(), **SERVER, on_failure=on_failure, secrets=["sk-SECRET-9"], auth_keys=["K"])

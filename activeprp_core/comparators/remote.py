@@ -195,11 +195,14 @@ class RemoteComparator(FreshState, Comparator):
     def _message(self, text: str) -> str:
         return scrub(text, self._secrets)[:MAX_MESSAGE]
 
-    def _call_failed(self, error: BaseException, reason: str) -> str:
+    def _call_failed(self, error: BaseException, reason: str, status_code: int | None = None) -> str:
         """The message of a call that failed with ``error`` for ``reason``: the error's type, where the call went
-        (``endpoint``, ``model``) and why, scrubbed and cut (``_message``)."""
+        (``endpoint``, ``model``) and why, scrubbed and cut (``_message``), ending with its HTTP ``status_code``
+        when it had one, as a ``ComparatorError`` says it ("(HTTP 500)"): an SDK's message may not say it (the
+        openai SDK's is the body's ``error.message``), and a result's ``errors`` keep only this text."""
         where = (f" from {self.endpoint}" if self.endpoint else "") + (f" (model {self.model!r})" if self.model else "")
-        return self._message(f"{type(error).__name__}{where}: {reason}")
+        status = "" if status_code is None else f" (HTTP {status_code})"
+        return self._message(f"{type(error).__name__}{where}: {reason}")[:MAX_MESSAGE - len(status)] + status
 
     def _fault(self, error: BaseException) -> Failure | None:
         if isinstance(error, AttemptTimedOut):
@@ -361,7 +364,8 @@ class RemoteComparator(FreshState, Comparator):
         if error is None:
             return _cut(guard, tries, record)
         fault = self._fault(error)
-        return _cut(guard, tries, record, self._call_failed(error, _reason(fault, error)), _status(fault))
+        return _cut(guard, tries, record, self._call_failed(error, _reason(fault, error), _status(fault)),
+                    _status(fault))
 
     def _honoured(self, failure: Failure | None) -> float | None:
         """The seconds ``failure``'s endpoint asked to wait (its Retry-After) as honoured: capped at
@@ -746,7 +750,7 @@ def _settle(comp: RemoteComparator, guard: CallGuard, retrying: Any, response: A
     elif isinstance(error, ComparatorError):  # the guard stopped the retries
         outcome, ok, reason = error, False, error.message
     elif failure is None or failure.fault in (Fault.RETRY, Fault.FAIL):
-        ok, reason = False, comp._call_failed(error, _reason(failure, error))
+        ok, reason = False, comp._call_failed(error, _reason(failure, error), _status(failure))
         outcome = Judgment(prob=None, retries=retries, error=reason, status_code=_status(failure))
     else:
         outcome = failure.error(comp._call_failed(error, failure.message), status_code=failure.status_code)
