@@ -455,6 +455,49 @@ def test_a_remote_call_s_keyboard_interrupt_or_system_exit_propagates_as_itself_
         judge.release.set()
 
 
+class BrokenAfter(FakeRemote):
+    """A remote judge whose calls after the first ``answers`` raise ``RuntimeError`` (a bug in the model's wrapper,
+    which no failure table reads); ``threaded``: the async path sends through ``send`` in worker threads
+    (``sends_in_thread``, a LangChain chat model with only ``_generate``)."""
+
+    def __init__(self, answers: int, threaded: bool = False, **transport):
+        super().__init__(**transport)
+        self.answers, self.threaded, self._lock = answers, threaded, threading.Lock()
+
+    def send(self, client, request):
+        with self._lock:
+            n = super().send(client, request) and self.sent
+        if n > self.answers:
+            raise RuntimeError("a bug in my model wrapper")
+        return 0.75
+
+    def sends_in_thread(self):
+        return self.threaded
+
+
+@pytest.mark.parametrize("path", ["sync", "async", "async_threads", "rerank_many"])
+def test_a_remote_call_s_bug_propagates_with_every_call_sent_billed(path):
+    """Review s67b finding 2: a call raising an exception that is no transport failure (a bug) propagated as itself
+    (as documented) but was not recorded as sent, so the rerank refunded its whole round: 10 calls sent, the
+    error's ``accounting.calls`` 6. Now the call that raised is recorded as sent (outcome unknown, the breaker
+    unchanged), as a ``ComparatorClosed`` one is, and the accounting bills every call that went out."""
+    from activeprp_core import RerankFailure, rerank_many
+
+    judge = BrokenAfter(7, threaded=path == "async_threads", max_concurrency=4)  # quicksort's first round: 7 calls
+    cands = [Candidate(f"d{i}", f"passage {i}") for i in range(8)]
+    kw = {"comparator": judge, "budget": 30, "ranker": "quicksort", "seed": 0}
+    if path == "rerank_many":
+        (failure,) = rerank_many([("q", cands)], **kw)
+        assert isinstance(failure, RerankFailure)
+        error = failure.error
+    else:
+        with pytest.raises(RuntimeError, match="a bug in my model wrapper") as raised:
+            asyncio.run(arerank("q", cands, **kw)) if path.startswith("async") else rerank("q", cands, **kw)
+        error = raised.value
+    assert judge.sent > 7 and error.accounting.calls == judge.sent  # the failing round's calls included
+    assert (error.accounting.rounds, error.accounting.failed_calls) == (2, judge.sent - 7)
+
+
 class ClosedMidCall(FakeRemote):
     """A remote judge with clients (``FakeClient``s, numbered as opened) whose first call closes the comparator while
     it is in flight (``close()`` on the sync path, ``aclose()`` on the async one: a shared judge's other user leaving

@@ -333,8 +333,8 @@ class RemoteComparator(FreshState, Comparator):
         or ``_settle``'s reading of ``error``.
 
         Raises:
-            ``error`` itself when it is no transport failure (a bug), or a ``ComparatorClosed`` (recorded as sent,
-            its outcome unknown).
+            ``error`` itself when it is no transport failure (a bug), or a ``ComparatorClosed``: recorded as sent,
+            its outcome unknown, so the rerank's accounting bills it.
         """
         if isinstance(error, (DeadlinePassed, _InFlight)):
             if not tries.count:
@@ -346,11 +346,9 @@ class RemoteComparator(FreshState, Comparator):
                     or not tries.asked_past_deadline(self._honoured(self._fault(last)))):
                 return self._deadline_cut(guard, tries, record)
             error = last
-        if isinstance(error, ComparatorClosed):  # sent, its answer lost to the close: spent, the breaker unchanged
-            if record:
+        if not self._handled(error):  # a ComparatorClosed, or a bug: sent (billed), the breaker unchanged
+            if record and tries.count:
                 guard.record(None, retries=tries.count - 1)
-            raise error
-        if not self._handled(error):
             raise error
         if tries.timed_out(self._fault(error)):  # its last attempt failed only at the deadline: cut in flight
             return self._deadline_cut(guard, tries, record)
