@@ -583,6 +583,33 @@ def test_sync_rerank_runs_no_forward_pass_past_its_time_budget(tiny_t5, monkeypa
     assert "time_budget" in result.exhausted_by and sorted(result.order) == [0, 1, 2, 3]
 
 
+@pytest.mark.parametrize("use_async", [False, True])
+def test_a_forward_pass_that_raises_is_billed_with_its_prompts(tiny_t5, use_async):
+    """Review s67b finding 2, on a local model: a pass raising (CUDA out of memory) propagated as itself but its
+    prompts were never recorded on the guard, so the rerank refunded them (accounting.calls 4 of 5 prompts
+    run). Now the prompts of the pass that raised are recorded as sent, outcome unknown, before it propagates."""
+    import asyncio
+
+    from activeprp_core import arerank
+
+    comp = TransformersComparator(tiny_t5, mode="ab", batch_size=2)
+    run, scored = comp._run, []
+
+    def out_of_memory_on_the_third_pass(batch):
+        if comp.forward_passes == 2:
+            scored.append(len(batch))
+            raise RuntimeError("CUDA out of memory")
+        scored.append(len(batch))
+        return run(batch)
+
+    comp._run = out_of_memory_on_the_third_pass
+    cands = [Candidate(str(i), f"passage number {i}") for i in range(6)]
+    kw = {"comparator": comp, "budget": 20, "max_concurrency": 2, "ranker": "quicksort", "seed": 0}
+    with pytest.raises(RuntimeError, match="CUDA out of memory") as raised:
+        asyncio.run(arerank("q", cands, **kw)) if use_async else rerank("q", cands, **kw)
+    assert len(scored) == 3 and raised.value.accounting.calls == sum(scored)  # the raising pass's prompts too
+
+
 def test_judge_waits_for_another_callers_passes_at_most_until_its_deadline(tiny_t5):
     """Another caller (a thread, a ``with_prompts`` copy) holds the model's lock: a judge with 50 ms left waits for
     it until its deadline, then sends nothing (all unsent), instead of waiting for the other's whole batch."""

@@ -250,7 +250,8 @@ class TransformersComparator(SwappablePrompts, FreshState, Comparator):
         raise NotImplementedError
 
     def _judge_all(self, items: Sequence[Item], guard: CallGuard, answers: _Answers) -> list[Judgment]:
-        """``_judge_items`` under the model lock (nothing once ``answers`` is stopped), then ``answers.finish()``.
+        """``_judge_items`` under the model lock (nothing once ``answers`` is stopped), then ``answers.finish()``
+        (also when a pass raises, before the error propagates: its items were sent).
         The lock is waited for at most until the items' last deadline (``_time_left``): another caller's passes
         (a thread, a ``with_prompts`` copy) may hold it long past it, and then nothing is sent (all ``unsent()``)."""
         import torch
@@ -264,6 +265,9 @@ class TransformersComparator(SwappablePrompts, FreshState, Comparator):
             with torch.inference_mode():
                 if not answers.stopped:
                     self._judge_items(items, guard, size, answers)
+        except Exception:
+            answers.finish()  # the pass that raised spent on its items: billed as sent, outcome unknown
+            raise
         finally:
             self._lock.release()
         return answers.finish()
