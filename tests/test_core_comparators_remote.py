@@ -498,6 +498,49 @@ def test_a_remote_call_s_bug_propagates_with_every_call_sent_billed(path):
     assert (error.accounting.rounds, error.accounting.failed_calls) == (2, judge.sent - 7)
 
 
+class RefusedAmidCalls(FakeRemote):
+    """A remote judge whose first call is refused (401) once ``in_flight`` other calls have gone out; those wait for
+    ``release`` (set by the test once the rerank raised), then answer."""
+
+    def __init__(self, in_flight: int, **transport):
+        super().__init__(**transport)
+        self.in_flight, self.release, self._lock = in_flight, threading.Event(), threading.Lock()
+        self.others_sent = threading.Semaphore(0)
+
+    def send(self, client, request):
+        with self._lock:
+            n = super().send(client, request) and self.sent
+        if n == 1:
+            for _ in range(self.in_flight):
+                self.others_sent.acquire(timeout=5)
+            raise StatusError(401, "invalid key")
+        self.others_sent.release()
+        self.release.wait(5)
+        return 0.75
+
+    def sends_in_thread(self):
+        return True
+
+    def classify(self, error):
+        return status_failure(error.status_code, str(error)) if isinstance(error, StatusError) else None
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_a_refusal_amid_calls_in_flight_bills_them(use_async):
+    """Review s67b finding 2, for a refusal: on the sync path's threads a 401 ends the wait at once, and the calls
+    of its batch still in flight were never recorded (abandoned), so the rerank billed 1 call of 4 sent. Now they
+    are recorded as sent, outcome unknown, when the wait ends; the async path cancels and bills them already."""
+    judge = RefusedAmidCalls(3, max_concurrency=4)
+    cands = [Candidate(f"d{i}", f"passage {i}") for i in range(8)]
+    kw = {"comparator": judge, "budget": 30, "ranker": "quicksort"}
+    try:
+        with pytest.raises(ComparatorAuthError) as raised:
+            asyncio.run(arerank("q", cands, **kw)) if use_async else rerank("q", cands, **kw)
+    finally:
+        judge.release.set()
+    assert judge.sent == 4 and raised.value.accounting.calls == 4
+
+
 class ClosedMidCall(FakeRemote):
     """A remote judge with clients (``FakeClient``s, numbered as opened) whose first call closes the comparator while
     it is in flight (``close()`` on the sync path, ``aclose()`` on the async one: a shared judge's other user leaving

@@ -431,8 +431,9 @@ def _in_threads(call: Any, asks: Sequence[tuple[CallGuard, Sequence[Item]]]) -> 
 
     Returns per ask its judgments, or the exception of its call that raised: that drops the ask's queued calls and
     starts no retry of its own (the other asks go on), and ends the wait at once when its guard stopped (a 401, an
-    open breaker) or it was a ``ComparatorClosed`` (the comparator closed under it: no ask sends another call).
-    Under deadlines the calls are waited for until the last of the asks' deadlines: a call not started by then (or
+    open breaker) or it was a ``ComparatorClosed`` (the comparator closed under it: no ask sends another call); the
+    ask's calls still in flight then are recorded as sent, outcome unknown (billed; their answers dropped). Under
+    deadlines the calls are waited for until the last of the asks' deadlines: a call not started by then (or
     still waiting for its slot) is not sent, one still running is cut (its thread runs on, holding its slot; its
     late answer is discarded).
 
@@ -475,8 +476,13 @@ def _in_threads(call: Any, asks: Sequence[tuple[CallGuard, Sequence[Item]]]) -> 
         out: list[list[Judgment] | Exception] = []
         for (guard, _), own, stop in zip(asks, owners, stops):
             failed = next((f for f, _ in own if f.done() and not f.cancelled() and f.exception()), None)
-            out.append(failed.exception() if failed is not None else  # type: ignore[arg-type]
-                       [f.result() if f.done() else stop.unsent() if f.cancel() or not job.has_slot.is_set()
+            if failed is not None:
+                for f, job in own:  # still in flight once past its checks (the wait ended as its guard stopped)
+                    if not f.done() and job.cut is not None and job.claim():
+                        job.cut(True)  # sent: billed, outcome unknown, with its attempts
+                out.append(failed.exception())  # type: ignore[arg-type]
+                continue
+            out.append([f.result() if f.done() else stop.unsent() if f.cancel() or not job.has_slot.is_set()
                         else job.cut_at_deadline(guard) for f, job in own])
         return out
     finally:
