@@ -12,7 +12,7 @@ from typing import Any
 
 from activeprp_core import Comparator
 from activeprp_core.comparators import SupportsCompare
-from activeprp_core.comparators.base import comparator_name
+from activeprp_core.comparators.base import check_comparator, comparator_name
 from activeprp_core.comparators.prompts import SwappablePrompts
 
 from . import _common as common
@@ -80,7 +80,10 @@ class ActivePRPRerank(common.ComparatorFactories, BaseNodePostprocessor, PromptM
         llm: instead of ``comparator``, your LlamaIndex LLM (any ``llama_index.core.llms.LLM``: OpenAI,
             OpenAILike, Ollama ...) as the judge: the comparator becomes ``LLMComparator(llm)`` (the PRP prompt,
             P(A) from logprobs when the model gives them; see docs/frameworks-llm.md). The LLM object is never
-            changed. Exactly one of ``comparator`` and ``llm``: both is a ValueError, neither a TypeError.
+            changed; readable as ``.llm`` (None when the judge was given as ``comparator``). Exactly one of
+            ``comparator`` and ``llm``: both is a ValueError, neither a TypeError. The judge is no field: assigning
+            ``p.comparator = ...`` or ``p.llm = ...`` replaces it (the other one then reads None), checked as the
+            constructor checks it (None is a TypeError; a refused assignment changes nothing).
         top_n: how many nodes to return (int >= 1, default 3, as in the LangChain wrapper); also the core's top-K.
         Every other ``activeprp_core.RerankSettings`` field under its own name, checked as the core checks it
         and defaulting to the online preset ``activeprp_core.settings.ONLINE`` (the LangChain compressor's
@@ -111,14 +114,16 @@ class ActivePRPRerank(common.ComparatorFactories, BaseNodePostprocessor, PromptM
 
     Raises:
         ValueError: ``query_bundle`` missing; a bad field value (at construction, assignment or ``model_copy``),
-            or both ``comparator`` and ``llm`` (at construction or in ``model_copy``). TypeError: neither of them,
-            ``llm`` is not a LlamaIndex ``LLM``, a comparator without ``compare``, a field of the wrong type, a
+            or both ``comparator`` and ``llm`` (at construction or in ``model_copy``). TypeError: neither of them
+            (also an assigned None), ``llm`` is not a LlamaIndex ``LLM``, a comparator without ``compare`` (at
+            construction, assignment or in ``model_copy``), a field of the wrong type, a
             name in ``model_copy``'s update that is no field, or pickling with a judge that does not pickle.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
 
     _comparator: Comparator | SupportsCompare = PrivateAttr()
+    _llm: LLM | None = PrivateAttr(default=None)  # the LLM the judge was built from (llm=), else None
 
     def __init__(self, comparator: Comparator | SupportsCompare | None = None, *, llm: LLM | None = None,
                  **fields: Any) -> None:
@@ -129,14 +134,16 @@ class ActivePRPRerank(common.ComparatorFactories, BaseNodePostprocessor, PromptM
         self._set_judge(comparator, llm)
 
     def _set_judge(self, comparator: Any, llm: Any) -> None:
-        """Judge with ``comparator``, or ``LLMComparator(llm)``: exactly one of them.
+        """Judge with ``comparator``, or ``LLMComparator(llm)``: exactly one of them (at construction, assignment
+        and in ``model_copy``), checked before anything changes.
 
         Raises:
             TypeError: neither; ``llm`` is no LlamaIndex ``LLM``; a comparator without ``compare``. ValueError: both.
         """
         exactly_one_judge(comparator, llm)
-        self._comparator = comparator if llm is None else LLMComparator(llm)
-        common.judge_of(self)  # a comparator without compare() fails here, at construction
+        self._comparator = check_comparator(comparator) if llm is None else LLMComparator(llm)
+        self._llm = llm
+        common.judge_of(self)
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> ActivePRPRerank:
         """pydantic's ``model_copy`` (which validates nothing, and knows no judge: it is no field), taking
@@ -178,8 +185,22 @@ class ActivePRPRerank(common.ComparatorFactories, BaseNodePostprocessor, PromptM
 
     @property
     def comparator(self) -> Any:
-        """The pairwise comparator (see ``activeprp_core.Comparator``)."""
+        """The pairwise comparator (see ``activeprp_core.Comparator``); assigning one makes it the judge."""
         return self._comparator
+
+    @comparator.setter
+    def comparator(self, comparator: Any) -> None:
+        self._set_judge(comparator, None)
+
+    @property
+    def llm(self) -> LLM | None:
+        """The LlamaIndex LLM the judge was built from (``llm=``), else None; assigning one makes its
+        ``LLMComparator`` the judge."""
+        return self._llm
+
+    @llm.setter
+    def llm(self, llm: LLM | None) -> None:
+        self._set_judge(None, llm)
 
     @classmethod
     def class_name(cls) -> str:

@@ -287,6 +287,38 @@ def test_model_copy_replaces_the_judge_and_checks_its_update():
     assert (llm.model_dump(), other.model_dump(), dict(vars(comparator))) == before
 
 
+def test_assigning_the_judge_replaces_it_checked_as_the_constructor_checks_it():
+    """Review s67b finding 3: ``p.comparator = x`` was Python's bare "property 'comparator' ... has no setter" and
+    there was no ``p.llm``, while the LangChain compressor takes both assignments and docs/frameworks.md says a
+    field is checked at assignment. Assigning either now replaces the judge (the other reads None), checked as the
+    constructor checks it; a refused assignment changes nothing. The copies keep the LLM their judge calls."""
+    import copy
+
+    from activeprp_integrations.llama_index import LLMComparator
+
+    llm, other, comparator = MockLLM(), MockLLM(max_tokens=7), SimulatedComparator({}, seed=2)
+    reranker = ActivePRPRerank(llm=llm, budget=4)
+    assert reranker.llm is llm and reranker.comparator.llm is llm
+    reranker.comparator = comparator
+    assert reranker.comparator is comparator and reranker.llm is None
+    nodes = [NodeWithScore(node=TextNode(text=f"passage {i}", id_=str(i))) for i in range(4)]
+    assert len(reranker.postprocess_nodes(nodes, query_str="q")) == 3
+    reranker.llm = other
+    judge = reranker.comparator
+    assert isinstance(judge, LLMComparator) and judge.llm is other and reranker.llm is other
+    for name, value, error, message in (("comparator", None, TypeError, "needs a judge"),
+                                        ("llm", None, TypeError, "needs a judge"),
+                                        ("llm", "gpt", TypeError, "LlamaIndex LLM"),
+                                        ("comparator", object(), TypeError, "compare")):
+        with pytest.raises(error, match=message):
+            setattr(reranker, name, value)
+        assert reranker.comparator is judge and reranker.llm is other  # unchanged
+    assert reranker.model_copy(update={"top_n": 2}).llm is other
+    assert reranker.model_copy(update={"comparator": comparator}).llm is None
+    for copied in (copy.deepcopy(reranker), pickle.loads(pickle.dumps(reranker))):
+        assert copied.llm is not other and copied.llm is copied.comparator.llm
+
+
 class Locked:
     """A duck-typed comparator holding a lock: it cannot be pickled."""
 
