@@ -5,9 +5,10 @@ usage the way an endpoint does; the engine reserves ``Comparator.estimate_tokens
 the PRP prompt filled with the query and both passages, plus 32) and refunds the difference to the reported usage
 (prompt tokens = a quarter of the prompt's bytes, the usual English BPE ratio, plus 1 completion token). A rerank
 is "capped" when the token cap refused a question (``"token_budget" in exhausted_by``); the share is reported
-tokens / token_budget. Command (from the repository root; writes ``benchmarks/results/token_budget/``):
+tokens / token_budget. Command (from the repository root; writes ``rows.json`` and ``table.md`` into ``--out``,
+by default ``benchmarks/results/token_budget/``):
 
-    python benchmarks/token_budget.py [--queries N]
+    python benchmarks/token_budget.py [--queries N] [--out DIR]
 """
 
 from __future__ import annotations
@@ -49,11 +50,13 @@ def load(n_queries: int | None) -> list[tuple[str, list[Candidate], dict[str, in
             for _, _, query, hits, qrels in judged_queries()][:n_queries]
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--queries", type=int, default=None, help="first N judged queries (default: all 97)")
     p.add_argument("--oracles", nargs="+", default=["randomized", "bidirectional"])
-    args = p.parse_args()
+    p.add_argument("--out", type=Path, default=OUT,
+                   help="directory for rows.json and table.md (default: benchmarks/results/token_budget)")
+    args = p.parse_args(argv)
     queries = load(args.queries)
     rows, lines = [], ["| ranker | oracle | token_budget | capped reranks | share of the cap: mean | min | max |",
                        "| --- | --- | --- | --- | --- | --- | --- |"]
@@ -77,13 +80,13 @@ def main() -> int:
                 lines.append(f"| {ranker} | {oracle} | {cap} | {len(shares)}/{len(queries)} | "
                              f"{row['share_mean']} | {row['share_min']} | {row['share_max']} |")
                 print(lines[-1], flush=True)
-    OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "rows.json").write_text(json.dumps(rows, indent=1) + "\n")
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "rows.json").write_text(json.dumps(rows, indent=1) + "\n")
     head = ["# Token cap: share of token_budget spent by capped reranks (DL19+DL20, N=100, K=10, seed 0)", "",
             "Command: `python benchmarks/token_budget.py` (estimate = default `Comparator.estimate_tokens`, "
             "reported usage = prompt bytes / 4 + 1 answer token). Reported tokens over the cap: "
             f"{sum(r['over_cap'] for r in rows)}.", ""]
-    (OUT / "table.md").write_text("\n".join(head + lines) + "\n")
+    (args.out / "table.md").write_text("\n".join(head + lines) + "\n")
     assert not any(r["over_cap"] for r in rows), "reported tokens exceeded the cap"
     return 0
 
