@@ -399,6 +399,12 @@ def spread(colls: Sequence[Coll], budget: int, seeds: int = 2, depth: int = 100,
         recs.append({"judge": name, "ndcg": {f"{r}/{o}": round(_mean([q[r, o, "dl19"], q[r, o, "dl20"]]), 2)
                                              for r, o in rows}})
         print(name, max(recs[-1]["ndcg"].items(), key=lambda kv: kv[1]), flush=True)
+    return recs, spread_text(recs, budget, seeds, depth, top_k, max_rounds)
+
+
+def spread_text(recs: list[dict], budget: int, seeds: int = 2, depth: int = 100, top_k: int = 10,
+                max_rounds: int | None = None) -> str:
+    """``spread``'s Markdown from its records (the ``spread_*.json`` beside each ``spread_*.md``)."""
     keys = list(recs[0]["ndcg"])
     best = {r["judge"]: max(r["ndcg"].values()) for r in recs}
     worst_gap = {k: max(best[r["judge"]] - r["ndcg"][k] for r in recs) for k in keys}
@@ -418,7 +424,7 @@ def spread(colls: Sequence[Coll], budget: int, seeds: int = 2, depth: int = 100,
         lines.append(f"| `{r['judge']}` | " + " | ".join(
             f"**{v:.1f}**" if k == top else f"{v:.1f}" for k, v in r["ndcg"].items()) + f" | {top} |")
     lines.append("| worst gap | " + " | ".join(f"{worst_gap[k]:.1f}" for k in keys) + " | |")
-    return recs, "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n"
 
 
 def main(argv: Sequence[str] | None = None) -> None:

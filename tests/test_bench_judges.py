@@ -268,6 +268,22 @@ def test_the_calibration_script_bisects_with_the_package_s_bisect_rounded():
     assert script.calibration.bisect is bisect
 
 
+@pytest.mark.parametrize(("stem", "params"), [("spread_n100_k10_b250", (250, 2, 100, 10, None)),
+                                               ("spread_n20_k3_b50_r6", (50, 2, 20, 3, 6))])
+def test_spread_tables_are_what_their_records_give_with_a_command_that_runs(stem, params):
+    """The spread tables printed ``python -m activeprp_bench.judge_calibration``, a module moved to
+    ``benchmarks/judge_calibration.py`` (5d94647), beside rows of an older ``auto``; re-run, each .md is the
+    script's rendering of the .json beside it, and the command it prints names the script."""
+    spec = importlib.util.spec_from_file_location("judge_calibration", ROOT / "benchmarks" / "judge_calibration.py")
+    script = sys.modules["judge_calibration"] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    folder = ROOT / "benchmarks" / "results" / "judges"
+    text = (folder / f"{stem}.md").read_text(encoding="utf-8")
+    assert text == script.spread_text(json.loads((folder / f"{stem}.json").read_text(encoding="utf-8")), *params)
+    command = text.split("Command: `", 1)[1].split("`", 1)[0]
+    assert command.startswith("python benchmarks/judge_calibration.py ") and f"--spread {params[0]}" in command
+
+
 def test_calibration_answer_stats_count_the_answers():
     spec = importlib.util.spec_from_file_location("judge_calibration", ROOT / "benchmarks" / "judge_calibration.py")
     calibration = sys.modules["judge_calibration"] = importlib.util.module_from_spec(spec)  # dataclasses need it
