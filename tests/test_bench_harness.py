@@ -584,3 +584,17 @@ def test_the_bench_has_one_list_of_the_papers_budgets():
     from activeprp_bench import grid, report
 
     assert report.PAPER_BUDGETS is grid.PAPER_BUDGETS
+
+
+@needs_data
+def test_bench_walltime_file_says_the_load_it_ran_under(tmp_path, monkeypatch):
+    """Measured minus modelled seconds grows with the machine's load (review s67c saw +0.19 s at load 6 against the
+    docs' 0.1 s), so the check's file records the load at its start and end."""
+    loads = iter([3.25, 5.5])
+    monkeypatch.setattr("activeprp_cli.demo.current_load", lambda: next(loads))
+    assert main(["bench", "walltime", "--data", str(DATA), "--collections", "noveleval", "--queries", "1",
+                 "--depth", "6", "--top-k", "2", "--rankers", "mohajer", "--oracles", "randomized", "--budgets", "4",
+                 "--max-rounds", "none", "--latency", "0.001", "--out", str(tmp_path)]) == 0
+    text = (tmp_path / "walltime_check.md").read_text()
+    assert "Load on the machine: 3.2 at the start, 5.5 at the end." in text.splitlines()[0]
+    assert "| simulated | noveleval |" in text
