@@ -170,8 +170,8 @@ def add_judge_args(g: Any) -> None:
     g.add_argument("--judge-timeout", type=seconds(allow_none=False, positive=True), default=TIMEOUT, action=Given,
                    help="openai: seconds per call attempt (timeout; default %(default)s)")
     g.add_argument("--judge-retries", type=count(minimum=0), default=MAX_ATTEMPTS - 1, action=Given,
-                   help="openai: retries of a call that timed out or failed transiently (max_attempts minus 1; "
-                        "default %(default)s)")
+                   help="openai: retries of a call that timed out or failed transiently, not counted against "
+                        "--budget (max_attempts minus 1; default %(default)s)")
 
 
 def make_comparator(args: argparse.Namespace, candidates: list[Candidate] | None = None) -> Any:

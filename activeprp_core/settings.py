@@ -133,7 +133,8 @@ class RerankSettings:
     Attributes:
         ranker: a name of ``activeprp_core.rankers.RANKERS`` (``"auto"`` included) or a ``Ranker`` instance.
         oracle: ``randomized``, ``bidirectional``, ``single``, ``adaptive``, ``auto``, or an ``Oracle`` instance.
-        budget: the most LLM calls per query (int >= 0; None = no cap). Required: spend is always stated.
+        budget: the most LLM calls per query (int >= 0; None = no cap), a remote judge's retries not counted
+            (they are reported in ``retries``). Required: spend is always stated.
         max_rounds: the most sequential rounds that send calls (int >= 0; None = no cap; 0 = the prior order).
         token_budget: the most prompt + completion tokens per query (int >= 0; None = no cap): each prompt's
             upper-bound estimate (``Comparator.estimate_tokens``) is reserved before it is sent, the difference
@@ -156,7 +157,8 @@ class RerankSettings:
                                     "mohajer")
     oracle: str | Oracle = _setting(Named(ORACLES, Oracle, (AUTO,)),
                                     "the oracle that turns a pair question into LLM calls", "randomized")
-    budget: int | None = _setting(Count(allow_none=True), "most LLM calls per query", none="no cap",
+    budget: int | None = _setting(Count(allow_none=True),
+                                  "most LLM calls per query (a judge's retries are not counted)", none="no cap",
                                   per_request=True)
     max_rounds: int | None = _setting(Count(allow_none=True), "most sequential rounds of LLM calls per query", None,
                                       none="no cap", per_request=True)

@@ -224,8 +224,8 @@ with about 20 fields of metadata fits."""
 
 class Limits:
     """The server's caps on a request: documents, bytes per document and per query, bytes of the whole body, and
-    the most ``budget`` / ``max_rounds`` / ``time_budget`` a request may ask for (None = no cap; the server's
-    defaults are the caps)."""
+    the most ``budget`` / ``max_rounds`` / ``token_budget`` / ``time_budget`` a request may ask for (None = no cap;
+    the server's defaults are the caps)."""
 
     def __init__(self, max_documents: int, max_document_bytes: int, caps: dict[str, Any],
                  max_query_bytes: int | None = None, max_body_bytes: int | None = None) -> None:
