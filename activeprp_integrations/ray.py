@@ -247,7 +247,9 @@ def connect(address: str | None = None, *, num_cpus: int | None = None) -> bool:
             ``/tmp/ray``, or under ``$RAY_TMPDIR`` / ``$TMPDIR``), which only Ray's private helpers read: it is
             not probed, so a file left by a head that died without ``ray stop`` (a crash, an OOM kill, a restarted
             container that kept /tmp) makes ``ray.init`` retry it for minutes; run ``ray stop`` (or remove that
-            file), or pass ``HOST:PORT``, which is probed. None: start a new
+            file), or pass ``HOST:PORT``, which is probed. A loopback host (``127.0.0.1``, ``localhost``, ``::1``;
+            in ``RAY_ADDRESS`` too) is joined there, a Ray that listens on loopback only included (``ray.init``
+            alone would dial the machine's IP instead and retry it for minutes). None: start a new
             local Ray on this machine that listens on 127.0.0.1 only (Ray's ``address="local"``: ``RAY_ADDRESS``
             and a cluster left by ``ray start`` are ignored; sets ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` unless
             set, and holds to it whether or not Ray was imported earlier in this process: ``_start_local``), no
@@ -274,8 +276,31 @@ def connect(address: str | None = None, *, num_cpus: int | None = None) -> bool:
     else:
         from_env = address == "auto" and os.environ.get(RAY_ADDRESS_ENV)  # what ray.init reads for "auto"
         _probe(from_env or address, f" ({RAY_ADDRESS_ENV}, which address 'auto' reads)" if from_env else "")
-        ray.init(address=address)
+        # else Ray dials the machine's IP instead of the loopback address probed, where a loopback-only Ray
+        # (ours, or one started with LOOPBACK_ENV=0) does not listen, and retries it for minutes
+        with _ray_on_loopback(_is_loopback(_host_port(from_env or address)[0])):
+            ray.init(address=address)
     return True
+
+
+@contextlib.contextmanager
+def _ray_on_loopback(wanted: bool) -> Iterator[None]:
+    """When ``wanted``, ``ray._private.ray_constants.ENABLE_RAY_CLUSTER`` (read from ``LOOPBACK_ENV`` when Ray was
+    imported) is False during the block and put back after it; otherwise, or when Ray no longer has it, unchanged.
+
+    ``ray.init`` reads it (through ``services.get_node_ip_address``) to pick the node address of a local Ray and
+    to replace a loopback host in the address it joins (``services.resolve_ip_for_localhost``): False keeps both
+    on 127.0.0.1."""
+    constants = sys.modules.get("ray._private.ray_constants")
+    imported_as = getattr(constants, "ENABLE_RAY_CLUSTER", None)
+    if not wanted or imported_as is None:
+        yield
+        return
+    constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        constants.ENABLE_RAY_CLUSTER = imported_as
 
 
 def _start_local(ray: Any, num_cpus: int | None) -> None:
@@ -284,7 +309,7 @@ def _start_local(ray: Any, num_cpus: int | None) -> None:
     Ray reads ``LOOPBACK_ENV`` once, when it is imported, into ``ray._private.ray_constants.ENABLE_RAY_CLUSTER``,
     which ``ray.init`` reads when it picks the node address: after an ``import ray`` that came before ``connect``
     set the variable, the node took the machine's address and every server listened on all interfaces. So the
-    constant follows the variable during this ``ray.init`` (and is put back after it), and the node address is
+    constant follows the variable during this ``ray.init`` (``_ray_on_loopback``), and the node address is
     checked after it through Ray's public ``ray.util.get_node_ip_address``.
 
     Raises:
@@ -292,17 +317,10 @@ def _start_local(ray: Any, num_cpus: int | None) -> None:
             constant is gone or no longer decides it); that Ray is shut down first.
     """
     loopback = os.environ.get(LOOPBACK_ENV, "").lower() not in ("1", "true")
-    constants = sys.modules.get("ray._private.ray_constants")
-    imported_as = getattr(constants, "ENABLE_RAY_CLUSTER", None)
-    if loopback and imported_as is not None:
-        constants.ENABLE_RAY_CLUSTER = False
-    try:
+    with _ray_on_loopback(loopback):
         ray.init(address="local", num_cpus=num_cpus, include_dashboard=False)
-    finally:
-        if loopback and imported_as is not None:
-            constants.ENABLE_RAY_CLUSTER = imported_as
     node = ray.util.get_node_ip_address()
-    if loopback and not ipaddress.ip_address(node.strip("[]")).is_loopback:
+    if loopback and not _is_loopback(node):
         ray.shutdown()
         raise RuntimeError(f"the local Ray took the node address {node}, not 127.0.0.1, so it would listen on "
                            f"every interface; it was shut down. Call connect() before importing ray, or start "
@@ -316,15 +334,35 @@ def _probe(address: str, source: str = "") -> None:
     if address.startswith("ray://") and importlib.util.find_spec("grpc") is None:
         raise ImportError(f"Ray Client (address {address}) needs grpcio, which activeprp[ray] does not install: "
                           f"{RAY_CLIENT_EXTRA}")
-    host, _, port = address.removeprefix("ray://").rpartition(":")
-    if "://" in host or not port.isdigit():
+    host, port = _host_port(address)
+    if port is None:
         return
     try:
-        socket.create_connection((host.removeprefix("[").removesuffix("]"), int(port)),  # [::1]:6379
-                                 timeout=PROBE_TIMEOUT_S).close()
+        socket.create_connection((host, port), timeout=PROBE_TIMEOUT_S).close()
     except OSError as error:
         raise ConnectionError(f"no Ray cluster at {address}{source}: {type(error).__name__}: {error} (waited at most "
                               f"{PROBE_TIMEOUT_S:g} s)") from None
+
+
+def _host_port(address: str) -> tuple[str, int | None]:
+    """The host (without an IPv6 address's brackets) and port of ``HOST:PORT`` or ``ray://HOST:PORT``; for other
+    forms (``"auto"``, other schemes) the address itself and None."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if "://" in host or not port.isdigit():
+        return address, None
+    return host.removeprefix("[").removesuffix("]"), int(port)  # [::1]:6379
+
+
+def _is_loopback(host: str) -> bool:
+    """Whether ``host`` (a name, an IP address, in brackets or not) is this machine's loopback: ``localhost`` or
+    an address in 127.0.0.0/8 or ::1."""
+    host = host.strip("[]")
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _stopped_by(error: BaseException) -> BaseException | None:

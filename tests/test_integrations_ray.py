@@ -101,6 +101,43 @@ def test_a_local_ray_on_a_public_address_is_shut_down_and_refused(monkeypatch):
     assert not fake.shut
 
 
+@pytest.mark.parametrize("host, via_env", [("127.0.0.1", False), ("localhost", False), ("127.0.0.1", True)])
+def test_joining_a_loopback_address_keeps_ray_on_loopback(monkeypatch, host, via_env):
+    """``connect("127.0.0.1:PORT")`` probed that address, then ``ray.init`` replaced the loopback host with the
+    machine's IP (Ray's cluster mode), where a loopback-only Ray (``connect()``'s own) does not listen, and retried
+    it for minutes (review s67a, finding 1). The constant is off during that ``ray.init``, as for a local Ray, and
+    put back after it; no Ray runs here (a listening socket answers the probe)."""
+    import socket
+    from types import SimpleNamespace
+
+    from activeprp_integrations import ray as adapter
+
+    constants = SimpleNamespace(ENABLE_RAY_CLUSTER=True)
+    monkeypatch.setitem(sys.modules, "ray._private.ray_constants", constants)
+    fake = FakeRay(constants, "127.0.0.1")
+    monkeypatch.setattr(adapter, "_ray", lambda: fake)
+    with socket.create_server(("127.0.0.1", 0)) as head:
+        address = f"{host}:{head.getsockname()[1]}"
+        if via_env:
+            monkeypatch.setenv(adapter.RAY_ADDRESS_ENV, address)
+        assert adapter.connect("auto" if via_env else address)
+    assert fake.seen == [("auto" if via_env else address, False)] and constants.ENABLE_RAY_CLUSTER is True
+
+
+def test_joining_another_address_leaves_ray_as_it_is(monkeypatch):
+    from types import SimpleNamespace
+
+    from activeprp_integrations import ray as adapter
+
+    constants = SimpleNamespace(ENABLE_RAY_CLUSTER=True)
+    monkeypatch.setitem(sys.modules, "ray._private.ray_constants", constants)
+    fake = FakeRay(constants, "192.0.2.2")
+    monkeypatch.setattr(adapter, "_ray", lambda: fake)
+    monkeypatch.setattr(adapter, "_probe", lambda address, source="": None)
+    assert adapter.connect("192.0.2.7:6379")
+    assert fake.seen == [("192.0.2.7:6379", True)]
+
+
 def test_rerank_records_tells_the_refused_local_ray_in_one_line(monkeypatch, capsys):
     """``rerank-run --ray``'s runner let that RuntimeError through (it caught only ConnectionError and ValueError
     from ``connect``): a traceback. It is now an ``InputError``: one line."""
