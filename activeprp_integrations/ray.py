@@ -35,6 +35,7 @@ import contextlib
 import importlib.util
 import ipaddress
 import logging
+import math
 import os
 import socket
 import sys
@@ -54,8 +55,12 @@ PROBE_TIMEOUT_S = 5.0
 """Seconds ``connect`` waits for a TCP connection to a cluster's address before raising ``ConnectionError``
 (``ray.init`` itself retries an address where nothing listens for many minutes)."""
 DEFAULT_NUM_CPUS = 0.5
-"""CPUs reserved per actor. Fractional on purpose: on a small Ray (e.g. ``ray.init(num_cpus=2)``) a pool of 2
-actors at ``num_cpus=1`` holds every CPU and the dataset's read tasks never run (docs/ray-notes.md)."""
+"""CPUs reserved per actor when ``num_cpus`` is not given, or less on a small cluster (``_cpus_per_actor``).
+Fractional on purpose: the comparator waits on an endpoint or a GPU, and a pool that holds every CPU starves the
+dataset's read tasks (docs/ray-notes.md)."""
+TASK_CPUS = 1.0
+"""CPUs the pool leaves free for the dataset's own tasks: Ray Data's read tasks (``read_json``, ``read_parquet``
+...) ask for one CPU each (Ray's default); with less free, the dataset waits for it forever, with no error."""
 RAY_ADDRESS_ENV = "RAY_ADDRESS"
 """Where ``ray.init`` looks first for the cluster of ``address="auto"`` (or of no address)."""
 LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
@@ -172,7 +177,7 @@ def rerank_dataset(
     comparator_factory: Callable[[], Any],
     *,
     num_actors: int = 1,
-    num_cpus: float = DEFAULT_NUM_CPUS,
+    num_cpus: float | None = None,
     num_gpus: float | None = None,
     batch_size: int = 64,
     use_async: bool = False,
@@ -188,8 +193,12 @@ def rerank_dataset(
             actor (so a local model is loaded once per actor, on the actor's GPU with ``num_gpus``). Keep it
             small (a class or a ``functools.partial``, not a loaded model): Ray ships it to every actor.
         num_actors: actors in the pool (``ray.data.ActorPoolStrategy(size=num_actors)``).
-        num_cpus, num_gpus: resources reserved per actor (passed to ``map_batches``). The default ``num_cpus``
-            is fractional (0.5) so that read tasks still get a CPU on a small cluster.
+        num_cpus, num_gpus: resources reserved per actor (passed to ``map_batches``). The actors must leave
+            ``TASK_CPUS`` (1) of the cluster's CPUs (``ray.cluster_resources()`` at this call, all nodes together)
+            free for the dataset's read tasks, or it waits forever: ``num_actors * num_cpus <= CPUs - 1``.
+            ``num_cpus`` None: ``DEFAULT_NUM_CPUS`` (0.5), or less so that it fits (0 on a 1-CPU Ray); a
+            ``num_cpus`` given that does not fit raises ``ValueError``. Neither before Ray is initialised, nor on
+            a cluster with no CPU yet (one that scales up from a head with ``--num-cpus=0``).
         batch_size: rows per ``map_batches`` batch: the queries one ``rerank_many`` call merges.
         use_async: run ``arerank_many`` on each actor's event loop (for endpoint comparators: the calls of the
             batch's queries run concurrently, at most ``max_concurrency`` in flight per actor).
@@ -201,14 +210,16 @@ def rerank_dataset(
 
     Raises:
         ImportError: Ray Data is missing (names ``activeprp[ray]``).
-        TypeError / ValueError: a bad argument (checked here, before anything runs). While the dataset runs:
+        TypeError / ValueError: a bad argument (checked here, before anything runs), ``num_actors * num_cpus``
+        above the cluster's CPUs less ``TASK_CPUS`` included. While the dataset runs:
         ``ValueError`` for a dataset without ``query``/``candidates`` columns, and the comparator's error (wrapped
         by Ray) when a dead endpoint stops a batch.
     """
     ray = _ray()
     settings = _check(comparator_factory, num_actors, batch_size, max_active, num_cpus, num_gpus, settings,
                       rerank_kwargs)
-    resources = {"num_cpus": num_cpus} | ({"num_gpus": num_gpus} if num_gpus is not None else {})
+    resources = {"num_cpus": _cpus_per_actor(ray, num_actors, num_cpus)}
+    resources |= {"num_gpus": num_gpus} if num_gpus is not None else {}
     out = ds.map_batches(
         _Reranker, fn_constructor_kwargs={"comparator_factory": comparator_factory, "settings": settings,
                                           "max_active": max_active, "use_async": use_async},
@@ -226,12 +237,37 @@ def _check(comparator_factory, num_actors, batch_size, max_active, num_cpus, num
                         f"{type(comparator_factory).__name__}")
     for name, value in (("num_actors", num_actors), ("batch_size", batch_size), ("max_active", max_active)):
         check_count(value, name, minimum=1)
-    check_real(num_cpus, "num_cpus", unit="CPUs")
+    check_real(num_cpus, "num_cpus", unit="CPUs", allow_none=True)
     check_real(num_gpus, "num_gpus", unit="GPUs", allow_none=True)
     reserved = sorted(set(rerank_kwargs) & set(_RESERVED))
     if reserved:
         raise TypeError(f"rerank_dataset sets {reserved} itself: pass comparator_factory, and no {reserved}")
     return RerankSettings.of(settings, **rerank_kwargs)  # checks names and values, as rerank_many does
+
+
+def _cpus_per_actor(ray: Any, num_actors: int, num_cpus: float | None) -> float:
+    """The CPUs of each of ``num_actors`` actors: ``num_cpus``, or for None ``DEFAULT_NUM_CPUS``, less where the
+    pool would leave under ``TASK_CPUS`` of the cluster's CPUs free (rounded down to Ray's 0.0001 CPU).
+
+    Raises:
+        ValueError: ``num_cpus`` given, and the pool would leave under ``TASK_CPUS`` free.
+    """
+    # Ray not started yet (Ray Data starts one when the dataset runs), or no CPU at all (a head that leaves the
+    # work to nodes it has yet to scale up): nothing to count
+    cpus = ray.cluster_resources().get("CPU", 0) if ray.is_initialized() else 0
+    if not cpus:
+        return DEFAULT_NUM_CPUS if num_cpus is None else num_cpus
+    spare = max(cpus - TASK_CPUS, 0)
+    fits = math.floor(spare / num_actors * 10_000) / 10_000  # Ray's resource unit: 0.0001
+    if num_cpus is None:
+        return min(DEFAULT_NUM_CPUS, fits)
+    if num_actors * num_cpus > spare + 1e-9:  # num_cpus > 0 here
+        most = math.floor(spare / num_cpus + 1e-9)
+        fewer = f"num_actors <= {most} at num_cpus={num_cpus:g}, or " if most else ""
+        raise ValueError(f"num_actors={num_actors} x num_cpus={num_cpus:g} leaves under {TASK_CPUS:g} of the Ray "
+                         f"cluster's {cpus:g} CPUs free for the dataset's read tasks, so it would wait forever: use "
+                         f"{fewer}num_cpus <= {fits:g} for {num_actors} actors, or leave num_cpus unset (sized to fit)")
+    return num_cpus
 
 
 def connect(address: str | None = None, *, num_cpus: int | None = None) -> bool:

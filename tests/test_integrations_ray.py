@@ -155,6 +155,41 @@ def test_rerank_records_tells_the_refused_local_ray_in_one_line(monkeypatch, cap
     assert fake.shut
 
 
+@pytest.mark.parametrize("cpus, actors, want", [(2, 2, 0.5), (2, 3, 0.3333), (2, 4, 0.25), (8, 4, 0.5), (1, 2, 0.0),
+                                                 (0, 1, 0.5)])
+def test_the_default_cpus_per_actor_leave_one_cpu_for_read_tasks(cpus, actors, want):
+    """A pool that held the last CPU starved the dataset's read tasks: ``read_json`` + 3 or 4 actors at the default
+    0.5 on a 2-CPU Ray waited forever (review s67a, finding 2). Unset, ``num_cpus`` is sized to fit (no Ray here)."""
+    from types import SimpleNamespace
+
+    from activeprp_integrations.ray import _cpus_per_actor
+
+    fake = SimpleNamespace(is_initialized=lambda: True, cluster_resources=lambda: {"CPU": float(cpus)})
+    got = _cpus_per_actor(fake, actors, None)
+    assert got == want and (actors * got <= cpus - 1 or not cpus)  # no CPU: a cluster yet to scale up, not sized
+    assert _cpus_per_actor(SimpleNamespace(is_initialized=lambda: False), actors, None) == 0.5  # nothing to count
+
+
+@pytest.mark.parametrize("cpus, actors, num_cpus, message", [
+    (2, 3, 0.5, r"num_actors=3 x num_cpus=0\.5 leaves under 1 of the Ray cluster's 2 CPUs free for the dataset's "
+                r"read tasks, so it would wait forever: use num_actors <= 2 at num_cpus=0\.5, or num_cpus <= 0\.3333 "
+                r"for 3 actors, or leave num_cpus unset"),
+    (2, 2, 1, r"num_actors=2 x num_cpus=1 .*: use num_actors <= 1 at num_cpus=1, or num_cpus <= 0\.5 for 2 actors"),
+    (1, 1, 0.5, r"cluster's 1 CPUs free .*: use num_cpus <= 0 for 1 actors")])
+def test_cpus_per_actor_given_that_leave_no_cpu_for_read_tasks_are_refused(cpus, actors, num_cpus, message):
+    from types import SimpleNamespace
+
+    from activeprp_integrations.ray import _cpus_per_actor
+
+    fake = SimpleNamespace(is_initialized=lambda: True, cluster_resources=lambda: {"CPU": float(cpus)})
+    with pytest.raises(ValueError, match=message):
+        _cpus_per_actor(fake, actors, num_cpus)
+    assert _cpus_per_actor(fake, 1, 0) == 0 and _cpus_per_actor(SimpleNamespace(is_initialized=lambda: False),
+                                                                  actors, num_cpus) == num_cpus
+    scaling = SimpleNamespace(is_initialized=lambda: True, cluster_resources=lambda: {"GPU": 1.0})  # no CPU yet
+    assert _cpus_per_actor(scaling, actors, num_cpus) == num_cpus
+
+
 def test_candidate_records_keep_extra_keys_as_metadata():
     from activeprp_integrations.ray import _candidate
 
@@ -301,6 +336,24 @@ def test_rerank_dataset_gives_the_orders_of_rerank(local_ray, dl19, oracle, hard
     assert failed["calls"] is None and failed["ranker"] is None
 
 
+def test_a_read_json_dataset_with_more_actors_than_spare_cpus_finishes(local_ray, tmp_path):
+    """docs/many-queries.md's snippet (``read_json``, several actors, ``num_cpus`` unset) on the 2-CPU Ray: 3 actors
+    at 0.5 held 1.5 CPUs, the read task waited for a whole one forever (review s67a, finding 2); a ``num_cpus``
+    given that leaves no CPU is refused before anything runs."""
+    from activeprp_integrations.ray import rerank_dataset
+
+    path = tmp_path / "queries.jsonl"
+    path.write_text("".join(json.dumps({"qid": f"q{q}", "query": "alpha", "candidates": [
+        {"id": f"d{i}", "text": f"t{i}"} for i in range(4)]}) + "\n" for q in range(3)))
+    ds = ray.data.read_json(str(path))
+    judge = functools.partial(SimulatedComparator, {"d0": 0.0, "d1": 3.0, "d2": 1.0, "d3": 2.0})
+    with pytest.raises(ValueError, match=r"num_actors=3 x num_cpus=0\.5 leaves under 1 .* 2 CPUs"):
+        rerank_dataset(ds, judge, num_actors=3, num_cpus=0.5, budget=10)
+    out = bounded(rerank_dataset(ds, judge, num_actors=3, budget=10, seed=0).take_all)
+    assert sorted(r["qid"] for r in out) == ["q0", "q1", "q2"]
+    assert all(sorted(r["order"]) == [0, 1, 2, 3] and r["error"] is None for r in out)
+
+
 @pytest.fixture
 def ray_console(monkeypatch):
     """What Ray Data's console handler writes (it holds the stderr of when Ray Data was imported: under pytest's
@@ -343,7 +396,7 @@ def test_a_dead_endpoint_fails_the_dataset_with_its_own_error(local_ray, dl19, r
 @pytest.mark.parametrize("resources, error, message", [
     ({"num_cpus": float("nan")}, ValueError, "num_cpus must be a finite number of CPUs >= 0"),
     ({"num_gpus": float("inf")}, ValueError, "num_gpus must be a finite number of GPUs >= 0 or None"),
-    ({"num_cpus": "1"}, TypeError, "num_cpus must be a number of CPUs >= 0, got str"),
+    ({"num_cpus": "1"}, TypeError, "num_cpus must be a number of CPUs >= 0 or None, got str"),
     ({"num_gpus": True}, TypeError, "num_gpus must be a number of GPUs"), ({"num_cpus": -1}, ValueError, "got -1")])
 def test_bad_resources_fail_before_ray_is_asked(resources, error, message):
     from activeprp_integrations.ray import DEFAULT_NUM_CPUS, _check
