@@ -117,15 +117,50 @@ def _row(item: RerankResult | RerankFailure | Exception, types: dict[str, Any]) 
     return row
 
 
+STOPS_DATASET = "activeprp_stops_dataset"
+"""The attribute that marks an error an actor raised on purpose to stop the dataset (a failed
+``comparator_factory``, missing or clashing columns): ``unwrap`` re-raises it as itself and keeps Ray Data's
+console quiet about it, as for an ActivePRP error. It holds the error's ``args``: Ray Data appends its retry hint
+to the message on the actor, and ``unwrap`` puts them back. An exception's attributes travel with it when Ray
+pickles it."""
+
+
+def _stopping(error: Exception) -> Exception:
+    """``error``, marked with ``STOPS_DATASET``."""
+    setattr(error, STOPS_DATASET, error.args)
+    return error
+
+
+def _check_columns(columns: list[str], added: Any) -> None:
+    """Raise ``ValueError`` unless a dataset with ``columns`` has ``query`` and ``candidates`` and none of the
+    ``added`` column names."""
+    missing = [c for c in ("query", "candidates") if c not in columns]
+    if missing:
+        raise ValueError(f"rerank_dataset: every row needs 'query' and 'candidates'; the dataset lacks {missing} "
+                         f"(columns: {columns}): rename its columns first (Dataset.rename_columns)")
+    taken = [c for c in added if c in columns]
+    if taken:
+        raise ValueError(f"rerank_dataset adds the columns {taken}, which the dataset already has: rename them "
+                         "first (Dataset.rename_columns), or drop them (Dataset.drop_columns)")
+
+
 class _Reranker:
     """The ``map_batches`` callable of one actor: builds the comparator once, reranks each batch with
-    ``rerank_many`` (``arerank_many`` on the actor's own event loop with ``use_async``)."""
+    ``rerank_many`` (``arerank_many`` on the actor's own event loop with ``use_async``).
+
+    An error of ``comparator_factory`` (or a None from it) is raised, marked (``_stopping``), by the first batch
+    rather than by the constructor: Ray restarts an actor whose constructor fails, again and again, and the driver
+    gets ``ActorDiedError`` instead of the error."""
 
     def __init__(self, comparator_factory: Callable[[], Any], settings: RerankSettings, max_active: int,
                  use_async: bool) -> None:
-        self.comparator = comparator_factory()
-        if self.comparator is None:
-            raise ValueError("comparator_factory returned None instead of a comparator")
+        self.failed: Exception | None = None
+        try:
+            self.comparator = comparator_factory()
+            if self.comparator is None:
+                raise ValueError("comparator_factory returned None instead of a comparator")
+        except Exception as error:  # noqa: BLE001 - any error of the caller's factory, raised by __call__
+            self.failed = _stopping(error)
         self.settings, self.max_active = settings, max_active
         self.loop = asyncio.new_event_loop() if use_async else None
         self.types = _stat_types()
@@ -144,14 +179,12 @@ class _Reranker:
     def __call__(self, table: Any) -> Any:
         import pyarrow as pa
 
-        missing = [c for c in ("query", "candidates") if c not in table.column_names]
-        if missing:
-            raise ValueError(f"rerank_dataset: every row needs 'query' and 'candidates'; the dataset lacks {missing} "
-                             f"(columns: {table.column_names})")
-        taken = [c for c in self.types if c in table.column_names]
-        if taken:
-            raise ValueError(f"rerank_dataset adds the columns {taken}, which the dataset already has: rename them "
-                             "first (Dataset.rename_columns), or drop them (Dataset.drop_columns)")
+        if self.failed is not None:
+            raise self.failed
+        try:  # a dataset whose columns rerank_dataset could not see (ds.columns(fetch_if_missing=False) was None)
+            _check_columns(table.column_names, self.types)
+        except ValueError as error:
+            raise _stopping(error) from None
         rows = table.to_pylist()
         items: list[Any] = [None] * len(rows)
         good: list[int] = []
@@ -211,13 +244,19 @@ def rerank_dataset(
     Raises:
         ImportError: Ray Data is missing (names ``activeprp[ray]``).
         TypeError / ValueError: a bad argument (checked here, before anything runs), ``num_actors * num_cpus``
-        above the cluster's CPUs less ``TASK_CPUS`` included. While the dataset runs:
-        ``ValueError`` for a dataset without ``query``/``candidates`` columns, and the comparator's error (wrapped
-        by Ray) when a dead endpoint stops a batch.
+        above the cluster's CPUs less ``TASK_CPUS`` included, and a dataset without ``query``/``candidates``
+        columns or with a column named like an added one when its columns are known without running it
+        (``ds.columns(fetch_if_missing=False)``: ``from_items``, ``from_pandas``, ``read_parquet`` ...). While the
+        dataset runs (all wrapped by Ray; ``unwrap`` re-raises them as themselves): that column ``ValueError`` for
+        a dataset whose columns were not known (``read_json``), the error of ``comparator_factory`` on an actor
+        (``ValueError`` for a None), and the comparator's error when a dead endpoint stops a batch.
     """
     ray = _ray()
     settings = _check(comparator_factory, num_actors, batch_size, max_active, num_cpus, num_gpus, settings,
                       rerank_kwargs)
+    columns = _known_columns(ds)
+    if columns is not None:
+        _check_columns(columns, _stat_types())
     resources = {"num_cpus": _cpus_per_actor(ray, num_actors, num_cpus)}
     resources |= {"num_gpus": num_gpus} if num_gpus is not None else {}
     out = ds.map_batches(
@@ -225,8 +264,20 @@ def rerank_dataset(
                                           "max_active": max_active, "use_async": use_async},
         compute=ray.data.ActorPoolStrategy(size=num_actors), batch_size=batch_size, batch_format="pyarrow",
         **resources)
-    out.context.raise_original_map_exception = True  # a dead endpoint's error, not "UDF failed" (see unwrap)
+    # Needed by unwrap: without it Ray Data raises its UserCodeException, and the error that stopped the dataset
+    # (a dead endpoint's ComparatorAuthError, a failed comparator_factory) is not in what reaches the driver
+    out.context.raise_original_map_exception = True
     return out
+
+
+def _known_columns(ds: Any) -> list[str] | None:
+    """The columns of ``ds`` when Ray knows them without running anything, else None (a ``read_json``, a ``map``)."""
+    import pyarrow as pa
+
+    try:
+        return ds.columns(fetch_if_missing=False)
+    except pa.ArrowException:  # blocks whose types differ (an int qid in one, a str in another) have no one schema
+        return None
 
 
 def _check(comparator_factory, num_actors, batch_size, max_active, num_cpus, num_gpus, settings,
@@ -402,8 +453,9 @@ def _is_loopback(host: str) -> bool:
 
 
 def _stopped_by(error: BaseException) -> BaseException | None:
-    """The ActivePRP error in ``error``'s chain (Ray's ``cause`` links, then ``__cause__``), the innermost one;
-    None when there is none."""
+    """The ActivePRP error, or the error marked ``STOPS_DATASET``, in ``error``'s chain (Ray's ``cause`` links,
+    then ``__cause__``), the innermost one (Ray's own wrappers copy its class and attributes); None when there is
+    none."""
     from activeprp_core import ActivePRPError
 
     chain: list[BaseException] = []
@@ -411,12 +463,14 @@ def _stopped_by(error: BaseException) -> BaseException | None:
     while link is not None and all(link is not seen for seen in chain):
         chain.append(link)
         link = getattr(link, "cause", None) or link.__cause__
-    ours = [e for e in chain if isinstance(e, ActivePRPError) and not type(e).__module__.startswith("ray")]
+    ours = [e for e in chain if (isinstance(e, ActivePRPError) or getattr(e, STOPS_DATASET, None) is not None)
+            and not type(e).__module__.startswith("ray")]
     return ours[-1] if ours else None
 
 
 class _QuietConsole(logging.Filter):
-    """Keeps Ray Data's records about an ActivePRP error off the console: ray 2.60 takes the original exception
+    """Keeps Ray Data's records about the error that stopped a dataset (``_stopped_by``: an ActivePRP error, a
+    failed ``comparator_factory``, missing or clashing columns) off the console: ray 2.60 takes the original exception
     (``raise_original_map_exception``) for an internal one and logs its ~140-line traceback twice, asking for a
     Ray issue. Judged by the record's exception, else the one being handled when it is logged (the "internal
     code" line has none). Ray Data's log file still gets every record."""
@@ -428,8 +482,10 @@ class _QuietConsole(logging.Filter):
 
 @contextlib.contextmanager
 def unwrap() -> Iterator[None]:
-    """Re-raise the ActivePRP error that stopped a dataset (a dead endpoint) as itself rather than wrapped in
-    Ray's task error, so callers can catch ``ComparatorAuthError`` / ``ComparatorUnavailable``. Needs a dataset
+    """Re-raise the error that stopped a dataset as itself rather than wrapped in Ray's task error, so callers can
+    catch it as such: a dead endpoint's ``ComparatorAuthError`` / ``ComparatorUnavailable``, the error of a
+    ``comparator_factory`` that failed on the actors (or its ``ValueError`` for a None), the ``ValueError`` for
+    missing or clashing columns that ``rerank_dataset`` could not see before it ran. Needs a dataset
     from ``rerank_dataset``, which asks Ray Data to keep the original exception. Meanwhile Ray Data's console
     handlers (those of the ``ray.data`` logger that write to a stream) drop its records about that error (its
     tracebacks); its log file keeps them."""
@@ -444,6 +500,8 @@ def unwrap() -> Iterator[None]:
         ours = _stopped_by(error)
         if ours is None or ours is error:
             raise
+        if getattr(ours, STOPS_DATASET, None) is not None:
+            ours.args = getattr(ours, STOPS_DATASET)  # without "To change retry attempts ..."
         raise ours from error
     finally:
         for handler in consoles:

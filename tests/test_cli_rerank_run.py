@@ -917,6 +917,9 @@ class FakeRay:
 
             self.context = types.SimpleNamespace()
 
+        def columns(self, fetch_if_missing=True):
+            return None  # not known without running it, as for a read_json dataset
+
         def map_batches(self, *args, **kwargs):
             return self
 

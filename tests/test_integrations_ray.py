@@ -222,6 +222,26 @@ def test_an_input_column_named_like_an_output_column_is_refused_not_overwritten(
     assert out.column_names[:3] == ["query", "candidates", "order"] and asked
 
 
+@pytest.mark.parametrize("factory, error, message", [
+    (functools.partial(open, "/no/such/model/dir"), FileNotFoundError, "No such file or directory"),
+    (lambda: None, ValueError, "comparator_factory returned None instead of a comparator")])
+def test_a_failing_comparator_factory_is_raised_by_the_first_batch_marked(factory, error, message):
+    """Raised by the actor's constructor, it made Ray restart the actor again and again, and the driver got
+    ``ActorDiedError`` (review s67a, finding 3). It is kept and raised by ``__call__``, marked so that ``unwrap``
+    re-raises it as itself; the mark (the original ``args``) survives pickling, as Ray moves it (no Ray here)."""
+    import pickle
+
+    pa = pytest.importorskip("pyarrow")
+    from activeprp_core import RerankSettings
+    from activeprp_integrations.ray import STOPS_DATASET, _Reranker, _stopped_by
+
+    reranker = _Reranker(factory, RerankSettings(budget=4), 4, False)  # does not raise
+    with pytest.raises(error, match=message) as info:
+        reranker(pa.Table.from_pylist([{"query": "q", "candidates": [{"id": "a", "text": "x"}]}]))
+    moved = pickle.loads(pickle.dumps(info.value))
+    assert type(moved) is error and getattr(moved, STOPS_DATASET) == info.value.args and _stopped_by(moved) is moved
+
+
 def test_a_row_with_null_candidates_or_query_is_a_row_error_not_an_empty_ranking():
     """A null ``candidates`` cell (a bad join, say) is that row's error, as a null query is; the other rows are
     reranked (no Ray needed: the actor's batch function alone)."""
@@ -352,6 +372,44 @@ def test_a_read_json_dataset_with_more_actors_than_spare_cpus_finishes(local_ray
     out = bounded(rerank_dataset(ds, judge, num_actors=3, budget=10, seed=0).take_all)
     assert sorted(r["qid"] for r in out) == ["q0", "q1", "q2"]
     assert all(sorted(r["order"]) == [0, 1, 2, 3] and r["error"] is None for r in out)
+
+
+@pytest.mark.parametrize("rename", [{"query": "question"}, {"qid": "calls"}])
+def test_bad_columns_of_a_dataset_whose_columns_are_known_fail_before_anything_runs(local_ray, rename):
+    """A ``question`` column, or one named like an added column: the actor's ValueError, which Ray Data printed as
+    an "internal" error (~165 lines, "open an issue on the Ray project"; review s67a, finding 3); now raised by
+    ``rerank_dataset`` itself, from the dataset's schema (``from_items``: known without running)."""
+    from activeprp_integrations.ray import rerank_dataset
+
+    row = {"qid": "q1", "query": "alpha", "candidates": [{"id": "d0", "text": "t"}]}
+    ds = ray.data.from_items([{rename.get(k, k): v for k, v in row.items()}])
+    with pytest.raises(ValueError, match=r"lacks \['query'\] .*rename|adds the columns \['calls'\]"):
+        rerank_dataset(ds, dict, budget=10)
+
+
+def test_bad_columns_and_a_failing_factory_on_the_actors_are_raised_as_themselves_and_quietly(local_ray, tmp_path,
+                                                                                              ray_console):
+    """Where the columns are known only once the dataset runs (``read_json``), the actor's ValueError; and a
+    ``comparator_factory`` that raises on the actors (before: ``ActorDiedError`` after Ray restarted the actor, ~115
+    lines). Within ``unwrap``: the error itself, its own message (no Ray retry hint), no traceback on the console."""
+    from activeprp_integrations.ray import rerank_dataset, unwrap
+
+    path = tmp_path / "q.jsonl"
+    path.write_text(json.dumps({"qid": "q1", "question": "alpha", "candidates": [{"id": "d0", "text": "t"}]}) + "\n")
+    with pytest.raises(ValueError) as info, unwrap():
+        bounded(rerank_dataset(ray.data.read_json(str(path)), dict, budget=10).take_all)
+    assert type(info.value) is ValueError and str(info.value).startswith("rerank_dataset: every row needs 'query'")
+    assert "retr" not in str(info.value)
+
+    def missing_model():
+        raise FileNotFoundError("/models/flan-t5-xl: no such model directory on this node")
+
+    rows = [{"qid": "q1", "query": "alpha", "candidates": [{"id": "d0", "text": "t"}]}]
+    with pytest.raises(FileNotFoundError) as info, unwrap():
+        bounded(rerank_dataset(ray.data.from_items(rows), missing_model, budget=10).take_all)
+    assert type(info.value) is FileNotFoundError
+    assert str(info.value) == "/models/flan-t5-xl: no such model directory on this node"
+    assert "Traceback" not in ray_console.getvalue() and "internal code" not in ray_console.getvalue()
 
 
 @pytest.fixture
