@@ -236,7 +236,9 @@ def rerank_dataset(
         use_async: run ``arerank_many`` on each actor's event loop (for endpoint comparators: the calls of the
             batch's queries run concurrently, at most ``max_concurrency`` in flight per actor).
         settings, rerank_kwargs: the ``RerankSettings`` of every row, and/or its fields as keyword arguments
-            (``budget`` required; ``time_budget`` is per row, from the row's start), as for ``rerank_many``.
+            (``budget`` required; ``time_budget`` is per row, from the row's start), as for ``rerank_many``. With
+            a ``time_budget`` and a comparator with only ``compare``, pass ``use_async=True`` (or
+            ``max_active=1``): the sync path judges a batch's rows one after another while every row's clock runs.
         max_active: ``rerank_many``'s cap on queries in progress per actor.
 
     Returns: a lazy ``ray.data.Dataset`` (nothing runs until consumed): the input columns, ``order``, stats, ``error``.
