@@ -328,8 +328,9 @@ def add_parser(subparsers: Any) -> None:
     ray = p.add_argument_group("Ray Data (pip install \"activeprp[ray]\")")
     ray.add_argument("--ray", nargs="?", const=LOCAL_RAY, type=ray_address, default=None, metavar="ADDRESS",
                      help="rerank on a Ray cluster: ADDRESS of an existing one (HOST:PORT, or ray://HOST:10001 with "
-                          "pip install \"ray[client]\"; its token in RAY_AUTH_TOKEN or ~/.ray/auth_token); no ADDRESS, "
-                          "none or local = a new local Ray for this command (RAY_ADDRESS is ignored)")
+                          "pip install \"ray[client]\"; with RAY_AUTH_MODE=token and its token in RAY_AUTH_TOKEN or "
+                          "~/.ray/auth_token); no ADDRESS, none or local = a new local Ray for this command "
+                          "(RAY_ADDRESS is ignored)")
     ray.add_argument("--ray-actors", type=count(minimum=1), default=2, metavar="N", action=Given,
                      help="actors in the pool, each with its own comparator (default %(default)s)")
     ray.add_argument("--ray-gpus", type=seconds(allow_none=False, unit="GPUs"), default=None, metavar="G", action=Given,

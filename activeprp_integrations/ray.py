@@ -329,7 +329,8 @@ def connect(address: str | None = None, *, num_cpus: int | None = None) -> bool:
     Args:
         address: an existing cluster (``"HOST:PORT"`` of its head, ``"ray://HOST:10001"`` for Ray Client,
             ``"auto"``); with Ray's token authentication (on by default in ray 2.60) the cluster's token must
-            be in ``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH`` or ``~/.ray/auth_token``. ``HOST:PORT`` and
+            be in ``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH`` or ``~/.ray/auth_token``, and for ``HOST:PORT``
+            ``RAY_AUTH_MODE=token`` set (Ray sends no token to an explicit address otherwise). ``HOST:PORT`` and
             ``ray://HOST:PORT`` are first probed with a TCP connection (``PROBE_TIMEOUT_S``), and so is
             ``RAY_ADDRESS`` for ``"auto"`` (Ray connects there when it is set). Without ``RAY_ADDRESS``,
             ``"auto"`` goes where the last ``ray start`` wrote (``ray_current_cluster`` in Ray's temp directory,
