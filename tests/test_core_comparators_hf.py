@@ -4,6 +4,7 @@ model built from its tokenizer; plus the lazy-import contract of the comparators
 from __future__ import annotations
 
 import copy
+import math
 import os
 import pickle
 import re
@@ -265,6 +266,30 @@ def test_seq2seq_path_batches_consistently(tiny_t5, mode):
     assert probs == pytest.approx(single.compare("a query", pairs), abs=1e-5)
     assert all(0.0 < p < 1.0 for p in probs)
     assert len(set(probs)) == 2  # the two pairs get different answers
+
+
+def test_the_score_cache_keeps_a_float_under_a_digest_never_the_texts(tiny_t5):
+    """A cached query-likelihood score is a float under a 32-byte digest of (query, passage): the cache held every
+    passage's whole text (a server keeping 100,000 scores of 30 KB documents: ~3 GB), though the model reads only
+    ``max_passage_tokens`` of it. Same scores as uncached, and a repeat (a pair included) scores nothing again."""
+    from activeprp_core.comparators.hf_likelihood import _score_key
+
+    comp = TransformersComparator(tiny_t5, mode="query_likelihood", batch_size=2, max_passage_tokens=16)
+    query = "fleas \ud800"  # a lone surrogate (a JSON escape gives one) hashes too
+    passages = [f"doc {i} " + "lorem ipsum dolor sit amet " * 1200 for i in range(3)] + ["short \udc80"]
+    scores = comp.passage_scores(query, passages)
+    assert len(comp._scores) == 4 and comp.scored_prompts == 4
+    assert all(type(k) is bytes and len(k) == 32 for k in comp._scores)  # 32 bytes a key, not 32 KB
+    assert all(type(v) is float for v in comp._scores.values())
+    uncached = TransformersComparator(tiny_t5, mode="query_likelihood", batch_size=2, max_passage_tokens=16,
+                                      score_cache_size=0)
+    assert uncached.passage_scores(query, passages) == scores and not uncached._scores
+    assert comp.passage_scores(query, passages) == scores and comp.scored_prompts == 4  # all hits
+    a, b = Candidate("a", passages[0]), Candidate("b", passages[3])
+    (j,) = comp.judge(query, [(a, b)])
+    assert comp.scored_prompts == 4 and j.prompt_tokens == 0 and j.prob == 1 / (1 + math.exp(scores[3] - scores[0]))
+    assert comp.passage_scores("fleas", passages[:1]) != scores[:1] and len(comp._scores) == 5  # another query
+    assert _score_key("ab", "c") != _score_key("a", "bc")  # the query's length is hashed: no other split collides
 
 
 def pickled(obj):

@@ -48,7 +48,7 @@ class TransformersComparator(SwappablePrompts, FreshState, Comparator):
         device: ``"auto"`` (CUDA if available, else CPU), ``"cpu"``, ``"cuda:0"``...
         dtype: ``"auto"`` (bf16, or fp16 without bf16 support, on GPU; fp32 on CPU), a torch dtype or its name.
         max_context: cap on the model context in tokens (default: the model's own limit, else 512).
-        score_cache_size: most (query, passage) query-likelihood scores kept (oldest dropped first).
+        score_cache_size: most (query, passage) query-likelihood scores kept (oldest dropped first; ~200 bytes each).
 
     ``judge`` returns ``Judgment`` objects with ``prompt_tokens`` = tokens this pair actually ran through the
     model; ``estimate_tokens`` gives the same counts beforehand. ``scored_prompts`` counts prompts run and

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
@@ -13,7 +14,15 @@ from .hf import TransformersComparator, _Answers
 from .hf_model import pad
 
 Key = tuple[str, str]
-"""(query, passage text): what one query-likelihood score is cached under."""
+"""(query, passage text): one query-likelihood score, as a call names it; the cache holds ``_score_key`` of it."""
+
+
+def _score_key(query: str, passage: str) -> bytes:
+    """What the score of ``passage`` for ``query`` is cached under: a 32-byte BLAKE2b digest of both texts (the
+    query's length first, so no other split of the same characters collides), so that an entry holds neither text:
+    a 30 KB document costs the cache 32 bytes, not 30 KB. Any str hashes, lone surrogates included."""
+    q = query.encode("utf-8", "surrogatepass")
+    return hashlib.blake2b(b"%d:%b%b" % (len(q), q, passage.encode("utf-8", "surrogatepass")), digest_size=32).digest()
 
 
 class TransformersQLComparator(TransformersComparator):
@@ -23,7 +32,9 @@ class TransformersQLComparator(TransformersComparator):
     Scores are cached per (query, passage) in this comparator (at most ``score_cache_size``, oldest dropped
     first), so a pair costs at most two passage scorings and a query with N candidates at most N; a pair's
     ``prompt_tokens`` are the tokens of the passages it scored first (0 when both were already scored), and
-    ``judge_batch`` runs only the (query, passage) pairs not yet scored, queries mixed in one pass.
+    ``judge_batch`` runs only the (query, passage) pairs not yet scored, queries mixed in one pass. An entry is a
+    float under a digest of the two texts (``_score_key``): about 200 bytes whatever their length, ~20 MB at the
+    default 100,000.
     ``with_prompts`` copies start with an empty cache (scores depend on ``ql_prompt``), and so do deep copies and
     unpickled comparators (a pickle holds no scores: they belong to the model as loaded, its device and dtype).
     """
@@ -33,7 +44,7 @@ class TransformersQLComparator(TransformersComparator):
 
     def reset_prompt_state(self) -> None:
         """Start an empty score cache (run by ``__init__`` and ``with_prompts``: scores depend on ``ql_prompt``)."""
-        self._scores: OrderedDict[Key, float] = OrderedDict()
+        self._scores: OrderedDict[bytes, float] = OrderedDict()
 
     def _run(self, batch: list[tuple[list[int], list[int]]]) -> list[float]:
         """Mean log P(query | prompt) per (prompt ids, query ids) item; items may hold different queries."""
@@ -50,25 +61,27 @@ class TransformersQLComparator(TransformersComparator):
         logp = torch.log_softmax(logits, dim=-1).gather(-1, target.unsqueeze(-1)).squeeze(-1)
         return (logp.masked_fill(mask == 0, 0.0).sum(-1) / mask.sum(-1)).tolist()
 
-    def _fresh(self, keys: Sequence[Key]) -> tuple[dict[Key, tuple[list[int], list[int]]], list[int]]:
-        """(prompt ids, query ids) of each distinct key not yet scored, in order of first use; and per entry of
-        ``keys``, the prompt + query tokens of a key not yet scored at its first use (0 elsewhere)."""
-        fresh = {k: self.ql_prompt_ids(*k) for k in dict.fromkeys(keys) if k not in self._scores}
+    def _fresh(self, keys: Sequence[Key]) -> tuple[dict[Key, bytes], dict[Key, tuple[list[int], list[int]]], list[int]]:
+        """The cache key (``_score_key``) of each distinct key; (prompt ids, query ids) of each distinct key not yet
+        scored, in order of first use; and per entry of ``keys``, the prompt + query tokens of a key not yet scored
+        at its first use (0 elsewhere)."""
+        cached = {k: _score_key(*k) for k in dict.fromkeys(keys)}
+        fresh = {k: self.ql_prompt_ids(*k) for k, c in cached.items() if c not in self._scores}
         tokens = {k: len(p) + len(q) for k, (p, q) in fresh.items()}
-        return fresh, [tokens.pop(k, 0) for k in keys]
+        return cached, fresh, [tokens.pop(k, 0) for k in keys]
 
-    def _score(self, keys: Sequence[Key], fresh: dict, size: int, guard: CallGuard,
+    def _score(self, cached: dict[Key, bytes], fresh: dict, size: int, guard: CallGuard,
                start: Callable[[list[Key]], bool] | None = None) -> Iterator[dict[Key, float]]:
-        """Yield the scores of ``keys`` known so far, before the first pass and after each pass of at most ``size``
-        ``fresh`` keys (queries mixed; ``_passes``: none of a query past its deadline, ``start(keys of the pass)``
-        may stop them); the new scores are cached."""
-        known = {k: self._scores[k] for k in keys if k in self._scores}
+        """Yield the scores known so far of the keys of ``cached`` (``_fresh``), before the first pass and after
+        each pass of at most ``size`` ``fresh`` keys (queries mixed; ``_passes``: none of a query past its deadline,
+        ``start(keys of the pass)`` may stop them); the new scores are cached."""
+        known = {k: self._scores[c] for k, c in cached.items() if c in self._scores}
         todo, units = list(fresh), list(fresh.values())
         yield known
         begin = None if start is None else (lambda idx: start([todo[u] for u in idx]))
         for idx, scores in self._passes(units, [q for q, _ in todo], size, guard, begin):
             for u, score in zip(idx, scores):
-                known[todo[u]] = self._scores[todo[u]] = score
+                known[todo[u]] = self._scores[cached[todo[u]]] = score
             yield known
         while len(self._scores) > self.score_cache_size:
             self._scores.popitem(last=False)
@@ -79,19 +92,20 @@ class TransformersQLComparator(TransformersComparator):
 
         keys = [(query, p) for p in passages]
         with self._lock, torch.inference_mode():
-            *_, known = self._score(keys, self._fresh(keys)[0], self.batch_size, CallGuard())
+            cached, fresh, _ = self._fresh(keys)
+            *_, known = self._score(cached, fresh, self.batch_size, CallGuard())
         return [known[k] for k in keys]
 
     def _judge_items(self, items: Sequence[Item], guard: CallGuard, size: int, answers: _Answers) -> None:
         """A pair is answered once both its passages are scored; the tokens of a passage scored here are its first
         pair's, which a pass scoring it spends on (``answers.start``)."""
         keys = [(q, c.text) for q, a, b in items for c in (a, b)]
-        fresh, used = self._fresh(keys)
+        cached, fresh, used = self._fresh(keys)
         owner: dict[Key, int] = {}
         for n, k in enumerate(keys):
             owner.setdefault(k, n // 2)
         pending = set(range(len(items)))
-        for known in self._score(keys, fresh, size, guard, lambda ks: answers.start([owner[k] for k in ks])):
+        for known in self._score(cached, fresh, size, guard, lambda ks: answers.start([owner[k] for k in ks])):
             ready = sorted(i for i in pending if keys[2 * i] in known and keys[2 * i + 1] in known)
             pending.difference_update(ready)
             answers.answer({i: Judgment(prob=1.0 / (1.0 + math.exp(known[keys[2 * i + 1]] - known[keys[2 * i]])),
@@ -101,5 +115,5 @@ class TransformersQLComparator(TransformersComparator):
         """Exact prompt tokens per ordered pair, as ``judge`` would report them now: the tokens of the passages
         not yet scored, each counted for the first pair that needs it (0 for a pair whose passages are cached)."""
         keys = [(query, c.text) for a, b in pairs for c in (a, b)]
-        used = self._fresh(keys)[1]
+        used = self._fresh(keys)[2]
         return [a + b for a, b in zip(used[::2], used[1::2])]
