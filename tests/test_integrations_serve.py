@@ -25,7 +25,13 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from activeprp_cli.rerank import setting_flag  # noqa: E402
-from activeprp_core import Comparator, ComparatorAuthError, ComparatorRequestError, arerank  # noqa: E402
+from activeprp_core import (  # noqa: E402
+    Comparator,
+    ComparatorAuthError,
+    ComparatorRequestError,
+    ComparatorUnavailable,
+    arerank,
+)
 from activeprp_core.settings import PER_REQUEST  # noqa: E402
 from activeprp_core.types import Judgment  # noqa: E402
 from activeprp_integrations.serve import create_app  # noqa: E402
@@ -782,6 +788,91 @@ def test_a_suspicion_overtaken_by_an_open_breaker_is_dropped_when_it_closes():
         return opened, closed, breaker.open, breaker.probes
 
     assert _breaker_run(scenario) == (True, True, False, 1)
+
+
+def test_calls_out_with_no_answer_for_the_judge_s_timeout_are_probed_overlaps_counted_once():
+    """The breaker sums the time calls were out to the judge with no answer (each cut call tells how long): calls
+    out at once count once, an answer starts the sum afresh, and once it reaches ``silence`` the judge is probed;
+    no answer to the probe either opens the breaker, saying why."""
+    from activeprp_integrations.serve.breaker import Breaker
+
+    async def main(answer):
+        async def probe():
+            return answer
+
+        now = [100.0]
+
+        breaker = Breaker(None, 3, 60.0, probe, silence=10.0)
+        breaker.clock = lambda: now[0]
+        watch = asyncio.ensure_future(breaker.watch())
+        await asyncio.sleep(0)
+        try:
+            breaker.record(None, seconds=6.0)  # out from 94 to 100
+            breaker.record(None, seconds=6.0)  # the same 6 s: counted once
+            now[0] = 103.0
+            breaker.record(True)  # an answer: the sum starts afresh
+            now[0] = 109.0
+            breaker.record(None, seconds=9.0)  # out since 100, only 6 s of it after the answer
+            now[0] = 112.0
+            breaker.record(None, seconds=2.0)  # 2 more
+            await asyncio.sleep(0.05)
+            before = (breaker.silent, breaker.probes)
+            now[0] = 115.0
+            breaker.record(None, seconds=5.0)  # out since 110: 3 more, 11 s in all
+            await asyncio.sleep(0.05)
+            return before, breaker.probes, breaker.silent, breaker.error
+        finally:
+            watch.cancel()
+
+    before, probes, silent, error = asyncio.run(main(answer=False))
+    assert before == (8.0, 0) and probes == 1 and silent == 11.0
+    assert isinstance(error, ComparatorUnavailable)
+    assert "answered none of the calls it had for 11 s" in error.message and "probe got no answer" in error.message
+    before, probes, silent, error = asyncio.run(main(answer=True))  # a judge slower than the budgets answers it
+    assert (probes, silent, error) == (1, 0.0, None)
+
+
+@pytest.mark.parametrize(("timeout", "silence", "probe"), [(30.0, 30.0, 30.0), (2.0, 2.0, 10.0), (None, 10.0, 10.0)])
+def test_the_breaker_hears_out_a_judge_for_its_own_timeout_and_so_does_its_probe(timeout, silence, probe):
+    """The silence that sends a probe is the judge's own timeout (an attempt's), and the probe is given at least
+    that long: a probe cut at 10 s would take a judge answering in 15 s within its 30 s timeout for dead."""
+    from activeprp_core.settings import RerankSettings
+    from activeprp_integrations.serve.service import RerankService
+
+    judge = WordJudge()
+    judge.attempt_timeout = timeout
+    service = RerankService(judge, RerankSettings(budget=10), max_active=1, max_queue=0, cool_down=5.0)
+    assert (service.breaker.silence, service.probe_timeout) == (silence, probe)
+
+
+@pytest.mark.parametrize("hung", [True, False])
+def test_a_judge_answering_no_call_within_the_requests_time_budgets_is_probed_and_opens_the_breaker_if_hung(hung):
+    """A judge that takes calls and never answers, under requests whose time budget is shorter than the judge's
+    timeout: every call was cut, none failed, so every request got its prior order (200), /ready stayed 200 and
+    the breaker never opened, for as long as the judge hung. Now once calls have been out with no answer for the
+    judge's timeout the breaker probes it: a hung judge does not answer and the breaker opens; one slower than the
+    requests' budgets answers the probe and stays in service."""
+    pytest.importorskip("openai")
+    from activeprp_core.comparators import OpenAIChatComparator
+    from tests._llm_server import FaultServer, Reply
+
+    body = {"query": "alpha", "documents": [f"alpha doc {i}" for i in range(6)], "time_budget": 0.4}
+    with FaultServer(lambda r: Reply(delay_s=20.0 if hung else 0.8), max_requests=5000, max_seconds=90) as endpoint, \
+            OpenAIChatComparator("m", base_url=endpoint.url, api_key="k", timeout=2.0, max_attempts=1) as judge, \
+            TestClient(create_app(judge, **SERVER, cool_down=60)) as client:
+        breaker = client.app.state.service.breaker
+        decided = (lambda: breaker.open) if hung else (lambda: breaker.probes >= 1)
+        answers, until = [], time.monotonic() + 40  # a generous bound: it takes a few seconds
+        while not decided() and time.monotonic() < until:
+            answers.append(_post(client, "/v2/rerank", body).status_code)
+            time.sleep(0.05)
+        ready, sent = client.get("/ready"), endpoint.requests
+    assert answers and set(answers) <= {200, 503} and sent >= 1
+    assert breaker.probes >= 1 and breaker.open == hung, (breaker.probes, sent, answers)
+    assert ready.status_code == (503 if hung else 200)
+    if hung:
+        assert ready.json()["message"].startswith("the judge's circuit breaker is open (ComparatorUnavailable, "
+                                                  "no answer in time)"), ready.text
 
 
 def test_graceful_shutdown_finishes_the_requests_in_flight():

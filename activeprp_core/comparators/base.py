@@ -225,7 +225,9 @@ class CallGuard:
         ``retries``: the call's transport retries (its requests to the backend beyond the first), whatever its
         outcome; not read here (a guard that keeps metrics, e.g. ``activeprp serve``'s breaker, counts them).
         ``seconds``: an answered call's (``ok``) own latency, from its first attempt's send to its answer (not its
-        wait for a slot; None: not timed): noted on the record ``too_late`` reads (``note_call``).
+        wait for a slot; None: not timed): noted on the record ``too_late`` reads (``note_call``). For a call cut
+        (``ok=None``): how long its last attempt had been out with no answer (None: none was, or not timed), not
+        read here (``activeprp serve``'s breaker reads it: a judge silent that long is probed).
         ``status_code``: the HTTP status of a failed call's last response (None: it got none), which the breaker's
         ``ComparatorUnavailable`` carries (the streak's last one)."""
         self.note_call(ok, seconds)
@@ -327,7 +329,9 @@ class RequestGuard(CallGuard):
                status_code: int | None = None) -> None:
         self.note_call(ok, seconds)  # on this request's record (its too_late's), not the shared guard's
         self.completed += 1
-        self.shared.record(ok, reason, retry_after, unusable, self.key, retries, status_code=status_code)
+        # an answer's latency is noted once, above; a cut call's time unanswered is the shared breaker's to read
+        self.shared.record(ok, reason, retry_after, unusable, self.key, retries, None if ok else seconds,
+                           status_code)
 
     @property
     def fair_slots(self) -> FairSlots | None:

@@ -307,7 +307,7 @@ class RemoteComparator(FreshState, Comparator):
                     outcome = _settle(self, guard, retrying, response, seconds=tries.seconds())
                 except asyncio.CancelledError:
                     if tries.count:  # it went out: it counts as spent, its outcome is unknown
-                        guard.record(None, retries=tries.count - 1)
+                        guard.record(None, retries=tries.count - 1, seconds=tries.unanswered())
                     raise
                 except Exception as err:
                     outcome = self._after(err, guard, retrying, tries)
@@ -635,6 +635,13 @@ class _Attempts:
         self.left: float | None = None  # the seconds left when the last attempt failed (None: no deadline)
         self.judge_error: Exception | None = None  # the last error of an attempt that failed before the deadline
         self.sent_at: float | None = None  # when the first attempt went out (on guard.clock)
+        self.out_since: float | None = None  # when the last attempt went out, unless it failed before the deadline
+
+    def unanswered(self) -> float | None:
+        """Seconds the last attempt has been out with no answer, for a call cut now (at the deadline, or cancelled):
+        None when no attempt went out or the last one failed before the deadline (the endpoint answered it, with
+        an error). What ``CallGuard.record`` is told as a cut call's ``seconds``."""
+        return None if self.out_since is None else self.guard.clock() - self.out_since
 
     def seconds(self) -> float | None:
         """Seconds since the first attempt went out (on ``guard.clock``): the call's own latency once answered,
@@ -644,7 +651,7 @@ class _Attempts:
     def _failed(self, error: Exception) -> None:
         self.last, self.late, self.left = error, self.guard.past(self.query), self.guard.time_left(self.query)
         if not self.late:
-            self.judge_error = error
+            self.judge_error, self.out_since = error, None
 
     def _left(self) -> float | None:
         """Seconds until the deadline (None: no deadline); ``DeadlinePassed`` once the call's first attempt would end
@@ -662,6 +669,7 @@ class _Attempts:
             self.sent_at = self.guard.clock()
             self.guard.sending(self.query)
         self.count += 1
+        self.out_since = self.guard.clock()
         return (request if left is None else timed(request, left)), left
 
     def send(self, call: Any, request: Any, timed: Any) -> Any:
@@ -780,11 +788,13 @@ def _reason(failure: Failure | None, error: Exception) -> str:
 def _cut(guard: CallGuard, tries: _Attempts, record: bool, last: str | None = None,
          status_code: int | None = None) -> Judgment:
     """The outcome of a call the deadline cut after ``tries`` went out: recorded on ``guard`` (when ``record``) as
-    sent, its outcome unknown (``record(None)``: spent, the breaker neither counts nor resets on it). ``last``: the
-    error of its last attempt when the deadline stopped its retry (``cut_before_retry``; recorded with it as the
-    reason, with its HTTP ``status_code``), else None (cut in flight). A call the waiting side cuts before its
-    first attempt is counted (it may be going out) is a plain cut in flight, with no retry."""
+    sent, its outcome unknown (``record(None)``: spent, the breaker's streak neither counts nor resets on it), with
+    the seconds its last attempt was out unanswered (``_Attempts.unanswered``: what a breaker that watches the
+    judge's silence reads). ``last``: the error of its last attempt when the deadline stopped its retry
+    (``cut_before_retry``; recorded with it as the reason, with its HTTP ``status_code``), else None (cut in
+    flight). A call the waiting side cuts before its first attempt is counted (it may be going out) is a plain cut
+    in flight, with no retry."""
     retries = max(tries.count - 1, 0)
     if record:
-        guard.record(None, last, retries=retries, status_code=status_code)
+        guard.record(None, last, retries=retries, seconds=tries.unanswered(), status_code=status_code)
     return cut_in_flight(retries) if last is None else cut_before_retry(retries, last, status_code)

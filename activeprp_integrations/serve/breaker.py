@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from activeprp_core.comparators.base import CallGuard
-from activeprp_core.errors import ComparatorError
+from activeprp_core.errors import ComparatorError, ComparatorUnavailable
 
 
 class Breaker(CallGuard):
@@ -37,6 +37,15 @@ class Breaker(CallGuard):
     attempt refused or failed) does not, and the breaker opens. For metrics (``on_call``) such a call is cut
     (``ok=None``), not failed.
 
+    A judge that takes calls and never answers fails none of them when every request's time budget (or client)
+    gives up before the judge's own timeout would: each is cut, outcome unknown. So with ``silence`` the breaker
+    also sums the time during which calls were out to the judge with no answer since its last one (each cut call
+    tells how long its last attempt was out, ``record(None, seconds=...)``; overlapping calls count once): once
+    that sum reaches ``silence`` seconds (the judge's own timeout: as long as one attempt may take), the judge is
+    checked with a probe as above. A hung judge does not answer it and the breaker opens; a judge merely slower
+    than the requests' time budgets does, and the sum starts afresh (about one probe per ``silence`` seconds of
+    such calls). An answer, or a probe's, starts it afresh too.
+
     Args:
         max_concurrency: the most calls in flight across requests (None = no cap).
         threshold: failed calls in a row that open it (int >= 1; None = only ``trip`` opens it).
@@ -45,6 +54,8 @@ class Breaker(CallGuard):
         on_call: called with ``ok`` (True, False, or None for a call cancelled in flight) and ``retries`` (its
             transport retries, int >= 0) for every call that reached the judge, whatever became of its request,
             probes included (for metrics).
+        silence: seconds of calls out with no answer after which the judge is probed (above; > 0); None: never
+            (nor without ``threshold``).
 
     The probe call is to be sent on ``probe_guard`` (a fresh ``ProbeGuard`` for each probe), whose retries the
     probe's ``on_call`` reports.
@@ -52,9 +63,11 @@ class Breaker(CallGuard):
 
     def __init__(self, max_concurrency: int | None, threshold: int | None, cool_down: float,
                  probe: Callable[[], Awaitable[bool]],
-                 on_call: Callable[[bool | None, int], None] | None = None) -> None:
+                 on_call: Callable[[bool | None, int], None] | None = None, silence: float | None = None) -> None:
         super().__init__(max_concurrency, threshold)
-        self.cool_down, self.probe, self.on_call = cool_down, probe, on_call
+        self.cool_down, self.probe, self.on_call, self.silence = cool_down, probe, on_call, silence
+        self.silent = 0.0  # seconds with calls out and no answer since the judge's last one (see the class)
+        self._heard_at = self._silent_to = -math.inf  # the last answer; the end of the time summed in ``silent``
         self.opened_at: float | None = None
         self.asked: float | None = None  # the longest Retry-After of the failed calls since the last answer
         self.probes = 0  # the probes made, each counted once it ended
@@ -79,6 +92,10 @@ class Breaker(CallGuard):
             super().record(False, reason, retry_after, True, source, retries, status_code=status_code)
         else:
             super().record(ok, reason, retry_after, unusable, source, retries, seconds, status_code)
+        if ok:
+            self._heard()
+        elif ok is None and seconds is not None:
+            self._unanswered(seconds)
         if self.on_call is not None:
             self.on_call(ok, retries)
         self._noticed()
@@ -97,6 +114,25 @@ class Breaker(CallGuard):
         super()._new_streak()
         self._streaks += 1
 
+    def _heard(self) -> None:
+        """The judge answered: its silence starts afresh."""
+        with self._lock:
+            self.silent, self._heard_at = 0.0, self.clock()
+
+    def _unanswered(self, seconds: float) -> None:
+        """A call was cut after ``seconds`` out with no answer: add what it adds to the time with calls out since
+        the last answer (``silent``), and have ``watch`` probe the judge once that reaches ``silence``."""
+        with self._lock:
+            now = self.clock()
+            self.silent += max(0.0, now - max(now - seconds, self._heard_at, self._silent_to))
+            self._silent_to = now
+            if self._silence_full() and self._error is None:
+                self._suspect = True
+
+    def _silence_full(self) -> bool:
+        return self.silence is not None and self.max_consecutive_failures is not None and \
+            self.silent >= self.silence
+
     def pause(self) -> float:
         """Seconds from opening (or a failed probe) to the next probe: ``cool_down``, or what the judge asked."""
         return self.cool_down if self.asked is None else max(self.cool_down, self.asked)
@@ -112,6 +148,7 @@ class Breaker(CallGuard):
         with self._lock:
             self._error, self.opened_at, self.asked, self._suspect = None, None, None, False
             self._new_streak()
+        self._heard()  # a probe was answered
 
     def _noticed(self) -> None:
         """Wake ``watch`` when the breaker has just opened (starting the cool-down) or a streak awaits its probe."""
@@ -152,18 +189,24 @@ class Breaker(CallGuard):
                     self.opened_at = time.monotonic()
 
     async def _check_judge(self) -> None:
-        """Probe after a streak that ended in an unusable answer: open the breaker only if the judge does not
-        answer the probe either, else forgive that streak (the failures recorded while the probe was out count
-        on)."""
+        """Probe after a streak that ended in an unusable answer, or ``silence`` seconds of calls with no answer:
+        open the breaker only if the judge does not answer the probe either, else forgive that streak (the failures
+        recorded while the probe was out count on) and start the silence afresh."""
         with self._lock:
-            streak, failed = self._streaks, self._failures
+            streak, failed, silent = self._streaks, self._failures, self.silent
+            streak_full = self.max_consecutive_failures is not None and failed >= self.max_consecutive_failures
         answered = await self._probe_once()
+        if answered:
+            self._heard()
         with self._lock:
             self._suspect = False
             if answered and self._streaks == streak:
                 self._failures -= failed
             elif not answered and self._error is None:
-                self._error = self._unavailable(", and the breaker's probe got no answer either")
+                self._error = self._unavailable(", and the breaker's probe got no answer either") if streak_full \
+                    else ComparatorUnavailable(f"circuit breaker open: the judge answered none of the calls it had "
+                                               f"for {silent:.3g} s (each cut before its answer came: no answer in "
+                                               "time), and the breaker's probe got no answer either")
         self._noticed()
 
     async def _probe_once(self) -> bool:

@@ -105,6 +105,7 @@ CAUSES = tuple((re.compile(pattern, re.IGNORECASE), words) for pattern, words in
     (r"ssl|certificate|\btls\b", "TLS failure"),
     (r"reply too large", "reply too large"),
     (r"unusable answer", "unusable answers"),
+    (r"no answer in time", "no answer in time"),  # the breaker's, for a judge that answered none of its calls
     (r"connection|disconnect|protocol", "connection failed"),
 ))
 """What a judge's failure says about its transport, in words that name no endpoint (first match)."""

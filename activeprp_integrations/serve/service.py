@@ -6,7 +6,8 @@ framework).
 - Deadlines: a request's time budget starts when it arrives, so its time in the queue counts; it is reranked with
   the time left, and one whose time runs out in the queue gets its prior order with no call.
 - One judge ``Breaker`` for the whole service: while it is open a request is refused at once
-  (``ComparatorUnavailable``, HTTP 503); it probes the judge on a timer and closes when the judge answers.
+  (``ComparatorUnavailable``, HTTP 503); it probes the judge on a timer and closes when the judge answers. A judge
+  that answered none of its calls for its own timeout (each cut first, by a short time budget) is probed too.
 - The reranks run in one ``activeprp_core.stream.RerankPool``: each request progresses on its own, its calls wait
   for the judge's slots oldest request first, and a batching comparator's calls merge across requests.
 - A request whose task is cancelled (the HTTP layer cancels it when the client goes) sends no further call.
@@ -37,8 +38,9 @@ PROBE = ("probe: which passage mentions a probe?", Candidate("probe-a", "A passa
          Candidate("probe-b", "A passage about the weather."))
 """The breaker's probe: one judge call on this (query, first, second)."""
 PROBE_TIMEOUT = 10.0
-"""The least seconds the breaker's probe call is given, retries included (the breaker's ``cool_down`` when that is
-longer); past it the probe failed. The judge's own timeout still bounds each attempt. The same figure as
+"""The least seconds the breaker's probe call is given, retries included (the breaker's ``cool_down``, or the
+judge's own timeout of an attempt, ``attempt_timeout``, when that is longer: a judge answering within its timeout
+passes); past it the probe failed. The judge's own timeout still bounds each attempt. The same figure as
 ``serve.DEFAULT_JUDGE_TIMEOUT`` today, not tied to it."""
 
 
@@ -170,8 +172,12 @@ class RerankService:
                  cool_down: float = DEFAULT_COOL_DOWN,
                  on_call: Callable[[bool | None, int], None] | None = None) -> None:
         judge = as_comparator(comparator)
+        timeout = getattr(judge, "attempt_timeout", None)  # a remote judge's timeout of one attempt
+        self.probe_timeout = max(cool_down, PROBE_TIMEOUT, timeout or 0.0)
+        # the breaker probes a judge that answered none of its calls for as long as one attempt may take (a judge
+        # with no timeout of its own: as long as the probe is given)
         self.breaker = Breaker(guard_cap(judge, settings), settings.max_consecutive_failures, cool_down, self._probe,
-                               on_call)
+                               on_call, silence=timeout or self.probe_timeout)
         self.pool = RerankPool(judge, settings, self.breaker)
         self.admission = Admission(max_active, max_queue)
         self.mean_active_s = 1.0  # running mean of the seconds a request holds its slot (for Retry-After)
@@ -247,7 +253,7 @@ class RerankService:
     async def _probe(self) -> bool:
         query, first, second = PROBE
         call = self.pool.judge.aguarded_judge(query, [(first, second)], self.breaker.probe_guard)
-        answers = await wait_for(call, max(self.breaker.cool_down, PROBE_TIMEOUT))
+        answers = await wait_for(call, self.probe_timeout)
         return answers[0].prob is not None
 
     def drain(self, deadline: float | None) -> None:
