@@ -1052,6 +1052,50 @@ def test_a_request_past_its_time_budget_gets_the_best_effort_order_in_time():
     assert queued.json()["meta"]["activeprp"]["calls"] == 0  # its time ran out in the queue: no call
 
 
+class HangsAfter(GatedJudge):
+    """A ``GatedJudge`` that answers its first ``answered`` asks at once, and hangs from then on until ``release``."""
+
+    def __init__(self, answered, **kw):
+        super().__init__(**kw)
+        self.answered = answered
+
+    async def acompare(self, query, pairs):
+        if self.answered > 0:
+            self.answered -= 1
+            return self.compare(query, pairs)
+        return await super().acompare(query, pairs)
+
+
+def test_a_200_short_of_the_judge_s_ranking_says_so_and_is_counted():
+    """A 200 whose calls the time budget cut said nothing of it but ``exhausted_by`` (a hung judge's answers had
+    ``errors: []`` and the prior order), and /metrics counted none. Now ``meta.activeprp.degraded`` says why the
+    order falls short of the judge's ranking and whether any judge answer shaped it, and
+    ``activeprp_requests_degraded_total{by, judged}`` counts such answers."""
+    judge = HangsAfter(answered=1)
+    body = {"query": "alpha beta", "documents": [f"alpha {'beta ' * (i % 3)}doc {i}" for i in range(8)],
+            "time_budget": 1.0}
+    with TestClient(create_app(judge, **SERVER, time_budget=20)) as client:
+        partly = _post(client, "/v2/rerank", body).json()["meta"]["activeprp"]  # one round answered, then cut
+        none = _post(client, "/v2/rerank", body).json()["meta"]["activeprp"]  # no call answered
+        judge.release.set()
+        whole = _post(client, "/v2/rerank", {**body, "time_budget": 20}).json()["meta"]["activeprp"]
+        metrics = client.get("/metrics").text
+    with TestClient(create_app(Failing("none"), **SERVER, on_failure="prior")) as client:
+        failed = _post(client, "/v2/rerank", GOOD).json()["meta"]["activeprp"]
+        failed_metrics = client.get("/metrics").text
+    assert partly["degraded"] == {"by": "time_budget", "judged": "partly"} and partly["cut_calls"] > 0
+    assert partly["judge"]["answers"] > 0 and partly["exhausted_by"] == ["time_budget"]
+    # every call it sent was cut (or none was sent: the judge's cut round raised the call floor past its budget)
+    assert none["degraded"] == {"by": "time_budget", "judged": "none"} and none["cut_calls"] == none["calls"]
+    assert whole["degraded"] is None and whole["calls"] > 0 and "time_budget" not in whole["exhausted_by"]
+    assert failed["degraded"] == {"by": "failure", "judged": "none"} and failed["failure"]
+    counted = {(by, judged): metric(metrics, "activeprp_requests_degraded_total", by=by, judged=judged)
+               for by in ("time_budget", "failure") for judged in ("none", "partly")}
+    assert counted == {("time_budget", "none"): 1, ("time_budget", "partly"): 1, ("failure", "none"): 0,
+                       ("failure", "partly"): 0}
+    assert 'activeprp_requests_degraded_total{by="failure",judged="none"} 1.0' in failed_metrics
+
+
 def test_requests_that_came_first_finish_first():
     from activeprp_core import RerankSettings
     from activeprp_core.stream import RerankPool

@@ -28,7 +28,7 @@ from activeprp_core import RerankResult
 
 from . import create_app  # noqa: F401  (still importable from here; defined once, beside its docstring)
 from .gate import Gate
-from .routes import Routes, add_error_handlers
+from .routes import DEGRADED, Routes, add_error_handlers, degraded
 from .service import RerankService
 
 RERANK_ROUTES = ("/v1/rerank", "/v2/rerank", "/rerank")
@@ -55,6 +55,12 @@ class Metrics:
         self.active = Gauge("requests_active", "rerank requests being reranked (at most --max-active)", **kw)
         self.queued = Gauge("requests_queued", "rerank requests waiting for a slot (at most --max-queue)", **kw)
         self.breaker_open = Gauge("judge_breaker_open", "1 while the judge's circuit breaker is open", **kw)
+        self.degraded = Counter("requests_degraded", "rerank answers (200) short of the judge's ranking, by cause "
+                                "(time_budget, failure) and by whether any judge answer shaped them (judged: none, "
+                                "partly)", list(DEGRADED), **kw)
+        for by in DEGRADED["by"]:  # every series from the start, at 0
+            for judged in DEGRADED["judged"]:
+                self.degraded.labels(by, judged)
 
     def call(self, ok: bool | None, retries: int = 0) -> None:
         """One call reached the judge (``ok``: answered, failed, or None: cancelled in flight) after ``retries``
@@ -72,10 +78,13 @@ class Metrics:
 
     def spent(self, result: RerankResult) -> None:
         """What an answered request spent: its rounds and the judge's tokens (its calls and retries are counted
-        as they reach the judge: ``call``)."""
+        as they reach the judge: ``call``); and whether it was ``degraded``."""
         self.rounds.inc(result.rounds)
         self.tokens.labels("prompt").inc(result.prompt_tokens)
         self.tokens.labels("completion").inc(result.completion_tokens)
+        short = degraded(result)
+        if short is not None:
+            self.degraded.labels(short["by"], short["judged"]).inc()
 
 
 def fastapi_app(routes: Routes, gate: dict[str, Any]) -> FastAPI:

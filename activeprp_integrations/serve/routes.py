@@ -178,6 +178,21 @@ def error_summary(text: str) -> str:
     return _summary(name, kind, text, int(statuses[-1]) if statuses else None)
 
 
+DEGRADED = {"by": ("time_budget", "failure"), "judged": ("none", "partly")}
+"""The values of ``degraded``'s two fields (a fixed set: the labels of ``activeprp_requests_degraded_total``)."""
+
+
+def degraded(result: RerankResult) -> dict[str, str] | None:
+    """How an answered rerank fell short of the judge's ranking, or None: ``by`` ``"failure"`` (the judge failed and
+    ``on_failure="prior"`` kept the prior order for what was unknown: ``result.failure``) or ``"time_budget"`` (the
+    time budget refused calls or cut them in flight: ``exhausted_by``), and ``judged`` ``"none"`` (no call was
+    answered, ``judge.answers`` 0: no judge answer shaped the order) or ``"partly"`` (some did; the rest is
+    best-effort, from the prior order).
+    ``meta.activeprp.degraded`` of a 200, and the labels of ``activeprp_requests_degraded_total``."""
+    by = "failure" if result.failure else "time_budget" if "time_budget" in result.exhausted_by else None
+    return None if by is None else {"by": by, "judged": "partly" if result.judge.answers else "none"}
+
+
 def context_limit(error: ComparatorError) -> str:
     """The numbers of tokens a judge's "too long" message names, in words of ours ("the judge's context holds
     2048 tokens, the prompt had 9000"), or "": how far to shorten, and no other word of the judge's."""
@@ -399,11 +414,13 @@ class Routes:
 
     def meta(self, version: str, result: RerankResult, n: int, rid: str) -> dict[str, Any]:
         """A Cohere answer's ``meta`` (Jina's too): ``activeprp`` is ``result.stats()`` with its ``failure`` and
-        ``errors`` (the judge's words, which name where it is) told as ``error_summary`` tells them."""
+        ``errors`` (the judge's words, which name where it is) told as ``error_summary`` tells them, and
+        ``degraded``."""
         stats = result.stats()
         if stats["failure"]:  # a degraded rerank (on_failure="prior")
             stats["failure"] = error_summary(stats["failure"]) + see_log(rid)
         stats["errors"] = list(dict.fromkeys(error_summary(e) for e in stats["errors"]))
+        stats["degraded"] = degraded(result)
         if self.judge_block is not None:  # default: the JudgeStats of result.stats()
             stats["judge"] = self.judge_block(result)
         return {
