@@ -601,6 +601,107 @@ def test_the_service_breaker_caps_sync_threads_and_async_tasks_together(threads,
     assert not errors and inside == judge.park.peak == 2
 
 
+class OpenCallsJudge:
+    """An OpenAI-compatible judge on raw asyncio sockets at 127.0.0.1 that answers "A" after ``delay`` seconds and
+    counts the calls whose client still holds the connection (``open``, ``open_peak``: a call leaves as soon as its
+    client's close is read) apart from those a judge that finishes abandoned calls would still be working on
+    (``working_peak``); ``abandoned``: calls whose client closed first. Stops by itself after ``max_seconds``."""
+
+    def __init__(self, delay: float, max_seconds: float = 60.0) -> None:
+        self.delay, self.open, self.open_peak, self.working, self.working_peak, self.abandoned = delay, 0, 0, 0, 0, 0
+        self.loop = asyncio.new_event_loop()
+        started = threading.Event()
+        threading.Thread(target=self._run, args=(started, max_seconds), daemon=True).start()
+        assert started.wait(10)
+        self.url = f"http://127.0.0.1:{self.port}/v1"
+
+    def _run(self, started, max_seconds):
+        async def main():
+            server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+            self.port = server.sockets[0].getsockname()[1]
+            self.stopped = asyncio.Event()
+            started.set()
+            async with server:
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self.stopped.wait(), max_seconds)
+            calls = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            if calls:  # each ends once its client closed the connection (the comparator's clients are closed)
+                await asyncio.wait(calls, timeout=10)
+
+        self.loop.run_until_complete(main())
+        self.loop.close()
+
+    async def _handle(self, reader, writer):
+        from tests._llm_server import completion
+
+        body = json.dumps(completion("A")).encode()
+        try:
+            while True:
+                head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").lower()
+                await reader.readexactly(int(head.split("content-length:")[1].split("\r\n")[0]))
+                await asyncio.sleep(0.02)  # a close that came with it is read first: counted once, not twice
+                closed = asyncio.ensure_future(reader.read(1))  # b"" once the client closed
+                self.open += 1
+                self.working += 1
+                self.open_peak, self.working_peak = max(self.open_peak, self.open), max(self.working_peak, self.working)
+                done, _ = await asyncio.wait({closed}, timeout=self.delay)
+                self.open -= 1
+                if done:  # abandoned: such a judge works on to the end of its delay all the same
+                    self.abandoned += 1
+                    asyncio.get_running_loop().call_later(self.delay, self._worked)
+                    return
+                closed.cancel()
+                self.working -= 1
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
+                             % (len(body), body))
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError, IndexError, ValueError):
+            pass
+        finally:
+            writer.close()
+
+    def _worked(self):
+        self.working -= 1
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.loop.call_soon_threadsafe(self.stopped.set)
+
+
+def test_a_call_cut_by_its_time_budget_or_its_client_frees_its_slot_only_once_its_connection_is_closed():
+    """--max-concurrency caps the requests the server has open to the judge: a call cut at its request's time budget,
+    or whose client left, has its connection closed before its slot goes to the next call. A judge that finishes
+    such calls anyway may still be working on them beside the new ones (the review saw 24 at a cap of 4; the docs
+    said the cap was all the judge had in flight): that is beyond the server's reach, and the docs now say so."""
+    pytest.importorskip("openai")
+    from activeprp_core.comparators import OpenAIChatComparator
+
+    def body(i, **extra):
+        return {"query": f"alpha {i}", "documents": [f"alpha doc {i} {d}" for d in range(6)], **extra}
+
+    async def load(url):
+        async with httpx.AsyncClient(base_url=url, timeout=30) as client, \
+                httpx.AsyncClient(base_url=url, timeout=0.3) as leaving:
+            async def leave(i):
+                with contextlib.suppress(httpx.TimeoutException):
+                    await leaving.post("/v2/rerank", json=body(i))
+
+            cut = [client.post("/v2/rerank", json=body(i, time_budget=0.2 + 0.15 * i)) for i in range(8)]
+            return await asyncio.gather(*cut, *[leave(i) for i in range(8, 14)])
+
+    with OpenCallsJudge(delay=1.0) as endpoint, \
+            OpenAIChatComparator("m", base_url=endpoint.url, api_key="k", max_attempts=1, timeout=5) as judge:
+        app = create_app(judge, **SERVER, max_concurrency=2, time_budget=20)
+        with serving(app) as (url, _):
+            answers = asyncio.run(load(url))
+        _wait_until(lambda: endpoint.open == 0)
+    assert all(a.status_code == 200 for a in answers[:8])
+    assert endpoint.abandoned >= 4 and endpoint.working_peak > 2  # such a judge had more than the cap at work
+    assert endpoint.open_peak == 2, (endpoint.open_peak, endpoint.working_peak)
+
+
 def test_the_breaker_s_on_call_is_typed_as_it_is_called_with_ok_and_retries():
     """``Breaker``'s ``on_call`` is declared as the service declares it and as it is called: ``(ok, retries)``
     (declared ``Callable[[bool | None], None]``, so a callback written from that type raised TypeError)."""

@@ -130,7 +130,9 @@ def create_app(
             it may ask for in its body (None = no cap); ``time_budget`` counts from the request's arrival (its time
             in the queue counts). ``top_k`` is the reranked prefix when a request sends no ``top_n``; a request may
             send its own ``seed``. ``max_concurrency`` caps the judge calls in flight across all requests (None =
-            the comparator's own); ``max_consecutive_failures`` failed calls in a row open the judge's breaker.
+            the comparator's own): the requests open to the judge, a cut call's slot freed once its connection is
+            closed (a judge that finishes abandoned requests may have more at work: docs/serve.md, "Deploying");
+            ``max_consecutive_failures`` failed calls in a row open the judge's breaker.
         max_active, max_queue: the most requests reranked at once, and waiting for that (beyond: 429).
         max_documents, max_document_bytes, max_query_bytes: caps per request (413 over them).
         max_body_bytes: the body cap (413 over it, checked as it is read); None = the documents at their caps
