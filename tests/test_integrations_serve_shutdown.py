@@ -2,6 +2,7 @@
 request uvicorn cancels at --shutdown-timeout gets a JSON 503 counted as such, the others are answered."""
 
 import asyncio
+import json
 import logging
 import threading
 import time
@@ -163,6 +164,41 @@ def test_a_shutdown_answers_the_queued_requests_whose_time_budget_ends_before_it
             thread.join(30)
     assert [answers[i].status_code for i in range(3)] == [200, 200, 200]
     assert _statuses(app) == {"200": 3, "499": 0, "503": 0}
+
+
+@pytest.mark.parametrize(("time_budget", "graceful", "refused"), [(20.0, 3.0, True), (5.0, 30.0, False)])
+def test_a_body_still_arriving_when_the_shutdown_begins_is_refused_at_once_if_it_could_not_be_answered(
+        time_budget, graceful, refused):
+    """A client that sent a head and part of a body, then stalled: on SIGTERM its read went on until uvicorn
+    cancelled it at --shutdown-timeout (503 10.17 s after SIGTERM, an ERROR "Cancel 1 running task(s)" in the log),
+    though docs/serve.md says such a request gets 503 at once. Now the shutdown cuts the read at once when the
+    server's time budget (the most the body may ask for) would end past its deadline; a body that could still be
+    answered is read on, and answered."""
+    from tests.test_integrations_serve import HEAD, _connect, _raw_answer, _until_closed
+
+    body = json.dumps({"query": "alpha", "documents": ["alpha a", "beta b", "alpha c"]}).encode()
+    app = create_app(GatedJudge(), **SERVER, time_budget=time_budget, client_timeout=60)
+    app.state.service.pool.judge.release.set()  # it answers at once
+    log = Records()
+    with serving(app, graceful=graceful, drain=True) as (url, server):
+        logging.getLogger("uvicorn.error").addHandler(log)
+        sock = _connect(url, HEAD % len(body) + body[:15])
+        _until(lambda: metric(generate_latest(app.state.metrics.registry).decode(),
+                              "activeprp_requests_in_progress") == 1)
+        server.should_exit = True
+        _until(lambda: app.state.service.draining)
+        if not refused:
+            sock.sendall(body[15:])
+        answer = _until_closed(sock)  # the shutdown closes the connection once it is answered
+    logging.getLogger("uvicorn.error").removeHandler(log)
+    status, headers, said = _raw_answer(answer)
+    assert not [r.getMessage() for r in log.records if "Cancel" in r.getMessage()]  # not cut at the deadline
+    if refused:
+        assert status == 503 and said["type"] == "unavailable" and headers["retry-after"] == "1", answer
+        assert headers["connection"] == "close" and "shutdown" in said["message"]
+        assert _statuses(app) == {"200": 0, "499": 0, "503": 1}
+    else:
+        assert status == 200 and len(said["results"]) == 3, answer
 
 
 @pytest.mark.parametrize("shutdown_timeout", [30.0, None])

@@ -101,6 +101,7 @@ def fastapi_app(routes: Routes, gate: dict[str, Any]) -> FastAPI:
     add_error_handlers(app)
     app.add_middleware(Gate, routes=RERANK_ROUTES, max_body_bytes=routes.limits.max_body_bytes,
                        max_body_values=routes.limits.max_body_values, metrics=routes.metrics,
-                       overloaded=routes.service.overloaded, secrets=routes.secrets, **gate)
+                       overloaded=routes.service.overloaded, secrets=routes.secrets,
+                       arrival_refused=routes.service.arrival_refused, **gate)
     routes.mount(app)
     return app

@@ -8,11 +8,12 @@ import hmac
 import json
 import time
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Awaitable, Callable, Collection, Iterable
 from functools import partial
 from typing import Any
 
 from .routes import REQUEST_ID, error_body, internal_error, request_id, response_id
+from .service import ShuttingDown
 
 CLIENT_GONE = 499
 """The status the metrics count for a request whose client went away before its answer (nginx's code)."""
@@ -72,7 +73,9 @@ class Gate:
        seconds of its head (else 408); a body whose ``Content-Length`` or whose bytes read
        so far (chunked or not) pass ``max_body_bytes`` gets 413 at once; at most the cap is held in memory; a body
        read whole that holds more than ``max_body_values`` JSON values (``json_values``) gets 413 before it is
-       parsed. Every refusal before the body was read whole closes the connection;
+       parsed. Every refusal before the body was read whole closes the connection; so does the 503 ``unavailable``
+       (``Retry-After: 1``) of a body still arriving when ``arrival_refused`` (the service's) returns the
+       ``ShuttingDown`` of a shutdown that could not answer it in time: the read is cut then, at once when it began;
     4. the disconnect: once the body is read, a client that goes away cancels the handler (so its rerank sends
        no further call) and is counted with status 499;
     5. the server's cancel: a request the server cancels before its response started (uvicorn, when its graceful
@@ -84,8 +87,10 @@ class Gate:
     def __init__(self, app: Any, *, routes: Iterable[str], keys: Iterable[str], max_body_bytes: int,
                  max_body_values: int, metrics: Any, overloaded: Callable[[], Any], max_uploads: int,
                  body_timeout: float | None, max_uploads_per_client: int | None = None,
-                 secrets: Collection[str] = ()) -> None:
+                 secrets: Collection[str] = (),
+                 arrival_refused: Callable[[], Awaitable[ShuttingDown]] | None = None) -> None:
         self.app, self.routes, self.max_body_bytes, self.metrics = app, frozenset(routes), max_body_bytes, metrics
+        self.arrival_refused = arrival_refused
         self.secrets = secrets
         self.max_body_values, self.max_uploads, self.body_timeout = max_body_values, max_uploads, body_timeout
         self.max_uploads_per_client = max_uploads_per_client
@@ -185,11 +190,13 @@ class Gate:
         self.uploads += 1
         self.client_uploads[client] += 1
         try:
-            body = await asyncio.wait_for(self._read(receive), self.body_timeout)
+            body = await self._read_in_time(receive)
         except asyncio.TimeoutError:
             return await send_error(send, 408, f"the request body did not arrive whole within {self.body_timeout:g} "
                                     "s (this server's --client-timeout): send it faster or make it smaller",
                                     "timeout", rid, close=True)
+        except ShuttingDown as refusal:
+            return await send_error(send, 503, str(refusal), "unavailable", rid, [("retry-after", "1")], close=True)
         finally:
             self.uploads -= 1
             self.client_uploads[client] -= 1
@@ -206,6 +213,23 @@ class Gate:
                                     f"{self.max_body_values}: send fewer documents or fewer fields per document",
                                     "too_large", rid)
         await self._run(scope, body, receive, send)
+
+    async def _read_in_time(self, receive: Any) -> bytes | None:
+        """``_read`` within ``body_timeout`` (else ``asyncio.TimeoutError``), unless ``arrival_refused`` returns
+        first: its ``ShuttingDown`` is raised (the read is cut)."""
+        read = asyncio.ensure_future(self._read(receive))
+        waits = {read} if self.arrival_refused is None else {read, asyncio.ensure_future(self.arrival_refused())}
+        try:
+            done, _ = await asyncio.wait(waits, timeout=self.body_timeout, return_when=asyncio.FIRST_COMPLETED)
+            if read in done:
+                return read.result()
+            if done:
+                raise done.pop().result()
+            raise asyncio.TimeoutError
+        finally:
+            for task in waits:
+                task.cancel()
+            await asyncio.gather(*waits, return_exceptions=True)
 
     async def _read(self, receive: Any) -> bytes | None:
         """The body (None: the client went away), or its first bytes as soon as they pass ``max_body_bytes``."""

@@ -13,7 +13,9 @@ framework).
 - A request whose task is cancelled (the HTTP layer cancels it when the client goes) sends no further call.
 - Shutdown: ``drain(deadline)`` when the server's graceful shutdown begins refuses (``ShuttingDown``, HTTP 503) each
   request not yet reranked (queued, or arriving) whose time budget ends after the shutdown's deadline, the
-  others are answered; ``stop`` once the requests have finished. ``draining`` says so from then on (``/ready``: 503).
+  others are answered; a request whose body is still arriving is refused as soon as the service's time budget,
+  counted from then, would end past it (``arrival_refused``); ``stop`` once the requests have finished.
+  ``draining`` says so from then on (``/ready``: 503).
 """
 
 from __future__ import annotations
@@ -66,6 +68,11 @@ class Admission:
         self.active = 0
         self._waiting: collections.deque[tuple[asyncio.Future, float]] = collections.deque()  # with their deadline
         self._cut = math.inf
+
+    @property
+    def cut_at(self) -> float:
+        """The deadline of ``cut`` (the event loop's time; inf before it, or for a cut that waits for all)."""
+        return self._cut
 
     @property
     def queued(self) -> int:
@@ -183,6 +190,7 @@ class RerankService:
         self.mean_active_s = 1.0  # running mean of the seconds a request holds its slot (for Retry-After)
         self._watch: asyncio.Task | None = None
         self._stopping = self._draining = False
+        self._drain_waiters: set[asyncio.Future] = set()  # of arrival_refused, woken by drain
 
     @property
     def settings(self) -> RerankSettings:
@@ -265,6 +273,30 @@ class RerankService:
         self._draining = True
         if deadline is not None:
             self.admission.cut(deadline)
+        for waiter in self._drain_waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def arrival_refused(self) -> ShuttingDown:
+        """Wait until a request whose body is still arriving can no longer be answered before the shutdown's deadline
+        (``drain``'s), and return the ``ShuttingDown`` to refuse it with: at once when the service's time budget (the
+        most a request may ask for; its own is in the body, not read yet) counted from now ends past the deadline
+        (or there is none), else when it would. Never returns while no shutdown has begun, nor for one that waits
+        for every request (no deadline)."""
+        loop = asyncio.get_running_loop()
+        if not self._draining:
+            waiter = loop.create_future()
+            self._drain_waiters.add(waiter)
+            try:
+                await waiter
+            finally:
+                self._drain_waiters.discard(waiter)
+        cut, budget = self.admission.cut_at, self.settings.time_budget
+        if math.isinf(cut):
+            await loop.create_future()  # never done: this shutdown waits for every request
+        if budget is not None:
+            await asyncio.sleep(max(0.0, cut - budget - loop.time()))
+        return _cut_off()
 
     async def stop(self) -> None:
         """Refuse new requests, stop the probes and the pool (the requests in flight are the server's to let
