@@ -1006,14 +1006,16 @@ def test_without_the_serve_extra_the_errors_name_it(monkeypatch, capsys):
         create_app(WordJudge())
 
 
-@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
-def test_the_command_serves_and_exits_0_after_its_graceful_shutdown_on_sigint_or_sigterm(stop):
+@pytest.mark.parametrize(("stop", "access_log"), [(signal.SIGINT, True), (signal.SIGTERM, False)])
+def test_the_command_serves_and_exits_0_after_its_graceful_shutdown_on_sigint_or_sigterm(stop, access_log):
     """Under SIGTERM the process ended by the signal (-15; uvicorn re-raises it after its graceful shutdown, and its
-    default action ended the process before the comparator was closed), though Ctrl-C exited 0."""
+    default action ended the process before the comparator was closed), though Ctrl-C exited 0. uvicorn's access
+    log (a line per request) had no flag; --no-access-log leaves it out."""
     port = free_port()
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
     proc = subprocess.Popen([sys.executable, "-m", "activeprp_cli", "serve", "--comparator", "simulated",
-                             "--port", str(port), "--budget", "10", "--token-budget", "5000", "--time-budget", "5"],
+                             "--port", str(port), "--budget", "10", "--token-budget", "5000", "--time-budget", "5",
+                             *([] if access_log else ["--no-access-log"])],
                             env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT)
     try:
@@ -1036,7 +1038,9 @@ def test_the_command_serves_and_exits_0_after_its_graceful_shutdown_on_sigint_or
         assert own.json()["meta"]["activeprp"]["time_budget"] == 2.5
         proc.send_signal(stop)
         assert proc.wait(30) == 0, proc.stdout.read().decode()
-        assert b"Finished server process" in proc.stdout.read()
+        logged = proc.stdout.read()
+        assert b"Finished server process" in logged
+        assert (b'"POST /v2/rerank HTTP/1.1" 200' in logged) == access_log, logged.decode()
     finally:
         if proc.poll() is None:
             proc.kill()

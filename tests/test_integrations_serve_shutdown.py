@@ -260,4 +260,11 @@ def test_the_command_runs_the_draining_server_with_its_service_and_shutdown_time
     servers: list = []
     apps = serve_command(monkeypatch, ["--comparator", "simulated", "--shutdown-timeout", "7"], servers)
     assert isinstance(servers[0], DrainingServer) and servers[0].service is apps[0].state.service
-    assert servers[0].config.timeout_graceful_shutdown == 7
+    assert servers[0].config.timeout_graceful_shutdown == 7 and servers[0].config.access_log
+
+
+def test_the_command_leaves_the_access_log_out_with_no_access_log(monkeypatch):
+    """uvicorn's access log was always on (a line per request), with no flag to turn it off."""
+    servers: list = []
+    serve_command(monkeypatch, ["--comparator", "simulated", "--no-access-log"], servers)
+    assert servers[0].config.access_log is False

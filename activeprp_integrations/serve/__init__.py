@@ -304,6 +304,10 @@ def add_parser(subparsers: Any) -> None:
                         "not yet reranked whose time budget would end after that gets 503 with Retry-After at "
                         "once, those still running then get 503 and their connection is closed; keep it over "
                         "--time-budget and every request admitted is answered (default %(default)s)")
+    p.add_argument("--access-log", action=argparse.BooleanOptionalAction, default=True,
+                   help="log a line per request (uvicorn's access log, INFO on stderr); --no-access-log leaves it "
+                        "out, and the WARNINGs of failed or degraded reranks and the server's errors stay (default: "
+                        "on)")
     j = p.add_argument_group("the judge's failures")
     j.add_argument("--cool-down", type=seconds(allow_none=False, positive=True), default=DEFAULT_COOL_DOWN,
                    help="seconds the judge's circuit breaker stays open before one probe call decides whether it "
@@ -357,7 +361,7 @@ def main(args: argparse.Namespace) -> int:
         except (TypeError, ValueError) as err:
             raise InputError(str(err)) from None
         config = uvicorn.Config(app, host=args.host, port=args.port, timeout_graceful_shutdown=args.shutdown_timeout,
-                                log_level="info", log_config=log_config(),
+                                log_level="info", access_log=args.access_log, log_config=log_config(),
                                 http=head_timeout_protocol(args.client_timeout))
         # uvicorn re-raises the signal that stopped it once its graceful shutdown is done, to the handler it found
         # at its start: Ctrl-C's KeyboardInterrupt; SIGTERM's default handler would end the process there (-15)
