@@ -916,12 +916,14 @@ def test_calls_out_with_no_answer_for_the_judge_s_timeout_are_probed_overlaps_co
             breaker.record(None, seconds=9.0)  # out since 100, only 6 s of it after the answer
             now[0] = 112.0
             breaker.record(None, seconds=2.0)  # 2 more
+            breaker.record(False, "HTTP 500")  # a failed call: a silence's probe, answered, does not forgive it
             await asyncio.sleep(0.05)
             before = (breaker.silent, breaker.probes)
             now[0] = 115.0
             breaker.record(None, seconds=5.0)  # out since 110: 3 more, 11 s in all
             await asyncio.sleep(0.05)
-            return before, breaker.probes, breaker.silent, breaker.error
+            failures = breaker._failures
+            return before, breaker.probes, breaker.silent, breaker.error if not answer else failures
         finally:
             watch.cancel()
 
@@ -929,8 +931,8 @@ def test_calls_out_with_no_answer_for_the_judge_s_timeout_are_probed_overlaps_co
     assert before == (8.0, 0) and probes == 1 and silent == 11.0
     assert isinstance(error, ComparatorUnavailable)
     assert "answered none of the calls it had for 11 s" in error.message and "probe got no answer" in error.message
-    before, probes, silent, error = asyncio.run(main(answer=True))  # a judge slower than the budgets answers it
-    assert (probes, silent, error) == (1, 0.0, None)
+    before, probes, silent, failures = asyncio.run(main(answer=True))  # a judge slower than the budgets answers it
+    assert (probes, silent, failures) == (1, 0.0, 1)
 
 
 @pytest.mark.parametrize(("timeout", "silence", "probe"), [(30.0, 30.0, 30.0), (2.0, 2.0, 10.0), (None, 10.0, 10.0)])

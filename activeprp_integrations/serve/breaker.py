@@ -191,7 +191,8 @@ class Breaker(CallGuard):
     async def _check_judge(self) -> None:
         """Probe after a streak that ended in an unusable answer, or ``silence`` seconds of calls with no answer:
         open the breaker only if the judge does not answer the probe either, else forgive that streak (the failures
-        recorded while the probe was out count on) and start the silence afresh."""
+        recorded while the probe was out count on; after a silence, the failed calls so far count on too) and start
+        the silence afresh."""
         with self._lock:
             streak, failed, silent = self._streaks, self._failures, self.silent
             streak_full = self.max_consecutive_failures is not None and failed >= self.max_consecutive_failures
@@ -200,7 +201,7 @@ class Breaker(CallGuard):
             self._heard()
         with self._lock:
             self._suspect = False
-            if answered and self._streaks == streak:
+            if answered and self._streaks == streak and streak_full:  # a silence's probe forgives no failure
                 self._failures -= failed
             elif not answered and self._error is None:
                 self._error = self._unavailable(", and the breaker's probe got no answer either") if streak_full \
