@@ -231,7 +231,9 @@ def rerank_dataset(
             free for the dataset's read tasks, or it waits forever: ``num_actors * num_cpus <= CPUs - 1``.
             ``num_cpus`` None: ``DEFAULT_NUM_CPUS`` (0.5), or less so that it fits (0 on a 1-CPU Ray); a
             ``num_cpus`` given that does not fit raises ``ValueError``. Neither before Ray is initialised, nor on
-            a cluster with no CPU yet (one that scales up from a head with ``--num-cpus=0``).
+            a cluster with no CPU yet (one that scales up from a head with ``--num-cpus=0``), nor for a
+            ``MaterializedDataset`` (``from_items``, ``from_pandas``, ``from_arrow``, ``.materialize()``): it has
+            no task of its own to run, and its actors may hold every CPU (``num_cpus`` None: 0.5).
         batch_size: rows per ``map_batches`` batch: the queries one ``rerank_many`` call merges.
         use_async: run ``arerank_many`` on each actor's event loop (for endpoint comparators: the calls of the
             batch's queries run concurrently, at most ``max_concurrency`` in flight per actor).
@@ -246,12 +248,13 @@ def rerank_dataset(
     Raises:
         ImportError: Ray Data is missing (names ``activeprp[ray]``).
         TypeError / ValueError: a bad argument (checked here, before anything runs), ``num_actors * num_cpus``
-        above the cluster's CPUs less ``TASK_CPUS`` included, and a dataset without ``query``/``candidates``
-        columns or with a column named like an added one when its columns are known without running it
-        (``ds.columns(fetch_if_missing=False)``: ``from_items``, ``from_pandas``, ``read_parquet`` ...). While the
-        dataset runs (all wrapped by Ray; ``unwrap`` re-raises them as themselves): that column ``ValueError`` for
-        a dataset whose columns were not known (``read_json``), the error of ``comparator_factory`` on an actor
-        (``ValueError`` for a None), and the comparator's error when a dead endpoint stops a batch.
+        above the cluster's CPUs less ``TASK_CPUS`` included (not for a ``MaterializedDataset``), and a dataset
+        without ``query``/``candidates`` columns or with a column named like an added one when its columns are
+        known without running it (``ds.columns(fetch_if_missing=False)``: ``from_items``, ``from_pandas``,
+        ``read_parquet`` ...). While the dataset runs (all wrapped by Ray; ``unwrap`` re-raises them as
+        themselves): that column ``ValueError`` for a dataset whose columns were not known (``read_json``), the
+        error of ``comparator_factory`` on an actor (``ValueError`` for a None), and the comparator's error when a
+        dead endpoint stops a batch.
     """
     ray = _ray()
     settings = _check(comparator_factory, num_actors, batch_size, max_active, num_cpus, num_gpus, settings,
@@ -259,7 +262,9 @@ def rerank_dataset(
     columns = _known_columns(ds)
     if columns is not None:
         _check_columns(columns, _stat_types())
-    resources = {"num_cpus": _cpus_per_actor(ray, num_actors, num_cpus)}
+    # A materialized dataset (from_items, from_pandas, .materialize()) holds its blocks: it has no task left to run
+    tasks = not isinstance(ds, ray.data.dataset.MaterializedDataset)
+    resources = {"num_cpus": _cpus_per_actor(ray, num_actors, num_cpus, tasks=tasks)}
     resources |= {"num_gpus": num_gpus} if num_gpus is not None else {}
     out = ds.map_batches(
         _Reranker, fn_constructor_kwargs={"comparator_factory": comparator_factory, "settings": settings,
@@ -298,16 +303,17 @@ def _check(comparator_factory, num_actors, batch_size, max_active, num_cpus, num
     return RerankSettings.of(settings, **rerank_kwargs)  # checks names and values, as rerank_many does
 
 
-def _cpus_per_actor(ray: Any, num_actors: int, num_cpus: float | None) -> float:
+def _cpus_per_actor(ray: Any, num_actors: int, num_cpus: float | None, *, tasks: bool = True) -> float:
     """The CPUs of each of ``num_actors`` actors: ``num_cpus``, or for None ``DEFAULT_NUM_CPUS``, less where the
-    pool would leave under ``TASK_CPUS`` of the cluster's CPUs free (rounded down to Ray's 0.0001 CPU).
+    pool would leave under ``TASK_CPUS`` of the cluster's CPUs free (rounded down to Ray's 0.0001 CPU) and the
+    dataset has ``tasks`` of its own to run (not a ``MaterializedDataset``).
 
     Raises:
-        ValueError: ``num_cpus`` given, and the pool would leave under ``TASK_CPUS`` free.
+        ValueError: ``num_cpus`` given, ``tasks``, and the pool would leave under ``TASK_CPUS`` free.
     """
-    # Ray not started yet (Ray Data starts one when the dataset runs), or no CPU at all (a head that leaves the
-    # work to nodes it has yet to scale up): nothing to count
-    cpus = ray.cluster_resources().get("CPU", 0) if ray.is_initialized() else 0
+    # No task to starve, Ray not started yet (Ray Data starts one when the dataset runs), or no CPU at all (a head
+    # that leaves the work to nodes it has yet to scale up): nothing to count
+    cpus = ray.cluster_resources().get("CPU", 0) if tasks and ray.is_initialized() else 0
     if not cpus:
         return DEFAULT_NUM_CPUS if num_cpus is None else num_cpus
     spare = max(cpus - TASK_CPUS, 0)

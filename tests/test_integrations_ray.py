@@ -188,6 +188,8 @@ def test_cpus_per_actor_given_that_leave_no_cpu_for_read_tasks_are_refused(cpus,
                                                                   actors, num_cpus) == num_cpus
     scaling = SimpleNamespace(is_initialized=lambda: True, cluster_resources=lambda: {"GPU": 1.0})  # no CPU yet
     assert _cpus_per_actor(scaling, actors, num_cpus) == num_cpus
+    assert _cpus_per_actor(fake, actors, num_cpus, tasks=False) == num_cpus  # no task of its own to starve
+    assert _cpus_per_actor(fake, actors, None, tasks=False) == 0.5
 
 
 def test_candidate_records_keep_extra_keys_as_metadata():
@@ -372,6 +374,22 @@ def test_a_read_json_dataset_with_more_actors_than_spare_cpus_finishes(local_ray
     out = bounded(rerank_dataset(ds, judge, num_actors=3, budget=10, seed=0).take_all)
     assert sorted(r["qid"] for r in out) == ["q0", "q1", "q2"]
     assert all(sorted(r["order"]) == [0, 1, 2, 3] and r["error"] is None for r in out)
+
+
+def test_a_materialized_dataset_may_give_the_actors_every_cpu(local_ray):
+    """``from_items`` has no read task: 2 actors x 1 CPU on the 2-CPU Ray finish, as before the rule (review s67h,
+    finding 1: it was refused, "would wait forever"); a task of its own (a ``map_batches``) brings the rule back."""
+    from activeprp_integrations.ray import rerank_dataset
+
+    rows = [{"qid": f"q{q}", "query": "alpha", "candidates": [{"id": f"d{i}", "text": f"t{i}"} for i in range(4)]}
+            for q in range(3)]
+    ds = ray.data.from_items(rows)
+    judge = functools.partial(SimulatedComparator, {"d0": 0.0, "d1": 3.0, "d2": 1.0, "d3": 2.0})
+    with pytest.raises(ValueError, match=r"num_actors=2 x num_cpus=1 leaves under 1 .* 2 CPUs"):
+        rerank_dataset(ds.map_batches(lambda batch: batch), judge, num_actors=2, num_cpus=1, budget=10)
+    out = bounded(rerank_dataset(ds, judge, num_actors=2, num_cpus=1, batch_size=2, budget=10, seed=0).take_all)
+    assert sorted(r["qid"] for r in out) == ["q0", "q1", "q2"]
+    assert all(r["order"][0] == 1 and r["error"] is None for r in out)
 
 
 @pytest.mark.parametrize("rename", [{"query": "question"}, {"qid": "calls"}])
