@@ -498,6 +498,46 @@ def test_a_remote_call_s_bug_propagates_with_every_call_sent_billed(path):
     assert (error.accounting.rounds, error.accounting.failed_calls) == (2, judge.sent - 7)
 
 
+class BugAmidBackoff(FakeRemote):
+    """A remote judge whose first call fails with a 500 (retried) and whose second raises a bug once the first has
+    failed; the others answer. ``calls``: the distinct calls sent (requests are numbered as made)."""
+
+    def __init__(self, **transport):
+        super().__init__(**transport)
+        self.made, self.calls, self.first_failed, self._lock = 0, set(), threading.Event(), threading.Lock()
+
+    def request(self, query, first, second):
+        with self._lock:
+            self.made += 1
+            return query, self.made
+
+    def send(self, client, request):
+        with self._lock:
+            super().send(client, request)
+            self.calls.add(request)
+        if request[1] == 1:
+            self.first_failed.set()
+            raise StatusError(500, "down")
+        if request[1] == 2:
+            self.first_failed.wait(5)
+            raise RuntimeError("a bug in my model wrapper")
+        return 0.75
+
+    def classify(self, error):
+        return status_failure(error.status_code, str(error)) if isinstance(error, StatusError) else None
+
+
+def test_a_call_stopped_in_its_backoff_by_another_call_s_bug_is_billed():
+    """Review s67h finding 2: on the sync path's threads, call A failed with a 500 and waited in its backoff; call B
+    raised a bug, which stopped A before its retry ("not retried"), and A was never recorded: 5 of 6 calls sent
+    billed. Now A is recorded as sent, outcome unknown, once (by itself or by the waiting side)."""
+    judge = BugAmidBackoff(max_concurrency=2, max_attempts=3, backoff_initial=30.0, backoff_max=30.0)
+    cands = [Candidate(f"d{i}", f"p {i}") for i in range(4)]
+    with pytest.raises(RuntimeError, match="a bug in my model wrapper") as raised:
+        rerank("q", cands, comparator=judge, budget=10, ranker="allpairs")
+    assert judge.first_failed.is_set() and raised.value.accounting.calls == len(judge.calls) >= 2
+
+
 class RefusedAmidCalls(FakeRemote):
     """A remote judge whose first call is refused (401) once ``in_flight`` other calls have gone out; those wait for
     ``release`` (set by the test once the rerank raised), then answer."""

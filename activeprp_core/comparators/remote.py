@@ -241,7 +241,8 @@ class RemoteComparator(FreshState, Comparator):
     def _call(self, guard: CallGuard, item: Item, stop: _Stop, abandoned: threading.Event,
               job: _Job | None = None) -> Judgment:
         """One call in a worker thread: no attempt once ``stop`` is set (not sent: ``stop.unsent()``; a retry
-        withheld at the deadline is cut before it, ``_deadline_cut``), no record once ``abandoned`` (raised), nor
+        withheld at the deadline is cut before it, ``_deadline_cut``; one withheld as its batch stopped is recorded
+        as sent, outcome unknown), no record once ``abandoned`` (raised), nor
         once the waiting side cut it at the deadline (``job.cut_at_deadline``, with its attempts: ``job.cut``):
         whichever side records the call first is the only one that does (``job.claim``)."""
         from tenacity import Retrying
@@ -272,7 +273,12 @@ class RemoteComparator(FreshState, Comparator):
             response = retrying(attempt)
             outcome = _settle(self, guard, retrying, response, record=record(), seconds=tries.seconds())
         except _Abandoned:  # stopped before a retry: the deadline withheld it, else its batch stopped
-            outcome = self._deadline_cut(guard, tries, record()) if stop.at_deadline else None
+            if stop.at_deadline:
+                outcome = self._deadline_cut(guard, tries, record())
+            else:  # its attempts went out: billed, outcome unknown (the waiting side bills it if it claims first)
+                if record():
+                    guard.record(None, retries=tries.count - 1)
+                outcome = None
         except Exception as err:
             outcome = self._after(err, guard, retrying, tries, record=record())
         if outcome is None:  # the stopped guard's error (a 401, an open breaker), else dropped with its ask's raise
