@@ -110,8 +110,9 @@ class ComparatorError(ActivePRPError):
 
     def __str__(self) -> str:
         said = f" (HTTP {self.status_code})"
-        # a message that ends with its status already (a failed call's: ``RemoteComparator``) says it once
-        return self.message if self.status_code is None or self.message.endswith(said) else self.message + said
+        # a message that says its status already says it once: a failed call's ends with it (``RemoteComparator``),
+        # and an open breaker's or a time budget's quotes that call's text
+        return self.message if self.status_code is None or said in self.message else self.message + said
 
     def __reduce__(self):  # keep the keyword fields across pickling (Ray moves errors between processes)
         return type(self), (self.message,), {"status_code": self.status_code, "accounting": self.accounting}

@@ -153,6 +153,39 @@ def test_the_error_of_a_rerank_whose_every_call_failed_says_their_status_once():
     assert raised.value.status_code == 500 and said.endswith(": down (HTTP 500)") and said.count("HTTP 500") == 1
 
 
+class Down(FakeRemote):
+    """A remote judge whose every attempt fails with a 500 ("down")."""
+
+    def send(self, client, request):
+        raise StatusError(500, "down")
+
+    def classify(self, error):
+        return status_failure(error.status_code, str(error)) if isinstance(error, StatusError) else None
+
+
+LAST = "(last: StatusError from 127.0.0.1 (model 'm'): down (HTTP 500))"
+
+
+@pytest.mark.parametrize("settings, want", [
+    ({}, f"circuit breaker open: 5 calls in a row failed {LAST}"),
+    ({"time_budget": 1.0, "max_attempts": 2}, "no call of 6 was answered: 0 failed, 6 were cut at the deadline "
+                                              f"before their retries, 0 cut in flight: cut at the deadline before "
+                                              f"its retry {LAST}")])
+def test_an_open_breaker_or_a_spent_time_budget_says_the_status_once(settings, want):
+    """Review s67h finding 4: these messages quote the last failed call's text, which ends with its status, and
+    ``ComparatorError.__str__`` appended the status again: "... down (HTTP 500)) (HTTP 500)". Now once (the time
+    budget's retries wait 60 s: the deadline withholds them)."""
+    from activeprp_core import ComparatorUnavailable
+
+    judge = Down(max_attempts=settings.get("max_attempts", 1), backoff_initial=60.0, backoff_max=60.0)
+    cands = [Candidate(f"d{i}", f"p {i}") for i in range(4)]
+    with pytest.raises(ComparatorUnavailable) as raised:
+        rerank("q", cands, comparator=judge, budget=10, ranker="allpairs", time_budget=settings.get("time_budget"))
+    assert raised.value.status_code == 500 and str(raised.value) == want
+    other = ComparatorUnavailable(f"circuit breaker open: 5 calls in a row failed {LAST}", status_code=503)
+    assert str(other) == f"{other.message} (HTTP 503)"  # another status than the one quoted is still said
+
+
 @pytest.mark.parametrize("use_async", [True, False])
 def test_a_refusal_raises_typed_without_the_secret_and_stops_every_later_call(use_async):
     fake = FakeChatModel(lambda t: StatusError(401, f"invalid key {SECRET}"))
