@@ -76,6 +76,16 @@ class RerankFailure:
 Step = list[tuple[int, Reranking, Batch]]
 
 
+def _spent_on(item: Reranking | RerankResult | RerankFailure) -> Accounting:
+    """What a query of the window has spent: so far, in all (a ``RerankResult`` is an ``Accounting``), or up to
+    its failure (none known for a request that failed before its first call)."""
+    if isinstance(item, Reranking):
+        return item.settled
+    if isinstance(item, RerankFailure):
+        return getattr(item.error, "accounting", None) or Accounting()
+    return item
+
+
 class _Window:
     """The queries in progress, in input order: started from the request stream up to ``max_active``, asked
     for their pending batches, answered, and handed out in order once finished."""
@@ -188,18 +198,17 @@ class _Window:
     def settle(self, finished: Sequence[tuple[int, asyncio.Task]]) -> None:
         """Hand each query ``index`` of ``finished`` the outcome of the task that ran it on its own: its result, or
         the error it raised, a failure of its own or one that stops everything (raised here, its accounting
-        summed over the queries in progress and those that failed just now)."""
-        fatal, failed = None, []
+        summed over the queries not yet handed out, those that failed just now included: ``spent``)."""
+        fatal = None
         for index, task in finished:
             error = task.exception()
             if error is None:
                 self.items[index] = task.result()
                 continue
             self.items[index] = RerankFailure(index, self.items[index].query, error)
-            failed.append(getattr(error, "accounting", None) or Accounting())
             fatal = fatal or (error if self.fatal(error) else None)
         if fatal is not None:
-            raise self.stop(fatal, also=failed)
+            raise self.stop(fatal)
 
     def _resolve(self, index: int, reranking: Reranking, action) -> None:
         try:
@@ -219,12 +228,13 @@ class _Window:
                 raise self.stop(error) from None
             return RerankFailure(index, reranking.query, error)
 
-    def spent(self, sent: Sequence[int] = (), also: Sequence[Accounting] = ()) -> Accounting:
-        """The accounting summed over the queries in progress, batches never answered left out, plus ``also``
-        (queries that failed just now, with their own accounting) and the calls of a step whose call raised that
-        reached the backend (``sent``, per query) as failed ones (for an error that stops everything)."""
+    def spent(self, sent: Sequence[int] = ()) -> Accounting:
+        """The accounting summed over the queries not yet handed out (for an error that stops everything, which
+        they are then never): in progress (batches never answered left out), finished, or failed (its error's
+        ``accounting``), plus the calls of a step whose call raised that reached the backend (``sent``, per
+        query) as failed ones."""
         total = Accounting()
-        for account in [*(r.settled for r in self.items.values() if isinstance(r, Reranking)), *also]:
+        for account in map(_spent_on, self.items.values()):
             for k, v in account.counts().items():
                 setattr(total, k, getattr(total, k) + v)
         for calls in sent:
@@ -232,9 +242,9 @@ class _Window:
                 total.calls + calls, total.failed_calls + calls, total.rounds + (calls > 0)
         return total
 
-    def stop(self, error: Exception, sent: Sequence[int] = (), also: Sequence[Accounting] = ()) -> Exception:
+    def stop(self, error: Exception, sent: Sequence[int] = ()) -> Exception:
         with contextlib.suppress(AttributeError):
-            error.accounting = self.spent(sent, also)  # type: ignore[attr-defined]
+            error.accounting = self.spent(sent)  # type: ignore[attr-defined]
         self.close()
         return error
 
@@ -423,8 +433,8 @@ def rerank_many(requests: Iterable[tuple[str, Sequence[Candidate]]], settings: R
         TypeError / ValueError: bad shared arguments (``progress`` or ``carry_judge`` not a bool, too) or
         ``requests`` not an iterable of pairs (``check_requests``), before any request is read.
         ``ComparatorAuthError`` / ``ComparatorUnavailable``: the endpoint is dead (with ``on_failure="raise"``);
-        ``accounting`` sums the queries in progress. ``ComparatorClosed`` likewise, whatever ``on_failure``: the
-        comparator was closed under a call.
+        ``accounting`` sums the queries not yet yielded (in progress, finished or failed behind an earlier one).
+        ``ComparatorClosed`` likewise, whatever ``on_failure``: the comparator was closed under a call.
     """
     judge, window = _window(requests, settings, options, comparator, max_active, progress, carry_judge)
 

@@ -207,6 +207,39 @@ def test_a_dead_endpoint_stops_everything(use_async, carry_judge, error):
     assert spent.failed_calls == spent.calls <= dead.calls  # a batch the comparator raised on counts as spent
 
 
+class RefusedLater(Comparator):
+    """Refuses query "q"'s third batch (a 401) and raises a ``ComparatorRequestError`` for query "r"'s first (with
+    ``r_fails``); else answers. ``sent``: the calls that reached it, per query."""
+
+    def __init__(self, r_fails):
+        self.r_fails, self.sent, self.batches = r_fails, collections.Counter(), collections.Counter()
+
+    def compare(self, query, pairs):
+        self.sent[query] += len(pairs)
+        self.batches[query] += 1
+        if query == "q" and self.batches[query] == 3:
+            raise ComparatorAuthError("invalid key", status_code=401)
+        if query == "r" and self.r_fails:
+            raise ComparatorRequestError("prompt too long", status_code=400)
+        return [float(a.id > b.id) for a, b in pairs]
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+@pytest.mark.parametrize("r_fails", [True, False])
+def test_a_refusal_bills_the_queries_that_finished_or_failed_but_were_not_yielded(use_async, r_fails):
+    """Review s67h finding 3: query "r" failed (or finished) while "q", before it, went on; then q's 401 stopped
+    everything, and its accounting summed only the queries in progress: r's calls were in no accounting (r is
+    never yielded). Now it sums every query not yet yielded."""
+    cands = [Candidate(f"d{i}", f"p {i}") for i in range(8)]
+    reqs = [("q", cands), ("r", cands[:2])]
+    comp = RefusedLater(r_fails)
+    kw = dict(comparator=comp, ranker="mohajer", budget=40, top_k=3, carry_judge=False)
+    with pytest.raises(ComparatorAuthError) as info:
+        asyncio.run(_collect(arerank_many(reqs, **kw))) if use_async else list(rerank_many(reqs, **kw))
+    assert comp.batches["q"] == 3 and comp.sent["r"] > 0
+    assert info.value.accounting.calls == comp.sent["q"] + comp.sent["r"]
+
+
 def test_async_queries_that_read_only_their_own_answers_do_not_wait_for_each_other():
     """With ``carry_judge=False`` each query sends its next round once its last one is answered: the slow query's
     first round is answered only after the fast one's second round went out (in steps, a deadlock)."""
