@@ -73,8 +73,9 @@ class TransformersComparator(SwappablePrompts, FreshState, Comparator):
     Raises:
         ImportError: torch/transformers missing (names the ``activeprp[hf]`` extra).
         ValueError: unknown mode, a prompt without its placeholders, answer labels that are not single tokens,
-            a count below 1, a context too small for the prompt template of the mode (with an empty query and empty
-            passages; ``judge`` raises it for a query that leaves no room), a ``device`` torch cannot use in this
+            a count below 1, a context too small for the prompt template of the mode (with empty passages and an
+            empty query, one token in ``query_likelihood``; ``judge`` raises it for a query that leaves no room, and
+            in ``query_likelihood`` for a query without tokens, before any pass), a ``device`` torch cannot use in this
             process (e.g. ``"cuda"`` without CUDA, ``"gpu"``), a ``dtype`` name that is no floating-point torch
             dtype (e.g. ``"fp16"``), or a model that is no causal or seq2seq LM (weights of its LM head missing, as
             in an embedding model or a cross-encoder; named, with the missing weights).
@@ -155,12 +156,13 @@ class TransformersComparator(SwappablePrompts, FreshState, Comparator):
         return new
 
     def _check_context(self) -> None:
-        """Raise ``LocalModel.fit``'s ValueError now, not at judge time, when the template of the mode with an empty
-        query and empty passages leaves no room for passages in the context."""
+        """Raise ``LocalModel.fit``'s ValueError now, not at judge time, when the template of the mode with empty
+        passages and an empty query (``query_likelihood``: a one-token query, the least it scores) leaves no room for
+        passages in the context."""
         if self.mode == "ab":
             self.ab_prompt_ids("", "", "")
         else:
-            self.ql_prompt_ids("", "")
+            self._ql_fit(1, "")
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         """An unpickled (or deep-copied) comparator: ``FreshState.__setstate__``, which loads the model here.
@@ -210,14 +212,25 @@ class TransformersComparator(SwappablePrompts, FreshState, Comparator):
 
     def ql_prompt_ids(self, query: str, passage: str) -> tuple[list[int], list[int]]:
         """(prompt ids, query ids) for query-likelihood scoring of one passage; prompt + query fit the context.
-        The query and passage are plain text (as in ``ab_prompt_ids``)."""
-        q_ids = self.lm.text_ids(self.lm.truncate(query, self.max_query_tokens))
+        The query and passage are plain text (as in ``ab_prompt_ids``).
 
+        Raises:
+            ValueError: a query without tokens (empty; for some tokenizers, whitespace): its likelihood is a mean
+                over no tokens.
+        """
+        q_ids = self.lm.text_ids(self.lm.truncate(query, self.max_query_tokens))
+        if not q_ids:
+            raise ValueError(f"mode 'query_likelihood' scores a passage by the mean log-probability of the query's "
+                             f"tokens, and the query {query!r} has none: give a query with text (or use mode 'ab')")
+        return self._ql_fit(len(q_ids), passage), q_ids
+
+    def _ql_fit(self, query_tokens: int, passage: str) -> list[int]:
+        """The prompt ids of ``ql_prompt_ids`` for a query of ``query_tokens`` tokens."""
         def build(budget: int) -> list[Piece]:
             return self.lm.chat(render_pieces(self.ql_prompt, passage=self.lm.truncate(passage, budget)))
 
-        fixed = 0 if self.seq2seq else len(q_ids) + 1  # seq2seq: the query is in the decoder
-        return self.lm.fit(build, 1, fixed, self.max_passage_tokens), q_ids
+        fixed = 0 if self.seq2seq else query_tokens + 1  # seq2seq: the query is in the decoder
+        return self.lm.fit(build, 1, fixed, self.max_passage_tokens)
 
     # ---- model calls ----------------------------------------------------------------------------------
     def _passes(self, units: list, queries: Sequence[str], size: int, guard: CallGuard,
