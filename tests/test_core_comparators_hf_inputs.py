@@ -61,3 +61,26 @@ def test_query_likelihood_refuses_a_query_without_tokens_before_any_pass(tiny_ll
         rerank("", [A, B, Candidate("c", "cats")], comparator=comp, budget=4, on_failure="prior")
     assert comp.forward_passes == 0
     assert comp.passage_scores(" ", [A.text])[0] < 0  # a blank with a token (SmolLM2's) is scored, as in mode ab
+
+
+@pytest.fixture(scope="module")
+def tiny_rwkv(tmp_path_factory, tok):
+    return save_tiny(tmp_path_factory.mktemp("tiny-rwkv"), tok, "rwkv")
+
+
+@pytest.mark.parametrize("kind", ["rwkv", "llama"])
+@pytest.mark.parametrize("mode", ["ab", "query_likelihood"])
+def test_a_prompt_gets_the_same_answer_alone_and_in_a_batch_of_longer_ones(request, kind, mode):
+    """Review s67f finding 2: prompts were padded on the left, and a recurrent model that ignores the attention mask
+    (RWKV, RecurrentGemma) ran the pads through its state: P(A) moved with the other prompts in the pass (0.4375
+    alone, 0.4794 beside a longer prompt). Now pads come after each prompt, which is exact for any causal model."""
+    model = request.getfixturevalue(f"tiny_{kind}")
+    long = Candidate("c", "the quick brown fox jumps over the lazy dog " * 5)
+    items = [("fox", A, B), ("fox", long, A), ("how long do fleas live", B, long), ("x", long, long)]
+    one = TransformersComparator(model, mode=mode, batch_size=1)
+    many = TransformersComparator(model, mode=mode, batch_size=8)
+    alone = [j.prob for j in one.judge_batch(items)]
+    batched = [j.prob for j in many.judge_batch(items)]
+    assert many.forward_passes == 1 and one.forward_passes > 1
+    assert batched == pytest.approx(alone, abs=1e-5)
+    assert len({round(p, 4) for p in alone}) > 1  # the pairs get different answers

@@ -42,7 +42,9 @@ class TransformersComparator(SwappablePrompts, FreshState, Comparator):
         mode: ``"ab"`` (``TransformersABComparator``: the PRP ``prompt``, placeholders ``{query}``, ``{first}``,
             ``{second}``; label logits, never parses text) or ``"query_likelihood"`` (``TransformersQLComparator``:
             UPR, Sachan et al. 2022, with ``ql_prompt``, placeholder ``{passage}``).
-        batch_size: prompts per forward pass (padded on the left for causal models, position ids from the mask).
+        batch_size: prompts per forward pass (padded on the right, each prompt's logits read at its own end: a
+            prompt gets the same answer alone and in any batch, also from a recurrent model such as RWKV that
+            ignores the attention mask).
         max_passage_tokens: each passage is cut to this many tokens, and further so that every prompt fits the
             model's context; ``max_query_tokens`` likewise for the query.
         device: ``"auto"`` (CUDA if available, else CPU), ``"cpu"``, ``"cuda:0"``...

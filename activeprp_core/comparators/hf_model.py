@@ -449,13 +449,21 @@ class LocalModel:
         return [self.model.config.decoder_start_token_id]
 
     def forward(self, seqs: list[list[int]], decoder: list[list[int]] | None, keep: int) -> Any:
-        """Logits (float32, batch x positions x vocab) of the last ``keep`` positions (of the decoder for seq2seq);
-        causal inputs are padded on the left with position ids from the mask."""
+        """Logits (float32, batch x ``keep`` x vocab) of each sequence's last ``keep`` positions (seq2seq: of the
+        decoder; a causal sequence shorter than ``keep`` repeats its first position's). Inputs are padded on the
+        right, so a causal model's pads come after every real token: its logits there are those of the sequence
+        alone, whether or not the model honours the attention mask (a recurrent one such as RWKV does not), and the
+        default position ids (0, 1, ...) are each sequence's own."""
         import torch
 
-        ids, mask = (torch.tensor(x, device=self.device) for x in pad(seqs, self.pad_id, left=not self.seq2seq))
+        ids, mask = (torch.tensor(x, device=self.device) for x in pad(seqs, self.pad_id, left=False))
         if self.seq2seq:
-            extra = {"decoder_input_ids": torch.tensor(decoder, device=self.device)}
-        else:
-            extra = {"position_ids": (mask.cumsum(-1) - 1).clamp(min=0), "logits_to_keep": keep}
-        return self.model(input_ids=ids, attention_mask=mask, **extra).logits[:, -keep:, :].float()
+            decoder_ids = torch.tensor(decoder, device=self.device)
+            logits = self.model(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_ids).logits
+            return logits[:, -keep:].float()
+        lengths = mask.sum(-1, keepdim=True)
+        first = max(0, int(lengths.min()) - keep)  # the first position any sequence needs
+        span = ids.shape[1] - first
+        logits = self.model(input_ids=ids, attention_mask=mask, logits_to_keep=span).logits[:, -span:]
+        at = (lengths - keep + torch.arange(keep, device=ids.device)).clamp(min=0) - first
+        return logits.gather(1, at.unsqueeze(-1).expand(-1, -1, logits.shape[-1])).float()
