@@ -4,6 +4,8 @@ queries without tokens, padding of mixed-length batches, cutting long and multi-
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from activeprp_core import Candidate, rerank
 from activeprp_core.comparators import TransformersComparator, bundled_model_dir
@@ -13,11 +15,14 @@ pytestmark = pytest.mark.slow  # the bundled model's tokenizer
 
 
 def save_tiny(path, tok, kind):
-    """A 2-layer random causal LM of ``kind`` for ``tok``'s vocab, saved with ``tok`` under ``path``."""
+    """A 2-layer random LM of ``kind`` for ``tok``'s vocab, saved with ``tok`` under ``path``."""
     import torch
     import transformers as tf
 
     configs = {
+        "t5": lambda: tf.T5ForConditionalGeneration(tf.T5Config(
+            vocab_size=len(tok), d_model=32, d_ff=64, d_kv=16, num_layers=2, num_heads=2, pad_token_id=tok.pad_token_id,
+            eos_token_id=tok.eos_token_id, decoder_start_token_id=tok.pad_token_id)),
         "llama": lambda: tf.LlamaForCausalLM(tf.LlamaConfig(
             vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
             num_key_value_heads=1)),
@@ -84,3 +89,49 @@ def test_a_prompt_gets_the_same_answer_alone_and_in_a_batch_of_longer_ones(reque
     assert many.forward_passes == 1 and one.forward_passes > 1
     assert batched == pytest.approx(alone, abs=1e-5)
     assert len({round(p, 4) for p in alone}) > 1  # the pairs get different answers
+
+
+ZH = "跳蚤的生命周期包括卵、幼虫、蛹和成虫四个阶段，整个过程通常需要两周到八个月，取决于温度和湿度。" * 10
+PIECES = [*"跳蚤的生命周期包括卵，。", "😀", "🇫🇷", "é", "e\u0301", "ｆｉ", " ", "  ", "\n", "fleas", "a", "7",
+          "<|im_end|>"]
+
+
+def check_cut(lm, text, n):
+    """``lm.truncate(text, n)``: a prefix of ``text`` of at most ``n`` tokens, ``text`` itself when it has no more."""
+    cut = lm.truncate(text, n)
+    assert text.startswith(cut) and len(lm.text_ids(cut)) <= n, (text, n, cut)
+    assert "\ufffd" not in cut
+    if len(lm.text_ids(text)) <= n:
+        assert cut == text
+    return cut
+
+
+def test_a_cut_cjk_passage_is_a_prefix_of_whole_characters(tiny_llama):
+    """Review s67f finding 4: the cut decoded the first n token ids, and a byte-level BPE spreads a CJK character
+    over several tokens: 93 of 199 cut lengths of this passage ended in U+FFFD, which is no prefix of it and can
+    re-tokenize to n + 1 tokens. Now the passage is cut where a kept token ends (the tokenizer's offsets)."""
+    lm = TransformersComparator(tiny_llama, mode="ab").lm
+    kept = [len(lm.text_ids(check_cut(lm, ZH, n))) for n in range(1, 200)]
+    assert all(n - k <= 2 for n, k in zip(range(1, 200), kept))  # the few tokens of the character it stops before
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(pieces=st.lists(st.sampled_from(PIECES), min_size=1, max_size=40), n=st.integers(1, 40))
+def test_a_cut_text_is_a_prefix_within_the_token_limit(tiny_llama, pieces, n):
+    check_cut(TransformersComparator(tiny_llama, mode="ab").lm, "".join(pieces), n)  # the model: loaded once
+
+
+@pytest.fixture(scope="module")
+def byte_t5(tmp_path_factory):
+    """A tiny random T5 with ByT5's tokenizer: a Python one (no offsets), one token per UTF-8 byte."""
+    from transformers import ByT5Tokenizer
+
+    return save_tiny(tmp_path_factory.mktemp("byte-t5"), ByT5Tokenizer(), "t5")
+
+
+def test_a_python_tokenizer_cuts_a_prefix_of_whole_characters_too(byte_t5):
+    comp = TransformersComparator(byte_t5, mode="ab")
+    assert not comp.tokenizer.is_fast
+    for n in range(1, 40):
+        assert len(check_cut(comp.lm, ZH, n)) == n // 3  # three bytes a character
+    assert 0.0 < comp.compare(ZH, [(Candidate("a", ZH), Candidate("b", "fleas"))])[0] < 1.0

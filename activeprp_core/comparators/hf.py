@@ -45,8 +45,8 @@ class TransformersComparator(SwappablePrompts, FreshState, Comparator):
         batch_size: prompts per forward pass (padded on the right, each prompt's logits read at its own end: a
             prompt gets the same answer alone and in any batch, also from a recurrent model such as RWKV that
             ignores the attention mask).
-        max_passage_tokens: each passage is cut to this many tokens, and further so that every prompt fits the
-            model's context; ``max_query_tokens`` likewise for the query.
+        max_passage_tokens: each passage is cut to a prefix of at most this many tokens (``LocalModel.truncate``),
+            and further so that every prompt fits the model's context; ``max_query_tokens`` likewise for the query.
         device: ``"auto"`` (CUDA if available, else CPU), ``"cpu"``, ``"cuda:0"``...
         dtype: ``"auto"`` (bf16, or fp16 without bf16 support, on GPU; fp32 on CPU), a torch dtype or its name.
         max_context: cap on the model context in tokens (default: the model's own limit, else 512).

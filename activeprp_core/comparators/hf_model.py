@@ -423,9 +423,46 @@ class LocalModel:
         return [pieces[int(part)] if k % 2 else (part, False) for k, part in enumerate(parts)]
 
     def truncate(self, text: str, n_tokens: int) -> str:
-        """``text`` cut to its first ``n_tokens`` tokens (as a value: ``text_ids``)."""
-        ids = self.text_ids(text)
-        return text if len(ids) <= n_tokens else self.tokenizer.decode(ids[:n_tokens], skip_special_tokens=False)
+        """``text`` if it has at most ``n_tokens`` tokens (as a value: ``text_ids``), else its longest prefix that
+        ends where one of its tokens ends and has at most ``n_tokens`` tokens: a prefix of ``text``, never a
+        character cut in two (a byte-level BPE spreads one over several tokens). A Python tokenizer, which gives no
+        character offsets, keeps the longest prefix with at most ``n_tokens`` tokens."""
+        if not getattr(self.tokenizer, "is_fast", False):
+            return self._longest_prefix(text, n_tokens)
+        ends = self._token_ends(text)
+        if len(ends) <= n_tokens:
+            return text
+        for end in reversed([e for e in ends[:n_tokens] if e is not None]):
+            if len(self.text_ids(text[:end])) <= n_tokens:  # a cut text can tokenize otherwise at its end
+                return text[:end]
+        return ""
+
+    def _token_ends(self, text: str) -> list[int | None]:
+        """Per token of ``text_ids(text)`` (a fast tokenizer's), the length of the prefix of ``text`` that it and the
+        tokens before it spell; None where it ends inside a character (a byte-level BPE spreads one over several
+        tokens). The spelling of a special token is tokenized apart (``prompt_ids``): its tokens' ends are those
+        their decoded text spells, where that is the spelling's start."""
+        text, ends, at = model_text(text), [], 0
+        for start, end in [*(m.span() for m in self._specials.finditer(text)), (len(text), len(text))]:
+            if start > at:
+                spans = self.tokenizer(text[at:start], add_special_tokens=False,
+                                       return_offsets_mapping=True)["offset_mapping"]
+                ends += [at + e if k + 1 == len(spans) or spans[k + 1][0] >= e else None
+                         for k, (_, e) in enumerate(spans)]
+            if end > start:
+                ids = self._plain_ids(text[start:end])
+                spelled = [self.tokenizer.decode(ids[:k]) for k in range(1, len(ids))]
+                ends += [start + len(t) if text.startswith(t, start) else None for t in spelled] + [end]
+            at = end
+        return ends
+
+    def _longest_prefix(self, text: str, n_tokens: int) -> str:
+        """The longest prefix of ``text`` with at most ``n_tokens`` tokens (``text_ids``), by bisection."""
+        low, high = 0, len(text)
+        while low < high:
+            mid = (low + high + 1) // 2
+            low, high = (mid, high) if len(self.text_ids(text[:mid])) <= n_tokens else (low, mid - 1)
+        return text[:low]
 
     def fit(self, build: Callable[[int], list[Piece]], n_passages: int, fixed_tokens: int,
             max_passage_tokens: int) -> list[int]:
