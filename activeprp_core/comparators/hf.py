@@ -290,8 +290,9 @@ class TransformersComparator(SwappablePrompts, FreshState, Comparator):
     def judge_batch(self, items: Sequence[Item], *, guard: CallGuard | None = None) -> list[Judgment]:
         """One ``Judgment`` per ``(query, first, second)`` item, in order; the prompts of different queries share
         forward passes of up to ``batch_size`` (and ``guard.max_concurrency``) prompts (the entry ``rerank_many``
-        calls with all its queries' rounds). No pass starts once a query is ``guard.too_late``: its prompts not
-        run are ``unsent()`` (refunded), so a call returns at most one pass after its deadline. A query-likelihood
+        calls with all its queries' rounds). No pass starts once a query is ``guard.too_late`` (nor, in mode
+        ``"ab"``, is its next prompt built): its prompts not run are ``unsent()`` (refunded), so a call returns at
+        most one pass after its deadline. A query-likelihood
         pair one of whose passages was scored in this call and the other not is cut in flight (spent).
 
         Raises:
@@ -351,9 +352,16 @@ class TransformersABComparator(TransformersComparator):
         return torch.softmax(logits, dim=-1)[:, 0].tolist()
 
     def _judge_items(self, items: Sequence[Item], guard: CallGuard, size: int, answers: _Answers) -> None:
-        units = [(self.ab_prompt_ids(q, a.text, b.text),) for q, a, b in items]
-        for idx, probs in self._passes(units, [q for q, _, _ in items], size, guard, answers.start):
-            answers.answer({i: Judgment(prob=p, prompt_tokens=len(units[i][0])) for i, p in zip(idx, probs)})
+        """The prompts of the items whose query is not ``guard.too_late`` when their turn to be built comes (the
+        others are never run: ``unsent()``), run in ``_passes``."""
+        built, units = [], []
+        for i, (q, a, b) in enumerate(items):
+            if not guard.too_late(q):
+                built.append(i)
+                units.append((self.ab_prompt_ids(q, a.text, b.text),))
+        queries = [items[i][0] for i in built]
+        for us, probs in self._passes(units, queries, size, guard, lambda idx: answers.start([built[u] for u in idx])):
+            answers.answer({built[u]: Judgment(prob=p, prompt_tokens=len(units[u][0])) for u, p in zip(us, probs)})
 
     def estimate_tokens(self, query: str, pairs: Sequence[tuple[Candidate, Candidate]]) -> list[int]:
         """Exact prompt tokens per ordered pair (the tokenizer's count of its A/B prompt; no completion)."""

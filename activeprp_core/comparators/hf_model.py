@@ -426,16 +426,38 @@ class LocalModel:
         """``text`` if it has at most ``n_tokens`` tokens (as a value: ``text_ids``), else its longest prefix that
         ends where one of its tokens ends and has at most ``n_tokens`` tokens: a prefix of ``text``, never a
         character cut in two (a byte-level BPE spreads one over several tokens). A Python tokenizer, which gives no
-        character offsets, keeps the longest prefix with at most ``n_tokens`` tokens."""
-        if not getattr(self.tokenizer, "is_fast", False):
-            return self._longest_prefix(text, n_tokens)
-        ends = self._token_ends(text)
-        if len(ends) <= n_tokens:
+        character offsets, keeps the longest prefix with at most ``n_tokens`` tokens. Only a head of ``text`` is
+        tokenized (``_head``): the cost grows with ``n_tokens``, not with the length of ``text``."""
+        fast = getattr(self.tokenizer, "is_fast", False)
+        head, ends = self._head(text, n_tokens, self._token_ends if fast else self.text_ids)
+        if len(head) == len(text) and len(ends) <= n_tokens:
             return text
+        if not fast:
+            return self._longest_prefix(head, n_tokens)
         for end in reversed([e for e in ends[:n_tokens] if e is not None]):
             if len(self.text_ids(text[:end])) <= n_tokens:  # a cut text can tokenize otherwise at its end
                 return text[:end]
         return ""
+
+    def _head(self, text: str, n_tokens: int, tokenize: Callable[[str], list]) -> tuple[str, list]:
+        """The shortest prefix of ``text`` tried, from ``n_tokens`` times the mean characters of a vocabulary token
+        on, doubling, that is ``text`` itself or has ``_SAFETY_TOKENS`` more than ``n_tokens`` tokens (its first
+        ``n_tokens`` are then those of ``text``, whatever its cut end tokenizes to), and ``tokenize(prefix)``. The
+        doubling covers text whose tokens are longer than the mean, and tokenizers that drop characters (runs of
+        whitespace)."""
+        span = max(1, round(n_tokens * self._token_chars))
+        while True:
+            head = text[:span]
+            tokens = tokenize(head)
+            if len(head) == len(text) or len(tokens) > n_tokens + _SAFETY_TOKENS:
+                return head, tokens
+            span *= 2
+
+    @cached_property
+    def _token_chars(self) -> float:
+        """The mean length in characters of the tokenizer's vocabulary entries."""
+        vocab = self.tokenizer.get_vocab()
+        return sum(map(len, vocab)) / max(1, len(vocab))
 
     def _token_ends(self, text: str) -> list[int | None]:
         """Per token of ``text_ids(text)`` (a fast tokenizer's), the length of the prefix of ``text`` that it and the
