@@ -3,6 +3,8 @@ queries without tokens, padding of mixed-length batches, cutting long and multi-
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -187,3 +189,18 @@ def test_no_prompt_is_built_for_a_query_past_its_deadline(tiny_llama, monkeypatc
     out = comp.judge("q", [(A, B), (B, A)] * 3, guard=guard)
     assert now[0] == 3.0 and comp.forward_passes == 0
     assert [j.cut for j in out] == [UNSENT] * 6
+
+
+def test_a_label_that_is_no_single_token_is_refused_saying_what_works(tiny_llama):
+    """Review s67f finding 5: answer_prefix="Passage " was refused with "answer label 'A' is not a single token
+    after the answer prefix", though the space belongs in the label (SmolLM2's tokenizer makes " A" one token). The
+    message now names the prefix and labels that are one token each, and those are accepted."""
+    works = "give answer_prefix='Passage' and labels=(' A', ' B')"
+    with pytest.raises(ValueError, match=re.escape(works)):
+        TransformersComparator(tiny_llama, mode="ab", answer_prefix="Passage ")
+    with pytest.raises(ValueError, match=re.escape(works)):
+        TransformersComparator(tiny_llama, mode="ab", labels=("Passage A", "Passage B"))
+    with pytest.raises(ValueError, match=re.escape("labels of one token each there, such as the default")):
+        TransformersComparator(tiny_llama, mode="ab", labels=("Antidisestablishmentarianism", "B"))
+    comp = TransformersComparator(tiny_llama, mode="ab", answer_prefix="Passage", labels=(" A", " B"))
+    assert comp.tokenizer.convert_ids_to_tokens(comp.label_ids) == ["ĠA", "ĠB"]

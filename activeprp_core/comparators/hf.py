@@ -42,6 +42,13 @@ class TransformersComparator(SwappablePrompts, FreshState, Comparator):
         mode: ``"ab"`` (``TransformersABComparator``: the PRP ``prompt``, placeholders ``{query}``, ``{first}``,
             ``{second}``; label logits, never parses text) or ``"query_likelihood"`` (``TransformersQLComparator``:
             UPR, Sachan et al. 2022, with ``ql_prompt``, placeholder ``{passage}``).
+        labels: mode ``"ab"``'s two answer labels, (first preferred, second preferred), one token each where the
+            answer starts: P(first preferred) is the softmax over their two logits. The default ``("A", "B")`` is
+            what ``PRP_PROMPT`` asks for; other labels (``("1", "2")``) need a ``prompt`` that asks for them.
+        answer_prefix: text the answer starts with, before the label (causal: after the chat template's generation
+            prompt; seq2seq: the decoder's first tokens). A space between it and the label belongs to the label:
+            ``answer_prefix="Passage"`` with ``labels=(" A", " B")``, not ``"Passage "`` with ``("A", "B")`` (a
+            byte-level BPE makes " A" one token, so "A" is no token after "Passage "; the ``ValueError`` says so).
         batch_size: prompts per forward pass (padded on the right, each prompt's logits read at its own end: a
             prompt gets the same answer alone and in any batch, also from a recurrent model such as RWKV that
             ignores the attention mask).
@@ -194,11 +201,36 @@ class TransformersComparator(SwappablePrompts, FreshState, Comparator):
 
     # ---- prompts --------------------------------------------------------------------------------------
     def _label_token(self, label: str) -> int:
-        start = [*([] if self.seq2seq else self.lm.chat([])), (self.answer_prefix, False)]
+        """The token of ``label`` where the answer starts (after ``answer_prefix``).
+
+        Raises:
+            ValueError: ``label`` is no single token there; the message says which prefix and labels are, when
+                moving the labels' common leading text (a space, a word) into the prefix makes them one token each.
+        """
+        token, (before, after) = self._label_tokens(self.answer_prefix, label)
+        if token is not None:
+            return token
+        combined = [self.answer_prefix + lab for lab in self.labels]
+        prefix = os.path.commonprefix(combined).rstrip() if len(set(combined)) > 1 else self.answer_prefix
+        moved = tuple(text[len(prefix):] for text in combined)
+        if prefix != self.answer_prefix and all(self._label_tokens(prefix, lab)[0] is not None for lab in moved):
+            hint = (f"give answer_prefix={prefix!r} and labels={moved!r}, one token each (a space before a label "
+                    f"belongs in the label)")
+        else:
+            hint = "give labels of one token each there, such as the default ('A', 'B')"
+        instead = f" in place of {before}" if before else ""
+        raise ValueError(f"answer label {label!r} is not a single token after the answer prefix "
+                         f"{self.answer_prefix!r} (appended there, it gives the tokens {after}{instead}): {hint}")
+
+    def _label_tokens(self, prefix: str, label: str) -> tuple[int | None, tuple[list[str], list[str]]]:
+        """The token of ``label`` after ``prefix`` where the answer starts (None: no single token there), and the
+        prompt's last tokens before and after ``label`` is appended, from the first that differs."""
+        start = [*([] if self.seq2seq else self.lm.chat([])), (prefix, False)]
         base, full = self.lm.prompt_ids(start), self.lm.prompt_ids([*start, (label, False)])
-        if full[: len(base)] != base or len(full) != len(base) + 1:
-            raise ValueError(f"answer label {label!r} is not a single token after the answer prefix")
-        return full[-1]
+        same = next((i for i, (a, b) in enumerate(zip(base, full)) if a != b), min(len(base), len(full)))
+        token = full[-1] if same == len(base) and len(full) == len(base) + 1 else None
+        return token, (self.tokenizer.convert_ids_to_tokens(base[same:]),
+                       self.tokenizer.convert_ids_to_tokens(full[same:]))
 
     def ab_prompt_ids(self, query: str, first: str, second: str) -> list[int]:
         """Token ids of the A/B prompt for one ordered pair (the causal model's whole input; for seq2seq the
