@@ -8,6 +8,7 @@ import re
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_core_comparators_hf import save_tiny_t5
 
 from activeprp_core import Candidate, rerank
 from activeprp_core.comparators import TransformersComparator, bundled_model_dir
@@ -17,14 +18,11 @@ pytestmark = pytest.mark.slow  # the bundled model's tokenizer
 
 
 def save_tiny(path, tok, kind):
-    """A 2-layer random LM of ``kind`` for ``tok``'s vocab, saved with ``tok`` under ``path``."""
+    """A 2-layer random causal LM of ``kind`` for ``tok``'s vocab, saved with ``tok`` under ``path``."""
     import torch
     import transformers as tf
 
     configs = {
-        "t5": lambda: tf.T5ForConditionalGeneration(tf.T5Config(
-            vocab_size=len(tok), d_model=32, d_ff=64, d_kv=16, num_layers=2, num_heads=2, pad_token_id=tok.pad_token_id,
-            eos_token_id=tok.eos_token_id, decoder_start_token_id=tok.pad_token_id)),
         "llama": lambda: tf.LlamaForCausalLM(tf.LlamaConfig(
             vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
             num_key_value_heads=1)),
@@ -128,7 +126,7 @@ def byte_t5(tmp_path_factory):
     """A tiny random T5 with ByT5's tokenizer: a Python one (no offsets), one token per UTF-8 byte."""
     from transformers import ByT5Tokenizer
 
-    return save_tiny(tmp_path_factory.mktemp("byte-t5"), ByT5Tokenizer(), "t5")
+    return save_tiny_t5(tmp_path_factory.mktemp("byte-t5"), ByT5Tokenizer())
 
 
 def test_a_python_tokenizer_cuts_a_prefix_of_whole_characters_too(byte_t5):
