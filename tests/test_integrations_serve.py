@@ -935,6 +935,48 @@ def test_calls_out_with_no_answer_for_the_judge_s_timeout_are_probed_overlaps_co
     assert (probes, silent, failures) == (1, 0.0, 1)
 
 
+@pytest.mark.parametrize("why", ["silence", "streak"])
+def test_a_probe_with_no_answer_does_not_open_the_breaker_on_a_judge_that_answered_calls_meanwhile(why):
+    """A silence's probe sent into a hang waited out its time and got no answer, while the judge, back from the
+    hang, answered other calls: the breaker opened all the same ('answered none of the calls'), taking a working
+    judge out of service (review s67i: ~680 answers during the probe). The streak's probe had the same gap. Now an
+    answer recorded while the probe is out keeps the breaker closed, and the silence starts afresh."""
+    from activeprp_integrations.serve.breaker import Breaker
+
+    async def main():
+        out, answer = asyncio.Event(), asyncio.Event()
+
+        async def probe():
+            out.set()
+            await answer.wait()
+            return False  # the probe itself gets no answer
+
+        breaker = Breaker(None, 3, 60.0, probe, silence=10.0)
+        breaker.clock = lambda: 100.0
+        watch = asyncio.ensure_future(breaker.watch())
+        await asyncio.sleep(0)
+        try:
+            if why == "silence":
+                breaker.record(None, seconds=10.5)
+            else:
+                for _ in range(3):
+                    breaker.record(False, "unusable answer: I", unusable=True, source="stranger")
+            await asyncio.wait_for(out.wait(), 10)
+            for _ in range(5):
+                breaker.record(True, source="caller")  # the judge answers others while the probe is out
+            answer.set()
+            for _ in range(100):
+                if breaker.probes:
+                    break
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.01)
+            return breaker.probes, breaker.open, breaker.silent, breaker._suspect
+        finally:
+            watch.cancel()
+
+    assert asyncio.run(main()) == (1, False, 0.0, False)
+
+
 @pytest.mark.parametrize(("timeout", "silence", "probe"), [(30.0, 30.0, 30.0), (2.0, 2.0, 10.0), (None, 10.0, 10.0)])
 def test_the_breaker_hears_out_a_judge_for_its_own_timeout_and_so_does_its_probe(timeout, silence, probe):
     """The silence that sends a probe is the judge's own timeout (an attempt's), and the probe is given at least

@@ -25,10 +25,11 @@ class Breaker(CallGuard):
     recovers on a timer, with no request traffic.
 
     A streak that ends in an unusable answer (the judge replied, but neither A nor B) opens it only when a probe
-    at once gets no answer either: a caller's documents can make a judge answer off the point (a planted
-    instruction), and one caller must not take the judge away from all. If the probe is answered that streak is
-    forgiven (failures recorded while the probe was out still count), so such a caller costs one probe per
-    ``threshold`` failed calls of its own.
+    at once gets no answer either (nor any other call while the probe was out: the probe may be stuck in a hang
+    the judge has since left): a caller's documents can make a judge answer off the point (a planted instruction),
+    and one caller must not take the judge away from all. If the probe is answered that streak is forgiven
+    (failures recorded while the probe was out still count), so such a caller costs one probe per ``threshold``
+    failed calls of its own.
 
     A call cut at its request's time budget before its retry (``record(None, reason)``: an attempt failed, and the
     deadline kept the retry from going out) counts in that streak as such a suspect failure, so a streak of them
@@ -68,6 +69,7 @@ class Breaker(CallGuard):
         self.cool_down, self.probe, self.on_call, self.silence = cool_down, probe, on_call, silence
         self.silent = 0.0  # seconds with calls out and no answer since the judge's last one (see the class)
         self._heard_at = self._silent_to = -math.inf  # the last answer; the end of the time summed in ``silent``
+        self._hearings = 0  # answers heard (``_heard``), so that a probe sees whether one came while it was out
         self.opened_at: float | None = None
         self.asked: float | None = None  # the longest Retry-After of the failed calls since the last answer
         self.probes = 0  # the probes made, each counted once it ended
@@ -118,6 +120,7 @@ class Breaker(CallGuard):
         """The judge answered: its silence starts afresh."""
         with self._lock:
             self.silent, self._heard_at = 0.0, self.clock()
+            self._hearings += 1
 
     def _unanswered(self, seconds: float) -> None:
         """A call was cut after ``seconds`` out with no answer: add what it adds to the time with calls out since
@@ -190,11 +193,12 @@ class Breaker(CallGuard):
 
     async def _check_judge(self) -> None:
         """Probe after a streak that ended in an unusable answer, or ``silence`` seconds of calls with no answer:
-        open the breaker only if the judge does not answer the probe either, else forgive that streak (the failures
+        open the breaker only if the judge does not answer the probe either, nor any other call while the probe was
+        out (the probe may be stuck in a hang the judge has since left), else forgive that streak (the failures
         recorded while the probe was out count on; after a silence, the failed calls so far count on too) and start
         the silence afresh."""
         with self._lock:
-            streak, failed, silent = self._streaks, self._failures, self.silent
+            streak, failed, silent, hearings = self._streaks, self._failures, self.silent, self._hearings
             streak_full = self.max_consecutive_failures is not None and failed >= self.max_consecutive_failures
         answered = await self._probe_once()
         if answered:
@@ -203,7 +207,7 @@ class Breaker(CallGuard):
             self._suspect = False
             if answered and self._streaks == streak and streak_full:  # a silence's probe forgives no failure
                 self._failures -= failed
-            elif not answered and self._error is None:
+            elif not answered and self._error is None and self._hearings == hearings:
                 self._error = self._unavailable(", and the breaker's probe got no answer either") if streak_full \
                     else ComparatorUnavailable(f"circuit breaker open: the judge answered none of the calls it had "
                                                f"for {silent:.3g} s (each cut before its answer came: no answer in "
