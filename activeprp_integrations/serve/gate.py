@@ -75,7 +75,7 @@ class Gate:
        read whole that holds more than ``max_body_values`` JSON values (``json_values``) gets 413 before it is
        parsed. Every refusal before the body was read whole closes the connection; so does the 503 ``unavailable``
        (``Retry-After: 1``) of a body still arriving when ``arrival_refused`` (the service's) returns the
-       ``ShuttingDown`` of a shutdown that could not answer it in time: the read is cut then, at once when it began;
+       ``ShuttingDown`` of a shutdown whose deadline is about to pass: the read is cut then;
     4. the disconnect: once the body is read, a client that goes away cancels the handler (so its rerank sends
        no further call) and is counted with status 499;
     5. the server's cancel: a request the server cancels before its response started (uvicorn, when its graceful

@@ -13,8 +13,8 @@ framework).
 - A request whose task is cancelled (the HTTP layer cancels it when the client goes) sends no further call.
 - Shutdown: ``drain(deadline)`` when the server's graceful shutdown begins refuses (``ShuttingDown``, HTTP 503) each
   request not yet reranked (queued, or arriving) whose time budget ends after the shutdown's deadline, the
-  others are answered; a request whose body is still arriving is refused as soon as the service's time budget,
-  counted from then, would end past it (``arrival_refused``); ``stop`` once the requests have finished.
+  others are answered; a request whose body is still arriving is read on, and refused if it is still arriving just
+  before the deadline (``arrival_refused``); ``stop`` once the requests have finished.
   ``draining`` says so from then on (``/ready``: 503).
 """
 
@@ -151,6 +151,11 @@ def _handed(future: asyncio.Future) -> bool:
     return future.done() and not future.cancelled() and future.exception() is None
 
 
+ARRIVAL_MARGIN = 0.5
+"""Seconds before a shutdown's deadline at which a body still arriving is cut and answered 503 (``arrival_refused``):
+so that the answer is sent and its connection closed before uvicorn cancels what is left (logging an ERROR)."""
+
+
 def _cut_off() -> ShuttingDown:
     return ShuttingDown("this server is shutting down and could not answer this request before its shutdown's "
                         "deadline (--shutdown-timeout), which the request's time budget passes: no judge call was "
@@ -278,11 +283,11 @@ class RerankService:
                 waiter.set_result(None)
 
     async def arrival_refused(self) -> ShuttingDown:
-        """Wait until a request whose body is still arriving can no longer be answered before the shutdown's deadline
-        (``drain``'s), and return the ``ShuttingDown`` to refuse it with: at once when the service's time budget (the
-        most a request may ask for; its own is in the body, not read yet) counted from now ends past the deadline
-        (or there is none), else when it would. Never returns while no shutdown has begun, nor for one that waits
-        for every request (no deadline)."""
+        """Wait until ``ARRIVAL_MARGIN`` seconds before the shutdown's deadline (``drain``'s), and return the
+        ``ShuttingDown`` to refuse a request whose body is still arriving then with. Until then its body is read
+        on: its own time budget, in the body, decides once it is read (``Admission.enter``); judging it by the
+        service's time budget (the most it may ask for) refused at once uploads whose own budget fitted. Never
+        returns while no shutdown has begun, nor for one that waits for every request (no deadline)."""
         loop = asyncio.get_running_loop()
         if not self._draining:
             waiter = loop.create_future()
@@ -291,11 +296,10 @@ class RerankService:
                 await waiter
             finally:
                 self._drain_waiters.discard(waiter)
-        cut, budget = self.admission.cut_at, self.settings.time_budget
+        cut = self.admission.cut_at
         if math.isinf(cut):
             await loop.create_future()  # never done: this shutdown waits for every request
-        if budget is not None:
-            await asyncio.sleep(max(0.0, cut - budget - loop.time()))
+        await asyncio.sleep(max(0.0, cut - ARRIVAL_MARGIN - loop.time()))
         return _cut_off()
 
     async def stop(self) -> None:
