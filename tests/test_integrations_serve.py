@@ -1245,6 +1245,29 @@ def test_a_200_short_of_the_judge_s_ranking_says_so_and_is_counted():
     assert 'activeprp_requests_degraded_total{by="failure",judged="none"} 1.0' in failed_metrics
 
 
+class FailsEveryThird(WordJudge):
+    """A ``WordJudge`` whose every third call fails (no usable answer): never enough in a row to open the breaker."""
+
+    def compare(self, query, pairs):
+        answers = super().compare(query, pairs)
+        return [None if (self.calls - len(pairs) + i) % 3 == 2 else p for i, p in enumerate(answers)]
+
+
+@pytest.mark.parametrize("on_failure", ["raise", "prior"])
+def test_a_200_whose_judge_failed_some_calls_says_it_is_degraded_and_is_counted(on_failure):
+    """A judge failing a third of its calls: the 200 had ``failed_calls`` 6 of 18, ``converged`` False, and
+    ``degraded`` null, counted nowhere as degraded (review s67i), though its order falls short of the judge's
+    ranking (pairs went unjudged). Now it says ``{"by": "failure", "judged": "partly"}`` and is counted so."""
+    body = {"query": "alpha beta", "documents": [f"alpha {'beta ' * (i % 3)}doc {i}" for i in range(8)]}
+    with TestClient(create_app(FailsEveryThird(), **SERVER, on_failure=on_failure)) as client:
+        response = _post(client, "/v2/rerank", body)
+        metrics = client.get("/metrics").text
+    meta = response.json()["meta"]["activeprp"]
+    assert response.status_code == 200 and meta["failed_calls"] > 0 and not meta["converged"], meta
+    assert meta["failure"] is None and meta["degraded"] == {"by": "failure", "judged": "partly"}, meta
+    assert metric(metrics, "activeprp_requests_degraded_total", by="failure", judged="partly") == 1
+
+
 def test_requests_that_came_first_finish_first():
     from activeprp_core import RerankSettings
     from activeprp_core.stream import RerankPool

@@ -184,12 +184,15 @@ DEGRADED = {"by": ("time_budget", "failure"), "judged": ("none", "partly")}
 
 def degraded(result: RerankResult) -> dict[str, str] | None:
     """How an answered rerank fell short of the judge's ranking, or None: ``by`` ``"failure"`` (the judge failed and
-    ``on_failure="prior"`` kept the prior order for what was unknown: ``result.failure``) or ``"time_budget"`` (the
+    ``on_failure="prior"`` kept the prior order for what was unknown: ``result.failure``; or some of its calls
+    failed, ``failed_calls``, and the rerank did not converge: those pairs went unjudged) or ``"time_budget"`` (the
     time budget refused calls or cut them in flight: ``exhausted_by``), and ``judged`` ``"none"`` (no call was
     answered, ``judge.answers`` 0: no judge answer shaped the order) or ``"partly"`` (some did; the rest is
     best-effort, from the prior order).
     ``meta.activeprp.degraded`` of a 200, and the labels of ``activeprp_requests_degraded_total``."""
-    by = "failure" if result.failure else "time_budget" if "time_budget" in result.exhausted_by else None
+    failed = result.failed_calls > 0 and not result.converged
+    by = "failure" if result.failure else "time_budget" if "time_budget" in result.exhausted_by else \
+        "failure" if failed else None
     return None if by is None else {"by": by, "judged": "partly" if result.judge.answers else "none"}
 
 
