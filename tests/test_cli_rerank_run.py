@@ -909,6 +909,7 @@ class FakeRay:
         self.data = types.ModuleType("ray.data")
         self.data.from_items = lambda records: self.Dataset()
         self.data.ActorPoolStrategy = lambda size: size
+        self.data.dataset = types.SimpleNamespace(MaterializedDataset=type("MaterializedDataset", (), {}))
         self.util = types.SimpleNamespace(get_node_ip_address=lambda: "127.0.0.1")  # connect() checks loopback
 
     class Dataset:
