@@ -190,10 +190,15 @@ def degraded(result: RerankResult) -> dict[str, str] | None:
     answered, ``judge.answers`` 0: no judge answer shaped the order) or ``"partly"`` (some did; the rest is
     best-effort, from the prior order).
     ``meta.activeprp.degraded`` of a 200, and the labels of ``activeprp_requests_degraded_total``."""
-    failed = result.failed_calls > 0 and not result.converged
-    by = "failure" if result.failure else "time_budget" if "time_budget" in result.exhausted_by else \
-        "failure" if failed else None
-    return None if by is None else {"by": by, "judged": "partly" if result.judge.answers else "none"}
+    if result.failure:
+        by = "failure"
+    elif "time_budget" in result.exhausted_by:
+        by = "time_budget"
+    elif result.failed_calls > 0 and not result.converged:
+        by = "failure"
+    else:
+        return None
+    return {"by": by, "judged": "partly" if result.judge.answers else "none"}
 
 
 def context_limit(error: ComparatorError) -> str:
