@@ -288,6 +288,13 @@ def test_caps_say_what_to_change(client):
     assert client.get("/v2/rerank").status_code == 405 and client.get("/v2/rerank").json()["message"]
 
 
+def test_a_405_says_which_methods_the_route_allows(client):
+    """Starlette's 405 carries ``Allow`` (RFC 9110 requires it); the JSON error body must not drop it."""
+    wrong = client.get("/v2/rerank")
+    assert wrong.status_code == 405 and wrong.headers["allow"] == "POST"
+    assert wrong.json()["request_id"] == wrong.headers["x-request-id"]
+
+
 @pytest.mark.parametrize(("shape", "texts"), [(RerankRequest, "documents"), (TEIRequest, "texts")])
 def test_every_setting_a_request_may_carry_is_a_body_field_that_reaches_the_rerank(shape, texts):
     """The body ignores fields it does not know (``extra="ignore"``), so a per-request setting it lacked would be

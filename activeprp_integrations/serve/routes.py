@@ -304,7 +304,9 @@ def add_error_handlers(app: FastAPI) -> None:
 
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         if exc.status_code != 400:
-            return error_response(exc.status_code, str(exc.detail), "invalid_request", request_id(request.scope))
+            response = error_response(exc.status_code, str(exc.detail), "invalid_request", request_id(request.scope))
+            response.headers.update(exc.headers or {})  # a 405's Allow
+            return response
         # FastAPI's "There was an error parsing the body" chains the parser's error, which says what is wrong
         why = _parse_error(exc.__cause__) or str(exc.detail) + _body_hint(request)
         return error_response(400, why, "invalid_request", request_id(request.scope))
