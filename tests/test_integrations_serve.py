@@ -288,6 +288,13 @@ def test_caps_say_what_to_change(client):
     assert client.get("/v2/rerank").status_code == 405 and client.get("/v2/rerank").json()["message"]
 
 
+def test_head_is_answered_where_get_is(client):
+    """Probes that send HEAD (HAProxy's) get /health, /ready and /metrics as GET does, without a body."""
+    for path in ("/health", "/ready", "/metrics"):
+        head = client.head(path)
+        assert head.status_code == client.get(path).status_code == 200 and head.content == b""
+
+
 def test_a_405_says_which_methods_the_route_allows(client):
     """Starlette's 405 carries ``Allow`` (RFC 9110 requires it); the JSON error body must not drop it."""
     wrong = client.get("/v2/rerank")

@@ -369,7 +369,7 @@ class Routes:
         app.post("/rerank", summary="Jina (documents) or TEI (texts) rerank API")(self.rerank_jina_tei)
         app.api_route("/health", methods=["GET", "HEAD"])(self.health)  # HEAD: probes that send it (HAProxy's)
         app.api_route("/ready", methods=["GET", "HEAD"])(self.ready)
-        app.get("/metrics")(self.prometheus)
+        app.api_route("/metrics", methods=["GET", "HEAD"])(self.prometheus)
 
     async def answer(self, rid: str, query: str, documents: list, top_n: int | None, max_words: int | None,
                      own: dict[str, Any], respond: Respond, rank_fields: list[str] | None = None,
