@@ -326,8 +326,9 @@ def _cpus_per_actor(ray: Any, num_actors: int, num_cpus: float | None, *, tasks:
         most = math.floor(spare / num_cpus + 1e-9)
         fewer = f"num_actors <= {most} at num_cpus={num_cpus:g}, or " if most else ""
         raise ValueError(f"num_actors={num_actors} x num_cpus={num_cpus:g} leaves under {TASK_CPUS:g} of the Ray "
-                         f"cluster's {cpus:g} CPUs free for the dataset's read tasks, so it would wait forever: use "
-                         f"{fewer}num_cpus <= {fits:g} for {num_actors} actors, or leave num_cpus unset (sized to fit)")
+                         f"cluster's {cpus:g} CPUs free for the dataset's own tasks (reads, maps), so it would wait "
+                         f"forever: use {fewer}num_cpus <= {fits:g} for {num_actors} actors, or leave num_cpus unset "
+                         "(sized to fit)")
     return num_cpus
 
 

@@ -172,8 +172,8 @@ def test_the_default_cpus_per_actor_leave_one_cpu_for_read_tasks(cpus, actors, w
 
 @pytest.mark.parametrize("cpus, actors, num_cpus, message", [
     (2, 3, 0.5, r"num_actors=3 x num_cpus=0\.5 leaves under 1 of the Ray cluster's 2 CPUs free for the dataset's "
-                r"read tasks, so it would wait forever: use num_actors <= 2 at num_cpus=0\.5, or num_cpus <= 0\.3333 "
-                r"for 3 actors, or leave num_cpus unset"),
+                r"own tasks \(reads, maps\), so it would wait forever: use num_actors <= 2 at num_cpus=0\.5, or "
+                r"num_cpus <= 0\.3333 for 3 actors, or leave num_cpus unset"),
     (2, 2, 1, r"num_actors=2 x num_cpus=1 .*: use num_actors <= 1 at num_cpus=1, or num_cpus <= 0\.5 for 2 actors"),
     (1, 1, 0.5, r"cluster's 1 CPUs free .*: use num_cpus <= 0 for 1 actors")])
 def test_cpus_per_actor_given_that_leave_no_cpu_for_read_tasks_are_refused(cpus, actors, num_cpus, message):
