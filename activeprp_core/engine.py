@@ -122,16 +122,17 @@ def exchange(reranking: Reranking, guard: CallGuard) -> Generator[Batch, Any, Re
     """The I/O-free body of ``rerank`` and ``arerank``: yields each batch to answer, takes its answers (or the
     exception raised while getting them, thrown in), returns the result. Only the exception raised getting a
     batch's answers, or answers that are not one per prompt, is that batch's failure (``Reranking.fail``, told
-    the calls ``guard`` saw reach the comparator and the answers of the chunks before the failing one); one raised
-    planning the next round once the answers are recorded propagates from ``Reranking.send`` with its accounting
-    (see ``Reranking``)."""
+    the calls ``guard`` saw reach the comparator, their retries, and the answers of the chunks before the failing
+    one); one raised planning the next round once the answers are recorded propagates from ``Reranking.send`` with
+    its accounting (see ``Reranking``)."""
     while not reranking.done:
-        batch, sent_before = reranking.next_batch(), guard.completed
+        batch, sent_before, retries_before = reranking.next_batch(), guard.completed, guard.retries
         try:
             judgments = to_judgments((yield batch), len(batch.prompts))
         except Exception as error:
             answered = answered_before(error, batch.query, batch.pairs)
-            reranking.fail(error, sent=guard.completed - sent_before, answered=answered)
+            reranking.fail(error, sent=guard.completed - sent_before, answered=answered,
+                           retries=guard.retries - retries_before)
             continue
         reranking.send(judgments)
     return reranking.result()

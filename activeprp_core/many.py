@@ -168,30 +168,33 @@ class _Window:
             start += len(batch.prompts)
             self._resolve(index, reranking, lambda r, part=part: r.send(part))
 
-    def failed(self, step: Step, error: Exception, sent: int) -> list[Step]:
-        """Handle a merged call for ``step`` that raised (``sent`` of its calls reached the backend): a dead
-        endpoint stops everything (raises ``error``); a lone query fails on its own; else returns the queries'
-        batches to ask one by one, to find the failing query."""
+    def failed(self, step: Step, error: Exception, sent: int, retries: int) -> list[Step]:
+        """Handle a merged call for ``step`` that raised (``sent`` of its calls reached the backend, with
+        ``retries``): a dead endpoint stops everything (raises ``error``); a lone query fails on its own; else
+        returns the queries' batches to ask one by one, to find the failing query."""
         if self.fatal(error):
-            raise self.stop(error, _shares(step, sent))
+            raise self.stop(error, _shares(step, sent), retries)
         if len(step) == 1:
             index, reranking, _ = step[0]
-            self._resolve(index, reranking, lambda r: r.fail(error, sent))
+            self._resolve(index, reranking, lambda r: r.fail(error, sent, retries=retries))
             return []
         return [[part] for part in step]
 
-    def answered(self, step: Step, outcomes: Sequence[Sequence[Judgment] | Exception], sent: Sequence[int]) -> None:
-        """Hand each query of ``step`` its outcome (its judgments, or the exception its calls raised after ``sent``
-        of them reached the backend); an error that means the endpoint is dead stops everything (raises it)."""
+    def answered(self, step: Step, outcomes: Sequence[Sequence[Judgment] | Exception],
+                 guards: Sequence[CallGuard]) -> None:
+        """Hand each query of ``step`` its outcome (its judgments, or the exception its calls raised after those its
+        guard counted reached the backend: ``completed``, with their ``retries``); an error that means the endpoint
+        is dead stops everything (raises it)."""
         fatal = next((o for o in outcomes if isinstance(o, Exception) and self.fatal(o)), None)
         if fatal is not None:
-            for (_, reranking, batch), outcome, calls in zip(step, outcomes, sent):
-                _charge(reranking, batch, fatal, outcome, calls)
+            for (_, reranking, batch), outcome, guard in zip(step, outcomes, guards):
+                _charge(reranking, batch, fatal, outcome, guard)
             raise self.stop(fatal)
-        for (index, reranking, batch), outcome, calls in zip(step, outcomes, sent):
+        for (index, reranking, batch), outcome, guard in zip(step, outcomes, guards):
             if isinstance(outcome, Exception):
-                self._resolve(index, reranking, partial(Reranking.fail, error=outcome, sent=calls,
-                                                        answered=answered_before(outcome, batch.query, batch.pairs)))
+                self._resolve(index, reranking, partial(Reranking.fail, error=outcome, sent=guard.completed,
+                                                        answered=answered_before(outcome, batch.query, batch.pairs),
+                                                        retries=guard.retries))
             else:
                 self._resolve(index, reranking, partial(_send, outcome, len(batch.prompts)))
 
@@ -228,12 +231,12 @@ class _Window:
                 raise self.stop(error) from None
             return RerankFailure(index, reranking.query, error)
 
-    def spent(self, sent: Sequence[int] = ()) -> Accounting:
+    def spent(self, sent: Sequence[int] = (), retries: int = 0) -> Accounting:
         """The accounting summed over the queries not yet handed out (for an error that stops everything, which
         they are then never): in progress (batches never answered left out), finished, or failed (its error's
         ``accounting``), plus the calls of a step whose call raised that reached the backend (``sent``, per
-        query) as failed ones."""
-        total = Accounting()
+        query) as failed ones, and their ``retries``."""
+        total = Accounting(retries=retries)
         for account in map(_spent_on, self.items.values()):
             for k, v in account.counts().items():
                 setattr(total, k, getattr(total, k) + v)
@@ -242,9 +245,9 @@ class _Window:
                 total.calls + calls, total.failed_calls + calls, total.rounds + (calls > 0)
         return total
 
-    def stop(self, error: Exception, sent: Sequence[int] = ()) -> Exception:
+    def stop(self, error: Exception, sent: Sequence[int] = (), retries: int = 0) -> Exception:
         with contextlib.suppress(AttributeError):
-            error.accounting = self.spent(sent)  # type: ignore[attr-defined]
+            error.accounting = self.spent(sent, retries)  # type: ignore[attr-defined]
         self.close()
         return error
 
@@ -257,10 +260,11 @@ def _send(answers: Sequence[Any], n: int, reranking: Reranking) -> None:
     reranking.send(to_judgments(answers, n))
 
 
-def _charge(reranking: Reranking, batch: Batch, error: Exception, outcome: Any, sent: int) -> None:
+def _charge(reranking: Reranking, batch: Batch, error: Exception, outcome: Any, guard: CallGuard) -> None:
     """Settle the batch of a query in a step that ``error`` stops for every query (``_Window.stop`` then sums
     what each query spent): its answers, and those of the chunks before a failing one, count as answers, its other
-    calls sent (``sent``) as failed ones (``Reranking.fail``, whose raising of ``error`` is the caller's)."""
+    calls sent (``guard.completed``, with ``guard.retries``) as failed ones (``Reranking.fail``, whose raising of
+    ``error`` is the caller's)."""
     answered: list[Judgment] = []
     if isinstance(outcome, Exception):
         answered = answered_before(outcome, batch.query, batch.pairs)
@@ -268,7 +272,7 @@ def _charge(reranking: Reranking, batch: Batch, error: Exception, outcome: Any, 
         with contextlib.suppress(InvalidAnswer):  # wrong-shaped answers: its sent calls count as failed
             answered = to_judgments(outcome, len(batch.prompts))
     with contextlib.suppress(Exception):
-        reranking.fail(error, sent, answered)
+        reranking.fail(error, guard.completed, answered, guard.retries)
 
 
 def _shares(step: Step, sent: int) -> list[int]:
@@ -317,9 +321,9 @@ def _answer(window: _Window, step: Step, asynchronous: bool):
         guards = [RequestGuard(window.guard, None, index, window.clock, r.deadline, r.ledger.floor)
                   for index, r, _ in step]
         outcomes = yield _AskEach([(b.query, b.pairs, g, r.time_left()) for (_, r, b), g in zip(step, guards)])
-        window.answered(step, outcomes, [g.completed for g in guards])
+        window.answered(step, outcomes, guards)
         return
-    sent_before = window.guard.completed
+    sent_before, retries_before = window.guard.completed, window.guard.retries
     items = [(batch.query, a, b) for _, _, batch in step for a, b in batch.pairs]
     window.guard.floors = floors_by_query((batch.query, r.ledger.floor) for _, r, batch in step)  # a probe's go out
     try:
@@ -328,7 +332,8 @@ def _answer(window: _Window, step: Step, asynchronous: bool):
                 answers = yield _Ask(items, window.guard, window.time_left(step))
             judgments = to_judgments(answers, len(items))
     except Exception as error:
-        for part in window.failed(step, error, sent=window.guard.completed - sent_before):
+        for part in window.failed(step, error, window.guard.completed - sent_before,
+                                  window.guard.retries - retries_before):
             yield from _answer(window, part, asynchronous)
         return
     window.send(step, judgments)

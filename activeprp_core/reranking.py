@@ -157,24 +157,27 @@ class Reranking:
         self._advance(to_judgments(judgments, len(self._pending.prompts)))
 
     def fail(self, error: BaseException, sent: int | None = None,
-             answered: Sequence[Judgment | float | None] = ()) -> None:
+             answered: Sequence[Judgment | float | None] = (), retries: int = 0) -> None:
         """Report that the pending batch could not be answered because of ``error``; ``sent`` = how many of its
         calls reached the backend (None = unknown: all of them; taken as its first ``sent`` prompts);
         ``answered`` = the answers of its first prompts that came back before ``error`` (a later chunk of the
-        batch raised: ``comparators.base.answered_before``). What the prompts never sent reserved is refunded (the
-        round too, when none went out); the answered ones are answers, the other sent ones failed calls.
+        batch raised: ``comparators.base.answered_before``); ``retries`` = the transport retries of its sent calls,
+        the answered ones' included (what its guard saw: ``CallGuard.retries``). What the prompts never sent
+        reserved is refunded (the round too, when none went out); the answered ones are answers, the other sent
+        ones failed calls, billed with the retries beyond the answered ones'.
 
         With ``on_failure="prior"`` and a ``ComparatorError``, no further call is asked for and the ranker
         finishes on what it knows, the answered prompts included. Otherwise ``error`` is raised again, with this
         reranking's partial accounting attached as ``error.accounting``.
 
         Raises:
-            TypeError / ValueError: ``sent`` is not None or an int >= 0, or ``answered`` is not answers of at
-                most the batch's prompts (``InvalidAnswer``) (nothing changed).
+            TypeError / ValueError: ``sent`` is not None or an int >= 0, ``retries`` is not an int >= 0, or
+                ``answered`` is not answers of at most the batch's prompts (``InvalidAnswer``) (nothing changed).
         """
         ledger, batch = self.ledger, self._pending
         n = 0 if batch is None else len(batch.prompts)
         sent = n if sent is None else min(check_count(sent, "sent"), n)
+        check_count(retries, "retries")
         answered = list(answered)
         if len(answered) > n:
             raise InvalidAnswer(f"fail() got {len(answered)} answers for a batch of {n} prompts")
@@ -183,7 +186,10 @@ class Reranking:
         if batch is None:
             raise self._accounted(error)
         ledger.refund_unsent(sent)
-        judgments = answered + [Judgment(None, error=describe(error))] * (n - len(answered))
+        failed = Judgment(None, error=describe(error))
+        judgments = answered + [failed] * (n - len(answered))
+        if len(answered) < sent:  # the retries beyond the answered calls': billed on the first failed one
+            judgments[len(answered)] = replace(failed, retries=max(0, retries - sum(j.retries for j in answered)))
         if not self._degrades(error):
             ledger.reconcile(judgments, timed=False)
             raise self._accounted(error)

@@ -50,7 +50,7 @@ class Judgment:
     Attributes:
         prob: P(first is preferred) in [0, 1] (a float; hard answers are 0.0 / 1.0); ``None`` means the call
             failed (it was issued and counts against the budget, but gave no usable answer). NaN becomes None.
-        retries: transport retries spent on this call (not counted against the budget).
+        retries: transport retries spent on this call (``Accounting.retries`` sums them).
         prompt_tokens / completion_tokens: token usage where the backend reports it, else 0.
         error: a short reason when ``prob`` is None.
         cut: what the time budget did to this call, else None: ``"unsent"`` (the deadline came before it was
@@ -197,7 +197,10 @@ class Accounting:
         failed_calls: calls that returned no usable answer (counted in ``calls``).
         cut_calls: calls sent whose answer did not come before the ``time_budget`` deadline (cancelled, or their
             late answers discarded): counted in ``calls``, not in ``failed_calls``.
-        retries, prompt_tokens, completion_tokens: summed over calls, where the comparator reports them.
+        retries: transport retries (a remote judge's requests beyond the first of a call; never counted against
+            the budget) of every call counted in ``calls``, whatever became of it: answered, failed, cut, or sent
+            in a batch that raised (an error's ``accounting`` too). Where the comparator reports them.
+        prompt_tokens, completion_tokens: summed over calls, where the comparator reports them.
         wall_time_s: wall-clock seconds of the whole rerank.
     """
 

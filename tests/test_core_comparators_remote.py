@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import itertools
 import math
 import re
 import threading
@@ -569,6 +570,67 @@ def test_a_call_stopped_in_its_backoff_by_another_call_s_bug_is_billed():
     with pytest.raises(RuntimeError, match="a bug in my model wrapper") as raised:
         rerank("q", cands, comparator=judge, budget=10, ranker="allpairs")
     assert judge.first_failed.is_set() and raised.value.accounting.calls == len(judge.calls) >= 2
+
+
+class Retried(FakeRemote):
+    """A remote judge whose every call's first attempt fails with a 500 (retried) and whose retries answer, except
+    for the calls made after the first ``answers``: their retry raises a bug, or with ``down`` fails with a 500
+    too. ``sent`` counts every attempt; ``threaded``: as ``BrokenAfter``'s."""
+
+    def __init__(self, answers: int, down: bool = False, threaded: bool = False, **transport):
+        super().__init__(**transport)
+        self.answers, self.down, self.threaded = answers, down, threaded
+        self.made, self.tried, self._lock = 0, set(), threading.Lock()
+
+    def request(self, query, first, second):
+        with self._lock:
+            self.made += 1
+            return query, self.made
+
+    def send(self, client, request):
+        with self._lock:
+            super().send(client, request)
+            retry, _ = request in self.tried, self.tried.add(request)
+        if not retry or (self.down and request[1] > self.answers):
+            raise StatusError(500, "down")
+        if request[1] > self.answers:
+            raise RuntimeError("a bug in my model wrapper")
+        return 0.75
+
+    def sends_in_thread(self):
+        return self.threaded
+
+    def classify(self, error):
+        return status_failure(error.status_code, str(error)) if isinstance(error, StatusError) else None
+
+
+@pytest.mark.parametrize("path, kind", [*itertools.product(["sync", "async", "async_threads", "rerank_many"],
+                                                             ["bug", "breaker"]), ("threads", "bug")])
+def test_a_failed_rerank_bills_the_retries_of_every_call_sent(path, kind):
+    """A rerank stopped in a round by a call's bug (after its retry) or by the breaker (opened by 5 calls failed
+    after 3 attempts each) billed every call sent but only the retries of the rounds answered before: the failing
+    round's calls were billed as failed with no retry (e.g. 6 calls, 0 retries for 17 requests). Now the guard
+    sums the retries it records (``CallGuard.retries``) and ``Reranking.fail`` bills those of the failing round,
+    so calls + retries is every request the judge got, on every path (review_s67h's p3_accounting.py -r). One call
+    in flight at a time, but on "threads" (its batch waits for every call: the request count is final when it
+    raises)."""
+    from activeprp_core import ComparatorUnavailable, RerankFailure, rerank_many
+
+    judge = Retried(1, down=kind == "breaker", threaded=path == "async_threads", max_attempts=3,
+                    max_concurrency=4 if path == "threads" else 1, backoff_initial=0.0, backoff_max=0.0)
+    cands = [Candidate(f"d{i}", f"passage {i}") for i in range(8)]
+    kw = {"comparator": judge, "budget": 30, "ranker": "quicksort", "seed": 0}
+    with pytest.raises(RuntimeError if kind == "bug" else ComparatorUnavailable) as raised:
+        if path == "rerank_many":
+            (failure,) = rerank_many([("q", cands)], **kw)
+            assert isinstance(failure, RerankFailure)
+            raise failure.error
+        asyncio.run(arerank("q", cands, **kw)) if path.startswith("async") else rerank("q", cands, **kw)
+    spent = raised.value.accounting
+    assert spent.calls + spent.retries == judge.sent and spent.retries > 0
+    if path != "threads":  # quicksort's first round, 7 calls: its 2nd raises after its retry, or its 2nd to 6th
+        # fail after 3 attempts and the breaker keeps its 7th from going out
+        assert (spent.calls, spent.retries) == ((2, 2) if kind == "bug" else (6, 11))
 
 
 class RefusedAmidCalls(FakeRemote):

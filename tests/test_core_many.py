@@ -593,6 +593,43 @@ def test_a_later_chunk_failing_keeps_the_answers_of_the_chunks_before_it_at_ever
         assert out.order.index(int(winner)) < out.order.index(int(loser))
 
 
+class RetriedChunks(Comparator):
+    """Batches across queries (``max_batch_size``); the first chunk of a round answers (the higher id wins), each
+    call after one transport retry (``Judgment.retries``); its second chunk raises ``error``."""
+
+    max_batch_size = 8
+
+    def __init__(self, error):
+        self.error, self.chunks = error, 0
+
+    def judge(self, query, pairs, *, guard=None):
+        from activeprp_core.types import Judgment
+
+        self.chunks += 1
+        if self.chunks > 1:
+            raise self.error
+        return [Judgment(float(a.id > b.id), retries=1) for a, b in pairs]
+
+
+@pytest.mark.parametrize("error", [ComparatorError("503 from the judge", status_code=503),
+                                   ComparatorAuthError("invalid key", status_code=401)], ids=["503", "401"])
+@pytest.mark.parametrize("entry", sorted(_entry_points()))
+def test_a_merged_call_that_raises_bills_the_retries_of_its_calls_once(entry, error):
+    """A merged call (a comparator that ``batches_queries``) whose second chunk raised billed its calls but none of
+    their retries in ``rerank_many`` / ``arerank_many``, alone (a lone query fails) or for everyone (a 401 stops
+    them): 4 calls, 0 retries. They are billed now (``CallGuard.retries``), once: the entries that keep the first
+    chunk's answers count its retries with them, not again."""
+    judge = RetriedChunks(error)
+    cands = [Candidate(str(i), f"passage {i}") for i in range(4)]
+    try:
+        (out,) = _entry_points()[entry]([("q", cands)], comparator=judge, ranker="allpairs", oracle="single",
+                                        budget=50, max_concurrency=2)
+    except ComparatorError as raised:  # a 401 stops a many entry's iterator
+        out = raised
+    spent = _spent(out)
+    assert judge.chunks == 2 and (spent.calls, spent.retries) == (4, 2)
+
+
 OWN_KW = dict(budget=40, max_rounds=4, ranker="parallel_mohajer", oracle="single")
 
 

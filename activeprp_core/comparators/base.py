@@ -98,8 +98,9 @@ class CallGuard:
             budget.
 
     Comparators call ``check()`` before sending, ``record(ok, reason)`` for every call that reached the backend
-    (``completed`` counts them, so the engine can refund the calls of a failed batch that never went out; with an
-    answered call's ``seconds``, they set the call floor of ``too_late``), and
+    (``completed`` counts them and ``retries`` their transport retries, so the engine can refund the calls of a
+    failed batch that never went out and bill the retries of those that did; with an answered call's ``seconds``,
+    they set the call floor of ``too_late``), and
     ``trip(error)`` on an error that must stop every later call (e.g. a 401). They read ``time_left(query)``
     (seconds; None = no deadline) to wait no longer than a query's deadline, and ``too_late(query)`` to send
     nothing that could not come back before it: the engine sets the deadlines (``deadline`` for every query,
@@ -138,6 +139,7 @@ class CallGuard:
         self.floors: dict[str, Any] = {}  # per query text, read by too_late instead of latency: judging.floors_by_query
         self._lock = threading.Lock()
         self.completed = 0
+        self.retries = 0
         self._failures = 0
         self._answered = False  # a call on this guard got a usable answer
         self._sources: set[Any] = set()  # the queries (RequestGuard keys) of the failed calls in a row
@@ -223,7 +225,7 @@ class CallGuard:
         documents, can cause; a breaker shared by strangers checks the judge before it opens on that).
         ``source``: the query the call belongs to (a ``RequestGuard`` passes its ``key``).
         ``retries``: the call's transport retries (its requests to the backend beyond the first), whatever its
-        outcome; not read here (a guard that keeps metrics, e.g. ``activeprp serve``'s breaker, counts them).
+        outcome: summed in ``retries`` (what a failed batch's accounting bills: ``Reranking.fail``).
         ``seconds``: an answered call's (``ok``) own latency, from its first attempt's send to its answer (not its
         wait for a slot; None: not timed): noted on the record ``too_late`` reads (``note_call``). For a call cut
         (``ok=None``): how long its last attempt had been out with no answer (None: none was, or not timed), not
@@ -233,6 +235,7 @@ class CallGuard:
         self.note_call(ok, seconds)
         with self._lock:
             self.completed += 1
+            self.retries += retries
             if ok is None:
                 return
             if ok:
@@ -299,12 +302,12 @@ class CallGuard:
 
 class RequestGuard(CallGuard):
     """One query's view of a shared ``CallGuard`` (a request of ``RerankPool``, a query of ``rerank_many``): its own
-    count of the calls that reached the backend (``completed``, what ``Reranking.fail`` is told), its deadlines
-    (``deadline`` / ``deadlines`` on ``clock``, read by the comparator through ``time_left``) and its calls' place
-    in the queue for slots (``key``: lower goes first, with ``slots``, a ``FairSlots``, whose ``next_key()`` gives a
-    request's; None: the shared guard's slots, each call in its arrival order); the breaker and the cap on calls in
-    flight are the shared guard's. Its slots are waited for by tasks and by threads alike (``slots(threads=...)``),
-    in one queue."""
+    count of the calls that reached the backend (``completed``) and of their retries (``retries``), what
+    ``Reranking.fail`` is told, its deadlines (``deadline`` / ``deadlines`` on ``clock``, read by the comparator through
+    ``time_left``) and its calls' place in the queue for slots (``key``: lower goes first, with ``slots``, a
+    ``FairSlots``, whose ``next_key()`` gives a request's; None: the shared guard's slots, each call in its arrival
+    order); the breaker and the cap on calls in flight are the shared guard's. Its slots are waited for by tasks and by
+    threads alike (``slots(threads=...)``), in one queue."""
 
     def __init__(self, shared: CallGuard, slots: FairSlots | None, key: Any, clock: Callable[[], float],
                  deadline: float | None = None, latency: Any = None) -> None:  # no _setup: the shared state stays
@@ -312,7 +315,7 @@ class RequestGuard(CallGuard):
         self.max_concurrency = shared.max_concurrency
         self.max_consecutive_failures = shared.max_consecutive_failures
         self.clock, self.deadline, self.deadlines, self.floors = clock, deadline, {}, {}
-        self.completed = 0
+        self.completed = self.retries = 0
 
     @property
     def error(self) -> ComparatorError | None:
@@ -329,6 +332,7 @@ class RequestGuard(CallGuard):
                status_code: int | None = None) -> None:
         self.note_call(ok, seconds)  # on this request's record (its too_late's), not the shared guard's
         self.completed += 1
+        self.retries += retries
         # an answer's latency is noted once, above; a cut call's time unanswered is the shared breaker's to read
         self.shared.record(ok, reason, retry_after, unusable, self.key, retries, None if ok else seconds,
                            status_code)

@@ -227,14 +227,8 @@ class Breaker(CallGuard):
 
 class ProbeGuard(CallGuard):
     """The ``CallGuard`` of one probe call: one call in flight and no breaker (the probe must not count in the
-    judge's streak of failed calls); ``retries`` sums the transport retries the comparator records on it."""
+    judge's streak of failed calls); ``retries`` (``CallGuard.retries``) sums the transport retries the comparator
+    records on it."""
 
     def __init__(self) -> None:
         super().__init__(1, None)
-        self.retries = 0
-
-    def record(self, ok: bool | None, reason: str | None = None, retry_after: float | None = None,
-               unusable: bool = False, source: Any = None, retries: int = 0, seconds: float | None = None,
-               status_code: int | None = None) -> None:
-        super().record(ok, reason, retry_after, unusable, source, retries, seconds, status_code)
-        self.retries += retries
