@@ -256,7 +256,7 @@ class RemoteComparator(FreshState, Comparator):
         request, client = self.request(query, item[1].text, item[2].text), self._clients.sync()
         tries = _Attempts(guard, query)
         if job is not None:
-            job.cut = partial(self._deadline_cut, guard, tries)
+            job.cut = partial(self._deadline_cut, tries)
 
         def record() -> bool:  # not once its batch raised, nor when the waiting side cut it first
             return not abandoned.is_set() and (job is None or job.claim())
@@ -274,16 +274,16 @@ class RemoteComparator(FreshState, Comparator):
             outcome = _settle(self, guard, retrying, response, record=record(), seconds=tries.seconds())
         except _Abandoned:  # stopped before a retry: the deadline withheld it, else its batch stopped
             if stop.at_deadline:
-                outcome = self._deadline_cut(guard, tries, record())
+                outcome = self._deadline_cut(tries, record())
             else:  # its attempts went out: billed, outcome unknown (the waiting side bills it if it claims first)
                 if record():
-                    guard.record(None, retries=tries.count - 1)
+                    tries.sent_unknown()
                 outcome = None
         except Exception as err:
             outcome = self._after(err, guard, retrying, tries, record=record())
         if outcome is None:  # the stopped guard's error (a 401, an open breaker), else dropped with its ask's raise
             guard.check()
-            outcome = Judgment(None, tries.count - 1, error=f"not retried: {stop.reason}")
+            outcome = Judgment(None, tries.retries, error=f"not retried: {stop.reason}")
         if isinstance(outcome, ComparatorError):
             raise outcome  # outside the except block: the client's error (and its body) is not chained
         return outcome
@@ -313,7 +313,7 @@ class RemoteComparator(FreshState, Comparator):
                     outcome = _settle(self, guard, retrying, response, seconds=tries.seconds())
                 except asyncio.CancelledError:
                     if tries.count:  # it went out: it counts as spent, its outcome is unknown
-                        guard.record(None, retries=tries.count - 1, seconds=tries.unanswered())
+                        tries.sent_unknown(seconds=tries.unanswered())
                     raise
                 except Exception as err:
                     outcome = self._after(err, guard, retrying, tries)
@@ -350,26 +350,25 @@ class RemoteComparator(FreshState, Comparator):
             # endpoint asked to wait past the deadline: then the call failed with that attempt's error
             if (last is None or isinstance(error, _InFlight) or tries.late
                     or not tries.asked_past_deadline(self._honoured(self._fault(last)))):
-                return self._deadline_cut(guard, tries, record)
+                return self._deadline_cut(tries, record)
             error = last
         if not self._handled(error):  # a ComparatorClosed, or a bug: sent (billed), the breaker unchanged
             if record and tries.count:
-                guard.record(None, retries=tries.count - 1)
+                tries.sent_unknown()
             raise error
         if tries.timed_out(self._fault(error)):  # its last attempt failed only at the deadline: cut in flight
-            return self._deadline_cut(guard, tries, record)
-        return _settle(self, guard, retrying, error=error, record=record, retries=tries.count - 1)
+            return self._deadline_cut(tries, record)
+        return _settle(self, guard, retrying, error=error, record=record, retries=tries.retries)
 
-    def _deadline_cut(self, guard: CallGuard, tries: _Attempts, record: bool) -> Judgment:
+    def _deadline_cut(self, tries: _Attempts, record: bool) -> Judgment:
         """A call the deadline cut (``_cut``): by slowness alone when no attempt of it failed before the deadline,
         else a judge error (``cut_before_retry``, with that attempt's error: ``tries.judge_error``), whether the
         deadline then stopped its retry or cut the retry in flight (a dead judge slower than the time left)."""
         error = tries.judge_error
         if error is None:
-            return _cut(guard, tries, record)
+            return _cut(tries, record)
         fault = self._fault(error)
-        return _cut(guard, tries, record, self._call_failed(error, _reason(fault, error), _status(fault)),
-                    _status(fault))
+        return _cut(tries, record, self._call_failed(error, _reason(fault, error), _status(fault)), _status(fault))
 
     def _honoured(self, failure: Failure | None) -> float | None:
         """The seconds ``failure``'s endpoint asked to wait (its Retry-After) as honoured: capped at
@@ -643,6 +642,17 @@ class _Attempts:
         self.sent_at: float | None = None  # when the first attempt went out (on guard.clock)
         self.out_since: float | None = None  # when the last attempt went out, unless it failed before the deadline
 
+    @property
+    def retries(self) -> int:
+        """The attempts after the first (0 when none went out): the call's ``Judgment.retries``."""
+        return max(self.count - 1, 0)
+
+    def sent_unknown(self, reason: str | None = None, seconds: float | None = None,
+                     status_code: int | None = None) -> None:
+        """Record the call on its guard as sent, its outcome unknown (``CallGuard.record(None, ...)``: billed, the
+        breaker's streak unchanged), with its ``retries``: every such record site of a call goes through here."""
+        self.guard.record(None, reason, retries=self.retries, seconds=seconds, status_code=status_code)
+
     def unanswered(self) -> float | None:
         """Seconds the last attempt has been out with no answer, for a call cut now (at the deadline, or cancelled):
         None when no attempt went out or the last one failed before the deadline (the endpoint answered it, with
@@ -791,16 +801,14 @@ def _reason(failure: Failure | None, error: Exception) -> str:
     return failure.message if failure else str(error)
 
 
-def _cut(guard: CallGuard, tries: _Attempts, record: bool, last: str | None = None,
-         status_code: int | None = None) -> Judgment:
-    """The outcome of a call the deadline cut after ``tries`` went out: recorded on ``guard`` (when ``record``) as
+def _cut(tries: _Attempts, record: bool, last: str | None = None, status_code: int | None = None) -> Judgment:
+    """The outcome of a call the deadline cut after ``tries`` went out: recorded on its guard (when ``record``) as
     sent, its outcome unknown (``record(None)``: spent, the breaker's streak neither counts nor resets on it), with
     the seconds its last attempt was out unanswered (``_Attempts.unanswered``: what a breaker that watches the
     judge's silence reads). ``last``: the error of its last attempt when the deadline stopped its retry
     (``cut_before_retry``; recorded with it as the reason, with its HTTP ``status_code``), else None (cut in
     flight). A call the waiting side cuts before its first attempt is counted (it may be going out) is a plain cut
     in flight, with no retry."""
-    retries = max(tries.count - 1, 0)
     if record:
-        guard.record(None, last, retries=retries, seconds=tries.unanswered(), status_code=status_code)
-    return cut_in_flight(retries) if last is None else cut_before_retry(retries, last, status_code)
+        tries.sent_unknown(last, tries.unanswered(), status_code)
+    return cut_in_flight(tries.retries) if last is None else cut_before_retry(tries.retries, last, status_code)
