@@ -1074,8 +1074,7 @@ def test_the_command_serves_and_exits_0_after_its_graceful_shutdown_on_sigint_or
     proc = subprocess.Popen([sys.executable, "-m", "activeprp_cli", "serve", "--comparator", "simulated",
                              "--port", str(port), "--budget", "10", "--token-budget", "5000", "--time-budget", "5",
                              *([] if access_log else ["--no-access-log"])],
-                            env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT)
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         deadline, health = time.monotonic() + 60, None
         while time.monotonic() < deadline and proc.poll() is None:
@@ -1095,10 +1094,11 @@ def test_the_command_serves_and_exits_0_after_its_graceful_shutdown_on_sigint_or
         assert (meta["token_budget"], meta["time_budget"]) == (5000, 5.0)  # the flags reach every request
         assert own.json()["meta"]["activeprp"]["time_budget"] == 2.5
         proc.send_signal(stop)
-        assert proc.wait(30) == 0, proc.stdout.read().decode()
-        logged = proc.stdout.read()
-        assert b"Finished server process" in logged
-        assert (b'"POST /v2/rerank HTTP/1.1" 200' in logged) == access_log, logged.decode()
+        out, err = proc.communicate(timeout=30)
+        assert proc.returncode == 0, (out + err).decode()
+        assert b"Finished server process" in err  # the server's lines on stderr, its access log on stdout
+        assert (b'"POST /v2/rerank HTTP/1.1" 200' in out) == access_log, out.decode()
+        assert b'"POST /v2/rerank' not in err, err.decode()
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -1717,6 +1717,24 @@ def test_serve_logs_the_package_s_warnings_on_uvicorn_s_stderr_handler():
             "logging.getLogger('activeprp.engine').info('not shown')\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert "rerank failed" in done.stderr and "WARNING" in done.stderr and "not shown" not in done.stderr
+
+
+def test_the_help_and_the_docs_name_the_stream_the_access_log_goes_to(capsys):
+    """docs/serve.md and ``--access-log``'s help said the access log was on stderr; uvicorn's handler, which
+    ``log_config`` keeps, writes it on stdout (review s68d: ``2>serve.log`` lost every access line)."""
+    from activeprp_cli import main
+    from activeprp_integrations.serve import log_config
+
+    config = log_config()
+    stream = config["handlers"][config["loggers"]["uvicorn.access"]["handlers"][0]]["stream"].split(".")[-1]
+    assert stream == "stdout"
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    page = (Path(__file__).parent.parent / "docs" / "serve.md").read_text(encoding="utf-8")
+    (row,) = [line for line in page.splitlines() if line.startswith("| `--access-log`")]
+    for text in (help_text, row):
+        assert f"INFO on {stream}" in text and "INFO on stderr" not in text
 
 
 def test_the_judge_s_retries_are_a_metric():

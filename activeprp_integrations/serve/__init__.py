@@ -305,9 +305,9 @@ def add_parser(subparsers: Any) -> None:
                         "once, those still running then get 503 and their connection is closed; keep it over "
                         "--time-budget and every request admitted is answered (default %(default)s)")
     p.add_argument("--access-log", action=argparse.BooleanOptionalAction, default=True,
-                   help="log a line per request (uvicorn's access log, INFO on stderr); --no-access-log leaves it "
-                        "out, and the WARNINGs of failed or degraded reranks and the server's errors stay (default: "
-                        "on)")
+                   help="log a line per request (uvicorn's access log, INFO on stdout; the server's other lines, "
+                        "its WARNINGs and errors, go to stderr); --no-access-log leaves it out, and the WARNINGs of "
+                        "failed or degraded reranks and the server's errors stay (default: on)")
     j = p.add_argument_group("the judge's failures")
     j.add_argument("--cool-down", type=seconds(allow_none=False, positive=True), default=DEFAULT_COOL_DOWN,
                    help="seconds the judge's circuit breaker stays open before one probe call decides whether it "
@@ -318,7 +318,9 @@ def add_parser(subparsers: Any) -> None:
 
 def log_config() -> dict[str, Any]:
     """uvicorn's logging configuration plus the package's logger (``activeprp``, WARNING and up: a failed or
-    degraded rerank, scrubbed of secrets) on uvicorn's stderr handler: the library itself prints nothing."""
+    degraded rerank, scrubbed of secrets) on uvicorn's stderr handler: the library itself prints nothing. The
+    access log stays on uvicorn's stdout handler, as under the ``uvicorn`` command (``--access-log``'s help and
+    docs/serve.md say so)."""
     import copy
 
     from uvicorn.config import LOGGING_CONFIG
