@@ -99,17 +99,20 @@ def serving(app, timeout: float = 30.0, graceful: float = 10.0, drain: bool = Fa
 
 
 def serve_command(monkeypatch, argv: list[str], servers: list | None = None) -> list:
-    """Run ``activeprp serve ARGV`` without binding a port: the list of apps the command built (one per call); the
-    servers it would have run are appended to ``servers``. uvicorn's logging set-up is skipped too: it binds the
-    ``activeprp`` logger to the sys.stderr of the moment, a capture that pytest closes after the test, and later
-    tests' warnings then hit a closed file."""
+    """Run ``activeprp serve ARGV`` without binding a port (``--host 0.0.0.0`` included): the list of apps the
+    command built (one per call); the servers it would have run are appended to ``servers``. uvicorn's logging
+    set-up is skipped too: it binds the ``activeprp`` logger to the sys.stderr of the moment, a capture that pytest
+    closes after the test, and later tests' warnings then hit a closed file."""
     import uvicorn
 
     from activeprp_cli import main
+    from activeprp_integrations.serve import protocol
 
     apps: list = []
     servers = [] if servers is None else servers
-    monkeypatch.setattr(uvicorn.Server, "run", lambda server: (apps.append(server.config.app), servers.append(server)))
+    monkeypatch.setattr(protocol, "bind_sockets", lambda host, port: [])
+    monkeypatch.setattr(uvicorn.Server, "run",
+                        lambda server, sockets=None: (apps.append(server.config.app), servers.append(server)))
     monkeypatch.setattr(uvicorn.Config, "configure_logging", lambda config: None)
     assert main(["serve", *argv]) == 0
     return apps

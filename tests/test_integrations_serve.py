@@ -1097,6 +1097,7 @@ def test_the_command_serves_and_exits_0_after_its_graceful_shutdown_on_sigint_or
         out, err = proc.communicate(timeout=30)
         assert proc.returncode == 0, (out + err).decode()
         assert b"Finished server process" in err  # the server's lines on stderr, its access log on stdout
+        assert f"Uvicorn running on http://127.0.0.1:{port} (Press CTRL+C to quit)".encode() in err
         assert (b'"POST /v2/rerank HTTP/1.1" 200' in out) == access_log, out.decode()
         assert b'"POST /v2/rerank' not in err, err.decode()
     finally:

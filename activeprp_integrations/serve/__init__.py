@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import inspect
 import ipaddress
 import os
+import socket
 import sys
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
@@ -330,17 +332,46 @@ def log_config() -> dict[str, Any]:
     return config
 
 
-def main(args: argparse.Namespace) -> int:
-    """Handler of ``activeprp serve``: builds the comparator and serves until interrupted (Ctrl-C / SIGTERM),
-    finishing the requests in flight (at most ``--shutdown-timeout`` seconds), then closes the comparator; exit
-    status 0 after either signal.
+_LISTEN_HINTS = {
+    errno.EADDRINUSE: "another process listens there: stop it, or pass another --port",
+    errno.EACCES: "a port below 1024 needs privileges: pass another --port (e.g. 8080)",
+    errno.EADDRNOTAVAIL: "no interface of this machine has that address: pass one that does with --host "
+                         "(127.0.0.1, or 0.0.0.0 for every interface)",
+}
+
+
+def listen_sockets(host: str, port: int) -> list[Any]:
+    """``protocol.bind_sockets(host, port)``, a failure told in one line.
 
     Raises:
-        InputError: the serve extra is missing, or the comparator cannot be built (exit 2).
+        InputError: the host does not resolve, or the address cannot be bound (exit 2).
+    """
+    from .protocol import bind_sockets
+
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    try:
+        return bind_sockets(host, port)
+    except OSError as err:
+        reason = (err.strerror or str(err)).lower()
+        hint = (f"--host {host!r} must name this machine (an address of one of its interfaces, or a name that "
+                "resolves to one)" if isinstance(err, socket.gaierror) else _LISTEN_HINTS.get(err.errno, ""))
+        raise InputError(f"cannot listen on {where}: {reason}{f': {hint}' if hint else ''}") from None
+
+
+def main(args: argparse.Namespace) -> int:
+    """Handler of ``activeprp serve``: binds its address, builds the comparator and serves until interrupted
+    (Ctrl-C / SIGTERM), finishing the requests in flight (at most ``--shutdown-timeout`` seconds), then closes the
+    comparator; exit status 0 after either signal, 1 when the app's start-up failed (a bug: uvicorn logged it).
+
+    Raises:
+        InputError: the serve extra is missing, the address cannot be bound (checked before the judge is built:
+            a model may take minutes to load), or the comparator cannot be built (exit 2).
     """
     try:
         import uvicorn
+        from uvicorn.config import STARTUP_FAILURE
 
+        from activeprp_cli import fail
         from activeprp_cli.rerank_run import sigterm_exits
 
         from .app import create_app as create
@@ -348,10 +379,12 @@ def main(args: argparse.Namespace) -> int:
     except ImportError as err:
         raise InputError(f"{EXTRA_HINT} ({err})") from None
     keys = auth_keys(args)
-    if not keys and not loopback(args.host):
-        print(f"warning: serving on {args.host} without an API key: anyone who can reach it spends the judge's "
-              f"budget; set --auth-key or ${AUTH_KEYS_ENV}", file=sys.stderr)
-    with make_comparator(args) as comparator:
+    with contextlib.ExitStack() as held:
+        sockets = [held.enter_context(sock) for sock in listen_sockets(args.host, args.port)]
+        if not keys and not loopback(args.host):
+            print(f"warning: serving on {args.host} without an API key: anyone who can reach it spends the judge's "
+                  f"budget; set --auth-key or ${AUTH_KEYS_ENV}", file=sys.stderr)
+        comparator = held.enter_context(make_comparator(args))
         try:
             app = create(comparator, settings_from_args(args, SERVE), max_active=args.max_active,
                          max_queue=args.max_queue, max_documents=args.max_documents,
@@ -369,8 +402,10 @@ def main(args: argparse.Namespace) -> int:
         # at its start: Ctrl-C's KeyboardInterrupt; SIGTERM's default handler would end the process there (-15)
         try:
             with sigterm_exits(0), contextlib.suppress(KeyboardInterrupt):
-                DrainingServer(config, app.state.service).run()
+                DrainingServer(config, app.state.service).run(sockets=sockets)
         except SystemExit as stop:
-            if stop.code != 0:  # not SIGTERM's (uvicorn's own exit when the app's start-up failed)
+            if stop.code == STARTUP_FAILURE:  # uvicorn's exit when the app's start-up failed (it logged why)
+                return fail("the server did not start: its application start-up failed (the log above says why)", 1)
+            if stop.code != 0:  # not SIGTERM's
                 raise
     return 0

@@ -1,5 +1,6 @@
 """``head_timeout_protocol``: uvicorn's h11 protocol with a deadline for each request's head; ``DrainingServer``:
-uvicorn's server telling the rerank service when its graceful shutdown begins.
+uvicorn's server telling the rerank service when its graceful shutdown begins; ``bind_sockets``: the command's
+listening address, bound before the judge is built.
 
 uvicorn closes an idle keep-alive connection only after a response: a connection that never sends a request, or
 sends its head a byte at a time, holds a file descriptor for as long as the client likes (1030 of them made a server
@@ -14,6 +15,8 @@ dropped and the connection aborted.
 from __future__ import annotations
 
 import asyncio
+import errno
+import logging
 import socket
 import struct
 from typing import Any
@@ -94,6 +97,14 @@ class DrainingServer(Server):
         super().__init__(config)
         self.service = service
 
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if sockets:  # uvicorn says where it listens only when it bound the sockets itself
+            host = self.config.host
+            logging.getLogger("uvicorn.error").info(
+                "Uvicorn running on http://%s:%d (Press CTRL+C to quit)", f"[{host}]" if ":" in host else host,
+                sockets[0].getsockname()[1])
+
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         timeout = self.config.timeout_graceful_shutdown
         self.service.drain(None if timeout is None else asyncio.get_running_loop().time() + timeout)
@@ -104,3 +115,41 @@ class DrainingServer(Server):
         cancelled = [task for task in self.server_state.tasks if not task.done()]
         if cancelled:
             await asyncio.wait(cancelled, timeout=CANCELLED_GRACE)
+
+
+def bind_sockets(host: str, port: int) -> list[socket.socket]:
+    """Sockets bound to ``host``:``port`` as uvicorn's ``loop.create_server(host=..., port=...)`` binds them (every
+    address the host resolves to, ``SO_REUSEADDR``, an IPv6 socket IPv6 only, an address that is not available
+    skipped while another binds), not yet listening: ``DrainingServer.run(sockets)`` listens once the app has
+    started, and until then a client is refused, as by no server. ``activeprp serve`` binds them before it builds
+    the judge, so that a port taken or a host that is not this machine's is found before a model loads, and the
+    port is held meanwhile.
+
+    Raises:
+        OSError: the host does not resolve (``socket.gaierror``), or no address could be bound (the port taken,
+            privileged, the address not this machine's); no socket is left open.
+    """
+    infos = socket.getaddrinfo(host or None, port, socket.AF_UNSPEC, socket.SOCK_STREAM, 0, socket.AI_PASSIVE)
+    sockets: list[socket.socket] = []
+    unavailable: OSError | None = None
+    try:
+        for family, kind, proto, _, address in dict.fromkeys(infos):
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                sock.bind(address)
+            except OSError as err:
+                if err.errno != errno.EADDRNOTAVAIL:  # asyncio skips these too: IPv6 may be off (bpo-30945)
+                    raise
+                sockets.pop().close()
+                unavailable = err
+        if not sockets:
+            raise unavailable or OSError(errno.EADDRNOTAVAIL, f"{host!r} resolves to no address")
+    except BaseException:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets

@@ -1,0 +1,85 @@
+"""activeprp serve as an operator starts it (review s68d): an address it cannot listen on is one line and exit 2,
+before the judge is built; an app start-up that fails is one line and exit 1."""
+
+import contextlib
+import errno
+import socket
+
+import pytest
+
+pytest.importorskip("fastapi")
+pytest.importorskip("prometheus_client")
+import uvicorn  # noqa: E402
+
+import activeprp_integrations.serve as serve  # noqa: E402
+from activeprp_cli import main  # noqa: E402
+from activeprp_integrations.serve.service import RerankService  # noqa: E402
+from tests._serve_helpers import WordJudge  # noqa: E402
+
+
+@pytest.fixture
+def judges(monkeypatch):
+    """The judges the command built (a ``WordJudge`` each); uvicorn's logging set-up skipped (it would bind the
+    loggers to pytest's capture of stderr, closed after the test)."""
+    built: list = []
+    monkeypatch.setattr(serve, "make_comparator", lambda args: contextlib.nullcontext(built.append(WordJudge())
+                                                                                      or built[-1]))
+    monkeypatch.setattr(uvicorn.Config, "configure_logging", lambda config: None)
+    return built
+
+
+def test_a_port_taken_is_one_line_and_exit_2_before_the_judge_is_built(judges, capsys):
+    """uvicorn's ERROR came between its start-up lines, exit 3 (documented nowhere), after the judge was built:
+    11 s of loading with the bundled model, minutes with a large one."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["serve", "--comparator", "simulated", "--port", str(port)]) == 2
+    assert capsys.readouterr().err == (f"activeprp: error: cannot listen on 127.0.0.1:{port}: address already in "
+                                       "use: another process listens there: stop it, or pass another --port\n")
+    assert judges == []
+
+
+def test_a_host_that_is_not_this_machine_s_is_one_line_and_exit_2_before_the_judge_is_built(judges, capsys,
+                                                                                             monkeypatch):
+    assert main(["serve", "--comparator", "simulated", "--host", "192.0.2.1"]) == 2  # TEST-NET-1: no one's
+    assert capsys.readouterr().err == ("activeprp: error: cannot listen on 192.0.2.1:8080: cannot assign requested "
+                                       "address: no interface of this machine has that address: pass one that "
+                                       "does with --host (127.0.0.1, or 0.0.0.0 for every interface)\n")
+
+    def unknown(*args, **kwargs):
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(socket, "getaddrinfo", unknown)
+    assert main(["serve", "--comparator", "simulated", "--host", "nosuchhost.invalid"]) == 2
+    assert capsys.readouterr().err == ("activeprp: error: cannot listen on nosuchhost.invalid:8080: name or service "
+                                       "not known: --host 'nosuchhost.invalid' must name this machine (an address "
+                                       "of one of its interfaces, or a name that resolves to one)\n")
+    assert judges == []
+
+
+def test_the_sockets_are_bound_not_listening_and_closed_when_one_fails():
+    """Bound up front, a client is refused until the server starts (as by no server); a failure leaves none open."""
+    from activeprp_integrations.serve.protocol import bind_sockets
+
+    (sock,) = bind_sockets("127.0.0.1", 0)
+    with sock, socket.socket() as client:
+        with pytest.raises(ConnectionRefusedError):
+            client.connect(sock.getsockname())
+        sock.listen()
+        with pytest.raises(OSError) as taken:
+            bind_sockets("127.0.0.1", sock.getsockname()[1])
+    assert taken.value.errno == errno.EADDRINUSE
+
+
+def test_an_app_start_up_that_fails_is_one_line_and_exit_1(judges, monkeypatch, capsys):
+    """uvicorn exits 3 when the app's start-up fails; the command's contract is 1 for a failure while running."""
+    async def broken(self):
+        raise RuntimeError("injected")
+
+    monkeypatch.setattr(RerankService, "start", broken)
+    assert main(["serve", "--comparator", "simulated", "--port", "0"]) == 1
+    assert capsys.readouterr().err.endswith("activeprp: error: the server did not start: its application start-up "
+                                            "failed (the log above says why)\n")
+    assert len(judges) == 1
