@@ -1,9 +1,13 @@
 """activeprp serve as an operator starts it (review s68d): an address it cannot listen on is one line and exit 2,
-before the judge is built; an app start-up that fails is one line and exit 1."""
+before the judge is built; an app start-up that fails is one line and exit 1; so is a bad
+$PROMETHEUS_MULTIPROC_DIR (exit 2)."""
 
 import contextlib
 import errno
+import os
 import socket
+import subprocess
+import sys
 
 import pytest
 
@@ -83,3 +87,17 @@ def test_an_app_start_up_that_fails_is_one_line_and_exit_1(judges, monkeypatch, 
     assert capsys.readouterr().err.endswith("activeprp: error: the server did not start: its application start-up "
                                             "failed (the log above says why)\n")
     assert len(judges) == 1
+
+
+def test_a_prometheus_multiproc_dir_that_is_no_directory_is_one_line_and_exit_2(tmp_path):
+    """prometheus-client reads the variable as it is imported and wrote the app's first metric there: a traceback
+    (FileNotFoundError), exit 1. The service never reads that directory (one registry per app)."""
+    missing = tmp_path / "missing"
+    env = {**os.environ, "PYTHONPATH": os.getcwd(), "PROMETHEUS_MULTIPROC_DIR": str(missing)}
+    done = subprocess.run([sys.executable, "-m", "activeprp_cli", "serve", "--comparator", "simulated", "--port", "0"],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout) == (2, ""), done.stderr
+    assert done.stderr == (f"activeprp: error: $PROMETHEUS_MULTIPROC_DIR is {str(missing)!r}, not a writable "
+                           "directory: prometheus-client writes its metrics there in that mode; activeprp serve does "
+                           "not need it (its /metrics serves the metrics of its own process: run one process per "
+                           'port, docs/serve.md, "Several replicas"), so unset it\n')

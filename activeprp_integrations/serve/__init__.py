@@ -358,13 +358,32 @@ def listen_sockets(host: str, port: int) -> list[Any]:
         raise InputError(f"cannot listen on {where}: {reason}{f': {hint}' if hint else ''}") from None
 
 
+def check_multiproc_dir() -> None:
+    """Refuses a ``$PROMETHEUS_MULTIPROC_DIR`` (or its old spelling) that is not a writable directory: in that mode
+    prometheus-client writes every metric to a file there, and the app's first metric raised a traceback.
+
+    Raises:
+        InputError: the variable is set to no writable directory (exit 2).
+    """
+    name = next((n for n in ("PROMETHEUS_MULTIPROC_DIR", "prometheus_multiproc_dir") if n in os.environ), None)
+    if name is None:
+        return
+    path = os.environ[name]
+    if not (os.path.isdir(path) and os.access(path, os.W_OK | os.X_OK)):
+        raise InputError(f"${name} is {path!r}, not a writable directory: prometheus-client writes its metrics "
+                         "there in that mode; activeprp serve does not need it (its /metrics serves the metrics of "
+                         "its own process: run one process per port, docs/serve.md, \"Several replicas\"), so "
+                         "unset it")
+
+
 def main(args: argparse.Namespace) -> int:
     """Handler of ``activeprp serve``: binds its address, builds the comparator and serves until interrupted
     (Ctrl-C / SIGTERM), finishing the requests in flight (at most ``--shutdown-timeout`` seconds), then closes the
     comparator; exit status 0 after either signal, 1 when the app's start-up failed (a bug: uvicorn logged it).
 
     Raises:
-        InputError: the serve extra is missing, the address cannot be bound (checked before the judge is built:
+        InputError: the serve extra is missing, ``$PROMETHEUS_MULTIPROC_DIR`` is no writable directory
+            (``check_multiproc_dir``), the address cannot be bound (checked before the judge is built:
             a model may take minutes to load), or the comparator cannot be built (exit 2).
     """
     try:
@@ -379,6 +398,7 @@ def main(args: argparse.Namespace) -> int:
     except ImportError as err:
         raise InputError(f"{EXTRA_HINT} ({err})") from None
     keys = auth_keys(args)
+    check_multiproc_dir()
     with contextlib.ExitStack() as held:
         sockets = [held.enter_context(sock) for sock in listen_sockets(args.host, args.port)]
         if not keys and not loopback(args.host):
