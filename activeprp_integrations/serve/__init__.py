@@ -1,12 +1,12 @@
 """``activeprp serve``: a rerank HTTP service compatible with Cohere's rerank API, backed by any comparator.
 
 Routes: ``POST /v2/rerank`` and ``/v1/rerank`` (Cohere), ``POST /rerank`` (Jina's ``documents`` or TEI's
-``texts`` shape), ``GET /health`` (liveness), ``GET /ready`` (the judge is usable, no shutdown), ``GET /metrics``
-(Prometheus). Concurrent requests are admitted up to ``--max-active`` at once and ``--max-queue`` waiting, each
-within its time budget, on one shared judge with one circuit breaker (``service.RerankService`` over
-``activeprp_core.stream.RerankPool``); API keys, body caps and disconnects are checked by ``gate.Gate``.
-``create_app`` builds the FastAPI app for mounting or tests; the command runs it under uvicorn (graceful shutdown
-finishes the requests in flight, ``protocol.DrainingServer``).
+``texts`` shape), ``GET /health`` (liveness), ``GET /ready`` (the judge's breaker is closed, no shutdown),
+``GET /metrics`` (Prometheus). Concurrent requests are admitted up to ``--max-active`` at once and
+``--max-queue`` waiting, each within its time budget, on one shared judge with one circuit breaker
+(``service.RerankService`` over ``activeprp_core.stream.RerankPool``); API keys, body caps and disconnects are
+checked by ``gate.Gate``. ``create_app`` builds the FastAPI app for mounting or tests; the command runs it under
+uvicorn (graceful shutdown finishes the requests in flight, ``protocol.DrainingServer``).
 Needs the ``serve`` extra: ``pip install "activeprp[serve]"`` (fastapi, uvicorn, prometheus-client); importing
 this package does not import them, ``create_app`` and the command do.
 """

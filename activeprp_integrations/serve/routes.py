@@ -488,9 +488,10 @@ class Routes:
         return {"status": "ok"}
 
     async def ready(self) -> Response:
-        """Readiness: 200 while the judge is usable; 503 while the service is draining (its shutdown has begun, so
-        that a load balancer stops sending it requests), or with ``Retry-After`` while the judge's breaker is
-        open."""
+        """Readiness: 200 while the judge's breaker is closed, from the start on (nothing calls the judge before a
+        request does: a judge that cannot be reached shows once calls to it have failed); 503 while the service is
+        draining (its shutdown has begun, so that a load balancer stops sending it requests), or with
+        ``Retry-After`` while the judge's breaker is open."""
         if self.service.draining:
             return JSONResponse({"status": "draining", "message": "this server is shutting down: send requests to "
                                  "another replica"}, status_code=503)
