@@ -335,6 +335,20 @@ def test_a_body_naming_a_setting_of_the_server_is_refused_and_foreign_fields_sti
         assert _post(c, route, {**GOOD, **foreign, **shape}).status_code == 200
 
 
+@pytest.mark.parametrize(("route", "field", "returned"), [
+    ("/v2/rerank", "return_documents", False), ("/v1/rerank", "return_documents", False),
+    ("/rerank", "return_documents", True), ("/rerank", "return_text", False), ("/rerank", "truncate", False),
+    ("/rerank", "raw_scores", False)])
+def test_null_for_an_optional_boolean_is_its_default_as_for_the_other_optional_fields(client, route, field, returned):
+    """``null`` for ``top_n``, ``model`` or ``max_tokens_per_doc`` was the default, for a boolean a 400 ("Input
+    should be a valid boolean"; review s68d): TEI declares ``truncate`` nullable. Jina's default is true."""
+    body = {"query": GOOD["query"], "texts": GOOD["documents"]} if field != "return_documents" else GOOD
+    answers = [_post(client, route, {**body, field: None}), _post(client, route, body)]
+    assert [a.status_code for a in answers] == [200, 200], answers[0].json()
+    rows = [a.json() if isinstance(a.json(), list) else a.json()["results"] for a in answers]
+    assert [["document" in r or "text" in r for r in each] for each in rows] == [[returned] * 3] * 2
+
+
 def test_a_body_with_top_k_or_an_activeprp_object_is_told_where_its_settings_go(client):
     assert "top_k is named top_n" in _post(client, "/v2/rerank", {**GOOD, "top_k": 2}).json()["message"]
     nested = _post(client, "/v2/rerank", {**GOOD, "activeprp": {"budget": 3}})

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from activeprp_cli.rerank import setting_flag
@@ -16,6 +16,13 @@ from activeprp_core.settings import CAPS, FIELDS, PER_REQUEST
 MAX_RANK_FIELDS = 64
 """The most names in a body's ``rank_fields`` (more: 400). Each document is looked up for each name: 30,000 names
 and 1000 documents, in a 0.3 MB body, held the event loop 0.55 s. Cohere's ``rank_fields`` names a few keys."""
+
+
+Flag = Annotated[bool, BeforeValidator(lambda value: False if value is None else value)]
+"""An optional boolean of a body, false by default: ``null`` is that default, as it is for the other optional
+fields (``top_n``, ``model``, ...); TEI declares its ``truncate`` nullable, and clients that serialise unset
+fields as null (Jackson, some LiteLLM paths) send it. Jina's ``return_documents``, true by default, is set by its
+route when null or missing."""
 
 
 class _Body(BaseModel):
@@ -60,7 +67,7 @@ class RerankRequest(_Settings):
     query: str
     documents: list[str | dict[str, Any]]
     rank_fields: list[str] | None = Field(None, min_length=1, max_length=MAX_RANK_FIELDS)
-    return_documents: bool = False
+    return_documents: Flag = False
     max_tokens_per_doc: int | None = Field(None, ge=1)
 
     @field_validator("model")
@@ -85,9 +92,9 @@ class TEIRequest(_Settings):
 
     query: str
     texts: list[str]
-    return_text: bool = False
-    truncate: bool = False
-    raw_scores: bool = False
+    return_text: Flag = False
+    truncate: Flag = False
+    raw_scores: Flag = False
 
 
 def document_text(index: int, document: str | dict[str, Any], rank_fields: list[str] | None = None) -> str:

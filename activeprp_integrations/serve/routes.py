@@ -465,7 +465,8 @@ class Routes:
                                   rid)
         if isinstance(raw, dict) and "texts" in raw:
             return await self.tei(TEIRequest.model_validate(raw), rid)
-        body = RerankRequest.model_validate({"return_documents": True, **raw} if isinstance(raw, dict) else raw)
+        jina_default = isinstance(raw, dict) and raw.get("return_documents") is None  # missing or null
+        body = RerankRequest.model_validate({**raw, "return_documents": True} if jina_default else raw)
 
         def jina(result: RerankResult, order: list[int], texts: list[str], rid: str) -> dict[str, Any]:
             tokens = result.prompt_tokens + result.completion_tokens
