@@ -101,3 +101,13 @@ def test_a_prometheus_multiproc_dir_that_is_no_directory_is_one_line_and_exit_2(
                            "directory: prometheus-client writes its metrics there in that mode; activeprp serve does "
                            "not need it (its /metrics serves the metrics of its own process: run one process per "
                            'port, docs/serve.md, "Several replicas"), so unset it\n')
+
+
+def test_the_auth_key_help_warns_that_ps_shows_it_and_names_the_variable(capsys):
+    """``--api-key``'s exposure in ps was told, the service's own key's was not (review s68d)."""
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    start = help_text.index("--auth-key KEY ")
+    own = help_text[start:help_text.index(" --client-timeout CLIENT_TIMEOUT ", start)]
+    assert "shows to every local user in ps" in own and "prefer $ACTIVEPRP_AUTH_KEYS" in own

@@ -249,9 +249,10 @@ _DESCRIPTION = """\
 A rerank HTTP service in the shape of Cohere's rerank API (POST /v2/rerank and
 /v1/rerank; POST /rerank takes Jina's and TEI's shapes), with GET /health,
 /ready and /metrics. Each request is reranked by a pairwise LLM judge within
-its budget of calls and seconds. API keys: --auth-key or ACTIVEPRP_AUTH_KEYS.
-Needs pip install "activeprp[serve]". The judge's key is read from
-$OPENAI_API_KEY (--api-key would show it to every local user in ps).
+its budget of calls and seconds. Needs pip install "activeprp[serve]".
+The service's keys are read from $ACTIVEPRP_AUTH_KEYS (--auth-key would show
+them to every local user in ps), the judge's from $OPENAI_API_KEY (--api-key
+would too).
 
 Example:
   ACTIVEPRP_AUTH_KEYS="$MY_SERVICE_KEY" activeprp serve --comparator openai \\
@@ -288,7 +289,8 @@ def add_parser(subparsers: Any) -> None:
     g.add_argument("--auth-key", action="append", metavar="KEY",
                    help="an API key the rerank routes accept as 'Authorization: Bearer KEY' (repeatable; also "
                         f"${AUTH_KEYS_ENV}, comma-separated); without any, no key is asked; a blank one, or "
-                        f"${AUTH_KEYS_ENV} set but blank, is an error")
+                        f"${AUTH_KEYS_ENV} set but blank, is an error; a key given here shows to every local user "
+                        f"in ps, as --api-key's would: prefer ${AUTH_KEYS_ENV}")
     g.add_argument("--client-timeout", type=seconds(allow_none=False, positive=True), default=DEFAULT_CLIENT_TIMEOUT,
                    help="seconds a client may take to send a request's head, from connecting or from its previous "
                         "answer (else the connection is closed), then its whole body (else 408), and to read an "
