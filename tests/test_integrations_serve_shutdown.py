@@ -15,7 +15,7 @@ import httpx  # noqa: E402
 from prometheus_client import generate_latest  # noqa: E402
 
 from activeprp_integrations.serve import create_app  # noqa: E402
-from tests._serve_helpers import make_request, metric, serve_command, serving  # noqa: E402
+from tests._serve_helpers import WordJudge, make_request, metric, serve_command, serving  # noqa: E402
 from tests.test_integrations_serve import SERVER, GatedJudge  # noqa: E402
 
 
@@ -274,3 +274,16 @@ def test_the_command_leaves_the_access_log_out_with_no_access_log(monkeypatch):
     servers: list = []
     serve_command(monkeypatch, ["--comparator", "simulated", "--no-access-log"], servers)
     assert servers[0].config.access_log is False
+
+
+def test_a_shutdown_timeout_of_0_logs_no_error_when_nothing_was_running():
+    """uvicorn logged "ERROR: Cancel 0 running task(s), timeout graceful shutdown exceeded" at every stop with
+    ``--shutdown-timeout 0``, nothing running (review s68d)."""
+    app, log, uvicorn_log = create_app(WordJudge(), **SERVER), Records(), logging.getLogger("uvicorn.error")
+    with serving(app, graceful=0, drain=True) as (url, server):
+        uvicorn_log.addHandler(log)  # after uvicorn configured its logging
+        assert httpx.get(f"{url}/health").status_code == 200
+    uvicorn_log.removeHandler(log)
+    assert server.started
+    assert not [r.getMessage() for r in log.records if r.levelno >= logging.ERROR]
+    assert not uvicorn_log.filters

@@ -86,6 +86,12 @@ CANCELLED_GRACE = 1.0
 """Seconds ``DrainingServer.shutdown`` waits, at most, for the requests uvicorn cancelled to send their answers."""
 
 
+def _not_none_cancelled(record: logging.LogRecord) -> bool:
+    """False for uvicorn's ERROR that its graceful shutdown's timeout passed and it cancelled 0 tasks: with a timeout
+    of 0 it logs that at every stop, nothing running (its wait times out before it looks)."""
+    return not (str(record.msg).startswith("Cancel %s running task(s)") and record.args == (0,))
+
+
 class DrainingServer(Server):
     """``uvicorn.Server`` that calls ``service.drain`` when its shutdown begins (Ctrl-C, SIGTERM, ``should_exit``),
     with the shutdown's deadline: now plus ``config.timeout_graceful_shutdown`` (uvicorn cancels the requests still
@@ -108,7 +114,13 @@ class DrainingServer(Server):
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         timeout = self.config.timeout_graceful_shutdown
         self.service.drain(None if timeout is None else asyncio.get_running_loop().time() + timeout)
-        await super().shutdown(sockets)
+        uvicorn_log = logging.getLogger("uvicorn.error")
+        if timeout == 0:
+            uvicorn_log.addFilter(_not_none_cancelled)
+        try:
+            await super().shutdown(sockets)
+        finally:
+            uvicorn_log.removeFilter(_not_none_cancelled)
         # the requests uvicorn cancelled at the deadline still have their 503 to send (``gate.Gate``), a few loop
         # turns; uvicorn then re-raises the signal, and where nothing handles SIGTERM (``activeprp serve`` does) its
         # default action ends the process at once
