@@ -24,6 +24,7 @@ import sys
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from activeprp_cli import fail
 from activeprp_cli.rerank import (
     add_comparator_args,
     add_settings_args,
@@ -342,7 +343,7 @@ _LISTEN_HINTS = {
 }
 
 
-def listen_sockets(host: str, port: int) -> list[Any]:
+def listen_sockets(host: str, port: int) -> list[socket.socket]:
     """``protocol.bind_sockets(host, port)``, a failure told in one line.
 
     Raises:
@@ -392,7 +393,6 @@ def main(args: argparse.Namespace) -> int:
         import uvicorn
         from uvicorn.config import STARTUP_FAILURE
 
-        from activeprp_cli import fail
         from activeprp_cli.rerank_run import sigterm_exits
 
         from .app import create_app as create
