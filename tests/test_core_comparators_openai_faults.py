@@ -845,6 +845,33 @@ def test_close_and_context_managers_close_the_clients(capfd):
     assert capfd.readouterr().err == ""  # e.g. no "Event loop is closed" from a client dropped after its loop
 
 
+@pytest.mark.parametrize("how", ["close()", "with"])
+def test_a_sync_close_inside_async_code_closes_the_async_client_s_sockets(how):
+    """Review s68f: ``judge.close()`` or ``with judge:`` inside the coroutine that ``asyncio.run`` runs, just
+    before it returns, left the async client's connections to the GC (``ResourceWarning: unclosed transport``):
+    ``asyncio.run`` cancelled the close that ``close()`` had scheduled on the loop."""
+    import gc
+    import warnings
+
+    pair = [tuple(candidates(2))]
+    with FaultServer(lambda r: Reply()) as server:
+        async def main():
+            comp = comparator(server.url, max_concurrency=4)
+            if how == "with":
+                with comp:
+                    await asyncio.gather(*(comp.ajudge(f"q{k}", pair) for k in range(4)))
+            else:
+                await asyncio.gather(*(comp.ajudge(f"q{k}", pair) for k in range(4)))
+                comp.close()
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            asyncio.run(main())
+            gc.collect()
+    unclosed = [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
+    assert unclosed == []
+
+
 @pytest.mark.parametrize(("bad", "error"), [
     ({"timeout": 0}, ValueError), ({"timeout": -1.0}, ValueError), ({"timeout": float("nan")}, ValueError),
     ({"timeout": float("inf")}, ValueError), ({"timeout": "30"}, TypeError), ({"timeout": True}, TypeError),

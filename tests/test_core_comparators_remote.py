@@ -286,6 +286,43 @@ def test_clients_of_idle_loops_close_on_their_loops_from_a_thread_that_runs_anot
             loop.close()
 
 
+@pytest.mark.parametrize("turns", [0, 1, 2, "closed from another thread"])
+def test_a_sync_close_on_a_running_loop_closes_its_client_though_asyncio_run_ends_right_after(turns):
+    """Review s68f: ``close()`` (or ``with``) in async code only scheduled the close on the running loop, and
+    ``asyncio.run`` cancelled it when the main coroutine returned ``turns`` turns of the loop later: the client was
+    never closed (an httpx client's sockets were left to the GC, a ``ResourceWarning`` each). The same for a close
+    from another thread just before the loop's main coroutine returns."""
+    steps: list[str] = []
+
+    async def aclose(client: FakeClient) -> None:
+        for step in range(6):  # a close that takes a few turns, as closing a pool of connections does
+            await asyncio.sleep(0)
+            steps.append(f"step {step}")
+        client.closed_on = asyncio.get_running_loop()
+
+    clients = LoopClients(lambda: None, lambda: FakeClient(0), lambda c: None, aclose)
+
+    async def main():
+        client = await clients.for_running_loop()
+        if turns == "closed from another thread":
+            loop, done = asyncio.get_running_loop(), asyncio.Event()
+
+            def close_then_end() -> None:
+                clients.close()
+                loop.call_soon_threadsafe(done.set)  # after the close that close() scheduled on the loop
+
+            await asyncio.gather(asyncio.to_thread(close_then_end), done.wait())
+        else:
+            clients.close()
+            for _ in range(turns):
+                await asyncio.sleep(0)
+        return client, asyncio.get_running_loop()
+
+    client, loop = asyncio.run(main())
+    assert steps == [f"step {k}" for k in range(6)] and client.closed_on is loop
+    assert clients.live_async_clients() == 0
+
+
 def test_rerank_with_the_provider_and_a_dead_model_opens_the_breaker():
     from activeprp_core import ComparatorUnavailable
 

@@ -29,6 +29,16 @@ class _LoopClient:
     dead: bool = False  # set when the loop closed without shutting down its async generators
 
 
+class _CloseTask(asyncio.Task):
+    """Closes one async client on its running loop, and ignores cancellation: ``asyncio.run`` cancels every task
+    once its main coroutine returns, and a close cut there leaves the client's sockets to the GC (a
+    ``ResourceWarning`` each). The loop's shutdown waits for the close instead, as it waits for the closers it
+    finalises itself."""
+
+    def cancel(self, msg: Any = None) -> bool:
+        return False
+
+
 def _finish_dead(entry: _LoopClient) -> None:
     """Close the generator of a loop that closed without finalising it, scheduling nothing on that loop."""
     entry.dead = True
@@ -112,10 +122,12 @@ class LoopClients:
                 _finish_dead(entry)
 
     def close(self) -> None:
-        """Close the sync client, and the async client of every loop: on its own loop when that loop is running
-        (scheduled thread-safely) or idle (run here, or on a helper thread when this thread runs another loop,
-        which ``run_until_complete`` refuses); clients of closed loops are dropped. Every client is tried: a
-        failure to close one is raised once the others were closed (the first failure, when several fail)."""
+        """Close the sync client, and the async client of every loop: on its own loop when that loop is running (a
+        task started there and not waited for, which the loop's shutdown waits for, ``_CloseTask``; its failure
+        goes to the loop's exception handler) or idle (run here, or on a helper thread when this thread runs
+        another loop, which ``run_until_complete`` refuses); clients of closed loops are dropped. Every client is
+        tried: a failure to close one is raised once the others were closed (the first failure, when several
+        fail)."""
         with self._lock:
             sync, self._sync = self._sync, None
             entries, self._loops = list(self._loops.values()), {}
@@ -138,14 +150,21 @@ class LoopClients:
         if loop is None or loop.is_closed():
             _finish_dead(entry)
         elif loop.is_running():
-            future = asyncio.run_coroutine_threadsafe(entry.closer.aclose(), loop)
-            self._tasks.add(future)
-            future.add_done_callback(self._tasks.discard)
+            if asyncio._get_running_loop() is loop:
+                self._start_closing(entry, loop)
+            else:
+                loop.call_soon_threadsafe(self._start_closing, entry, loop)
         elif asyncio._get_running_loop() is None:
             loop.run_until_complete(entry.closer.aclose())
         else:
             (closed,) = in_daemon_workers([lambda: loop.run_until_complete(entry.closer.aclose())], 1)
             closed.result()
+
+    def _start_closing(self, entry: _LoopClient, loop: asyncio.AbstractEventLoop) -> None:
+        """Close ``entry``'s client on its running loop, on that loop's thread, without waiting."""
+        task = _CloseTask(entry.closer.aclose(), loop=loop)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def aclose(self) -> None:
         """``close``, awaiting the running loop's own client (the others are closed also when that fails)."""
