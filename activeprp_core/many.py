@@ -115,6 +115,9 @@ class _Window:
             except StopIteration:
                 self.input_left = False
                 break
+            except Exception as error:  # the caller's iterable failed: it stops everything, as a dead endpoint
+                self.stop(error)
+                raise
             self.items[index] = self._start(index, request)
 
     def _start(self, index: int, request: Any) -> Reranking | RerankResult | RerankFailure:
@@ -440,6 +443,8 @@ def rerank_many(requests: Iterable[tuple[str, Sequence[Candidate]]], settings: R
         ``ComparatorAuthError`` / ``ComparatorUnavailable``: the endpoint is dead (with ``on_failure="raise"``);
         ``accounting`` sums the queries not yet yielded (in progress, finished or failed behind an earlier one).
         ``ComparatorClosed`` likewise, whatever ``on_failure``: the comparator was closed under a call.
+        An exception raised by ``requests`` itself (a generator reading a file) likewise: as itself, whatever
+        ``on_failure``, with ``accounting`` (where the exception takes attributes).
     """
     judge, window = _window(requests, settings, options, comparator, max_active, progress, carry_judge)
 

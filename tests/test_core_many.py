@@ -240,6 +240,36 @@ def test_a_refusal_bills_the_queries_that_finished_or_failed_but_were_not_yielde
     assert info.value.accounting.calls == comp.sent["q"] + comp.sent["r"]
 
 
+@pytest.mark.parametrize("use_async, carry_judge", [(False, True), (True, True), (True, False)])
+def test_an_input_that_raises_midway_raises_as_itself_billing_the_queries_not_yet_yielded(use_async, carry_judge):
+    """Review s68f finding 2: the requests iterable (a DB cursor, a file) raised while queries were in progress (or
+    finished behind an earlier one): its error came out with no ``accounting``, and their calls, sent, were billed
+    nowhere (10 of 28). Now it comes out as itself, with ``accounting`` as a dead endpoint's: with the results
+    yielded before, every call sent is billed."""
+    cands = [Candidate(f"d{i}", f"p {i}") for i in range(8)]
+    comp = RefusedLater(r_fails=False)  # answers every query ("q" and "r" are not asked)
+
+    def source():
+        for k in range(6):
+            if k == 3:
+                raise OSError("input read failed")
+            yield (f"query {k}", cands[:4] if k == 0 else cands)
+
+    yielded = []
+
+    async def consume():
+        async for item in arerank_many(source(), **kw):
+            yielded.append(item)
+
+    kw = dict(comparator=comp, budget=30, max_active=2, carry_judge=carry_judge)
+    with pytest.raises(OSError, match="input read failed") as info:
+        asyncio.run(consume()) if use_async else yielded.extend(rerank_many(source(), **kw))
+    assert all(isinstance(item, RerankResult) for item in yielded) and len(yielded) < 3
+    sent = sum(comp.sent.values())
+    assert sum(r.calls for r in yielded) < sent  # calls of queries in progress were sent
+    assert info.value.accounting.calls + sum(r.calls for r in yielded) == sent
+
+
 def test_async_queries_that_read_only_their_own_answers_do_not_wait_for_each_other():
     """With ``carry_judge=False`` each query sends its next round once its last one is answered: the slow query's
     first round is answered only after the fast one's second round went out (in steps, a deadlock)."""
