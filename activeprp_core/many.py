@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -360,7 +360,10 @@ def _session(window: _Window, asynchronous: bool):
 def check_requests(requests: Any) -> None:
     """Raises TypeError unless ``requests`` is an iterable of requests: not a str or bytes (each character would be
     a request), not a mapping (its keys would be the requests), not one ``(query, candidates)`` pair itself (its
-    query and its candidates would be two)."""
+    query and its candidates would be two), not an async iterable (the message names ``arerank_stream``)."""
+    if isinstance(requests, AsyncIterable) and not isinstance(requests, Iterable):
+        raise TypeError(f"requests must be an iterable of (query, candidates) pairs, got {type(requests).__name__}: "
+                        "for an async iterable use activeprp_core.stream.arerank_stream")
     if isinstance(requests, (str, bytes)) or not isinstance(requests, Iterable):
         raise TypeError(f"requests must be an iterable of (query, candidates) pairs, got {type(requests).__name__}")
     if isinstance(requests, Mapping):

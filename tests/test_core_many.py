@@ -382,6 +382,23 @@ def test_requests_that_are_not_an_iterable_of_pairs_are_a_type_error(requests, g
     with pytest.raises(TypeError, match=got):
         asyncio.run(_collect(arerank_many(requests, comparator=SimulatedComparator({}), budget=5)))
 
+def test_an_async_iterable_of_requests_is_a_type_error_that_names_arerank_stream():
+    """Review s68f: ``arerank_many`` refused an async generator with "got async_generator" only; the async entry
+    that takes one is ``arerank_stream``."""
+    async def requests():
+        yield ("q", [Candidate(id="a", text="x")])
+
+    async def refused():
+        source = requests()
+        with pytest.raises(TypeError, match="got async_generator: for an async iterable use "
+                                            "activeprp_core.stream.arerank_stream"):
+            await _collect(arerank_many(source, comparator=SimulatedComparator({}), budget=5))
+        with pytest.raises(TypeError, match="arerank_stream"):
+            next(rerank_many(source, comparator=SimulatedComparator({}), budget=5))
+
+    asyncio.run(refused())
+
+
 @pytest.mark.parametrize("flag", ["carry_judge", "progress"])
 @pytest.mark.parametrize("value", ["no", 0, 1, None])
 def test_carry_judge_and_progress_are_bools_as_cache_is(flag, value):
