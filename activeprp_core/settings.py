@@ -20,9 +20,9 @@ Adding a setting takes its field here, its echo in ``RerankResult`` (``types.py`
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, field, fields
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from .budget import RULES, check_count, check_seconds
 from .errors import MAX_CONSECUTIVE_FAILURES  # its home is errors.py (below types and comparators); also read here
@@ -262,14 +262,18 @@ wrappers, ``activeprp rerank``, ``activeprp serve``): ``auto`` ranker and oracle
 rounds per query; the other fields are ``RerankSettings``'s defaults. Why these values: docs/judges.md."""
 
 
-def takes_settings(func):
+_Func = TypeVar("_Func", bound=Callable[..., Any])
+
+
+def takes_settings(func: _Func) -> _Func:
     """Decorator: ``func`` takes the ``RerankSettings`` fields as ``**options``; its ``inspect.signature`` (what
     IDEs, ``help()`` and ``inspect`` show) lists them as keyword-only parameters with their defaults instead, so
-    ``rerank(..., token_budget=...)`` is visible without declaring the fields again. Calls are unchanged."""
+    ``rerank(..., token_budget=...)`` is visible without declaring the fields again. Calls are unchanged, and
+    type checkers see ``func``'s own annotations (the settings as ``**options: Any``)."""
     signature = inspect.signature(func)
     own = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
     settings = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, annotation=f.type,
                                   default=inspect.Parameter.empty if f.default is MISSING else f.default)
                 for f in fields(RerankSettings)]
-    func.__signature__ = signature.replace(parameters=own + settings)
+    func.__signature__ = signature.replace(parameters=own + settings)  # type: ignore[attr-defined]
     return func

@@ -5,6 +5,8 @@ import importlib
 import re
 from pathlib import Path
 
+import pytest
+
 import activeprp_core
 import activeprp_core.rankers
 
@@ -97,3 +99,58 @@ def test_the_exception_trees_draw_every_class_under_its_parent():
         assert {"ActivePRPError", "RankerError", "RuntimeError", "LoopBlocked", "ComparatorClosed"} <= set(drawn)
         assert set(drawn) <= set(known), drawn
         assert "(plain RuntimeError)" in text and "Reranking" in text
+
+
+TYPED_CALLS = '''
+from collections.abc import Sequence
+
+from activeprp_core import Candidate, arerank, arerank_many, rerank, rerank_many
+from activeprp_core.stream import arerank_stream
+from activeprp_integrations.serve import create_app
+
+
+class Judge:
+    def compare(self, query: str, pairs: Sequence[tuple[Candidate, Candidate]]) -> list[float | None]:
+        return [0.5] * len(pairs)
+
+
+docs = [Candidate(id="a", text="b")]
+reveal_type(rerank("q", docs, comparator=Judge(), budget=5))
+
+
+async def awaited() -> None:
+    reveal_type(await arerank("q", docs, comparator=Judge(), budget=5))
+
+
+reveal_type(rerank_many([("q", docs)], comparator=Judge(), budget=5))
+reveal_type(arerank_many([("q", docs)], comparator=Judge(), budget=5))
+reveal_type(arerank_stream)
+reveal_type(create_app)
+rerank("q", docs, comparator=Judge(), budget=5).ordr
+rerank(["q"], docs, comparator=Judge(), budget=5)
+'''
+
+
+def test_type_checkers_see_the_entry_points_signatures(tmp_path):
+    """``activeprp_core`` ships ``py.typed``, but ``takes_settings`` (and ``serve_settings``) had no annotations,
+    so to mypy ``rerank`` & co. were ``Any``: a misspelt attribute of the result, or a list as the query, passed.
+    The packages' own modules are followed silently (their errors are not this test's) and third-party ones skipped
+    (so the run stays short)."""
+    api = pytest.importorskip("mypy.api", reason="mypy is in the test extra")
+    (tmp_path / "calls.py").write_text(TYPED_CALLS, encoding="utf-8")
+    root = Path(activeprp_core.__file__).parent.parent  # a checkout (an editable install is invisible to mypy)
+    (tmp_path / "mypy.ini").write_text(
+        "[mypy]\nfollow_imports = skip\nignore_missing_imports = True\n"
+        + (f"mypy_path = {root}\n" if (root / "pyproject.toml").exists() else "")
+        + "[mypy-activeprp_core.*,activeprp_cli.*,activeprp_integrations.*]\nfollow_imports = silent\n",
+        encoding="utf-8")
+    out, err, _ = api.run(["--config-file", str(tmp_path / "mypy.ini"), "--cache-dir", str(tmp_path / "cache"),
+                           "--no-error-summary", "--hide-error-context", str(tmp_path / "calls.py")])
+    assert err == "" and out.count(": error:") == 2, out
+    revealed = re.findall(r'Revealed type is "(.*)"', out)
+    assert len(revealed) == 6 and "Any" not in revealed, out
+    assert revealed[0] == revealed[1] == "activeprp_core.types.RerankResult", out
+    assert revealed[2].startswith("typing.Iterator[") and revealed[3].startswith("typing.AsyncIterator["), out
+    assert revealed[4].startswith("def (requests:") and revealed[5].startswith("def (comparator: Any"), out
+    assert '"RerankResult" has no attribute "ordr"' in out
+    assert re.search(r'Argument 1 to "rerank" has incompatible type "list\[str\]"; expected "str"', out), out

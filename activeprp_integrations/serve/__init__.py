@@ -21,8 +21,8 @@ import ipaddress
 import os
 import socket
 import sys
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from activeprp_cli import fail
 from activeprp_cli.rerank import (
@@ -93,11 +93,14 @@ EXTRA_HINT = ('activeprp serve needs the serve extra: pip install "activeprp[ser
               "(fastapi, uvicorn, prometheus-client)")
 
 
-def serve_settings(func):
+_Func = TypeVar("_Func", bound=Callable[..., Any])
+
+
+def serve_settings(func: _Func) -> _Func:
     """Decorator: like ``activeprp_core.settings.takes_settings`` (``func`` takes the ``RerankSettings`` fields as
     ``**options``, and its signature shows them), with the service's defaults (``SERVE``)."""
     signature = inspect.signature(takes_settings(func))
-    func.__signature__ = signature.replace(parameters=[
+    func.__signature__ = signature.replace(parameters=[  # type: ignore[attr-defined]
         p.replace(default=getattr(SERVE, p.name)) if p.name in FIELDS else p for p in signature.parameters.values()])
     return func
 
