@@ -29,7 +29,7 @@ def test_the_base_install_has_no_dependency_and_ships_py_typed():
 
 
 #: the sdist's top-level entries besides the packages (activeprp_*); PKG-INFO and setup.cfg are added at packing
-SDIST_TOP = {"LICENSE", "MANIFEST.in", "README.md", "pyproject.toml"}
+SDIST_TOP = {"LICENSE", "NOTICE", "MANIFEST.in", "README.md", "pyproject.toml"}
 #: what only a clone has: the tests need all of it and ../shared beside it, so none of it ships
 CLONE_ONLY = ("tests", "docs", "benchmarks", "examples", "scripts", ".ci")
 
@@ -58,3 +58,19 @@ def test_the_sdist_holds_the_library_and_its_data_but_no_test_suite(tmp_path):
     assert not shipped_clone_only, f"the sdist ships files it cannot use: {shipped_clone_only[:5]}"
     assert {p.split("/")[0] for p in files} - SDIST_TOP <= {"activeprp_core", "activeprp_cli",
                                                            "activeprp_integrations", "activeprp_bench"}
+
+
+def test_the_ms_marco_data_s_terms_ship_and_are_stated():
+    """The wheel ships MS MARCO passages and queries (non-commercial research use only), but its metadata named only
+    Apache-2.0 and no page said so (review s68c, finding 3). NOTICE is a license file (the wheel's METADATA lists it,
+    licence scanners read it), names every shipped data file, and README, the demo's docs and each data folder's
+    SOURCE.md state the terms."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert "NOTICE" in project["project"]["license-files"]
+    notice = " ".join((ROOT / "NOTICE").read_text(encoding="utf-8").split())
+    data = [p.relative_to(ROOT).as_posix() for folder in ("activeprp_cli", "activeprp_bench")
+            for p in (ROOT / folder / "data").iterdir() if p.name != "SOURCE.md"]
+    assert len(data) == 3 and [p for p in data if p not in notice] == []
+    for page in ("NOTICE", "README.md", "docs/benchmarks.md", "activeprp_cli/data/SOURCE.md",
+                 "activeprp_bench/data/SOURCE.md"):
+        assert "non-commercial research use only" in " ".join((ROOT / page).read_text(encoding="utf-8").split()), page
