@@ -506,6 +506,28 @@ def _walltime(args) -> int:
     return 0
 
 
+def _shipped_table_out() -> str:
+    """``auto-table --out``'s default: the table that ranker ``auto`` reads (``activeprp_core/data``) when
+    ``activeprp_core`` is imported from a source checkout (a ``pyproject.toml`` beside it), relative to the working
+    directory where it lies under it. The default was the relative path ``activeprp_core/data/auto_table.json``: from
+    anywhere but the repository root it wrote a table that nothing reads, and said it had replaced the shipped one.
+
+    Raises:
+        InputError: ``activeprp_core`` is an installed package, whose files pip owns: ``--out`` must be given.
+    """
+    import activeprp_core
+    from activeprp_core.rankers.auto import TABLE
+
+    package = Path(activeprp_core.__file__).resolve().parent
+    table = package / "data" / TABLE
+    if not (package.parent / "pyproject.toml").is_file():
+        raise InputError(f"--out is needed: the table ranker 'auto' reads ({table}) belongs to an installed package, "
+                         "which a rebuild does not overwrite; give --out PATH (or run from a source checkout)")
+    with contextlib.suppress(ValueError):
+        return str(table.relative_to(Path.cwd().resolve()))
+    return str(table)
+
+
 def _auto_table(args) -> int:
     """``auto-table``: the table from the rows of ``--from-csv``; its ``source`` is the command that rebuilds it
     (the paths as given, e.g. relative to the repository root). ``--out -`` or ``--report -`` writes that one to
@@ -520,6 +542,7 @@ def _auto_table(args) -> int:
 
     if args.out == STDOUT and args.report == STDOUT:
         raise InputError("--out - and --report - both name stdout: write one of them to a file")
+    args.out = args.out or _shipped_table_out()
     args.tolerance = TOLERANCE if args.tolerance is None else args.tolerance
     args.rule = args.rule or RULE
     _check_out(args.out, parents=True)  # before the reading, which can take minutes, as the files below
@@ -708,13 +731,15 @@ def add_parser(subparsers) -> None:
         "Build the table behind ranker/oracle 'auto' from grid rows. Per (N, K) setting, budget and round cap "
         "it holds each ranker x oracle's mean nDCG, rounds and calls in the rows files of --from-csv; for family "
         "grids (rows with a judge) also the choice, by worst-case regret over the judges (--rule, --tolerance). "
-        "The table is written to --out, whose default is the shipped table, and its source field is the "
-        "command that builds it again."))
+        "The table is written to --out, whose default in a source checkout is the table that 'auto' reads, "
+        "and its source field is the command that builds it again."))
     auto.add_argument("--from-csv", nargs="+", required=True, type=_existing_file,
                       help="rows.csv[.gz|.xz] files of bench grid runs")
-    auto.add_argument("--out", default="activeprp_core/data/auto_table.json",
-                      help="where to write the table (default: %(default)s, the shipped one: overwritten); - writes "
-                      "it to stdout, and the line saying what was written goes to stderr (not with --report -)")
+    auto.add_argument("--out", default=None,
+                      help="where to write the table; - writes it to stdout, and the line saying what was written "
+                      "goes to stderr (not with --report -). Default: activeprp_core/data/auto_table.json of the "
+                      "source checkout activeprp_core is imported from, the table 'auto' reads, overwritten; with "
+                      "an installed package it is required")
     auto.add_argument("--tolerance", type=seconds(allow_none=False, unit="nDCG points"), default=None,
                       help="family grids (rows with a judge): nDCG points within which rows count as equally good "
                       "and the previous budget's choice is kept (default autotable.TOLERANCE)")

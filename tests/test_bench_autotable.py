@@ -256,3 +256,37 @@ def test_auto_table_is_built_from_grid_rows():
     assert choose(20, 3, 40, None, table=table) == ("mohajer", "randomized")
     with pytest.raises(ValueError):
         build_auto_table([row("auto", "auto", 40, 0.9, 1)], "x")
+
+
+def test_auto_table_s_default_out_is_the_table_auto_reads_and_an_installed_package_needs_out(tmp_path, capsys,
+                                                                                             monkeypatch):
+    """The default ``--out`` was the relative ``activeprp_core/data/auto_table.json``: outside the repository root
+    (from a wheel) it wrote a table under the working directory that nothing reads, while the help said it
+    overwrote the shipped one (review s68c, finding 5). Now it is the imported package's own table when that is a
+    source checkout, and with an installed package ``--out`` is required (before the rows are read)."""
+    import activeprp_core
+
+    write_csv(_grid(), tmp_path / "rows.csv.xz", SLIM_COLUMNS)
+    checkout, work = tmp_path / "checkout", tmp_path / "work"
+    (checkout / "activeprp_core" / "data").mkdir(parents=True)
+    (checkout / "pyproject.toml").write_text("")
+    work.mkdir()
+    monkeypatch.setattr(activeprp_core, "__file__", str(checkout / "activeprp_core" / "__init__.py"))
+    monkeypatch.chdir(work)
+    argv = ["bench", "auto-table", "--from-csv", str(tmp_path / "rows.csv.xz")]
+    assert main(argv) == 0
+    table = checkout / "activeprp_core" / "data" / "auto_table.json"
+    assert json.loads(table.read_text())["settings"] and not (work / "activeprp_core").exists()
+    assert capsys.readouterr().out.startswith(f"{table}: ")
+    monkeypatch.chdir(checkout)  # the repository root: the path as the docs write it
+    assert main(argv) == 0 and capsys.readouterr().out.startswith("activeprp_core/data/auto_table.json: ")
+    (checkout / "pyproject.toml").unlink()  # an installed package
+    table.write_text("{}")
+    assert main(argv) == 2 and table.read_text() == "{}"
+    assert capsys.readouterr().err == (
+        f"activeprp: error: --out is needed: the table ranker 'auto' reads ({table}) belongs to an installed "
+        "package, which a rebuild does not overwrite; give --out PATH (or run from a source checkout)\n")
+    with pytest.raises(SystemExit):
+        main(["bench", "auto-table", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "the shipped one: overwritten" not in help_text and "with an installed package it is required" in help_text
