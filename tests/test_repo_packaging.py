@@ -3,6 +3,7 @@ what the sdist holds: the library and its package data, no test suite it could n
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -74,3 +75,22 @@ def test_the_ms_marco_data_s_terms_ship_and_are_stated():
     for page in ("NOTICE", "README.md", "docs/benchmarks.md", "activeprp_cli/data/SOURCE.md",
                  "activeprp_bench/data/SOURCE.md"):
         assert "non-commercial research use only" in " ".join((ROOT / page).read_text(encoding="utf-8").split()), page
+
+
+def test_the_classifiers_name_each_python_version_supported_and_no_licence():
+    """pyproject had no classifiers (review s68c, finding 6): the Python versions are requires-python's minimum up
+    to the newest, with every version .ci/run tests on among them; no ``License ::`` classifier (the PEP 639
+    expression supersedes them, and setuptools refuses both); the docs' ``bench`` extra names the extras it pulls."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    prefix = "Programming Language :: Python :: 3."
+    minors = sorted(int(c.removeprefix(prefix)) for c in project["classifiers"] if c.startswith(prefix))
+    assert project["requires-python"] == f">=3.{minors[0]}" and minors == list(range(minors[0], minors[-1] + 1))
+    tested = re.search(r"^for version in (.*); do$", (ROOT / ".ci" / "run").read_text(), re.MULTILINE).group(1)
+    assert {int(v.split(".")[1]) for v in tested.split()} <= set(minors) and minors[-1] >= 13
+    assert not [c for c in project["classifiers"] if c.startswith("License ::")]
+    docs = " ".join((ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8").split())
+    bench = docs[docs.index("(the `bench` extra:"):docs.index(") runs rankers")]
+    extras = project["optional-dependencies"]
+    pulled = [e for r in extras["bench"] if r.startswith("activeprp[") for e in r[10:-1].split(",")]
+    names = {re.match(r"[\w.-]+", r).group() for e in ["bench", *pulled] for r in extras[e]} - {"activeprp"}
+    assert pulled == ["eval"] and [n for n in sorted(names) if n not in bench] == []
