@@ -8,6 +8,7 @@ RAG framework; the benchmark harness is the separate ``activeprp_bench`` package
 import logging
 
 from .comparators.base import Comparator
+from .comparators.clients import ComparatorClosed
 from .comparators.simulated import SimulatedComparator
 from .engine import DONE, Batch, Reranking, arerank, rerank
 from .errors import (
@@ -29,9 +30,9 @@ from .types import Accounting, Candidate, RerankResult
 # The public contract (docs/contract.md); everything else is imported from its submodule.
 __all__ = [
     "DONE", "Accounting", "ActivePRPError", "Batch", "Candidate", "Comparator", "ComparatorAuthError",
-    "ComparatorError", "ComparatorRequestError", "ComparatorUnavailable", "InvalidAnswer", "JudgeStats", "Oracle",
-    "Ranker", "RankerError", "RerankFailure", "RerankResult", "RerankSettings", "Reranking", "SimulatedComparator",
-    "arerank", "arerank_many", "rerank", "rerank_many",
+    "ComparatorClosed", "ComparatorError", "ComparatorRequestError", "ComparatorUnavailable", "InvalidAnswer",
+    "JudgeStats", "Oracle", "Ranker", "RankerError", "RerankFailure", "RerankResult", "RerankSettings", "Reranking",
+    "SimulatedComparator", "arerank", "arerank_many", "rerank", "rerank_many",
 ]
 
 # A library's loggers print nothing until the application configures logging (Python's logging HOWTO): without

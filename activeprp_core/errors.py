@@ -20,8 +20,9 @@ Everything else that goes wrong is an ``ActivePRPError``, except the ``RuntimeEr
     │                                  called on a thread whose running event loop's tasks hold the call slots
     │                                  (of the same comparator or guard) it waits for: waiting would hang
     │                                  forever; await the async API there instead (no ``accounting``)
-    ├── comparators.ComparatorClosed   a remote comparator was closed while a rerank's call was in flight on its
-    │                                  client (with ``accounting``; not retried, not counted by the breaker)
+    ├── ComparatorClosed               a remote comparator was closed while a rerank's call was in flight on its
+    │                                  client (with ``accounting``; not retried, not counted by the breaker;
+    │                                  exported from ``activeprp_core``, defined in ``comparators``)
     └── (plain RuntimeError)           ``Reranking`` stepped out of order: ``send()`` with no batch pending,
                                        ``result()`` before it is done or after it stopped on an error (named)
 

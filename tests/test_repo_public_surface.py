@@ -21,6 +21,15 @@ def test_all_is_at_most_25_names_each_on_the_contract_page():
     assert all(hasattr(activeprp_core, n) for n in names)
 
 
+def test_comparator_closed_is_exported_with_the_other_errors():
+    """``ComparatorClosed`` is public (drawn in the exception tree, raised out of ``rerank``) but was importable from
+    ``activeprp_core.comparators`` only."""
+    from activeprp_core import comparators
+
+    assert "ComparatorClosed" in activeprp_core.__all__
+    assert activeprp_core.ComparatorClosed is comparators.ComparatorClosed
+
+
 def test_contract_page_shows_settings_and_token_budget():
     assert "RerankSettings(" in CONTRACT and "`token_budget`" in CONTRACT
 
