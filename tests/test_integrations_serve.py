@@ -542,6 +542,27 @@ def test_a_bug_in_the_judge_is_a_json_500_not_the_callers_mistake_nor_a_shutdown
     assert "sk-X" not in logged[0]
 
 
+def test_a_bug_after_the_response_started_is_logged_as_the_cut_response_the_client_got(caplog):
+    """A bug after a route's response had started (a 200 head, part of the body sent) was logged as "answered 500"
+    though the client got the 200 and a cut body: the log line now says that, once, its secrets scrubbed."""
+    from starlette.responses import StreamingResponse
+
+    app = create_app(WordJudge(), **SERVER, secrets=["sk-X"])
+
+    async def parts():
+        yield b"part of it"
+        raise RuntimeError("a bug in the stream, key sk-X")
+
+    app.add_route("/stream", lambda request: StreamingResponse(parts()))
+    with caplog.at_level(logging.ERROR, logger="activeprp.serve"), TestClient(app) as client:
+        response = client.get("/stream")
+    rid = response.headers["x-request-id"]
+    assert response.status_code == 200 and response.content == b"part of it"
+    logged = [r.getMessage() for r in caplog.records if r.name == "activeprp.serve"]
+    assert len(logged) == 1 and logged[0].startswith(f"request {rid} got status 200 and a cut body: Traceback")
+    assert "a bug in the stream, key ***" in logged[0] and "sk-X" not in caplog.text
+
+
 SECRET_HOST = "secret-judge-7f3c.internal"
 """A host the service holds as a secret (the scrub of secrets is process-wide: no other test's words)."""
 FAKE_JUDGE_URL = f"http://{SECRET_HOST}:8000/v1"

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Collection, Iterable
 from functools import partial
 from typing import Any
 
-from .routes import REQUEST_ID, error_body, internal_error, request_id, response_id
+from .routes import REQUEST_ID, error_body, internal_error, log_bug, request_id, response_id
 from .service import ShuttingDown
 
 CLIENT_GONE = 499
@@ -62,7 +62,8 @@ class Gate:
     a ``response_id`` in its scope's ``state``; a client's own ``X-Request-ID`` is not taken), which its answer
     carries in ``X-Request-ID``, whatever answers it. A bug (any ``Exception`` out of a route, or of the steps below)
     is answered here with ``routes.internal_error``'s 500 (its traceback logged once, ``secrets`` scrubbed) and ends
-    here (``answered``). For the routes in ``routes`` only (others pass through):
+    here (``answered``; after its response started, it is logged as the cut response the client got). For the
+    routes in ``routes`` only (others pass through):
 
     1. the key: with ``keys``, a request without ``Authorization: Bearer <one of them>`` gets 401 (compared
        with ``hmac.compare_digest``, every key tried);
@@ -140,19 +141,23 @@ class Gate:
     async def answered(self, app: Any, scope: dict, receive: Any, send: Any) -> None:
         """Run ``app``; a bug it raises is answered with ``internal_error``'s 500 when no response has started, and
         not raised on: starlette's ServerErrorMiddleware re-raises a bug after its handler's answer, and the server
-        would log its traceback a second time, unscrubbed."""
-        started = [False]
+        would log its traceback a second time, unscrubbed. After a response started, the client has its status
+        (a 200, say) and the server cuts the body: the bug is logged as that (``request <id> got status 200 and a
+        cut body: ...``), not as a 500."""
+        sent: list[int | None] = [None]  # the status of the response started, if one has
 
         async def send_noting(message: dict) -> None:
-            started[0] = started[0] or message["type"] == "http.response.start"
+            if message["type"] == "http.response.start" and sent[0] is None:
+                sent[0] = message["status"]
             await send(message)
 
         try:
             await app(scope, receive, send_noting)
         except Exception as err:
-            response = internal_error(err, request_id(scope), self.secrets)  # logs it
-            if not started[0]:  # else the server ends the unfinished response
-                await response(scope, receive, send)
+            if sent[0] is None:
+                await internal_error(err, request_id(scope), self.secrets)(scope, receive, send)  # logs it
+            else:  # the server ends the unfinished response
+                log_bug(err, request_id(scope), self.secrets, f"got status {sent[0]} and a cut body")
 
     def authorized(self, headers: list[tuple[bytes, bytes]]) -> bool:
         if not self.keys:

@@ -283,12 +283,18 @@ def _body_hint(request: Request) -> str:
     return f" (send the body as JSON with the header 'Content-Type: application/json'; got {got!r})"
 
 
+def log_bug(exc: BaseException, rid: str, secrets: Collection[str], outcome: str) -> None:
+    """Log a bug's traceback once (ERROR, ``secrets`` scrubbed) as ``request <rid> <outcome>: <traceback>``, where
+    ``outcome`` says what the client got."""
+    said = scrub("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)), secrets)
+    log.error("request %s %s: %s", rid, outcome, said)
+
+
 def internal_error(exc: BaseException, rid: str, secrets: Collection[str] = ()) -> JSONResponse:
     """A bug's (e.g. a comparator's) 500 ``{"message", "type": "internal_error", "request_id"}``: the message names
-    only the exception's type (its message may hold a secret); the server logs its traceback (ERROR, ``secrets``
-    scrubbed) under the request id ``rid``."""
-    said = scrub("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)), secrets)
-    log.error("request %s answered 500: %s", rid, said)
+    only the exception's type (its message may hold a secret); the server logs its traceback (``log_bug``: ``request
+    <rid> answered 500: ...``)."""
+    log_bug(exc, rid, secrets, "answered 500")
     return error_response(500, f"internal error ({type(exc).__name__}){see_log(rid)}", "internal_error", rid)
 
 
