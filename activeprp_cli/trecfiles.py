@@ -35,7 +35,7 @@ import struct
 import sys
 import tempfile
 import unicodedata
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple, TextIO
 
@@ -469,6 +469,11 @@ def write_run(path: str | Path, ranked: Iterable[tuple[str, Sequence[str]]], tag
     With ``write_empty=False``, a ``ranked`` that gives no line leaves ``path`` as it was (no file made or
     replaced). Returns the number of lines written. What ``ranked`` raises propagates as it is.
 
+    A refusal (the ValueError / TypeError below) leaves a file at ``path`` as it was. A ``ranked`` that is a
+    collection (a list, a tuple) is checked whole before anything is written, so a refusal writes nothing to a
+    stream either; an iterator is checked query by query as it comes, so that a stream gets each query's lines as
+    it comes, and keeps those of the queries before a refused one.
+
     Raises:
         ValueError: an empty or whitespace-containing qid, docid or tag; a docid twice within a query; a qid
             twice.
@@ -477,12 +482,15 @@ def write_run(path: str | Path, ranked: Iterable[tuple[str, Sequence[str]]], tag
             full, ...); the file at ``path`` is then left as it was.
     """
     check_token("tag", tag)
+    pairs: Iterable[tuple[str, Sequence[str]]] = _checked(ranked)
+    if isinstance(ranked, Collection):  # all at hand: refused before a line goes out, to a stream too
+        pairs = list(pairs)
     if is_stdout(path):
-        return _write_lines(sys.stdout, ranked, tag, path, in_place=True)
+        return _write_lines(sys.stdout, pairs, tag, path, in_place=True)
     fd = named_fd(path)
     real = Path(os.path.realpath(path))  # through a symlink, as a shell's > does: the link stays
     if fd is None and not (real.exists() and not real.is_file()):
-        return _replace(path, real, ranked, tag, write_empty)
+        return _replace(path, real, pairs, tag, write_empty)
     with writing(path, in_place=True):
         # /dev/fd/N, /dev/stderr, bash's >(cmd): the open file, at its offset and with its flags; else a FIFO or a
         # device (/dev/null), written into, never replaced
@@ -491,7 +499,7 @@ def write_run(path: str | Path, ranked: Iterable[tuple[str, Sequence[str]]], tag
     lines = 0
     try:
         with _closing(f, path, in_place=True):
-            lines = _write_lines(f, ranked, tag, path, in_place=True)
+            lines = _write_lines(f, pairs, tag, path, in_place=True)
     except RunWriteError as error:  # closing it failed, every line written (and flushed)
         error.lines = lines if error.lines is None else error.lines
         raise
@@ -535,12 +543,9 @@ def _replace(path: str | Path, real: Path, ranked: Iterable[tuple[str, Sequence[
     return written
 
 
-def _write_lines(f: TextIO, ranked: Iterable[tuple[str, Sequence[str]]], tag: str, path: str | Path, *,
-                 in_place: bool) -> int:
-    """Write ``ranked``'s lines to ``f`` and flush it (``in_place``: after each query, so that a reader of a
-    stream gets each query's lines as it comes); ``OSError`` of the writes, not of ``ranked``, become
-    ``RunWriteError`` (``writing``)."""
-    written, qids = 0, set()
+def _checked(ranked: Iterable[tuple[str, Sequence[str]]]) -> Iterator[tuple[str, Sequence[str]]]:
+    """``ranked``'s pairs, each checked as it comes (``write_run``'s ValueError / TypeError)."""
+    qids = set()
     for qid, docids in ranked:
         check_token("qid", qid)
         if qid in qids:  # its lines would read back interleaved with the first's (both ranked n..1)
@@ -553,6 +558,16 @@ def _write_lines(f: TextIO, ranked: Iterable[tuple[str, Sequence[str]]], tag: st
             raise ValueError(f"qid {qid}: the ranked docids contain duplicates")
         for docid in docids:
             check_token("docid", docid)
+        yield qid, docids
+
+
+def _write_lines(f: TextIO, ranked: Iterable[tuple[str, Sequence[str]]], tag: str, path: str | Path, *,
+                 in_place: bool) -> int:
+    """Write the lines of ``ranked`` (checked pairs, ``_checked``) to ``f`` and flush it (``in_place``: after each
+    query, so that a reader of a stream gets each query's lines as it comes); ``OSError`` of the writes, not of
+    ``ranked``, become ``RunWriteError`` (``writing``)."""
+    written = 0
+    for qid, docids in ranked:
         with writing(path, in_place, written):
             f.writelines(f"{qid} Q0 {docid} {rank} {len(docids) - rank + 1} {tag}\n"
                          for rank, docid in enumerate(docids, 1))

@@ -368,6 +368,24 @@ def test_write_run_refuses_a_str_for_the_docids_as_the_core_does(tmp_path):
         assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("bad, error", [(("q1", ["c"]), ValueError), (("q3", "d7"), TypeError)])
+def test_write_run_to_a_stream_checks_a_list_whole_before_writing(bad, error):
+    """To a stream (here a pipe as ``/dev/fd/N``), the queries before a refused one (a qid twice, a str of docids)
+    had gone out already; a list is now checked whole first, so a refusal writes nothing. An iterator is still
+    written query by query as it comes, so a stream keeps the queries before a refused one (documented)."""
+    for ranked, kept in [([("q1", ["a", "b"]), ("q2", ["x"]), bad], b""),
+                         (iter([("q1", ["a", "b"]), ("q2", ["x"]), bad]),
+                          b"q1 Q0 a 1 2 t\nq1 Q0 b 2 1 t\nq2 Q0 x 1 1 t\n")]:
+        read, write = os.pipe()
+        try:
+            with pytest.raises(error):
+                write_run(f"/dev/fd/{write}", ranked, tag="t")
+        finally:
+            os.close(write)
+            with os.fdopen(read, "rb") as pipe:
+                assert pipe.read() == kept
+
+
 def test_write_run_with_write_empty_false_leaves_the_file_as_it_was_when_nothing_comes(tmp_path):
     out = tmp_path / "out.run"
     assert write_run(out, iter([]), write_empty=False) == 0
