@@ -362,7 +362,9 @@ def connect(address: str | None = None, *, num_cpus: int | None = None) -> bool:
     Raises:
         ImportError: Ray Data is missing (names ``activeprp[ray]``), or ``address`` is ``ray://...`` and Ray
         Client's grpcio is missing (names ``ray[client]``). ConnectionError: nothing answers at ``address``
-        within ``PROBE_TIMEOUT_S`` (or Ray's own). ValueError (from Ray): an address Ray cannot read.
+        within ``PROBE_TIMEOUT_S`` (or Ray's own; when the cluster refused this client's token, or its lack of
+        one, Ray's message is followed by what to set: ``RAY_AUTH_MODE=token`` and where the token goes,
+        ``_token_hint``). ValueError (from Ray): an address Ray cannot read.
         RuntimeError: a local Ray took an address that is not loopback (``_start_local``; it is shut down).
     """
     if address is None:
@@ -378,8 +380,44 @@ def connect(address: str | None = None, *, num_cpus: int | None = None) -> bool:
         # else Ray dials the machine's IP instead of the loopback address probed, where a loopback-only Ray
         # (ours, or one started with LOOPBACK_ENV=0) does not listen, and retries it for minutes
         with _ray_on_loopback(_is_loopback(_host_port(from_env or address)[0])):
-            ray.init(address=address)
+            try:
+                ray.init(address=address)
+            except ConnectionError as error:
+                if not _token_refused(error):
+                    raise
+                raise ConnectionError(f"{error}: {_token_hint()}") from error
     return True
+
+
+AUTH_MODE_ENV = "RAY_AUTH_MODE"
+"""Ray's switch for token authentication (``token``, ``disabled``); ray 2.60 sends its token to an explicit
+address only when this says ``token``."""
+
+
+def _token_refused(error: BaseException) -> bool:
+    """Whether ``ray.init``'s ``error`` is a cluster refusing this client's token (or its lack of one): ray 2.60
+    raises ``ConnectionError("Failed to connect to Ray cluster at ...")`` from a ``RuntimeError`` whose message
+    holds the last attempt's traceback, ending in ``ray.exceptions.AuthenticationError: RPC error:
+    InvalidAuthToken: ...``; an ``AuthenticationError`` in the chain itself counts too."""
+    refused = getattr(sys.modules.get("ray.exceptions"), "AuthenticationError", None)
+    seen: list[BaseException] = []
+    link: BaseException | None = error
+    while link is not None and all(link is not other for other in seen):
+        if (refused is not None and isinstance(link, refused)) or "InvalidAuthToken" in str(link):
+            return True
+        seen.append(link)
+        link = link.__cause__ or link.__context__
+    return False
+
+
+def _token_hint() -> str:
+    """What to do about a refused token, by ``AUTH_MODE_ENV`` here (no token is read, so none is shown)."""
+    where = "RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token"
+    if os.environ.get(AUTH_MODE_ENV, "").strip().lower() == "token":
+        return (f"the cluster refused this client's Ray auth token ({AUTH_MODE_ENV}=token is set): put the "
+                f"cluster's token in {where}")
+    return (f"the cluster asks for Ray's auth token, which Ray sends to a HOST:PORT only with {AUTH_MODE_ENV}=token: "
+            f"set {AUTH_MODE_ENV}=token here, with the cluster's token in {where}")
 
 
 @contextlib.contextmanager

@@ -138,6 +138,51 @@ def test_joining_another_address_leaves_ray_as_it_is(monkeypatch):
     assert fake.seen == [("192.0.2.7:6379", True)]
 
 
+RAY_TOKEN_REFUSED = (  # ray 2.60's ConnectionError's cause when a token cluster is joined without RAY_AUTH_MODE=token
+    "Failed to connect to GCS. Last connection error: Traceback (most recent call last):\n  File \"python/ray/"
+    "includes/common.pxi\", line 119, in ray._raylet.check_status\nray.exceptions.AuthenticationError: RPC error: "
+    "InvalidAuthToken: Authentication token is missing or incorrect. Note: RAY_AUTH_MODE is currently 'disabled' "
+    "(not 'token'). Ensure that the token for the cluster is available in a local file ...\n")
+
+
+class RefusingRay(FakeRay):
+    """A Ray whose ``init`` fails as ray 2.60's does at ``address``: ``ConnectionError`` from ``cause``."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(None, "127.0.0.1")
+        self.cause = cause
+
+    def init(self, **kw) -> None:
+        raise ConnectionError(f"Failed to connect to Ray cluster at {kw['address']}") from self.cause
+
+
+@pytest.mark.parametrize("mode, hint", [
+    (None, "the cluster asks for Ray's auth token, which Ray sends to a HOST:PORT only with RAY_AUTH_MODE=token: set "
+           "RAY_AUTH_MODE=token here, with the cluster's token in RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or "
+           "~/.ray/auth_token"),
+    ("token", "the cluster refused this client's Ray auth token (RAY_AUTH_MODE=token is set): put the cluster's "
+              "token in RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token")])
+def test_a_refused_ray_token_says_what_to_set(monkeypatch, mode, hint):
+    """Joining a token cluster by HOST:PORT without ``RAY_AUTH_MODE=token`` (ray 2.60 then sends no token) ended in
+    Ray's bare "Failed to connect to Ray cluster at ..." (review s67a): Ray's note on it is inside its cause's
+    text, which no one sees. Its message is now followed by what to set; another failure's is left as it is."""
+    from activeprp_integrations import ray as adapter
+
+    monkeypatch.setattr(adapter, "_probe", lambda address, source="": None)
+    if mode is None:
+        monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    else:
+        monkeypatch.setenv("RAY_AUTH_MODE", mode)
+    monkeypatch.setattr(adapter, "_ray", lambda: RefusingRay(RuntimeError(RAY_TOKEN_REFUSED)))
+    with pytest.raises(ConnectionError) as info:
+        adapter.connect("192.0.2.7:6379")
+    assert str(info.value) == f"Failed to connect to Ray cluster at 192.0.2.7:6379: {hint}"
+    other = RuntimeError("Failed to connect to GCS. Last connection error: ... RpcError: Timed out")
+    monkeypatch.setattr(adapter, "_ray", lambda: RefusingRay(other))
+    with pytest.raises(ConnectionError, match=r"^Failed to connect to Ray cluster at 192\.0\.2\.7:6379$"):
+        adapter.connect("192.0.2.7:6379")
+
+
 def test_rerank_records_tells_the_refused_local_ray_in_one_line(monkeypatch, capsys):
     """``rerank-run --ray``'s runner let that RuntimeError through (it caught only ConnectionError and ValueError
     from ``connect``): a traceback. It is now an ``InputError``: one line."""
@@ -577,6 +622,43 @@ def test_connect_keeps_a_local_ray_on_loopback_when_ray_was_imported_first():
     if seen["listening"] is not None:
         assert len(seen["listening"]) >= 3, seen  # gcs_server, raylet, the driver at least
         assert set(seen["listening"]) <= {"127.0.0.1", "[::ffff:127.0.0.1]", "[::1]"}, seen
+
+
+JOIN = """
+import json, sys
+from activeprp_integrations.ray import connect
+try:
+    connect(sys.argv[1])
+    said = None
+except ConnectionError as error:
+    said = str(error)
+print(json.dumps(said))
+"""
+
+
+def test_joining_a_token_cluster_by_host_port_without_the_auth_mode_says_to_set_it(local_ray):
+    """The module's Ray (ray 2.60 turns token authentication on for it) joined by HOST:PORT from another process
+    without ``RAY_AUTH_MODE``: Ray's own failure is recognised and told with the hint. Ray tries 20 times, ~20 s;
+    ``RAY_gcs_server_port_wait_time_s=1`` makes it one try. The child has its own session, killed at the limit."""
+    if os.environ.get("RAY_AUTH_MODE", "").strip().lower() == "disabled":
+        pytest.skip("RAY_AUTH_MODE=disabled here: the module's Ray asks for no token")
+    address = ray.get_runtime_context().gcs_address
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_MODE", "RAY_ADDRESS")}
+    env["RAY_gcs_server_port_wait_time_s"] = "1"
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
+    child = subprocess.Popen([sys.executable, "-c", JOIN, address], env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = child.communicate(timeout=LIMIT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(child.pid, 9)
+        child.communicate()
+        pytest.fail(f"joining {address} did not end within {LIMIT_S} s")
+    assert child.returncode == 0, err[-3000:]
+    assert json.loads(out.strip().splitlines()[-1]) == (
+        f"Failed to connect to Ray cluster at {address}: the cluster asks for Ray's auth token, which Ray sends to a "
+        "HOST:PORT only with RAY_AUTH_MODE=token: set RAY_AUTH_MODE=token here, with the cluster's token in "
+        "RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token")
 
 
 def test_rerank_run_with_ray_writes_the_same_run(local_ray, ray_runner, tmp_path, capsys):
