@@ -670,6 +670,27 @@ def test_rerank_run_with_ray_writes_the_same_run(local_ray, ray_runner, tmp_path
     assert ray.is_initialized()  # the command used the running Ray and left it running
 
 
+def test_rerank_run_with_ray_and_a_model_the_actors_cannot_load_is_the_same_one_line_error(
+        local_ray, ray_runner, tmp_path, capfd, ray_console, monkeypatch):
+    """A judge the actors cannot build (an ``hf`` model a node lacks; here the driver's check is skipped, as for
+    ``--ray HOST:PORT``, where only the options are checked) ends in the line and exit status of the same failure
+    without ``--ray``: ``make_comparator``'s ``InputError``, raised on the actor and re-raised as itself by
+    ``unwrap``. A guard: it held before this test was written (review notes said it was a traceback)."""
+    from activeprp_cli import rerank_run
+
+    monkeypatch.setattr(rerank_run, "check_comparator", lambda args, here: None)
+    args = [*rerank_run_args(tmp_path)[:-5], "--budget", "30", "--no-progress", "--comparator", "hf", "--model",
+            str(tmp_path / "no-such-model")]
+    codes = [main([*args, "--out", str(tmp_path / "local.run")]),
+             bounded(lambda: main([*args, "--out", str(tmp_path / "ray.run"), "--ray", "--ray-actors", "1"]))]
+    out, err = capfd.readouterr()
+    ours = [line for line in err.splitlines() if line.startswith("activeprp: error:")]
+    assert codes == [2, 2] and len(ours) == 2 and ours[0] == ours[1], err
+    assert ours[0].startswith("activeprp: error: cannot build the hf comparator: "), err
+    assert "Traceback" not in err + ray_console.getvalue()
+    assert not (tmp_path / "local.run").exists() and not (tmp_path / "ray.run").exists()
+
+
 def test_rerank_run_with_ray_and_a_dead_endpoint_is_one_line_without_tracebacks(local_ray, ray_runner, tmp_path,
                                                                                 capfd, ray_console):
     """An OpenAI-compatible judge at a port where nothing listens: the command's one line (exit 1); Ray Data
