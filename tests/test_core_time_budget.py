@@ -925,6 +925,40 @@ def test_no_retry_past_the_deadline_and_the_call_is_cut_unless_the_endpoint_aske
 
 
 @pytest.mark.parametrize("use_async", [False, True])
+@pytest.mark.parametrize("retry_after", [5.0, 30.0])
+def test_a_retry_after_past_the_deadline_fails_the_call_at_once(monkeypatch, use_async, retry_after):
+    """An attempt fails with 10 s left and the endpoint asks to wait 30 s: the call fails at once with the
+    attempt's error, with no wait. It slept until just before the deadline first (``DEADLINE_SLACK``), then failed
+    as it could have at once: a rerank under ``time_budget=10`` against ``Retry-After: 30`` held its whole budget
+    (review s68a). A Retry-After shorter than the time left is still waited out, and the retry answers."""
+    from activeprp_core.comparators import CallGuard, remote
+
+    clock, slept = FakeClock(), []
+    retrying = remote._retrying
+
+    def sleep(seconds):
+        slept.append(seconds)
+        clock.now += seconds
+
+    async def asleep(seconds):
+        sleep(seconds)
+
+    def on_the_fake_clock(comp, kind, *args, **kw):
+        return retrying(comp, kind, *args, **{**kw, "sleep": asleep if use_async else sleep})
+
+    monkeypatch.setattr(remote, "_retrying", on_the_fake_clock)
+    judge = _failing_first(clock, 0.0, retry_after)  # the failure is read at 0 s: 10 s left
+    guard = CallGuard(2, 5)
+    guard.clock, guard.deadline = clock, 10.0
+    out = _judge_one(judge, guard, use_async)
+    if retry_after == 30.0:
+        assert slept == [] and judge.sent == 1 and clock.now == 0.0
+        assert out[0].prob is None and out[0].cut is None and "connection refused" in out[0].error
+    else:
+        assert slept == [5.0] and judge.sent == 2 and out[0].prob == 0.75 and out[0].retries == 1
+
+
+@pytest.mark.parametrize("use_async", [False, True])
 def test_a_retry_goes_out_while_time_is_left_whatever_the_rounds_latency(use_async):
     """A first attempt fails (a transient error) with 3 s left, and the fastest round seen took 5 s: the retry
     still goes out, and is answered. It was withheld by the round's latency (``too_late``, the first attempt's

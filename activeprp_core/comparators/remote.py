@@ -268,7 +268,7 @@ class RemoteComparator(FreshState, Comparator):
                 guard.check()
             return tries.send(partial(self._send_open, client), request, self.timed)
 
-        retrying = _retrying(self, Retrying, guard, query, sleep=stop.wait)  # a backoff wait ends when it stops
+        retrying = _retrying(self, Retrying, guard, query, tries, sleep=stop.wait)  # a backoff wait ends at its stop
         try:
             response = retrying(attempt)
             outcome = _settle(self, guard, retrying, response, record=record(), seconds=tries.seconds())
@@ -301,7 +301,7 @@ class RemoteComparator(FreshState, Comparator):
                 guard.check()
             return await tries.asend(send, request, self.timed)
 
-        retrying = _retrying(self, AsyncRetrying, guard, query)
+        retrying = _retrying(self, AsyncRetrying, guard, query, tries)
         try:
             async with guard.slots(1, guard.time_left(query)) as hold:
                 guard.check()
@@ -334,24 +334,17 @@ class RemoteComparator(FreshState, Comparator):
                record: bool = True) -> Judgment | ComparatorError:
         """The outcome of a call whose attempts ended in ``error``: not sent (the deadline came first), cut (its
         last attempt was still waiting at the deadline, or failed only at it, or the deadline stopped its retries:
-        spent, recorded as outcome unknown, so the breaker neither counts nor resets on it), failed with the last
-        attempt's error (the endpoint asked to wait past the deadline: a Retry-After longer than the time left),
-        or ``_settle``'s reading of ``error``.
+        spent, recorded as outcome unknown, so the breaker neither counts nor resets on it), or ``_settle``'s
+        reading of ``error`` (also the last attempt's error when the endpoint asked to wait past the deadline: a
+        Retry-After longer than the time left stops the retries at once, ``_retrying``).
 
         Raises:
             ``error`` itself when it is no transport failure (a bug), or a ``ComparatorClosed``: recorded as sent,
             its outcome unknown, so the rerank's accounting bills it.
         """
         if isinstance(error, (DeadlinePassed, _InFlight)):
-            if not tries.count:
-                return unsent()
-            last = tries.last
-            # cut: in flight at the deadline, failed only at it (late), or its retry stopped by it; unless the
-            # endpoint asked to wait past the deadline: then the call failed with that attempt's error
-            if (last is None or isinstance(error, _InFlight) or tries.late
-                    or not tries.asked_past_deadline(self._honoured(self._fault(last)))):
-                return self._deadline_cut(tries, record)
-            error = last
+            # cut: in flight at the deadline, failed only at it (late), or its retry stopped by it
+            return self._deadline_cut(tries, record) if tries.count else unsent()
         if not self._handled(error):  # a ComparatorClosed, or a bug: sent (billed), the breaker unchanged
             if record and tries.count:
                 tries.sent_unknown()
@@ -636,7 +629,7 @@ class _Attempts:
 
     def __init__(self, guard: CallGuard, query: str, cap: float | None = None) -> None:
         self.guard, self.query, self.cap = guard, query, cap
-        self.count, self.last, self.late = 0, None, False  # late: the last attempt failed past the deadline
+        self.count, self.late = 0, False  # late: the last attempt failed past the deadline
         self.left: float | None = None  # the seconds left when the last attempt failed (None: no deadline)
         self.judge_error: Exception | None = None  # the last error of an attempt that failed before the deadline
         self.sent_at: float | None = None  # when the first attempt went out (on guard.clock)
@@ -665,7 +658,7 @@ class _Attempts:
         return None if self.sent_at is None else self.guard.clock() - self.sent_at
 
     def _failed(self, error: Exception) -> None:
-        self.last, self.late, self.left = error, self.guard.past(self.query), self.guard.time_left(self.query)
+        self.late, self.left = self.guard.past(self.query), self.guard.time_left(self.query)
         if not self.late:
             self.judge_error, self.out_since = error, None
 
@@ -719,8 +712,9 @@ class _Attempts:
 
     def asked_past_deadline(self, asked: float | None) -> bool:
         """Whether the endpoint, failing the last attempt, asked to wait ``asked`` seconds (its Retry-After as
-        honoured; None: it asked none) and so past the deadline: it kept the retry from going out in time, not the
-        deadline (the call failed rather than being cut)."""
+        honoured; None: it asked none) and so past the deadline: the endpoint, not the deadline, keeps the retry
+        from going out in time, so the call fails at once with that attempt's error (``_retrying``'s stop) rather
+        than waiting into the deadline to be cut."""
         return asked is not None and self.left is not None and self.left - asked <= DEADLINE_SLACK
 
     def timed_out(self, fault: Failure | None) -> bool:
@@ -730,10 +724,12 @@ class _Attempts:
 
 
 def _retrying(comp: RemoteComparator, kind: Any, guard: CallGuard | None = None, query: str | None = None,
-              **kw: Any) -> Any:
+              tries: _Attempts | None = None, **kw: Any) -> Any:
     """A tenacity ``Retrying``/``AsyncRetrying`` (``kind``) with ``comp``'s retry policy; a backoff wait ends at
-    the deadline of ``query`` (``guard.time_left``; ``DEADLINE_SLACK`` before it), after which no attempt is sent."""
-    from tenacity import retry_if_exception, stop_after_attempt, wait_exponential_jitter
+    the deadline of ``query`` (``guard.time_left``; ``DEADLINE_SLACK`` before it), after which no attempt is sent.
+    No wait starts when the endpoint asked to wait past the deadline (``tries.asked_past_deadline``): the retry
+    could never go out, so the call fails at once with the attempt's error."""
+    from tenacity import retry_if_exception, stop_after_attempt, stop_any, wait_exponential_jitter
 
     backoff = wait_exponential_jitter(multiplier=comp.backoff_initial, max=comp.backoff_max,
                                       jitter=comp.backoff_initial)
@@ -750,8 +746,12 @@ def _retrying(comp: RemoteComparator, kind: Any, guard: CallGuard | None = None,
         failure = comp._fault(error)
         return failure is not None and failure.fault is Fault.RETRY
 
-    return kind(retry=retry_if_exception(transient), stop=stop_after_attempt(comp.max_attempts), wait=wait_s,
-                reraise=True, **kw)
+    def asked_past_deadline(state: Any) -> bool:
+        failure = comp._fault(state.outcome.exception()) if state.outcome else None
+        return tries is not None and tries.asked_past_deadline(comp._honoured(failure))
+
+    return kind(retry=retry_if_exception(transient), wait=wait_s, reraise=True,
+                stop=stop_any(stop_after_attempt(comp.max_attempts), asked_past_deadline), **kw)
 
 
 def _settle(comp: RemoteComparator, guard: CallGuard, retrying: Any, response: Any = None,
