@@ -269,6 +269,7 @@ def _comparator_for(args, out: Path, judge: str | None = None):
 
         inner = OpenAIChatComparator(args.model, base_url=args.base_url, api_key=args.api_key, **judge_options(args))
         name = f"openai/{url_credentials(args.base_url).url}/{args.model}"  # the cache's key: no password in it
+        name += "" if inner.logprobs else "/no-logprobs"  # hard answers: never mixed with soft ones in the cache
     cached = CachedComparator(inner, args.cache or out / "answers.sqlite", identity(inner, name))
     return lambda c: (lambda qid: cached)
 

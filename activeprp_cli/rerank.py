@@ -97,6 +97,16 @@ class Given(argparse.Action):
         setattr(namespace, _GIVEN, given_flags(namespace) | {self.dest})
 
 
+class GivenSwitch(argparse.BooleanOptionalAction):
+    """argparse's ``BooleanOptionalAction`` (``--X`` / ``--no-X``), which also records that the flag was given
+    (``given_flags``), as ``Given`` does."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        super().__call__(parser, namespace, values, option_string)
+        setattr(namespace, _GIVEN, given_flags(namespace) | {self.dest})
+
+
 _GIVEN = "given_flags"
 
 
@@ -115,7 +125,8 @@ def refuse_unused(args: argparse.Namespace, needs: Mapping[str, tuple[str, str]]
 
 COMPARATOR_FLAGS = {"mode": LOCAL, "model": ("hf", "openai"), "base_url": ("openai",), "api_key": ("openai",),
                     "batch_size": LOCAL, "passage_tokens": ("bundled", "hf", "openai"),
-                    "max_reply_bytes": ("openai",), "judge_timeout": ("openai",), "judge_retries": ("openai",)}
+                    "max_reply_bytes": ("openai",), "judge_timeout": ("openai",), "judge_retries": ("openai",),
+                    "logprobs": ("openai",)}
 """The comparators each flag of ``add_comparator_args`` configures; with any other it does nothing."""
 
 
@@ -160,10 +171,11 @@ def add_comparator_args(p: argparse.ArgumentParser, default: str = "bundled", si
 
 
 def add_judge_args(g: Any) -> None:
-    """The openai judge's call limits, on a parser or group: ``--max-reply-bytes``, ``--judge-timeout``,
-    ``--judge-retries`` (the one definition: ``add_comparator_args`` adds them, and ``activeprp bench``, which has
-    its own ``--comparator``); read back by ``judge_options``. Their defaults are ``OpenAIChatComparator``'s own
-    (``MAX_REPLY_BYTES``, ``TIMEOUT``, ``remote.MAX_ATTEMPTS`` minus 1)."""
+    """The openai judge's call limits and request, on a parser or group: ``--max-reply-bytes``,
+    ``--judge-timeout``, ``--judge-retries``, ``--logprobs`` / ``--no-logprobs`` (the one definition:
+    ``add_comparator_args`` adds them, and ``activeprp bench``, which has its own ``--comparator``); read back by
+    ``judge_options``. Their defaults are ``OpenAIChatComparator``'s own (``MAX_REPLY_BYTES``, ``TIMEOUT``,
+    ``remote.MAX_ATTEMPTS`` minus 1, ``logprobs=True``)."""
     g.add_argument("--max-reply-bytes", type=count(minimum=1), default=MAX_REPLY_BYTES, action=Given,
                    help="openai: the most bytes of one reply's body that are read; a judge that sends more has the "
                         "call fail there, not retried (max_reply_bytes; default: %(default)s, 1 MiB)")
@@ -172,6 +184,10 @@ def add_judge_args(g: Any) -> None:
     g.add_argument("--judge-retries", type=count(minimum=0), default=MAX_ATTEMPTS - 1, action=Given,
                    help="openai: retries of a call that timed out or failed transiently, not counted against "
                         "--budget (max_attempts minus 1; default %(default)s)")
+    g.add_argument("--logprobs", action=GivenSwitch, default=True,
+                   help="openai: ask for the answer token's top logprobs, which give soft preferences; "
+                        "--no-logprobs for an endpoint that refuses them with a 400 (Groq, some Azure "
+                        "deployments): the answer's text then gives 1.0 or 0.0 (logprobs; default: on)")
 
 
 def make_comparator(args: argparse.Namespace, candidates: list[Candidate] | None = None) -> Any:
@@ -318,10 +334,11 @@ def judge_timing(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def judge_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The keyword arguments of ``OpenAIChatComparator`` set by ``add_judge_args``' flags: ``max_reply_bytes`` and
-    ``judge_timing``'s ``timeout`` / ``max_attempts`` (each left out where the namespace lacks it or holds None)."""
-    size = getattr(args, "max_reply_bytes", None)
-    return {**({} if size is None else {"max_reply_bytes": size}), **judge_timing(args)}
+    """The keyword arguments of ``OpenAIChatComparator`` set by ``add_judge_args``' flags: ``max_reply_bytes``,
+    ``logprobs`` and ``judge_timing``'s ``timeout`` / ``max_attempts`` (each left out where the namespace lacks it
+    or holds None)."""
+    given = {name: getattr(args, name, None) for name in ("max_reply_bytes", "logprobs")}
+    return {**{k: v for k, v in given.items() if v is not None}, **judge_timing(args)}
 
 
 def settings_from_args(args: argparse.Namespace, defaults: RerankSettings | None = None) -> RerankSettings:

@@ -239,6 +239,23 @@ def test_bench_openai_takes_the_judge_flags_of_rerank(tmp_path):
     assert (judge.attempt_timeout, judge.max_attempts, judge.max_reply_bytes) == (2.5, 1, 4096)
 
 
+def test_bench_openai_takes_no_logprobs_and_caches_its_answers_apart(tmp_path):
+    """``bench --comparator openai --no-logprobs`` (``add_judge_args``) asks its judge for no logprobs, and its
+    answers (1.0 / 0.0 from the text) are cached under another key than the soft ones of a run with logprobs."""
+    pytest.importorskip("openai")
+    from activeprp_bench.cli import _comparator_for
+    from activeprp_cli import build_parser
+
+    def cached(*flags):
+        args = build_parser("bench").parse_args(["bench", "grid", "--comparator", "openai", "--model", "m",
+                                                 "--base-url", "http://127.0.0.1:9/v1", "--api-key", "k", *flags])
+        return _comparator_for(args, tmp_path)(None)("q1")
+
+    hard, soft = cached("--no-logprobs"), cached()
+    assert hard.inner.logprobs is False and soft.inner.logprobs is True
+    assert hard.model_name != soft.model_name and "/no-logprobs#" in hard.model_name
+
+
 @needs_data
 def test_bench_grid_writes_no_secret(tmp_path, capsys, monkeypatch):
     """Neither the ``--api-key`` nor a password in ``--base-url`` reaches OUT (config.json records the key as ***

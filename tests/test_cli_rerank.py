@@ -337,6 +337,40 @@ def test_every_command_that_builds_an_openai_judge_takes_its_timeout_and_retries
     assert "--judge-retries: expected an integer >= 0, got -1" in _usage_error(command, capsys, "--judge-retries", "-1")
 
 
+@pytest.mark.parametrize("command", sorted(JUDGE_COMMANDS))
+def test_every_command_that_builds_an_openai_judge_can_turn_its_logprobs_off(command):
+    """``--no-logprobs`` (one definition, in ``add_judge_args``) reaches the judge of each command that builds one:
+    its requests then ask for no logprobs. Without it a provider that refuses them (Groq answers 400) could only
+    be used from Python (review s68a). ``--logprobs`` and no flag: on, the comparator's default."""
+    with _openai_judge(command, "--no-logprobs") as judge:
+        assert judge.logprobs is False and "logprobs" not in judge.request("q", "a", "b")
+    for flags in ([], ["--logprobs"]):
+        with _openai_judge(command, *flags) as judge:
+            assert judge.logprobs is True and judge.request("q", "a", "b")["logprobs"] is True
+
+
+def test_rerank_with_no_logprobs_ranks_on_an_endpoint_that_refuses_them(candidates_file, capsys):
+    """An endpoint that answers 400 to ``logprobs`` (as Groq does) fails ``activeprp rerank --comparator openai``
+    at its first call; with ``--no-logprobs`` every call is answered from the text."""
+    pytest.importorskip("openai")
+    from _llm_server import FaultServer, Reply, completion, error_body
+
+    def groq_like(request):
+        if "logprobs" in request.body or "top_logprobs" in request.body:
+            return Reply(400, error_body("'logprobs' : property 'logprobs' is unsupported"))
+        return Reply(body=completion("A", None))
+
+    _, path = candidates_file
+    args = ["rerank", "--query", "q", "--candidates", str(path), "--comparator", "openai", "--model", "m",
+            "--api-key", "k", "--budget", "6"]
+    with FaultServer(groq_like) as server:
+        assert main([*args, "--base-url", server.url]) == 1
+        assert "property 'logprobs' is unsupported (HTTP 400)" in _one_error_line(capsys)
+        assert main([*args, "--base-url", server.url, "--no-logprobs", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["stats"]["calls"] == 6 and out["stats"]["failed_calls"] == 0
+
+
 def test_judge_timing_is_empty_without_the_flags():
     """A namespace without ``--judge-timeout`` / ``--judge-retries`` (one not from ``add_comparator_args``) leaves
     the comparator its defaults."""
@@ -384,7 +418,7 @@ FLAG_USERS = [
     (["--base-url", "http://127.0.0.1:9/v1"], {"openai"}), (["--api-key", "k"], {"openai"}),
     (["--batch-size", "4"], {"bundled", "hf"}), (["--passage-tokens", "128"], {"bundled", "hf", "openai"}),
     (["--max-reply-bytes", "4096"], {"openai"}), (["--judge-timeout", "5"], {"openai"}),
-    (["--judge-retries", "0"], {"openai"}),
+    (["--judge-retries", "0"], {"openai"}), (["--logprobs"], {"openai"}),
 ]
 
 
