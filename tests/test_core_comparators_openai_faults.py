@@ -100,6 +100,39 @@ def test_refusals_raise_at_once_and_stop_every_later_call(use_async, code, kind)
 
 
 @pytest.mark.parametrize("use_async", [True, False])
+def test_a_404_names_the_url_requested_and_hints_that_a_base_url_ends_in_v1(use_async):
+    """A base_url without /v1 (vLLM's usual slip) got a bare 404 naming only base_url, never the URL requested
+    (review s68a). Now the message names base_url + /chat/completions and, unless base_url ends in /v1, says that
+    an OpenAI-compatible one usually does; the endpoint's own words follow."""
+    with FaultServer(status(404, "Not Found")) as server:
+        root = server.url.removesuffix("/v1")
+        for base, hinted in ((root, True), (server.url, False), (server.url + "/", False)):
+            with pytest.raises(ComparatorRequestError) as info:
+                run(use_async, "q", candidates(4), comparator=comparator(base), budget=4, max_concurrency=1)
+            said = str(info.value)
+            assert f" {base.rstrip('/')}/chat/completions not found" in said and said.endswith(": Not Found (HTTP 404)")
+            assert ("(an OpenAI-compatible base_url usually ends in /v1)" in said) is hinted
+
+
+def test_a_400_that_names_logprobs_says_how_to_ask_for_none():
+    """Groq answers 400 to ``logprobs``; the message now says that ``logprobs=False`` (``--no-logprobs``) asks for
+    none, and such a judge answers (review s68a)."""
+    def groq_like(request):
+        if "logprobs" in request.body:
+            return Reply(400, error_body("'logprobs' : property 'logprobs' is unsupported"))
+        return Reply(body=completion("A", None))
+
+    pair = tuple(candidates(2))
+    with FaultServer(groq_like) as server:
+        with pytest.raises(ComparatorRequestError) as info:
+            comparator(server.url).judge("q", [pair])
+        assert str(info.value).endswith("(model 'fault-model'): an endpoint that takes no logprobs needs "
+                                           "logprobs=False (command line: --no-logprobs): 'logprobs' : property "
+                                           "'logprobs' is unsupported (HTTP 400)")
+        assert comparator(server.url, logprobs=False).judge("q", [pair])[0].prob == 1.0
+
+
+@pytest.mark.parametrize("use_async", [True, False])
 def test_a_refusal_stops_the_calls_in_flight(use_async):
     """One call gets a 401 at once while the others of its batch hang: the batch raises without waiting."""
     first = threading.Event()
@@ -897,6 +930,30 @@ def test_a_base_url_that_is_not_an_http_url_is_refused_at_construction(url, erro
     failed with "Connection error."; an int raised AttributeError from urllib, a list an unhashable TypeError."""
     with pytest.raises(error, match="base_url must be a"):
         OpenAIChatComparator("m", base_url=url, api_key="k")
+
+
+@pytest.mark.parametrize(("url", "says"), [
+    ("http://127.0.0.1:9/v1/chat/completions", "not its completions route"),
+    ("http://127.0.0.1:9/v1/chat/completions/", "not its completions route"),
+    ("http://127.0.0.1:9/v1/completions", "not its completions route"),
+    ("http://127.0.0.1:9/v1?x=1", "no ?query or #fragment"), ("http://127.0.0.1:9/v1#top", "no ?query or #fragment"),
+    ("http://127.0.0.1:9/v1?", "no ?query or #fragment"),
+])
+def test_a_base_url_that_is_a_completions_route_or_has_a_query_is_refused_at_construction(url, says):
+    """The client appends /chat/completions to base_url: the whole URL pasted was requested as
+    .../chat/completions/chat/completions, ``/v1?x=1`` as ``/v1?x=1/chat/completions``, each a bare 404 whose
+    message named the URL given, which looked right (review s68a)."""
+    with pytest.raises(ValueError, match=f"^base_url must .*{re.escape(says)}"):
+        OpenAIChatComparator("m", base_url=url, api_key="k")
+    with pytest.raises(ValueError) as info:  # the password is not shown
+        OpenAIChatComparator("m", base_url=url.replace("//", "//user:PASSWD99@"), api_key="k")
+    assert "PASSWD99" not in str(info.value) and "***@127.0.0.1:9/v1" in str(info.value)
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:9", "http://127.0.0.1:9/v1/", "https://h.example/openai/v1",
+                                 "http://127.0.0.1:9/completions-proxy/v1"])
+def test_a_base_url_that_is_a_base_is_accepted(url):
+    assert OpenAIChatComparator("m", base_url=url, api_key="k").endpoint == url
 
 
 @pytest.mark.parametrize("key", [123456789012, KEY.encode(), [KEY]])

@@ -65,12 +65,13 @@ def _parse(response: Any) -> Answer:
 
 
 def check_base_url(base_url: Any, name: str = "base_url") -> str | None:
-    """``base_url`` when it is None or an http:// or https:// URL with a host (a str); ``name`` says where it came
-    from in the messages.
+    """``base_url`` when it is None or an http:// or https:// URL with a host (a str), the API's base rather than
+    its completions route, with no ?query or #fragment (the client appends ``/chat/completions`` to it, after
+    them too); ``name`` says where it came from in the messages.
 
     Raises:
-        TypeError: not a str. ValueError: not such a URL (the usual slip: ``localhost:8000/v1`` without
-            ``http://``); the message shows it without a password.
+        TypeError: not a str. ValueError: not such a URL (the usual slips: ``localhost:8000/v1`` without
+            ``http://``, the whole ``.../v1/chat/completions`` pasted); the message shows it without a password.
     """
     if base_url is None:
         return None
@@ -81,10 +82,16 @@ def check_base_url(base_url: Any, name: str = "base_url") -> str | None:
         usable = parts.scheme in ("http", "https") and bool(parts.hostname) and (parts.port or 0) >= 0
     except ValueError:  # e.g. "http://[::1/v1", a port that is not a number or out of range
         usable = False
+    shown = re.sub(r"^([^/@]*//)?[^/@]*@", r"\1***@", base_url)  # user:password@ hidden, with or without a scheme
     if not usable:
-        shown = re.sub(r"^([^/@]*//)?[^/@]*@", r"\1***@", base_url)  # user:password@ hidden, with or without a scheme
         raise ValueError(f"{name} must be an http:// or https:// URL with a host, e.g. http://127.0.0.1:8000/v1, "
                          f"got {shown!r}")
+    if "?" in base_url or "#" in base_url:
+        raise ValueError(f"{name} must have no ?query or #fragment: the client appends /chat/completions after "
+                         f"them, got {shown!r}")
+    if parts.path.rstrip("/").endswith("/completions"):
+        raise ValueError(f"{name} must be the API's base, not its completions route (the client appends "
+                         f"/chat/completions): pass e.g. http://127.0.0.1:8000/v1, got {shown!r}")
     return base_url
 
 
@@ -131,11 +138,11 @@ class OpenAIChatComparator(ChatPrompts, RemoteComparator):
 
     Args:
         model: the model name sent to the endpoint.
-        base_url: the endpoint (e.g. ``http://127.0.0.1:8000/v1``); None = ``$OPENAI_BASE_URL``, else
-            api.openai.com (read here, as the SDK would read it: checked, and named in messages). A ``user:password@``
-            in it is sent as the ``Authorization: Basic`` header httpx would make of it (it replaces the key's
-            Bearer header), taken out of the URL the client gets (httpx logs the URL of each request), and counts
-            as a secret (``url_credentials``).
+        base_url: the API's base (e.g. ``http://127.0.0.1:8000/v1``: the client appends ``/chat/completions``);
+            None = ``$OPENAI_BASE_URL``, else api.openai.com (read here, as the SDK would read it: checked, and named
+            in messages). A ``user:password@`` in it is sent as the ``Authorization: Basic`` header httpx would make
+            of it (it replaces the key's Bearer header), taken out of the URL the client gets (httpx logs the URL of
+            each request), and counts as a secret (``url_credentials``).
         api_key: the key; None = ``$OPENAI_API_KEY``.
         prompt: the PRP template with ``{query}``, ``{first}``, ``{second}`` (only these are substituted; other
             braces stay literal); ``system_prompt`` optional. ``with_prompts(...)`` gives a copy with others.
@@ -157,7 +164,8 @@ class OpenAIChatComparator(ChatPrompts, RemoteComparator):
             minimum, or a time that is not a finite number in range (``timeout <= 0``, a negative backoff ...).
         TypeError: a model or prompt that is not a str, a count that is not an int, a time that is not a number.
         TypeError: an ``api_key`` that is not a str (its value is never shown), a ``logprobs`` that is not a bool.
-        TypeError / ValueError: a ``base_url`` that is not an http:// or https:// URL with a host (``check_base_url``).
+        TypeError / ValueError: a ``base_url`` that is not an http:// or https:// URL with a host, or is a
+            completions route or has a ?query or #fragment (``check_base_url``).
     """
 
     def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None,
@@ -243,8 +251,21 @@ class OpenAIChatComparator(ChatPrompts, RemoteComparator):
         if isinstance(error, openai.APIConnectionError):  # includes APITimeoutError
             return Failure(Fault.RETRY, message)
         if isinstance(error, openai.APIStatusError):
-            return status_failure(error.status_code, message, retry_after_s(error))
+            return status_failure(error.status_code, self._explained(error, message), retry_after_s(error))
         return Failure(Fault.FAIL, message) if isinstance(error, (openai.OpenAIError, ValueError)) else None
+
+    def _explained(self, error: Any, message: str) -> str:
+        """``message`` of a status error, led by what its status usually means here: a 404 names the URL
+        requested (base_url + /chat/completions), with a hint when base_url does not end in /v1; a 400 that names
+        logprobs, while they are asked for, says how to ask for none. First: a message is cut at its end."""
+        if error.status_code == 404:
+            url = field(field(error, "request"), "url")
+            path = urlsplit(str(url)).path.rstrip("/").removesuffix("/chat/completions")
+            hint = "" if path.endswith("/v1") else " (an OpenAI-compatible base_url usually ends in /v1)"
+            return f"{url} not found{hint}: {message}" if url is not None else message
+        if error.status_code == 400 and self.logprobs and "logprobs" in message.lower():
+            return f"an endpoint that takes no logprobs needs logprobs=False (command line: --no-logprobs): {message}"
+        return message
 
     def estimate_tokens(self, query: str, pairs: Sequence[tuple[Candidate, Candidate]]) -> list[int]:
         """An upper bound on prompt + completion tokens per ordered pair (``prompts.chat_token_bound``)."""
