@@ -483,6 +483,47 @@ def test_an_unusable_answer_still_counts_the_tokens_the_endpoint_billed(use_asyn
     assert (result.prompt_tokens, result.completion_tokens) == (137 * server.requests, server.requests)
 
 
+def _choice(content, finish_reason="stop", **message):
+    body = completion(content, None)
+    body["choices"][0]["finish_reason"] = finish_reason
+    body["choices"][0]["message"].update(message)
+    return body
+
+
+SAID_BODIES = {  # a 200 body that is no answer, and what its failed call's reason must keep of what the server said
+    "cut": (_choice("Passage", "length"),
+            "unparseable answer 'Passage' (finish_reason 'length': max_tokens cut the answer)"),
+    "filtered": (_choice(None, "content_filter"), "no A/B logprobs (finish_reason 'content_filter': the endpoint's "
+                                                  "content filter stopped it)"),
+    "refused": (_choice(None, refusal="I can't help with that."), "(the model refused: \"I can't help with that.\")"),
+    "error": ({"error": {"message": "model overloaded", "type": "server_error"}},
+              "no choices in the response (the endpoint said 'model overloaded')"),
+    "empty": ({**completion(), "choices": []}, "no choices in the response ('ChatCompletion')"),
+}
+
+
+@pytest.mark.parametrize("use_async", [True, False])
+def test_a_failed_calls_reason_keeps_what_the_endpoint_said_and_billed_tokens_count(use_async):
+    """A finish_reason of "length" (a model answering "Passage A" under max_tokens=1) or "content_filter", a
+    ``message.refusal``, a 200 body's ``error.message``: each was dropped from the failed call's reason ("no
+    answer: content is 'NoneType'", "no choices in the response ('ChatCompletion')"). And a body with no choices
+    but a usage billed its tokens without counting them (review s68a)."""
+    names = list(SAID_BODIES)
+    pairs = [(Candidate(f"a{i}", name), Candidate(f"b{i}", "other")) for i, name in enumerate(names)]
+
+    def plan(request):
+        return Reply(body=SAID_BODIES[next(n for n in names if f'"{n}"' in request.text)][0])
+
+    with FaultServer(plan) as server:
+        comp = comparator(server.url, max_attempts=1)
+        judgments = asyncio.run(comp.ajudge("q", pairs)) if use_async else comp.judge("q", pairs)
+    for name, j in zip(names, judgments):
+        said = SAID_BODIES[name][1]
+        assert j.prob is None and j.error.startswith("unusable answer: ") and j.error.endswith(said), (name, j)
+    billed = {name: (j.prompt_tokens, j.completion_tokens) for name, j in zip(names, judgments)}
+    assert billed == {"cut": (50, 1), "filtered": (50, 1), "refused": (50, 1), "error": (0, 0), "empty": (50, 1)}
+
+
 @pytest.mark.parametrize("use_async", [True, False])
 def test_documents_that_make_the_judge_answer_off_the_point_fail_their_calls_not_the_rerank(use_async):
     """3 of 100 documents carry an instruction the judge follows (it answers "I", neither A nor B). The streaks

@@ -19,12 +19,20 @@ class Answer(NamedTuple):
     completion_tokens: int = 0
 
 
-class UnusableAnswer(ValueError):
-    """A reply that is no usable answer, with the tokens the endpoint reported for it (it billed them)."""
+class BilledReply(ValueError):
+    """A 200 body that gives no answer, with the tokens the endpoint reported for it (it billed them)."""
 
     def __init__(self, message: str, prompt_tokens: int = 0, completion_tokens: int = 0) -> None:
         super().__init__(message)
         self.prompt_tokens, self.completion_tokens = prompt_tokens, completion_tokens
+
+
+class UnusableAnswer(BilledReply):
+    """A reply that is no usable answer (neither A nor B: what a prompt can cause), with its tokens."""
+
+
+class NoReply(BilledReply):
+    """A 200 body that holds no reply at all (no choices: e.g. a gateway's error), with the tokens it reports."""
 
 
 def field(obj: Any, name: str) -> Any:
@@ -81,12 +89,14 @@ def prob_from_text(content: Any) -> float:
     return float(label == "A")
 
 
-def answer_from(logprobs: Any, content: Any, prompt_tokens: Any, completion_tokens: Any) -> Answer:
+def answer_from(logprobs: Any, content: Any, prompt_tokens: Any, completion_tokens: Any, *,
+                finish_reason: Any = None, refusal: Any = None) -> Answer:
     """The ``Answer`` of one reply: P(A) from ``logprobs`` when they hold A or B, else from ``content``; token
     counts that are not ints >= 0 count 0.
 
     Raises:
-        UnusableAnswer: with the reply's tokens; why: see ``prob_from_logprobs`` and ``prob_from_text``.
+        UnusableAnswer: with the reply's tokens; why: see ``prob_from_logprobs`` and ``prob_from_text``, followed by
+            what the endpoint said of its answer (``why_no_answer``: ``finish_reason``, the message's ``refusal``).
     """
     tokens = token_count(prompt_tokens), token_count(completion_tokens)
     try:
@@ -94,5 +104,23 @@ def answer_from(logprobs: Any, content: Any, prompt_tokens: Any, completion_toke
         if prob is None:
             prob = prob_from_text(content)
     except ValueError as err:
-        raise UnusableAnswer(str(err), *tokens) from None
+        raise UnusableAnswer(str(err) + why_no_answer(finish_reason, refusal), *tokens) from None
     return Answer(prob, *tokens)
+
+
+FINISHED = {"length": "max_tokens cut the answer", "content_filter": "the endpoint's content filter stopped it"}
+"""What a chat completion's ``finish_reason`` says of an answer that was no A or B (other values are shown as
+they are; "stop", a finished answer, says nothing)."""
+
+
+def why_no_answer(finish_reason: Any, refusal: Any) -> str:
+    """What the endpoint said of a reply that was no usable answer, as a suffix of its reason ("" for nothing):
+    the model's ``refusal`` (OpenAI's ``message.refusal``) and a ``finish_reason`` other than "stop"
+    (``FINISHED``)."""
+    said = []
+    if isinstance(refusal, str) and refusal.strip():
+        said.append(f"the model refused: {refusal.strip()[:60]!r}")
+    if isinstance(finish_reason, str) and finish_reason and finish_reason != "stop":
+        meaning = FINISHED.get(finish_reason)
+        said.append(f"finish_reason {finish_reason[:30]!r}" + (f": {meaning}" if meaning else ""))
+    return f" ({'; '.join(said)})" if said else ""

@@ -14,7 +14,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 from ..budget import check_count
 from ..settings import Flag
 from ..types import Candidate
-from .answers import Answer, answer_from, field, snippet
+from .answers import Answer, NoReply, answer_from, field, snippet, token_count
 from .failures import MAX_MESSAGE, Failure, Fault, error_message, retry_after_s, status_failure
 from .prompts import (
     ANSWER_TOKENS,
@@ -54,14 +54,19 @@ OPENAI_EXTRA = 'pip install "activeprp[openai]"'
 
 
 def _parse(response: Any) -> Answer:
-    """The ``Answer`` of a chat completion (``answers.answer_from`` on its first choice and usage); raises
-    ``ValueError`` (only) when the body is not a usable answer."""
-    choices = field(response, "choices")
+    """The ``Answer`` of a chat completion (``answers.answer_from`` on its first choice and usage, with its
+    ``finish_reason`` and ``message.refusal``); raises ``ValueError`` (only) when the body is not a usable answer:
+    ``NoReply`` for a body without choices (with its usage's tokens, and the message of its ``error`` member when
+    it has one: some proxies answer an error with a 200)."""
+    choices, usage = field(response, "choices"), field(response, "usage")
+    tokens = field(usage, "prompt_tokens"), field(usage, "completion_tokens")
     if not isinstance(choices, list) or not choices:
-        raise ValueError(f"no choices in the response ({snippet(response)})")
-    usage = field(response, "usage")
-    return answer_from(field(choices[0], "logprobs"), field(field(choices[0], "message"), "content"),
-                       field(usage, "prompt_tokens"), field(usage, "completion_tokens"))
+        said = field(field(response, "error"), "message")
+        what = f"the endpoint said {said[:100]!r}" if isinstance(said, str) and said else snippet(response)
+        raise NoReply(f"no choices in the response ({what})", *map(token_count, tokens))
+    message = field(choices[0], "message")
+    return answer_from(field(choices[0], "logprobs"), field(message, "content"), *tokens,
+                       finish_reason=field(choices[0], "finish_reason"), refusal=field(message, "refusal"))
 
 
 def check_base_url(base_url: Any, name: str = "base_url") -> str | None:

@@ -17,7 +17,7 @@ from ..budget import check_count, check_seconds  # noqa: F401 (check_seconds: im
 from ..errors import ComparatorError, scrub
 from ..slots import Hold, TimedOut, held, wait_for
 from ..types import Judgment, Pair
-from .answers import Answer, UnusableAnswer
+from .answers import Answer, BilledReply, UnusableAnswer
 from .base import (
     DEADLINE_SLACK,
     CallGuard,
@@ -768,11 +768,11 @@ def _settle(comp: RemoteComparator, guard: CallGuard, retrying: Any, response: A
         try:
             prob, prompt_tokens, completion_tokens = comp.parse(response)
             outcome = Judgment(prob, retries, prompt_tokens, completion_tokens)
-        except ValueError as err:  # billed all the same when the endpoint reported tokens (UnusableAnswer)
+        except ValueError as err:  # billed all the same when the endpoint reported tokens (BilledReply)
             # an UnusableAnswer is a reply with neither A nor B, which a prompt can cause; any other ValueError is
             # a body that is no reply at all (a gateway's error page with a 200): the endpoint is down
             unusable = isinstance(err, UnusableAnswer)
-            tokens = (err.prompt_tokens, err.completion_tokens) if unusable else (0, 0)
+            tokens = (err.prompt_tokens, err.completion_tokens) if isinstance(err, BilledReply) else (0, 0)
             outcome = Judgment(None, retries, *tokens, error=comp._message(f"unusable answer: {err}"))
         ok, reason = outcome.prob is not None, outcome.error
     elif isinstance(error, ComparatorError):  # the guard stopped the retries
