@@ -121,8 +121,10 @@ class Setting:
     per_request: bool = False
 
 
-def _setting(check: Check, help: str, default: Any = MISSING, *, none: str = "", per_request: bool = False) -> Any:
-    return field(default=default, metadata={"setting": Setting(check, help, none, per_request)})
+def _setting(check: Check, help: str, *, none: str = "", per_request: bool = False) -> dict[str, Setting]:
+    # A field's metadata, not the field: each default is written in ``field(default=...)`` itself, where griffe
+    # (the API page) reads it; through a wrapper the page showed the call instead (review s68b F1).
+    return {"setting": Setting(check, help, none, per_request)}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -153,34 +155,35 @@ class RerankSettings:
             ranker, oracle or ``on_failure``.
     """
 
-    ranker: str | Ranker = _setting(Named(RANKERS, Ranker), "the ranker that schedules the pair questions",
-                                    "mohajer")
-    oracle: str | Oracle = _setting(Named(ORACLES, Oracle, (AUTO,)),
-                                    "the oracle that turns a pair question into LLM calls", "randomized")
-    budget: int | None = _setting(Count(allow_none=True),
-                                  "most LLM calls per query (a judge's retries are not counted)", none="no cap",
-                                  per_request=True)
-    max_rounds: int | None = _setting(Count(allow_none=True), "most sequential rounds of LLM calls per query", None,
-                                      none="no cap", per_request=True)
-    token_budget: int | None = _setting(
+    ranker: str | Ranker = field(default="mohajer", metadata=_setting(
+        Named(RANKERS, Ranker), "the ranker that schedules the pair questions"))
+    oracle: str | Oracle = field(default="randomized", metadata=_setting(
+        Named(ORACLES, Oracle, (AUTO,)), "the oracle that turns a pair question into LLM calls"))
+    budget: int | None = field(metadata=_setting(
+        Count(allow_none=True), "most LLM calls per query (a judge's retries are not counted)", none="no cap",
+        per_request=True))
+    max_rounds: int | None = field(default=None, metadata=_setting(
+        Count(allow_none=True), "most sequential rounds of LLM calls per query", none="no cap", per_request=True))
+    token_budget: int | None = field(default=None, metadata=_setting(
         Count(allow_none=True),
-        "most prompt + completion tokens per query: estimates reserved before sending, reported usage kept", None,
-        none="no cap", per_request=True)
-    time_budget: float | None = _setting(
-        Seconds(), "most seconds per query from the start of its rerank: 0 = no call at all", None, none="no cap",
-        per_request=True)
-    top_k: int = _setting(Count(minimum=1), "K: the length of the reranked prefix", 10, per_request=True)
-    seed: int = _setting(Count(minimum=None), "seed of the oracle's and the ranker's random draws", 0,
-                         per_request=True)
-    cache: bool = _setting(Flag(), "answer a repeated pair question from the pair cache at no cost", True)
-    on_failure: OnFailure = _setting(
-        OneOf(ON_FAILURE), "what a comparator failure does: raise it, or return the best-effort (prior) order",
-        "raise")
-    max_concurrency: int | None = _setting(Count(minimum=1, allow_none=True), "most LLM calls in flight", None,
-                                           none="the comparator's own")
-    max_consecutive_failures: int | None = _setting(
+        "most prompt + completion tokens per query: estimates reserved before sending, reported usage kept",
+        none="no cap", per_request=True))
+    time_budget: float | None = field(default=None, metadata=_setting(
+        Seconds(), "most seconds per query from the start of its rerank: 0 = no call at all", none="no cap",
+        per_request=True))
+    top_k: int = field(default=10, metadata=_setting(
+        Count(minimum=1), "K: the length of the reranked prefix", per_request=True))
+    seed: int = field(default=0, metadata=_setting(
+        Count(minimum=None), "seed of the oracle's and the ranker's random draws", per_request=True))
+    cache: bool = field(default=True, metadata=_setting(
+        Flag(), "answer a repeated pair question from the pair cache at no cost"))
+    on_failure: OnFailure = field(default="raise", metadata=_setting(
+        OneOf(ON_FAILURE), "what a comparator failure does: raise it, or return the best-effort (prior) order"))
+    max_concurrency: int | None = field(default=None, metadata=_setting(
+        Count(minimum=1, allow_none=True), "most LLM calls in flight", none="the comparator's own"))
+    max_consecutive_failures: int | None = field(default=MAX_CONSECUTIVE_FAILURES, metadata=_setting(
         Count(minimum=1, allow_none=True), "calls in a row that may fail before the circuit breaker stops the calls",
-        MAX_CONSECUTIVE_FAILURES, none="never")
+        none="never"))
 
     def __post_init__(self) -> None:
         for name in FIELDS:
