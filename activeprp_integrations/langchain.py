@@ -31,10 +31,10 @@ except ImportError as exc:  # pragma: no cover - exercised by simulating the mis
     raise ImportError(common.missing_extra("langchain-core", "langchain")) from exc
 
 from ._chat_judge import FrameworkJudge, exactly_one_judge, model_secrets  # noqa: E402 - after the framework check
+from ._common import RANK_KEY, SCORE_KEY  # noqa: E402 - imported, not assigned: the API page shows their docstrings
 from .langchain_judge import ChatModelComparator  # noqa: E402
 
 __all__ = ["RANK_KEY", "SCORE_KEY", "ActivePRPRerank", "ChatModelComparator"]
-SCORE_KEY, RANK_KEY = common.SCORE_KEY, common.RANK_KEY
 
 _RUN_NAME = "ActivePRPRerank"
 

@@ -13,18 +13,18 @@ from typing import Any, TypeVar
 
 from ..budget import check_count
 
-#: The pairwise ranking prompt (PRP, Qin et al. 2024, "Large Language Models are Effective Text Rankers with
-#: Pairwise Ranking Prompting"), with a one-letter answer so that the first generated token is the label.
 PRP_PROMPT = (
     'Given a query "{query}", which of the following two passages is more relevant to the query?\n\n'
     'Passage A: "{first}"\n\n'
     'Passage B: "{second}"\n\n'
     "Output Passage A or Passage B. Answer with the single letter A or B."
 )
+"""The pairwise ranking prompt (PRP, Qin et al. 2024, "Large Language Models are Effective Text Rankers with
+Pairwise Ranking Prompting"), with a one-letter answer so that the first generated token is the label."""
 
-#: The query-likelihood prompt (UPR, Sachan et al. 2022, "Improving Passage Retrieval with Zero-Shot Question
-#: Generation"): ``{passage}`` is scored by the log-likelihood of the query as the model's answer.
 QL_PROMPT = "Passage: {passage}\n\nPlease write a question based on this passage."
+"""The query-likelihood prompt (UPR, Sachan et al. 2022, "Improving Passage Retrieval with Zero-Shot Question
+Generation"): ``{passage}`` is scored by the log-likelihood of the query as the model's answer."""
 
 LABELS = ("A", "B")
 
