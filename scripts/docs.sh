@@ -5,7 +5,7 @@
 # directory, removed afterwards).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if ! python -c "import material, mkdocstrings_handlers.python" 2>/dev/null; then
+if ! python -c "import material, mkdocstrings_handlers.python, ruff" 2>/dev/null; then
     # The extra's requirements only: `pip install -e .[docs]` would re-point an existing editable install.
     mapfile -t reqs < <(python -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["docs"], sep="\n")')
     python -m pip install "${reqs[@]}"
