@@ -5,6 +5,7 @@ GitHub shows."""
 from __future__ import annotations
 
 import functools
+import importlib
 import inspect
 import re
 from pathlib import Path
@@ -22,7 +23,10 @@ OPTIONS = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))["plu
 
 @functools.cache
 def _load(package: str):
-    module = griffe.load(package, search_paths=[str(ROOT)], try_relative_path=False, allow_inspection=False)
+    named = OPTIONS.get("extensions", ())
+    extensions = griffe.load_extensions(*(e if e == "dataclasses" else str(ROOT / e) for e in named))
+    module = griffe.load(package, search_paths=[str(ROOT)], try_relative_path=False, allow_inspection=False,
+                         extensions=extensions)
     assert Path(module.filepath).is_relative_to(ROOT)
     return module
 
@@ -45,9 +49,58 @@ def test_the_page_shows_rerank_settings_with_its_real_defaults_and_budget_requir
         assert shown[name].kind.name.lower() == param.kind.name.lower(), name
         if param.default is inspect.Parameter.empty:
             assert shown[name].default is None, name  # required: no default shown
-        elif name != "max_consecutive_failures":  # shown as its constant's name, MAX_CONSECUTIVE_FAILURES
+        else:
             assert str(shown[name].default) == repr(param.default), name
     assert real["budget"].default is inspect.Parameter.empty
+
+
+def _rendered_functions():
+    """(dotted path, griffe function, run-time object) of each function and method the page renders."""
+    for path in API_MODULES:
+        try:
+            module = importlib.import_module(path)
+        except ImportError:  # an extra this environment lacks (the page is built without importing)
+            continue
+        for name in map(str, static(path).exports or ()):
+            obj, runtime = static(path)[name], getattr(module, name)
+            if obj.is_alias:
+                obj = obj.final_target
+            if obj.is_function:
+                yield f"{path}.{name}", obj, runtime
+            elif obj.is_class:
+                for member in obj.all_members.values():
+                    if member.is_function and member.name == "__init__" or not member.name.startswith("_"):
+                        target = member.final_target if member.is_alias else member
+                        if target.is_function:
+                            yield f"{path}.{name}.{member.name}", target, getattr(runtime, member.name)
+
+
+def test_the_page_shows_a_default_written_as_a_constants_name_as_its_value():
+    """``rerank_many``, ``arerank_many`` and Ray's ``rerank_dataset`` showed ``max_active: int = DEFAULT_MAX_ACTIVE``
+    (64), ``create_app`` the same text for 32, and the page renders neither constant (nor ``TOP_LOGPROBS``,
+    ``MAX_CONCURRENCY``, serve's ``DEFAULT_MAX_QUEUE``, ...): scripts/griffe_defaults.py shows each value. Every
+    default that is a number, a bool, None or a short string is shown as a value equal to the run-time one."""
+    checked = set()
+    for path, function, runtime in _rendered_functions():
+        shown = {p.name: p.default for p in function.parameters}
+        try:
+            parameters = inspect.signature(runtime).parameters
+        except (TypeError, ValueError):
+            continue
+        for name, param in parameters.items():
+            plain = (type(param.default) in (int, float, bool, type(None))
+                     or isinstance(param.default, str) and len(param.default) <= 24)
+            if name in shown and param.default is not param.empty and plain:
+                try:
+                    value = eval(str(shown[name]), {"__builtins__": {}})
+                except NameError:  # shown as a name
+                    value = str(shown[name])
+                assert value == param.default, f"{path}({name}=...)"
+                checked.add(f"{path}({name}=...)")
+    assert len(checked) > 100
+    assert {f"activeprp_core.{f}(max_active=...)" for f in ("rerank_many", "arerank_many")} <= checked
+    assert {"activeprp_core.RerankSettings.__init__(max_consecutive_failures=...)",
+            "activeprp_integrations.serve.create_app(max_active=...)"} <= checked
 
 
 def test_the_page_renders_exactly_each_modules_all_each_name_with_its_docstring():
