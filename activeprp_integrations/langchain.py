@@ -268,15 +268,14 @@ class ActivePRPRerank(common.ComparatorFactories, BaseDocumentCompressor, common
         """Rerank ``documents`` for ``query`` and return the top ``top_n`` as new documents, best first.
 
         ``callbacks``: LangChain callbacks (None = those of the enclosing runnable, if any); the work runs in a
-        child chain run. Empty input returns ``[]`` without any call. Errors of the core ``rerank`` (e.g. an
-        ``activeprp_core.ComparatorError`` when the endpoint fails) are reported to the run and re-raised.
+        child chain run, every call's (empty input returns ``[]`` without any LLM call, and its run's ``stats`` say
+        0 calls). Errors of the core ``rerank`` (e.g. an ``activeprp_core.ComparatorError`` when the endpoint fails)
+        are reported to the run and re-raised.
 
         Raises:
             TypeError: ``documents`` is not a list of ``Document`` (a str, None, a list of str).
         """
         documents = _documents(documents)
-        if not documents:
-            return []
         manager = _configure(CallbackManager, callbacks)
         run = manager.on_chain_start(None, self._inputs(documents, query), name=_RUN_NAME)
         try:
@@ -295,8 +294,6 @@ class ActivePRPRerank(common.ComparatorFactories, BaseDocumentCompressor, common
         """Async ``compress_documents`` (same result for the same seed) on ``activeprp_core.arerank``: each
         round's calls go to the comparator's ``ajudge``/``acompare`` at once, so they run concurrently."""
         documents = _documents(documents)
-        if not documents:
-            return []
         manager = _configure(AsyncCallbackManager, callbacks)
         run = await manager.on_chain_start(None, self._inputs(documents, query), name=_RUN_NAME)
         try:

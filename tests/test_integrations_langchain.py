@@ -121,13 +121,20 @@ def test_top_n_none_returns_all_and_missing_ids_fall_back_to_positions(case):
     assert min(d.metadata[SCORE_KEY] for d in out) == pytest.approx(1 / len(docs))
 
 
-def test_empty_input_makes_no_call_and_no_run(case):
+def test_empty_input_makes_no_call_in_a_run_with_stats_as_any_input(case):
+    """Every call is a child run whose outputs hold ``stats``, as the class says: an empty input opened none, so a
+    handler reading the run's stats (examples/openai_endpoint.py --docs 0) found nothing (review s68b F6)."""
     query, _, comparator = case
     reranker = ActivePRPRerank(comparator=comparator)
     with collect_runs() as cb:
         assert reranker.compress_documents([], query) == []
         assert asyncio.run(reranker.acompress_documents([], query)) == []
-    assert comparator.calls == 0 and not _runs(cb)
+    assert comparator.calls == 0
+    runs = _runs(cb)
+    assert len(runs) == 2
+    for run in runs:
+        assert run.inputs["documents"] == [] and run.outputs["documents"] == []
+        assert run.outputs["stats"]["calls"] == 0 and run.outputs["stats"]["budget"] == reranker.budget
 
 
 def test_callbacks_get_a_child_run_with_stats(case):
