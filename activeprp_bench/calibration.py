@@ -84,7 +84,7 @@ def converged_quality(collections: Sequence[Collection], params: dict[str, float
         rankers = [r for r in PAPER_RANKERS if (r, oracle) in PAPER_XL_CONVERGED]
         rows = run_grid(collections, lambda c: simulator_factory(c, params, seed), rankers, [oracle], [None],
                         {oracle: [0]}, progress=False)
-        for key in {(r.ranker, r.oracle, r.collection) for r in rows}:
+        for key in sorted({(r.ranker, r.oracle, r.collection) for r in rows}):  # not set order: PYTHONHASHSEED
             vals = [r.ndcg10 for r in rows if (r.ranker, r.oracle, r.collection) == key]
             out["/".join(key)] = sum(vals) / len(vals)
     out["mean"] = sum(out.values()) / len(out)
