@@ -204,7 +204,8 @@ def _collections(args):
 
     Raises:
         InputError: no ``--data``, a file a collection needs is not there, or one that is broken (not UTF-8, not
-            JSON, truncated, a line not in the collection's layout), each naming ``--data`` and the file.
+            JSON, truncated, a line not in the collection's layout), each naming ``--data`` and the file; or qrels
+            that judge none of a collection's queries or none of their candidates (``_check_judged``).
     """
     from .datasets import load_named
 
@@ -212,11 +213,24 @@ def _collections(args):
         raise InputError("--data DIR is required: the directory holding the collections (e.g. ../shared/data; "
                          "where to get them: docs/benchmarks.md, section \"Getting the data\")")
     try:
-        return [load_named(n, args.data).subset(args.queries, args.depth) for n in args.collections]
+        return [_check_judged(load_named(n, args.data)).subset(args.queries, args.depth) for n in args.collections]
     except FileNotFoundError as err:
         raise InputError(f"--data {args.data}: no such file: {err.filename}") from None
     except InputError as err:
         raise InputError(f"--data {args.data}: {err}") from None
+
+
+def _check_judged(coll):
+    """``coll`` when its qrels judge at least one of its queries and one candidate of those, over all its
+    candidates (a small ``--depth`` may rightly cut every judged one); else InputError naming the collection.
+    Otherwise a grid divides by zero queries, and flip and walltime measure nothing, or every nDCG is 0."""
+    if not coll.qids:
+        raise InputError(f"{coll.name}: no query has a judgment: the qrels' query ids match none of its "
+                         f"{len(coll.candidates)} queries")
+    if not any(c.id in coll.qrels[q] for q in coll.qids for c in coll.candidates[q]):
+        raise InputError(f"{coll.name}: no candidate has a judgment: the qrels' document ids match none of the "
+                         f"candidates of its {len(coll.qids)} judged queries")
+    return coll
 
 
 def _check_judge(args) -> None:

@@ -9,10 +9,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import skip_without_bench
+import pytest
+
+from tests.conftest import SHARED_DATA as DATA
+from tests.conftest import needs_data, skip_without_bench
 
 np = skip_without_bench()
 
+from activeprp_cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -38,3 +42,38 @@ def test_calibration_keys_come_out_in_one_order_whatever_the_hash_seed():
     assert len(outs) == 1
     keys = ast.literal_eval(outs.pop())
     assert keys[-1] == "mean" and len(keys) == 19  # 9 (ranker, oracle) rows x 2 collections
+
+
+def _noveleval_with_qrels(tmp_path: Path, edit) -> Path:
+    """A copy of ../shared/data's noveleval whose qrels lines went through ``edit`` (the columns of one line)."""
+    data = tmp_path / "data"
+    (data / "noveleval").mkdir(parents=True)
+    (data / "noveleval" / "data.json").symlink_to(DATA / "noveleval" / "data.json")
+    lines = (DATA / "noveleval" / "qrels.txt").read_text().split("\n")
+    (data / "noveleval" / "qrels.txt").write_text("\n".join(" ".join(edit(line.split())) for line in lines if line)
+                                                + "\n")
+    return data
+
+
+_MODES = {"grid": ["--rankers", "mohajer", "--oracles", "randomized", "--budgets", "20", "--seeds", "1",
+                   "--no-progress"],
+          "calibrate": ["--check"], "flip": [], "walltime": ["--rankers", "mohajer", "--oracles", "bidirectional",
+                                                             "--budgets", "10", "--latency", "0.001"]}
+
+
+@needs_data
+@pytest.mark.parametrize("mode", list(_MODES))
+@pytest.mark.parametrize(("edit", "says"), [
+    (lambda cols: ["x" + cols[0], *cols[1:]], "noveleval: no query has a judgment: the qrels' query ids match "
+     "none of its 21 queries"),
+    (lambda cols: [*cols[:2], "x" + cols[2], cols[3]], "noveleval: no candidate has a judgment: the qrels' "
+     "document ids match none of the candidates of its 21 judged queries"),
+], ids=["qids", "docids"])
+def test_qrels_that_judge_nothing_are_one_line_and_exit_2(tmp_path, capsys, mode, edit, says):
+    """Qrels whose query ids match no query were a ZeroDivisionError in grid and calibrate and a silent success
+    (0 pairs, no rows) in flip and walltime; qrels whose document ids match no candidate ran every mode to an
+    nDCG of 0 (review s68e #1). Now one usage error, before any work (OUT not made)."""
+    data, out = _noveleval_with_qrels(tmp_path, edit), tmp_path / "out"
+    code = main(["bench", mode, "--data", str(data), "--collections", "noveleval", *_MODES[mode], "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and err == f"activeprp: error: --data {data}: {says}\n" and not out.exists()
