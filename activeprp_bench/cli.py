@@ -651,7 +651,8 @@ def add_parser(subparsers) -> None:
     common.add_argument("--oracles", nargs="+", default=["bidirectional", "randomized"], choices=oracles,
                         metavar="NAME", help=" ".join(oracles))
     common.add_argument("--comparator", choices=["simulated", "bundled", "openai"], default="simulated")
-    common.add_argument("--mode", default="query_likelihood", help="bundled model mode: query_likelihood or ab")
+    common.add_argument("--mode", choices=["query_likelihood", "ab"], default="query_likelihood",
+                        help="bundled model mode (default: %(default)s)")
     common.add_argument("--batch-size", type=_count(), default=8, help="bundled model batch size")
     common.add_argument("--sim-params", type=_sim_knobs, help="simulator knobs as JSON or a calibration JSON file "
                         "(default: the committed calibration; the judge's seed is --judge-seed)")

@@ -77,3 +77,13 @@ def test_qrels_that_judge_nothing_are_one_line_and_exit_2(tmp_path, capsys, mode
     code = main(["bench", mode, "--data", str(data), "--collections", "noveleval", *_MODES[mode], "--out", str(out)])
     err = capsys.readouterr().err
     assert code == 2 and err == f"activeprp: error: --data {data}: {says}\n" and not out.exists()
+
+
+@pytest.mark.parametrize("mode", ["grid", "flip", "overhead"])
+def test_a_misspelt_mode_is_a_usage_error(capsys, mode):
+    """``--comparator bundled --mode nosuch`` loaded the model, then ended in a 22-line traceback (review s68e #5)."""
+    from activeprp_cli import build_parser
+
+    with pytest.raises(SystemExit) as exit_:
+        build_parser("bench").parse_args(["bench", mode, "--comparator", "bundled", "--mode", "nosuch"])
+    assert exit_.value.code == 2 and "argument --mode: invalid choice: 'nosuch'" in capsys.readouterr().err
