@@ -353,6 +353,10 @@ def _grid(args) -> int:
             budgets = [None if b is None else max(1, round(b * n / 100)) for b in dict.fromkeys(budgets)]
         seeds = {"bidirectional": [0], "single": [0], "randomized": list(range(args.seeds))}
         judges = _judges(args)
+        for name in args.refresh:
+            if name not in {*judges, *args.oracles}:
+                raise InputError(f"--refresh {name}: not a judge or oracle of this grid (it has "
+                                 f"{' '.join([*judges, *args.oracles])})")
         _check_compare(args.compare, args.rankers, args.oracles, set(map(row_cap, budgets)),
                        set(map(row_cap, args.max_rounds)))
         _check_paired(args.paired, set(args.rankers))

@@ -2,7 +2,8 @@
 
 One *unit* is (judge, ranker, oracle): every budget, round cap and seed of that row over the collections. A
 unit's rows are stored as JSON in ``CACHE/<judge>/<ranker>__<oracle>.json`` keyed by the cell and the setting
-(collections, queries, depth, top_k, judge seed), so a re-run computes only the cells it has not stored and
+(collections, queries, depth, top_k, judge seed, and ``data_digest`` of the collections as loaded: a changed qrels,
+query or candidate is another setting), so a re-run computes only the cells it has not stored and
 ``refresh`` names the judges and oracles whose stored rows are stale (e.g. after the oracles changed how they
 read soft answers). Every judge of ``activeprp_bench.judges`` is a pure function of (seed, query, ordered pair),
 so a unit's rows do not depend on which process ran it or in which order.
@@ -10,6 +11,7 @@ so a unit's rows do not depend on which process ran it or in which order.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -28,6 +30,16 @@ def _collections(data: str, names: tuple[str, ...], queries: int | None, depth: 
     if key not in _COLLS:
         _COLLS[key] = [load_named(n, data).subset(queries, depth) for n in names]
     return _COLLS[key]
+
+
+def data_digest(collections: Sequence) -> str:
+    """A hex digest of what the grid reads from ``collections``: each one's name and, per judged query, its id,
+    text, candidates (ids and texts, in order) and qrels."""
+    h = hashlib.blake2b(digest_size=16)
+    for c in collections:
+        h.update(json.dumps([c.name, [[q, c.queries[q], [[d.id, d.text] for d in c.candidates[q]],
+                                       sorted(c.qrels[q].items())] for q in c.qids]]).encode())
+    return h.hexdigest()
 
 
 def _cell_key(budget: int | None, cap: int | None, seed: int) -> str:
@@ -76,7 +88,8 @@ def run_family_grid(data: str, collections: Sequence[str], judges: Sequence[str]
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
     setting = {"collections": list(collections), "queries": queries, "depth": depth, "top_k": top_k,
-               "judge_seed": judge_seed}
+               "judge_seed": judge_seed,
+               "data": data_digest(_collections(str(data), tuple(collections), queries, depth))}
     label = (lambda judge: f"{judge}@{tag}") if tag else (lambda judge: judge)
     units = [{"path": str(Path(cache) / label(judge) / f"{ranker}__{oracle}.json"), "setting": setting,
               "data": str(data), "judge": judge, "label": label(judge), "ranker": ranker, "oracle": oracle,
@@ -91,4 +104,4 @@ def run_family_grid(data: str, collections: Sequence[str], judges: Sequence[str]
     return [Row(**r) for rows in done for r in rows]
 
 
-__all__ = ["run_family_grid"]
+__all__ = ["data_digest", "run_family_grid"]

@@ -87,3 +87,35 @@ def test_a_misspelt_mode_is_a_usage_error(capsys, mode):
     with pytest.raises(SystemExit) as exit_:
         build_parser("bench").parse_args(["bench", mode, "--comparator", "bundled", "--mode", "nosuch"])
     assert exit_.value.code == 2 and "argument --mode: invalid choice: 'nosuch'" in capsys.readouterr().err
+
+
+@needs_data
+def test_a_rows_cache_is_not_reused_when_the_data_changed(tmp_path):
+    """The family grid's rows cache was keyed on the collections' names, not their contents: after a qrels file
+    changed, a re-run into the same cache returned the old rows (review s68e #2). Now its key holds a digest of the
+    collections as loaded."""
+    from activeprp_bench.family import run_family_grid
+
+    swapped = _noveleval_with_qrels(tmp_path, lambda cols: [*cols[:3], "2" if cols[3] == "0" else "0"])
+    grid = dict(collections=["noveleval"], judges=["calibrated"], rankers=["mohajer"], oracles=["bidirectional"],
+                budgets=[10], caps=[None], seeds={"randomized": [0]}, queries=2, depth=6)
+
+    def ndcg(data, cache):
+        return [r.ndcg10 for r in run_family_grid(str(data), cache=tmp_path / cache, **grid)]
+
+    before, fresh = ndcg(DATA, "cache"), ndcg(swapped, "fresh")
+    assert fresh != before
+    assert ndcg(swapped, "cache") == fresh  # the same cache, the new data: computed again
+    assert ndcg(DATA, "cache") == before
+
+
+@needs_data
+def test_refresh_of_a_name_the_grid_lacks_is_a_usage_error(tmp_path, capsys):
+    """``--refresh calibratd`` was accepted and refreshed nothing (review s68e #2)."""
+    out = tmp_path / "out"
+    code = main(["bench", "grid", "--data", str(DATA), "--collections", "noveleval", "--queries", "1", "--depth", "4",
+                 "--judge", "calibrated", "--rankers", "mohajer", "--oracles", "randomized", "--budgets", "10",
+                 "--seeds", "1", "--no-progress", "--refresh", "calibratd", "--out", str(out)])
+    assert code == 2 and not out.exists()
+    assert capsys.readouterr().err == ("activeprp: error: --refresh calibratd: not a judge or oracle of this grid "
+                                       "(it has calibrated randomized)\n")
