@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from activeprp_core.comparators.base import Comparator, SupportsCompare, as_comparator
+from activeprp_core.comparators.base import CallGuard, Comparator, SupportsCompare, as_comparator
 from activeprp_core.comparators.prompts import LABELS
-from activeprp_core.types import Pair
+from activeprp_core.types import Judgment, Pair
 
 
 def prompt_key(model: str, query: str, first_id: str, first_text: str, second_id: str, second_text: str) -> str:
@@ -56,6 +56,8 @@ class CachedComparator(Comparator):
     Attributes:
         inner_calls: prompts sent to ``inner`` through this wrapper; hits: prompts answered from disk.
 
+    Only the probability is stored: an answer from disk is a ``Judgment`` of it alone (no tokens, no retries:
+    nothing was sent), while an answer from ``inner`` is its own ``Judgment`` (error text, retries, token counts).
     Failed answers (``None``) are not stored, so they are retried on the next run. Budget accounting is the
     engine's business: a cached answer still counts as an LLM call of the ranker (the cache is a cost saver
     for the benchmark, not a change of the experiment). ``close()`` (or ``with``) closes the sqlite file; the
@@ -74,24 +76,26 @@ class CachedComparator(Comparator):
         a, b = pair
         return prompt_key(self.model_name, query, a.id, a.text, b.id, b.text)
 
-    def compare(self, query: str, pairs: Sequence[Pair]) -> list[float | None]:
-        """Answers for ``pairs`` in order: from disk where known, the rest from ``inner`` in one batch."""
+    def judge(self, query: str, pairs: Sequence[Pair], *, guard: CallGuard | None = None) -> list[Judgment]:
+        """Answers for ``pairs`` in order: from disk where known, the rest from ``inner.judge`` in one batch (the
+        engine's chunks and ``guard`` are the base class's, around this method: ``guards_calls`` is False)."""
         keys = [self._key(query, p) for p in pairs]
-        known: dict[str, float | None] = {}
+        known: dict[str, Judgment] = {}
         with self._lock:
             for start in range(0, len(keys), 500):
                 chunk = keys[start:start + 500]
                 marks = ",".join("?" * len(chunk))
-                known.update(self._db.execute(f"SELECT key, prob FROM answers WHERE key IN ({marks})", chunk))
+                known.update((k, Judgment(p)) for k, p in self._db.execute(
+                    f"SELECT key, prob FROM answers WHERE key IN ({marks})", chunk))
         missing = [i for i, k in enumerate(keys) if k not in known]
         self.hits += len(keys) - len(missing)
         if missing:
-            answers = self.inner.compare(query, [pairs[i] for i in missing])
+            answers = self.inner.judge(query, [pairs[i] for i in missing])
             self.inner_calls += len(missing)
             fresh = {keys[i]: a for i, a in zip(missing, answers)}
             with self._lock:
                 self._db.executemany("INSERT OR REPLACE INTO answers VALUES (?, ?)",
-                                     [(k, float(a)) for k, a in fresh.items() if a is not None])
+                                     [(k, float(a.prob)) for k, a in fresh.items() if a.prob is not None])
                 self._db.commit()
             known.update(fresh)
         return [known[k] for k in keys]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,8 @@ from tests.conftest import needs_data, skip_without_bench
 np = skip_without_bench()
 
 from activeprp_cli import main
+from activeprp_core.comparators.base import Comparator
+from activeprp_core.types import Candidate, Judgment
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -119,3 +122,58 @@ def test_refresh_of_a_name_the_grid_lacks_is_a_usage_error(tmp_path, capsys):
     assert code == 2 and not out.exists()
     assert capsys.readouterr().err == ("activeprp: error: --refresh calibratd: not a judge or oracle of this grid "
                                        "(it has calibrated randomized)\n")
+
+
+class _Judge(Comparator):
+    """A judge reporting what an endpoint reports: retries and tokens per answer, or (``fail``) an error text."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.fail = fail
+
+    def judge(self, query, pairs, *, guard=None):
+        if self.fail:
+            return [Judgment(None, error="ConnectError: All connection attempts failed") for _ in pairs]
+        return [Judgment(0.7 if a.id < b.id else 0.3, prompt_tokens=50, completion_tokens=1, retries=1)
+                for a, b in pairs]
+
+
+def test_the_answer_cache_keeps_each_answers_error_retries_and_tokens(tmp_path):
+    """``CachedComparator`` called ``inner.compare``, which keeps only the probability: a bench run billed 0 tokens
+    and 0 retries, and a dead judge's error said "no answer" instead of its cause (review s68e #3). Now the inner
+    comparator's own judgments pass through; an answer from disk costs nothing."""
+    from activeprp_bench.cached import CachedComparator
+    from activeprp_core import rerank
+    from activeprp_core.errors import ComparatorUnavailable
+
+    cands = [Candidate(str(i), f"passage {i}") for i in range(6)]
+    run = dict(ranker="mohajer", oracle="bidirectional", budget=20, top_k=3, seed=0)
+    plain = rerank("q", cands, comparator=_Judge(), **run)
+    for hits in (0, plain.calls):  # a fresh cache, then the same answers from disk
+        with CachedComparator(_Judge(), tmp_path / "a.sqlite", "m") as cached:
+            res = rerank("q", cands, comparator=cached, **run)
+        assert res.order == plain.order and cached.hits == hits
+        spent = (res.calls, res.retries, res.prompt_tokens, res.completion_tokens)
+        assert spent == ((plain.calls, plain.retries, plain.prompt_tokens, plain.completion_tokens) if not hits
+                         else (plain.calls, 0, 0, 0))
+    assert plain.retries > 0 and plain.prompt_tokens > 0
+    with (CachedComparator(_Judge(fail=True), tmp_path / "b.sqlite", "m") as cached,
+          pytest.raises(ComparatorUnavailable, match="last: ConnectError: All connection attempts failed")):
+        rerank("q", cands, comparator=cached, **run)
+
+
+@needs_data
+def test_bench_against_a_dead_endpoint_names_the_connection_error(tmp_path, capsys):
+    """``bench grid --comparator openai`` against a closed port said "every one of the 3 calls failed: no answer";
+    ``rerank`` names the connection error, and the bench now does too."""
+    pytest.importorskip("openai")
+    with socket.socket() as s:  # a port that nothing listens on once closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    code = main(["bench", "grid", "--data", str(DATA), "--collections", "noveleval", "--queries", "1", "--depth", "3",
+                 "--comparator", "openai", "--model", "m", "--base-url", f"http://127.0.0.1:{port}/v1", "--api-key",
+                 "k", "--judge-timeout", "5", "--judge-retries", "0", "--rankers", "allpairs", "--oracles",
+                 "randomized", "--budgets", "none", "--seeds", "1", "--no-paper", "--no-progress", "--out",
+                 str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 1 and "ComparatorUnavailable: every one of the 3 calls failed: APIConnectionError" in err
+    assert "Connection refused" in err and "no answer" not in err
