@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from activeprp_core.comparators.base import CallGuard, Comparator, SupportsCompare, as_comparator
-from activeprp_core.comparators.prompts import LABELS
+from activeprp_core.comparators.prompts import LABELS, TOP_LOGPROBS
 from activeprp_core.types import Judgment, Pair
 
 
@@ -30,12 +30,19 @@ PROMPT_SETTINGS = ("model", "mode", "prompt", "ql_prompt", "system_prompt", "ans
                    "max_passage_tokens", "max_query_tokens", "max_passage_words")
 
 
+#: Settings that change the answer asked for, not the prompt (``OpenAIChatComparator``: soft answers from the top
+#: logprobs, or the hard label), with their defaults; see ``identity``.
+ANSWER_SETTINGS = {"logprobs": True, "top_logprobs": TOP_LOGPROBS}
+
+
 def identity(comparator: Any, name: str) -> str:
-    """``name`` plus a short digest of the comparator's prompt settings (``PROMPT_SETTINGS`` it has), so a
-    changed template or truncation never reads answers cached under the old one. Answer labels at their default
-    (``prompts.LABELS``) are keyed as absent: the committed caches were keyed before comparators kept their labels
-    (291f4cb), when every judge asked with the default ones."""
-    settings = repr([(k, _keyed(comparator, k)) for k in PROMPT_SETTINGS])
+    """``name`` plus a short digest of the comparator's prompt settings (``PROMPT_SETTINGS`` it has) and of its
+    ``ANSWER_SETTINGS`` away from their defaults, so a changed template, truncation or answer kind never reads
+    answers cached under the old one. Answer labels at their default (``prompts.LABELS``) are keyed as absent:
+    the committed caches were keyed before comparators kept their labels (291f4cb), when every judge asked with
+    the default ones; the answer settings likewise, at their defaults, as before they were keyed."""
+    changed = [(k, v) for k, default in ANSWER_SETTINGS.items() if (v := getattr(comparator, k, default)) != default]
+    settings = repr([(k, _keyed(comparator, k)) for k in PROMPT_SETTINGS] + changed)
     return f"{name}#{hashlib.blake2b(settings.encode(), digest_size=6).hexdigest()}"
 
 

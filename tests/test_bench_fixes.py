@@ -177,3 +177,23 @@ def test_bench_against_a_dead_endpoint_names_the_connection_error(tmp_path, caps
     err = capsys.readouterr().err
     assert code == 1 and "ComparatorUnavailable: every one of the 3 calls failed: APIConnectionError" in err
     assert "Connection refused" in err and "no answer" not in err
+
+
+def test_cache_identity_keys_the_openai_judges_answer_kind_away_from_its_default():
+    """Soft (logprobs) and hard answers of one model and prompt shared cache entries (review s68e #8); the
+    defaults are keyed as before, so the committed caches still read."""
+    from activeprp_bench.cached import identity
+    from activeprp_core.comparators.prompts import TOP_LOGPROBS
+
+    class Judge:
+        model, prompt = "m", "Which is better? {query} {first} {second}"
+
+    def judge(**settings):
+        j = Judge()
+        for k, v in settings.items():
+            setattr(j, k, v)
+        return identity(j, "openai/m")
+
+    keys = {judge(), judge(logprobs=True, top_logprobs=TOP_LOGPROBS), judge(logprobs=False),
+            judge(top_logprobs=TOP_LOGPROBS + 1)}
+    assert judge() == judge(logprobs=True, top_logprobs=TOP_LOGPROBS) and len(keys) == 3
