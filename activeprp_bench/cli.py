@@ -8,7 +8,7 @@ docs/benchmarks.md); nothing is read from a default path. Examples (from the rep
     activeprp bench grid --data ../shared/data --comparator bundled --collections dl19 --queries 20 --depth 30 \
         --scale-budgets
     activeprp bench calibrate --data ../shared/data --out benchmarks/results/calibration
-    activeprp bench overhead --data ../shared/data --out benchmarks/results/overhead
+    activeprp bench overhead --out benchmarks/results/overhead
     activeprp bench flip --data ../shared/data --comparator bundled --mode ab --collections dl19 --queries 10
     activeprp bench grid --data ../shared/data --max-rounds none 10 --rankers parallel_mohajer mohajer \
         --out /tmp/latency
@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from activeprp_cli import progress_wanted, require_extra
-from activeprp_cli.rerank import add_judge_args, count, judge_options, seconds
+from activeprp_cli.rerank import Given, add_judge_args, count, judge_options, refuse_unused, seconds
 from activeprp_cli.rerank_run import check_out, out_name
 from activeprp_cli.trecfiles import STDOUT, json_type, read_json
 from activeprp_core.errors import InputError, scrub
@@ -239,6 +239,43 @@ def _check_judge(args) -> None:
         raise InputError("--comparator openai needs --model NAME")
 
 
+def _judge_names(args) -> list[str]:
+    """The names given as ``--judge NAME`` and ``--judges family`` ([] in a mode without them)."""
+    return list(getattr(args, "judge", None) or []) + ([args.judges] if getattr(args, "judges", None) else [])
+
+
+#: The comparators each comparator flag of ``activeprp bench`` configures; with another it does nothing.
+_COMPARATOR_FLAGS = {"mode": ("bundled",), "batch_size": ("bundled",), "throughput_pairs": ("bundled",),
+                     "model": ("openai",), "base_url": ("openai",), "api_key": ("openai",),
+                     "max_reply_bytes": ("openai",), "judge_timeout": ("openai",), "judge_retries": ("openai",),
+                     "cache": ("bundled", "openai"), "sim_params": ("simulated",), "judge_seed": ("simulated",)}
+
+#: grid's flags that only a grid of bench judges (the family grid) reads.
+_FAMILY_FLAGS = ("jobs", "rows_cache", "refresh", "judge_tag")
+
+
+def _refuse_unused(args) -> None:
+    """Raises InputError (one line, exit 2) for a flag given that this mode, with the other flags given, does not
+    read, so that it cannot look applied (config.json records it): a comparator flag of another ``--comparator``
+    (``_COMPARATOR_FLAGS``), ``--sim-params`` with bench judges, the family grid's flags without them,
+    overhead's collection flags without the model whose speed they serve, and calibrate's ``--sim-params``
+    without ``--check`` or ``--pair-noise`` with it. A flag no combination of a mode reads is not in its parser."""
+    kind = getattr(args, "comparator", "simulated")
+    refuse_unused(args, {dest: (f"--comparator {' or '.join(users)}", f"--comparator {kind} does not use it")
+                         for dest, users in _COMPARATOR_FLAGS.items() if kind not in users})
+    if _judge_names(args):
+        refuse_unused(args, {"sim_params": ("the calibrated simulator", "--judge/--judges answer instead")})
+    elif args.bench_mode == "grid":
+        refuse_unused(args, dict.fromkeys(_FAMILY_FLAGS, ("--judge or --judges", "only a grid of bench judges "
+                                                                              "reads it")))
+    if args.bench_mode == "overhead" and kind != "bundled":
+        refuse_unused(args, dict.fromkeys(("data", "collections", "queries", "depth"), (
+            "--comparator bundled", "overhead reads a collection only to time the model")))
+    if args.bench_mode == "calibrate":
+        refuse_unused(args, {"pair_noise": ("no --check", "--check measures --sim-params, its pair_noise too")}
+                      if args.check else {"sim_params": ("--check", "the fit starts from its own knobs")})
+
+
 def _judges(args) -> list[str]:
     """The judge names of ``--judge NAME`` (repeatable) and ``--judges family`` (``judges.resolve_judges``),
     kept only where they cover every chosen collection at ``--depth`` (default 100); [] when neither is given
@@ -246,10 +283,10 @@ def _judges(args) -> list[str]:
     does not cover the setting, or judges combined with a ``--comparator`` other than ``simulated``."""
     from .judges import resolve_judges
 
-    names = list(getattr(args, "judge", None) or []) + ([args.judges] if getattr(args, "judges", None) else [])
+    names = _judge_names(args)
     if not names:
         return []
-    if args.comparator != "simulated":
+    if getattr(args, "comparator", "simulated") != "simulated":
         raise InputError(f"--judge/--judges choose a bench judge: drop --comparator {args.comparator}")
     try:
         per_coll = [resolve_judges(names, args.depth or 100, c) for c in args.collections]
@@ -408,7 +445,7 @@ def _config(args, budgets) -> dict:
             return [clean(v) for v in value]
         return scrub(value, secrets) if isinstance(value, str) else value
 
-    options = {k: clean(v) for k, v in vars(args).items() if k != "func"}
+    options = {k: clean(v) for k, v in vars(args).items() if k not in ("func", "given_flags")}
     return {"argv": clean(sys.argv[1:]), "budgets": budgets, **options}
 
 
@@ -627,7 +664,9 @@ def _mode(modes, name: str, about: str, **kwargs) -> argparse.ArgumentParser:
     description, and its first sentence, lower-cased as the other commands' lines, its line in ``activeprp bench
     --help``."""
     first = about.split(". ", 1)[0].rstrip(".")
-    return modes.add_parser(name, help=first[:1].lower() + first[1:], description=about, **kwargs)
+    # no abbreviations: calibrate would read --judge 1, a flag it lacks, as --judge-seed 1
+    return modes.add_parser(name, help=first[:1].lower() + first[1:], description=about, allow_abbrev=False,
+                            **kwargs)
 
 
 def add_parser(subparsers) -> None:
@@ -640,45 +679,64 @@ def add_parser(subparsers) -> None:
     bench = subparsers.add_parser("bench", help="benchmark rankers x oracles x budgets on test collections",
                                   description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     modes = bench.add_subparsers(dest="bench_mode", required=True)
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--data", help="the directory holding the collections, needed by every mode that reads one "
-                        "(e.g. ../shared/data: trec-dl-2019/, trec-dl-2020/, beir-scifact/, noveleval/, cranfield/; "
-                        "where to get them: docs/benchmarks.md, section \"Getting the data\")")
-    common.add_argument("--collections", nargs="+", default=["dl19", "dl20"], choices=COLLECTIONS, metavar="NAME",
-                        help=" ".join(COLLECTIONS))
-    common.add_argument("--queries", type=_count(), help="first N judged queries per collection (default: all)")
-    common.add_argument("--depth", type=_count(), help="rerank the top DEPTH candidates (default: all, 100)")
-    common.add_argument("--out", default="benchmarks/results/latest", help="output directory")
+    # Each mode gets the flag groups it reads, so that its --help lists only those and any other flag is
+    # argparse's usage error; a flag whose use depends on another flag's value is refused by _refuse_unused.
+    data = argparse.ArgumentParser(add_help=False)
+    data.add_argument("--data", action=Given, help="the directory holding the collections, needed by every mode that "
+                      "reads one (e.g. ../shared/data: trec-dl-2019/, trec-dl-2020/, beir-scifact/, noveleval/, "
+                      "cranfield/; where to get them: docs/benchmarks.md, section \"Getting the data\")")
+    data.add_argument("--collections", nargs="+", default=["dl19", "dl20"], choices=COLLECTIONS, metavar="NAME",
+                      action=Given, help=" ".join(COLLECTIONS) + " (default: dl19 dl20)")
+    data.add_argument("--queries", type=_count(), action=Given,
+                      help="first N judged queries per collection (default: all)")
+    data.add_argument("--depth", type=_count(), action=Given,
+                      help="rerank the top DEPTH candidates (default: all, 100)")
+    data.add_argument("--out", default="benchmarks/results/latest",
+                      help="output directory (default: %(default)s, under the current directory)")
+    ranking = argparse.ArgumentParser(add_help=False)
     rankers, oracles = sorted({*SPECS["ranker"].check.choices, *VARIANTS}), SPECS["oracle"].check.choices
-    common.add_argument("--rankers", nargs="+", default=list(PAPER_RANKERS), choices=rankers, metavar="NAME",
-                        help="the core's rankers and the bench's variants: " + " ".join(rankers))
-    common.add_argument("--oracles", nargs="+", default=["bidirectional", "randomized"], choices=oracles,
-                        metavar="NAME", help=" ".join(oracles))
-    common.add_argument("--comparator", choices=["simulated", "bundled", "openai"], default="simulated")
-    common.add_argument("--mode", choices=["query_likelihood", "ab"], default="query_likelihood",
-                        help="bundled model mode (default: %(default)s)")
-    common.add_argument("--batch-size", type=_count(), default=8, help="bundled model batch size")
-    common.add_argument("--sim-params", type=_sim_knobs, help="simulator knobs as JSON or a calibration JSON file "
-                        "(default: the committed calibration; the judge's seed is --judge-seed)")
-    common.add_argument("--model", help="model name for --comparator openai")
-    common.add_argument("--base-url", help="endpoint for --comparator openai")
-    common.add_argument("--api-key", help="key for --comparator openai (default: $OPENAI_API_KEY)")
-    add_judge_args(common)  # --max-reply-bytes, --judge-timeout, --judge-retries: rerank's, one definition
-    common.add_argument("--cache", help="sqlite answer cache (default OUT/answers.sqlite)")
-    common.add_argument("--judge-seed", type=_count(None), default=0,
-                        help="simulated judge's noise realisation (default 0)")
-    common.add_argument("--judge", action="append", default=[], metavar="NAME",
-                        help="a judge of activeprp_bench.judges answers instead of the calibrated simulator "
-                        "(repeatable; rows gain its name in the judge column; see docs/bench-judges.md)")
-    common.add_argument("--judges", choices=["family"],
-                        help="every judge of the family that covers the collections at --depth")
+    ranking.add_argument("--rankers", nargs="+", default=list(PAPER_RANKERS), choices=rankers, metavar="NAME",
+                         help="the core's rankers and the bench's variants: " + " ".join(rankers)
+                         + " (default: the paper's six, " + " ".join(PAPER_RANKERS) + ")")
+    ranking.add_argument("--oracles", nargs="+", default=["bidirectional", "randomized"], choices=oracles,
+                         metavar="NAME", help=" ".join(oracles) + " (default: bidirectional randomized)")
+    sim = argparse.ArgumentParser(add_help=False)
+    sim.add_argument("--sim-params", type=_sim_knobs, action=Given, help="simulator knobs as JSON or a calibration "
+                     "JSON file (default: the committed calibration; the judge's seed is --judge-seed)")
+    sim.add_argument("--judge-seed", type=_count(None), default=0, action=Given,
+                     help="the simulated judge's noise realisation, or a bench judge's (default 0)")
+    local = argparse.ArgumentParser(add_help=False)
+    local.add_argument("--mode", choices=["query_likelihood", "ab"], default="query_likelihood", action=Given,
+                       help="bundled model mode (default: %(default)s)")
+    local.add_argument("--batch-size", type=_count(), default=8, action=Given,
+                       help="bundled model batch size (default 8)")
+    remote = argparse.ArgumentParser(add_help=False)
+    remote.add_argument("--model", action=Given, help="model name for --comparator openai")
+    remote.add_argument("--base-url", action=Given, help="endpoint for --comparator openai")
+    remote.add_argument("--api-key", action=Given, help="key for --comparator openai (default: $OPENAI_API_KEY)")
+    add_judge_args(remote)  # --max-reply-bytes, --judge-timeout, --judge-retries: rerank's, one definition
+    remote.add_argument("--cache", action=Given,
+                        help="bundled/openai: sqlite answer cache (default OUT/answers.sqlite)")
+    bench_judges = argparse.ArgumentParser(add_help=False)
+    bench_judges.add_argument("--judge", action="append", default=[], metavar="NAME",
+                              help="a judge of activeprp_bench.judges answers instead of the calibrated simulator "
+                              "(repeatable; rows gain its name in the judge column; see docs/bench-judges.md)")
+    bench_judges.add_argument("--judges", choices=["family"],
+                              help="every judge of the family that covers the collections at --depth")
+    models = argparse.ArgumentParser(add_help=False)  # grid's and flip's choice of judge
+    models.add_argument("--comparator", choices=["simulated", "bundled", "openai"], default="simulated",
+                        help="simulated: the calibrated simulator (--sim-params); bundled: the bundled SmolLM2-135M "
+                        "(--mode); openai: an OpenAI-compatible endpoint (--model, --base-url) (default: "
+                        "%(default)s)")
     cells = argparse.ArgumentParser(add_help=False)
     cells.add_argument("--budgets", nargs="+", type=_count(0, none=True), default=list(PAPER_BUDGETS),
-                       help="per-query call budgets (none = unlimited)")
+                       help="per-query call budgets (none = unlimited; default: the paper's, "
+                       + " ".join(map(str, PAPER_BUDGETS)) + ")")
     cells.add_argument("--max-rounds", nargs="+", type=_count(0, none=True), default=[None],
                        help="per-query round caps (none or -1 = no cap; default none)")
-    cells.add_argument("--top-k", type=_count(), default=10)
-    grid = _mode(modes, "grid", parents=[common, cells], about=(
+    cells.add_argument("--top-k", type=_count(), default=10,
+                       help="K: the top the rankers find and the nDCG cut-off (default 10)")
+    grid = _mode(modes, "grid", parents=[data, ranking, models, sim, local, remote, bench_judges, cells], about=(
         "Run the grid; write rows.csv.gz (rows.csv.xz with judges), tables.md and plots. Every ranker x oracle x "
         "budget x round cap reranks each judged query of the collections (the randomized oracle once per seed "
         "of --seeds), judged by the calibrated simulator unless --comparator, --judge or --judges chooses "
@@ -689,7 +747,8 @@ def add_parser(subparsers) -> None:
     grid.add_argument("--from-csv", nargs="+", type=_existing_file,
                       help="re-make the tables and plots from rows.csv[.gz|.xz] files")
     grid.add_argument("--no-paper", action="store_true", help="do not print the paper's values in the table")
-    grid.add_argument("--bootstrap-seed", type=_count(None), default=0)
+    grid.add_argument("--bootstrap-seed", type=_count(None), default=0,
+                      help="seed of the bootstrap CIs and paired tests (default 0)")
     grid.add_argument("--paired", nargs="*", type=_pair,
                       default=PAIRED, metavar="A:B",
                       help="rankers to compare by paired bootstrap over queries (default: " + " ".join(PAIRED)
@@ -699,46 +758,52 @@ def add_parser(subparsers) -> None:
     grid.add_argument("--compare", nargs="*", type=_cell_pair, default=[], metavar="A:B",
                       help="cells compared by paired bootstrap, each ranker/oracle/budget/max_rounds (-1 = no cap; "
                            "ranker 'best' = the best non-auto row at that budget and cap)")
-    grid.add_argument("--jobs", type=_count(), default=1,
+    grid.add_argument("--jobs", type=_count(), default=1, action=Given,
                       help="with --judge/--judges: worker processes, one judge x ranker x oracle each (default 1)")
-    grid.add_argument("--rows-cache", help="with --judge/--judges: directory of cached rows, one JSON file per judge "
-                      "x ranker x oracle; only cells not stored are computed (default OUT/rows_cache)")
-    grid.add_argument("--refresh", nargs="+", default=[], metavar="NAME",
+    grid.add_argument("--rows-cache", action=Given, help="with --judge/--judges: directory of cached rows, one JSON "
+                      "file per judge x ranker x oracle; only cells not stored are computed (default OUT/rows_cache)")
+    grid.add_argument("--refresh", nargs="+", default=[], metavar="NAME", action=Given,
                       help="with --rows-cache: judge or oracle names whose cached rows are recomputed")
-    grid.add_argument("--judge-tag", default="", metavar="TAG",
+    grid.add_argument("--judge-tag", default="", metavar="TAG", action=Given,
                       help="with --judge/--judges: label the rows' judge NAME@TAG (e.g. the collection), so that a "
                       "judge on other collections is another member of the family in the regret reports")
     grid.set_defaults(func=_grid)
-    cal = _mode(modes, "calibrate", parents=[common], about=(
+    cal = _mode(modes, "calibrate", parents=[data, sim], about=(
         "Fit the simulator to the paper's judge. At the given --pair-noise, position_bias is fitted to the "
         "paper's order-effect flip rate and doc_noise to its converged nDCG@10 on the collections; the knobs, "
         "the values measured with them and the --judge-seed they were measured at are written to "
         "OUT/calibration_pair_noise_P.json and printed. With --check "
         "nothing is fitted: the flip rate and converged quality of --sim-params are measured instead "
         "(OUT/calibration_check.json)."))
-    cal.add_argument("--pair-noise", type=seconds(allow_none=False, unit="noise"), default=0.5,
+    cal.add_argument("--pair-noise", type=seconds(allow_none=False, unit="noise"), default=0.5, action=Given,
                      help="the simulator's noise per ordered prompt, >= 0 (default %(default)s)")
     cal.add_argument("--check", action="store_true", help="no fit: measure flip rate and converged quality of "
                      "--sim-params (default: the committed calibration)")
     cal.set_defaults(func=_calibrate)
-    over = _mode(modes, "overhead", parents=[common], about=(
+    over = _mode(modes, "overhead", parents=[data, ranking, local], about=(
         "Measure scheduling µs/call and comparator calls/s. The engine's and ranker's own time per call of "
         "each ranker x oracle (at each of --budgets) is measured against a judge that costs nothing, over "
         "--repeats runs on synthetic candidates; with --comparator bundled, the bundled model's calls per "
         "second too, one pair at a time and batched. The table is written to OUT/overhead.md and printed."))
-    over.add_argument("--repeats", type=_count(), default=20)
+    over.add_argument("--comparator", choices=["simulated", "bundled"], default="simulated",
+                      help="bundled: measure the bundled model's calls per second too, on the first query of the "
+                      "first of --collections under --data (default: %(default)s, scheduling only)")
+    over.add_argument("--repeats", type=_count(), default=20,
+                      help="seeded runs per ranker x oracle (default 20)")
     over.add_argument("--budgets", nargs="+", type=_count(1, none=True), default=[None],
                       help="per-query call budgets to measure at (none = unlimited, the default)")
-    over.add_argument("--throughput-pairs", type=_count(), default=16)
+    over.add_argument("--throughput-pairs", type=_count(), default=16, action=Given,
+                      help="bundled: disjoint candidate pairs timed (default 16)")
     over.set_defaults(func=_overhead)
-    flip = _mode(modes, "flip", parents=[common], about=(
+    flip = _mode(modes, "flip", parents=[data, models, sim, local, remote, bench_judges], about=(
         "Measure a comparator's order-effect flip rate. For --pairs-per-query random candidate pairs of each "
         "judged query both slot orders are asked; a pair flips when the same slot wins both times. The rate of "
         "each judge is written to OUT/flip_NAME.md and printed."))
-    flip.add_argument("--pairs-per-query", type=_count(), default=4)
-    flip.add_argument("--seed", type=_count(None), default=0)
+    flip.add_argument("--pairs-per-query", type=_count(), default=4,
+                      help="random candidate pairs per judged query, each asked in both slot orders (default 4)")
+    flip.add_argument("--seed", type=_count(None), default=0, help="seed of the pairs drawn (default 0)")
     flip.set_defaults(func=_flip)
-    wall = _mode(modes, "walltime", parents=[common, cells], about=(
+    wall = _mode(modes, "walltime", parents=[data, ranking, sim, bench_judges, cells], about=(
         "Measure wall time per query against a sleeping comparator. Each query x ranker x oracle x budget x "
         "round cap is reranked by a judge that sleeps --latency seconds per call with --in-flight calls at "
         "once, and the measured seconds are set beside the modelled ones (the sum over rounds of "
@@ -784,8 +849,10 @@ BENCH_MODULES = ("numpy", "matplotlib", "bm25s", "ir_measures", "pyarrow")
 
 
 def _with_bench_extra(handler):
+    """``handler`` after the check for the bench extra and for flags the mode does not read (``_refuse_unused``)."""
     def run(args: argparse.Namespace) -> int:
         require_extra(f"activeprp bench {args.bench_mode}", BENCH_EXTRA, *BENCH_MODULES)
+        _refuse_unused(args)
         return handler(args)
 
     return run

@@ -197,3 +197,83 @@ def test_cache_identity_keys_the_openai_judges_answer_kind_away_from_its_default
     keys = {judge(), judge(logprobs=True, top_logprobs=TOP_LOGPROBS), judge(logprobs=False),
             judge(top_logprobs=TOP_LOGPROBS + 1)}
     assert judge() == judge(logprobs=True, top_logprobs=TOP_LOGPROBS) and len(keys) == 3
+
+
+_SMALL = ["--collections", "noveleval", "--queries", "1", "--depth", "4"]
+_CELLS = ["--rankers", "mohajer", "--oracles", "randomized", "--budgets", "4"]
+_GRID = ["grid", *_SMALL, *_CELLS, "--seeds", "1", "--no-progress", "--no-paper"]
+_DEAD = ["--comparator", "openai", "--model", "m", "--base-url", "http://127.0.0.1:9/v1", "--judge-retries", "0"]
+_KNOBS = ["--sim-params", '{"doc_noise": 5.0, "position_bias": 3.0}']
+
+
+@needs_data
+@pytest.mark.parametrize(("argv", "says"), [
+    ([*_GRID, "--judge", "calibrated", *_KNOBS], "--sim-params needs the calibrated simulator: --judge/--judges "
+     "answer instead"),
+    (["walltime", *_SMALL, *_CELLS, "--latency", "0.001", "--judge", "calibrated", *_KNOBS],
+     "--sim-params needs the calibrated simulator: --judge/--judges answer instead"),
+    ([*_GRID, *_DEAD, *_KNOBS], "--sim-params needs --comparator simulated: --comparator openai does not use it"),
+    ([*_GRID, *_DEAD, "--judge-seed", "1"], "--judge-seed needs --comparator simulated: --comparator openai does "
+     "not use it"),
+    ([*_GRID, "--model", "m"], "--model needs --comparator openai: --comparator simulated does not use it"),
+    ([*_GRID, "--mode", "ab"], "--mode needs --comparator bundled: --comparator simulated does not use it"),
+    ([*_GRID, "--cache", "x.sqlite"], "--cache needs --comparator bundled or openai: --comparator simulated does not "
+     "use it"),
+    (["flip", *_SMALL, "--batch-size", "4"], "--batch-size needs --comparator bundled: --comparator simulated does "
+     "not use it"),
+    ([*_GRID, "--jobs", "2"], "--jobs needs --judge or --judges: only a grid of bench judges reads it"),
+    ([*_GRID, "--rows-cache", "rc"], "--rows-cache needs --judge or --judges: only a grid of bench judges reads it"),
+    ([*_GRID, "--refresh", "randomized"], "--refresh needs --judge or --judges: only a grid of bench judges reads it"),
+    ([*_GRID, "--judge-tag", "t"], "--judge-tag needs --judge or --judges: only a grid of bench judges reads it"),
+    (["calibrate", *_SMALL, *_KNOBS], "--sim-params needs --check: the fit starts from its own knobs"),
+    (["calibrate", *_SMALL, "--check", "--pair-noise", "1.0"], "--pair-noise needs no --check: --check measures "
+     "--sim-params, its pair_noise too"),
+    (["overhead", "--data", "{data}", "--rankers", "mohajer", "--oracles", "randomized", "--repeats", "1"],
+     "--data needs --comparator bundled: overhead reads a collection only to time the model"),
+    (["overhead", "--throughput-pairs", "4", "--rankers", "mohajer", "--oracles", "randomized", "--repeats", "1"],
+     "--throughput-pairs needs --comparator bundled: --comparator simulated does not use it"),
+    (["calibrate", *_SMALL, "--check", "--judge", "nosuch"], "unrecognized arguments: --judge nosuch"),
+    (["calibrate", *_SMALL, "--check", "--comparator", "openai"], "unrecognized arguments: --comparator openai"),
+    (["calibrate", *_SMALL, "--check", "--rankers", "mohajer"], "unrecognized arguments: --rankers mohajer"),
+    (["overhead", "--judge", "calibrated", "--repeats", "1"], "unrecognized arguments: --judge calibrated"),
+    (["overhead", "--comparator", "openai", "--repeats", "1"], "argument --comparator: invalid choice: 'openai' "
+     "(choose from 'simulated', 'bundled')"),
+    (["calibrate", *_SMALL, "--check", "--judge", "1"], "unrecognized arguments: --judge 1"),  # not --judge-seed 1
+    (["walltime", *_SMALL, *_CELLS, "--latency", "0.001", "--comparator", "bundled"],
+     "unrecognized arguments: --comparator bundled"),
+    (["flip", *_SMALL, "--rankers", "mohajer"], "unrecognized arguments: --rankers mohajer"),
+])
+def test_a_flag_the_mode_does_not_read_is_a_usage_error(tmp_path, capsys, argv, says):
+    """Every mode took every flag, and several read only some of them: ``--sim-params`` with a bench judge, the
+    openai flags with the simulator, ``calibrate --judge nosuch --comparator openai``, ``walltime --comparator
+    bundled`` (which ran the simulator) exited 0 as if the flag had been applied (review s68e #6). Now each mode
+    has only its own flags, and a flag the other flags given make idle is refused, before any work."""
+    out = tmp_path / "out"
+    try:
+        code = main(["bench", *[a.replace("{data}", str(DATA)) for a in argv],
+                     *(["--data", str(DATA)] if argv[0] != "overhead" else []), "--out", str(out)])
+    except SystemExit as exit_:  # argparse's own error
+        code = exit_.code
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err and not out.exists()
+    assert err.splitlines()[-1].endswith(says) and "error: " in err.splitlines()[-1], err
+
+
+def test_every_bench_flag_has_help_and_the_grid_states_its_defaults():
+    """``--top-k``, ``--bootstrap-seed``, ``--repeats``, ``--throughput-pairs``, ``--pairs-per-query`` and
+    ``--seed`` had no help, and grid's main axes and ``--out`` did not say their defaults (review s68e #7, #8)."""
+    import argparse
+
+    from activeprp_cli import build_parser
+
+    bench = next(a for a in build_parser("bench")._actions if isinstance(a, argparse._SubParsersAction))
+    modes = next(a for a in bench.choices["bench"]._actions if isinstance(a, argparse._SubParsersAction)).choices
+    bare = [f"{name} {a.option_strings[0]}" for name, mode in modes.items() for a in mode._actions
+            if a.option_strings and not a.help]
+    assert not bare
+    grid = " ".join(modes["grid"].format_help().split())
+    for default in ("output directory (default: benchmarks/results/latest, under the current directory)",
+                    "(default: dl19 dl20)", "(default: the paper's six, mohajer mohajer_bubble pac_bubble bubblesort "
+                    "heapsort quicksort)", "(default: bidirectional randomized)",
+                    "default: the paper's, 100 150 200 250 300 350 400 450 500)"):
+        assert default in grid
