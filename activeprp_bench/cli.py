@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from activeprp_cli import progress_wanted, require_extra
-from activeprp_cli.rerank import Given, add_judge_args, count, judge_options, refuse_unused, seconds
+from activeprp_cli.rerank import Given, add_judge_args, count, judge_options, model_bars, refuse_unused, seconds
 from activeprp_cli.rerank_run import check_out, out_name
 from activeprp_cli.trecfiles import STDOUT, json_type, read_json
 from activeprp_core.errors import InputError, scrub
@@ -406,8 +406,9 @@ def _grid(args) -> int:
                                    judge_seed=args.judge_seed, cache=args.rows_cache or out / "rows_cache",
                                    jobs=args.jobs, refresh=args.refresh, tag=args.judge_tag)
         else:
-            rows = run_grid(colls, _comparator_for(args, out), args.rankers, args.oracles, budgets, seeds,
-                            args.top_k, progress=progress_wanted(args.no_progress), max_rounds=args.max_rounds)
+            with model_bars(args, progress_wanted(args.no_progress)):
+                rows = run_grid(colls, _comparator_for(args, out), args.rankers, args.oracles, budgets, seeds,
+                                args.top_k, progress=progress_wanted(args.no_progress), max_rounds=args.max_rounds)
         if judges:  # millions of slim rows: xz, a third of gzip's size; it replaces this grid's older .gz file
             write_csv(rows, out / "rows.csv.xz", SLIM_COLUMNS)
             (out / "rows.csv.gz").unlink(missing_ok=True)
@@ -445,8 +446,8 @@ def _config(args, budgets) -> dict:
             return [clean(v) for v in value]
         return scrub(value, secrets) if isinstance(value, str) else value
 
-    options = {k: clean(v) for k, v in vars(args).items() if k not in ("func", "given_flags")}
-    return {"argv": clean(sys.argv[1:]), "budgets": budgets, **options}
+    options = {k: clean(v) for k, v in vars(args).items() if k not in ("func", "given_flags", "budgets")}
+    return {"argv": clean(sys.argv[1:]), "budgets": budgets, **options}  # the budgets as given are in argv
 
 
 def _baseline(args, top_k: int = 10) -> str:
@@ -485,11 +486,12 @@ def _flip(args) -> int:
     colls, judges = _collections(args), _judges(args)
     out = _out_dir(args.out)
     for judge in judges or [""]:
-        rate, pairs = measured_flip_rate(_comparator_for(args, out, judge), colls,
-                                         args.pairs_per_query, random.Random(args.seed))
-        name = judge or args.comparator + (args.mode if args.comparator == "bundled" else "")
+        with model_bars(args, progress_wanted(False)):  # flip has no --no-progress: a bar on a terminal only
+            rate, pairs = measured_flip_rate(_comparator_for(args, out, judge), colls,
+                                             args.pairs_per_query, random.Random(args.seed))
+        name = judge or args.comparator + (f" {args.mode}" if args.comparator == "bundled" else "")
         text = f"{name}: flip rate {100 * rate:.1f}% of {pairs} pairs (both slot orders asked)\n"
-        (out / f"flip_{name}.md").write_text(text)
+        (out / f"flip_{name.replace(' ', '')}.md").write_text(text)
         print(text)
     return 0
 

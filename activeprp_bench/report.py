@@ -293,6 +293,15 @@ def _pyplot():
 LEGEND_INSIDE = 12
 
 
+def _log_scale(ax, values) -> None:
+    """A log x axis, or a symmetric log one (linear below 1) where a value is 0: a cell that made no call (budget
+    0, round cap 0) has 0 rounds, which a log axis drops with a warning."""
+    if min(values, default=1) > 0:
+        ax.set_xscale("log")
+    else:
+        ax.set_xscale("symlog", linthresh=1)
+
+
 def plot(s: Summary, path: str | Path, x: str = "budget", top_k: int = 10) -> None:
     """PNG: nDCG@``top_k`` (%) against the budget (``x="budget"``) or against mean rounds per query
     (``x="rounds"``), one panel per oracle, one line per ranker (and round cap), CI bands for multi-seed rows.
@@ -321,7 +330,7 @@ def plot(s: Summary, path: str | Path, x: str = "budget", top_k: int = 10) -> No
         ax.set_title(f"{oracle} oracle")
         ax.set_xlabel("LLM-call budget per query" if x == "budget" else "sequential rounds per query (mean)")
         if x == "rounds":
-            ax.set_xscale("log")
+            _log_scale(ax, [s.rounds[k] for k in s.keys])
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel(f"nDCG@{top_k} (%)")
     handles, labels = axes[0][-1].get_legend_handles_labels()
@@ -355,7 +364,7 @@ def pareto_plot(s: Summary, path: str | Path) -> None:
                         xytext=(2, 2), textcoords="offset points")
         ax.set_xlabel("LLM calls per query (mean)" if what == "calls" else "sequential rounds per query (mean)")
         if what == "rounds":
-            ax.set_xscale("log")
+            _log_scale(ax, [values[k] for k in s.keys])
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("nDCG (%)")
     axes[0].legend(fontsize=8)

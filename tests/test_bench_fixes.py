@@ -4,6 +4,7 @@ calibration's order, flags a mode or combination does not use, and the small one
 from __future__ import annotations
 
 import ast
+import json
 import os
 import socket
 import subprocess
@@ -277,3 +278,53 @@ def test_every_bench_flag_has_help_and_the_grid_states_its_defaults():
                     "heapsort quicksort)", "(default: bidirectional randomized)",
                     "default: the paper's, 100 150 200 250 300 350 400 450 500)"):
         assert default in grid
+
+
+def _simulator_for_bundled(seen: list):
+    """A stand-in for ``cli._comparator_for`` (no model loaded): the simulator, recording whether transformers'
+    progress bars were on when the comparator was built."""
+    from activeprp_bench.grid import simulator_factory
+    from activeprp_core.comparators.simulated import CALIBRATED_PARAMS
+
+    def comparator_for(args, out, judge=""):
+        from transformers.utils import logging as hf_logging
+
+        seen.append(hf_logging.is_progress_bar_enabled())
+        return lambda c: simulator_factory(c, CALIBRATED_PARAMS, 0)
+
+    return comparator_for
+
+
+@needs_data
+def test_flip_label_keeps_its_space_and_the_bundled_models_bars_stay_off_the_file(tmp_path, capsys, monkeypatch):
+    """``flip --comparator bundled`` printed ``bundledquery_likelihood: flip rate ...`` since 212d203 (the committed
+    files say ``bundled query_likelihood``; their file name has no space), and the bench drew transformers'
+    "Loading weights" bar into a stderr that is no terminal (review s68e #8)."""
+    pytest.importorskip("transformers")
+    seen: list = []
+    monkeypatch.setattr("activeprp_bench.cli._comparator_for", _simulator_for_bundled(seen))
+    assert main(["bench", "flip", "--data", str(DATA), *_SMALL, "--comparator", "bundled", "--out",
+                 str(tmp_path)]) == 0
+    text = (tmp_path / "flip_bundledquery_likelihood.md").read_text()
+    assert text.startswith("bundled query_likelihood: flip rate ") and text in capsys.readouterr().out
+    assert main(["bench", *_GRID, "--data", str(DATA), "--comparator", "bundled", "--out", str(tmp_path / "g")]) == 0
+    assert seen == [False, False]
+
+
+@needs_data
+def test_config_records_the_budgets_run_and_a_no_call_cell_plots_without_warnings(tmp_path, monkeypatch):
+    """With ``--scale-budgets`` config.json said the budgets given (100) while the rows ran the scaled ones (6);
+    a cell of 0 calls (round cap 0: 0 rounds) made matplotlib warn twice that it cannot log-scale (review s68e
+    #8)."""
+    import warnings
+
+    out = tmp_path / "out"
+    argv = ["bench", "grid", "--data", str(DATA), "--collections", "noveleval", "--queries", "2", "--depth", "6",
+            "--rankers", "mohajer", "--oracles", "bidirectional", "--budgets", "100", "--max-rounds", "0",
+            "--seeds", "1", "--scale-budgets", "--judge-seed", "1", "--no-progress", "--out", str(out)]
+    monkeypatch.setattr(sys, "argv", ["activeprp", *argv])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert main(argv) == 0
+    config = json.loads((out / "config.json").read_text())
+    assert config["budgets"] == [6] and "given_flags" not in config and "--budgets 100" in " ".join(config["argv"])
