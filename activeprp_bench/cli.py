@@ -251,7 +251,8 @@ _COMPARATOR_FLAGS = {"mode": ("bundled",), "batch_size": ("bundled",), "throughp
                      "cache": ("bundled", "openai"), "sim_params": ("simulated",), "judge_seed": ("simulated",)}
 
 #: grid's flags that only a grid of bench judges (the family grid) reads.
-_FAMILY_FLAGS = ("jobs", "rows_cache", "refresh", "judge_tag")
+# --jobs is not among them: a resource setting, harmless where unread, and committed commands give it to plain grids
+_FAMILY_FLAGS = ("rows_cache", "refresh", "judge_tag")
 
 
 def _refuse_unused(args) -> None:
@@ -761,7 +762,8 @@ def add_parser(subparsers) -> None:
                       help="cells compared by paired bootstrap, each ranker/oracle/budget/max_rounds (-1 = no cap; "
                            "ranker 'best' = the best non-auto row at that budget and cap)")
     grid.add_argument("--jobs", type=_count(), default=1, action=Given,
-                      help="with --judge/--judges: worker processes, one judge x ranker x oracle each (default 1)")
+                      help="with --judge/--judges: worker processes, one judge x ranker x oracle each; other grids run "
+                      "in one process and leave it unread (default 1)")
     grid.add_argument("--rows-cache", action=Given, help="with --judge/--judges: directory of cached rows, one JSON "
                       "file per judge x ranker x oracle; only cells not stored are computed (default OUT/rows_cache)")
     grid.add_argument("--refresh", nargs="+", default=[], metavar="NAME", action=Given,

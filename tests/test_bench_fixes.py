@@ -222,7 +222,6 @@ _KNOBS = ["--sim-params", '{"doc_noise": 5.0, "position_bias": 3.0}']
      "use it"),
     (["flip", *_SMALL, "--batch-size", "4"], "--batch-size needs --comparator bundled: --comparator simulated does "
      "not use it"),
-    ([*_GRID, "--jobs", "2"], "--jobs needs --judge or --judges: only a grid of bench judges reads it"),
     ([*_GRID, "--rows-cache", "rc"], "--rows-cache needs --judge or --judges: only a grid of bench judges reads it"),
     ([*_GRID, "--refresh", "randomized"], "--refresh needs --judge or --judges: only a grid of bench judges reads it"),
     ([*_GRID, "--judge-tag", "t"], "--judge-tag needs --judge or --judges: only a grid of bench judges reads it"),
@@ -328,3 +327,20 @@ def test_config_records_the_budgets_run_and_a_no_call_cell_plots_without_warning
         assert main(argv) == 0
     config = json.loads((out / "config.json").read_text())
     assert config["budgets"] == [6] and "given_flags" not in config and "--budgets 100" in " ".join(config["argv"])
+
+
+def test_committed_grid_commands_pass_the_flag_checks_as_recorded():
+    """``--jobs`` is a resource setting: a plain grid leaves it unread, harmlessly, and the committed
+    ``latency_auto`` commands give it (``--jobs 2``). Refusing it made those recorded commands fail when run by hand;
+    every committed grid's ``argv`` passes the flag checks as it was recorded (its paths aside)."""
+    from activeprp_bench.cli import _refuse_unused
+    from activeprp_cli import build_parser
+
+    results = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+    configs = sorted(results.glob("latency_auto/*/config.json"))
+    assert configs
+    for config in configs:
+        argv = json.loads(config.read_text())["argv"]
+        assert "--jobs" in argv
+        argv[argv.index("--data") + 1] = str(DATA)
+        _refuse_unused(build_parser("bench").parse_args(argv))  # raises InputError on a refused flag
