@@ -873,7 +873,8 @@ def test_one_callers_documents_cannot_open_the_breaker_for_all_but_a_judge_off_t
     if everyone:  # the probe got no answer either: the judge is off the point for all, and the breaker opens
         assert ready.status_code == 503 and after.status_code == 503
         assert after.json()["message"].count("circuit breaker open") == 1
-        assert "answer 'I'), and the breaker's probe got no answer either" in judge_log(caplog, after)
+        said = judge_log(caplog, after)
+        assert "unparseable answer 'I'" in said and "), and the breaker's probe got no answer either" in said
     else:
         assert ready.status_code == 200 and after.status_code == 200
         assert len(after.json()["results"]) == 6 and probed >= 3 * SERVER_BREAKER
