@@ -111,8 +111,13 @@ def serve_command(monkeypatch, argv: list[str], servers: list | None = None) -> 
     apps: list = []
     servers = [] if servers is None else servers
     monkeypatch.setattr(protocol, "bind_sockets", lambda host, port: [])
-    monkeypatch.setattr(uvicorn.Server, "run",
-                        lambda server, sockets=None: (apps.append(server.config.app), servers.append(server)))
+
+    def run(server, sockets=None):  # as if it served until stopped
+        apps.append(server.config.app)
+        servers.append(server)
+        server.started = True
+
+    monkeypatch.setattr(uvicorn.Server, "run", run)
     monkeypatch.setattr(uvicorn.Config, "configure_logging", lambda config: None)
     assert main(["serve", *argv]) == 0
     return apps

@@ -4,6 +4,7 @@ $PROMETHEUS_MULTIPROC_DIR (exit 2)."""
 
 import contextlib
 import errno
+import logging
 import os
 import socket
 import subprocess
@@ -30,6 +31,21 @@ def judges(monkeypatch):
                                                                                       or built[-1]))
     monkeypatch.setattr(uvicorn.Config, "configure_logging", lambda config: None)
     return built
+
+
+@pytest.fixture
+def uvicorn_log():
+    """The messages of uvicorn's server log (``uvicorn.error``, INFO and up) as (level, message)."""
+    records: list = []
+    handler = logging.Handler(logging.INFO)
+    handler.emit = lambda record: records.append((record.levelname, record.getMessage()))
+    logger = logging.getLogger("uvicorn.error")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    yield records
+    logger.removeHandler(handler)
+    logger.setLevel(level)
 
 
 def test_a_port_taken_is_one_line_and_exit_2_before_the_judge_is_built(judges, capsys):
@@ -87,6 +103,35 @@ def test_an_app_start_up_that_fails_is_one_line_and_exit_1(judges, monkeypatch, 
     assert capsys.readouterr().err.endswith("activeprp: error: the server did not start: its application start-up "
                                             "failed (the log above says why)\n")
     assert len(judges) == 1
+
+
+def test_an_older_uvicorn_serves_and_its_start_up_failure_is_one_line_and_exit_1(judges, monkeypatch, capsys,
+                                                                                 uvicorn_log):
+    """The serve extra allows uvicorn 0.29; ``uvicorn.config.STARTUP_FAILURE`` exists only since 0.50, and importing
+    it made the command say that the serve extra was missing (exit 2). Before 0.50 a failed start-up returns from
+    ``Server.startup`` (``uvicorn.run`` exited 3): the command then logged "Uvicorn running on" and exited 0."""
+    import uvicorn.config
+
+    monkeypatch.delattr(uvicorn.config, "STARTUP_FAILURE", raising=False)
+    new_startup = uvicorn.Server.startup
+
+    async def old_startup(self, sockets=None):  # uvicorn < 0.50: no sys.exit(3) there
+        try:
+            await new_startup(self, sockets)
+        except SystemExit:
+            self.should_exit = True
+
+    async def broken(self):
+        raise RuntimeError("injected")
+
+    monkeypatch.setattr(uvicorn.Server, "startup", old_startup)
+    monkeypatch.setattr(RerankService, "start", broken)
+    assert main(["serve", "--comparator", "simulated", "--port", "0"]) == 1
+    assert capsys.readouterr().err.endswith("activeprp: error: the server did not start: its application start-up "
+                                            "failed (the log above says why)\n")
+    said = [message for _, message in uvicorn_log]
+    assert "Waiting for application startup." in said
+    assert not [m for m in said if m.startswith("Uvicorn running on")]
 
 
 def test_a_prometheus_multiproc_dir_that_is_no_directory_is_one_line_and_exit_2(tmp_path):

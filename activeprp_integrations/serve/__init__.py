@@ -338,6 +338,11 @@ def log_config() -> dict[str, Any]:
     return config
 
 
+STARTUP_FAILURE = 3
+"""uvicorn's exit status when the app's start-up failed: ``uvicorn.config.STARTUP_FAILURE`` since uvicorn 0.50
+(``uvicorn.main``'s before, the same 3); not imported, so that the serve extra's older uvicorn works. Before 0.50,
+``Server.run`` returns there instead (``uvicorn.run`` exited 3), its ``started`` false."""
+
 _LISTEN_HINTS = {
     errno.EADDRINUSE: "another process listens there: stop it, or pass another --port",
     errno.EACCES: "a port below 1024 needs privileges: pass another --port (e.g. 8080)",
@@ -394,7 +399,6 @@ def main(args: argparse.Namespace) -> int:
     """
     try:
         import uvicorn
-        from uvicorn.config import STARTUP_FAILURE
 
         from activeprp_cli.rerank_run import sigterm_exits
 
@@ -425,12 +429,13 @@ def main(args: argparse.Namespace) -> int:
                                 http=head_timeout_protocol(args.client_timeout))
         # uvicorn re-raises the signal that stopped it once its graceful shutdown is done, to the handler it found
         # at its start: Ctrl-C's KeyboardInterrupt; SIGTERM's default handler would end the process there (-15)
+        server = DrainingServer(config, app.state.service)
         try:
             with sigterm_exits(0), contextlib.suppress(KeyboardInterrupt):
-                DrainingServer(config, app.state.service).run(sockets=sockets)
+                server.run(sockets=sockets)
         except SystemExit as stop:
-            if stop.code == STARTUP_FAILURE:  # uvicorn's exit when the app's start-up failed (it logged why)
-                return fail("the server did not start: its application start-up failed (the log above says why)", 1)
-            if stop.code != 0:  # not SIGTERM's
+            if stop.code not in (0, STARTUP_FAILURE):  # 0: SIGTERM's
                 raise
+        if not server.started:  # the app's start-up failed (uvicorn logged why)
+            return fail("the server did not start: its application start-up failed (the log above says why)", 1)
     return 0

@@ -105,7 +105,7 @@ class DrainingServer(Server):
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
-        if sockets:  # uvicorn says where it listens only when it bound the sockets itself
+        if sockets and self.started:  # uvicorn says where it listens only when it bound the sockets itself
             host = self.config.host
             logging.getLogger("uvicorn.error").info(
                 "Uvicorn running on http://%s:%d (Press CTRL+C to quit)", f"[{host}]" if ":" in host else host,
