@@ -134,6 +134,36 @@ def test_an_older_uvicorn_serves_and_its_start_up_failure_is_one_line_and_exit_1
     assert not [m for m in said if m.startswith("Uvicorn running on")]
 
 
+def test_a_port_another_server_takes_while_the_judge_loads_is_one_line_and_exit_2(judges, monkeypatch, capsys,
+                                                                                  uvicorn_log):
+    """The sockets are bound, not listening, so the port is not reserved: a server that sets ``SO_REUSEADDR``
+    (uvicorn, nginx, a second ``activeprp serve``) binds and listens there while the judge loads. listen() then
+    raised a 78-line traceback (exit 1) after the judge was built, and the app's lifespan, cancelled, logged an
+    ERROR; now the line is that of a port taken before, the app shut down, the other server left serving."""
+    bound: list = []
+    bind, build = serve.listen_sockets, serve.make_comparator
+    other = socket.socket()
+
+    def taken_meanwhile(args):
+        other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        other.bind(bound[0].getsockname())
+        other.listen()
+        return build(args)
+
+    monkeypatch.setattr(serve, "listen_sockets", lambda host, port: bound.extend(bind(host, port)) or bound)
+    monkeypatch.setattr(serve, "make_comparator", taken_meanwhile)
+    with other:
+        assert main(["serve", "--comparator", "simulated", "--port", "0"]) == 2
+        port = other.getsockname()[1]
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            pass  # the other server still listens
+    assert capsys.readouterr().err == (f"activeprp: error: cannot listen on 127.0.0.1:{port}: address already in "
+                                       "use: another process listens there: stop it, or pass another --port\n")
+    assert len(judges) == 1 and all(sock.fileno() == -1 for sock in bound)
+    assert [m for level, m in uvicorn_log if level == "ERROR"] == []
+    assert "Application shutdown complete." in [m for _, m in uvicorn_log]
+
+
 def test_a_prometheus_multiproc_dir_that_is_no_directory_is_one_line_and_exit_2(tmp_path):
     """prometheus-client reads the variable as it is imported and wrote the app's first metric there: a traceback
     (FileNotFoundError), exit 1. The service never reads that directory (one registry per app)."""

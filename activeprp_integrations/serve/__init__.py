@@ -359,14 +359,20 @@ def listen_sockets(host: str, port: int) -> list[socket.socket]:
     """
     from .protocol import bind_sockets
 
-    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     try:
         return bind_sockets(host, port)
     except OSError as err:
-        reason = (err.strerror or str(err)).lower()
-        hint = (f"--host {host!r} must name this machine (an address of one of its interfaces, or a name that "
-                "resolves to one)" if isinstance(err, socket.gaierror) else _LISTEN_HINTS.get(err.errno, ""))
-        raise InputError(f"cannot listen on {where}: {reason}{f': {hint}' if hint else ''}") from None
+        raise cannot_listen(host, port, err) from None
+
+
+def cannot_listen(host: str, port: int, err: OSError) -> InputError:
+    """The one line (exit 2) telling why ``host``:``port`` cannot be bound or listened on (``err``), and what to
+    do."""
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    reason = (err.strerror or str(err)).lower()
+    hint = (f"--host {host!r} must name this machine (an address of one of its interfaces, or a name that "
+            "resolves to one)" if isinstance(err, socket.gaierror) else _LISTEN_HINTS.get(err.errno, ""))
+    return InputError(f"cannot listen on {where}: {reason}{f': {hint}' if hint else ''}")
 
 
 def check_multiproc_dir() -> None:
@@ -395,7 +401,8 @@ def main(args: argparse.Namespace) -> int:
     Raises:
         InputError: the serve extra is missing, ``$PROMETHEUS_MULTIPROC_DIR`` is no writable directory
             (``check_multiproc_dir``), the address cannot be bound (checked before the judge is built:
-            a model may take minutes to load), or the comparator cannot be built (exit 2).
+            a model may take minutes to load) or listened on once it is (another process bound it and listens
+            there meanwhile: the port is not reserved), or the comparator cannot be built (exit 2).
     """
     try:
         import uvicorn
@@ -436,6 +443,8 @@ def main(args: argparse.Namespace) -> int:
         except SystemExit as stop:
             if stop.code not in (0, STARTUP_FAILURE):  # 0: SIGTERM's
                 raise
+        if server.listen_error is not None:  # another process took the port while the judge was built
+            raise cannot_listen(args.host, sockets[0].getsockname()[1], server.listen_error)
         if not server.started:  # the app's start-up failed (uvicorn logged why)
             return fail("the server did not start: its application start-up failed (the log above says why)", 1)
     return 0

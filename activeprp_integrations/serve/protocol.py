@@ -102,9 +102,20 @@ class DrainingServer(Server):
     def __init__(self, config: Config, service: RerankService) -> None:
         super().__init__(config)
         self.service = service
+        self.listen_error: OSError | None = None
+        """Why listening on a socket ``run(sockets)`` was given failed (``bind_sockets``' are bound, not listening:
+        another process may bind and listen there meanwhile); the server then stops, its app shut down, without
+        serving (``started`` false)."""
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets)
+        try:
+            await super().startup(sockets)
+        except OSError as err:  # from listen(): uvicorn catches only the errors of the sockets it binds itself
+            for server in getattr(self, "servers", ()):  # those already listening
+                server.close()
+            await self.lifespan.shutdown()  # else cancelled with the loop, its traceback logged
+            self.listen_error, self.should_exit = err, True
+            return
         if sockets and self.started:  # uvicorn says where it listens only when it bound the sockets itself
             host = self.config.host
             logging.getLogger("uvicorn.error").info(
@@ -134,8 +145,9 @@ def bind_sockets(host: str, port: int) -> list[socket.socket]:
     address the host resolves to, ``SO_REUSEADDR``, an IPv6 socket IPv6 only, an address that is not available
     skipped while another binds), not yet listening: ``DrainingServer.run(sockets)`` listens once the app has
     started, and until then a client is refused, as by no server. ``activeprp serve`` binds them before it builds
-    the judge, so that a port taken or a host that is not this machine's is found before a model loads, and the
-    port is held meanwhile.
+    the judge, so that a port another process listens on or a host that is not this machine's is found before a
+    model loads. The port is not reserved: another process that sets ``SO_REUSEADDR`` too (uvicorn, nginx, a
+    second ``activeprp serve``) may still bind and listen there meanwhile (``DrainingServer.listen_error``).
 
     Raises:
         OSError: the host does not resolve (``socket.gaierror``), or no address could be bound (the port taken,
