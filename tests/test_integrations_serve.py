@@ -563,6 +563,28 @@ def test_a_bug_after_the_response_started_is_logged_as_the_cut_response_the_clie
     assert "a bug in the stream, key ***" in logged[0] and "sk-X" not in caplog.text
 
 
+def test_a_bug_in_a_background_task_after_the_whole_body_is_logged_as_such_not_as_a_cut_body(caplog):
+    """A ``BackgroundTask`` runs after the whole body was sent; its bug was logged as "got status 200 and a cut
+    body", pointing an operator at a truncation that did not happen."""
+    from starlette.background import BackgroundTask
+    from starlette.responses import PlainTextResponse
+
+    app = create_app(WordJudge(), **SERVER, secrets=["sk-X"])
+
+    def bug():
+        raise RuntimeError("a bug in a background task, key sk-X")
+
+    app.add_route("/background", lambda request: PlainTextResponse("whole body", background=BackgroundTask(bug)))
+    with caplog.at_level(logging.ERROR, logger="activeprp.serve"), TestClient(app) as client:
+        response = client.get("/background")
+    rid = response.headers["x-request-id"]
+    assert response.status_code == 200 and response.text == "whole body"
+    logged = [r.getMessage() for r in caplog.records if r.name == "activeprp.serve"]
+    assert len(logged) == 1
+    assert logged[0].startswith(f"request {rid} got status 200 and its whole body, then the app raised: Traceback")
+    assert "a bug in a background task, key ***" in logged[0] and "sk-X" not in caplog.text
+
+
 SECRET_HOST = "secret-judge-7f3c.internal"
 """A host the service holds as a secret (the scrub of secrets is process-wide: no other test's words)."""
 FAKE_JUDGE_URL = f"http://{SECRET_HOST}:8000/v1"

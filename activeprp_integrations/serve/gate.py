@@ -62,8 +62,8 @@ class Gate:
     a ``response_id`` in its scope's ``state``; a client's own ``X-Request-ID`` is not taken), which its answer
     carries in ``X-Request-ID``, whatever answers it. A bug (any ``Exception`` out of a route, or of the steps below)
     is answered here with ``routes.internal_error``'s 500 (its traceback logged once, ``secrets`` scrubbed) and ends
-    here (``answered``; after its response started, it is logged as the cut response the client got). For the
-    routes in ``routes`` only (others pass through):
+    here (``answered``; after its response started, it is logged as the response the client got, cut or whole).
+    For the routes in ``routes`` only (others pass through):
 
     1. the key: with ``keys``, a request without ``Authorization: Bearer <one of them>`` gets 401 (compared
        with ``hmac.compare_digest``, every key tried);
@@ -143,12 +143,16 @@ class Gate:
         not raised on: starlette's ServerErrorMiddleware re-raises a bug after its handler's answer, and the server
         would log its traceback a second time, unscrubbed. After a response started, the client has its status
         (a 200, say) and the server cuts the body: the bug is logged as that (``request <id> got status 200 and a
-        cut body: ...``), not as a 500."""
+        cut body: ...``), not as a 500; after its body was sent whole (a background task's bug), as ``request <id>
+        got status 200 and its whole body, then the app raised: ...``."""
         sent: list[int | None] = [None]  # the status of the response started, if one has
+        whole = [False]  # whether its last body message (no more_body) was sent
 
         async def send_noting(message: dict) -> None:
             if message["type"] == "http.response.start" and sent[0] is None:
                 sent[0] = message["status"]
+            elif message["type"] == "http.response.body" and not message.get("more_body", False):
+                whole[0] = True
             await send(message)
 
         try:
@@ -156,6 +160,9 @@ class Gate:
         except Exception as err:
             if sent[0] is None:
                 await internal_error(err, request_id(scope), self.secrets)(scope, receive, send)  # logs it
+            elif whole[0]:
+                log_bug(err, request_id(scope), self.secrets,
+                        f"got status {sent[0]} and its whole body, then the app raised")
             else:  # the server ends the unfinished response
                 log_bug(err, request_id(scope), self.secrets, f"got status {sent[0]} and a cut body")
 
