@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Builds the docs site (mkdocs.yml: the docs/ pages, README.md as the home page, the API reference from the
-# docstrings) with `mkdocs build --strict`, so a broken link, anchor or reference fails. Installs the `docs` extra
-# of pyproject.toml first when it is missing. Usage: bash scripts/docs.sh [SITE_DIR] (default: a temporary
-# directory, removed afterwards).
+# docstrings) with `mkdocs build --strict`, so a broken link, anchor or reference fails. Installs first what the
+# `docs` extra of pyproject.toml needs and this environment lacks or has too old (an older mkdocstrings-python
+# builds a clean page that shows names outside __all__). Usage: bash scripts/docs.sh [SITE_DIR] (default: a
+# temporary directory, removed afterwards).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if ! python -c "import material, mkdocstrings_handlers.python, ruff" 2>/dev/null; then
-    # The extra's requirements only: `pip install -e .[docs]` would re-point an existing editable install.
-    mapfile -t reqs < <(python -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["docs"], sep="\n")')
-    python -m pip install "${reqs[@]}"
+# The extra's requirements only: `pip install -e .[docs]` would re-point an existing editable install.
+mapfile -t missing < <(python scripts/missing_requirements.py ".[docs]")
+if [ "${#missing[@]}" -gt 0 ]; then
+    echo "scripts/docs.sh: installing ${missing[*]}"
+    python -m pip install "${missing[@]}"
 fi
 if [ $# -ge 1 ]; then
     site="$1"

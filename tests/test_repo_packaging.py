@@ -94,3 +94,44 @@ def test_the_classifiers_name_each_python_version_supported_and_no_licence():
     pulled = [e for r in extras["bench"] if r.startswith("activeprp[") for e in r[10:-1].split(",")]
     names = {re.match(r"[\w.-]+", r).group() for e in ["bench", *pulled] for r in extras[e]} - {"activeprp"}
     assert pulled == ["eval"] and [n for n in sorted(names) if n not in bench] == []
+
+
+def _missing_requirements():
+    """scripts/missing_requirements.py as a module."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("missing_requirements", ROOT / "scripts" / "missing_requirements.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(("installed", "missing"), [("1.18.2", True), ("1.19.0", False)])
+def test_the_docs_extra_refuses_a_mkdocstrings_python_whose_public_filter_shows_names_outside_all(
+        monkeypatch, installed, missing):
+    """mkdocs.yml's ``filters: public`` hides the names outside ``__all__`` from mkdocstrings-python 1.19.0 on; up to
+    1.18.2 the strict build was clean and the API page showed 28 names more (review s68i). The extra allowed 1.16.7."""
+    module = _missing_requirements()
+    real = module.metadata.version
+    monkeypatch.setattr(module.metadata, "version",
+                        lambda name: installed if name == "mkdocstrings-python" else real(name))
+    docs = [req for req in module.project_requirements(["docs"]) if req.name == "mkdocstrings-python"]
+    assert len(docs) == 1 and module.satisfied(docs[0]) is not missing
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="a bash script")
+def test_docs_sh_installs_a_docs_requirement_that_is_there_but_too_old(tmp_path):
+    """scripts/docs.sh installed the extra only when an import failed, so an older mkdocstrings-python stayed. Run
+    with a stand-in ``python`` that logs its arguments and says the handler is too old."""
+    log = tmp_path / "python.log"
+    stand_in = tmp_path / "bin" / "python"
+    stand_in.parent.mkdir()
+    stand_in.write_text('#!/usr/bin/env bash\necho "$*" >> "$LOG"\n'
+                        'if [ "$1" = scripts/missing_requirements.py ]; then echo "mkdocstrings-python>=1.19"; fi\n')
+    stand_in.chmod(0o755)
+    env = {"PATH": f"{stand_in.parent}:/usr/bin:/bin", "LOG": str(log)}
+    subprocess.run(["bash", str(ROOT / "scripts" / "docs.sh"), str(tmp_path / "site")], env=env, check=True,
+                   capture_output=True, timeout=60)
+    calls = log.read_text().splitlines()
+    assert "-m pip install mkdocstrings-python>=1.19" in calls
+    assert calls[-1] == f"-m mkdocs build --strict --site-dir {tmp_path / 'site'}"
