@@ -991,6 +991,38 @@ def test_a_base_url_that_is_a_completions_route_or_has_a_query_is_refused_at_con
     assert "PASSWD99" not in str(info.value) and "***@127.0.0.1:9/v1" in str(info.value)
 
 
+@pytest.mark.parametrize(("url", "shown"), [
+    ("https://gw.example/v1?key=sk-live-SECRET123", "'https://gw.example/v1?***'"),
+    ("https://gw.example/api?code=SECRET123&x=1#frag", "'https://gw.example/api?***#***'"),
+    ("https://gw.example/v1#key=SECRET123", "'https://gw.example/v1#***'"),
+    ("gw.example/v1?api-key=SECRET123", "'gw.example/v1?***'"),  # refused for its missing scheme first
+    ("https://user:PASSWD99@gw.example/v1?key=SECRET123", "'https://***@gw.example/v1?***'"),
+])
+def test_a_refused_base_url_is_shown_without_its_query_or_fragment(monkeypatch, url, shown):
+    """Gateways take their key in the query (Azure Functions' ``?code=``, ``?key=``, ``?api-key=``): the refusal of
+    a base_url with a ?query printed the whole URL, key and all, on stderr or in serve's start-up log (review
+    s68h F2). Now the query and fragment are masked as the password is, in the message of either refusal, for
+    ``base_url`` and ``$OPENAI_BASE_URL`` alike."""
+    with pytest.raises(ValueError, match="^base_url must ") as info:
+        OpenAIChatComparator("m", base_url=url, api_key="k")
+    monkeypatch.setenv("OPENAI_BASE_URL", url)
+    with pytest.raises(ValueError, match="^OPENAI_BASE_URL must ") as from_env:
+        OpenAIChatComparator("m", api_key="k")
+    for said in (str(info.value), str(from_env.value)):
+        assert "SECRET123" not in said and "PASSWD99" not in said and said.endswith(f"got {shown}")
+
+
+def test_a_404_shows_the_url_requested_without_its_query():
+    """The 404 message names the URL requested; one with a query (none reaches it from base_url, which is refused
+    with one: a query a client adds) shows it masked, as the refusals do (review s68h F2)."""
+    from types import SimpleNamespace
+
+    comp = OpenAIChatComparator("m", base_url="http://127.0.0.1:9/v1", api_key="k")
+    error = SimpleNamespace(status_code=404,
+                            request=SimpleNamespace(url="http://127.0.0.1:9/v1/chat/completions?key=SECRET123"))
+    assert comp._explained(error, "Not Found") == "http://127.0.0.1:9/v1/chat/completions?*** not found: Not Found"
+
+
 @pytest.mark.parametrize("url", ["http://127.0.0.1:9", "http://127.0.0.1:9/v1/", "https://h.example/openai/v1",
                                  "http://127.0.0.1:9/completions-proxy/v1"])
 def test_a_base_url_that_is_a_base_is_accepted(url):

@@ -76,7 +76,7 @@ def check_base_url(base_url: Any, name: str = "base_url") -> str | None:
 
     Raises:
         TypeError: not a str. ValueError: not such a URL (the usual slips: ``localhost:8000/v1`` without
-            ``http://``, the whole ``.../v1/chat/completions`` pasted); the message shows it without a password.
+            ``http://``, the whole ``.../v1/chat/completions`` pasted); the message shows it as ``_shown_url`` does.
     """
     if base_url is None:
         return None
@@ -87,7 +87,7 @@ def check_base_url(base_url: Any, name: str = "base_url") -> str | None:
         usable = parts.scheme in ("http", "https") and bool(parts.hostname) and (parts.port or 0) >= 0
     except ValueError:  # e.g. "http://[::1/v1", a port that is not a number or out of range
         usable = False
-    shown = re.sub(r"^([^/@]*//)?[^/@]*@", r"\1***@", base_url)  # user:password@ hidden, with or without a scheme
+    shown = _shown_url(base_url)
     if not usable:
         raise ValueError(f"{name} must be an http:// or https:// URL with a host, e.g. http://127.0.0.1:8000/v1, "
                          f"got {shown!r}")
@@ -98,6 +98,13 @@ def check_base_url(base_url: Any, name: str = "base_url") -> str | None:
         raise ValueError(f"{name} must be the API's base, not its completions route (the client appends "
                          f"/chat/completions): pass e.g. http://127.0.0.1:8000/v1, got {shown!r}")
     return base_url
+
+
+def _shown_url(url: str) -> str:
+    """``url`` as a message may show it: its ``user:password@`` (with or without a scheme), ?query and #fragment
+    masked as ``***``, since gateways take their key there too (``?code=``, ``?key=``, ``?api-key=``)."""
+    url = re.sub(r"^([^/@]*//)?[^/@]*@", r"\1***@", url)
+    return re.sub(r"([?#])[^#]*", r"\1***", url)
 
 
 class UrlCredentials(NamedTuple):
@@ -267,7 +274,7 @@ class OpenAIChatComparator(ChatPrompts, RemoteComparator):
             url = field(field(error, "request"), "url")
             path = urlsplit(str(url)).path.rstrip("/").removesuffix("/chat/completions")
             hint = "" if path.endswith("/v1") else " (an OpenAI-compatible base_url usually ends in /v1)"
-            return f"{url} not found{hint}: {message}" if url is not None else message
+            return f"{_shown_url(str(url))} not found{hint}: {message}" if url is not None else message
         if error.status_code == 400 and self.logprobs and "logprobs" in message.lower():
             return f"an endpoint that takes no logprobs needs logprobs=False (command line: --no-logprobs): {message}"
         return message
