@@ -51,6 +51,10 @@ from .types import Accounting, Candidate, Judgment, Pair, RerankResult, to_judgm
 
 DEFAULT_MAX_ACTIVE = 64
 
+Request = tuple[str, Sequence[Candidate]] | tuple[str, Sequence[Candidate], Mapping[str, Any]]
+"""One request of ``rerank_many`` / ``arerank_many``: ``(query, candidates)``, or ``(query, candidates, own)`` with
+``own`` its own settings among ``PER_REQUEST`` (``split_request`` reads it; a list of those items is taken too)."""
+
 
 @dataclass
 class RerankFailure:
@@ -90,7 +94,7 @@ class _Window:
     """The queries in progress, in input order: started from the request stream up to ``max_active``, asked
     for their pending batches, answered, and handed out in order once finished."""
 
-    def __init__(self, requests: Iterable[tuple[str, Sequence[Candidate]]], settings: RerankSettings,
+    def __init__(self, requests: Iterable[Request], settings: RerankSettings,
                  comparator: Comparator, max_active: int, guard: CallGuard, progress: bool,
                  carry_judge: bool = True, clock: Callable[[], float] = time.monotonic) -> None:
         self.source = enumerate(requests)
@@ -416,7 +420,7 @@ def _window(requests, settings, options, comparator, max_active, progress,
 
 
 @takes_settings
-def rerank_many(requests: Iterable[tuple[str, Sequence[Candidate]]], settings: RerankSettings | None = None, *,
+def rerank_many(requests: Iterable[Request], settings: RerankSettings | None = None, *,
                 comparator: Comparator | SupportsCompare, max_active: int = DEFAULT_MAX_ACTIVE, progress: bool = False,
                 carry_judge: bool = True, **options: Any) -> Iterator[RerankResult | RerankFailure]:
     """Rerank many queries together (see the module docstring); one result per request, in input order.
@@ -461,7 +465,7 @@ def rerank_many(requests: Iterable[tuple[str, Sequence[Candidate]]], settings: R
 
 
 @takes_settings
-async def arerank_many(requests: Iterable[tuple[str, Sequence[Candidate]]], settings: RerankSettings | None = None,
+async def arerank_many(requests: Iterable[Request], settings: RerankSettings | None = None,
                        *, comparator: Comparator | SupportsCompare, max_active: int = DEFAULT_MAX_ACTIVE,
                        progress: bool = False, carry_judge: bool = True,
                        **options: Any) -> AsyncIterator[RerankResult | RerankFailure]:

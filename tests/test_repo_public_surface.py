@@ -123,8 +123,16 @@ class Judge:
         return [0.5] * len(pairs)
 
 
+class SureJudge:  # the natural annotation of a judge that always answers
+    def compare(self, query: str, pairs: Sequence[tuple[Candidate, Candidate]]) -> list[float]:
+        return [0.5] * len(pairs)
+
+
 docs = [Candidate(id="a", text="b")]
 reveal_type(rerank("q", docs, comparator=Judge(), budget=5))
+rerank("q", docs, comparator=SureJudge(), budget=5)
+list(rerank_many([("q", docs, {"budget": 20}), ("r", docs)], comparator=SureJudge(), budget=5))
+arerank_many([("q", docs, {"budget": 20})], comparator=Judge(), budget=5)
 
 
 async def awaited() -> None:
@@ -144,7 +152,9 @@ def test_type_checkers_see_the_entry_points_signatures(tmp_path):
     """``activeprp_core`` ships ``py.typed``, but ``takes_settings`` (and ``serve_settings``) had no annotations,
     so to mypy ``rerank`` & co. were ``Any``: a misspelt attribute of the result, or a list as the query, passed.
     The packages' own modules are followed silently (their errors are not this test's) and third-party ones skipped
-    (so the run stays short)."""
+    (so the run stays short). The documented ``(query, candidates, own_settings)`` request of ``rerank_many`` /
+    ``arerank_many`` and a judge annotated ``-> list[float]`` (``list`` is invariant) were errors to mypy (review
+    s68h F3): the calls using them must pass."""
     api = pytest.importorskip("mypy.api", reason="mypy is in the test extra")
     (tmp_path / "calls.py").write_text(TYPED_CALLS, encoding="utf-8")
     root = Path(activeprp_core.__file__).parent.parent  # a checkout (an editable install is invisible to mypy)

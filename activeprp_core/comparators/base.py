@@ -53,9 +53,10 @@ T = TypeVar("T")
 
 @runtime_checkable
 class SupportsCompare(Protocol):
-    """The duck type accepted wherever a comparator is: ``compare(query, pairs) -> list[float | None]``."""
+    """The duck type accepted wherever a comparator is: ``compare(query, pairs)`` returning one probability (or
+    None) per pair, in a list or any sequence (``-> list[float]`` matches too; ``types.to_judgments`` reads it)."""
 
-    def compare(self, query: str, pairs: Sequence[Pair]) -> list[float | None]: ...
+    def compare(self, query: str, pairs: Sequence[Pair]) -> Sequence[float | None]: ...
 
 
 DEADLINE_SLACK = 0.02
