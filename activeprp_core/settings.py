@@ -9,7 +9,8 @@ from these declarations instead of restating them:
   ``Reranking`` (``takes_settings``, ``RerankSettings.of``);
 - the fields of the LangChain and LlamaIndex wrappers (``activeprp_integrations._common.settings_model``);
 - the flags of ``activeprp rerank`` / ``rerank-run`` (``activeprp_cli.rerank.add_settings_args``);
-- the settings one request may carry (``PER_REQUEST``) and the caps a server bounds (``CAPS``);
+- the settings one request may carry (``PER_REQUEST``), the service's body fields that carry them
+  (``activeprp_integrations.serve.bodies``) and the caps a server bounds (``CAPS``);
 - the echo of the settings in ``RerankResult``, ``RerankResult.stats()`` and Ray's output columns.
 
 ``ONLINE`` is the preset of the online entry points (the wrappers, ``activeprp rerank``, ``activeprp serve``).

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
 
 import pytest
 
@@ -304,3 +305,46 @@ def test_a_ranker_name_is_checked_without_building_the_ranker(monkeypatch):
     assert built == []
     rerank(QUERY, candidates(), settings, comparator=judge())
     assert built == [1]  # resolved once, where it is used
+
+
+RECIPE_SERVE = """
+import json
+from fastapi.testclient import TestClient
+from activeprp_core import SimulatedComparator
+from activeprp_integrations.serve import create_app
+with TestClient(create_app(SimulatedComparator({}))) as client:
+    for body in ({}, {"first_n": 2}):
+        r = client.post("/v2/rerank", json={"query": "q", "documents": ["a", "b", "c"], **body})
+        print(json.dumps([r.status_code, r.json().get("meta", {}).get("activeprp", {}).get("first_n", "missing")]))
+"""
+
+
+def test_a_setting_added_as_the_architecture_page_says_reaches_a_serve_request(tmp_path):
+    """docs/architecture.md's recipe: a setting is its field in settings.py and its echo in types.py, and every
+    entry point follows. On a copy of the packages with exactly those two edits (a per-request ``first_n``), the
+    service takes it in a body and echoes it; serve's body model listed the settings by hand, so every request
+    was a 500 (``bodies.Limits.own_settings`` read a field the body did not have)."""
+    pytest.importorskip("fastapi", reason='pip install "activeprp[serve]"')
+    pytest.importorskip("prometheus_client", reason='pip install "activeprp[serve]"')
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    for package in ("activeprp_core", "activeprp_cli", "activeprp_integrations"):
+        shutil.copytree(root / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
+    edits = {"settings.py": ("    cache: bool = field(default=True,", "    first_n: int | None = field(default=None, "
+                             "metadata=_setting(\n        Count(allow_none=True), 'only the first N are judged', "
+                             "none='all', per_request=True))\n"),
+             "types.py": ("    cache: bool = field(default=True, metadata=SETTING)",
+                          "    first_n: int | None = field(default=None, metadata=SETTING)\n")}
+    for name, (anchor, added) in edits.items():
+        path = tmp_path / "activeprp_core" / name
+        text = path.read_text(encoding="utf-8")
+        assert text.count(anchor) == 1, name
+        path.write_text(text.replace(anchor, added + anchor), encoding="utf-8")
+    out = subprocess.run([sys.executable, "-c", RECIPE_SERVE], capture_output=True, text=True, cwd=tmp_path,
+                         env={**os.environ, "PYTHONPATH": str(tmp_path)}, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert [json.loads(line) for line in out.stdout.splitlines()] == [[200, None], [200, 2]]

@@ -308,6 +308,7 @@ def test_every_setting_a_request_may_carry_is_a_body_field_that_reaches_the_rera
     dropped silently (TEI's shape dropped them all)."""
     values = {"budget": 7, "max_rounds": 3, "token_budget": 900, "time_budget": 2.5, "top_k": 4, "seed": 11}
     assert set(values) == set(PER_REQUEST)  # a new per-request setting: give it a value here
+    assert list(BODY_FIELDS) == list(PER_REQUEST) and set(BODY_FIELDS.values()) <= set(shape.model_fields)
     body = shape.model_validate({"query": "q", texts: ["a"], **{BODY_FIELDS[name]: v for name, v in values.items()}})
     assert Limits(5, 100, dict.fromkeys(CAPPED)).own_settings(body) == values
 

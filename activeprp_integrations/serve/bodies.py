@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Annotated, Any
+from typing import Annotated, Any, get_type_hints
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from activeprp_cli.rerank import setting_flag
 from activeprp_core.comparators.prompts import model_text
-from activeprp_core.settings import CAPS, FIELDS, PER_REQUEST
+from activeprp_core.settings import CAPS, FIELDS, PER_REQUEST, SPECS, Count, RerankSettings, Seconds
 
 MAX_RANK_FIELDS = 64
 """The most names in a body's ``rank_fields`` (more: 400). Each document is looked up for each name: 30,000 names
@@ -33,17 +33,13 @@ class _Body(BaseModel):
     model_config = ConfigDict(strict=True, extra="ignore")
 
 
-class _Settings(_Body):
-    """The settings a request of any shape may carry in its body (``BODY_FIELDS``; None = the server's): ``top_n``
-    (the reranked prefix, and the results returned) and ActivePRP's extensions ``budget``, ``max_rounds``,
-    ``token_budget``, ``time_budget`` (seconds, counted from the request's arrival) and ``seed``."""
+BODY_FIELDS: dict[str, str] = {name: {"top_k": "top_n"}.get(name, name) for name in PER_REQUEST}
+"""Each setting a request may carry (``settings.PER_REQUEST``) and the body field that carries it (declared by
+``_Settings``, so in every shape): the setting's name, except Cohere's ``top_n`` for ``top_k``."""
 
-    top_n: int | None = Field(None, ge=1)
-    budget: int | None = Field(None, ge=0)
-    max_rounds: int | None = Field(None, ge=0)
-    token_budget: int | None = Field(None, ge=0)
-    seed: int | None = None
-    time_budget: float | None = Field(None, ge=0, allow_inf_nan=False)
+
+class _OwnSettings(_Body):
+    """The base of ``_Settings``: refuses a body naming a setting it cannot set."""
 
     @model_validator(mode="before")
     @classmethod
@@ -53,6 +49,24 @@ class _Settings(_Body):
         if why is not None:
             raise PydanticCustomError("server_setting", "{why}", {"why": why})
         return body
+
+
+def _body_field(name: str, hint: Any) -> tuple[Any, Any]:
+    """Setting ``name`` as an optional body field: its declared type or None (the server's value), bounded as its
+    declaration bounds it (``Count.minimum``; ``Seconds``: finite, >= 0)."""
+    check = SPECS[name].check
+    bounds = ({"ge": check.minimum} if isinstance(check, Count) else
+              {"ge": 0, "allow_inf_nan": False} if isinstance(check, Seconds) else {})
+    return hint | None, Field(None, **bounds)
+
+
+_HINTS = get_type_hints(RerankSettings)
+_Settings = create_model("_Settings", __base__=_OwnSettings, __module__=__name__,
+                         **{field: _body_field(name, _HINTS[name]) for name, field in BODY_FIELDS.items()})
+_Settings.__doc__ = """The settings a request of any shape may carry in its body, built from their declarations
+(``BODY_FIELDS``, from ``settings.PER_REQUEST`` and ``settings.SPECS``; None = the server's): ``top_n`` (the reranked
+prefix, and the results returned) and ActivePRP's extensions (``budget``, ``max_rounds``, ``token_budget``,
+``time_budget`` in seconds counted from the request's arrival, ``seed``, ...)."""
 
 
 class RerankRequest(_Settings):
@@ -191,9 +205,6 @@ class CallerError(ValueError):
 CAPPED = CAPS
 """The settings a request may ask for in its body, up to the server's value: the caps (``settings.CAPS``,
 ``time_budget`` among them)."""
-BODY_FIELDS: dict[str, str] = {name: {"top_k": "top_n"}.get(name, name) for name in PER_REQUEST}
-"""Each setting a request may carry (``settings.PER_REQUEST``) and the body field that carries it (declared by
-``_Settings``, so in every shape): the setting's name, except Cohere's ``top_n`` for ``top_k``."""
 SERVER_SETTINGS: tuple[str, ...] = tuple(name for name in FIELDS if name not in PER_REQUEST)
 """The settings only the server sets (``activeprp serve``'s flags, ``create_app``'s keywords): a body naming one
 is refused (``not_own``)."""
