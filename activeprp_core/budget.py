@@ -1,6 +1,7 @@
 """The per-query hard caps and the checkers of counts and seconds.
 
 - ``check_count``: the one checker of every integer setting (numpy integers accepted, bools refused).
+- ``check_flag``: the one checker of a bool (no other type is read as one).
 - ``check_real``: the one checker of a finite real number, >= 0 unless ``signed`` (a weight, a share of CPUs, a
   simulator knob); ``check_seconds``, the one checker of every duration, is ``check_real`` in seconds.
 - ``Cap``: one named hard cap (``budget`` calls, ``max_rounds`` rounds, ``token_budget`` tokens): units are
@@ -40,6 +41,18 @@ def check_count(value: object, name: str, *, minimum: int | None = 0, allow_none
     if minimum is not None and value < minimum:
         raise ValueError(f"{name} must be >= {minimum}" + (" or None" if allow_none else "") + f", got {value}")
     return int(value)
+
+
+def check_flag(value: object, name: str) -> bool:
+    """``value`` when it is a bool: no other type is read as one (``"no"`` and ``0`` are refused, not read as true
+    or false by their truthiness).
+
+    Raises:
+        TypeError: not a bool.
+    """
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+    return value
 
 
 def check_real(value: object, name: str, *, unit: str = "", positive: bool = False,

@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Literal, TypeVar
 
-from .budget import RULES, check_count, check_seconds
+from .budget import RULES, check_count, check_flag, check_seconds
 from .errors import MAX_CONSECUTIVE_FAILURES  # its home is errors.py (below types and comparators); also read here
 from .oracles import ORACLES, Oracle
 from .rankers import RANKERS, Ranker
@@ -76,12 +76,10 @@ class OneOf:
 
 @dataclass(frozen=True)
 class Flag:
-    """A bool (no other type is read as one)."""
+    """A bool (no other type is read as one: ``budget.check_flag``)."""
 
     def __call__(self, value: Any, name: str) -> bool:
-        if not isinstance(value, bool):
-            raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
-        return value
+        return check_flag(value, name)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from activeprp_core.budget import check_count
 from activeprp_core.comparators.answers import field
 from activeprp_core.comparators.failures import Failure, Fault, error_message, retry_after_s, status_failure
 from activeprp_core.comparators.prompts import (
@@ -22,8 +21,6 @@ from activeprp_core.comparators.prompts import (
     TOP_LOGPROBS,
     ChatPrompts,
     chat_token_bound,
-    check_prompt,
-    check_top_logprobs,
 )
 from activeprp_core.comparators.remote import (
     BACKOFF_INITIAL,
@@ -228,7 +225,8 @@ class FrameworkJudge(ChatPrompts, RemoteComparator):
     Raises:
         ValueError: a ``settings`` key that names the model (or a key naming it in a request-body dict) or is not a
             field of it, a ``logprobs`` in ``settings`` on the Responses API, a prompt without its placeholders, a
-            count below its minimum. TypeError: a prompt that is not a str, a count that is not an int.
+            count below its minimum. TypeError: a prompt that is not a str, a count that is not an int, a
+            ``logprobs`` that is not a bool (``ChatPrompts.set_chat_settings``, as ``OpenAIChatComparator``).
     """
 
     fresh_state = (*RemoteComparator.fresh_state, "judge_llm")  # made from ``llm``: its clients are (or share) yours
@@ -255,9 +253,8 @@ class FrameworkJudge(ChatPrompts, RemoteComparator):
                          backoff_max=backoff_max, max_retry_after=max_retry_after, secrets=model_secrets(llm))
         self.llm = llm
         self.model, self.endpoint = model_label(llm), type(llm).__name__
-        self.prompt, self.system_prompt = check_prompt("prompt", prompt), check_prompt("system_prompt", system_prompt)
-        self.max_passage_words = check_count(max_passage_words, "max_passage_words", minimum=1)
-        top_logprobs = check_top_logprobs(top_logprobs)
+        self.set_chat_settings(prompt=prompt, system_prompt=system_prompt, logprobs=logprobs,
+                               top_logprobs=top_logprobs, max_passage_words=max_passage_words)
         named_fields = model_fields_named(llm)
         # a None value keeps the model's own: naming no model, it changes nothing
         settings = {k: v for k, v in (settings or {}).items() if not (v is None and k in named_fields)}
@@ -273,7 +270,8 @@ class FrameworkJudge(ChatPrompts, RemoteComparator):
         if nested:
             self._refuse_model(llm, ", ".join(k for k, _ in nested) + (" name" if nested[1:] else " names"),
                                named_fields.get(nested[0][1], next(iter(named_fields.values()), None)))
-        wanted = dict(JUDGE_SETTINGS, **({"logprobs": True, "top_logprobs": top_logprobs} if logprobs else {}))
+        asked = {"logprobs": True, "top_logprobs": self.top_logprobs} if self.logprobs else {}
+        wanted = dict(JUDGE_SETTINGS, **asked)
         configured = self.configured_model(llm, settings)
         self.responses = self.responses_api(configured)
         if self.responses:

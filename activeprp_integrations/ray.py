@@ -44,7 +44,7 @@ from dataclasses import fields
 from typing import Any
 
 from activeprp_core import Candidate, RerankFailure, RerankResult, RerankSettings, arerank_many, rerank_many
-from activeprp_core.budget import check_count, check_real
+from activeprp_core.budget import check_count, check_flag, check_real
 from activeprp_core.errors import InputError
 from activeprp_core.judging import JudgeStats
 from activeprp_core.many import DEFAULT_MAX_ACTIVE
@@ -258,7 +258,7 @@ def rerank_dataset(
     """
     ray = _ray()
     settings = _check(comparator_factory, num_actors, batch_size, max_active, num_cpus, num_gpus, settings,
-                      rerank_kwargs)
+                      rerank_kwargs, use_async=use_async)
     columns = _known_columns(ds)
     if columns is not None:
         _check_columns(columns, _stat_types())
@@ -290,7 +290,7 @@ def _known_columns(ds: Any) -> list[str] | None:
 
 
 def _check(comparator_factory, num_actors, batch_size, max_active, num_cpus, num_gpus, settings,
-           rerank_kwargs) -> RerankSettings:
+           rerank_kwargs, *, use_async=False) -> RerankSettings:
     """``rerank_dataset``'s arguments checked (before anything runs); returns the settings of every row."""
     if not callable(comparator_factory):
         raise TypeError(f"comparator_factory must be a callable returning a comparator, got "
@@ -299,6 +299,7 @@ def _check(comparator_factory, num_actors, batch_size, max_active, num_cpus, num
         check_count(value, name, minimum=1)
     check_real(num_cpus, "num_cpus", unit="CPUs", allow_none=True)
     check_real(num_gpus, "num_gpus", unit="GPUs", allow_none=True)
+    check_flag(use_async, "use_async")
     reserved = sorted(set(rerank_kwargs) & set(_RESERVED))
     if reserved:
         raise TypeError(f"rerank_dataset sets {reserved} itself: pass comparator_factory, and no {reserved}")

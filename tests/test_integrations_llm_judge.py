@@ -567,6 +567,22 @@ def test_top_logprobs_has_the_openai_comparators_limit():
         OpenAIChatComparator("m", base_url="http://127.0.0.1:9/v1", api_key="k", top_logprobs=25)
 
 
+@pytest.mark.parametrize("logprobs", ["no", 0, None])
+def test_logprobs_must_be_a_bool_in_every_chat_judge(logprobs):
+    """``OpenAIChatComparator`` refused ``logprobs="no"``; the framework judges read it by truthiness (``"no"``
+    asked for logprobs). The chat judges now check their shared keywords once (``ChatPrompts.set_chat_settings``)."""
+    from activeprp_core.comparators.prompts import ChatPrompts
+
+    makers = [lambda: ChatModelComparator(ScriptedChat(script=lambda t: ai("A"), seen=[]), logprobs=logprobs),
+              lambda: LLMComparator(ScriptedLLM(script=label), logprobs=logprobs),
+              lambda: OpenAIChatComparator("m", base_url="http://127.0.0.1:9/v1", api_key="k", logprobs=logprobs)]
+    for make in makers:
+        with pytest.raises(TypeError, match=f"logprobs must be a bool, got {type(logprobs).__name__}"):
+            make()
+    assert ChatModelComparator.set_chat_settings is OpenAIChatComparator.set_chat_settings is \
+        ChatPrompts.set_chat_settings
+
+
 # ---- errors -------------------------------------------------------------------------------------------
 def test_transient_errors_are_retried_by_the_judge_and_counted():
     calls = {"n": 0}

@@ -527,6 +527,16 @@ def test_bad_resources_fail_before_ray_is_asked(resources, error, message):
         _check(dict, 1, 64, 8, args["num_cpus"], args["num_gpus"], None, {"budget": 1})
 
 
+@pytest.mark.parametrize("use_async", ["no", 0, None])
+def test_use_async_must_be_a_bool_checked_before_anything_runs(use_async):
+    """``use_async`` was not checked: ``"no"`` ran ``arerank_many`` on each actor's loop (truthiness). No dataset is
+    looked at (None stands for one) and Ray is not started."""
+    from activeprp_integrations.ray import rerank_dataset
+
+    with pytest.raises(TypeError, match=f"use_async must be a bool, got {type(use_async).__name__}"):
+        rerank_dataset(None, dict, budget=1, use_async=use_async)
+
+
 def test_bad_arguments_fail_before_anything_runs(local_ray):
     from activeprp_integrations.ray import rerank_dataset
 

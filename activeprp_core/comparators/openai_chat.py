@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from ..budget import check_count
-from ..settings import Flag
 from ..types import Candidate
 from .answers import Answer, NoReply, answer_from, field, snippet, token_count
 from .failures import MAX_MESSAGE, Failure, Fault, error_message, retry_after_s, status_failure
@@ -23,8 +22,6 @@ from .prompts import (
     TOP_LOGPROBS,
     ChatPrompts,
     chat_token_bound,
-    check_prompt,
-    check_top_logprobs,
 )
 from .remote import (
     BACKOFF_INITIAL,
@@ -200,14 +197,13 @@ class OpenAIChatComparator(ChatPrompts, RemoteComparator):
         super().__init__(max_concurrency=max_concurrency, max_attempts=max_attempts, backoff_initial=backoff_initial,
                          backoff_max=backoff_max, max_retry_after=max_retry_after,
                          secrets=(api_key or "", *credentials.secrets))
-        self.max_passage_words = check_count(max_passage_words, "max_passage_words", minimum=1)
-        self.top_logprobs = check_top_logprobs(top_logprobs)
+        self.set_chat_settings(prompt=prompt, system_prompt=system_prompt, logprobs=logprobs,
+                               top_logprobs=top_logprobs, max_passage_words=max_passage_words)
         self.max_reply_bytes = check_count(max_reply_bytes, "max_reply_bytes", minimum=1)
         timeout = check_seconds(timeout, "timeout", positive=True)
         if not api_key:
             raise ValueError("no API key: pass api_key= or set OPENAI_API_KEY (any string for a local server)")
-        self.model, self.logprobs = model, Flag()(logprobs, "logprobs")
-        self.prompt, self.system_prompt = check_prompt("prompt", prompt), check_prompt("system_prompt", system_prompt)
+        self.model = model
         self.endpoint = credentials.url or "api.openai.com"
         # user:password@ go as the header httpx would make of them: in the URL, httpx logs them with each request
         header = {"default_headers": {"Authorization": credentials.authorization}} if credentials.authorization else {}

@@ -11,7 +11,7 @@ import copy
 import re
 from typing import Any, TypeVar
 
-from ..budget import check_count
+from ..budget import check_count, check_flag
 
 PRP_PROMPT = (
     'Given a query "{query}", which of the following two passages is more relevant to the query?\n\n'
@@ -159,14 +159,31 @@ def prp_messages(prompt: str, system_prompt: str | None, query: str, first: str,
 
 
 class ChatPrompts(SwappablePrompts):
-    """Mixin of the chat judges (``OpenAIChatComparator``, the framework judges): their templates ``prompt`` and
-    ``system_prompt``, and the chat messages of one ordered pair with each passage cut to ``max_passage_words``
-    words, the same bytes whichever provider carries them."""
+    """Mixin of the chat judges (``OpenAIChatComparator``, the framework judges): the keywords they share, checked
+    once (``set_chat_settings``), and the chat messages of one ordered pair with each passage cut to
+    ``max_passage_words`` words, the same bytes whichever provider carries them."""
 
     prompt_names = ("prompt", "system_prompt")
     prompt: str
     system_prompt: str | None
+    logprobs: bool
+    top_logprobs: int
     max_passage_words: int
+
+    def set_chat_settings(self, *, prompt: Any, system_prompt: Any, logprobs: Any, top_logprobs: Any,
+                          max_passage_words: Any) -> None:
+        """Checks and sets the keywords every chat judge takes: the templates ``prompt`` and ``system_prompt``
+        (``check_prompt``), ``logprobs`` (a bool: ``check_flag``), ``top_logprobs`` (``check_top_logprobs``) and
+        ``max_passage_words`` (an int >= 1).
+
+        Raises:
+            TypeError: a template that is not a str, a ``logprobs`` that is not a bool, a count that is not an int.
+            ValueError: a template without its placeholders, a count out of range.
+        """
+        self.max_passage_words = check_count(max_passage_words, "max_passage_words", minimum=1)
+        self.top_logprobs = check_top_logprobs(top_logprobs)
+        self.logprobs = check_flag(logprobs, "logprobs")
+        self.prompt, self.system_prompt = check_prompt("prompt", prompt), check_prompt("system_prompt", system_prompt)
 
     def messages(self, query: str, first: str, second: str) -> list[dict[str, str]]:
         """``prp_messages`` of one ordered pair, each passage cut by ``cut_words``."""

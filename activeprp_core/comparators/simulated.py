@@ -8,7 +8,7 @@ import math
 from collections.abc import Mapping, Sequence
 from statistics import NormalDist
 
-from ..budget import check_count, check_real
+from ..budget import check_count, check_flag, check_real
 from ..types import Pair
 from .base import Comparator
 
@@ -83,8 +83,7 @@ class SimulatedComparator(Comparator):
         doc_noise, pair_noise = check_real(doc_noise, knob + "doc_noise"), check_real(pair_noise, knob + "pair_noise")
         temperature = check_real(temperature, knob + "temperature", positive=True)
         seed = check_count(seed, knob + "seed", minimum=None)
-        if not isinstance(hard, bool):
-            raise TypeError(f"{knob}hard must be a bool, got {type(hard).__name__}")
+        hard = check_flag(hard, knob + "hard")
         self.labels = _checked_labels(labels, knob + "labels")
         self.strength, self.doc_noise, self.position_bias = strength, doc_noise, position_bias
         self.pair_noise, self.hard, self.temperature, self.seed = pair_noise, hard, temperature, seed
