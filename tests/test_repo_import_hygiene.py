@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -139,3 +140,27 @@ def test_no_import_circle_inside_the_core():
             visit(module, [module])
     assert "activeprp_core.ledger" in graph["activeprp_core.reranking"]  # the scan reads relative imports
     assert cycles == []
+
+
+def _floors(doc: Path = ROOT / "docs" / "architecture.md") -> dict[str, int]:
+    """The floor of each module (``name.py``) and package (``name/*``) of ``activeprp_core`` in architecture.md's
+    diagram: each line under the ``activeprp_core`` rule that names one is a floor, numbered from the bottom (0)."""
+    diagram = doc.read_text(encoding="utf-8").split("```")[1]
+    core = diagram.split("activeprp_core: the library", 1)[1].splitlines()[1:]
+    rows = [names for line in core if (names := re.findall(r"\b(\w+)(?:\.py\b|/\*)", line))]
+    return {name: level for level, names in enumerate(reversed(rows)) for name in names}
+
+
+def test_no_module_of_the_core_imports_one_on_a_higher_floor():
+    """architecture.md's diagram of the core's floors is what the imports do: every module is on a floor, and no
+    module-level import reaches a higher one (``openai_chat`` imported ``settings`` for its bool check, and
+    ``slots`` was drawn below the ``budget`` it imports)."""
+    floors, graph = _floors(), _module_imports()
+    assert floors["engine"] > floors["reranking"] > floors["ledger"] > floors["settings"] > floors["comparators"] \
+        > floors["budget"] > floors["errors"] == 0, floors  # the diagram is read
+    top = {module: module.split(".")[1] for module in graph if module.count(".")}
+    top.pop("activeprp_core.__main__")  # a script (``SCRIPTS``)
+    assert sorted(m for m, name in top.items() if name not in floors) == [], "modules the diagram does not place"
+    up = [f"{m} (floor {floors[top[m]]}) imports {d} (floor {floors[top[d]]})" for m in sorted(top)
+          for d in sorted(graph[m]) if d in top and floors[top[d]] > floors[top[m]]]
+    assert up == []

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from ..budget import check_count
+from ..budget import check_count, check_seconds
 from ..types import Candidate
 from .answers import Answer, NoReply, answer_from, field, snippet, token_count
 from .failures import MAX_MESSAGE, Failure, Fault, error_message, retry_after_s, status_failure
@@ -30,7 +30,6 @@ from .remote import (
     MAX_CONCURRENCY,
     MAX_RETRY_AFTER,
     RemoteComparator,
-    check_seconds,
     require,
 )
 

@@ -33,9 +33,8 @@ from activeprp_cli.rerank import (
     seconds,
     settings_from_args,
 )
-from activeprp_core.budget import check_count
+from activeprp_core.budget import check_count, check_seconds
 from activeprp_core.comparators.openai_chat import url_credentials
-from activeprp_core.comparators.remote import check_seconds
 from activeprp_core.errors import InputError
 from activeprp_core.settings import FIELDS, ONLINE, RerankSettings, takes_settings
 
