@@ -2284,6 +2284,20 @@ def test_serve_help_says_what_its_time_budget_counts_from(capsys):
     assert "from the start of its rerank" not in help_text
 
 
+def test_serve_help_says_the_cap_on_calls_in_flight_and_the_breaker_are_the_servers(capsys):
+    """``--max-concurrency`` and ``--max-consecutive-failures`` had the library's per-query help ("most LLM calls
+    in flight") under "settings of every request"; in the service both count across all requests."""
+    from activeprp_cli import main
+
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "--max-concurrency MAX_CONCURRENCY most judge calls in flight across all requests of the server (none = " \
+        "the comparator's own; default none)" in help_text
+    assert "--max-consecutive-failures MAX_CONSECUTIVE_FAILURES judge calls in a row, across all requests, that may " \
+        "fail before the server's circuit breaker opens" in help_text
+
+
 def test_the_service_resolves_its_cap_and_defaults_where_the_library_does():
     import inspect
 

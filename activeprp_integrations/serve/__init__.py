@@ -247,6 +247,16 @@ def loopback(host: str) -> bool:
         return False
 
 
+SERVE_HELPS = {
+    "time_budget": "most seconds per request from its arrival (its wait in the queue included): 0 = no call at all",
+    "max_concurrency": "most judge calls in flight across all requests of the server",
+    "max_consecutive_failures": "judge calls in a row, across all requests, that may fail before the server's "
+                                "circuit breaker opens (then requests get 503 until a probe is answered: --cool-down)",
+}
+"""What the settings whose meaning is the service's own say in ``activeprp serve --help`` (``add_settings_args``'
+``helps``): the time budget counts from a request's arrival; the cap on calls in flight and the breaker are the
+server's, shared by every request (``RerankService``)."""
+
 #: the users' summary in ``activeprp serve --help`` (plain text; the module docstring is the developers')
 _DESCRIPTION = """\
 A rerank HTTP service in the shape of Cohere's rerank API (POST /v2/rerank and
@@ -272,8 +282,7 @@ def add_parser(subparsers: Any) -> None:
     add_settings_args(p.add_argument_group("settings of every request (each cap is also the most a request may ask "
                                            "for in its body; --time-budget counts from a request's arrival, its "
                                            "wait in the queue included)"), SERVE,
-                      helps={"time_budget": "most seconds per request from its arrival (its wait in the queue "
-                                            "included): 0 = no call at all"})
+                      helps=SERVE_HELPS)
     add_comparator_args(p, simulated=SIMULATED_HELP)
     g = p.add_argument_group("server limits (a request over them is refused with a 4xx)")
     g.add_argument("--max-documents", type=count(minimum=1), default=DEFAULT_MAX_DOCUMENTS,
