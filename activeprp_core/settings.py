@@ -261,7 +261,11 @@ def _known(names: Any) -> None:
 ONLINE = RerankSettings(ranker=AUTO, oracle=AUTO, budget=50, max_rounds=6)
 """The online preset: the defaults of the entry points that sit on a request path (the LangChain and LlamaIndex
 wrappers, ``activeprp rerank``, ``activeprp serve``): ``auto`` ranker and oracle, 50 LLM calls and 6 sequential
-rounds per query; the other fields are ``RerankSettings``'s defaults. Why these values: docs/judges.md."""
+rounds per query; the other fields are ``RerankSettings``'s defaults. Its ``top_k`` (10) is the K of ``activeprp
+rerank`` and ``activeprp serve`` (a request's ``top_n`` sets its own); the wrappers set K with their ``top_n``,
+3 by default (``activeprp_integrations._common.DEFAULT_TOP_N``). The budget and round cap were chosen at N=20,
+K=3; ``auto``'s table was measured at (N, K) = (20, 3), (50, 5) and (100, 10) and looks up the nearest in log
+scale, so at N=20 it picks the same ranker and oracle for K=10. Why these values: docs/judges.md."""
 
 
 _Func = TypeVar("_Func", bound=Callable[..., Any])

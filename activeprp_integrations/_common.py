@@ -28,8 +28,9 @@ RANK_KEY = "rerank_rank"
 """Metadata key of the 1-based position in the reranked order (1 = best)."""
 
 DEFAULT_TOP_N = 3
-"""Both wrappers' ``top_n`` default: documents returned per query (the K the online preset is chosen for: see
-docs/judges.md)."""
+"""Both wrappers' ``top_n`` default: documents returned per query, the rerank's K (``activeprp rerank`` and
+``activeprp serve`` rerank ``ONLINE.top_k``, 10). The online preset's budget and round cap were chosen at N=20 and
+this K (docs/judges.md, "Defaults")."""
 NAMES = {"top_k": "top_n"}
 """The wrappers' name of a setting where it differs from the ``RerankSettings`` field."""
 TOP_N = Count(minimum=1, allow_none=True)

@@ -348,3 +348,21 @@ def test_a_setting_added_as_the_architecture_page_says_reaches_a_serve_request(t
                          env={**os.environ, "PYTHONPATH": str(tmp_path)}, timeout=120)
     assert out.returncode == 0, out.stderr
     assert [json.loads(line) for line in out.stdout.splitlines()] == [[200, None], [200, 2]]
+
+
+def test_the_docs_say_which_k_each_online_entry_point_uses():
+    """``ONLINE.top_k`` is 10 (``activeprp rerank``, ``serve``) and the wrappers' ``top_n`` 3; docs/judges.md's
+    Defaults grouped all four under "a 20-document rerank at top_n 3". It says each K now, and that ``auto`` picks
+    the same ranker and oracle for both at N=20, which this checks."""
+    from pathlib import Path
+
+    from activeprp_core.rankers.auto import choose
+    from activeprp_integrations._common import DEFAULT_TOP_N
+
+    page = (Path(__file__).resolve().parent.parent / "docs" / "judges.md").read_text(encoding="utf-8")
+    defaults = " ".join(page.split("\n## Defaults\n", 1)[1].split("\n## ", 1)[0].split())
+    assert f"the wrappers return top_n {DEFAULT_TOP_N} documents" in defaults
+    assert f"`activeprp serve` rerank a top_k of {ONLINE.top_k}" in defaults
+    online = (ONLINE.budget, ONLINE.max_rounds)
+    assert f"picks the same ranker and oracle for K={ONLINE.top_k}" in defaults
+    assert choose(20, ONLINE.top_k, *online) == choose(20, DEFAULT_TOP_N, *online)
