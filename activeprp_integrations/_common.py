@@ -1,4 +1,5 @@
-"""The parts the LangChain and LlamaIndex rerankers share (imports no framework; pydantic on first use).
+"""The parts the LangChain and LlamaIndex rerankers share (imports no framework; pydantic on first use), and
+``is_loopback``, which ``activeprp serve`` and the Ray adapter share.
 
 Both wrappers inherit their settings fields from ``settings_model``: every ``RerankSettings`` field under the
 same name (``top_k`` is the wrappers' ``top_n``), defaulting to the online preset ``activeprp_core.settings.ONLINE``
@@ -12,6 +13,7 @@ flight) go to the rerank as arguments.
 from __future__ import annotations
 
 import copy
+import ipaddress
 from collections.abc import Callable, Iterable, Mapping
 from functools import cache
 from typing import Any, get_type_hints
@@ -209,3 +211,16 @@ class ComparatorFactories:
         comparator = OpenAIChatComparator(model=model, base_url=base_url, api_key=api_key,
                                           **(comparator_kwargs or {}))
         return cls(comparator=comparator, **fields)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a name or an IP address, in brackets or not, in any case) is this machine's loopback:
+    ``localhost`` or an address in 127.0.0.0/8 or ::1. The one test of ``activeprp serve``'s warning about an open
+    server and of the Ray adapter's loopback-only Ray."""
+    host = host.strip("[]")
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -33,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.util
-import ipaddress
 import logging
 import math
 import os
@@ -48,6 +47,8 @@ from activeprp_core.budget import check_count, check_flag, check_real
 from activeprp_core.errors import InputError
 from activeprp_core.judging import JudgeStats
 from activeprp_core.many import DEFAULT_MAX_ACTIVE
+
+from ._common import is_loopback
 
 RAY_EXTRA = 'pip install "activeprp[ray]"'
 RAY_CLIENT_EXTRA = 'pip install "ray[client]"'
@@ -380,7 +381,7 @@ def connect(address: str | None = None, *, num_cpus: int | None = None) -> bool:
         _probe(from_env or address, f" ({RAY_ADDRESS_ENV}, which address 'auto' reads)" if from_env else "")
         # else Ray dials the machine's IP instead of the loopback address probed, where a loopback-only Ray
         # (ours, or one started with LOOPBACK_ENV=0) does not listen, and retries it for minutes
-        with _ray_on_loopback(_is_loopback(_host_port(from_env or address)[0])):
+        with _ray_on_loopback(is_loopback(_host_port(from_env or address)[0])):
             try:
                 ray.init(address=address)
             except ConnectionError as error:
@@ -458,7 +459,7 @@ def _start_local(ray: Any, num_cpus: int | None) -> None:
     with _ray_on_loopback(loopback):
         ray.init(address="local", num_cpus=num_cpus, include_dashboard=False)
     node = ray.util.get_node_ip_address()
-    if loopback and not _is_loopback(node):
+    if loopback and not is_loopback(node):
         ray.shutdown()
         raise RuntimeError(f"the local Ray took the node address {node}, not 127.0.0.1, so it would listen on "
                            f"every interface; it was shut down. Call connect() before importing ray, or start "
@@ -489,18 +490,6 @@ def _host_port(address: str) -> tuple[str, int | None]:
     if "://" in host or not port.isdigit():
         return address, None
     return host.removeprefix("[").removesuffix("]"), int(port)  # [::1]:6379
-
-
-def _is_loopback(host: str) -> bool:
-    """Whether ``host`` (a name, an IP address, in brackets or not) is this machine's loopback: ``localhost`` or
-    an address in 127.0.0.0/8 or ::1."""
-    host = host.strip("[]")
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _stopped_by(error: BaseException) -> BaseException | None:

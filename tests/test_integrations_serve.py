@@ -1405,6 +1405,21 @@ def test_the_command_takes_keys_from_flags_and_the_environment_and_warns_without
     assert "without an API key" not in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("host", ["LOCALHOST", "Localhost", "::1", "127.0.0.2"])
+def test_a_loopback_host_in_any_spelling_serves_without_the_open_server_warning(monkeypatch, capsys, host):
+    """``--host LOCALHOST`` binds loopback only, yet serve warned that anyone could spend the judge's budget: its
+    loopback test was case-sensitive, unlike Ray's. Both now use ``_common.is_loopback``."""
+    from activeprp_integrations import ray as adapter
+    from activeprp_integrations._common import is_loopback
+    from activeprp_integrations.serve import loopback
+
+    serve_command(monkeypatch, ["--comparator", "simulated", "--host", host])
+    assert "without an API key" not in capsys.readouterr().err
+    assert loopback is is_loopback is adapter.is_loopback
+    assert [is_loopback(h) for h in ("LOCALHOST", "[::1]", "127.0.0.1", "example.com", "0.0.0.0", "[::]")] == \
+        [True, True, True, False, False, False]
+
+
 @pytest.mark.parametrize(("env", "flags", "named"), [
     ("", [], "$ACTIVEPRP_AUTH_KEYS"), (" ", [], "$ACTIVEPRP_AUTH_KEYS"), (",", [], "$ACTIVEPRP_AUTH_KEYS"),
     (" , ", ["--auth-key", "flag-key"], "$ACTIVEPRP_AUTH_KEYS"), (None, ["--auth-key", ""], "--auth-key"),

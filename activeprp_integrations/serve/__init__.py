@@ -17,7 +17,6 @@ import argparse
 import contextlib
 import errno
 import inspect
-import ipaddress
 import os
 import socket
 import sys
@@ -37,6 +36,8 @@ from activeprp_core.budget import check_count, check_seconds
 from activeprp_core.comparators.openai_chat import url_credentials
 from activeprp_core.errors import InputError
 from activeprp_core.settings import FIELDS, ONLINE, RerankSettings, takes_settings
+
+from .._common import is_loopback
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -237,14 +238,9 @@ def auth_keys(args: argparse.Namespace) -> list[str]:
     return [*flags, *from_env]
 
 
-def loopback(host: str) -> bool:
-    """Whether ``host`` is a loopback interface (127.0.0.0/8, ::1, localhost)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+loopback = is_loopback
+"""Whether ``host`` is a loopback interface (``activeprp_integrations._common.is_loopback``: 127.0.0.0/8, ::1,
+localhost in any case, brackets or not)."""
 
 
 SERVE_HELPS = {
