@@ -32,10 +32,22 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from activeprp_cli import progress_wanted, require_extra
-from activeprp_cli.rerank import Given, add_judge_args, count, judge_options, model_bars, refuse_unused, seconds
+from activeprp_cli.rerank import (
+    DEFAULT_BATCH_SIZE,
+    Given,
+    add_judge_args,
+    count,
+    judge_options,
+    model_bars,
+    refuse_unused,
+    seconds,
+)
 from activeprp_cli.rerank_run import check_out, out_name
 from activeprp_cli.trecfiles import STDOUT, json_type, read_json
+from activeprp_core.comparators.hf import BATCH_SIZE
 from activeprp_core.errors import InputError, scrub
+
+from .instrumented import CALL_LATENCY_S, CALLS_IN_FLIGHT
 
 
 def _sim_knobs(spec: str) -> dict[str, float]:
@@ -346,7 +358,8 @@ def _report(rows, out: Path, seed: int, paper: bool, paired: list[str], top_k: i
              (" (paper Table 1 in brackets)" if paper else ""), markdown_table(summary, "ndcg", paper),
              "## LLM calls per query", markdown_table(summary, "calls"),
              "## Sequential rounds per query", markdown_table(summary, "rounds"),
-             "## Wall time per query (s) at 0.5 s per call, 16 calls in flight (modelled from each round's calls)",
+             f"## Wall time per query (s) at {summary.latency_s:g} s per call, {summary.in_flight} calls in flight "
+             "(modelled from each round's calls)",
              markdown_table(summary, "wall"),
              f"## Pareto front (mean calls, mean rounds, {metric}) over all cells", pareto_table(summary)]
     rankers = {r for r, *_ in summary.keys}
@@ -711,8 +724,10 @@ def add_parser(subparsers) -> None:
     local = argparse.ArgumentParser(add_help=False)
     local.add_argument("--mode", choices=["query_likelihood", "ab"], default="query_likelihood", action=Given,
                        help="bundled model mode (default: %(default)s)")
-    local.add_argument("--batch-size", type=_count(), default=8, action=Given,
-                       help="bundled model batch size (default 8)")
+    local.add_argument("--batch-size", type=_count(), default=BATCH_SIZE, action=Given,
+                       help="bundled model batch size: prompts per forward pass (default %(default)s: "
+                            "TransformersComparator's own, which the bench measures; activeprp rerank's "
+                            f"--batch-size is {DEFAULT_BATCH_SIZE}, to keep the command quick on a CPU)")
     remote = argparse.ArgumentParser(add_help=False)
     remote.add_argument("--model", action=Given, help="model name for --comparator openai")
     remote.add_argument("--base-url", action=Given, help="endpoint for --comparator openai")
@@ -813,8 +828,10 @@ def add_parser(subparsers) -> None:
         "once, and the measured seconds are set beside the modelled ones (the sum over rounds of "
         "ceil(calls / in-flight) x latency). Each line is printed as it comes; the table is written to "
         "OUT/walltime_check.md."))
-    wall.add_argument("--latency", type=seconds(allow_none=False), default=0.5, help="seconds per call (default 0.5)")
-    wall.add_argument("--in-flight", type=_count(), default=16, help="calls in flight at once (default 16)")
+    wall.add_argument("--latency", type=seconds(allow_none=False), default=CALL_LATENCY_S,
+                      help="seconds per call (default %(default)s)")
+    wall.add_argument("--in-flight", type=_count(), default=CALLS_IN_FLIGHT, help="calls in flight at once (default "
+                      "%(default)s)")
     wall.set_defaults(func=_walltime)
     auto = _mode(modes, "auto-table", about=(
         "Build the table behind ranker/oracle 'auto' from grid rows. Per (N, K) setting, budget and round cap "

@@ -9,6 +9,12 @@ from typing import Any
 from activeprp_core.comparators.base import CallGuard, Comparator, as_comparator
 from activeprp_core.types import Judgment, Pair
 
+CALL_LATENCY_S = 0.5
+"""The hosted judge the bench models: seconds per call (``SleepingComparator``, ``report.modelled_wall_s``, the grid
+report's wall-time table, ``activeprp bench walltime --latency``)."""
+CALLS_IN_FLIGHT = 16
+"""The hosted judge the bench models: calls in flight at once (``--in-flight``, and the same readers)."""
+
 
 class RoundRecorder(Comparator):
     """Wraps a comparator and notes in ``batches`` how many calls each batch (one round of the engine) holds;
@@ -29,7 +35,7 @@ class SleepingComparator(RoundRecorder):
     calls run at once; the answers come from ``inner`` (any comparator). ``arerank`` awaits one round at a time,
     so a query's wall time is the sum over rounds of its waves of calls; ``batches`` notes the calls per round."""
 
-    def __init__(self, inner: Any, latency_s: float = 0.5, in_flight: int = 16) -> None:
+    def __init__(self, inner: Any, latency_s: float = CALL_LATENCY_S, in_flight: int = CALLS_IN_FLIGHT) -> None:
         super().__init__(inner)
         self.latency_s, self.in_flight = latency_s, in_flight
 

@@ -12,6 +12,7 @@ import numpy as np
 from activeprp_core.budget import check_count
 
 from .grid import PAPER_BUDGETS, Row
+from .instrumented import CALL_LATENCY_S, CALLS_IN_FLIGHT
 from .stats import bootstrap_ci, macro_diff_test, paired_bootstrap
 
 LABELS = {"bubblesort": "BubbleSort", "heapsort": "HeapSort", "quicksort": "QuickSort", "pac_bubble": "PAC + Bubble",
@@ -53,7 +54,7 @@ def paper_setting(rows: Sequence[Row]) -> bool:
 Key = tuple[str, str, int, int]  # (ranker, oracle, budget, max_rounds); -1 = no cap
 
 
-def modelled_wall_s(round_calls: str, latency_s: float = 0.5, in_flight: int = 16) -> float:
+def modelled_wall_s(round_calls: str, latency_s: float = CALL_LATENCY_S, in_flight: int = CALLS_IN_FLIGHT) -> float:
     """Wall time of one rerank when every call takes ``latency_s`` seconds and at most ``in_flight`` calls run
     at once: the rounds run one after another, a round of c calls takes ceil(c / in_flight) waves.
 
@@ -63,7 +64,7 @@ def modelled_wall_s(round_calls: str, latency_s: float = 0.5, in_flight: int = 1
     return latency_s * sum(-(-int(c) // in_flight) for c in round_calls.split())
 
 
-def row_wall_s(row: Row, latency_s: float = 0.5, in_flight: int = 16) -> float:
+def row_wall_s(row: Row, latency_s: float = CALL_LATENCY_S, in_flight: int = CALLS_IN_FLIGHT) -> float:
     """``modelled_wall_s`` of one row, or NaN when the row ran rounds but holds no per-round calls: rows read back
     from a file written with ``SLIM_COLUMNS`` (or from a rows cache seeded from one). A row of no rounds (the prior
     order) takes 0.0 s."""
@@ -85,11 +86,12 @@ class Summary:
     """
 
     def __init__(self, rows: Sequence[Row], rng: np.random.Generator, resamples: int = 10_000,
-                 latency_s: float = 0.5, in_flight: int = 16) -> None:
+                 latency_s: float = CALL_LATENCY_S, in_flight: int = CALLS_IN_FLIGHT) -> None:
         groups: dict[Key, list[Row]] = defaultdict(list)
         for r in rows:
             groups[(r.ranker, r.oracle, r.budget, r.max_rounds)].append(r)
         self.keys = sorted(groups)
+        self.latency_s, self.in_flight = latency_s, in_flight  # what ``wall`` models
         self.ndcg: dict[Key, tuple[float, float, float]] = {}
         self.calls: dict[Key, float] = {}
         self.rounds: dict[Key, float] = {}

@@ -12,8 +12,9 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, NamedTuple
 
 from activeprp_core.budget import check_count, check_seconds
+from activeprp_core.comparators.hf import BATCH_SIZE, MAX_PASSAGE_TOKENS
 from activeprp_core.comparators.openai_chat import MAX_REPLY_BYTES, TIMEOUT
-from activeprp_core.comparators.prompts import model_text
+from activeprp_core.comparators.prompts import MAX_PASSAGE_WORDS, model_text
 from activeprp_core.comparators.remote import MAX_ATTEMPTS, RemoteComparator
 from activeprp_core.engine import arerank, rerank
 from activeprp_core.rankers.auto import AUTO
@@ -29,14 +30,15 @@ _ID_KEYS, _TEXT_KEYS = ("id", "docid", "_id", "doc_id"), ("text", "content", "co
 DEFAULT_PASSAGE_TOKENS = 128
 """``--passage-tokens``' default: a local model (bundled, hf) cuts each passage to 128 tokens
 (``max_passage_tokens``), openai to 128 whitespace-separated words (``max_passage_words``). Below the comparators'
-own defaults on purpose (``TransformersComparator``: 256 tokens; ``OpenAIChatComparator``: 200 words,
-``prompts.MAX_PASSAGE_WORDS``): shorter prompts keep the bundled model quick on a CPU, and the figures measured
-through the command line (docs/serve.md's example, benchmarks/results/serve/) or with its cut
-(benchmarks/forward_cost.py, scripts/measure_comparators.py) used 128. From Python the comparators' own apply."""
+own defaults on purpose (``TransformersComparator``: 256 tokens, ``hf.MAX_PASSAGE_TOKENS``;
+``OpenAIChatComparator``: 200 words, ``prompts.MAX_PASSAGE_WORDS``): shorter prompts keep the bundled model quick
+on a CPU, and the figures measured through the command line (docs/serve.md's example, benchmarks/results/serve/)
+or with its cut (benchmarks/forward_cost.py, scripts/measure_comparators.py) used 128. From Python the
+comparators' own apply."""
 DEFAULT_BATCH_SIZE = 4
-"""``--batch-size``' default (bundled, hf: prompts per forward pass). Below ``TransformersComparator``'s own 8: on a
-CPU batching gains little (docs/comparators.md), and the demo's committed figures and wall times
-(benchmarks/results/demo/) were measured with 4."""
+"""``--batch-size``' default (bundled, hf: prompts per forward pass). Below ``TransformersComparator``'s own 8
+(``hf.BATCH_SIZE``): on a CPU batching gains little (docs/comparators.md), and the demo's committed figures and
+wall times (benchmarks/results/demo/) were measured with 4."""
 
 
 class CandidateLine(NamedTuple):
@@ -161,12 +163,12 @@ def add_comparator_args(p: argparse.ArgumentParser, default: str = "bundled", si
     g.add_argument("--api-key", action=Given, help="openai: key (default: $OPENAI_API_KEY)")
     g.add_argument("--batch-size", type=count(minimum=1), default=DEFAULT_BATCH_SIZE, action=Given,
                    help="bundled/hf: prompts per forward pass (default: %(default)s, below the Python "
-                        "TransformersComparator's 8: on a CPU batching gains little)")
+                        f"TransformersComparator's {BATCH_SIZE}: on a CPU batching gains little)")
     g.add_argument("--passage-tokens", type=count(minimum=1), default=DEFAULT_PASSAGE_TOKENS, action=Given,
                    help="cut each passage before judging: bundled/hf to this many tokens (max_passage_tokens), "
                         "openai to this many words (max_passage_words) (default: %(default)s, below the Python "
-                        "defaults of 256 tokens and 200 words: shorter prompts keep the bundled model quick on a "
-                        "CPU)")
+                        f"defaults of {MAX_PASSAGE_TOKENS} tokens and {MAX_PASSAGE_WORDS} words: shorter prompts "
+                        "keep the bundled model quick on a CPU)")
     add_judge_args(g)
 
 

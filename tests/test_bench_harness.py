@@ -557,6 +557,28 @@ def test_wall_time_model_and_sleeping_comparator():
     assert direct.calls == t["calls"]
 
 
+def test_the_modelled_judge_has_one_home(tmp_path, monkeypatch):
+    """0.5 s per call and 16 calls in flight were written in six places (the wall-time model's signatures,
+    ``SleepingComparator``, the walltime flags and the grid report's header); now ``instrumented.CALL_LATENCY_S`` and
+    ``CALLS_IN_FLIGHT``, and the header says what its ``Summary`` modelled."""
+    import inspect
+
+    from activeprp_bench import cli, instrumented, report
+    from activeprp_cli import build_parser
+
+    home = (instrumented.CALL_LATENCY_S, instrumented.CALLS_IN_FLIGHT)
+    for func in (report.modelled_wall_s, report.row_wall_s, report.Summary, SleepingComparator):
+        params = inspect.signature(func).parameters
+        assert (params["latency_s"].default, params["in_flight"].default) == home == (0.5, 16), func
+    args = build_parser("bench").parse_args(["bench", "walltime"])
+    assert (args.latency, args.in_flight) == home
+    rows = [Row(collection="c", qid=str(q), ranker="mohajer", oracle="randomized", budget=8, seed=0, n=20,
+                ndcg10=0.5, calls=8, rounds=2, round_calls="4 4") for q in range(2)]
+    monkeypatch.setattr(report.Summary.__init__, "__defaults__", (10, 2.0, 3))
+    tables = cli._report(rows, tmp_path, 0, False, [])
+    assert "## Wall time per query (s) at 2 s per call, 3 calls in flight" in tables
+
+
 def test_pareto_front_drops_dominated_cells():
     def rows(ranker, calls, rounds, ndcg):
         return [Row(collection="c", qid=str(q), ranker=ranker, oracle="randomized", budget=calls, seed=0, n=20,

@@ -412,6 +412,26 @@ def test_the_comparator_flags_say_what_they_mean_for_each_comparator(capsys):
         assert judge.max_passage_words == args.passage_tokens == DEFAULT_PASSAGE_TOKENS
 
 
+def test_the_help_reads_the_comparators_defaults_from_their_constants(capsys, monkeypatch):
+    """The help restated ``TransformersComparator``'s 8 and 256 and the chat judges' 200 as figures; it formats the
+    constants now (``hf.BATCH_SIZE``, ``hf.MAX_PASSAGE_TOKENS``, ``prompts.MAX_PASSAGE_WORDS``), which the
+    comparators' signatures use."""
+    import inspect
+
+    from activeprp_cli import rerank as module
+    from activeprp_core.comparators import hf
+
+    local = inspect.signature(hf.TransformersComparator.__init__).parameters
+    assert (local["batch_size"].default, local["max_passage_tokens"].default, local["max_query_tokens"].default) \
+        == (hf.BATCH_SIZE, hf.MAX_PASSAGE_TOKENS, hf.MAX_QUERY_TOKENS) == (8, 256, 64)
+    for name, value in (("BATCH_SIZE", 17), ("MAX_PASSAGE_TOKENS", 333), ("MAX_PASSAGE_WORDS", 444)):
+        monkeypatch.setattr(module, name, value)
+    with pytest.raises(SystemExit):
+        build_parser("rerank").parse_args(["rerank", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "the Python TransformersComparator's 17:" in text and "Python defaults of 333 tokens and 444 words" in text
+
+
 #: each comparator flag and a value, and the comparators that read it (the others do nothing with it)
 FLAG_USERS = [
     (["--mode", "ab"], {"bundled", "hf"}), (["--model", "m"], {"hf", "openai"}),

@@ -2299,6 +2299,22 @@ def test_serve_help_says_what_its_time_budget_counts_from(capsys):
     assert "from the start of its rerank" not in help_text
 
 
+def test_serve_help_reads_its_caps_from_their_constants(capsys, monkeypatch):
+    """``--max-body-bytes`` said "at most 64 MB" and ``--max-uploads-per-client`` "at least 16" as figures; they
+    format ``MAX_BODY_BYTES`` (the one the body cap uses) and ``MIN_UPLOADS_PER_CLIENT`` now."""
+    from activeprp_cli import main
+    from activeprp_integrations import serve
+    from activeprp_integrations.serve import bodies
+
+    assert bodies.MAX_BODY_BYTES is serve.MAX_BODY_BYTES == 64_000_000
+    monkeypatch.setattr(serve, "MAX_BODY_BYTES", 5_000_000)
+    monkeypatch.setattr(serve, "MIN_UPLOADS_PER_CLIENT", 7)
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "with JSON escaping, at most 5 MB)" in help_text and "--max-queue, at least 7; none" in help_text
+
+
 def test_serve_help_says_the_cap_on_calls_in_flight_and_the_breaker_are_the_servers(capsys):
     """``--max-concurrency`` and ``--max-consecutive-failures`` had the library's per-query help ("most LLM calls
     in flight") under "settings of every request"; in the service both count across all requests."""

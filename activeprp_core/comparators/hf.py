@@ -30,6 +30,12 @@ from .prompts import LABELS, PRP_PROMPT, QL_PROMPT, Piece, SwappablePrompts, che
 __all__ = ["MODES", "TransformersABComparator", "TransformersComparator", "bundled_gguf_path", "bundled_model_dir"]
 
 MODES = ("ab", "query_likelihood")
+BATCH_SIZE = 8
+"""``TransformersComparator``'s default ``batch_size``: prompts per forward pass."""
+MAX_PASSAGE_TOKENS = 256
+"""``TransformersComparator``'s default ``max_passage_tokens``: each passage is cut to this many tokens."""
+MAX_QUERY_TOKENS = 64
+"""``TransformersComparator``'s default ``max_query_tokens``: the query is cut to this many tokens."""
 
 
 class TransformersComparator(SwappablePrompts, FreshState, Comparator):
@@ -116,7 +122,8 @@ class TransformersComparator(SwappablePrompts, FreshState, Comparator):
 
     def __init__(self, model: str | os.PathLike, *, mode: str | None = None, prompt: str = PRP_PROMPT,
                  ql_prompt: str = QL_PROMPT, labels: tuple[str, str] = LABELS, answer_prefix: str = "",
-                 batch_size: int = 8, max_passage_tokens: int = 256, max_query_tokens: int = 64,
+                 batch_size: int = BATCH_SIZE, max_passage_tokens: int = MAX_PASSAGE_TOKENS,
+                 max_query_tokens: int = MAX_QUERY_TOKENS,
                  device: str = "auto", dtype: Any = "auto", max_context: int | None = None,
                  score_cache_size: int = 100_000) -> None:
         if mode is not None and mode != self.mode:

@@ -70,6 +70,10 @@ DEFAULT_CLIENT_TIMEOUT = 30.0
 """Seconds a client may take to send a request's head (from connecting or its previous answer) and, then, its
 body, and to read an answer, by default: a stalled or trickling client holds a connection and up to a body's cap (or
 an answer) of memory that long."""
+MAX_BODY_BYTES = 64_000_000
+"""The most the default body cap may be (``bodies.Limits.default_body_bytes``)."""
+DEFAULT_SHUTDOWN_TIMEOUT = 60.0
+"""Seconds a graceful shutdown waits for the requests in flight by default (``--shutdown-timeout``)."""
 HALF = "half"
 MIN_UPLOADS_PER_CLIENT = 16
 """The least ``HALF`` comes to: a small server's pool (``max_active=1, max_queue=1``) halved would refuse one client
@@ -289,7 +293,7 @@ def add_parser(subparsers: Any) -> None:
                    help="UTF-8 bytes of the query (default %(default)s)")
     g.add_argument("--max-body-bytes", type=count(minimum=1), default=None,
                    help="bytes of a request body, refused as soon as it is passed, chunked or not (default: the "
-                        "documents at their caps with JSON escaping, at most 64 MB)")
+                        f"documents at their caps with JSON escaping, at most {MAX_BODY_BYTES / 1e6:g} MB)")
     g.add_argument("--max-active", type=count(minimum=1), default=DEFAULT_MAX_ACTIVE,
                    help="requests reranked at once, the others queue (default %(default)s)")
     g.add_argument("--max-queue", type=count(minimum=0), default=DEFAULT_MAX_QUEUE,
@@ -310,8 +314,8 @@ def add_parser(subparsers: Any) -> None:
                         "so that one client's slow uploads cannot take every slot; behind a proxy every client has "
                         "its address (X-Forwarded-For is read only from $FORWARDED_ALLOW_IPS, by default loopback "
                         "addresses): raise it there; half = half of --max-active plus --max-queue, at "
-                        "least 16; none = no cap per client (default %(default)s)")
-    g.add_argument("--shutdown-timeout", type=seconds(allow_none=False), default=60.0,
+                        f"least {MIN_UPLOADS_PER_CLIENT}; none = no cap per client (default %(default)s)")
+    g.add_argument("--shutdown-timeout", type=seconds(allow_none=False), default=DEFAULT_SHUTDOWN_TIMEOUT,
                    help="seconds a graceful shutdown (Ctrl-C, SIGTERM) waits for the requests in flight: a request "
                         "not yet reranked whose time budget would end after that gets 503 with Retry-After at "
                         "once, those still running then get 503 and their connection is closed; keep it over "

@@ -13,6 +13,8 @@ from activeprp_cli.rerank import setting_flag
 from activeprp_core.comparators.prompts import model_text
 from activeprp_core.settings import CAPS, FIELDS, PER_REQUEST, SPECS, Count, RerankSettings, Seconds
 
+from . import MAX_BODY_BYTES  # its home is the command's defaults (its --help states it)
+
 MAX_RANK_FIELDS = 64
 """The most names in a body's ``rank_fields`` (more: 400). Each document is looked up for each name: 30,000 names
 and 1000 documents, in a 0.3 MB body, held the event loop 0.55 s. Cohere's ``rank_fields`` names a few keys."""
@@ -233,8 +235,6 @@ def not_own(body: dict[str, Any]) -> str | None:
     return "; ".join(why) + f"; a request's own settings are among {tuple(BODY_FIELDS.values())}"
 
 
-MAX_BODY_BYTES = 64_000_000
-"""The most the default body cap may be (``Limits.default_body_bytes``)."""
 VALUES_PER_DOCUMENT = 64
 """JSON values a body may hold per document of ``max_documents`` (``Limits.max_body_values``): a document object
 with about 20 fields of metadata fits."""
