@@ -148,3 +148,12 @@ def test_nested_list_items_are_indented_4_spaces_so_the_site_nests_them_as_githu
             if not fenced and re.match(r" {1,3}([-*+]|\d+\.) ", line):
                 shallow.append(f"{page.name}:{number}")
     assert shallow == []
+
+
+def test_the_user_docs_cite_no_internal_review_by_its_name():
+    """A reader cannot follow "review s67a": the docs cite a file, a test or a benchmark for a claim instead."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    cited = {page.name: found for page in pages
+             if (found := re.findall(r"\breview (?:s\d+[a-z]?|\d{4}[a-z]+)\b",
+                                     " ".join(page.read_text(encoding="utf-8").split())))}
+    assert cited == {}
