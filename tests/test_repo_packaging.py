@@ -135,3 +135,34 @@ def test_docs_sh_installs_a_docs_requirement_that_is_there_but_too_old(tmp_path)
     calls = log.read_text().splitlines()
     assert "-m pip install mkdocstrings-python>=1.19" in calls
     assert calls[-1] == f"-m mkdocs build --strict --site-dir {tmp_path / 'site'}"
+
+
+#: review s68k's floors: (package, a release it found broken, the oldest it found working, what broke)
+RAISED_FLOORS = [
+    ("tenacity", "9.1.4", "9.2.1", "wait_exponential_jitter(multiplier=): TypeError on every OpenAI call"),
+    ("fastapi", "0.131.0", "0.132", "strict_content_type: a body with no Content-Type was judged"),
+    ("llama-index-core", "0.12.30", "0.12.31", "BaseNodePostprocessor.apostprocess_nodes"),
+    ("transformers", "4.55.4", "4.56", "from_pretrained(dtype=): TypeError from the model's __init__"),
+    ("gguf", "0.11.0", "0.13", "0.10: sentencepiece undeclared; 0.11: ndarray.newbyteorder, gone in numpy 2"),
+    ("langchain-core", "1.0.0", "1.1", "BaseChatModel.profile: a reasoning model sent temperature=0 (400)"),
+    ("langchain-openai", "1.0.0", "1.1", "ChatOpenAI's profile, as for langchain-core"),
+    ("cohere", "5.8.0", "5.10", "ClientV2.rerank, README's client (5.8 has ClientV2 without it)"),
+    ("ir-measures", "0.3.0", "0.3.1", "0.3.0 pins pytrec-eval-terrier==0.5.2, against >=0.5.6"),
+]
+
+
+@pytest.mark.parametrize(("name", "broken", "working", "why"), RAISED_FLOORS, ids=[f[0] for f in RAISED_FLOORS])
+def test_each_floor_review_s68k_found_broken_is_raised_and_says_why(name, broken, working, why):
+    """pyproject's floors allowed releases that fail the tests or crash (review s68k: tenacity 8.2 to 9.1.4 had no
+    ``multiplier=``, FastAPI before 0.132 judged a body sent with no Content-Type, ...). Each extra naming the
+    package now excludes the broken release, allows the working one, and a comment says what the floor is for."""
+    from packaging.requirements import Requirement
+
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    extras = tomllib.loads(text)["project"]["optional-dependencies"]
+    reqs = [Requirement(r) for deps in extras.values() for r in deps if Requirement(r).name == name]
+    assert reqs, f"no extra names {name}"
+    for req in reqs:
+        assert req.specifier.contains(working) and not req.specifier.contains(broken), (str(req), why)
+    comments = [line.split("#", 1)[1] for line in text.splitlines() if "#" in line]
+    assert any(f"{name} {working}:" in c for c in comments), f"no comment says why {name}>={working}"
