@@ -545,7 +545,11 @@ def test_a_bug_in_the_judge_is_a_json_500_not_the_callers_mistake_nor_a_shutdown
 
 def test_a_bug_after_the_response_started_is_logged_as_the_cut_response_the_client_got(caplog):
     """A bug after a route's response had started (a 200 head, part of the body sent) was logged as "answered 500"
-    though the client got the 200 and a cut body: the log line now says that, once, its secrets scrubbed."""
+    though the client got the 200 and a cut body: the log line now says that, once, its secrets scrubbed.
+    Before starlette 1.0 (fastapi 0.132, the serve extra's floor, allows 0.40 on), the TestClient reads a body cut by
+    an exception from the end of its buffer (``b""``), and ``StreamingResponse`` raises the bug out of a task group,
+    so the traceback is an exception group's: the line is the same, its traceback starts otherwise."""
+    import starlette
     from starlette.responses import StreamingResponse
 
     app = create_app(WordJudge(), **SERVER, secrets=["sk-X"])
@@ -558,9 +562,12 @@ def test_a_bug_after_the_response_started_is_logged_as_the_cut_response_the_clie
     with caplog.at_level(logging.ERROR, logger="activeprp.serve"), TestClient(app) as client:
         response = client.get("/stream")
     rid = response.headers["x-request-id"]
-    assert response.status_code == 200 and response.content == b"part of it"
+    before_1 = int(starlette.__version__.split(".")[0]) < 1
+    assert response.status_code == 200 and (before_1 or response.content == b"part of it")
     logged = [r.getMessage() for r in caplog.records if r.name == "activeprp.serve"]
-    assert len(logged) == 1 and logged[0].startswith(f"request {rid} got status 200 and a cut body: Traceback")
+    said = f"request {rid} got status 200 and a cut body: "
+    assert len(logged) == 1 and logged[0].startswith(said) and "Traceback" in logged[0]
+    assert before_1 or logged[0].startswith(said + "Traceback")
     assert "a bug in the stream, key ***" in logged[0] and "sk-X" not in caplog.text
 
 
