@@ -14,6 +14,7 @@ import tempfile
 import threading
 from collections.abc import Callable, Sequence
 from functools import cached_property
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -161,9 +162,15 @@ def bundled_gguf_path() -> Path:
 
 
 def _bundled_target(cache_dir: str | os.PathLike | None, gguf: Path) -> tuple[Path, Path]:
-    """``(root, target)``: the cache directory and the converted model's directory in it (``bundled_model_dir``)."""
+    """``(root, target)``: the cache directory and the converted model's directory in it (``bundled_model_dir``),
+    named by the GGUF's size and the installed transformers' major version: transformers 4.x cannot read the
+    tokenizer that 5.x saves (``tokenizer_class: TokenizersBackend``), and venvs on both may share the cache."""
     root = Path(cache_dir or os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "activeprp").expanduser()
-    return root, root / f"SmolLM2-135M-Instruct-Q4_1-{gguf.stat().st_size}"
+    try:
+        major = metadata.version("transformers").split(".")[0]
+    except metadata.PackageNotFoundError:  # nothing converted for it: require_bundled names transformers
+        major = ""
+    return root, root / f"SmolLM2-135M-Instruct-Q4_1-{gguf.stat().st_size}-transformers{major}"
 
 
 def bundled_missing(cache_dir: str | os.PathLike | None = None, *, run: bool = True) -> list[str]:
