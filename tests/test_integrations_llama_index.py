@@ -333,6 +333,8 @@ def test_pickled_with_its_judge_or_refused_saying_why():
     """LlamaIndex's pickling drops what does not pickle with a logged warning; the judge is no such detail: an
     unpickled postprocessor without it could not rerank, so a judge that does not pickle is a TypeError. A remote
     judge pickles (its clients are made anew: see ``RemoteComparator``)."""
+    for module in ("openai", "tenacity"):  # the remote judge's; the llama-index extra alone lacks them
+        pytest.importorskip(module, reason='pip install "activeprp[openai]"')
     api = OpenAIChatComparator("m", base_url="http://127.0.0.1:9/v1", api_key="k")
     for comparator in (SimulatedComparator({"d1": 2.0}, seed=1), api):
         restored = pickle.loads(pickle.dumps(ActivePRPRerank(comparator=comparator, budget=5)))
