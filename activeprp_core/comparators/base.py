@@ -138,7 +138,7 @@ class CallGuard:
         self.deadlines: dict[str, float] = {}
         self.latency: Any = None  # the rerank's judging.RoundLatency (a query's judging.CallFloor), read by too_late
         self.floors: dict[str, Any] = {}  # per query text, read by too_late instead of latency: judging.floors_by_query
-        self._asked: dict[tuple[Any, str | None], float] = {}  # (RequestGuard key, query text): see asked_to_wait
+        self._asked_until: dict[str | None, float] = {}  # per query text: see asked_to_wait
         self._lock = threading.Lock()
         self.completed = 0
         self.retries = 0
@@ -165,25 +165,14 @@ class CallGuard:
         """Note that the endpoint, failing an attempt of a call of ``query``, asked to be sent nothing before
         ``until`` (on ``clock``: when the attempt failed plus its Retry-After as honoured), which ``held_back``
         reads; the latest such time of the query is kept."""
-        self._note_asked(None, query, until, self.clock())
+        self._asked_until[query] = max(until, self._asked_until.get(query, until))
 
     def held_back(self, query: str | None = None) -> bool:
         """Whether the endpoint asked ``query``'s calls to wait (``asked_to_wait``) until past its deadline (within
         ``DEADLINE_SLACK``): no call or retry of it can then go out and be answered in time. Read by ``too_late``
         (a call not sent yet is not sent) and by the comparator's retries (a failed call fails at once)."""
-        until, left = self._asked_until(query), self.time_left(query)
+        until, left = self._asked_until.get(query), self.time_left(query)
         return until is not None and left is not None and left - (until - self.clock()) <= DEADLINE_SLACK
-
-    def _asked_until(self, query: str | None) -> float | None:
-        return self._asked.get((None, query))
-
-    def _note_asked(self, key: Any, query: str | None, until: float, now: float) -> None:
-        """``asked_to_wait`` for the query ``query`` of the ``RequestGuard`` ``key`` (None: this guard's own), kept
-        here, so that a query's views (one per step of ``rerank_many``) share it; a time already past (``now``) is
-        dropped (a service's guard sees many requests)."""
-        with self._lock:
-            self._asked = {k: t for k, t in self._asked.items() if t > now}
-            self._asked[key, query] = max(until, self._asked.get((key, query), until))
 
     def too_late(self, query: str | None = None) -> bool:
         """Whether a call of ``query`` started now would end past its deadline: ``held_back`` (the endpoint asked
@@ -344,6 +333,7 @@ class RequestGuard(CallGuard):
         self.max_concurrency = shared.max_concurrency
         self.max_consecutive_failures = shared.max_consecutive_failures
         self.clock, self.deadline, self.deadlines, self.floors = clock, deadline, {}, {}
+        self._asked_until: dict[str | None, float] = {}  # this request's: its deadlines are its own
         self.completed = self.retries = 0
 
     @property
@@ -355,12 +345,6 @@ class RequestGuard(CallGuard):
 
     def trip(self, error: ComparatorError) -> None:
         self.shared.trip(error)
-
-    def asked_to_wait(self, query: str | None, until: float) -> None:
-        self.shared._note_asked(self.key, query, until, self.clock())  # the request's own, compared with its deadline
-
-    def _asked_until(self, query: str | None) -> float | None:
-        return self.shared._asked.get((self.key, query))
 
     def record(self, ok: bool | None, reason: str | None = None, retry_after: float | None = None,
                unusable: bool = False, source: Any = None, retries: int = 0, seconds: float | None = None,
