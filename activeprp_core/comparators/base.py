@@ -101,12 +101,12 @@ class CallGuard:
     Comparators call ``check()`` before sending, ``record(ok, reason)`` for every call that reached the backend
     (``completed`` counts them and ``retries`` their transport retries, so the engine can refund the calls of a
     failed batch that never went out and bill the retries of those that did; with an answered call's ``seconds``,
-    they set the call floor of ``too_late``), ``asked_to_wait(query, until)`` when the backend asked them to wait
-    (a Retry-After), and ``trip(error)`` on an error that must stop every later call (e.g. a 401). They read
-    ``time_left(query)`` (seconds; None = no deadline) to wait no longer than a query's deadline, and
-    ``too_late(query)`` to send nothing that could not come back before it: the engine sets the deadlines
-    (``deadline`` for every query, ``deadlines`` per query text, both on ``clock``) and the record of round
-    latencies (``latency``; ``floors`` per query text, for a call made for several queries at once).
+    they set the call floor of ``too_late``), and
+    ``trip(error)`` on an error that must stop every later call (e.g. a 401). They read ``time_left(query)``
+    (seconds; None = no deadline) to wait no longer than a query's deadline, and ``too_late(query)`` to send
+    nothing that could not come back before it: the engine sets the deadlines (``deadline`` for every query,
+    ``deadlines`` per query text, both on ``clock``) and the record of round latencies (``latency``; ``floors``
+    per query text, for a call made for several queries at once).
     Thread-safe; its slots (``fair_slots``) are one count for the tasks of any event loop and the threads of the
     sync path together: ``judge`` in threads and ``ajudge`` on a loop at once still have ``max_concurrency`` in all.
     They are waited for oldest first (a pool's request by its arrival, a direct call by its own), and the slots of
@@ -138,7 +138,6 @@ class CallGuard:
         self.deadlines: dict[str, float] = {}
         self.latency: Any = None  # the rerank's judging.RoundLatency (a query's judging.CallFloor), read by too_late
         self.floors: dict[str, Any] = {}  # per query text, read by too_late instead of latency: judging.floors_by_query
-        self._asked_until: dict[str | None, float] = {}  # per query text: see asked_to_wait
         self._lock = threading.Lock()
         self.completed = 0
         self.retries = 0
@@ -161,22 +160,8 @@ class CallGuard:
         left = self.time_left(query)
         return left is not None and left <= DEADLINE_SLACK
 
-    def asked_to_wait(self, query: str | None, until: float) -> None:
-        """Note that the endpoint, failing an attempt of a call of ``query``, asked to be sent nothing before
-        ``until`` (on ``clock``: when the attempt failed plus its Retry-After as honoured), which ``held_back``
-        reads; the latest such time of the query is kept."""
-        self._asked_until[query] = max(until, self._asked_until.get(query, until))
-
-    def held_back(self, query: str | None = None) -> bool:
-        """Whether the endpoint asked ``query``'s calls to wait (``asked_to_wait``) until past its deadline (within
-        ``DEADLINE_SLACK``): no call or retry of it can then go out and be answered in time. Read by ``too_late``
-        (a call not sent yet is not sent) and by the comparator's retries (a failed call fails at once)."""
-        until, left = self._asked_until.get(query), self.time_left(query)
-        return until is not None and left is not None and left - (until - self.clock()) <= DEADLINE_SLACK
-
     def too_late(self, query: str | None = None) -> bool:
-        """Whether a call of ``query`` started now would end past its deadline: ``held_back`` (the endpoint asked
-        for a wait that ends past it: its Retry-After), ``past``, or no more time left than
+        """Whether a call of ``query`` started now would end past its deadline: ``past``, or no more time left than
         the record's call floor (``query``'s entry in ``floors``, else ``latency``: anything with
         ``call_floor()``, a ``judging.RoundLatency``, or a query's ``judging.CallFloor``, none while its round is
         the probe of a stale record; set by the engine): the answered calls' latency (their ``LATENCY_QUANTILE``
@@ -189,8 +174,6 @@ class CallGuard:
         left = self.time_left(query)
         if left is None:
             return False
-        if self.held_back(query):
-            return True
         latency = self._floor_of(query)
         floor = latency.call_floor() if latency is not None else None
         return left <= max(DEADLINE_SLACK, floor or 0.0)
@@ -333,7 +316,6 @@ class RequestGuard(CallGuard):
         self.max_concurrency = shared.max_concurrency
         self.max_consecutive_failures = shared.max_consecutive_failures
         self.clock, self.deadline, self.deadlines, self.floors = clock, deadline, {}, {}
-        self._asked_until: dict[str | None, float] = {}  # this request's: its deadlines are its own
         self.completed = self.retries = 0
 
     @property

@@ -254,7 +254,7 @@ class RemoteComparator(FreshState, Comparator):
             return unsent()
         guard.check()
         request, client = self.request(query, item[1].text, item[2].text), self._clients.sync()
-        tries = _Attempts(guard, query, asked=self._asked)
+        tries = _Attempts(guard, query)
         if job is not None:
             job.cut = partial(self._deadline_cut, tries)
 
@@ -268,7 +268,7 @@ class RemoteComparator(FreshState, Comparator):
                 guard.check()
             return tries.send(partial(self._send_open, client), request, self.timed)
 
-        retrying = _retrying(self, Retrying, guard, query, sleep=stop.wait)  # a backoff wait ends at its stop
+        retrying = _retrying(self, Retrying, guard, query, tries, sleep=stop.wait)  # a backoff wait ends at its stop
         try:
             response = retrying(attempt)
             outcome = _settle(self, guard, retrying, response, record=record(), seconds=tries.seconds())
@@ -294,14 +294,14 @@ class RemoteComparator(FreshState, Comparator):
         query, threaded = item[0], self.sends_in_thread()
         # a thread cannot be stopped: an attempt cut at attempt_timeout would run on beside its retry, over the cap
         cap = None if threaded else self.attempt_timeout
-        request, tries = self.request(query, item[1].text, item[2].text), _Attempts(guard, query, cap, self._asked)
+        request, tries = self.request(query, item[1].text, item[2].text), _Attempts(guard, query, cap)
 
         async def attempt(send: Callable[[Any], Awaitable[Any]]) -> Any:  # a coroutine function: tenacity awaits it
             if tries.count:  # a retry: not once the rerank has stopped
                 guard.check()
             return await tries.asend(send, request, self.timed)
 
-        retrying = _retrying(self, AsyncRetrying, guard, query)
+        retrying = _retrying(self, AsyncRetrying, guard, query, tries)
         try:
             async with guard.slots(1, guard.time_left(query)) as hold:
                 guard.check()
@@ -362,10 +362,6 @@ class RemoteComparator(FreshState, Comparator):
             return _cut(tries, record)
         fault = self._fault(error)
         return _cut(tries, record, self._call_failed(error, _reason(fault, error), _status(fault)), _status(fault))
-
-    def _asked(self, error: Exception) -> float | None:
-        """The seconds the endpoint asked to wait when an attempt failed with ``error`` (``_honoured``)."""
-        return self._honoured(self._fault(error))
 
     def _honoured(self, failure: Failure | None) -> float | None:
         """The seconds ``failure``'s endpoint asked to wait (its Retry-After) as honoured: capped at
@@ -629,14 +625,12 @@ class _Attempts:
     """The attempts of one call to ``query`` under ``guard``: how many went out, the last one's error, and whether
     the deadline cut the last one. An attempt is not sent past the deadline (``DeadlinePassed``) and is sent with
     the time left as its timeout (the provider's ``timed``); on the async path it is cancelled after ``cap`` seconds
-    (``RemoteComparator.attempt_timeout``) or at the deadline, whichever comes first. ``asked``: the seconds the
-    endpoint asked to wait after a failed attempt's error (``RemoteComparator._asked``), told to ``guard``
-    (``CallGuard.asked_to_wait``: none of the query's calls goes out when that wait ends past its deadline)."""
+    (``RemoteComparator.attempt_timeout``) or at the deadline, whichever comes first."""
 
-    def __init__(self, guard: CallGuard, query: str, cap: float | None = None,
-                 asked: Callable[[Exception], float | None] | None = None) -> None:
-        self.guard, self.query, self.cap, self.asked = guard, query, cap, asked
+    def __init__(self, guard: CallGuard, query: str, cap: float | None = None) -> None:
+        self.guard, self.query, self.cap = guard, query, cap
         self.count, self.late = 0, False  # late: the last attempt failed past the deadline
+        self.left: float | None = None  # the seconds left when the last attempt failed (None: no deadline)
         self.judge_error: Exception | None = None  # the last error of an attempt that failed before the deadline
         self.sent_at: float | None = None  # when the first attempt went out (on guard.clock)
         self.out_since: float | None = None  # when the last attempt went out, unless it failed before the deadline
@@ -664,13 +658,9 @@ class _Attempts:
         return None if self.sent_at is None else self.guard.clock() - self.sent_at
 
     def _failed(self, error: Exception) -> None:
-        at = self.guard.clock()
-        self.late = self.guard.past(self.query)
+        self.late, self.left = self.guard.past(self.query), self.guard.time_left(self.query)
         if not self.late:
             self.judge_error, self.out_since = error, None
-        wait = None if self.asked is None else self.asked(error)
-        if wait is not None:
-            self.guard.asked_to_wait(self.query, at + wait)
 
     def _left(self) -> float | None:
         """Seconds until the deadline (None: no deadline); ``DeadlinePassed`` once the call's first attempt would end
@@ -720,6 +710,13 @@ class _Attempts:
             self._failed(error)
             raise
 
+    def asked_past_deadline(self, asked: float | None) -> bool:
+        """Whether the endpoint, failing the last attempt, asked to wait ``asked`` seconds (its Retry-After as
+        honoured; None: it asked none) and so past the deadline: the endpoint, not the deadline, keeps the retry
+        from going out in time, so the call fails at once with that attempt's error (``_retrying``'s stop) rather
+        than waiting into the deadline to be cut."""
+        return asked is not None and self.left is not None and self.left - asked <= DEADLINE_SLACK
+
     def timed_out(self, fault: Failure | None) -> bool:
         """Whether the last attempt, failing (a failure of kind ``fault``) only once the deadline had passed, was
         cut by it (its timeout was the time left) rather than failed."""
@@ -727,12 +724,11 @@ class _Attempts:
 
 
 def _retrying(comp: RemoteComparator, kind: Any, guard: CallGuard | None = None, query: str | None = None,
-              **kw: Any) -> Any:
+              tries: _Attempts | None = None, **kw: Any) -> Any:
     """A tenacity ``Retrying``/``AsyncRetrying`` (``kind``) with ``comp``'s retry policy; a backoff wait ends at
     the deadline of ``query`` (``guard.time_left``; ``DEADLINE_SLACK`` before it), after which no attempt is sent.
-    No wait starts when the endpoint asked to wait past the deadline (``guard.held_back``: ``_Attempts`` tells it): the
-    retry could never go out in time, so the call fails at once with the attempt's error, rather than waiting into
-    the deadline to be cut."""
+    No wait starts when the endpoint asked to wait past the deadline (``tries.asked_past_deadline``): the retry
+    could never go out, so the call fails at once with the attempt's error."""
     from tenacity import retry_if_exception, stop_after_attempt, stop_any, wait_exponential_jitter
 
     backoff = wait_exponential_jitter(multiplier=comp.backoff_initial, max=comp.backoff_max,
@@ -750,11 +746,12 @@ def _retrying(comp: RemoteComparator, kind: Any, guard: CallGuard | None = None,
         failure = comp._fault(error)
         return failure is not None and failure.fault is Fault.RETRY
 
-    def held_back(state: Any) -> bool:
-        return guard is not None and guard.held_back(query)
+    def asked_past_deadline(state: Any) -> bool:
+        failure = comp._fault(state.outcome.exception()) if state.outcome else None
+        return tries is not None and tries.asked_past_deadline(comp._honoured(failure))
 
     return kind(retry=retry_if_exception(transient), wait=wait_s, reraise=True,
-                stop=stop_any(stop_after_attempt(comp.max_attempts), held_back), **kw)
+                stop=stop_any(stop_after_attempt(comp.max_attempts), asked_past_deadline), **kw)
 
 
 def _settle(comp: RemoteComparator, guard: CallGuard, retrying: Any, response: Any = None,
