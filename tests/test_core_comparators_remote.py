@@ -569,18 +569,26 @@ def test_a_remote_call_s_bug_propagates_with_every_call_sent_billed(path):
     assert (error.accounting.rounds, error.accounting.failed_calls) == (2, judge.sent - 7)
 
 
-class BugAmidBackoff(FakeRemote):
-    """A remote judge whose first call fails with a 500 (retried) and whose second raises a bug once the first has
-    failed; the others answer. ``calls``: the distinct calls sent (requests are numbered as made)."""
+class NumberedRemote(FakeRemote):
+    """A ``FakeRemote`` whose requests are ``(query, n)``, numbered as made (``made``), under ``_lock``."""
 
     def __init__(self, **transport):
         super().__init__(**transport)
-        self.made, self.calls, self.first_failed, self._lock = 0, set(), threading.Event(), threading.Lock()
+        self.made, self._lock = 0, threading.Lock()
 
     def request(self, query, first, second):
         with self._lock:
             self.made += 1
             return query, self.made
+
+
+class BugAmidBackoff(NumberedRemote):
+    """A remote judge whose first call fails with a 500 (retried) and whose second raises a bug once the first has
+    failed; the others answer. ``calls``: the distinct calls sent (requests are numbered as made)."""
+
+    def __init__(self, **transport):
+        super().__init__(**transport)
+        self.calls, self.first_failed = set(), threading.Event()
 
     def send(self, client, request):
         with self._lock:
@@ -609,7 +617,7 @@ def test_a_call_stopped_in_its_backoff_by_another_call_s_bug_is_billed():
     assert judge.first_failed.is_set() and raised.value.accounting.calls == len(judge.calls) >= 2
 
 
-class Retried(FakeRemote):
+class Retried(NumberedRemote):
     """A remote judge whose every call's first attempt fails with a 500 (retried) and whose retries answer, except
     for the calls made after the first ``answers``: their retry raises a bug, or with ``down`` fails with a 500
     too. ``sent`` counts every attempt; ``threaded``: as ``BrokenAfter``'s."""
@@ -617,12 +625,7 @@ class Retried(FakeRemote):
     def __init__(self, answers: int, down: bool = False, threaded: bool = False, **transport):
         super().__init__(**transport)
         self.answers, self.down, self.threaded = answers, down, threaded
-        self.made, self.tried, self._lock = 0, set(), threading.Lock()
-
-    def request(self, query, first, second):
-        with self._lock:
-            self.made += 1
-            return query, self.made
+        self.tried = set()
 
     def send(self, client, request):
         with self._lock:

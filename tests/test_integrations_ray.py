@@ -612,22 +612,28 @@ finally:
 """
 
 
-def test_connect_keeps_a_local_ray_on_loopback_when_ray_was_imported_first():
-    """docs/many-queries.md's Ray snippet imports ray, then calls connect(): the local Ray advertised the machine's
-    IP and listened on ``*`` (review s66b, finding 2). In a fresh interpreter, without the variable set, and its own
-    session (killed at the time limit; the Ray stops with its ``ray.shutdown()``)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "RAY_ADDRESS")}
-    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
-    child = subprocess.Popen([sys.executable, "-c", IMPORTED_FIRST], env=env, stdout=subprocess.PIPE,
+def _child_json(code_and_args: list[str], env: dict[str, str], late: str):
+    """Run ``python -c CODE ARGS...`` in its own session, killed at ``LIMIT_S`` (the test then fails with ``late``),
+    assert it exited 0, and return the JSON of its last line of output."""
+    child = subprocess.Popen([sys.executable, "-c", *code_and_args], env=env, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         out, err = child.communicate(timeout=LIMIT_S)
     except subprocess.TimeoutExpired:
         os.killpg(child.pid, 9)
         child.communicate()
-        pytest.fail(f"a local Ray did not start and stop within {LIMIT_S} s")
+        pytest.fail(f"{late} within {LIMIT_S} s")
     assert child.returncode == 0, err[-3000:]
-    seen = json.loads(out.strip().splitlines()[-1])
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_connect_keeps_a_local_ray_on_loopback_when_ray_was_imported_first():
+    """docs/many-queries.md's Ray snippet imports ray, then calls connect(): the local Ray advertised the machine's
+    IP and listened on ``*`` (review s66b, finding 2). In a fresh interpreter, without the variable set, and its own
+    session (killed at the time limit; the Ray stops with its ``ray.shutdown()``)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "RAY_ADDRESS")}
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
+    seen = _child_json([IMPORTED_FIRST], env, "a local Ray did not start and stop")
     assert seen["nodes"] == ["127.0.0.1"], seen
     if seen["listening"] is not None:
         assert len(seen["listening"]) >= 3, seen  # gcs_server, raylet, the driver at least
@@ -656,16 +662,7 @@ def test_joining_a_token_cluster_by_host_port_without_the_auth_mode_says_to_set_
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_MODE", "RAY_ADDRESS")}
     env["RAY_gcs_server_port_wait_time_s"] = "1"
     env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
-    child = subprocess.Popen([sys.executable, "-c", JOIN, address], env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        out, err = child.communicate(timeout=LIMIT_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(child.pid, 9)
-        child.communicate()
-        pytest.fail(f"joining {address} did not end within {LIMIT_S} s")
-    assert child.returncode == 0, err[-3000:]
-    assert json.loads(out.strip().splitlines()[-1]) == (
+    assert _child_json([JOIN, address], env, f"joining {address} did not end") == (
         f"Failed to connect to Ray cluster at {address}: the cluster asks for Ray's auth token, which Ray sends to a "
         "HOST:PORT only with RAY_AUTH_MODE=token: set RAY_AUTH_MODE=token here, with the cluster's token in "
         "RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token")
