@@ -7,9 +7,10 @@ The confidence gate. A comparator answers P(first slot preferred) = p; its confi
 *margin* is read as a tie (outcome 0.5, resolved by prior rank as every tie), one above it as a whole win (see
 ``gate``); two consistent answers of a bidirectional pair are gated on their mean confidence. The margin is the
 ``GATE_QUANTILE`` quantile of the confidences of the soft answers this judge gave so far (in this rerank, or
-across the queries of one ``rerank_many``), so about that share of a soft judge's answers become ties whatever its
-temperature (a quantile, unlike a fixed margin, does not depend on it); before ``MIN_ANSWERS`` soft answers it is
-0 and nothing is gated. Why 0.3, and the mean of a pair's two confidences: docs/judge-diagnostics.md.
+across the queries of one ``rerank_many``; the last ``MARGIN_WINDOW`` of them), so about that share of a soft
+judge's answers become ties whatever its temperature (a quantile, unlike a fixed margin, does not depend on it);
+before ``MIN_ANSWERS`` soft answers it is 0 and nothing is gated. Why 0.3, and the mean of a pair's two
+confidences: docs/judge-diagnostics.md.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from .budget import check_count
+
 Prompt = tuple[int, int]
 
 GATE_QUANTILE = 0.3
@@ -35,6 +38,15 @@ SAME_CONFIDENCE = 1e-9
 operations (e.g. two logprobs), so one confidence level arrives as values an ulp apart (``gate``)."""
 CONSISTENT_PAIRS = 20
 """Pairs asked both ways after which a judge that flipped on under 5% of them counts as order-consistent."""
+MARGIN_WINDOW = 1 << 15
+"""The soft answers whose confidences the gate margin reads: a judge's last 32,768 (``JudgeTally(window=...)``), in
+one rerank or across the queries of one ``rerank_many`` (its carried record); older ones age out. So the record's
+memory (about 1.3 MB full) and the cost of an answer (an insert into and a removal from a sorted list of this size:
+about 5 us) stay bounded: kept whole, both grew with every answer (review s68j: ``rerank_many`` went from 9 to 24 ms
+per query over 5,000 queries, and one allpairs rerank of 244,650 soft answers spent 3.5 s of CPU inserting). Why this
+size: above the soft answers of every committed benchmark's rerank (under 10,000: N=100, every pair both ways) and
+budgeted ``rerank_many`` (54 DL20 queries x budget 500 = 27,000), so their figures are those of the whole record;
+and a quantile over 32,768 answers is as steady as over all of them (its rank share's standard error is 0.0025)."""
 POSITIONAL_SHARE = 0.5
 """The share of a judge's answers decided by the slot, not the passages, above which it counts as positional
 (``JudgeTally.positional``): past it a single answer tells the slot more often than the passages."""
@@ -92,12 +104,22 @@ def _share(part: int | float, whole: int) -> float | None:
 
 class JudgeTally:
     """Running counts of one judge's answers: what ``JudgeStats`` reports and what the gate and the adaptive
-    oracle read. One per query (``RerankResult.judge``); ``rerank_many`` also keeps one across its queries."""
+    oracle read. One per query (``RerankResult.judge``); ``rerank_many`` also keeps one across its queries.
 
-    def __init__(self) -> None:
+    Args:
+        window: the margin reads the confidences of the last ``window`` soft answers (an int >= 1; default
+            ``MARGIN_WINDOW``); None: of every one. The counts behind ``stats`` are over every answer either way.
+
+    Raises:
+        TypeError / ValueError: ``window`` is not an int >= 1 or None.
+    """
+
+    def __init__(self, window: int | None = MARGIN_WINDOW) -> None:
         self.answers = self.first = self.soft = self.pairs = self.flips = 0
         self.confidence = 0.0
+        self.window = check_count(window, "window", minimum=1, allow_none=True)
         self.soft_confidences: list[float] = []  # sorted, of the soft answers to first asks (no re-asks)
+        self._arrived: deque[float] = deque()  # the same confidences in the order they came (with a window)
 
     def record(self, p: float | None, other: float | None = None, sample: bool = True) -> None:
         """Count the answer ``p`` of one prompt (None = a failed call: not an answer); ``other``: this query's
@@ -112,10 +134,20 @@ class JudgeTally:
         self.confidence += confidence
         self.soft += 0.0 < p < 1.0
         if sample and 0.0 < p < 1.0:
-            bisect.insort(self.soft_confidences, confidence)
+            self._sample(confidence)
         if other is not None:
             self.pairs += 1
             self.flips += (p > 0.5 and other > 0.5) or (p < 0.5 and other < 0.5)
+
+    def _sample(self, confidence: float) -> None:
+        """Add a soft answer's confidence to the margin's sample; with a ``window``, drop the oldest past it."""
+        bisect.insort(self.soft_confidences, confidence)
+        if self.window is None:
+            return
+        self._arrived.append(confidence)
+        if len(self._arrived) > self.window:
+            oldest = self._arrived.popleft()
+            del self.soft_confidences[bisect.bisect_left(self.soft_confidences, oldest)]
 
     def stats(self) -> JudgeStats:
         """The ``JudgeStats`` of the answers counted so far."""
@@ -124,8 +156,8 @@ class JudgeTally:
 
     def margin(self, quantile: float | None = None) -> float:
         """The gate margin: the ``quantile`` (default ``GATE_QUANTILE``) quantile (lower) of the soft answers'
-        confidences; 0 (no gate) before ``MIN_ANSWERS`` soft answers, whose quantile would be mostly noise. Always
-        < 0.5, so hard answers are never gated."""
+        confidences (the last ``window`` of them); 0 (no gate) before ``MIN_ANSWERS`` soft answers, whose quantile
+        would be mostly noise. Always < 0.5, so hard answers are never gated."""
         quantile = GATE_QUANTILE if quantile is None else quantile
         confs = self.soft_confidences
         return confs[min(len(confs) - 1, int(quantile * len(confs)))] if len(confs) >= MIN_ANSWERS else 0.0

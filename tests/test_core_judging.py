@@ -18,7 +18,16 @@ from activeprp_core import (
     rerank,
     rerank_many,
 )
-from activeprp_core.judging import CONSISTENT_PAIRS, GATE_QUANTILE, MIN_ANSWERS, Answers, JudgeTally, gate, pooled
+from activeprp_core.judging import (
+    CONSISTENT_PAIRS,
+    GATE_QUANTILE,
+    MARGIN_WINDOW,
+    MIN_ANSWERS,
+    Answers,
+    JudgeTally,
+    gate,
+    pooled,
+)
 from activeprp_core.oracles import ORACLES, AdaptiveOracle, get_oracle
 from activeprp_core.rankers import RANKERS, RankContext, get_ranker
 from tests.conftest import make_case
@@ -443,3 +452,83 @@ def test_one_confidence_level_an_ulp_apart_is_not_gated(ranker, oracle):
     soft = rerank("q", cands, comparator=OneLevel(labels), **kw)
     hard = rerank("q", cands, comparator=SimulatedComparator(labels), **kw)
     assert soft.order == hard.order and soft.judge.soft_rate == 1.0
+
+
+def test_a_windowed_tally_gates_on_the_last_window_of_soft_answers_and_holds_no_more():
+    """``JudgeTally(window=W)``: the margin is the quantile of the last W soft first-ask confidences (hard answers
+    and re-asks count in the stats, not in the sample), and the sorted sample never holds more than W (review
+    s68j: the record ``rerank_many`` carries held every soft answer of the run)."""
+    rng, window = random.Random(5), 64
+    tally, whole = JudgeTally(window=window), JudgeTally(window=None)
+    sample = []
+    for i in range(2000):
+        drift = i / 4000  # the judge grows more confident: an old sample would gate too much
+        p = rng.choice([0.0, 1.0]) if i % 7 == 0 else 0.5 + rng.choice([-1, 1]) * (drift + rng.random() * 0.25)
+        reask = i % 11 == 0
+        tally.record(p, sample=not reask)
+        whole.record(p, sample=not reask)
+        if 0.0 < p < 1.0 and not reask:
+            sample.append(abs(p - 0.5))
+        recent = sorted(sample[-window:])
+        assert len(tally.soft_confidences) == len(recent) <= window
+        expected = recent[min(len(recent) - 1, int(GATE_QUANTILE * len(recent)))] if len(recent) >= MIN_ANSWERS else 0
+        assert tally.margin() == expected
+    assert tally.stats() == whole.stats()  # the counts are over every answer
+    assert tally.margin() > whole.margin()  # the window follows the drift; the whole record lags behind it
+    assert JudgeTally().window == MARGIN_WINDOW  # the default, a rerank's and rerank_many's
+    for bad, error in [(0, ValueError), (-3, ValueError), (True, TypeError), (1.5, TypeError), ("64", TypeError)]:
+        with pytest.raises(error, match="window"):
+            JudgeTally(window=bad)
+
+
+def _soft_requests(n_queries, n=24):
+    cs, labels = make_case(n, seed=6)
+    comp = SimulatedComparator(labels, seed=1, hard=False, temperature=0.5, pair_noise=0.3)
+    return [(f"q{i}", cs[i:] + cs[:i]) for i in range(n_queries)], comp
+
+
+def _tallies(monkeypatch, window):
+    """Every ``JudgeTally`` the engine makes from now on (a rerank's own, ``rerank_many``'s carried one) keeps
+    ``window`` soft answers; returns the list they are added to."""
+    import activeprp_core.judging as judging
+    import activeprp_core.many as many
+
+    made = []
+
+    class Sized(JudgeTally):
+        def __init__(self):
+            super().__init__(window=window)
+            made.append(self)
+
+    monkeypatch.setattr(judging, "JudgeTally", Sized)
+    monkeypatch.setattr(many, "JudgeTally", Sized)
+    return made
+
+
+def test_rerank_many_carries_at_most_a_window_of_soft_answers(monkeypatch):
+    """The record ``rerank_many`` carries (and each query's own) keeps the last ``window`` soft answers'
+    confidences, not every one of the run (review s68j: memory and the cost per query grew with every query)."""
+    made = _tallies(monkeypatch, 50)
+    reqs, comp = _soft_requests(6)
+    results = list(rerank_many(reqs, comparator=comp, ranker="mohajer", oracle="randomized", budget=None, top_k=5,
+                               max_active=2))
+    carried = made[0]  # made first, before any query's
+    assert carried.answers == sum(r.calls for r in results) and carried.soft > 50  # randomized: no re-asks
+    assert len(carried.soft_confidences) == 50 and all(len(t.soft_confidences) <= 50 for t in made)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_below_the_window_reranks_decide_as_with_the_whole_record(monkeypatch, seed):
+    """Below ``MARGIN_WINDOW`` soft answers, the windowed record decides as the whole one did (``window=None``,
+    the algorithm before the window): a lone rerank and a ``rerank_many`` (every committed benchmark's stay below
+    it)."""
+    reqs, comp = _soft_requests(5)
+    kw = dict(comparator=comp, ranker="auto", oracle="auto", budget=60, top_k=5, seed=seed)
+    windowed = list(rerank_many(reqs, max_active=2, **kw)) + [rerank(*reqs[0], **kw)]
+    lone = dict(kw, ranker="allpairs", oracle="randomized", budget=None)  # 276 answers in one rerank
+    windowed.append(rerank(*reqs[1], **lone))
+    whole = _tallies(monkeypatch, None)
+    assert whole == []
+    old = list(rerank_many(reqs, max_active=2, **kw)) + [rerank(*reqs[0], **kw), rerank(*reqs[1], **lone)]
+    assert [(r.order, r.calls, r.ties) for r in windowed] == [(r.order, r.calls, r.ties) for r in old]
+    assert any(r.ties for r in old) and whole  # the gate was at work, on the whole records
