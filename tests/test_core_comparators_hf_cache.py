@@ -41,7 +41,8 @@ def test_the_converted_bundled_model_is_kept_per_transformers_major_version(tmp_
     assert hf_model.bundled_missing(cache, run=False) == [] and hf_model.bundled_model_dir(cache) == five
 
     stand_in("4.56.0")  # 5.x's conversion is not 4.x's
-    assert hf_model.bundled_missing(cache, run=False) == ["gguf", "accelerate"]
+    # a conversion is needed (named), and what else this environment lacks for it (torch, transformers: core-only)
+    assert hf_model.bundled_missing(cache, run=False)[-2:] == ["gguf", "accelerate"]
     four = cache / "SmolLM2-135M-Instruct-Q4_1-10-transformers4"
     four.mkdir()
     (four / "config.json").write_text("{}")
