@@ -365,17 +365,14 @@ def check_requests(requests: Any) -> None:
     """Raises TypeError unless ``requests`` is an iterable of requests: not a str or bytes (each character would be
     a request), not a mapping (its keys would be the requests), not one ``(query, candidates)`` pair itself (its
     query and its candidates would be two), not an async iterable (the message names ``arerank_stream``)."""
-    if isinstance(requests, AsyncIterable) and not isinstance(requests, Iterable):
-        raise TypeError(f"requests must be an iterable of (query, candidates) pairs, got {type(requests).__name__}: "
-                        "for an async iterable use activeprp_core.stream.arerank_stream")
+    expected, kind = "requests must be an iterable of (query, candidates) pairs, got", type(requests).__name__
     if isinstance(requests, (str, bytes)) or not isinstance(requests, Iterable):
-        raise TypeError(f"requests must be an iterable of (query, candidates) pairs, got {type(requests).__name__}")
+        async_hint = ": for an async iterable use activeprp_core.stream.arerank_stream"
+        raise TypeError(f"{expected} {kind}{async_hint if isinstance(requests, AsyncIterable) else ''}")
     if isinstance(requests, Mapping):
-        raise TypeError(f"requests must be an iterable of (query, candidates) pairs, got a {type(requests).__name__}:"
-                        " pass its .items()")
+        raise TypeError(f"{expected} a {kind}: pass its .items()")
     if isinstance(requests, tuple) and len(requests) == 2 and isinstance(requests[0], str):
-        raise TypeError("requests must be an iterable of (query, candidates) pairs, got one pair: pass "
-                        "[(query, candidates)]")
+        raise TypeError(f"{expected} one pair: pass [(query, candidates)]")
 
 
 def split_request(index: int, request: Any) -> tuple[str, Sequence[Candidate], Mapping[str, Any]]:
