@@ -958,6 +958,45 @@ def test_a_retry_after_past_the_deadline_fails_the_call_at_once(monkeypatch, use
         assert slept == [5.0] and judge.sent == 2 and out[0].prob == 0.75 and out[0].retries == 1
 
 
+@pytest.mark.parametrize("use_async", [False, True])
+@pytest.mark.parametrize("backoff", [1.0, 20.0])
+def test_a_backoff_past_the_deadline_cuts_the_call_at_once(monkeypatch, use_async, backoff):
+    """An attempt fails with 10 s left and no Retry-After, and the backoff (``backoff_initial`` 20 s: a first wait
+    of 20 to 40 s) would end past the deadline: the call is cut before its retry at once, with no wait. It slept
+    until just before the deadline first (``DEADLINE_SLACK``), holding its slot, and was then cut the same way
+    (closing_68). The rule is the Retry-After one's (``_Attempts.retry_too_late``); only the outcome differs: the
+    deadline, not the endpoint, kept the retry from going out, so the call is cut, not failed. A backoff that ends
+    before the deadline (1 to 2 s) is still waited out, and the retry answers."""
+    from activeprp_core.comparators import CallGuard, remote
+
+    clock, slept = FakeClock(), []
+    retrying = remote._retrying
+
+    def sleep(seconds):
+        slept.append(seconds)
+        clock.now += seconds
+
+    async def asleep(seconds):
+        sleep(seconds)
+
+    def on_the_fake_clock(comp, kind, *args, **kw):
+        return retrying(comp, kind, *args, **{**kw, "sleep": asleep if use_async else sleep})
+
+    monkeypatch.setattr(remote, "_retrying", on_the_fake_clock)
+    judge = _failing_first(clock, 0.0)  # the failure is read at 0 s: 10 s left
+    judge.backoff_initial = judge.backoff_max = backoff
+    guard = CallGuard(2, 1)  # the breaker would open on one failed call
+    guard.clock, guard.deadline = clock, 10.0
+    out = _judge_one(judge, guard, use_async)
+    if backoff == 20.0:
+        assert slept == [] and judge.sent == 1 and clock.now == 0.0
+        assert out[0].cut == IN_FLIGHT and out[0].cut_before_retry and "connection refused" in out[0].error
+        assert guard.completed == 1 and guard.error is None  # spent, and no failure for the breaker
+    else:
+        assert len(slept) == 1 and 1.0 <= slept[0] <= 2.0 and judge.sent == 2
+        assert out[0].prob == 0.75 and out[0].retries == 1
+
+
 def test_one_retry_after_past_the_deadline_leaves_the_querys_other_calls_going():
     """One call among answered ones gets 429 with a Retry-After past the deadline: that call fails at once, and the
     query's other calls go on, with no cap reported as exhausted. A first fix held back every later call of the

@@ -268,7 +268,7 @@ class RemoteComparator(FreshState, Comparator):
                 guard.check()
             return tries.send(partial(self._send_open, client), request, self.timed)
 
-        retrying = _retrying(self, Retrying, guard, query, tries, sleep=stop.wait)  # a backoff wait ends at its stop
+        retrying = _retrying(self, Retrying, tries, sleep=stop.wait)  # a backoff wait ends at its stop
         try:
             response = retrying(attempt)
             outcome = _settle(self, guard, retrying, response, record=record(), seconds=tries.seconds())
@@ -301,7 +301,7 @@ class RemoteComparator(FreshState, Comparator):
                 guard.check()
             return await tries.asend(send, request, self.timed)
 
-        retrying = _retrying(self, AsyncRetrying, guard, query, tries)
+        retrying = _retrying(self, AsyncRetrying, tries)
         try:
             async with guard.slots(1, guard.time_left(query)) as hold:
                 guard.check()
@@ -334,9 +334,10 @@ class RemoteComparator(FreshState, Comparator):
                record: bool = True) -> Judgment | ComparatorError:
         """The outcome of a call whose attempts ended in ``error``: not sent (the deadline came first), cut (its
         last attempt was still waiting at the deadline, or failed only at it, or the deadline stopped its retries:
-        spent, recorded as outcome unknown, so the breaker neither counts nor resets on it), or ``_settle``'s
-        reading of ``error`` (also the last attempt's error when the endpoint asked to wait past the deadline: a
-        Retry-After longer than the time left stops the retries at once, ``_retrying``).
+        spent, recorded as outcome unknown, so the breaker neither counts nor resets on it; also at once, with no
+        wait, when its backoff would end past the deadline: ``_retrying``), or ``_settle``'s reading of ``error``
+        (also the last attempt's error when the endpoint asked to wait past the deadline: a Retry-After longer than
+        the time left stops the retries at once, ``_retrying``).
 
         Raises:
             ``error`` itself when it is no transport failure (a bug), or a ``ComparatorClosed``: recorded as sent,
@@ -345,6 +346,8 @@ class RemoteComparator(FreshState, Comparator):
         if isinstance(error, (DeadlinePassed, _InFlight)):
             # cut: in flight at the deadline, failed only at it (late), or its retry stopped by it
             return self._deadline_cut(tries, record) if tries.count else unsent()
+        if tries.withheld:  # its retry would have started past the deadline (``_retrying``'s stop): cut, no wait
+            return self._deadline_cut(tries, record)
         if not self._handled(error):  # a ComparatorClosed, or a bug: sent (billed), the breaker unchanged
             if record and tries.count:
                 tries.sent_unknown()
@@ -634,6 +637,7 @@ class _Attempts:
         self.judge_error: Exception | None = None  # the last error of an attempt that failed before the deadline
         self.sent_at: float | None = None  # when the first attempt went out (on guard.clock)
         self.out_since: float | None = None  # when the last attempt went out, unless it failed before the deadline
+        self.withheld = False  # its retry was not made: it would have started past the deadline (``_retrying``)
 
     @property
     def retries(self) -> int:
@@ -712,10 +716,22 @@ class _Attempts:
 
     def asked_past_deadline(self, asked: float | None) -> bool:
         """Whether the endpoint, failing the last attempt, asked to wait ``asked`` seconds (its Retry-After as
-        honoured; None: it asked none) and so past the deadline: the endpoint, not the deadline, keeps the retry
-        from going out in time, so the call fails at once with that attempt's error (``_retrying``'s stop) rather
-        than waiting into the deadline to be cut."""
+        honoured; None: it asked none) and so past the deadline, counted from that failure: the endpoint, not the
+        deadline, keeps the retry from going out in time, so the call fails with that attempt's error rather than
+        being cut (``retry_too_late``)."""
         return asked is not None and self.left is not None and self.left - asked <= DEADLINE_SLACK
+
+    def retry_too_late(self, wait: float, asked: float | None) -> bool:
+        """Whether a retry after ``wait`` seconds (the backoff, at least the endpoint's Retry-After ``asked``) would
+        start past the deadline (``DEADLINE_SLACK`` before it): then it is not waited for, and the call ends at
+        once, failed with the last attempt's error when the endpoint asked to wait that long
+        (``asked_past_deadline``), else cut before its retry (``withheld``), as a retry the deadline stops is. The
+        one rule for both: a wait into the deadline held its call, and its slot, until then for nothing."""
+        left = self.guard.time_left(self.query)
+        if left is None or left - wait > DEADLINE_SLACK:
+            return False
+        self.withheld = not self.asked_past_deadline(asked)
+        return True
 
     def timed_out(self, fault: Failure | None) -> bool:
         """Whether the last attempt, failing (a failure of kind ``fault``) only once the deadline had passed, was
@@ -723,35 +739,31 @@ class _Attempts:
         return fault is not None and fault.fault in (Fault.RETRY, Fault.FAIL) and self.late
 
 
-def _retrying(comp: RemoteComparator, kind: Any, guard: CallGuard | None = None, query: str | None = None,
-              tries: _Attempts | None = None, **kw: Any) -> Any:
-    """A tenacity ``Retrying``/``AsyncRetrying`` (``kind``) with ``comp``'s retry policy; a backoff wait ends at
-    the deadline of ``query`` (``guard.time_left``; ``DEADLINE_SLACK`` before it), after which no attempt is sent.
-    No wait starts when the endpoint asked to wait past the deadline (``tries.asked_past_deadline``): the retry
-    could never go out, so the call fails at once with the attempt's error."""
+def _retrying(comp: RemoteComparator, kind: Any, tries: _Attempts | None = None, **kw: Any) -> Any:
+    """A tenacity ``Retrying``/``AsyncRetrying`` (``kind``) with ``comp``'s retry policy. No wait starts that would
+    end past the deadline of the call's query (``tries.retry_too_late``, whether the backoff or the endpoint's
+    Retry-After made it that long): the retry could never go out, so the call ends at once."""
     from tenacity import retry_if_exception, stop_after_attempt, stop_any, wait_exponential_jitter
 
     backoff = wait_exponential_jitter(multiplier=comp.backoff_initial, max=comp.backoff_max,
                                       jitter=comp.backoff_initial)
 
+    def asked(state: Any) -> float | None:
+        return comp._honoured(comp._fault(state.outcome.exception()) if state.outcome else None)
+
     def wait_s(state: Any) -> float:
-        asked = comp._honoured(comp._fault(state.outcome.exception()) if state.outcome else None)
-        wait = backoff(state) if asked is None else max(backoff(state), asked)
-        left = None if guard is None else guard.time_left(query)
-        # a wait into the deadline ends where it counts as passed (DEADLINE_SLACK before it): the retry is then
-        # not sent, and the call is cut before its retry before the sync path stops waiting at the deadline
-        return wait if left is None else max(0.0, min(wait, left - DEADLINE_SLACK))
+        ask = asked(state)
+        return backoff(state) if ask is None else max(backoff(state), ask)
 
     def transient(error: BaseException) -> bool:
         failure = comp._fault(error)
         return failure is not None and failure.fault is Fault.RETRY
 
-    def asked_past_deadline(state: Any) -> bool:
-        failure = comp._fault(state.outcome.exception()) if state.outcome else None
-        return tries is not None and tries.asked_past_deadline(comp._honoured(failure))
+    def too_late(state: Any) -> bool:  # tenacity runs it after wait_s: upcoming_sleep is the wait
+        return tries is not None and tries.retry_too_late(state.upcoming_sleep, asked(state))
 
     return kind(retry=retry_if_exception(transient), wait=wait_s, reraise=True,
-                stop=stop_any(stop_after_attempt(comp.max_attempts), asked_past_deadline), **kw)
+                stop=stop_any(stop_after_attempt(comp.max_attempts), too_late), **kw)
 
 
 def _settle(comp: RemoteComparator, guard: CallGuard, retrying: Any, response: Any = None,
