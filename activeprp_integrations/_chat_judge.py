@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from activeprp_core.comparators.answers import field
+from activeprp_core.comparators.answers import error_said, field
 from activeprp_core.comparators.failures import Failure, Fault, error_message, retry_after_s, status_failure
+from activeprp_core.comparators.openai_chat import not_found
 from activeprp_core.comparators.prompts import (
     ANSWER_TOKENS,
     MAX_PASSAGE_WORDS,
@@ -433,15 +434,21 @@ class FrameworkJudge(ChatPrompts, RemoteComparator):
 
     def classify(self, error: Exception) -> Failure | None:
         """An error carrying an HTTP ``status_code`` (the openai / anthropic SDKs' ``APIStatusError``, an httpx
-        status error's response) by ``failures.status_failure``; connection errors and timeouts retry; another
-        SDK error, a ``ValueError`` (an unreadable reply) or a ``StopIteration`` (``ModelStopIteration``) is a failed
-        call; anything else propagates as is."""
+        status error's response) by ``failures.status_failure`` (a 404 names its URL, with
+        ``OpenAIChatComparator``'s /v1 hint: ``openai_chat.not_found``); connection errors and timeouts retry;
+        another SDK error, a ``ValueError`` (an unreadable reply; langchain-openai raises one with a 200 body's
+        ``error`` member, said as ``OpenAIChatComparator`` says it: ``answers.error_said``) or a ``StopIteration``
+        (``ModelStopIteration``) is a failed call; anything else propagates as is."""
         message = error_message(error)
         status = field(error, "status_code")
         if status is None:
             status = field(field(error, "response"), "status_code")
         if isinstance(status, int) and not isinstance(status, bool):
-            return status_failure(status, message, retry_after_s(error))
+            return status_failure(status, not_found(error, message) if status == 404 else message,
+                                  retry_after_s(error))
+        said = error_said(error.args[0]) if isinstance(error, ValueError) and len(error.args) == 1 else None
+        if said is not None:
+            return Failure(Fault.FAIL, f"an error in a 200 response ({said})")
         if isinstance(error, (TimeoutError, ConnectionError)) or _named(error, _RETRIED):
             return Failure(Fault.RETRY, message)
         if isinstance(error, (ValueError, ModelStopIteration)) or _named(error, _CLIENT_ERRORS):

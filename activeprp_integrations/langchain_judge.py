@@ -167,6 +167,8 @@ class ChatModelComparator(FrameworkJudge):
         if not isinstance(response, BaseMessage):
             raise ValueError(f"the model returned {snippet(response)}, not a message")
         content = response.content if isinstance(response.content, str) else str(response.text)
-        usage = field(response, "usage_metadata")
-        return answer_from(field(response.response_metadata, "logprobs"), content, field(usage, "input_tokens"),
-                           field(usage, "output_tokens"))
+        usage, meta = field(response, "usage_metadata"), response.response_metadata
+        # what the endpoint said of its answer, where langchain-openai keeps it (as answers.choice_said reads it)
+        return answer_from(field(meta, "logprobs"), content, field(usage, "input_tokens"),
+                           field(usage, "output_tokens"), finish_reason=field(meta, "finish_reason"),
+                           refusal=field(response.additional_kwargs, "refusal"))

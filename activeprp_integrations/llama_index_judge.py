@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from activeprp_core.comparators.answers import Answer, answer_from, field, snippet
+from activeprp_core.comparators.answers import Answer, answer_from, choice_said, field, snippet
 
 from ._chat_judge import FrameworkJudge, no_sdk_retries, own_pool
 from ._common import missing_extra
@@ -119,7 +119,8 @@ class LLMComparator(FrameworkJudge):
         """(P(A), prompt tokens, completion tokens) of a ``ChatResponse``. Raises ValueError (only): not usable."""
         if not isinstance(response, ChatResponse):
             raise ValueError(f"the model returned {snippet(response)}, not a ChatResponse")
-        usage = field(response.raw, "usage")
+        usage, choices = field(response.raw, "usage"), field(response.raw, "choices")
         counts = usage if usage is not None else response.additional_kwargs
+        said = choice_said(choices[0]) if isinstance(choices, list) and choices else {}  # OpenAI's, as it came
         return answer_from(openai_logprobs(response.logprobs), response.message.content,
-                           field(counts, "prompt_tokens"), field(counts, "completion_tokens"))
+                           field(counts, "prompt_tokens"), field(counts, "completion_tokens"), **said)

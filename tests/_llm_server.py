@@ -290,6 +290,29 @@ def error_body(message: str, kind: str = "invalid_request_error") -> dict[str, A
     return {"error": {"message": message, "type": kind, "param": None, "code": None}}
 
 
+def said_body(content: Any, finish_reason: str = "stop", **message: Any) -> dict[str, Any]:
+    """A chat-completion body answering ``content`` with no logprobs, its choice's ``finish_reason`` and more
+    fields of its message (``refusal=...``)."""
+    body = completion(content, None)
+    body["choices"][0]["finish_reason"] = finish_reason
+    body["choices"][0]["message"].update(message)
+    return body
+
+
+SAID_BODIES = {  # a 200 body that is no answer, and what its failed call's reason must keep of what the server said
+    "cut": (said_body("Passage", "length"),
+            "unparseable answer 'Passage' (finish_reason 'length': max_tokens cut the answer)"),
+    "filtered": (said_body(None, "content_filter"), "no A/B logprobs (finish_reason 'content_filter': the "
+                                                    "endpoint's content filter stopped it)"),
+    "refused": (said_body(None, refusal="I can't help with that."),
+                "(the model refused: \"I can't help with that.\")"),
+    "error": ({"error": {"message": "model overloaded", "type": "server_error"}},
+              "no choices in the response (the endpoint said 'model overloaded')"),
+    "empty": ({**completion(), "choices": []}, "no choices in the response ('ChatCompletion')"),
+}
+"""The ``OpenAIChatComparator``'s reasons; the framework judges (``llm=``) keep the same last parenthesis."""
+
+
 @dataclass
 class Reply:
     """What ``FaultServer`` answers to one request: ``status`` with ``body`` (a dict/list is sent as JSON, str or

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from _llm_server import FaultServer, Reply, closed_port_url, completion, error_body
+from _llm_server import SAID_BODIES, FaultServer, Reply, closed_port_url, completion, error_body
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -481,25 +481,6 @@ def test_an_unusable_answer_still_counts_the_tokens_the_endpoint_billed(use_asyn
                      max_consecutive_failures=None)
     assert result.failed_calls > 0 and result.calls == server.requests
     assert (result.prompt_tokens, result.completion_tokens) == (137 * server.requests, server.requests)
-
-
-def _choice(content, finish_reason="stop", **message):
-    body = completion(content, None)
-    body["choices"][0]["finish_reason"] = finish_reason
-    body["choices"][0]["message"].update(message)
-    return body
-
-
-SAID_BODIES = {  # a 200 body that is no answer, and what its failed call's reason must keep of what the server said
-    "cut": (_choice("Passage", "length"),
-            "unparseable answer 'Passage' (finish_reason 'length': max_tokens cut the answer)"),
-    "filtered": (_choice(None, "content_filter"), "no A/B logprobs (finish_reason 'content_filter': the endpoint's "
-                                                  "content filter stopped it)"),
-    "refused": (_choice(None, refusal="I can't help with that."), "(the model refused: \"I can't help with that.\")"),
-    "error": ({"error": {"message": "model overloaded", "type": "server_error"}},
-              "no choices in the response (the endpoint said 'model overloaded')"),
-    "empty": ({**completion(), "choices": []}, "no choices in the response ('ChatCompletion')"),
-}
 
 
 @pytest.mark.parametrize("use_async", [True, False])

@@ -16,9 +16,16 @@ import time
 from typing import Any
 
 import pytest
-from _llm_server import FaultServer, Reply, completion, error_body, responses_body
+from _llm_server import SAID_BODIES, FaultServer, Reply, completion, error_body, responses_body
 
-from activeprp_core import Candidate, ComparatorAuthError, ComparatorUnavailable, arerank, rerank
+from activeprp_core import (
+    Candidate,
+    ComparatorAuthError,
+    ComparatorRequestError,
+    ComparatorUnavailable,
+    arerank,
+    rerank,
+)
 from activeprp_core.comparators import OpenAIChatComparator
 from activeprp_core.comparators.prompts import MAX_TOP_LOGPROBS, PRP_PROMPT
 
@@ -648,6 +655,97 @@ def test_a_dead_model_opens_the_circuit_breaker():
         rerank("q", CANDS, comparator=ChatModelComparator(dead, max_attempts=1), budget=30,
                max_consecutive_failures=3)
     assert len(dead.seen) <= 3 + 8  # stopped after the breaker opened (at most one round more in flight)
+
+
+class RawLLM(ScriptedLLM):
+    """A LlamaIndex LLM whose ``ChatResponse.raw`` is the chat completion ``script(user text)`` (a dict), as
+    LlamaIndex's OpenAI keeps the SDK's object; its message is the body's first choice's content."""
+
+    @llm_chat_callback()
+    def chat(self, messages, **kwargs) -> ChatResponse:
+        body = self.script(messages[-1].content)
+        content = body["choices"][0]["message"]["content"]
+        return ChatResponse(message=ChatMessage(role="assistant", content=content), raw=body)
+
+
+def said_reply(text: str) -> AIMessage:
+    """A LangChain AIMessage as langchain-openai makes it of the ``SAID_BODIES`` body the text names."""
+    choice = SAID_BODIES[next(name for name in ("cut", "filtered", "refused") if name in text)][0]["choices"][0]
+    refusal = choice["message"].get("refusal")
+    return AIMessage(content=choice["message"]["content"] or "", additional_kwargs={"refusal": refusal} if refusal
+                     else {}, response_metadata={"finish_reason": choice["finish_reason"]})
+
+
+def said_pairs(names: list[str]) -> list[tuple[Candidate, Candidate]]:
+    return [(Candidate(f"a{i}", f"passage 1 {name}"), Candidate(f"b{i}", "passage 2")) for i, name in enumerate(names)]
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_a_framework_judge_s_failed_call_keeps_what_the_endpoint_said_of_its_answer(use_async):
+    """A finish_reason "length" or "content_filter", or a message's refusal, where the frameworks keep them
+    (LangChain: ``response_metadata["finish_reason"]``, ``additional_kwargs["refusal"]``; LlamaIndex: the chat
+    completion in ``ChatResponse.raw``) ends the failed call's reason as ``OpenAIChatComparator``'s does
+    (``answers.why_no_answer``). The framework judges said only "unparseable answer ..." (closing_68)."""
+    names = ["cut", "filtered", "refused"]
+    judges = [ChatModelComparator(ScriptedChat(script=said_reply, seen=[]), max_attempts=1),
+              LLMComparator(RawLLM(script=lambda text: SAID_BODIES[next(n for n in names if n in text)][0]),
+                            max_attempts=1)]
+    for judge in judges:
+        pairs = said_pairs(names)
+        out = asyncio.run(judge.ajudge("q", pairs)) if use_async else judge.judge("q", pairs)
+        for name, j in zip(names, out):
+            said = SAID_BODIES[name][1]
+            assert j.prob is None and j.error.endswith(said[said.index("("):]), (type(judge).__name__, name, j)
+
+
+def test_chat_openai_and_openai_like_judges_keep_what_the_endpoint_said():
+    """The same through the real clients (ChatOpenAI, LlamaIndex's OpenAILike) on a canned endpoint, and for
+    ChatOpenAI a 200 body's ``error.message`` (langchain-openai raises a ValueError of the error member): said
+    as ``OpenAIChatComparator`` says it, not as the member's repr."""
+    langchain_openai = pytest.importorskip("langchain_openai")
+    openai_like = pytest.importorskip("llama_index.llms.openai_like")
+    names = list(SAID_BODIES)
+
+    def plan(request):
+        return Reply(body=SAID_BODIES[next(n for n in names if n in request.text)][0])
+
+    with FaultServer(plan, max_requests=100) as server:
+        judges = {"ChatOpenAI": (ChatModelComparator(langchain_openai.ChatOpenAI(
+                      model="m", base_url=server.url, api_key="k"), max_attempts=1), ["cut", "filtered", "refused",
+                                                                                      "error"]),
+                  "OpenAILike": (LLMComparator(openai_like.OpenAILike(
+                      model="m", api_base=server.url, api_key="k", is_chat_model=True), max_attempts=1),
+                      ["cut", "filtered", "refused"])}
+        for kind, (judge, said_of) in judges.items():
+            for name, j in zip(said_of, judge.judge("q", said_pairs(said_of))):
+                said = SAID_BODIES[name][1]
+                assert j.prob is None and j.error.endswith(said[said.index("("):]), (kind, name, j)
+
+
+def test_a_404_names_the_url_with_the_v1_hint_as_the_openai_comparator_does():
+    """A base_url without /v1 (vLLM's usual slip) through ChatOpenAI or OpenAILike: the 404 names the URL
+    requested and says that an OpenAI-compatible base_url usually ends in /v1, as ``OpenAIChatComparator``'s
+    (``openai_chat.not_found``); the framework judges said only "Not Found". A route that is no OpenAI one (an
+    Anthropic-like /v1/messages) is named without the hint; an error with no request keeps its message."""
+    langchain_openai = pytest.importorskip("langchain_openai")
+    openai_like = pytest.importorskip("llama_index.llms.openai_like")
+    hint = "/chat/completions not found (an OpenAI-compatible base_url usually ends in /v1): Not Found"
+    with FaultServer(lambda request: Reply(404, {"detail": "Not Found"}), max_requests=20) as server:
+        for base, expected in ((server.url.removesuffix("/v1"), hint), (server.url, "/v1/chat/completions not "
+                                                                                      "found: Not Found")):
+            for judge in (ChatModelComparator(langchain_openai.ChatOpenAI(model="m", base_url=base, api_key="k")),
+                          LLMComparator(openai_like.OpenAILike(model="m", api_base=base, api_key="k",
+                                                               is_chat_model=True))):
+                with pytest.raises(ComparatorRequestError) as info:
+                    judge.judge("q", [pair()])
+                assert info.value.status_code == 404 and expected in str(info.value), str(info.value)
+    anthropic_like = StatusError(404, "model: claude-x")
+    anthropic_like.request = type("Request", (), {"url": "https://api.example.com/v1/messages"})()
+    for error, said in ((anthropic_like, "https://api.example.com/v1/messages not found: model: claude-x"),
+                        (StatusError(404, "no such model"), "): no such model")):
+        with pytest.raises(ComparatorRequestError) as info:
+            ChatModelComparator(ScriptedChat(script=lambda t, e=error: e, seen=[])).judge("q", [pair()])
+        assert str(info.value).endswith(said + " (HTTP 404)"), str(info.value)
 
 
 def test_a_bug_in_the_model_is_not_hidden():

@@ -108,6 +108,20 @@ def answer_from(logprobs: Any, content: Any, prompt_tokens: Any, completion_toke
     return Answer(prob, *tokens)
 
 
+def choice_said(choice: Any) -> dict[str, Any]:
+    """What a chat completion's choice (OpenAI's ``choices[i]``: a dict, or the SDK's object, which LlamaIndex
+    keeps as ``ChatResponse.raw``) says of its answer, as ``answer_from``'s keywords: its ``finish_reason`` and
+    its message's ``refusal``."""
+    return {"finish_reason": field(choice, "finish_reason"), "refusal": field(field(choice, "message"), "refusal")}
+
+
+def error_said(error: Any) -> str | None:
+    """The message of a 200 body's ``error`` member (``{"error": {"message": ...}}``, as some proxies answer an error),
+    as a reason says it ("the endpoint said 'model overloaded'"); None when it has none."""
+    said = field(error, "message")
+    return f"the endpoint said {said[:100]!r}" if isinstance(said, str) and said else None
+
+
 FINISHED = {"length": "max_tokens cut the answer", "content_filter": "the endpoint's content filter stopped it"}
 """What a chat completion's ``finish_reason`` says of an answer that was no A or B (other values are shown as
 they are; "stop", a finished answer, says nothing)."""

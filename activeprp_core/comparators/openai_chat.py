@@ -13,7 +13,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 from ..budget import check_count, check_seconds
 from ..types import Candidate
-from .answers import Answer, NoReply, answer_from, field, snippet, token_count
+from .answers import Answer, NoReply, answer_from, choice_said, error_said, field, snippet, token_count
 from .failures import MAX_MESSAGE, Failure, Fault, error_message, retry_after_s, status_failure
 from .prompts import (
     ANSWER_TOKENS,
@@ -57,12 +57,10 @@ def _parse(response: Any) -> Answer:
     choices, usage = field(response, "choices"), field(response, "usage")
     tokens = field(usage, "prompt_tokens"), field(usage, "completion_tokens")
     if not isinstance(choices, list) or not choices:
-        said = field(field(response, "error"), "message")
-        what = f"the endpoint said {said[:100]!r}" if isinstance(said, str) and said else snippet(response)
+        what = error_said(field(response, "error")) or snippet(response)
         raise NoReply(f"no choices in the response ({what})", *map(token_count, tokens))
-    message = field(choices[0], "message")
-    return answer_from(field(choices[0], "logprobs"), field(message, "content"), *tokens,
-                       finish_reason=field(choices[0], "finish_reason"), refusal=field(message, "refusal"))
+    return answer_from(field(choices[0], "logprobs"), field(field(choices[0], "message"), "content"), *tokens,
+                       **choice_said(choices[0]))
 
 
 def check_base_url(base_url: Any, name: str = "base_url") -> str | None:
@@ -94,6 +92,27 @@ def check_base_url(base_url: Any, name: str = "base_url") -> str | None:
         raise ValueError(f"{name} must be the API's base, not its completions route (the client appends "
                          f"/chat/completions): pass e.g. http://127.0.0.1:8000/v1, got {shown!r}")
     return base_url
+
+
+OPENAI_ROUTES = ("/chat/completions", "/responses")
+"""The routes an OpenAI client appends to its base_url for a judge's call (chat completions; ChatOpenAI's and
+LlamaIndex's ``OpenAIResponses``' Responses API)."""
+
+
+def not_found(error: Any, message: str) -> str:
+    """The ``message`` of a 404 ``error`` led by the URL its request went to (``error.request.url``: the openai and
+    anthropic SDKs' status errors, httpx's; shown as ``_shown_url`` does) and, when that is an OpenAI route
+    (``OPENAI_ROUTES``) on a base that does not end in /v1, the hint that it usually does (vLLM's and llama.cpp's
+    usual slip); ``message`` alone when the error names no URL. ``OpenAIChatComparator`` and the framework judges
+    (``llm=``) say it alike."""
+    url = field(field(error, "request"), "url")
+    if url is None:
+        return message
+    path = urlsplit(str(url)).path.rstrip("/")
+    base = next((path.removesuffix(route) for route in OPENAI_ROUTES if path.endswith(route)), None)
+    hint = " (an OpenAI-compatible base_url usually ends in /v1)" if base is not None and not base.endswith("/v1") \
+        else ""
+    return f"{_shown_url(str(url))} not found{hint}: {message}"
 
 
 def _shown_url(url: str) -> str:
@@ -266,10 +285,7 @@ class OpenAIChatComparator(ChatPrompts, RemoteComparator):
         requested (base_url + /chat/completions), with a hint when base_url does not end in /v1; a 400 that names
         logprobs, while they are asked for, says how to ask for none. First: a message is cut at its end."""
         if error.status_code == 404:
-            url = field(field(error, "request"), "url")
-            path = urlsplit(str(url)).path.rstrip("/").removesuffix("/chat/completions")
-            hint = "" if path.endswith("/v1") else " (an OpenAI-compatible base_url usually ends in /v1)"
-            return f"{_shown_url(str(url))} not found{hint}: {message}" if url is not None else message
+            return not_found(error, message)
         if error.status_code == 400 and self.logprobs and "logprobs" in message.lower():
             return f"an endpoint that takes no logprobs needs logprobs=False (command line: --no-logprobs): {message}"
         return message
