@@ -300,6 +300,16 @@ make corpus.jsonl: docs/benchmarks.md, section "Getting the data"):
       --qrels qrels.dl19-passage.txt --comparator simulated --out reranked.run"""
 
 
+#: what the settings shared by the run's queries say in ``activeprp rerank-run --help`` (``add_settings_args``'
+#: ``helps``): one cap on calls in flight and one circuit breaker for all queries (``rerank_many``), per actor with
+#: ``--ray`` (each actor reranks with its own comparator)
+_SHARED_HELPS = {
+    "max_concurrency": "most LLM calls in flight across all queries (with --ray: per actor)",
+    "max_consecutive_failures": "calls in a row, across all queries, that may fail before the circuit breaker stops "
+                                "the calls of every query (with --ray: per actor)",
+}
+
+
 def add_parser(subparsers: Any) -> None:
     """Register ``activeprp rerank-run``."""
     p = subparsers.add_parser("rerank-run", help="rerank every query of a TREC run file; write the reranked run",
@@ -335,7 +345,7 @@ def add_parser(subparsers: Any) -> None:
                      help="actors in the pool, each with its own comparator (default %(default)s)")
     ray.add_argument("--ray-gpus", type=seconds(allow_none=False, unit="GPUs"), default=None, metavar="G", action=Given,
                      help="GPUs per actor (local models)")
-    add_settings_args(p, RerankSettings(budget=100))
+    add_settings_args(p, RerankSettings(budget=100), helps=_SHARED_HELPS)
     add_comparator_args(p, simulated="judges by the graded labels of --qrels with the noise calibrated to the paper's "
                         "judge (CALIBRATED_PARAMS; for dry runs)")
     p.set_defaults(func=main)

@@ -881,6 +881,19 @@ def test_the_help_of_comparator_simulated_says_what_each_command_does(capsys, co
     assert says in simulated and not_says not in simulated
 
 
+def test_the_help_says_the_cap_and_the_breaker_are_shared_by_the_queries(capsys):
+    """``--max-concurrency`` and ``--max-consecutive-failures`` read as per-query settings beside ``--budget`` ("most
+    LLM calls per query"): the help said "most LLM calls in flight". ``rerank_many`` holds one guard for all
+    queries (6 queries at max_concurrency=3 had at most 3 calls in flight together), one per actor with --ray."""
+    with pytest.raises(SystemExit):
+        main(["rerank-run", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert ("--max-concurrency MAX_CONCURRENCY most LLM calls in flight across all queries (with --ray: per actor) "
+            "(none = the comparator's own; default none)") in text
+    assert ("--max-consecutive-failures MAX_CONSECUTIVE_FAILURES calls in a row, across all queries, that may fail "
+            "before the circuit breaker stops the calls of every query (with --ray: per actor)") in text
+
+
 @pytest.mark.parametrize("flag", [["--ray-actors", "2"], ["--ray-gpus", "0.5"]])
 def test_a_ray_flag_without_ray_is_refused(files, tmp_path, capsys, flag):
     """``--ray-actors`` and ``--ray-gpus`` without ``--ray`` were accepted and did nothing (the run went through
