@@ -261,7 +261,8 @@ class ActivePRPRerank(common.ComparatorFactories, BaseNodePostprocessor, PromptM
         self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
     ) -> list[NodeWithScore]:
         """Rerank ``nodes`` for ``query_bundle.query_str``; the top ``top_n`` as new nodes, best first.
-        Empty input returns ``[]`` without any call."""
+        Empty input returns ``[]`` without any call or event (no ReRank event, no ``RERANKING`` callback), as
+        LlamaIndex's own ``LLMRerank`` and ``SentenceTransformerRerank`` do."""
         if not _has_work(nodes, query_bundle):
             return []
         with self.callback_manager.event(CBEventType.RERANKING, payload=self._start(nodes, query_bundle)) as ev:

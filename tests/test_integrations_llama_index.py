@@ -150,6 +150,24 @@ def test_missing_query_and_empty_input(events):
     assert comparator.calls == 0 and events == []
 
 
+def test_empty_input_emits_what_llama_indexs_own_llm_rerank_emits(events):
+    """Empty input: no ReRank event and no RERANKING callback event, as LlamaIndex's ``LLMRerank`` (and, by its
+    source, ``SentenceTransformerRerank``; ``CohereRerank`` and ``StructuredLLMRerank`` send a ReRankStartEvent
+    never ended). The LangChain compressor's run for empty input is LangChain's own convention, not copied here."""
+    from llama_index.core.postprocessor import LLMRerank
+
+    seen = {}
+    for name, postprocessor in [("ours", ActivePRPRerank(comparator=SimulatedComparator({}))),
+                                ("LLMRerank", LLMRerank(llm=MockLLM()))]:
+        debug = LlamaDebugHandler(print_trace_on_end=False)
+        postprocessor.callback_manager = CallbackManager([debug])
+        out = [postprocessor.postprocess_nodes([], QueryBundle("q")),
+               asyncio.run(postprocessor.apostprocess_nodes([], QueryBundle("q")))]
+        seen[name] = out, [type(e).__name__ for e in events], len(debug.get_events())
+        events.clear()
+    assert seen["ours"] == seen["LLMRerank"] == ([[], []], [], 0)
+
+
 @pytest.mark.parametrize("call, error, message", [
     (lambda r, nodes: r.postprocess_nodes(None, query_str="q"), TypeError, "list of NodeWithScore, got NoneType"),
     (lambda r, nodes: r.postprocess_nodes(nodes, "q"), TypeError,
