@@ -58,6 +58,27 @@ def test_committed_grids_are_the_grid_outputs():
     assert ROOT / "benchmarks" / "results" / "throughput" not in grids  # a config.json that is not a grid's
 
 
+def test_committed_scaled_grids_record_the_budgets_their_rows_ran():
+    """13 committed grids run with ``--scale-budgets`` (real_dl19_ql: ``--depth 30``) listed the budgets given
+    (100..500) in config.json while their rows ran the scaled ones (30..150): they were written before 68ced15 made
+    the writer record the budgets run. Each now lists its rows' budgets."""
+    import csv
+    import gzip
+
+    from activeprp_bench.grid import row_cap
+
+    scaled = [g for g in rows_reproduce.committed_grids()
+              if json.loads((g / "config.json").read_text()).get("scale_budgets")]
+    assert ROOT / "benchmarks" / "results" / "real_dl19_ql" in scaled
+    for grid in scaled:
+        with gzip.open(rows_reproduce.rows_file(grid), "rt") as rows:
+            reader = csv.reader(rows)
+            column = next(reader).index("budget")
+            ran = {int(row[column]) for row in reader}
+        listed = json.loads((grid / "config.json").read_text())["budgets"]
+        assert {row_cap(b) for b in listed} == ran, grid
+
+
 @needs_data
 def test_table_1_rows_reproduce_and_a_changed_row_is_found(tmp_path):
     n, differ, first = rows_reproduce.compare(TABLE_1, str(SHARED_DATA), 1, 1)
