@@ -401,7 +401,7 @@ def _grid(args) -> int:
         budgets = args.budgets
         if args.scale_budgets:
             n = min(len(c.candidates[q]) for c in colls for q in c.qids)
-            budgets = [None if b is None else max(1, round(b * n / 100)) for b in dict.fromkeys(budgets)]
+            budgets = _scaled(budgets, n)
         seeds = {"bidirectional": [0], "single": [0], "randomized": list(range(args.seeds))}
         judges = _judges(args)
         for name in args.refresh:
@@ -446,6 +446,12 @@ def _grid(args) -> int:
     (out / "tables.md").write_text(text)
     print(baseline + text)
     return 0
+
+
+def _scaled(budgets: list[int | None], n: int) -> list[int | None]:
+    """``--scale-budgets``: each budget times ``n``/100, rounded, once each in the order given; a positive budget
+    keeps at least 1 call, and 0 (no call) and None (no cap) stay as they are."""
+    return list(dict.fromkeys(b if not b else max(1, round(b * n / 100)) for b in budgets))
 
 
 def _config(args, budgets) -> dict:
@@ -760,7 +766,9 @@ def add_parser(subparsers) -> None:
         "of --seeds), judged by the calibrated simulator unless --comparator, --judge or --judges chooses "
         "another judge; the rows, config.json, tables.md and the plots go into --out, and the tables are "
         "printed. With --from-csv nothing runs: the tables and plots are made again from rows files."))
-    grid.add_argument("--scale-budgets", action="store_true", help="multiply budgets by DEPTH/100")
+    grid.add_argument("--scale-budgets", action="store_true",
+                      help="multiply budgets by N/100, N the fewest candidates of a query (--depth): rounded, at "
+                           "least 1 call; 0 and none stay")
     grid.add_argument("--seeds", type=_count(), default=8, help="seeds for the randomized oracle (default 8)")
     grid.add_argument("--from-csv", nargs="+", type=_existing_file,
                       help="re-make the tables and plots from rows.csv[.gz|.xz] files")

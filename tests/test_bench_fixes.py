@@ -329,6 +329,25 @@ def test_config_records_the_budgets_run_and_a_no_call_cell_plots_without_warning
     assert config["budgets"] == [6] and "given_flags" not in config and "--budgets 100" in " ".join(config["argv"])
 
 
+@needs_data
+def test_scale_budgets_keeps_a_budget_of_0_and_runs_each_scaled_budget_once(tmp_path, monkeypatch):
+    """``--scale-budgets`` made a budget of 0 (no call) 1 call, and two budgets that scale to the same one (2 and 3
+    at N=6: 1 call each) ran that cell twice, its rows counted twice in the tables. Now 0 stays 0, a positive budget
+    keeps at least 1 call, and each scaled budget runs once."""
+    from activeprp_bench.grid import read_csv
+
+    out = tmp_path / "out"
+    argv = ["bench", "grid", "--data", str(DATA), "--collections", "noveleval", "--queries", "2", "--depth", "6",
+            "--rankers", "mohajer", "--oracles", "bidirectional", "--budgets", "0", "2", "3", "--seeds", "1",
+            "--scale-budgets", "--judge-seed", "1", "--no-progress", "--out", str(out)]
+    monkeypatch.setattr(sys, "argv", ["activeprp", *argv])
+    assert main(argv) == 0
+    assert json.loads((out / "config.json").read_text())["budgets"] == [0, 1]
+    rows = read_csv(out / "rows.csv.gz")
+    assert sorted((r.budget, r.qid) for r in rows) == sorted((b, q) for b in (0, 1) for q in {r.qid for r in rows})
+    assert all(r.calls == 0 for r in rows if r.budget == 0) and len({r.qid for r in rows}) == 2
+
+
 def test_committed_grid_commands_pass_the_flag_checks_as_recorded():
     """``--jobs`` is a resource setting: a plain grid leaves it unread, harmlessly, and the committed
     ``latency_auto`` commands give it (``--jobs 2``). Refusing it made those recorded commands fail when run by hand;
