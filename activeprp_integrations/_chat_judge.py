@@ -107,8 +107,8 @@ MODEL_KEYS = ("model_name", "model", "model_id", "deployment_name", "azure_deplo
 go to, which is the model (ChatOpenAI's ``model_name``, alias ``model``; ChatAnthropic's and LlamaIndex OpenAI's
 ``model``; Bedrock's ``model_id``; AzureChatOpenAI's ``deployment_name``, alias ``azure_deployment``; LlamaIndex
 AzureOpenAI's ``engine`` and ``azure_deployment``). Also the keys that name the model inside a request-body dict
-(``BODY_FIELDS``)."""
-BODY_FIELDS = ("model_kwargs", "extra_body", "additional_kwargs")
+(``BODY_DICTS``)."""
+BODY_DICTS = ("model_kwargs", "extra_body", "additional_kwargs")
 """Model fields whose dict goes into each request's body (ChatOpenAI's ``model_kwargs`` and ``extra_body``,
 LlamaIndex OpenAI's ``additional_kwargs``; the last two may hold an ``extra_body`` of their own): a ``MODEL_KEYS``
 key there would send another model than the one the judge was set up for."""
@@ -138,10 +138,10 @@ def model_fields_named(llm: Any) -> dict[str, str]:
 
 def body_model_keys(settings: Mapping[str, Any], path: str = "settings") -> list[tuple[str, str]]:
     """Where ``settings`` name the model inside a request-body dict, whatever the value: each ``MODEL_KEYS`` key of a
-    ``BODY_FIELDS`` dict, and of a ``BODY_FIELDS`` dict inside one, as ``("settings['model_kwargs']['model']",
+    ``BODY_DICTS`` dict, and of a ``BODY_DICTS`` dict inside one, as ``("settings['model_kwargs']['model']",
     "model")``."""
     found = []
-    for field_name in BODY_FIELDS:
+    for field_name in BODY_DICTS:
         body = settings.get(field_name)
         if isinstance(body, Mapping):
             where = f"{path}[{field_name!r}]"
@@ -206,7 +206,7 @@ class FrameworkJudge(ChatPrompts, RemoteComparator):
             Every key must be a field of the model, and none may name the model, nor the Azure deployment, which is
             the model (``model_fields_named``: a field of the class, or its alias, that one of ``MODEL_KEYS`` names:
             ``model``, ``model_name``, ``deployment_name`` / ``azure_deployment``, LlamaIndex Azure's ``engine``
-            ...), nor may a ``MODEL_KEYS`` key sit in a request-body dict (``BODY_FIELDS``: ``model_kwargs``,
+            ...), nor may a ``MODEL_KEYS`` key sit in a request-body dict (``BODY_DICTS``: ``model_kwargs``,
             ``extra_body``, ``additional_kwargs``, and an ``extra_body`` in one of them): a copy's update would not
             make the framework see another model (e.g. a reasoning one, or another deployment). Build the model
             with it, by the keyword the error names (``ChatOpenAI(model=...)``, ``OpenAI(model=...)``,

@@ -173,3 +173,22 @@ def test_type_checkers_see_the_entry_points_signatures(tmp_path):
     assert revealed[4].startswith("def (requests:") and revealed[5].startswith("def (comparator: Any"), out
     assert '"RerankResult" has no attribute "ordr"' in out
     assert re.search(r'Argument 1 to "rerank" has incompatible type "list\[str\]"; expected "str"', out), out
+
+
+def test_no_two_integration_modules_define_one_constant_name():
+    """``BODY_FIELDS`` was the request-body fields of ``activeprp serve`` (``serve.bodies``: setting -> body field)
+    and, in ``_chat_judge``, a framework model's fields that hold request-body dicts: one name, two meanings, in one
+    package. The private one is ``BODY_DICTS`` now. A public constant (upper case) of ``activeprp_integrations`` is
+    defined in one of its modules only."""
+    import ast
+    from collections import defaultdict
+
+    root = Path(__file__).parent.parent / "activeprp_integrations"
+    where = defaultdict(set)
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+            for target in targets:
+                if isinstance(target, ast.Name) and target.id.isupper() and not target.id.startswith("_"):
+                    where[target.id].add(path.relative_to(root).as_posix())
+    assert {name: sorted(paths) for name, paths in where.items() if len(paths) > 1} == {}
