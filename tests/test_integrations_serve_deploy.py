@@ -18,6 +18,7 @@ import uvicorn  # noqa: E402
 
 import activeprp_integrations.serve as serve  # noqa: E402
 from activeprp_cli import main  # noqa: E402
+from activeprp_integrations.serve.protocol import REUSE_ADDRESS, bind_sockets, listen  # noqa: E402
 from activeprp_integrations.serve.service import RerankService  # noqa: E402
 from tests._serve_helpers import WordJudge  # noqa: E402
 
@@ -81,8 +82,6 @@ def test_a_host_that_is_not_this_machine_s_is_one_line_and_exit_2_before_the_jud
 
 def test_the_sockets_are_bound_not_listening_and_closed_when_one_fails():
     """Bound up front, a client is refused until the server starts (as by no server); a failure leaves none open."""
-    from activeprp_integrations.serve.protocol import bind_sockets
-
     (sock,) = bind_sockets("127.0.0.1", 0)
     with sock, socket.socket() as client:
         with pytest.raises(ConnectionRefusedError):
@@ -134,12 +133,74 @@ def test_an_older_uvicorn_serves_and_its_start_up_failure_is_one_line_and_exit_1
     assert not [m for m in said if m.startswith("Uvicorn running on")]
 
 
+def lingering_port() -> int:
+    """A port on 127.0.0.1 where a connection of a server that stopped lingers (TIME_WAIT, the server closed it
+    first, as uvicorn closes an idle keep-alive connection), its listening socket from ``bind_sockets`` and
+    ``listen`` as the command's."""
+    (sock,) = bind_sockets("127.0.0.1", 0)
+    with sock, socket.socket() as client:
+        listen(sock, 8)
+        client.connect(sock.getsockname())
+        conn, _ = sock.accept()
+        conn.close()
+        assert client.recv(1) == b""  # the server's FIN
+        return sock.getsockname()[1]
+
+
+def test_the_port_is_reserved_while_the_judge_loads():
+    """A socket bound with ``SO_REUSEADDR`` and not listening let any other that sets it too (uvicorn, nginx, a
+    second ``activeprp serve``) bind the port on Linux and listen there first, after the command's early check."""
+    (sock,) = bind_sockets("127.0.0.1", 0)
+    with sock:
+        for reuse in (1, 0):
+            with socket.socket() as other, pytest.raises(OSError) as taken:
+                other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, reuse)
+                other.bind(sock.getsockname())
+            assert taken.value.errno == errno.EADDRINUSE
+
+
+def test_a_second_server_started_meanwhile_stops_before_its_judge_is_built(monkeypatch, capsys):
+    """Two servers started at the same moment on one port both passed the early check; the second then built its
+    judge and served while the first loaded its own, and the first stopped once its judge was built."""
+    def built(args):
+        raise AssertionError("the second server built its judge")
+
+    monkeypatch.setattr(serve, "make_comparator", built)
+    (first,) = serve.listen_sockets("127.0.0.1", 0)  # the first server's, its judge loading
+    with first:
+        port = first.getsockname()[1]
+        assert main(["serve", "--comparator", "simulated", "--port", str(port)]) == 2
+        listen(first, 8)
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            pass  # the first one's
+    assert capsys.readouterr().err == (f"activeprp: error: cannot listen on 127.0.0.1:{port}: address already in "
+                                       "use: another process listens there: stop it, or pass another --port\n")
+
+
+@pytest.mark.skipif(not REUSE_ADDRESS, reason="SO_REUSEADDR is not set on this platform")
+def test_a_port_where_a_stopped_server_s_connections_linger_is_bound_and_left_to_the_next_server():
+    """Bound without ``SO_REUSEADDR``, a socket cannot take a port that connections in TIME_WAIT hold (a minute
+    after a server closed them): it binds with the option then. A listening socket turns the option on, so that the
+    connections it accepted do not keep the next server (uvicorn's, which sets it) from binding the port."""
+    port = lingering_port()
+    with socket.socket() as bare, pytest.raises(OSError) as lingering:
+        bare.bind(("127.0.0.1", port))
+    assert lingering.value.errno == errno.EADDRINUSE  # the connection is still there
+    with socket.socket() as uvicorns:
+        uvicorns.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        uvicorns.bind(("127.0.0.1", port))
+    (sock,) = bind_sockets("127.0.0.1", port)
+    with sock:
+        assert sock.getsockname()[1] == port
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="Linux lets two sockets with SO_REUSEADDR bind one port")
 def test_a_port_another_server_takes_while_the_judge_loads_is_one_line_and_exit_2(judges, monkeypatch, capsys,
                                                                                   uvicorn_log):
-    """The sockets are bound, not listening, so the port is not reserved: a server that sets ``SO_REUSEADDR``
-    (uvicorn, nginx, a second ``activeprp serve``) binds and listens there while the judge loads. listen() then
-    raised a 78-line traceback (exit 1) after the judge was built, and the app's lifespan, cancelled, logged an
-    ERROR; now the line is that of a port taken before, the app shut down, the other server left serving."""
+    """Where a stopped server's connections linger, the port is bound with ``SO_REUSEADDR``, not reserved: a
+    server that sets it too (uvicorn, nginx) binds and listens there while the judge loads. uvicorn's listen() then
+    raised a 78-line traceback (exit 1) after the judge was built; the line is that of a port taken before, the
+    other server left serving."""
     bound: list = []
     bind, build = serve.listen_sockets, serve.make_comparator
     other = socket.socket()
@@ -152,16 +213,15 @@ def test_a_port_another_server_takes_while_the_judge_loads_is_one_line_and_exit_
 
     monkeypatch.setattr(serve, "listen_sockets", lambda host, port: bound.extend(bind(host, port)) or bound)
     monkeypatch.setattr(serve, "make_comparator", taken_meanwhile)
+    port = lingering_port()
     with other:
-        assert main(["serve", "--comparator", "simulated", "--port", "0"]) == 2
-        port = other.getsockname()[1]
+        assert main(["serve", "--comparator", "simulated", "--port", str(port)]) == 2
         with socket.create_connection(("127.0.0.1", port), timeout=5):
             pass  # the other server still listens
     assert capsys.readouterr().err == (f"activeprp: error: cannot listen on 127.0.0.1:{port}: address already in "
                                        "use: another process listens there: stop it, or pass another --port\n")
     assert len(judges) == 1 and all(sock.fileno() == -1 for sock in bound)
     assert [m for level, m in uvicorn_log if level == "ERROR"] == []
-    assert "Application shutdown complete." in [m for _, m in uvicorn_log]
 
 
 def test_a_prometheus_multiproc_dir_that_is_no_directory_is_one_line_and_exit_2(tmp_path):

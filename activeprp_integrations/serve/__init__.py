@@ -409,8 +409,9 @@ def main(args: argparse.Namespace) -> int:
     Raises:
         InputError: the serve extra is missing, ``$PROMETHEUS_MULTIPROC_DIR`` is no writable directory
             (``check_multiproc_dir``), the address cannot be bound (checked before the judge is built:
-            a model may take minutes to load) or listened on once it is (another process bound it and listens
-            there meanwhile: the port is not reserved), or the comparator cannot be built (exit 2).
+            a model may take minutes to load; the port is reserved meanwhile, ``protocol.bind_sockets``) or
+            listened on once it is (another server took a port that could not be reserved), or the comparator
+            cannot be built (exit 2).
     """
     try:
         import uvicorn
@@ -418,7 +419,7 @@ def main(args: argparse.Namespace) -> int:
         from activeprp_cli.rerank_run import sigterm_exits
 
         from .app import create_app as create
-        from .protocol import DrainingServer, head_timeout_protocol
+        from .protocol import DrainingServer, head_timeout_protocol, listen
     except ImportError as err:
         raise InputError(f"{EXTRA_HINT} ({err})") from None
     keys = auth_keys(args)
@@ -442,6 +443,11 @@ def main(args: argparse.Namespace) -> int:
         config = uvicorn.Config(app, host=args.host, port=args.port, timeout_graceful_shutdown=args.shutdown_timeout,
                                 log_level="info", access_log=args.access_log, log_config=log_config(),
                                 http=head_timeout_protocol(args.client_timeout))
+        for sock in sockets:
+            try:
+                listen(sock, config.backlog)
+            except OSError as err:  # another server took a port bind_sockets could not reserve
+                raise cannot_listen(args.host, sock.getsockname()[1], err) from None
         # uvicorn re-raises the signal that stopped it once its graceful shutdown is done, to the handler it found
         # at its start: Ctrl-C's KeyboardInterrupt; SIGTERM's default handler would end the process there (-15)
         server = DrainingServer(config, app.state.service)
@@ -451,8 +457,6 @@ def main(args: argparse.Namespace) -> int:
         except SystemExit as stop:
             if stop.code not in (0, STARTUP_FAILURE):  # 0: SIGTERM's
                 raise
-        if server.listen_error is not None:  # another process took the port while the judge was built
-            raise cannot_listen(args.host, sockets[0].getsockname()[1], server.listen_error)
         if not server.started:  # the app's start-up failed (uvicorn logged why)
             return fail("the server did not start: its application start-up failed (the log above says why)", 1)
     return 0

@@ -1,6 +1,6 @@
 """``head_timeout_protocol``: uvicorn's h11 protocol with a deadline for each request's head; ``DrainingServer``:
-uvicorn's server telling the rerank service when its graceful shutdown begins; ``bind_sockets``: the command's
-listening address, bound before the judge is built.
+uvicorn's server telling the rerank service when its graceful shutdown begins; ``bind_sockets`` and ``listen``: the
+command's listening address, bound (the port reserved) before the judge is built, listening once it is.
 
 uvicorn closes an idle keep-alive connection only after a response: a connection that never sends a request, or
 sends its head a byte at a time, holds a file descriptor for as long as the client likes (1030 of them made a server
@@ -17,8 +17,10 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+import os
 import socket
 import struct
+import sys
 from typing import Any
 
 import h11
@@ -102,20 +104,9 @@ class DrainingServer(Server):
     def __init__(self, config: Config, service: RerankService) -> None:
         super().__init__(config)
         self.service = service
-        self.listen_error: OSError | None = None
-        """Why listening on a socket ``run(sockets)`` was given failed (``bind_sockets``' are bound, not listening:
-        another process may bind and listen there meanwhile); the server then stops, its app shut down, without
-        serving (``started`` false)."""
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        try:
-            await super().startup(sockets)
-        except OSError as err:  # from listen(): uvicorn catches only the errors of the sockets it binds itself
-            for server in getattr(self, "servers", ()):  # those already listening
-                server.close()
-            await self.lifespan.shutdown()  # else cancelled with the loop, its traceback logged
-            self.listen_error, self.should_exit = err, True
-            return
+        await super().startup(sockets)
         if sockets and self.started:  # uvicorn says where it listens only when it bound the sockets itself
             host = self.config.host
             logging.getLogger("uvicorn.error").info(
@@ -140,14 +131,24 @@ class DrainingServer(Server):
             await asyncio.wait(cancelled, timeout=CANCELLED_GRACE)
 
 
+REUSE_ADDRESS = os.name == "posix" and sys.platform != "cygwin"
+"""Whether uvicorn's sockets get ``SO_REUSEADDR`` (asyncio's ``create_server`` sets it there; on Windows it would let
+another socket bind a port that one listens on)."""
+
+
 def bind_sockets(host: str, port: int) -> list[socket.socket]:
     """Sockets bound to ``host``:``port`` as uvicorn's ``loop.create_server(host=..., port=...)`` binds them (every
-    address the host resolves to, ``SO_REUSEADDR``, an IPv6 socket IPv6 only, an address that is not available
-    skipped while another binds), not yet listening: ``DrainingServer.run(sockets)`` listens once the app has
-    started, and until then a client is refused, as by no server. ``activeprp serve`` binds them before it builds
-    the judge, so that a port another process listens on or a host that is not this machine's is found before a
-    model loads. The port is not reserved: another process that sets ``SO_REUSEADDR`` too (uvicorn, nginx, a
-    second ``activeprp serve``) may still bind and listen there meanwhile (``DrainingServer.listen_error``).
+    address the host resolves to, an IPv6 socket IPv6 only, an address that is not available skipped while another
+    binds), not yet listening: until ``listen`` a client is refused, as by no server. ``activeprp serve`` binds them
+    before it builds the judge, so that a port another process listens on or a host that is not this machine's is
+    found before a model loads.
+
+    The port is reserved until then: each socket is bound without ``SO_REUSEADDR``, so no other socket can bind it
+    (with the option on, another server that sets it too, uvicorn, nginx or a second ``activeprp serve``, could on
+    Linux bind and listen there while the judge loads). Where that bind fails as the port is in use, the connections
+    of a server stopped less than a minute ago may still linger there (TIME_WAIT): the socket is then bound with
+    ``SO_REUSEADDR`` (``REUSE_ADDRESS``), as uvicorn binds, and that port is not reserved (``listen`` fails when
+    another server took it meanwhile).
 
     Raises:
         OSError: the host does not resolve (``socket.gaierror``), or no address could be bound (the port taken,
@@ -160,11 +161,10 @@ def bind_sockets(host: str, port: int) -> list[socket.socket]:
         for family, kind, proto, _, address in dict.fromkeys(infos):
             sock = socket.socket(family, kind, proto)
             sockets.append(sock)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             if family == socket.AF_INET6:
                 sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
             try:
-                sock.bind(address)
+                _bind(sock, address)
             except OSError as err:
                 if err.errno != errno.EADDRNOTAVAIL:  # asyncio skips these too: IPv6 may be off (bpo-30945)
                     raise
@@ -177,3 +177,28 @@ def bind_sockets(host: str, port: int) -> list[socket.socket]:
             sock.close()
         raise
     return sockets
+
+
+def _bind(sock: socket.socket, address: Any) -> None:
+    try:
+        sock.bind(address)
+    except OSError as err:
+        if not (err.errno == errno.EADDRINUSE and REUSE_ADDRESS):
+            raise
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a socket may bind again after a failed bind
+        sock.bind(address)
+
+
+def listen(sock: socket.socket, backlog: int) -> None:
+    """Start listening on one of ``bind_sockets``' sockets (``DrainingServer.run(sockets)`` serves it), then turn
+    ``SO_REUSEADDR`` on, as uvicorn's own sockets have it (``REUSE_ADDRESS``): the connections it accepts take the
+    option from it, and without it those that linger after the server stops (TIME_WAIT, a minute on Linux) keep the
+    next server from binding the port. Listening first, no other socket can bind the port in between.
+
+    Raises:
+        OSError: another server listens on the port (it took it while ``bind_sockets``' bind with ``SO_REUSEADDR``
+            did not reserve it).
+    """
+    sock.listen(backlog)
+    if REUSE_ADDRESS:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
