@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -293,6 +294,24 @@ def test_head_is_answered_where_get_is(client):
     for path in ("/health", "/ready", "/metrics"):
         head = client.head(path)
         assert head.status_code == client.get(path).status_code == 200 and head.content == b""
+
+
+def test_the_openapi_schema_gives_every_operation_its_own_id_and_documents_the_probes(client):
+    """A route for GET and HEAD had one operation id for both: FastAPI warned "Duplicate Operation ID" (for /health,
+    /ready and /metrics) and client generators refuse such a schema. Behaviour unchanged: one route answers both
+    methods (the probes' HEAD test above), a 405 names both in ``Allow``."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        app = create_app(WordJudge())
+        with TestClient(app) as fresh:
+            schema = fresh.get("/openapi.json").json()
+            wrong = fresh.post("/health")
+    assert [str(w.message) for w in caught if "Operation ID" in str(w.message)] == []
+    ids = [op["operationId"] for methods in schema["paths"].values() for op in methods.values()]
+    assert len(ids) == len(set(ids)) == 9
+    for path in ("/health", "/ready", "/metrics"):
+        assert sorted(schema["paths"][path]) == ["get", "head"]
+    assert wrong.status_code == 405 and sorted(wrong.headers["allow"].split(", ")) == ["GET", "HEAD"]
 
 
 def test_a_405_says_which_methods_the_route_allows(client):

@@ -373,9 +373,13 @@ class Routes:
         for version in API_VERSIONS:
             app.post(f"/{version}/rerank", summary=f"Cohere rerank API {version}")(self.cohere(version))
         app.post("/rerank", summary="Jina (documents) or TEI (texts) rerank API")(self.rerank_jina_tei)
-        app.api_route("/health", methods=["GET", "HEAD"])(self.health)  # HEAD: probes that send it (HAProxy's)
-        app.api_route("/ready", methods=["GET", "HEAD"])(self.ready)
-        app.api_route("/metrics", methods=["GET", "HEAD"])(self.prometheus)
+        for path, probe in [("/health", self.health), ("/ready", self.ready), ("/metrics", self.prometheus)]:
+            # HEAD: probes that send it (HAProxy's). One route answers both methods (a 405's Allow names both), left
+            # out of the schema: FastAPI gives a route one operation id for all its methods, a duplicate there. The
+            # schema takes each method from a route of its own, never reached (the first answers both).
+            app.api_route(path, methods=["GET", "HEAD"], include_in_schema=False)(probe)
+            for method in ("GET", "HEAD"):
+                app.api_route(path, methods=[method])(probe)
 
     async def answer(self, rid: str, query: str, documents: list, top_n: int | None, max_words: int | None,
                      own: dict[str, Any], respond: Respond, rank_fields: list[str] | None = None,
