@@ -106,6 +106,7 @@ class _Window:
         # the comparator's answers so far, read by every query; None: each query reads only its own
         self.judge: JudgeTally | None = JudgeTally() if carry_judge else None
         self.input_left = True
+        self.stopped: Exception | None = None  # the error that stopped every query (``stop``)
         self.bar = _progress_bar(requests, progress)
 
     @property
@@ -208,15 +209,17 @@ class _Window:
     def settle(self, finished: Sequence[tuple[int, asyncio.Task]]) -> None:
         """Hand each query ``index`` of ``finished`` the outcome of the task that ran it on its own: its result, or
         the error it raised, a failure of its own or one that stops everything (raised here, its accounting
-        summed over the queries not yet handed out, those that failed just now included: ``spent``)."""
+        summed over the queries not yet handed out, those that failed just now included: ``spent``; a query
+        stopped so stays its ``Reranking``, read by ``spent``, as the error's ``accounting`` is then the sum)."""
         fatal = None
         for index, task in finished:
             error = task.exception()
             if error is None:
                 self.items[index] = task.result()
-                continue
-            self.items[index] = RerankFailure(index, self.items[index].query, error)
-            fatal = fatal or (error if self.fatal(error) else None)
+            elif self.fatal(error):
+                fatal = fatal or error
+            else:
+                self.items[index] = RerankFailure(index, self.items[index].query, error)
         if fatal is not None:
             raise self.stop(fatal)
 
@@ -253,6 +256,7 @@ class _Window:
         return total
 
     def stop(self, error: Exception, sent: Sequence[int] = (), retries: int = 0) -> Exception:
+        self.stopped = error
         with contextlib.suppress(AttributeError):
             error.accounting = self.spent(sent, retries)  # type: ignore[attr-defined]
         self.close()
@@ -515,8 +519,15 @@ async def _on_their_own(window: _Window, judge: Comparator) -> AsyncIterator[Rer
     async def run(index: int, reranking: Reranking) -> RerankResult:
         guard = RequestGuard(window.guard, None, index, window.clock, reranking.deadline,
                              reranking.ledger.floor)
-        return await drive(exchange(reranking, guard), lambda batch: _judged(
-            judge, batch.query, batch.pairs, guard, reranking.time_left()))
+        steps = exchange(reranking, guard)
+        try:
+            return await drive(steps, lambda batch: _judged(
+                judge, batch.query, batch.pairs, guard, reranking.time_left()))
+        except asyncio.CancelledError:
+            if window.stopped is not None:  # its batch's calls sent fail with that error, as in steps (_charge)
+                with contextlib.suppress(Exception):
+                    steps.throw(window.stopped)
+            raise
 
     try:
         while not window.finished:
@@ -534,6 +545,8 @@ async def _on_their_own(window: _Window, judge: Comparator) -> AsyncIterator[Rer
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if window.stopped is not None and tasks:  # summed again: the batches in flight were billed meanwhile
+            window.stop(window.stopped)
         window.close()
 
 

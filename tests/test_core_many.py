@@ -755,3 +755,57 @@ def test_a_merged_call_sends_the_calls_of_a_probe_round(monkeypatch, asynchronou
     assert [r.calls == 0 for r in results] == [True, False, False]
     assert all(r.cut_calls == 0 for r in results)
     assert slow.fastest() < 2.0
+
+
+class OutWhenStopped(Comparator):
+    """Async only. Query "slow"'s calls stay in flight until cancelled; query "bad" is refused (a 401) once slow's
+    first batch is out; query "late" is answered once ``yielded`` is set; any other is answered. ``sent``: the
+    calls that reached it, per query."""
+
+    def __init__(self):
+        self.sent, self.slow_out, self.yielded = collections.Counter(), asyncio.Event(), asyncio.Event()
+
+    def compare(self, query, pairs):
+        raise AssertionError("async only")
+
+    async def acompare(self, query, pairs):
+        self.sent[query] += len(pairs)
+        if query == "slow":
+            self.slow_out.set()
+            await asyncio.Event().wait()
+        if query == "bad":
+            await self.slow_out.wait()
+            raise ComparatorAuthError("invalid key", status_code=401)
+        if query == "late":
+            await self.yielded.wait()
+        return [float(a.id > b.id) for a, b in pairs]
+
+
+@pytest.mark.parametrize("stop", ["refusal", "input"])
+def test_queries_on_their_own_stopped_by_an_error_bill_the_calls_they_had_in_flight(stop):
+    """``arerank_many(carry_judge=False)``: an error that stops every query (a 401, the input raising) cancels the
+    other queries' calls in flight; they were sent, but the error's ``accounting`` left them out (review s68h: 1
+    billed of 8 sent). Now they are billed, as failed calls: with what was yielded, every call sent is billed."""
+    cands = [Candidate(f"d{i}", f"p {i}") for i in range(8)]
+
+    def source():
+        if stop == "refusal":
+            yield from [("slow", cands), ("bad", cands)]
+            return
+        yield from [("fast", cands[:3]), ("slow", cands), ("late", cands[:3])]  # read on once "late" finishes
+        raise OSError("input read failed")
+
+    comp, yielded = OutWhenStopped(), []
+
+    async def consume():
+        async for item in arerank_many(source(), comparator=comp, ranker="allpairs", budget=20, max_active=3,
+                                       max_concurrency=64, carry_judge=False):
+            yielded.append(item)
+            comp.yielded.set()
+
+    with pytest.raises(ComparatorAuthError if stop == "refusal" else OSError) as info:
+        asyncio.run(consume())
+    assert comp.sent["slow"] > 0 and all(isinstance(item, RerankResult) for item in yielded)
+    spent = info.value.accounting
+    assert spent.calls + sum(r.calls for r in yielded) == sum(comp.sent.values())
+    assert spent.failed_calls >= comp.sent["slow"] > 1
