@@ -11,7 +11,8 @@ queries are in progress (started and not yet yielded), and results come out in i
 A request that fails on its own (bad input, a comparator error for its prompts, a ranker error) yields a
 ``RerankFailure`` in its place and the others go on, their answers in the same step kept: no call is sent twice.
 Only when a merged call fails (it returns no answer at all) are its queries asked again one by one to find the
-failing one (their calls are sent again, not charged twice to their budgets). A dead endpoint stops everything fast:
+failing one (their calls are sent again, not charged twice to their budgets: the merged call's sending of each is
+billed as a retry of it, ``Resent``). A dead endpoint stops everything fast:
 a ``ComparatorAuthError`` or an open circuit breaker (shared by all queries) raises out of the iterator, unless
 ``on_failure="prior"``, with which every query degrades to its best-effort order. A ``ComparatorClosed`` (the
 comparator closed under a call) raises out of it whatever ``on_failure``.
@@ -25,7 +26,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -47,7 +48,7 @@ from .judging import JudgeTally, RoundLatency, floors_by_query
 
 # PER_REQUEST: the settings one request may set for itself, ``(query, candidates, {"budget": 20, ...})``
 from .settings import PER_REQUEST, Flag, RerankSettings, takes_settings
-from .types import Accounting, Candidate, Judgment, Pair, RerankResult, to_judgments
+from .types import UNSENT, Accounting, Candidate, Judgment, Pair, RerankResult, to_judgments
 
 DEFAULT_MAX_ACTIVE = 64
 
@@ -80,6 +81,32 @@ class RerankFailure:
 Step = list[tuple[int, Reranking, Batch]]
 
 
+@dataclass(frozen=True)
+class Resent:
+    """What a merged call that failed (``error``) had sent of one query's batch before its calls are asked again on
+    their own: its first ``calls`` prompts, with ``retries``. Each call is billed once: sent again, the merged
+    call's sending is a retry of it (the budget is not charged twice); not sent again, a failed call."""
+
+    calls: int
+    retries: int
+    error: Exception
+
+    def answers(self, judgments: Sequence[Judgment]) -> list[Judgment]:
+        """The batch's ``judgments`` from its calls asked again, with what the merged call sent billed on them."""
+        out = list(judgments)
+        for i, j in enumerate(out[: self.calls]):
+            out[i] = Judgment(None, error=describe(self.error)) if j.cut == UNSENT else replace(j,
+                                                                                             retries=j.retries + 1)
+        if out and self.retries:
+            out[0] = replace(out[0], retries=out[0].retries + self.retries)
+        return out
+
+    def failed(self, sent: int, retries: int) -> tuple[int, int]:
+        """``(sent, retries)`` for ``Reranking.fail`` when the calls asked again failed after ``sent`` of them
+        reached the backend, with ``retries``: the merged call's sending billed as well."""
+        return max(sent, self.calls), retries + min(sent, self.calls) + self.retries
+
+
 def _spent_on(item: Reranking | RerankResult | RerankFailure) -> Accounting:
     """What a query of the window has spent: so far, in all (a ``RerankResult`` is an ``Accounting``), or up to
     its failure (none known for a request that failed before its first call)."""
@@ -107,6 +134,7 @@ class _Window:
         self.judge: JudgeTally | None = JudgeTally() if carry_judge else None
         self.input_left = True
         self.stopped: Exception | None = None  # the error that stopped every query (``stop``)
+        self.resent: dict[int, Resent] = {}  # the queries asked again on their own after their merged call failed
         self.bar = _progress_bar(requests, progress)
 
     @property
@@ -174,18 +202,26 @@ class _Window:
         for index, reranking, batch in step:
             part = judgments[start : start + len(batch.prompts)]
             start += len(batch.prompts)
+            if index in self.resent:
+                part = self.resent.pop(index).answers(part)
             self._resolve(index, reranking, lambda r, part=part: r.send(part))
 
     def failed(self, step: Step, error: Exception, sent: int, retries: int) -> list[Step]:
         """Handle a merged call for ``step`` that raised (``sent`` of its calls reached the backend, with
         ``retries``): a dead endpoint stops everything (raises ``error``); a lone query fails on its own; else
-        returns the queries' batches to ask one by one, to find the failing query."""
+        returns the queries' batches to ask one by one, to find the failing query (what it sent of each is billed
+        on them: ``Resent``)."""
+        if len(step) == 1 and step[0][0] in self.resent:
+            sent, retries = self.resent.pop(step[0][0]).failed(sent, retries)
         if self.fatal(error):
-            raise self.stop(error, _shares(step, sent), retries)
+            raise self.stop(error, _shares((len(batch.prompts) for _, _, batch in step), sent), retries)
         if len(step) == 1:
             index, reranking, _ = step[0]
             self._resolve(index, reranking, lambda r: r.fail(error, sent, retries=retries))
             return []
+        for (index, _, _), calls in zip(step, _shares((len(batch.prompts) for _, _, batch in step), sent)):
+            self.resent[index] = Resent(calls, retries, error)
+            retries = 0  # the merged call's retries: billed once, on its first query
         return [[part] for part in step]
 
     def answered(self, step: Step, outcomes: Sequence[Sequence[Judgment] | Exception],
@@ -245,12 +281,13 @@ class _Window:
         """The accounting summed over the queries not yet handed out (for an error that stops everything, which
         they are then never): in progress (batches never answered left out), finished, or failed (its error's
         ``accounting``), plus the calls of a step whose call raised that reached the backend (``sent``, per
-        query) as failed ones, and their ``retries``."""
-        total = Accounting(retries=retries)
+        query) as failed ones, and their ``retries``, and those of a failed merged call whose queries were not all
+        asked again (``resent``) likewise."""
+        total = Accounting(retries=retries + sum(r.retries for r in self.resent.values()))
         for account in map(_spent_on, self.items.values()):
             for k, v in account.counts().items():
                 setattr(total, k, getattr(total, k) + v)
-        for calls in sent:
+        for calls in [*sent, *(r.calls for r in self.resent.values())]:
             total.calls, total.failed_calls, total.rounds = \
                 total.calls + calls, total.failed_calls + calls, total.rounds + (calls > 0)
         return total
@@ -286,11 +323,12 @@ def _charge(reranking: Reranking, batch: Batch, error: Exception, outcome: Any, 
         reranking.fail(error, guard.completed, answered, guard.retries)
 
 
-def _shares(step: Step, sent: int) -> list[int]:
-    """The first ``sent`` calls of a merged call for ``step``, per query (its prompts are the queries' in order)."""
+def _shares(sizes: Iterable[int], sent: int) -> list[int]:
+    """The first ``sent`` calls of a merged call, per query of ``sizes`` prompts each (its prompts are the queries'
+    in order)."""
     shares = []
-    for _, _, batch in step:
-        shares.append(min(sent, len(batch.prompts)))
+    for size in sizes:
+        shares.append(min(sent, size))
         sent -= shares[-1]
     return shares
 

@@ -48,7 +48,7 @@ from .comparators.base import (
 from .engine import DEADLINE_GRACE, Batch, Reranking, bounded, drive, exchange, guard_for
 from .errors import ComparatorAuthError
 from .judging import RoundLatency, floors_by_query
-from .many import DEFAULT_MAX_ACTIVE, RerankFailure, check_own, request_query, split_request
+from .many import DEFAULT_MAX_ACTIVE, RerankFailure, Resent, _shares, check_own, request_query, split_request
 from .settings import RerankSettings, takes_settings
 from .slots import wait_done
 from .types import Candidate, Judgment, RerankResult, to_judgments
@@ -67,8 +67,9 @@ last merged call plans its next round within a turn or two)."""
 @dataclass(eq=False)
 class _Part:
     """One request's round waiting for a merged call: its items, its deadline (loop time, None = none), the
-    future of its answers, whether a merged call has taken it, and whether its request stopped waiting for that
-    call at its deadline (``cut``: its calls were counted then, the call's answers for it are discarded)."""
+    future of its answers, whether a merged call has taken it, whether its request stopped waiting for that
+    call at its deadline (``cut``: its calls were counted then, the call's answers for it are discarded), and what
+    a merged call that failed had sent of it before it is asked again on its own (``resent``)."""
 
     items: list[Item]
     guard: RequestGuard
@@ -76,6 +77,7 @@ class _Part:
     future: asyncio.Future
     taken: bool = False
     cut: bool = False
+    resent: Resent | None = None
 
 
 class _Merger:
@@ -155,18 +157,22 @@ class _Merger:
                                                        None if None in lefts else max(lefts), len(items), merged,
                                                        records_sent=False), len(items))
         except Exception as error:
-            _credit(parts, merged.completed)  # a part asked again that fails again is charged once: Reranking.fail
             if len(parts) > 1 and not self.pool.fatal(error):
+                retries = merged.retries  # billed once, on the first part
+                for part, calls in zip(parts, _shares((len(p.items) for p in parts), merged.completed)):
+                    part.resent, retries = Resent(calls, retries, error), 0
                 for part in parts:
                     await self._send([part])
                 return
+            _credit(parts, merged.completed, merged.retries)
             _fail(parts, error)
             return
         _credit(parts, merged.completed)
         start = 0
         for part in parts:
+            answers = judgments[start : start + len(part.items)]
             if not part.future.done():
-                part.future.set_result(judgments[start : start + len(part.items)])
+                part.future.set_result(answers if part.resent is None else part.resent.answers(answers))
             start += len(part.items)
 
 
@@ -190,14 +196,17 @@ def _fail(parts: list[_Part], error: Exception) -> None:
             part.future.set_exception(error)
 
 
-def _credit(parts: list[_Part], sent: int) -> None:
-    """Count the first ``sent`` calls of a merged call to its parts' requests, in order (a part cut at its
-    request's deadline counted its calls then)."""
-    for part in parts:
-        calls = min(sent, len(part.items))
+def _credit(parts: list[_Part], sent: int, retries: int = 0) -> None:
+    """Count the first ``sent`` calls of a merged call to its parts' requests, in order, and its ``retries`` to the
+    first (a part cut at its request's deadline counted its calls then); a part asked again on its own after a
+    merged call failed is counted that call's sending too (``Resent.failed``)."""
+    if len(parts) == 1 and parts[0].resent is not None:
+        sent, retries = parts[0].resent.failed(sent, retries)
+    for part, calls in zip(parts, _shares((len(p.items) for p in parts), sent)):
         if not part.cut:
             part.guard.completed += calls
-        sent -= calls
+            part.guard.retries += retries
+        retries = 0
 
 
 class RerankPool:

@@ -199,7 +199,9 @@ class Accounting:
             late answers discarded): counted in ``calls``, not in ``failed_calls``.
         retries: transport retries (a remote judge's requests beyond the first of a call; never counted against
             the budget) of every call counted in ``calls``, whatever became of it: answered, failed, cut, or sent
-            in a batch that raised (an error's ``accounting`` too). Where the comparator reports them.
+            in a batch that raised (an error's ``accounting`` too). Where the comparator reports them. A call sent
+            in a merged call that failed and sent again on its own (``rerank_many``, ``RerankPool``) counts the
+            merged sending as one.
         prompt_tokens, completion_tokens: summed over calls, where the comparator reports them.
         wall_time_s: wall-clock seconds of the whole rerank.
     """

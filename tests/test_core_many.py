@@ -695,7 +695,8 @@ def test_a_batching_comparators_own_batch_call_that_raises_counts_what_it_was_ha
 @pytest.mark.parametrize("entry", ["rerank_many", "arerank_many", "RerankPool"])
 def test_a_merged_own_batch_call_that_raises_is_asked_again_query_by_query_and_charged_once(entry):
     """A merged call holding the prompts of query "bad" raises: each query is asked again alone; "bad" is charged
-    its first round once (it was handed it twice), "good" its calls once (its first round was sent twice)."""
+    its first round once (it was handed it twice), "good" its calls once (its first round was sent twice). The
+    merged call's sending of each is a retry of the call asked again: it was billed nowhere (0 retries)."""
     from activeprp_core import RerankSettings
     from activeprp_core.stream import RerankPool
 
@@ -714,6 +715,7 @@ def test_a_merged_own_batch_call_that_raises_is_asked_again_query_by_query_and_c
     assert judge.received["bad"] == 2 * 28
     assert (_spent(bad).calls, _spent(bad).failed_calls, _spent(bad).rounds) == (28, 28, 1)
     assert isinstance(good, RerankResult) and good.failed_calls == 0 and good.calls == judge.received["good"] - 28
+    assert _spent(bad).retries == good.retries == 28  # every prompt handed to the judge: a call or a retry
 
 
 class BatchingSimulated(SimulatedComparator):
