@@ -20,6 +20,7 @@ import numbers
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any, Literal
 
 from .errors import InvalidAnswer
@@ -295,11 +296,11 @@ class Caps:
         for cap in self._rounds:
             cap.spent += 1
 
-    def refund(self, costs: Sequence[dict[str, int]], round_too: bool = False) -> None:
-        """Give back what prompts never sent reserved (and their round)."""
-        for cost in costs:
-            for name, n in cost.items():
-                self.caps[name].refund(n)
+    def refund(self, costs: Sequence[Mapping[str, int]], round_too: bool = False) -> None:
+        """Give back what prompts never sent reserved (and their round): one refund per cap, of the sum (a round
+        cut at the deadline may leave a million prompts unsent)."""
+        for name in self._per_prompt:  # every prompt's cost names them all (prompt_costs)
+            self.caps[name].refund(sum(map(itemgetter(name), costs)))
         for cap in self._rounds if round_too else ():
             cap.refund(1)
 

@@ -20,6 +20,7 @@ prompt (``budget.Rule.price``; never called to judge), the clock (the deadline, 
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 import time
@@ -35,6 +36,15 @@ Cost = Mapping[str, int]
 """What one prompt reserves: ``{cap name: units}`` over the per-prompt caps (``Caps.prompt_costs``)."""
 MAX_ERRORS_KEPT = 5
 """The distinct reasons of failed calls a result keeps (``RerankResult.errors``)."""
+
+
+def unsent_tail(judgments: Sequence[Judgment]) -> int:
+    """Where the trailing run of ``judgments`` that the deadline kept from being sent (``UNSENT``) starts (their
+    length when there is none): a round cut at the deadline leaves its later chunks unsent, handled in bulk."""
+    first = len(judgments)
+    while first and judgments[first - 1].cut == UNSENT:
+        first -= 1
+    return first
 
 
 class Ledger:
@@ -171,19 +181,23 @@ class Ledger:
         flight keeps its reservation and counts as a cut call. With ``timed``, the round's latency is recorded (as
         unanswered when every call sent was cut in flight with nothing back: ``RoundLatency.call_floor``; not for
         a batch whose failure ends the rerank). Settles the batch."""
-        unsent = [i for i, j in enumerate(judgments) if j.cut == UNSENT]
-        if any(j.cut for j in judgments):
+        tail = unsent_tail(judgments)
+        head = judgments[:tail]  # the prompts after it were never sent: refunded in bulk, nothing more to count
+        unsent = [i for i, j in enumerate(head) if j.cut == UNSENT]
+        cut = tail < len(judgments) or any(j.cut for j in head)
+        if cut:
             self.refuse(self.deadline.name)
         if unsent:
             self._refund(unsent)
-        sent = [j for j, held in zip(judgments, self._held) if held is not None]
+        if tail < len(judgments):
+            self.refund_unsent(tail)
+        sent = [j for j, held in zip(head, self._held) if held is not None]
         if timed and self._opened is not None and sent:  # calls went out
-            cut = any(j.cut for j in judgments)
             back = any(j.cut != IN_FLIGHT or j.cut_before_retry for j in sent)  # an answer, or a judge error
             waited = 0.0 if self.floor.first_sent is None else max(0.0, self.floor.first_sent - self._opened)
             self.latency.record(self.clock() - self._opened, answered=not cut, probe=self.floor.probing,
                                 unanswered=cut and not back, waited=waited)
-        for j, held in zip(judgments, self._held):
+        for j, held in zip(head, self._held):
             if held is None:
                 continue
             self.counts.retries += j.retries  # a cut call's retries too: they went out
@@ -205,9 +219,15 @@ class Ledger:
         self.settle()
 
     def refund_unsent(self, sent: int) -> None:
-        """The batch in flight failed after its first ``sent`` prompts went out: what the others reserved is given
-        back (their round too when none went out) and the questions wholly among them are no comparisons."""
-        self._refund(range(sent, len(self._held)))
+        """The prompts of the batch in flight from ``sent`` on were never sent (it failed after its first ``sent``
+        went out, or the deadline kept the rest from going out): what they reserved is given back (their round too
+        when none went out) and the questions wholly among them are no comparisons. In bulk: a round the deadline
+        cut may leave a million prompts unsent."""
+        held = self._held
+        self.caps.refund(list(filter(None, held[sent:])), round_too=bool(held) and sent == 0)
+        starts = list(itertools.accumulate(self._questions, initial=0))
+        self.counts.comparisons -= len(starts) - 1 - bisect.bisect_left(starts, sent)
+        held[sent:] = [None] * (len(held) - sent)
 
     def _refund(self, unsent: Sequence[int]) -> None:
         """Give back what the prompts ``unsent`` (positions in the batch in flight) reserved: they were never sent.

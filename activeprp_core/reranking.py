@@ -5,10 +5,12 @@ the oracle and the pair cache, and drives the ranker."""
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import enum
 import itertools
 import logging
+import math
 import random
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
@@ -19,7 +21,7 @@ from .budget import BudgetView, check_count
 from .comparators.base import Comparator, as_comparator
 from .errors import ComparatorError, ComparatorUnavailable, InvalidAnswer, RankerError, describe
 from .judging import Answers, JudgeTally, RoundLatency
-from .ledger import Cost, Ledger
+from .ledger import Cost, Ledger, unsent_tail
 from .oracles import BothOrders, Oracle, Prompt, get_oracle
 from .rankers import RankContext, Ranker, get_ranker, relay
 from .rankers.auto import choose
@@ -43,6 +45,13 @@ class Done(enum.Enum):
 
 DONE = Done.DONE
 """What ``Reranking.next_batch()`` returns once the ranker has finished: call ``result()``."""
+PLAN_SHARE = 0.125
+"""Under a ``time_budget``, the share of the time left that planning a round offered lazily (``allpairs`` with no
+call cap: every pair) may take; then the time budget refuses its next question (``Reranking._plan``). Planned up to
+the deadline (review s68j), such a round went out with no time left. Why an eighth: planning a prompt costs the
+engine about 3 us, sending, recording and reading it 5 to 34 us more, so the round is answered and recorded in time
+by a judge costing the engine up to 7 times the planning; only a nearly free one (``ZeroCostComparator``) may see a
+round stopped that it would have answered in time."""
 
 
 @dataclass(frozen=True)
@@ -316,20 +325,28 @@ class Reranking:
         """One round of the ranker: plan it, yield the prompts to send, record the answers; returns the round's
         outcomes (P(i beats j) per pair read, None when unknown). A round given as a list is read whole; one
         given as an iterator is read up to and including the first question a cap refuses (so a ranker may
-        offer every pair it wants, e.g. ``allpairs``, and the work stays bounded by the caps). Questions that a
-        reconciled cap (tokens) cannot pay for only because of this batch's reservations wait for its answers
-        and go out in a further batch (a further round of calls) once the usage is known."""
+        offer every pair it wants, e.g. ``allpairs``, and the work stays bounded by the caps; under a time budget,
+        planning it stops at ``PLAN_SHARE`` of the time left, and the questions whose calls the deadline kept from
+        going out, from the first one on, count as refused then: read up to and including that one). Questions
+        that a reconciled cap (tokens) cannot pay for only because of this batch's reservations wait for its
+        answers and go out in a further batch (a further round of calls) once the usage is known."""
         asked: list[tuple[int, int]] = []
         fresh: set[Prompt] = set()
         single = self._planned_cap() and not self._both_at_once()
         source = self._questions(_tee(iter(pairs), asked), self._oracle_rng, fresh)
+        lazy = not isinstance(pairs, Sequence)
+        owners: list[tuple[int, int]] | None = [] if lazy else None  # per question planned: (first prompt, read as)
         waiting: list[list[Prompt]] = []
         while True:
-            prompts, waiting = self._plan(waiting, source, fresh, lazy=not isinstance(pairs, Sequence))
+            prompts, waiting = self._plan(waiting, source, fresh, lazy=lazy, owners=owners)
             # a round the cache (or the caps) answered wholly sends nothing: its empty answer is taken here
-            self._record(prompts, (yield prompts) if prompts else [])
+            judgments = (yield prompts) if prompts else []
+            self._record(prompts, judgments)
             if not waiting:
+                if owners:  # one batch read the whole round: what the deadline kept unsent is read no further
+                    _unread(asked, judgments, owners)
                 break
+            owners = None  # a further batch: its questions waited, read before
         reasks = self._reasks(asked, fresh, repair=single and self._repairs())
         first = next(reasks, None)  # most rounds have none: skip planning an empty batch
         prompts = first and self._plan([], itertools.chain([first], reasks), fresh, lazy=False, optional=True)[0]
@@ -369,19 +386,25 @@ class Reranking:
             yield need, (self._costs(need) if need else None)
 
     def _plan(self, waiting: list[list[Prompt]], source: Iterator[Question], planned: set[Prompt], lazy: bool,
-              optional: bool = False) -> tuple[list[Prompt], list[list[Prompt]]]:
+              optional: bool = False, owners: list[tuple[int, int]] | None = None
+              ) -> tuple[list[Prompt], list[list[Prompt]]]:
         """The ordered prompts of the next batch and the questions left waiting: first the ``waiting`` ones, then
         the round's further questions from ``source`` (``_questions`` over ``planned``), deduplicated, skipping
         what the cache answers, each reserving its cost in every cap. A question that does not fit is refused
         whole, unless a reconciled cap refused it while this batch holds reservations of that cap: then it waits.
         Nothing is sent once a failure stopped the calls; a lazy source is read no further after a refusal or a
-        wait. ``optional`` questions (an oracle's re-asks) are no comparisons; one that does not fit is dropped."""
+        wait, nor once planning took ``PLAN_SHARE`` of the time left. ``optional`` questions (an oracle's re-asks)
+        are no comparisons; one that does not fit is dropped. ``owners`` (with no ``waiting``): filled with the
+        first prompt of each question planned and its position among those read from ``source``."""
         ledger = self.ledger
         prompts: list[Prompt] = []
         later: list[list[Prompt]] = []
         ledger.open_batch()
+        time_left = ledger.time_left() if lazy else None
+        until = None if time_left is None else ledger.clock() + PLAN_SHARE * time_left
         again = ([p for p in need if p not in self.answers] for need in waiting)  # answered meanwhile: cached
-        for need, costs in itertools.chain(((need, need and self._costs(need)) for need in again), source):
+        questions = itertools.chain(((need, need and self._costs(need)) for need in again), source)
+        for read, (need, costs) in enumerate(questions):
             if not need:
                 ledger.counts.cache_hits += 1
                 continue
@@ -390,8 +413,13 @@ class Reranking:
             refused = ledger.refusal(costs)
             if refused is None:
                 ledger.reserve(costs, question=not optional)
+                if owners is not None:
+                    owners.append((len(prompts), read))
                 prompts.extend(need)
                 planned.update(need)
+                if until is not None and ledger.clock() >= until:
+                    ledger.refuse(ledger.deadline.name)
+                    break
                 continue
             if optional:
                 continue
@@ -450,7 +478,8 @@ class Reranking:
         ``_questions``; none once a failure stopped the calls, when only the last round of the cap is left, or
         under a round cap for a ranker that plans every round of it (``_planned_cap``) unless this is a
         ``repair`` (``_repairs``)."""
-        if self.ledger.stopped or self.ledger.rounds_left() in (0, 1) or (self._planned_cap() and not repair):
+        if (self.ledger.stopped or self.ledger.rounds_left() in (0, 1) or self.ledger.time_left() == 0
+                or (self._planned_cap() and not repair)):
             return
         for i, j in dict.fromkeys(asked):
             need = [p for p in self.oracle.reask(i, j, self.answers) if p not in self.answers and p not in planned]
@@ -472,6 +501,16 @@ class Reranking:
                         extra[name] = extra.get(name, 0) + n
                 planned.update(need)
         return len(pairs)
+
+
+def _unread(asked: list[tuple[int, int]], judgments: Sequence[Judgment], owners: list[tuple[int, int]]) -> None:
+    """Cut ``asked`` (a lazy round's pairs read, in order) after the question of the first prompt of the unsent
+    tail of ``judgments`` (the calls the deadline kept from going out, from the first one on to the last prompt),
+    as a cap refusing it while the round was planned would have; ``owners``: ``Reranking._plan``'s. The ranker gets
+    no outcome for the questions after it, so reading them costs nothing past the deadline."""
+    first = unsent_tail(judgments)
+    if first < len(judgments):
+        del asked[owners[bisect.bisect_right(owners, (first, math.inf)) - 1][1] + 1:]
 
 
 def _tee(pairs: Iterable[tuple[int, int]], read: list) -> Iterator[tuple[int, int]]:

@@ -1323,3 +1323,80 @@ def test_calls_cancelled_in_flight_are_counted_as_sent():
 
     asyncio.run(scenario())
     assert len(hanging.started) == 1 and guard.completed == 2  # one chunk of two calls, sent then cancelled
+
+
+class TickClock(FakeClock):
+    """A clock that moves ``tick`` seconds forward at each reading: planning a question reads it, so planning
+    takes time on it."""
+
+    def __init__(self, tick: float) -> None:
+        super().__init__()
+        self.tick = tick
+
+    def __call__(self) -> float:
+        self.now += self.tick
+        return self.now
+
+
+def test_a_lazy_round_stops_growing_at_a_share_of_the_time_left_and_goes_out_before_the_deadline():
+    """allpairs with no call cap offers every pair lazily: its round used to be planned until the deadline refused
+    a question (review s68j: the whole time budget went to planning, no call went out, and recording the planned
+    prompts took as long again past the deadline). Planning now stops once it took ``PLAN_SHARE`` of the time
+    left, and the round goes out with the rest of the time."""
+    cands, labels = make_case(200, seed=1)  # 19,900 pairs
+    clock, budget = TickClock(1e-4), 1.0  # the deadline refuses after about 10,000 readings
+    reranking = Reranking("q", cands, ranker="allpairs", oracle="randomized", budget=None, time_budget=budget,
+                          clock=clock)
+    batch = reranking.next_batch()
+    assert batch is not DONE and clock.now < budget / 4  # the parent planned it up to the deadline
+    from activeprp_core.reranking import PLAN_SHARE
+
+    # stopped at the share, then a few readings to open the round
+    assert batch is not DONE and clock.now < reranking.deadline - (1 - PLAN_SHARE) * budget + 20 * 1e-4
+    assert 0 < len(batch.prompts) <= PLAN_SHARE * budget / 1e-4  # a prompt reads the clock at least once
+    reranking.send(SimulatedComparator(labels).compare(batch.query, batch.pairs))
+    res = reranking.result()
+    assert res.calls == len(batch.prompts) and res.exhausted_by == ["time_budget"] and res.cut_calls == 0
+    assert sorted(res.order) == list(range(200))
+
+
+def _counting(counts, name, plain):
+    def counted(*args):
+        counts[name] += 1
+        return plain(*args)
+
+    return counted
+
+
+def test_the_unsent_tail_of_a_lazy_round_costs_no_work_per_prompt(monkeypatch):
+    """A lazy round whose later calls the deadline kept from going out: the ranker reads the round up to the first
+    of them only (as a cap refusing it while planning), the oracle is asked no outcome and no re-ask for the rest,
+    and what they reserved is given back in one refund per cap, not one per prompt (review s68j: recording a
+    round of 280,000 unsent prompts took 0.9 s past the deadline)."""
+    import activeprp_core.budget as budget
+
+    refunds = []
+    plain = budget.Cap.refund
+    monkeypatch.setattr(budget.Cap, "refund", lambda cap, n: refunds.append(n) or plain(cap, n))
+    cands, labels = make_case(60, seed=2)  # 1,770 pairs
+    clock = FakeClock()
+    reranking = Reranking("q", cands, ranker="allpairs", oracle="adaptive", budget=None, time_budget=10.0,
+                          clock=clock, seed=3)
+    oracle, asked = reranking.oracle, {"outcome": 0, "reask": 0}
+    for name in asked:
+        monkeypatch.setattr(oracle, name, _counting(asked, name, getattr(oracle, name)))
+    batch = reranking.next_batch()
+    n, sent = len(batch.prompts), 100
+    clock.now = 10.5  # the deadline passed while the round was out: its calls after the first 100 never went out
+    judge = SimulatedComparator(labels)
+    reranking.send(judge.compare(batch.query, batch.pairs[:sent]) + [Judgment(None, cut=UNSENT)] * (n - sent))
+    res = reranking.result()
+    assert n > 1000 and res.calls == sent and res.rounds == 1 and res.exhausted_by == ["time_budget"]
+    # outcomes up to the first question with an unsent call only
+    assert res.comparisons <= asked["outcome"] <= min(res.comparisons + 1, sent + 1) and asked["reask"] == 0
+    assert [r for r in refunds if r] == [n - sent]  # one refund of the whole tail, not one per prompt
+    assert sorted(res.order) == list(range(60))
+    top = {i for i in range(60) if any(i in pair for pair in batch.prompts[:sent])}
+    assert set(res.order[:len(top)]) == top  # the pairs read rank their candidates; the others keep prior order
+    assert res.order[len(top):] == sorted(set(range(60)) - top)
+

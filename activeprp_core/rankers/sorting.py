@@ -87,7 +87,9 @@ class AllPairs(Ranker):
     """PRP-Allpair (Qin et al. 2024): every unordered pair once, in one round (bidirectional oracle: both
     orders, N(N-1) calls); score = sum of P(i beats j) over the pairs read, 0.5 for ties and unknowns; order
     by score, ties by prior rank. The pairs are offered lazily, best-prior first: the engine reads them up to the
-    first one a cap refuses, so the work is O(N + B) and a cut round covers the top first."""
+    first one a cap refuses, so the work is O(N + B) and a cut round covers the top first. With no call cap, a
+    ``time_budget`` bounds it: planning stops at an eighth of the time left (``reranking.PLAN_SHARE``), and the
+    pairs whose calls the deadline kept from going out are read no further (``Reranking._round``)."""
 
     name = "allpairs"
 
