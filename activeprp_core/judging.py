@@ -377,25 +377,37 @@ class CallFloor:
     """One query's view of a ``RoundLatency`` for its calls (``CallGuard.latency``, read by ``too_late``):
     ``call_floor`` is the record's, except while the query's round in flight is a probe (``probing``, set by
     ``Ledger.open_round``): none then (only ``comparators.base.DEADLINE_SLACK`` holds its calls back), since the
-    floor is as old as the record the probe tests. The other queries' calls keep the floor meanwhile. A call made
-    for several queries at once (a comparator that ``batches_queries``) reads each query's through
+    floor is as old as the record the probe tests. The other queries' calls keep the floor meanwhile. Plus
+    ``reserve()``: the seconds the query's rerank will need, once its round in flight is back, to record the calls
+    of it sent so far (``per_call`` each: set by ``Reranking._plan`` for a round planned lazily under a time
+    budget, which may hold a million prompts; 0 otherwise), so its calls stop going out in time for that. A call
+    made for several queries at once (a comparator that ``batches_queries``) reads each query's through
     ``CallGuard.floors`` (``floors_by_query``)."""
 
     def __init__(self, latency: RoundLatency) -> None:
         self.latency, self.probing = latency, False
         self.first_sent: float | None = None  # when the round in flight's first call went out (on the clock)
+        self.per_call = 0.0
+        self.out = 0  # the round in flight's calls sent so far (``sent``; cleared by ``Ledger.open_round``)
 
     def call_floor(self) -> float | None:
-        """``RoundLatency.call_floor``, or None while this query's probe is out."""
-        return None if self.probing else self.latency.call_floor()
+        """``RoundLatency.call_floor``, or None while this query's probe is out; plus ``reserve()``."""
+        floor = None if self.probing else self.latency.call_floor()
+        reserve = self.reserve()
+        return (floor or 0.0) + reserve if reserve else floor
 
-    def sent(self, at: float) -> None:
-        """Note that a call of this query goes out at ``at`` (its rerank's clock), after its wait for a slot
+    def reserve(self) -> float:
+        """Seconds to record the calls of the round in flight sent so far: ``per_call`` x ``out``."""
+        return self.per_call * self.out
+
+    def sent(self, at: float, calls: int = 1) -> None:
+        """Note that ``calls`` calls of this query go out at ``at`` (its rerank's clock), after their wait for slots
         (``CallGuard.sending``): the first of its round's (``first_sent``, cleared by ``Ledger.open_round``) ends the
         round's wait, which a round cut with no call back does not count as the judge's latency
-        (``RoundLatency.record(waited=...)``)."""
+        (``RoundLatency.record(waited=...)``); they count in ``out``."""
         if self.first_sent is None:
             self.first_sent = at
+        self.out += calls
 
     def record_call(self, seconds: float) -> None:
         """``RoundLatency.record_call`` (a probe's calls too: they are answered calls of the judge)."""
@@ -430,9 +442,13 @@ class _SameText(CallFloor):
         super().__init__(floors[0].latency)
         self.floors, self.probing = floors, any(floor.probing for floor in floors)
 
-    def sent(self, at: float) -> None:
+    def reserve(self) -> float:
+        return max(floor.reserve() for floor in self.floors)
+
+    def sent(self, at: float, calls: int = 1) -> None:
         for floor in self.floors:
             floor.first_sent = at
+            floor.out += calls  # which query's they are is not told: each is charged, as none is left short
 
 
 def margin_of(answers: object) -> float:

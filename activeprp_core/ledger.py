@@ -168,7 +168,7 @@ class Ledger:
         self.caps.take_round()
         self._opened = self.clock()
         time_left = self.deadline.remaining
-        self.floor.first_sent = None
+        self.floor.first_sent, self.floor.out = None, 0
         self.floor.probing = time_left is not None and self.latency.probe(time_left)
         if self.floor.probing:
             self.latency.probe_sent()

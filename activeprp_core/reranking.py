@@ -52,6 +52,11 @@ the deadline (review s68j), such a round went out with no time left. Why an eigh
 engine about 3 us, sending, recording and reading it 5 to 34 us more, so the round is answered and recorded in time
 by a judge costing the engine up to 7 times the planning; only a nearly free one (``ZeroCostComparator``) may see a
 round stopped that it would have answered in time."""
+RECORD_RATIO = 2.0
+"""Seconds to record a call of a lazy round once it is back, per second it took to plan one of its questions
+(allpairs, N=300, every call answered: 0.8 with hard answers to 2.1 bidirectional): ``judging.CallFloor.per_call``
+of such a round under a time budget. A round is recorded only once it is all back, so its calls stop going out in
+time to record those sent."""
 
 
 @dataclass(frozen=True)
@@ -401,7 +406,9 @@ class Reranking:
         later: list[list[Prompt]] = []
         ledger.open_batch()
         time_left = ledger.time_left() if lazy else None
-        until = None if time_left is None else ledger.clock() + PLAN_SHARE * time_left
+        began = 0.0 if time_left is None else ledger.clock()
+        until = None if time_left is None else began + PLAN_SHARE * time_left
+        taken = 0
         again = ([p for p in need if p not in self.answers] for need in waiting)  # answered meanwhile: cached
         questions = itertools.chain(((need, need and self._costs(need)) for need in again), source)
         for read, (need, costs) in enumerate(questions):
@@ -415,6 +422,7 @@ class Reranking:
                 ledger.reserve(costs, question=not optional)
                 if owners is not None:
                     owners.append((len(prompts), read))
+                taken += 1
                 prompts.extend(need)
                 planned.update(need)
                 if until is not None and ledger.clock() >= until:
@@ -434,6 +442,7 @@ class Reranking:
             prompts, later = [], []
         if prompts:
             ledger.open_round()
+            ledger.floor.per_call = 0.0 if until is None else RECORD_RATIO * (ledger.clock() - began) / taken
             log.debug("round %d: %d calls (%s calls left)", ledger.caps["max_rounds"].spent, len(prompts),
                       ledger.caps["budget"].remaining)
         return prompts, later

@@ -1358,6 +1358,7 @@ def test_a_lazy_round_stops_growing_at_a_share_of_the_time_left_and_goes_out_bef
     res = reranking.result()
     assert res.calls == len(batch.prompts) and res.exhausted_by == ["time_budget"] and res.cut_calls == 0
     assert sorted(res.order) == list(range(200))
+    assert reranking.ledger.floor.per_call > 0  # its calls keep back the time to record them (see below)
 
 
 def _counting(counts, name, plain):
@@ -1400,3 +1401,24 @@ def test_the_unsent_tail_of_a_lazy_round_costs_no_work_per_prompt(monkeypatch):
     assert set(res.order[:len(top)]) == top  # the pairs read rank their candidates; the others keep prior order
     assert res.order[len(top):] == sorted(set(range(60)) - top)
 
+
+def test_a_lazy_rounds_calls_stop_going_out_in_time_to_record_those_sent():
+    """A round's answers are recorded once it is back: a lazy round's calls (``CallFloor.per_call`` set) stop going
+    out while the time left is no more than recording those sent so far takes (``CallFloor.reserve``), so a fast
+    judge's many answers are not recorded past the deadline (review s68j)."""
+    from activeprp_core.comparators.base import CallGuard
+    from activeprp_core.judging import CallFloor
+
+    cands, labels = make_case(60, seed=2)
+    clock = FakeClock()
+    guard = CallGuard(max_concurrency=4, max_consecutive_failures=None)
+    guard.clock, guard.deadline = clock, 1.0
+    floor = CallFloor(RoundLatency(clock))
+    guard.latency = floor
+    pairs = [(cands[i], cands[j]) for i in range(20) for j in range(20) if i != j][:200]
+    floor.per_call = 0.01  # 100 calls sent take 1 s to record: the whole time left
+    judged = SimulatedComparator(labels).judge("q", pairs, guard=guard)
+    assert [j.cut for j in judged] == [None] * 100 + [UNSENT] * 100
+    assert floor.out == 100 and floor.reserve() == pytest.approx(1.0) and floor.call_floor() == pytest.approx(1.0)
+    floor.per_call, floor.out = 0.0, 0  # any other round: nothing kept back
+    assert all(j.cut is None for j in SimulatedComparator(labels).judge("q", pairs, guard=guard))

@@ -178,13 +178,14 @@ class CallGuard:
         floor = latency.call_floor() if latency is not None else None
         return left <= max(DEADLINE_SLACK, floor or 0.0)
 
-    def sending(self, query: str | None = None) -> None:
-        """Note that a call of ``query`` goes out now, after its wait for a slot and ``too_late``: its round's first
-        ends the round's wait for slots (``judging.CallFloor.sent``), which a round cut with no call back does not
-        count as the judge's latency. A comparator that says nothing leaves the round's wait counted."""
+    def sending(self, query: str | None = None, calls: int = 1) -> None:
+        """Note that ``calls`` calls of ``query`` go out now, after their wait for slots and ``too_late``: its
+        round's first ends the round's wait for slots (``judging.CallFloor.sent``), which a round cut with no call
+        back does not count as the judge's latency, and the time to record those sent is kept back from the
+        deadline (``CallFloor.reserve``). A comparator that says nothing leaves the round's wait counted."""
         latency = self._floor_of(query)
         if isinstance(latency, CallFloor):
-            latency.sent(self.clock())
+            latency.sent(self.clock(), calls)
 
     def _floor_of(self, query: str | None) -> Any:
         """What ``query``'s calls read for the call floor: its entry in ``floors``, else ``latency``."""
@@ -827,7 +828,7 @@ class Comparator:
                 left = guard.time_left(query)
                 if left is not None and guard.too_late(query):
                     return None
-                guard.sending(query)
+                guard.sending(query, len(chunk))
                 try:
                     raw = await (blocking(self._judge_within) if threads else self._ajudge_within)(
                         query, chunk, guard, hold, left)

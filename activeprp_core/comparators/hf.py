@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from typing import Any
@@ -292,8 +293,8 @@ class TransformersComparator(SwappablePrompts, FreshState, Comparator):
             guard.check()
             if start is not None and not start(idx):
                 return
-            for query in {queries[u] for u in idx}:
-                guard.sending(query)
+            for query, calls in Counter(queries[u] for u in idx).items():
+                guard.sending(query, calls)
             outputs = self._run([units[i] for i in idx])
             self.scored_prompts += len(idx)
             self.forward_passes += 1
