@@ -29,7 +29,7 @@ LOCAL = ("bundled", "hf")  # the comparators that run torch in this process
 _ID_KEYS, _TEXT_KEYS = ("id", "docid", "_id", "doc_id"), ("text", "content", "contents", "passage")
 DEFAULT_PASSAGE_TOKENS = 128
 """``--passage-tokens``' default: a local model (bundled, hf) cuts each passage to 128 tokens
-(``max_passage_tokens``), openai to 128 whitespace-separated words (``max_passage_words``). Below the comparators'
+(``max_passage_tokens``), openai to 128 words (``max_passage_words``, ``prompts.cut_words``). Below the comparators'
 own defaults on purpose (``TransformersComparator``: 256 tokens, ``hf.MAX_PASSAGE_TOKENS``;
 ``OpenAIChatComparator``: 200 words, ``prompts.MAX_PASSAGE_WORDS``): shorter prompts keep the bundled model quick
 on a CPU, and the figures measured through the command line (docs/serve.md's example, benchmarks/results/serve/)

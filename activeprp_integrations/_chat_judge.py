@@ -213,7 +213,8 @@ class FrameworkJudge(ChatPrompts, RemoteComparator):
             ``AzureChatOpenAI(azure_deployment=...)``). Whether the copy is on the Responses API or a reasoning
             model is read from the model as these settings make it (``configured_model``):
             ``{"use_responses_api": True}`` counts.
-        max_passage_words: passages are cut to this many whitespace-separated words.
+        max_passage_words: passages are cut to this many words (``prompts.cut_words``: whitespace-separated, each
+            character of a script written without spaces, such as Chinese or Thai, counted as one).
         max_concurrency, max_attempts, backoff_initial, backoff_max, max_retry_after: the transport's
             (``RemoteComparator``): calls in flight (the default cap of each rerank, not of the judge), and the
             judge's own retry policy.

@@ -175,7 +175,8 @@ class OpenAIChatComparator(ChatPrompts, RemoteComparator):
             braces stay literal); ``system_prompt`` optional. ``with_prompts(...)`` gives a copy with others.
         logprobs, top_logprobs: ask for the top ``top_logprobs`` (0..20: ``prompts.MAX_TOP_LOGPROBS``) alternatives
             of the answer token.
-        max_passage_words: passages are cut to this many whitespace-separated words.
+        max_passage_words: passages are cut to this many words (``prompts.cut_words``: whitespace-separated, each
+            character of a script written without spaces, such as Chinese or Thai, counted as one).
         timeout: seconds per request attempt (> 0; default 60 s: ``TIMEOUT``), whole on the async path
             (``attempt_timeout``; the SDK's own is per read); under a ``time_budget`` an attempt gets at most the
             time left.

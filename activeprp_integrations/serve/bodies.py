@@ -74,9 +74,10 @@ prefix, and the results returned) and ActivePRP's extensions (``budget``, ``max_
 class RerankRequest(_Settings):
     """A Cohere rerank request (v1 and v2), with the settings of ``_Settings``.
 
-    ``max_tokens_per_doc`` cuts each document to that many whitespace-separated words before judging. A document is
-    a string or an object (Cohere v1's semi-structured documents): the judge reads its ``rank_fields`` (default
-    ``["text"]``, at most ``MAX_RANK_FIELDS`` names), and ``return_documents`` returns it whole (``document_text``).
+    ``max_tokens_per_doc`` cuts each document to that many words before judging (``prompts.cut_words``: a character
+    of Chinese, Japanese, Thai ... counts as one word). A document is a string or an object (Cohere v1's
+    semi-structured documents): the judge reads its ``rank_fields`` (default ``["text"]``, at most
+    ``MAX_RANK_FIELDS`` names), and ``return_documents`` returns it whole (``document_text``).
     """
 
     model: str | None = None
