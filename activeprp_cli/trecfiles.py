@@ -37,7 +37,7 @@ import tempfile
 import unicodedata
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import NamedTuple, TextIO
+from typing import BinaryIO, NamedTuple, TextIO
 
 from activeprp_core.comparators.prompts import model_text
 from activeprp_core.errors import InputError
@@ -467,7 +467,8 @@ def write_run(path: str | Path, ranked: Iterable[tuple[str, Sequence[str]]], tag
     so does a path naming one of this process's open files (``named_fd``: ``/dev/stdout``, ``/dev/fd/N``): it is
     written through that file descriptor, as a shell's ``>>`` or ``>`` opened it, never reopened or replaced.
     With ``write_empty=False``, a ``ranked`` that gives no line leaves ``path`` as it was (no file made or
-    replaced). Returns the number of lines written. What ``ranked`` raises propagates as it is.
+    replaced). The lines are UTF-8 whatever the target, stdout too (its bytes, not its encoding). Returns the number
+    of lines written. What ``ranked`` raises propagates as it is.
 
     A refusal (the ValueError / TypeError below) leaves a file at ``path`` as it was. A ``ranked`` that is a
     collection (a list, a tuple) is checked whole before anything is written, so a refusal writes nothing to a
@@ -486,7 +487,7 @@ def write_run(path: str | Path, ranked: Iterable[tuple[str, Sequence[str]]], tag
     if isinstance(ranked, Collection):  # all at hand: refused before a line goes out, to a stream too
         pairs = list(pairs)
     if is_stdout(path):
-        return _write_lines(sys.stdout, pairs, tag, path, in_place=True)
+        return _write_lines(_Utf8Stdout.of(sys.stdout), pairs, tag, path, in_place=True)
     fd = named_fd(path)
     real = Path(os.path.realpath(path))  # through a symlink, as a shell's > does: the link stays
     if fd is None and not (real.exists() and not real.is_file()):
@@ -561,7 +562,32 @@ def _checked(ranked: Iterable[tuple[str, Sequence[str]]]) -> Iterator[tuple[str,
         yield qid, docids
 
 
-def _write_lines(f: TextIO, ranked: Iterable[tuple[str, Sequence[str]]], tag: str, path: str | Path, *,
+class _Utf8Stdout:
+    """The lines of a run written to stdout as UTF-8 bytes, as to a file, whatever stdout's encoding (the locale's,
+    ``PYTHONIOENCODING``'s: ASCII failed on a non-ASCII docid, Latin-1 wrote a run its own reader refuses); never
+    closes stdout."""
+
+    def __init__(self, buffer: BinaryIO) -> None:
+        self.buffer = buffer
+
+    @classmethod
+    def of(cls, stream: TextIO) -> _Utf8Stdout | TextIO:
+        """A writer of ``stream``'s bytes after flushing its text; ``stream`` itself when it has no bytes under it
+        (an ``io.StringIO``)."""
+        buffer = getattr(stream, "buffer", None)
+        if buffer is None:
+            return stream
+        stream.flush()
+        return cls(buffer)
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        self.buffer.write("".join(lines).encode("utf-8"))
+
+    def flush(self) -> None:
+        self.buffer.flush()
+
+
+def _write_lines(f: TextIO | _Utf8Stdout, ranked: Iterable[tuple[str, Sequence[str]]], tag: str, path: str | Path, *,
                  in_place: bool) -> int:
     """Write the lines of ``ranked`` (checked pairs, ``_checked``) to ``f`` and flush it (``in_place``: after each
     query, so that a reader of a stream gets each query's lines as it comes); ``OSError`` of the writes, not of

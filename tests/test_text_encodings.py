@@ -4,6 +4,10 @@ without spaces, and UTF-8 wherever the command line and serve read or write text
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -11,6 +15,19 @@ from hypothesis import strategies as st
 
 from activeprp_core.comparators.prompts import CUT_RUN_CHARS, cut_words
 from tests.conftest import SHARED_DATA, needs_data
+
+ROOT = Path(__file__).resolve().parents[1]
+ASCII_LOCALE = {"LC_ALL": "C", "PYTHONUTF8": "0"}
+"""Python's own encodings are then ASCII: stdout's, argv's decoding, ``open``'s default (``LC_ALL=C`` alone would
+turn on UTF-8 mode)."""
+
+
+def run_cli(args, env: dict[str, str], **kw) -> subprocess.CompletedProcess:
+    """``python -m activeprp_cli ARGS`` under ``env`` (on top of this one's, less its own locale settings)."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("LC_", "PYTHONIOENCODING", "PYTHONUTF8"))}
+    return subprocess.run([sys.executable, "-m", "activeprp_cli", *map(str, args)], cwd=ROOT, env={**base, **env},
+                          capture_output=True, timeout=120, **kw)
+
 
 ZH = "北京是中华人民共和国的首都，也是全国的政治中心和文化中心。"
 TEXTS_WITHOUT_SPACES = {
@@ -106,3 +123,34 @@ def test_serve_s_max_tokens_per_doc_cuts_chinese_documents():
     assert {r["index"]: r["document"]["text"] for r in answer.json()["results"]} == dict(enumerate(docs))
     assert set(seen) <= {ZH[:5], "上海" + ZH[:3], docs[2][:5]}
 
+
+@pytest.fixture
+def non_ascii_run(tmp_path):
+    """A TREC run, queries, corpus and qrels whose docids are not ASCII (nor all in cp1252), as UTF-8 files."""
+    files = {"run": "q1 Q0 d\u00e9 1 3 bm25\nq1 Q0 \u6587\U0001f600 2 2 bm25\nq1 Q0 d3 3 1 bm25\n",
+             "queries": "q1\tfirst query\n", "corpus": "d\u00e9\ta\n\u6587\U0001f600\tb\nd3\tc\n",
+             "qrels": "q1 0 d3 1\n"}
+    for name, text in files.items():
+        (tmp_path / name).write_bytes(text.encode("utf-8"))
+    return tmp_path
+
+
+def rerank_run_args(d: Path, out) -> list:
+    return ["rerank-run", "--run", d / "run", "--queries", d / "queries", "--corpus", d / "corpus", "--qrels",
+            d / "qrels", "--comparator", "simulated", "--no-progress", "--out", out]
+
+
+@pytest.mark.parametrize("out", ["-", "/dev/stdout"])
+@pytest.mark.parametrize("env", [ASCII_LOCALE, {"PYTHONIOENCODING": "latin-1"}, {"PYTHONIOENCODING": "cp1252"}])
+def test_a_run_written_to_stdout_is_utf8_whatever_its_encoding(non_ascii_run, env, out):
+    """``--out -`` wrote in stdout's encoding: ASCII or cp1252 (a Windows pipe) ended in a UnicodeEncodeError
+    traceback, Latin-1 wrote a run that ``rerank-run --run`` then refused as not UTF-8. Now the bytes are those of
+    ``--out FILE``."""
+    pytest.importorskip("ir_measures", reason='pip install "activeprp[eval]"')  # --qrels
+    if out == "/dev/stdout" and not Path("/dev/fd").is_dir():
+        pytest.skip("no /dev/fd here")
+    reference = non_ascii_run / "reference.run"
+    assert run_cli(rerank_run_args(non_ascii_run, reference), env).returncode == 0
+    piped = run_cli(rerank_run_args(non_ascii_run, out), env)
+    assert (piped.returncode, piped.stdout) == (0, reference.read_bytes()), piped.stderr
+    assert "\u6587\U0001f600".encode() in piped.stdout
