@@ -31,7 +31,7 @@ import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from activeprp_cli import progress_wanted, require_extra
+from activeprp_cli import encodable, progress_wanted, require_extra
 from activeprp_cli.rerank import (
     DEFAULT_BATCH_SIZE,
     Given,
@@ -372,7 +372,7 @@ def _report(rows, out: Path, seed: int, paper: bool, paired: list[str], top_k: i
         parts += [f"## Cells compared, paired over queries ({metric} points; 10k resamples)",
                   compare_table(summary, compare, np.random.default_rng(seed))]
     text = "\n\n".join(parts) + "\n"
-    (out / "tables.md").write_text(text)
+    (out / "tables.md").write_text(text, encoding="utf-8")
     plot(summary, out / "ndcg_vs_budget.png", "budget", top_k)
     plot(summary, out / "ndcg_vs_rounds.png", "rounds", top_k)
     pareto_plot(summary, out / "pareto.png")
@@ -428,13 +428,13 @@ def _grid(args) -> int:
             (out / "rows.csv.gz").unlink(missing_ok=True)
         else:
             write_csv(rows, out / "rows.csv.gz")
-        (out / "config.json").write_text(json.dumps(_config(args, budgets), indent=1, default=str))
+        (out / "config.json").write_text(json.dumps(_config(args, budgets), indent=1, default=str), encoding="utf-8")
     top_k = rows[0].top_k if rows else args.top_k
     baseline = _baseline(args, top_k) if not args.from_csv else ""
     paper = not (args.no_paper or args.scale_budgets) and paper_setting(rows)
     judges = sorted({r.judge for r in rows})
     if len(judges) < 2:
-        print(baseline + _report(rows, out, args.bootstrap_seed, paper, args.paired, top_k, args.compare))
+        print(encodable(baseline + _report(rows, out, args.bootstrap_seed, paper, args.paired, top_k, args.compare)))
         return 0
     from .regret import regret_report
 
@@ -443,8 +443,8 @@ def _grid(args) -> int:
         _report([r for r in rows if r.judge == judge], out / judge, args.bootstrap_seed, False, args.paired, top_k,
                 args.compare)
     text = regret_report(rows)
-    (out / "tables.md").write_text(text)
-    print(baseline + text)
+    (out / "tables.md").write_text(text, encoding="utf-8")
+    print(encodable(baseline + text))
     return 0
 
 
@@ -494,7 +494,7 @@ def _calibrate(args) -> int:
         cal, name = (calibrate(colls, pair_noise=args.pair_noise, seed=args.judge_seed),
                      f"pair_noise_{args.pair_noise}")
     text = json.dumps(vars(cal), indent=1)
-    (out / f"calibration_{name}.json").write_text(text + "\n")
+    (out / f"calibration_{name}.json").write_text(text + "\n", encoding="utf-8")
     print(text)
     return 0
 
@@ -511,7 +511,7 @@ def _flip(args) -> int:
                                              args.pairs_per_query, random.Random(args.seed))
         name = judge or args.comparator + (f" {args.mode}" if args.comparator == "bundled" else "")
         text = f"{name}: flip rate {100 * rate:.1f}% of {pairs} pairs (both slot orders asked)\n"
-        (out / f"flip_{name.replace(' ', '')}.md").write_text(text)
+        (out / f"flip_{name.replace(' ', '')}.md").write_text(text, encoding="utf-8")
         print(text)
     return 0
 
@@ -544,8 +544,8 @@ def _overhead(args) -> int:
             lines.append(f"\nbundled {args.mode} batch_size={batch}: single {t['single_calls_per_s']:.2f} calls/s, "
                          f"batched {t['batched_calls_per_s']:.2f} calls/s over {int(t['pairs'])} pairs")
     text = "\n".join(lines) + "\n"
-    (out / "overhead.md").write_text(text)
-    print(text)
+    (out / "overhead.md").write_text(text, encoding="utf-8")
+    print(encodable(text))
     return 0
 
 
@@ -580,7 +580,7 @@ def _walltime(args) -> int:
             print(lines[-1], flush=True)
     # measured minus modelled grows with the machine's load (the event loop waits for a core), so the file says it
     lines[0] += f" Load on the machine: {load_start:.1f} at the start, {current_load():.1f} at the end."
-    (out / "walltime_check.md").write_text("\n".join(lines) + "\n")
+    (out / "walltime_check.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     return 0
 
 
@@ -645,7 +645,7 @@ def _auto_table(args) -> int:
                 sys.stdout.write(report)
             else:
                 _out_dir(str(Path(args.report).parent), "--report")
-                Path(args.report).write_text(report)
+                Path(args.report).write_text(report, encoding="utf-8")
         table = build_regret_table(family, source, args.tolerance, base, args.rule)
     else:
         table = build_auto_table(family, source)
@@ -654,7 +654,7 @@ def _auto_table(args) -> int:
         sys.stdout.write(text)
     else:
         _out_dir(str(Path(args.out).parent))
-        Path(args.out).write_text(text)
+        Path(args.out).write_text(text, encoding="utf-8")
     print(f"{out_name(args)}: {len(table['settings'])} settings, "
           f"{sum(len(s['cells']) for s in table['settings'])} cells",
           file=sys.stderr if STDOUT in (args.out, args.report) else sys.stdout)

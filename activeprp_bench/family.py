@@ -51,7 +51,7 @@ def _run_unit(job: dict) -> list[dict]:
     from .judges import comparator_for
 
     path, setting = Path(job["path"]), job["setting"]
-    stored = json.loads(path.read_text()) if path.is_file() and not job["refresh"] else {}
+    stored = json.loads(path.read_text(encoding="utf-8")) if path.is_file() and not job["refresh"] else {}
     if stored.get("setting") != setting:
         stored = {"setting": setting, "cells": {}}
     colls = _collections(job["data"], tuple(setting["collections"]), setting["queries"], setting["depth"])
@@ -63,7 +63,7 @@ def _run_unit(job: dict) -> list[dict]:
                             max_rounds=[cap], judge=job["label"])
             stored["cells"][key] = [asdict(r) for r in rows]
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(stored, separators=(",", ":")))
+    path.write_text(json.dumps(stored, separators=(",", ":")), encoding="utf-8")
     return [r for budget, cap, seed in job["cells"] for r in stored["cells"][_cell_key(budget, cap, seed)]]
 
 

@@ -162,7 +162,7 @@ def open_rows(path: str | Path, mode: str):
     """A rows file opened for ``mode``, gzip or xz by its suffix, else plain: as text for ``r``/``w``, as bytes for
     ``rb``/``wb`` (for a parser that decodes the UTF-8 itself, as ``autotable.read_family``'s)."""
     name = str(path)
-    text = {} if mode.endswith("b") else {"newline": ""}
+    text = {} if mode.endswith("b") else {"newline": "", "encoding": "utf-8"}
     mode = mode if text == {} else mode + "t"
     if name.endswith(".gz"):
         return gzip.open(path, mode, **text)

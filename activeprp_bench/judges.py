@@ -206,7 +206,7 @@ class EmbeddingErrorJudge(GradedJudge):
 def similarities(path: str) -> dict[str, dict[str, float]]:
     """``{query text: {docid: cosine}}`` of a similarity cache, read once per process (the grid builds one judge per
     query)."""
-    with gzip.open(path, "rt") as f:
+    with gzip.open(path, "rt", encoding="utf-8") as f:
         data = json.load(f)
     return {text: data["scores"][qid] for qid, text in data["queries"].items()}
 
@@ -246,7 +246,7 @@ class CachedScoreJudge(Comparator):
                  name: str = "bundled-ql") -> None:
         if temperature <= 0:
             raise ValueError(f"temperature must be > 0, got {temperature}")
-        with gzip.open(path, "rt") as f:
+        with gzip.open(path, "rt", encoding="utf-8") as f:
             data = json.load(f)
         self.temperature, self.name, self.model_name, self.path = temperature, name, name, Path(path)
         self.meta = {k: v for k, v in data.items() if k not in ("queries", "scores")}

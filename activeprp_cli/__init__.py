@@ -26,7 +26,7 @@ from importlib.metadata import PackageNotFoundError, entry_points, version
 
 from activeprp_core.errors import InputError
 
-__all__ = ["InputError", "build_parser", "discard_stdout", "fail", "main", "package_version", "printable",
+__all__ = ["InputError", "build_parser", "discard_stdout", "encodable", "fail", "main", "package_version", "printable",
            "progress_wanted", "require_extra"]
 
 SUBCOMMANDS = ("rerank", "rerank_run", "demo")  # module names (rerank_run registers rerank-run)
@@ -40,7 +40,13 @@ def printable(text: str, stream=None) -> str:
     """``text`` safe to print on a terminal: control characters (ANSI escape sequences included), bidi overrides
     and lone surrogates become Python escapes (``\\x1b``, ``\\u202e``, ``\\ud800``); characters the output
     encoding (of ``stream``, default stdout) lacks become ``\\u`` escapes."""
-    text = _UNPRINTABLE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+    return encodable(_UNPRINTABLE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text), stream)
+
+
+def encodable(text: str, stream=None) -> str:
+    """``text`` with the characters the output encoding of ``stream`` (default stdout) lacks as ``\\u`` escapes
+    (``±`` is ``\\xb1`` under an ASCII locale), its lines and everything else as they are: a report printed, whose
+    file holds the UTF-8."""
     encoding = getattr(stream or sys.stdout, "encoding", None) or "utf-8"
     return text.encode(encoding, "backslashreplace").decode(encoding)
 

@@ -52,7 +52,7 @@ def current_load() -> float:
     except (AttributeError, OSError):  # Windows, or no load figure
         load = 0.0
     try:
-        running = int(PROC_LOADAVG.read_text().split()[3].split("/")[0]) - 1
+        running = int(PROC_LOADAVG.read_text(encoding="utf-8").split()[3].split("/")[0]) - 1
     except (OSError, IndexError, ValueError):
         running = 0
     return max(load, float(running))
