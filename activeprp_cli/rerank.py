@@ -8,6 +8,8 @@ import contextlib
 import importlib.util
 import json
 import math
+import os
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, NamedTuple
 
@@ -420,6 +422,29 @@ def seconds(allow_none: bool = True, none_words: tuple[str, ...] = ("none",), un
     return parse
 
 
+_ESCAPED_BYTE = re.compile("[\udc80-\udcff]")
+
+
+def argv_text(text: str) -> str:
+    """An argparse ``type`` for a text argument (``--query``, ``--tag``): the text as typed. Python decodes the
+    command line in the locale's encoding, each byte it cannot decode kept as a lone surrogate (surrogateescape):
+    under ``LC_ALL=C PYTHONUTF8=0`` a Chinese ``--query`` reached the judge as U+FFFD characters. Those bytes
+    (``os.fsencode``) are decoded as UTF-8 here; bytes that are not UTF-8 are a usage error (exit 2). A str with
+    no such surrogate, or with others (not from a command line), is returned as it is."""
+    if not _ESCAPED_BYTE.search(text):
+        return text
+    try:
+        raw = os.fsencode(text)
+    except UnicodeEncodeError:
+        return text
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise argparse.ArgumentTypeError(
+            f"not UTF-8 (byte {raw[error.start]:#04x} at byte {error.start + 1}): give the text in UTF-8, under a "
+            "UTF-8 locale (e.g. LC_ALL=C.UTF-8)") from None
+
+
 def add_settings_args(p: argparse.ArgumentParser | argparse._ArgumentGroup, defaults: RerankSettings | Mapping,
                       skip: Iterable[str] = (), helps: Mapping[str, str] | None = None) -> None:
     """One option per ``RerankSettings`` field (``--ranker``, ``--oracle``, ``--budget``, ``--max-rounds``,
@@ -491,7 +516,7 @@ def add_parser(subparsers: Any) -> None:
     """Register ``activeprp rerank``."""
     p = subparsers.add_parser("rerank", help="rerank one query's candidates (JSONL) with a pairwise LLM judge",
                               description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--query", required=True, help="the query text")
+    p.add_argument("--query", required=True, type=argv_text, help="the query text")
     p.add_argument("--candidates", required=True,
                    help="JSONL file (or - for stdin), one candidate per line, prior order; keys id/docid/_id/doc_id "
                         "(each line its own) and text/content/contents/passage")

@@ -49,6 +49,7 @@ from .rerank import (
     Given,
     add_comparator_args,
     add_settings_args,
+    argv_text,
     check_comparator,
     check_comparator_flags,
     count,
@@ -277,7 +278,9 @@ def out_name(args: argparse.Namespace) -> str:
 
 
 def run_tag(text: str) -> str:
-    """An argparse ``type`` for the run tag: a TREC run column (``trecfiles.check_token``), else a usage error."""
+    """An argparse ``type`` for the run tag: a TREC run column (``trecfiles.check_token``) of the text as typed
+    (``argv_text``), else a usage error."""
+    text = argv_text(text)
     try:
         check_token("tag", text)
     except ValueError as error:

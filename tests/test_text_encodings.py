@@ -25,7 +25,8 @@ turn on UTF-8 mode)."""
 def run_cli(args, env: dict[str, str], **kw) -> subprocess.CompletedProcess:
     """``python -m activeprp_cli ARGS`` under ``env`` (on top of this one's, less its own locale settings)."""
     base = {k: v for k, v in os.environ.items() if not k.startswith(("LC_", "PYTHONIOENCODING", "PYTHONUTF8"))}
-    return subprocess.run([sys.executable, "-m", "activeprp_cli", *map(str, args)], cwd=ROOT, env={**base, **env},
+    argv = [a if isinstance(a, bytes) else str(a) for a in args]  # bytes: as the shell would pass them
+    return subprocess.run([sys.executable, "-m", "activeprp_cli", *argv], cwd=ROOT, env={**base, **env},
                           capture_output=True, timeout=120, **kw)
 
 
@@ -210,3 +211,33 @@ def test_bench_grid_under_an_ascii_locale_writes_utf8_tables_and_prints_them_esc
     assert done.returncode == 0 and b"Traceback" not in done.stderr, done.stderr[-2000:]
     assert "±" in (out / "tables.md").read_text(encoding="utf-8")
     assert b"\\xb1" in done.stdout  # the same table on stdout, ± escaped: this stdout has no ±
+
+
+def test_a_non_ascii_query_under_an_ascii_locale_is_the_text_typed(tmp_path):
+    """Under ``LC_ALL=C PYTHONUTF8=0`` Python hands each byte of a Chinese ``--query`` over as a lone surrogate;
+    the judge got U+FFFD characters and ``--json`` printed ``"\\udce4..."``. Bytes that are not UTF-8 are refused."""
+    candidates = tmp_path / "c.jsonl"
+    candidates.write_text('{"id": "a", "text": "北京是首都", "label": 1}\n{"id": "b", "text": "上海", "label": 0}\n',
+                          encoding="utf-8")
+    args = ["rerank", "--candidates", candidates, "--comparator", "simulated", "--json", "--query"]
+    done = run_cli([*args, "中国的首都是哪里"], ASCII_LOCALE)
+    assert done.returncode == 0 and json.loads(done.stdout)["query"] == "中国的首都是哪里"
+    latin1 = run_cli([*args[:-1], b"--query", b"caf\xe9"], ASCII_LOCALE)
+    assert latin1.returncode == 2 and b"argument --query: not UTF-8 (byte 0xe9 at byte 4)" in latin1.stderr
+
+
+def test_argv_text_decodes_escaped_bytes_as_utf8_and_leaves_other_text():
+    import argparse
+
+    from activeprp_cli.rerank import argv_text
+
+    assert argv_text("\udce9\udca6\udc96\udce9\udc83\udcbd") == "首都"  # its UTF-8 bytes, escaped
+    assert argv_text("plain 首都") == "plain 首都" and argv_text("\ud800 x") == "\ud800 x"
+    with pytest.raises(argparse.ArgumentTypeError, match="not UTF-8"):
+        argv_text("caf\udce9")
+
+
+def test_a_non_ascii_run_tag_under_an_ascii_locale_is_written_as_typed(non_ascii_run):
+    pytest.importorskip("ir_measures", reason='pip install "activeprp[eval]"')  # --qrels
+    done = run_cli([*rerank_run_args(non_ascii_run, "-"), "--tag", "标签"], ASCII_LOCALE)
+    assert done.returncode == 0 and done.stdout.decode("utf-8").splitlines()[0].endswith(" 标签"), done.stderr
