@@ -241,3 +241,24 @@ def test_a_non_ascii_run_tag_under_an_ascii_locale_is_written_as_typed(non_ascii
     pytest.importorskip("ir_measures", reason='pip install "activeprp[eval]"')  # --qrels
     done = run_cli([*rerank_run_args(non_ascii_run, "-"), "--tag", "标签"], ASCII_LOCALE)
     assert done.returncode == 0 and done.stdout.decode("utf-8").splitlines()[0].endswith(" 标签"), done.stderr
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be", "utf-32", "utf-32-le", "latin-1"])
+def test_serve_refuses_a_body_that_is_not_utf8(encoding):
+    """docs/serve.md says a body not UTF-8 gets 400, and RFC 8259 requires UTF-8 of JSON between systems; Python's
+    json.loads took UTF-16 and UTF-32 too (200). A UTF-8 body with a BOM is still taken."""
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from activeprp_integrations.serve import create_app
+    from tests._serve_helpers import WordJudge
+
+    text = json.dumps({"query": "café", "documents": ["café au lait", "thé"]}, ensure_ascii=False)
+    headers = {"content-type": "application/json"}
+    with TestClient(create_app(WordJudge(), budget=30, max_rounds=6)) as client:
+        refused = client.post("/v2/rerank", content=text.encode(encoding), headers=headers)
+        ascii_only = client.post("/v2/rerank", content=json.dumps(json.loads(text)).encode(encoding), headers=headers)
+        taken = client.post("/v2/rerank", content=text.encode("utf-8-sig"), headers=headers)
+    assert refused.status_code == 400 and refused.json()["type"] == "invalid_request", refused.text
+    assert ascii_only.status_code == (200 if encoding == "latin-1" else 400), ascii_only.text  # ASCII is UTF-8
+    assert taken.status_code == 200

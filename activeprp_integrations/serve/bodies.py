@@ -154,11 +154,14 @@ def _bounded_int(literal: str) -> int:
 
 def parse_json(body: bytes | str) -> Any:
     """``json.loads(body)``, refusing an integer of more than ``MAX_INTEGER_DIGITS`` digits before converting it
-    (the C scanner hands ``parse_int`` each integer's literal).
+    (the C scanner hands ``parse_int`` each integer's literal). Bytes are read as UTF-8 (a BOM allowed), as RFC 8259
+    requires of JSON between systems: ``json.loads`` would also take UTF-16 and UTF-32, which the docs refuse.
 
     Raises:
-        IntegerTooLong: such an integer; otherwise what ``json.loads`` raises.
+        IntegerTooLong: such an integer; UnicodeDecodeError: bytes not UTF-8; otherwise what ``json.loads`` raises.
     """
+    if isinstance(body, bytes):
+        body = body.decode("utf-8-sig", "surrogatepass")  # json.loads' decoding of UTF-8, without its detection
     return json.loads(body, parse_int=_bounded_int)
 
 
