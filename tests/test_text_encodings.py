@@ -262,3 +262,27 @@ def test_serve_refuses_a_body_that_is_not_utf8(encoding):
     assert refused.status_code == 400 and refused.json()["type"] == "invalid_request", refused.text
     assert ascii_only.status_code == (200 if encoding == "latin-1" else 400), ascii_only.text  # ASCII is UTF-8
     assert taken.status_code == 200
+
+
+def test_serve_refuses_a_document_whose_keys_differ_only_in_lone_surrogates():
+    """Such keys all became ``k\\ufffd`` in the returned object, which then lost all but one of them (4 keys in, 2
+    out) though the docs call the documents returned the whole ones sent."""
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from activeprp_integrations.serve import create_app
+    from tests._serve_helpers import WordJudge
+
+    colliding = b'{"text": "t", "k\\ud800": 1, "k\\udc00": 2, "k\\ufffd": 3}'
+    nested = b'{"text": "t", "meta": {"a\\ud800": 1, "a\\udbff": 2}}'
+    distinct = b'{"text": "t", "k\\ud800": 1, "j\\udc00": 2}'
+    with TestClient(create_app(WordJudge(), budget=30, max_rounds=6)) as client:
+        def post(document):
+            body = b'{"query": "q", "return_documents": true, "documents": [' + document + b', "u"]}'
+            return client.post("/v1/rerank", content=body, headers={"content-type": "application/json"})
+
+        refused, refused_nested, taken = post(colliding), post(nested), post(distinct)
+    assert refused.status_code == 400 and "differ only in lone surrogates" in refused.json()["message"]
+    assert refused_nested.status_code == 400
+    assert taken.status_code == 200
+    assert {"text": "t", "k\ufffd": 1, "j\ufffd": 2} in [r["document"] for r in taken.json()["results"]]

@@ -171,13 +171,17 @@ MAX_DOCUMENT_DEPTH = 32
 
 def check_returnable(document: dict[str, Any], where: str) -> None:
     """Raises ValueError (a 400) when a document object cannot be returned as JSON: a NaN or infinite number
-    (Python's parser takes ``NaN`` and ``Infinity``, which are not JSON) or nesting deeper than
-    ``MAX_DOCUMENT_DEPTH``. Checked with the body, before any judge call."""
+    (Python's parser takes ``NaN`` and ``Infinity``, which are not JSON), nesting deeper than
+    ``MAX_DOCUMENT_DEPTH``, or two keys of an object that differ only in lone surrogates (``returned_document``
+    makes them U+FFFD, so one would be lost). Checked with the body, before any judge call."""
     stack: list[tuple[Any, int]] = [(document, 1)]
     while stack:
         value, depth = stack.pop()
         if isinstance(value, float) and not math.isfinite(value):
             raise ValueError(f"{where} holds {value}, which is not a JSON number: send a finite number or null")
+        if isinstance(value, dict) and len({model_text(k) for k in value}) < len(value):
+            raise ValueError(f"{where} has keys that differ only in lone surrogates (\\ud800-\\udfff escapes, "
+                             "which an answer cannot carry): rename them")
         if isinstance(value, (dict, list)):
             if depth > MAX_DOCUMENT_DEPTH:
                 raise ValueError(f"{where} is nested more than {MAX_DOCUMENT_DEPTH} levels deep: flatten it")
