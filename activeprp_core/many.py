@@ -38,6 +38,7 @@ from .comparators.base import (
     SupportsCompare,
     answered_before,
     as_comparator,
+    own_breaker,
     spent_if_raises,
     stops_on_refusal,
 )
@@ -135,6 +136,7 @@ class _Window:
         self.input_left = True
         self.stopped: Exception | None = None  # the error that stopped every query (``stop``)
         self.resent: dict[int, Resent] = {}  # the queries asked again on their own after their merged call failed
+        self.breakers: dict[int, CallGuard] = {}  # each query's own breaker (``RequestGuard.own``), across its steps
         self.bar = _progress_bar(requests, progress)
 
     @property
@@ -184,6 +186,7 @@ class _Window:
         """Finished items at the head of the input order (removing them from the window)."""
         while self.next_out in self.items and not isinstance(self.items[self.next_out], Reranking):
             item = self.items.pop(self.next_out)
+            self.breakers.pop(self.next_out, None)
             self.next_out += 1
             if self.bar is not None:
                 self.bar.update(1)
@@ -367,8 +370,8 @@ def _answer(window: _Window, step: Step, asynchronous: bool):
     merged call (``ajudge_batch`` when ``asynchronous``, else ``judge_batch``; when it fails, not fatally, its
     queries are asked one by one, each charged for its own re-sent calls only)."""
     if not window.comparator.batches_queries:
-        guards = [RequestGuard(window.guard, None, index, window.clock, r.deadline, r.ledger.floor)
-                  for index, r, _ in step]
+        guards = [RequestGuard(window.guard, None, index, window.clock, r.deadline, r.ledger.floor,
+                               window.breakers.setdefault(index, own_breaker(window.guard))) for index, r, _ in step]
         outcomes = yield _AskEach([(b.query, b.pairs, g, r.time_left()) for (_, r, b), g in zip(step, guards)])
         window.answered(step, outcomes, guards)
         return

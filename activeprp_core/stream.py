@@ -146,7 +146,7 @@ class _Merger:
     async def _send(self, parts: list[_Part]) -> None:
         loop = asyncio.get_running_loop()
         merged = RequestGuard(self.pool.guard, self.pool.slots, parts[0].guard.key, loop.time,
-                              latency=self.pool.latency)
+                              latency=self.pool.latency, merged=True)
         merged.deadlines = _latest_deadlines(parts)
         merged.floors = floors_by_query((p.items[0][0], p.guard.latency) for p in parts if p.items)
         lefts = [None if p.deadline is None else p.deadline - loop.time() for p in parts]

@@ -37,6 +37,38 @@ class AlwaysNone(Comparator):
         return [None] * len(pairs)
 
 
+def test_a_shared_breaker_opens_only_on_failed_calls_beyond_one_querys_and_each_query_has_its_own():
+    """Review s69c, finding 1: one query's failed calls in a row opened the breaker its queries share. Now that
+    query's own breaker stops it (as ``rerank`` of it alone), and the shared one counts only the failures in a row
+    beyond those of the query with the most: failures of two queries or more, as a dead endpoint gives."""
+    from activeprp_core.comparators.base import RequestGuard
+
+    shared = CallGuard(None, 3)
+    bad, good, other = (RequestGuard(shared, None, key, time.monotonic) for key in ("bad", "good", "other"))
+    for _ in range(4):
+        bad.record(False, "HTTP 500")
+    with pytest.raises(ComparatorUnavailable, match="3 calls in a row failed"):
+        bad.check()  # its own breaker: open after its third
+    good.check()  # the others go on
+    assert shared.error is None and bad.error is None
+    good.record(False, "HTTP 500")
+    other.record(False, "HTTP 500")
+    assert shared.error is None  # 6 in a row, 2 beyond bad's 4
+    good.record(True)  # an answer starts the shared count afresh (not bad's own)
+    third = RequestGuard(shared, None, "third", time.monotonic)
+    for guard in (good, other, third, good):
+        guard.record(False, "HTTP 500")
+    assert shared.error is None  # 4 in a row, 2 beyond good's
+    other.record(False, "no answer")
+    assert shared.error is not None  # 5 in a row, 3 beyond good's: the endpoint fails everyone's calls
+    with pytest.raises(ComparatorUnavailable, match="5 calls in a row failed .last: no answer"):
+        third.check()
+    lone = CallGuard(None, 3)  # a rerank's own guard (its calls recorded with no key): 3 in a row open it
+    for _ in range(3):
+        lone.record(False, "HTTP 500")
+    assert lone.error is not None
+
+
 @pytest.mark.parametrize("max_concurrency", [None, 2])
 def test_circuit_breaker_stops_sending_after_consecutive_failures(max_concurrency):
     comp = AlwaysNone()

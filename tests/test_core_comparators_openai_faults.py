@@ -544,15 +544,19 @@ def test_a_gateway_that_answers_200_without_a_reply_after_one_answer_still_opens
 
 
 def test_a_query_whose_documents_make_the_judge_answer_off_the_point_fails_alone_in_rerank_many():
-    """Before, its streak opened the breaker the queries share and the whole batch raised."""
+    """Before, its streak opened the breaker the queries share and the whole batch raised. It fails as ``rerank`` of
+    it alone does: its own breaker opens after 5 of its calls, none answered (before, it spent its whole budget)."""
     def plan(request):
         return Reply(body=completion("I", [("I", -0.1)]) if "poisoned" in request.text else completion())
 
     requests = [(f"query {i}", candidates(8, words=3, tag="poisoned " if i == 1 else "")) for i in range(3)]
     with FaultServer(plan, max_requests=200) as server:
         results = list(rerank_many(requests, comparator=comparator(server.url, max_attempts=1), budget=20))
+        with pytest.raises(ComparatorUnavailable) as alone:
+            rerank(*requests[1], comparator=comparator(server.url, max_attempts=1), budget=20)
     assert [type(r) for r in results] == [RerankResult, RerankFailure, RerankResult]
-    assert "unusable answer" in results[1].reason and results[1].error.accounting.calls > 5
+    assert "unusable answer" in results[1].reason and str(results[1].error) == str(alone.value)
+    assert results[1].error.accounting.calls == alone.value.accounting.calls == 5
 
 
 @pytest.mark.parametrize("max_active", [1, 8])

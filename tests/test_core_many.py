@@ -202,7 +202,8 @@ def test_a_dead_endpoint_stops_everything(use_async, carry_judge, error):
             asyncio.run(_collect(arerank_many(reqs, **kw)))
         else:
             list(rerank_many(reqs, **kw))
-    assert dead.calls <= 8
+    # a query's own breaker lets it send 5 failed calls (8, its chunk of 4 out), the shared one 5 more of others'
+    assert dead.calls <= (8 if error else 2 * 8)
     spent = info.value.accounting  # what had been spent when it stopped: no more than was sent, none answered
     assert spent.failed_calls == spent.calls <= dead.calls  # a batch the comparator raised on counts as spent
 
@@ -811,3 +812,76 @@ def test_queries_on_their_own_stopped_by_an_error_bill_the_calls_they_had_in_fli
     spent = info.value.accounting
     assert spent.calls + sum(r.calls for r in yielded) == sum(comp.sent.values())
     assert spent.failed_calls >= comp.sent["slow"] > 1
+
+
+class PoisonedQuery(SimulatedComparator):
+    """Fails every call of one query (``poisoned``): answers None for it (how a custom comparator fails a call),
+    or, as a remote endpoint, with ``remote=True``, raises a 500 for its prompts (``PoisonedEndpoint``)."""
+
+    def __init__(self, labels, poisoned):
+        super().__init__(labels)
+        self.poisoned = poisoned
+
+    def compare(self, query, pairs):
+        return [None] * len(pairs) if query == self.poisoned else super().compare(query, pairs)
+
+
+def _poisoned_endpoint(labels, poisoned):
+    """A remote comparator (``tests.conftest.FakeRemote``, one attempt) whose endpoint answers 500 to every prompt
+    of query ``poisoned`` and, for the others, the passage with the higher label wins (``labels`` by query and text)."""
+    pytest.importorskip("tenacity")
+    from activeprp_core.comparators.failures import status_failure
+    from tests.conftest import FakeRemote
+
+    class ServerError(Exception):
+        pass
+
+    class Endpoint(FakeRemote):
+        def request(self, query, first, second):
+            return query, first, second
+
+        def send(self, client, request):
+            query, a, b = request
+            if query == poisoned:
+                raise ServerError("internal server error")
+            return 1.0 if labels[query, a] > labels[query, b] else 0.0
+
+        def classify(self, error):
+            return status_failure(500, str(error)) if isinstance(error, ServerError) else None
+
+    return Endpoint(max_attempts=1, backoff_initial=0.0)
+
+
+def _outcome(out):
+    """What must match ``rerank`` of the query alone: the order and calls, or the error and what it spent."""
+    if isinstance(out, RerankResult):
+        return out.order, out.calls, out.failure
+    error = out.error if isinstance(out, RerankFailure) else out
+    return type(error).__name__, str(error), error.accounting.calls
+
+
+@pytest.mark.parametrize("max_active", [1, 12])
+@pytest.mark.parametrize("on_failure", ["raise", "prior"])
+@pytest.mark.parametrize("judge", ["none", "500"])
+@pytest.mark.parametrize("entry", ["rerank_many", "arerank_many", "arerank_many(carry_judge=False)",
+                                   "arerank_stream"])
+def test_one_query_whose_calls_all_fail_fails_alone_as_rerank_of_it_alone(entry, judge, on_failure, max_active):
+    """Review s69c, finding 1: the queries shared one breaker, so one query whose every call fails (its prompts make
+    the endpoint fail) opened it after 5 calls and stopped every other query: with "raise" the whole run raised, with
+    "prior" the queries in progress (with max_active=1 every later one) degraded, and a Ray batch's rows depended on
+    the batching. Each query now has its own breaker, and the shared one counts only failures beyond one query's."""
+    reqs, labels = requests(12)
+    reqs = [r for r in reqs if len(r[1]) >= 6]
+    poisoned = reqs[2][0]
+
+    def make():
+        if judge == "none":
+            return PoisonedQuery(labels, poisoned)
+        return _poisoned_endpoint({(q, c.text): labels[c.id] for q, cands in reqs for c in cands}, poisoned)
+
+    kw = dict(ranker="mohajer", budget=30, top_k=3, max_concurrency=4, on_failure=on_failure)
+    alone = [_outcome(o) for o in _entry_points()["rerank"](reqs, comparator=make(), **kw)]
+    run = _entry_points()[entry]
+    outcomes = [_outcome(o) for o in run(reqs, comparator=make(), max_active=max_active, **kw)]
+    assert outcomes == alone
+    assert [i for i, o in enumerate(alone) if "circuit breaker open" in str(o)] == [2]

@@ -96,7 +96,11 @@ class CallGuard:
             on this guard has been answered, or when its failed calls came from two queries or more (the
             ``RequestGuard`` views of a shared guard): once the judge has answered, one query's unusable answers
             come from its prompts (a document can carry an instruction), and its calls fail one by one, within its
-            budget.
+            budget. Shared by queries (``RequestGuard``), it counts for opening only the failed calls in a row
+            beyond those of the one query with the most of them (``_streak``): one query whose every call fails
+            (its prompts make the endpoint fail) is stopped by its own breaker (``RequestGuard``), as it would be
+            alone, and never stops the others; a dead endpoint, failing every query's calls, opens it after about
+            twice ``max_consecutive_failures`` failed calls.
 
     Comparators call ``check()`` before sending, ``record(ok, reason)`` for every call that reached the backend
     (``completed`` counts them and ``retries`` their transport retries, so the engine can refund the calls of a
@@ -143,7 +147,7 @@ class CallGuard:
         self.retries = 0
         self._failures = 0
         self._answered = False  # a call on this guard got a usable answer
-        self._sources: set[Any] = set()  # the queries (RequestGuard keys) of the failed calls in a row
+        self._sources: dict[Any, int] = {}  # failed calls in a row by query (RequestGuard key; None: no view's)
         self._last_reason: str | None = None
         self._last_status: int | None = None  # of the streak's last failed call that got an HTTP response
         self._error: ComparatorError | None = None
@@ -245,11 +249,11 @@ class CallGuard:
                 self._new_streak()
                 return
             self._failures += 1
-            self._sources.add(source)
+            self._sources[source] = self._sources.get(source, 0) + 1
             self._last_reason = reason or self._last_reason
             self._last_status = self._last_status if status_code is None else status_code
             limit = self.max_consecutive_failures
-            if limit is not None and self._failures >= limit and self._error is None:
+            if limit is not None and self._streak() >= limit and self._error is None:
                 self._streak_full(unusable)
 
     def note_call(self, ok: bool | None, seconds: float | None) -> None:
@@ -265,6 +269,12 @@ class CallGuard:
         self._failures = 0
         self._sources.clear()
         self._last_status = None
+
+    def _streak(self) -> int:
+        """The failed calls in a row that count towards opening the breaker (called holding the lock): all of them,
+        less those of the query (``RequestGuard`` key) with the most, which its own breaker stops; calls recorded
+        with no key (this guard's own, or a call merged for several queries) all count."""
+        return self._failures - max((n for key, n in self._sources.items() if key is not None), default=0)
 
     def _streak_full(self, unusable: bool) -> None:
         """``max_consecutive_failures`` calls in a row failed, the last one ``unusable`` or not (called holding the
@@ -309,22 +319,34 @@ class RequestGuard(CallGuard):
     ``time_left``) and its calls' place in the queue for slots (``key``: lower goes first, with ``slots``, a
     ``FairSlots``, whose ``next_key()`` gives a request's; None: the shared guard's slots, each call in its arrival
     order); the breaker and the cap on calls in flight are the shared guard's. Its slots are waited for by tasks and by
-    threads alike (``slots(threads=...)``), in one queue."""
+    threads alike (``slots(threads=...)``), in one queue.
+
+    The query has a breaker of its own as well (``own``: a ``CallGuard`` with no cap, kept for the query's whole
+    rerank by whoever makes a view per round; a fresh one when not given): ``max_consecutive_failures`` of its calls
+    failing in a row stop that query alone (``check`` raises its ``ComparatorUnavailable``), as they stop ``rerank``
+    of it alone, while the shared breaker, which stops every query (``error``), counts only the failures beyond the
+    one query with the most (``CallGuard._streak``). ``merged``: a view for a call made for several queries at once
+    (a pool's merged call): no breaker of its own, its failed calls counted on the shared guard under no key."""
 
     def __init__(self, shared: CallGuard, slots: FairSlots | None, key: Any, clock: Callable[[], float],
-                 deadline: float | None = None, latency: Any = None) -> None:  # no _setup: the shared state stays
+                 deadline: float | None = None, latency: Any = None, own: CallGuard | None = None,
+                 merged: bool = False) -> None:  # no _setup: the shared state stays
         self.shared, self._fair, self.key, self.latency = shared, slots, key, latency
         self.max_concurrency = shared.max_concurrency
         self.max_consecutive_failures = shared.max_consecutive_failures
         self.clock, self.deadline, self.deadlines, self.floors = clock, deadline, {}, {}
         self.completed = self.retries = 0
+        self.own = None if merged else own if own is not None else own_breaker(shared)
 
     @property
     def error(self) -> ComparatorError | None:
+        """The shared guard's error, which stops every query (this query's own breaker raises from ``check``)."""
         return self.shared.error
 
     def check(self) -> None:
         self.shared.check()
+        if self.own is not None:
+            self.own.check()
 
     def trip(self, error: ComparatorError) -> None:
         self.shared.trip(error)
@@ -335,9 +357,11 @@ class RequestGuard(CallGuard):
         self.note_call(ok, seconds)  # on this request's record (its too_late's), not the shared guard's
         self.completed += 1
         self.retries += retries
+        if self.own is not None:
+            self.own.record(ok, reason, unusable=unusable, status_code=status_code)
         # an answer's latency is noted once, above; a cut call's time unanswered is the shared breaker's to read
-        self.shared.record(ok, reason, retry_after, unusable, self.key, retries, None if ok else seconds,
-                           status_code)
+        self.shared.record(ok, reason, retry_after, unusable, None if self.own is None else self.key, retries,
+                           None if ok else seconds, status_code)
 
     @property
     def fair_slots(self) -> FairSlots | None:
@@ -347,6 +371,11 @@ class RequestGuard(CallGuard):
         if self._fair is None:
             return self.shared.slots(n, timeout, threads)
         return self._fair.take(n, self.key, timeout, threads)
+
+
+def own_breaker(shared: CallGuard) -> CallGuard:
+    """A query's own breaker on ``shared`` (``RequestGuard.own``): ``shared``'s ``max_consecutive_failures``, no cap."""
+    return CallGuard.of_checked(None, shared.max_consecutive_failures)
 
 
 @asynccontextmanager

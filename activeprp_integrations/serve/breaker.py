@@ -106,6 +106,11 @@ class Breaker(CallGuard):
         super().trip(error)
         self._noticed()
 
+    def _streak(self) -> int:
+        # every failed call in a row counts, one request's too: /ready must follow a dead judge at once, and this
+        # breaker probes and closes again; a caller's unusable answers are checked with a probe first (the class)
+        return self._failures
+
     def _streak_full(self, unusable: bool) -> None:
         if unusable:
             self._suspect = True  # _noticed wakes watch() to probe first
