@@ -304,12 +304,12 @@ make corpus.jsonl: docs/benchmarks.md, section "Getting the data"):
 
 
 #: what the settings shared by the run's queries say in ``activeprp rerank-run --help`` (``add_settings_args``'
-#: ``helps``): one cap on calls in flight and one circuit breaker for all queries (``rerank_many``), per actor with
-#: ``--ray`` (each actor reranks with its own comparator)
+#: ``helps``): one cap on calls in flight and one shared circuit breaker for all queries (``rerank_many``; each query
+#: has its own as well), per actor with ``--ray`` (each actor reranks with its own comparator)
 _SHARED_HELPS = {
     "max_concurrency": "most LLM calls in flight across all queries (with --ray: per actor)",
-    "max_consecutive_failures": "calls in a row, across all queries, that may fail before the circuit breaker stops "
-                                "the calls of every query (with --ray: per actor)",
+    "max_consecutive_failures": "calls in a row that may fail before a query's circuit breaker stops it; as many "
+                                "beyond one query's stop the calls of every query (with --ray: per actor)",
 }
 
 

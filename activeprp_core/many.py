@@ -13,9 +13,11 @@ A request that fails on its own (bad input, a comparator error for its prompts, 
 Only when a merged call fails (it returns no answer at all) are its queries asked again one by one to find the
 failing one (their calls are sent again, not charged twice to their budgets: the merged call's sending of each is
 billed as a retry of it, ``Resent``). A dead endpoint stops everything fast:
-a ``ComparatorAuthError`` or an open circuit breaker (shared by all queries) raises out of the iterator, unless
-``on_failure="prior"``, with which every query degrades to its best-effort order. A ``ComparatorClosed`` (the
-comparator closed under a call) raises out of it whatever ``on_failure``.
+a ``ComparatorAuthError`` or the open circuit breaker that all queries share raises out of the iterator, unless
+``on_failure="prior"``, with which every query degrades to its best-effort order. Each query also has a breaker of
+its own, as alone (``RequestGuard``): one query whose calls all fail fails (or degrades) alone, and the shared one
+counts only the failed calls in a row beyond one query's (``CallGuard._streak``), so it takes two failing queries.
+A ``ComparatorClosed`` (the comparator closed under a call) raises out of it whatever ``on_failure``.
 
 ``activeprp_core.stream.arerank_stream`` is the service form (``activeprp serve``) of the same machinery.
 """
@@ -473,7 +475,8 @@ def rerank_many(requests: Iterable[Request], settings: RerankSettings | None = N
             replace the shared ones for it (read lazily: a generator streams).
         settings, **options: the ``RerankSettings`` applied to every query, as for ``rerank`` (``budget``,
             ``max_rounds`` and ``token_budget`` are per query); ``max_concurrency`` caps the calls in flight
-            across all queries and the circuit breaker (``max_consecutive_failures``) is shared by them.
+            across all queries; each query has its own circuit breaker (``max_consecutive_failures``), as alone,
+            and the one they share opens on that many failed calls in a row beyond those of one query.
         comparator: as for ``rerank``.
         max_active: the most queries in progress (bounds memory; default 64).
         progress: show a tqdm bar over queries on stderr (needs tqdm).

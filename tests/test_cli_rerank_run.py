@@ -890,8 +890,9 @@ def test_the_help_says_the_cap_and_the_breaker_are_shared_by_the_queries(capsys)
     text = " ".join(capsys.readouterr().out.split())
     assert ("--max-concurrency MAX_CONCURRENCY most LLM calls in flight across all queries (with --ray: per actor) "
             "(none = the comparator's own; default none)") in text
-    assert ("--max-consecutive-failures MAX_CONSECUTIVE_FAILURES calls in a row, across all queries, that may fail "
-            "before the circuit breaker stops the calls of every query (with --ray: per actor)") in text
+    assert ("--max-consecutive-failures MAX_CONSECUTIVE_FAILURES calls in a row that may fail before a query's "
+            "circuit breaker stops it; as many beyond one query's stop the calls of every query (with --ray: per "
+            "actor)") in text
 
 
 @pytest.mark.parametrize("flag", [["--ray-actors", "2"], ["--ray-gpus", "0.5"]])
