@@ -62,7 +62,11 @@ class JudgeStats:
         first_slot_rate: share of answers with p > 0.5 (preferring slot A); 0.5 = no position bias visible;
             None when ``answers == 0``.
         flip_rate: share of the pairs answered in both slot orders whose two answers preferred the same slot (the
-            winner flipped with the order); None when no pair was asked both ways.
+            winner flipped with the order); None when no pair was asked both ways. Only those pairs count, so the
+            figure is the judge's rate on the pairs its oracle and ranker chose to ask both ways: every pair asked
+            with ``bidirectional``; with ``adaptive`` the re-asked upsets (and any ``BothOrders`` question), no more
+            once the judge looks order-consistent: a sample that can read far below the judge's rate (see
+            ``oracles.AdaptiveOracle``). How many pairs it counts is not reported.
         soft_rate: share of answers strictly between 0 and 1; None when ``answers == 0``.
         mean_confidence: mean |p - 0.5| over answers (0.5 for hard answers); None when ``answers == 0``.
     """
@@ -176,7 +180,9 @@ class JudgeTally:
     @property
     def consistent(self) -> bool:
         """Whether the judge looks order-consistent: under 5% flips over at least ``CONSISTENT_PAIRS`` pairs asked
-        both ways (re-asked pairs are the doubtful ones, so a low rate there is strong evidence)."""
+        both ways. Under ``adaptive`` those are the re-asked upsets, not a sample of the pairs asked: under a weak
+        first stage most are real preferences that a judge answers the same way in both orders, so this can hold
+        for a judge that flips often (``oracles.AdaptiveOracle``)."""
         return self.pairs >= CONSISTENT_PAIRS and self.flips < 0.05 * self.pairs
 
 

@@ -151,15 +151,27 @@ class AdaptiveOracle(RandomizedDirectionOracle):
     Why upsets only: every ranker resolves a tie by prior rank (``rankers.base.beats``), and the bidirectional
     rule can only keep a single answer's winner or turn it into a tie. An answer that already prefers the better
     prior rank therefore gets the same ``beats`` decision whether or not the other order is asked; an upset is
-    the one answer that a second order can overturn. So for the decisions of ``beats``, ``adaptive`` equals
-    ``bidirectional`` pair by pair, for any judge (hard or soft, biased or not), at 1 + (share of upsets) calls
-    per pair instead of 2. Rankers that add outcomes up (allpairs, PAC) read an un-asked agreeing answer as a
-    whole win where ``bidirectional`` may read a tie.
+    the one answer that a second order can overturn. So while every upset is re-asked and both oracles gate with
+    the same margin, the decisions of ``beats`` equal ``bidirectional``'s pair by pair, at 1 + (share of upsets)
+    calls per pair instead of 2. Two things break that, so a ranker's order can differ from ``bidirectional``'s:
+    once the judge looks order-consistent (below) an upset is read from its one answer, as ``randomized`` reads
+    it, where ``bidirectional`` may read a tie; and a soft judge's gate margin is the quantile of each oracle's own
+    answers (here the first asks, there both orders), so an answer near it can be a tie under one and a win under
+    the other. Measured (``benchmarks/results/adaptive_sample/``: 5 rankers that read outcomes only through
+    ``beats``, 6 synthetic queries, N=100, K=10, the paper-calibrated judge): the order differs in 6 of 30 hard
+    reranks (0 without the shortcut) and 18 of 30 soft ones (0 without the shortcut and with one fixed margin).
+    Rankers that add outcomes up (allpairs, PAC) read an un-asked agreeing answer as a whole win where
+    ``bidirectional`` may read a tie.
 
     No answer is asked again once the judge looks order-consistent (``JudgeTally.consistent``, carried across
-    ``rerank_many``): its other order would say the same. A pair costs 1 or 2 calls; a re-ask is charged to
-    every cap like any call and is dropped, never waited for, when a cap refuses it. Each re-ask batch takes a
-    round, so none takes the last round of a ``max_rounds`` cap, and a query whose plan fills the rounds left
+    ``rerank_many``): its other order would then mostly say the same. The pairs behind that test, and behind
+    ``JudgeStats.flip_rate`` here, are the re-asked upsets (and any ``BothOrders`` question), not a sample of the
+    pairs asked: under a weak first stage most upsets are real preferences that the judge answers the same way in
+    both orders, so the rate can read low and the test pass for a judge that flips often (bubblesort on the
+    synthetic queries: 0.03, against 0.11 with ``bidirectional``; docs/judge-diagnostics.md). A pair costs 1 or 2
+    calls; a re-ask is charged to every cap like any call and is dropped, never waited for, when a cap refuses it.
+    Each re-ask batch takes a round, so none takes the last round of a ``max_rounds`` cap, and a query whose plan
+    fills the rounds left
     (``Ranker.plans_rounds_for``: ``parallel_mohajer``; ``budget_depth`` when it runs its parallel plan, or a
     sequential one that would not fit them with re-asks) gets none while rounds are limited (a round cap, or a
     ``time_budget`` once a round's latency is known, at the query's start: a query that starts before any is

@@ -28,7 +28,7 @@ from activeprp_core.judging import (
     gate,
     pooled,
 )
-from activeprp_core.oracles import ORACLES, AdaptiveOracle, get_oracle
+from activeprp_core.oracles import ORACLES, AdaptiveOracle, BidirectionalOracle, get_oracle
 from activeprp_core.rankers import RANKERS, RankContext, get_ranker
 from tests.conftest import make_case
 
@@ -217,6 +217,23 @@ def test_adaptive_stops_asking_again_once_the_judge_is_order_consistent():
     always_a = Scripted([1.0])  # the bundled model under the A/B prompt: answers "A" always
     res = rerank("q", cs, comparator=always_a, ranker="heapsort", oracle="adaptive", top_k=10, seed=1, budget=None)
     assert res.judge.flip_rate == 1.0 and res.calls > res.comparisons + CONSISTENT_PAIRS
+
+
+def test_once_the_judge_looks_consistent_adaptive_reads_an_upset_alone_and_flip_rate_counts_only_reasks():
+    # what docs/judge-diagnostics.md says adaptive does not promise: the re-asked upsets are all flip_rate and the
+    # consistency test count, and once that test holds a pair the judge flips on is read apart from bidirectional
+    answers = Answers()
+    for k in range(CONSISTENT_PAIRS):  # upsets (the worse prior rank preferred), each re-asked, the judge agreeing
+        answers.record((2 * k + 1, 2 * k), 1.0)
+        answers.record((2 * k, 2 * k + 1), 0.0)
+    answers.record((70, 71), 1.0)  # an answer for the better prior rank: counted, never re-asked, not in flip_rate
+    assert answers.pool.consistent and answers.own.stats().flip_rate == 0.0
+    answers.record((61, 60), 1.0)  # an upset on a pair the judge flips on: LLM(61, 60) = LLM(60, 61) = 1
+    adaptive = AdaptiveOracle()
+    assert adaptive.reask(60, 61, answers) == [] and adaptive.outcome(60, 61, answers) == 0.0  # 61 wins alone
+    answers.record((60, 61), 1.0)
+    assert BidirectionalOracle().outcome(60, 61, answers) == 0.5  # a tie, so 60 (better prior rank) wins
+    assert answers.own.stats().flip_rate == 1 / (CONSISTENT_PAIRS + 1)
 
 
 class Fair:

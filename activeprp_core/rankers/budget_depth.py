@@ -237,7 +237,9 @@ class BudgetDepth(Ranker):
     def weight(self, flip_rate: float | None) -> float:
         """The first stage's weight in the final order (step 5): ``prior_weight`` times the share of the pairs
         asked in both slot orders whose winner did not flip, ``1 - flip_rate`` (``JudgeStats.flip_rate``; None, when
-        no pair was asked both ways, gives the whole ``prior_weight``)."""
+        no pair was asked both ways, gives the whole ``prior_weight``). Under ``adaptive`` those pairs are the
+        re-asked upsets and the challenge's ``BothOrders`` pairs, not a sample of the pairs asked (what that rate
+        reads: docs/judge-diagnostics.md)."""
         return self.prior_weight * (1 - (flip_rate or 0.0))
 
     def finish(self, order: list[int], ctx: RankContext) -> list[int]:
