@@ -98,9 +98,10 @@ def test_budget_depth_without_the_prior_weight_gives_exact_top_k(oracle, n, seed
 @pytest.mark.parametrize("oracle", sorted(ORACLES))
 @pytest.mark.parametrize("n", SIZES)
 def test_prior_limited_rankers_exact_when_the_prior_holds_the_top_k(ranker, oracle, n):
-    # PAC can only select from the prior's top K*m and truncates winner sets by prior rank (paper sec. 4), and
-    # parallel_mohajer_depth reranks the prior's top 40 only, so exactness is promised only when the prior ranks
-    # the true top-K first (in any order among them); auto runs one of them or an exact ranker.
+    # PAC can only select from the prior's top K*m (paper sec. 4) and cuts winner sets by prior rank (after the
+    # reference code; not in the paper), and parallel_mohajer_depth reranks the prior's top 40 only, so exactness
+    # is promised only when the prior ranks the true top-K first (in any order among them); auto runs one of them
+    # or an exact ranker.
     cands, labels = make_case(n, seed=5)
     best = true_top(cands, labels, n)
     reordered = best[:K][::-1] + best[K:]

@@ -59,6 +59,19 @@ def test_pac_bubble_selects_k_of_its_pool_and_sorts_them():
     assert max(range(K * 3), key=lambda i: STRENGTH[i]) == top[0]
 
 
+def test_pac_bubble_cuts_the_union_of_winner_sets_by_prior_rank_so_a_perfect_judge_can_miss_the_pools_top_k():
+    # the cut is the project's (after the reference code), not the paper's; docs/rankers.md and pac.py say so.
+    # The pool (prior top 30) holds the true top 10, one at prior rank 27; anchor 20 is 11th: its winner set
+    # (the 10 and itself) is the smallest, and keeping its 10 best prior ranks keeps anchor 20, drops 27
+    top = [2, 3, 4, 8, 14, 15, 18, 24, 25, 27]
+    n, k = 100, 10
+    strength = [1000 + i if i in top else 999 if i == 20 else 100 - i for i in range(n)]
+    order, _ = drive(get_ranker("pac_bubble").schedule(RankContext(n, k, random.Random(0))), strength)
+    assert sorted(order) == list(range(n))
+    assert 20 in order[:k] and 27 not in order[:k]
+    assert order[:k] == sorted([*top[:-1], 20], key=lambda i: -strength[i])
+
+
 def test_parallel_mohajer_depth_ranks_the_true_top_k_of_the_prior_top_and_keeps_the_rest_in_prior_order():
     depth = 20
     order, _, _ = run(ParallelMohajerDepth(depth).schedule(RankContext(N, K, random.Random(0))))
