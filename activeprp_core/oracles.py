@@ -129,8 +129,11 @@ class RandomizedDirectionOracle(Oracle):
 class BidirectionalOracle(Oracle):
     """Two calls per pair, LLM(i, j) and LLM(j, i) (Qin et al. 2024, PRP). i beats j iff the first prompt
     prefers its first slot (i) and the second prompt prefers its second slot (i). Inconsistent answers (both
-    prefer the same slot) or an exact 0.5 are an explicit tie, outcome 0.5: the reference code let the first
-    argument win; rankers here resolve ties by prior rank and the engine counts them (``RerankResult.ties``)."""
+    prefer the same slot) or an exact 0.5 are an explicit tie, outcome 0.5; rankers here resolve ties by prior
+    rank and the engine counts them (``RerankResult.ties``). This differs from the paper's rule (section 3: V_ij =
+    1 iff LLM(d_i, d_j) = 1 and LLM(d_j, d_i) = 0, else 0, so d_i, the first document, loses an inconsistent
+    pair) and from the reference code's (its first argument wins): under either, who gets the pair depends on the
+    order in which an algorithm passes the two candidates, which prior rank does not."""
 
     name = "bidirectional"
     calls_per_pair = 2
