@@ -1,7 +1,8 @@
 """Fit the ``SimulatedComparator`` knobs to the paper's Flan-T5-XL judge on TREC DL19/DL20 qrels.
 
 Two targets, both from Active Learners as Efficient PRP Rerankers:
-- order effects: 20.6% of pairs flip their preferred document when the slot order is swapped (section 3);
+- order effects: 20.6% of pairs flip their preferred document when the slot order is swapped (section 5, "Order
+  effects and comparisons", and the appendix table of flip rates);
 - converged quality: with an unlimited budget, the mean nDCG@10 over the (ranker, oracle) rows of its Table 2
   for Flan-T5-XL on DL19 and DL20 (``PAPER_XL_CONVERGED``), i.e. the judge is as good as the paper's judge
   on average over all methods (never fitted to one method's number).

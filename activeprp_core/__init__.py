@@ -1,8 +1,8 @@
 """ActivePRP core: budgeted pairwise LLM reranking with active-learning rankers.
 
 Implements "Active Learners as Efficient PRP Rerankers": oracles (section 3), the Mohajer / PAC active rankers
-and sorting baselines (section 4) as round-based schedulers, and a hard per-query call budget. Imports no LLM or
-RAG framework; the benchmark harness is the separate ``activeprp_bench`` package.
+(section 4) and the sorting baselines (section 5's setup and tables) as round-based schedulers, and a hard per-query
+call budget. Imports no LLM or RAG framework; the benchmark harness is the separate ``activeprp_bench`` package.
 """
 
 import logging
