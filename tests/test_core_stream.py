@@ -636,3 +636,46 @@ def test_pools_and_direct_calls_sharing_a_guard_are_served_oldest_request_first(
         return judge.order
 
     assert asyncio.run(scenario()) == ["blocker", "old, first", "young, second", "direct, third", "young, fourth"]
+
+
+def test_a_dead_endpoint_under_a_time_budget_shorter_than_its_backoff_opens_the_breakers():
+    """Every attempt fails at once with a 503 and the backoff (60 s) would end past each request's deadline (10 s):
+    each call fails at once, its retry withheld, and the breakers count it. A request's own breaker opens after 5
+    such calls, the pool's shared one once a second request's fail too, and later requests send nothing. They were
+    cut (outcome unknown), which no breaker counts: each request sent its whole round (19 calls of quicksort on
+    20 documents), rerank_many's every query too (review s69f #1: 230 requests for 10 pool requests)."""
+    pytest.importorskip("tenacity")
+    from activeprp_core import rerank_many
+    from activeprp_core.comparators.failures import status_failure
+    from tests.conftest import FakeRemote
+
+    class Dead(FakeRemote):
+        def send(self, client, request):
+            self.sent += 1
+            raise ConnectionError("down")
+
+        def classify(self, error):
+            return status_failure(503, str(error))
+
+    cands = [Candidate(f"d{i}", f"p{i}") for i in range(20)]
+    settings = dict(budget=60, ranker="quicksort", time_budget=10.0)
+    judge = Dead(max_concurrency=4, backoff_initial=60.0, backoff_max=60.0)
+
+    async def four_requests():
+        pool, sent, errors = RerankPool(judge, RerankSettings(**settings)), [], []
+        for i in range(4):
+            before = judge.sent
+            with pytest.raises(ComparatorUnavailable) as info:
+                await pool.rerank(f"q{i}", cands)
+            sent.append(judge.sent - before)
+            errors.append(str(info.value))
+        await pool.aclose()
+        return sent, errors
+
+    sent, errors = asyncio.run(four_requests())
+    assert all(5 <= n <= 8 for n in sent[:2]) and sent[2:] == [0, 0], sent
+    assert all("circuit breaker open" in e and "(HTTP 503)" in e for e in errors), errors
+    judge.sent = 0
+    with pytest.raises(ComparatorUnavailable, match="circuit breaker open"):
+        list(rerank_many([(f"q{i}", cands) for i in range(8)], comparator=judge, **settings))
+    assert judge.sent <= 16

@@ -92,7 +92,9 @@ class CallGuard:
             batches in chunks of at most this many pairs; endpoint comparators hold one of ``slots`` per request.
         max_consecutive_failures: the circuit breaker: after this many calls in a row failed (after their
             retries), ``check`` raises ``ComparatorUnavailable`` and no further call is sent (None = never). A
-            streak that ends in an unusable answer (the judge replied, but not A or B) opens it only while no call
+            streak that ends in an unusable answer (the judge replied, but not A or B), or in a failed call whose
+            retry the deadline withheld (a passing fault can fail a round's calls at the end of a time budget; both
+            are recorded with ``unusable``), opens it only while no call
             on this guard has been answered, or when its failed calls came from two queries or more (the
             ``RequestGuard`` views of a shared guard): once the judge has answered, one query's unusable answers
             come from its prompts (a document can carry an instruction), and its calls fail one by one, within its
@@ -222,13 +224,14 @@ class CallGuard:
                status_code: int | None = None) -> None:
         """Note one call that reached the backend; ``max_consecutive_failures`` failures in a row open the breaker.
         ``ok=None``: it was sent but its outcome is unknown (cancelled in flight): counted, streak unchanged; with
-        a ``reason``, its attempt failed with ``reason`` and the deadline kept its retry from going out
-        (``Judgment.cut_before_retry``): still no count here (a transient fault at the end of a time budget must
-        not open the breaker), but a breaker that can probe the judge (``activeprp serve``'s) counts it as a
-        suspect failure, as an unusable answer.
+        a ``reason``, an attempt failed with ``reason`` before the deadline and its retry was cut in flight
+        (``Judgment.cut_before_retry``): still no count here, but a breaker that can probe the judge (``activeprp
+        serve``'s) counts it as a suspect failure, as an unusable answer.
         ``retry_after``: the seconds a failed call's backend asked to wait (read by a breaker that probes back).
         ``unusable``: the failed call was answered, but with no usable answer (what the prompt, and so a caller's
-        documents, can cause; a breaker shared by strangers checks the judge before it opens on that).
+        documents, can cause; a breaker shared by strangers checks the judge before it opens on that), or its
+        attempts failed and the deadline kept its retry from going out (what a passing fault at the end of a time
+        budget can cause): a suspect failure (``_streak_full``).
         ``source``: the query the call belongs to (a ``RequestGuard`` passes its ``key``).
         ``retries``: the call's transport retries (its requests to the backend beyond the first), whatever its
         outcome: summed in ``retries`` (what a failed batch's accounting bills: ``Reranking.fail``).

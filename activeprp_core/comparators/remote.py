@@ -241,7 +241,7 @@ class RemoteComparator(FreshState, Comparator):
     def _call(self, guard: CallGuard, item: Item, stop: _Stop, abandoned: threading.Event,
               job: _Job | None = None) -> Judgment:
         """One call in a worker thread: no attempt once ``stop`` is set (not sent: ``stop.unsent()``; a retry
-        withheld at the deadline is cut before it, ``_deadline_cut``; one withheld as its batch stopped is recorded
+        withheld at the deadline fails the call, ``_deadline_cut``; one withheld as its batch stopped is recorded
         as sent, outcome unknown), no record once ``abandoned`` (raised), nor
         once the waiting side cut it at the deadline (``job.cut_at_deadline``, with its attempts: ``job.cut``):
         whichever side records the call first is the only one that does (``job.claim``)."""
@@ -272,7 +272,7 @@ class RemoteComparator(FreshState, Comparator):
         try:
             response = retrying(attempt)
             outcome = _settle(self, guard, retrying, response, record=record(), seconds=tries.seconds())
-        except _Abandoned:  # stopped before a retry: the deadline withheld it, else its batch stopped
+        except _Abandoned:  # stopped before a retry: the deadline withheld it (failed), else its batch stopped
             if stop.at_deadline:
                 outcome = self._deadline_cut(tries, record())
             else:  # its attempts went out: billed, outcome unknown (the waiting side bills it if it claims first)
@@ -333,11 +333,11 @@ class RemoteComparator(FreshState, Comparator):
     def _after(self, error: Exception, guard: CallGuard, retrying: Any, tries: _Attempts,
                record: bool = True) -> Judgment | ComparatorError:
         """The outcome of a call whose attempts ended in ``error``: not sent (the deadline came first), cut (its
-        last attempt was still waiting at the deadline, or failed only at it, or the deadline stopped its retries:
-        spent, recorded as outcome unknown, so the breaker neither counts nor resets on it; also at once, with no
-        wait, when its backoff would end past the deadline: ``_retrying``), or ``_settle``'s reading of ``error``
-        (also the last attempt's error when the endpoint asked to wait past the deadline: a Retry-After longer than
-        the time left stops the retries at once, ``_retrying``).
+        last attempt was still waiting at the deadline, or failed only at it: spent, recorded as outcome unknown,
+        so the breaker neither counts nor resets on it), or ``_settle``'s reading of ``error``: also when its retry
+        would have started past the deadline (``_retrying`` ends it at once, with no wait, whether the backoff or
+        the endpoint's Retry-After made the wait that long): the endpoint answered every attempt with a failure
+        before the deadline, so the call failed, and the breaker counts it (``_Attempts.withheld``).
 
         Raises:
             ``error`` itself when it is no transport failure (a bug), or a ``ComparatorClosed``: recorded as sent,
@@ -346,24 +346,29 @@ class RemoteComparator(FreshState, Comparator):
         if isinstance(error, (DeadlinePassed, _InFlight)):
             # cut: in flight at the deadline, failed only at it (late), or its retry stopped by it
             return self._deadline_cut(tries, record) if tries.count else unsent()
-        if tries.withheld:  # its retry would have started past the deadline (``_retrying``'s stop): cut, no wait
-            return self._deadline_cut(tries, record)
         if not self._handled(error):  # a ComparatorClosed, or a bug: sent (billed), the breaker unchanged
             if record and tries.count:
                 tries.sent_unknown()
             raise error
         if tries.timed_out(self._fault(error)):  # its last attempt failed only at the deadline: cut in flight
             return self._deadline_cut(tries, record)
-        return _settle(self, guard, retrying, error=error, record=record, retries=tries.retries)
+        return _settle(self, guard, retrying, error=error, record=record, retries=tries.retries,
+                       withheld=tries.withheld)
 
     def _deadline_cut(self, tries: _Attempts, record: bool) -> Judgment:
-        """A call the deadline cut (``_cut``): by slowness alone when no attempt of it failed before the deadline,
-        else a judge error (``cut_before_retry``, with that attempt's error: ``tries.judge_error``), whether the
-        deadline then stopped its retry or cut the retry in flight (a dead judge slower than the time left)."""
+        """A call the deadline stopped: failed (``_settle``, ``withheld``) when its last attempt failed before the
+        deadline with a transient error and the deadline kept its retry from going out (its worker woke from its
+        backoff past the deadline, or the waiting side stopped it in its backoff); else cut (``_cut``), by
+        slowness alone when no attempt of it failed before the deadline, or as a judge error (``cut_before_retry``,
+        with that attempt's error: ``tries.judge_error``) when its retry was cut in flight (a dead judge slower
+        than the time left)."""
         error = tries.judge_error
         if error is None:
             return _cut(tries, record)
         fault = self._fault(error)
+        if tries.out_since is None and fault is not None and fault.fault is Fault.RETRY:
+            return _settle(self, tries.guard, None, error=error, record=record, retries=tries.retries,
+                           withheld=True)  # type: ignore[return-value]  # a RETRY failure settles as a Judgment
         return _cut(tries, record, self._call_failed(error, _reason(fault, error), _status(fault)), _status(fault))
 
     def _honoured(self, failure: Failure | None) -> float | None:
@@ -637,7 +642,7 @@ class _Attempts:
         self.judge_error: Exception | None = None  # the last error of an attempt that failed before the deadline
         self.sent_at: float | None = None  # when the first attempt went out (on guard.clock)
         self.out_since: float | None = None  # when the last attempt went out, unless it failed before the deadline
-        self.withheld = False  # its retry was not made: it would have started past the deadline (``_retrying``)
+        self.withheld = False  # the deadline, not the endpoint, kept its retry from going out (``retry_too_late``)
 
     @property
     def retries(self) -> int:
@@ -670,7 +675,7 @@ class _Attempts:
         """Seconds until the deadline (None: no deadline); ``DeadlinePassed`` once the call's first attempt would end
         past it (``guard.too_late``: no more time left than the call floor), or a retry's once it has passed
         (``guard.past``): a round's latency says nothing of one retry's, and a retry withheld by it would be a
-        judge error (``cut_before_retry``) that only the estimate made (a lone request got a 503 with 2 s left)."""
+        judge error that only the estimate made (a lone request got a 503 with 2 s left)."""
         left = self.guard.time_left(self.query)
         if left is not None and (self.guard.past(self.query) if self.count else self.guard.too_late(self.query)):
             raise DeadlinePassed
@@ -717,16 +722,18 @@ class _Attempts:
     def asked_past_deadline(self, asked: float | None) -> bool:
         """Whether the endpoint, failing the last attempt, asked to wait ``asked`` seconds (its Retry-After as
         honoured; None: it asked none) and so past the deadline, counted from that failure: the endpoint, not the
-        deadline, keeps the retry from going out in time, so the call fails with that attempt's error rather than
-        being cut (``retry_too_late``)."""
+        deadline, keeps the retry from going out in time (``retry_too_late``)."""
         return asked is not None and self.left is not None and self.left - asked <= DEADLINE_SLACK
 
     def retry_too_late(self, wait: float, asked: float | None) -> bool:
         """Whether a retry after ``wait`` seconds (the backoff, at least the endpoint's Retry-After ``asked``) would
         start past the deadline (``DEADLINE_SLACK`` before it): then it is not waited for, and the call ends at
-        once, failed with the last attempt's error when the endpoint asked to wait that long
-        (``asked_past_deadline``), else cut before its retry (``withheld``), as a retry the deadline stops is. The
-        one rule for both: a wait into the deadline held its call, and its slot, until then for nothing."""
+        once, failed with the last attempt's error (a wait into the deadline held its call, and its slot, until
+        then for nothing). ``withheld`` is set unless the endpoint asked to wait that long
+        (``asked_past_deadline``): the deadline kept the retry from going out, a failure the breaker counts as a
+        suspect one (``CallGuard.record``'s ``unusable``), since a passing fault at the end of a time budget can
+        fail a whole round's calls in a row. It was a cut (outcome unknown), which the breaker never counted: a
+        dead endpoint under a short time budget got every call of each round and never opened it."""
         left = self.guard.time_left(self.query)
         if left is None or left - wait > DEADLINE_SLACK:
             return False
@@ -768,11 +775,13 @@ def _retrying(comp: RemoteComparator, kind: Any, tries: _Attempts | None = None,
 
 def _settle(comp: RemoteComparator, guard: CallGuard, retrying: Any, response: Any = None,
             error: Exception | None = None, record: bool = True, retries: int | None = None,
-            seconds: float | None = None) -> Judgment | ComparatorError:
+            seconds: float | None = None, withheld: bool = False) -> Judgment | ComparatorError:
     """The outcome of one call that reached the endpoint: a ``Judgment`` (answered or failed), or the
     ``ComparatorError`` to raise (recorded, and tripped when the endpoint refuses every call). ``retries``:
     the attempts after the first (default: tenacity's count). ``seconds``: the call's own latency (``_Attempts``:
-    from its first attempt's send), recorded with an answer (``CallGuard.record``: the call floor)."""
+    from its first attempt's send), recorded with an answer (``CallGuard.record``: the call floor). ``withheld``:
+    the deadline kept the failed call's retry from going out, recorded as a suspect failure (``unusable``: a
+    breaker opens on a streak of them only while the judge has not answered, or checks it with a probe first)."""
     retries = retrying.statistics.get("attempt_number", 1) - 1 if retries is None else retries
     failure = None if error is None else comp._fault(error)
     unusable = False
@@ -798,7 +807,7 @@ def _settle(comp: RemoteComparator, guard: CallGuard, retrying: Any, response: A
             guard.trip(outcome)
         ok, reason = failure.fault is Fault.REJECT, outcome.message  # a REJECT (e.g. too long): the endpoint is up
     if record:
-        guard.record(ok, reason, comp._honoured(failure), unusable, retries=retries, seconds=seconds,
+        guard.record(ok, reason, comp._honoured(failure), unusable or withheld, retries=retries, seconds=seconds,
                      status_code=_status(failure))
     return outcome
 
@@ -817,10 +826,10 @@ def _cut(tries: _Attempts, record: bool, last: str | None = None, status_code: i
     """The outcome of a call the deadline cut after ``tries`` went out: recorded on its guard (when ``record``) as
     sent, its outcome unknown (``record(None)``: spent, the breaker's streak neither counts nor resets on it), with
     the seconds its last attempt was out unanswered (``_Attempts.unanswered``: what a breaker that watches the
-    judge's silence reads). ``last``: the error of its last attempt when the deadline stopped its retry
-    (``cut_before_retry``; recorded with it as the reason, with its HTTP ``status_code``), else None (cut in
-    flight). A call the waiting side cuts before its first attempt is counted (it may be going out) is a plain cut
-    in flight, with no retry."""
+    judge's silence reads). ``last``: the error of an attempt that failed before the deadline when its retry was
+    then cut in flight (``cut_before_retry``; recorded with it as the reason, with its HTTP ``status_code``), else
+    None (cut in flight). A call the waiting side cuts before its first attempt is counted (it may be going out) is
+    a plain cut in flight, with no retry."""
     if record:
         tries.sent_unknown(last, tries.unanswered(), status_code)
     return cut_in_flight(tries.retries) if last is None else cut_before_retry(tries.retries, last, status_code)

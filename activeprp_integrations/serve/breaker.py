@@ -31,12 +31,13 @@ class Breaker(CallGuard):
     (failures recorded while the probe was out still count), so such a caller costs one probe per ``threshold``
     failed calls of its own.
 
-    A call cut at its request's time budget before its retry (``record(None, reason)``: an attempt failed, and the
-    deadline kept the retry from going out) counts in that streak as such a suspect failure, so a streak of them
+    A call whose retry its request's time budget kept from going out (an attempt failed, and the retry would have
+    started past the deadline: ``record(False, reason, unusable=True)``), or that was cut in flight after such an
+    attempt (``record(None, reason)``), counts in that streak as such a suspect failure, so a streak of them
     is checked with a probe (which has no deadline, so it gets every retry) before it opens: a judge with a
     transient fault (a 500 once, then an answer) answers the probe and stays in service; a dead one (every
-    attempt refused or failed) does not, and the breaker opens. For metrics (``on_call``) such a call is cut
-    (``ok=None``), not failed.
+    attempt refused or failed) does not, and the breaker opens. For metrics (``on_call``) the first is failed, the
+    second cut (``ok=None``).
 
     A judge that takes calls and never answers fails none of them when every request's time budget (or client)
     gives up before the judge's own timeout would: each is cut, outcome unknown. So with ``silence`` the breaker
@@ -90,7 +91,7 @@ class Breaker(CallGuard):
             self.asked = None
         elif retry_after is not None and ok is False:
             self.asked = max(self.asked or 0.0, retry_after)
-        if ok is None and reason is not None:  # cut before its retry: a suspect failure (see the class)
+        if ok is None and reason is not None:  # its retry cut in flight after a failed attempt: suspect (the class)
             super().record(False, reason, retry_after, True, source, retries, status_code=status_code)
         else:
             super().record(ok, reason, retry_after, unusable, source, retries, seconds, status_code)
