@@ -61,6 +61,12 @@ def test_text_without_spaces_is_cut_to_a_prefix_of_bounded_length(name):
     assert cut_words(text, 10**6) == text
 
 
+@pytest.mark.parametrize("text", ["hello world", "北京市", "a"])
+def test_no_units_kept_is_the_empty_text(text):
+    """``cut_words(text, 0)`` gave the first unit ("hello"), where the word cut before gave "" (review s69f #5)."""
+    assert cut_words(text, 0) == ""
+
+
 def test_mixed_text_counts_words_and_characters_and_keeps_its_spaces():
     assert cut_words("I live in 北京市 now", 5) == "I live in 北京"
     assert cut_words("北京 天津  上海", 3) == "北京 天"

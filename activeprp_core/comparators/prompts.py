@@ -180,7 +180,7 @@ def cut_words(text: str, max_words: int) -> str:
     units = list(itertools.islice(_CUT_UNIT.finditer(text), max_words + 1))
     if len(units) <= max_words:
         return text
-    kept = [units[0].group()]
+    kept = [units[0].group()] if max_words else []
     for before, unit in zip(units, units[1:max_words]):
         kept.append(unit.group() if unit.start() == before.end() else " " + unit.group())
     return "".join(kept)
