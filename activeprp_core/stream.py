@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import heapq
 import itertools
 import math
@@ -190,10 +191,27 @@ def _latest_deadlines(parts: list[_Part]) -> dict[str, float]:
 
 
 def _fail(parts: list[_Part], error: Exception) -> None:
-    """Fail the parts whose requests still wait (``_Merger.ask`` raises ``error`` in each)."""
+    """Fail the parts whose requests still wait (``_Merger.ask`` raises ``error`` in the first, a copy of it in each
+    other: ``own_copy``): each request sets its own accounting on what it raises (``Reranking.fail``)."""
+    first = True
     for part in parts:
         if not part.future.done():
-            part.future.set_exception(error)
+            part.future.set_exception(error if first else own_copy(error))
+            first = False
+
+
+def own_copy(error: Exception) -> Exception:
+    """A shallow copy of ``error`` (its type, message and attributes) with its cause, context and traceback, for
+    one of several requests a single failure fails: one object raised in each would carry the accounting of
+    whichever request set it last (``activeprp serve`` told each client another request's calls). ``error``
+    itself when it cannot be copied (an exception whose ``__init__`` its ``args`` do not fit)."""
+    try:
+        copied = copy.copy(error)
+    except Exception:
+        return error
+    copied.__cause__, copied.__context__ = error.__cause__, error.__context__
+    copied.__suppress_context__ = error.__suppress_context__
+    return copied.with_traceback(error.__traceback__)
 
 
 def _credit(parts: list[_Part], sent: int, retries: int = 0) -> None:

@@ -679,3 +679,36 @@ def test_a_dead_endpoint_under_a_time_budget_shorter_than_its_backoff_opens_the_
     with pytest.raises(ComparatorUnavailable, match="circuit breaker open"):
         list(rerank_many([(f"q{i}", cands) for i in range(8)], comparator=judge, **settings))
     assert judge.sent <= 16
+
+
+def test_requests_a_merged_call_fails_each_raise_their_own_error_with_their_own_accounting():
+    """A 401 in a merged call of two requests fails both. They raised the one exception object, so each request's
+    accounting overwrote the other's (``activeprp serve`` told a client another request's judge calls; review s69f
+    #3). Now each raises its own copy: same type, message, status and cause, its own accounting."""
+    from activeprp_core.errors import ComparatorAuthError
+
+    class Refusing(Merging):
+        async def ajudge_batch(self, items, *, guard=None):
+            self.batches.append([q for q, _, _ in items])
+            await asyncio.sleep(0)
+            try:
+                raise KeyError("the client's own error")
+            except KeyError as cause:
+                raise ComparatorAuthError("invalid key", status_code=401) from cause
+
+    reqs, labels = requests()
+    judge = Refusing(labels, **KNOBS)
+
+    async def both():
+        pool = RerankPool(judge, RerankSettings(budget=40, ranker="quicksort", on_failure="raise"))
+        out = await asyncio.gather(pool.rerank(*reqs[1]), pool.rerank(*reqs[3]), return_exceptions=True)
+        await pool.aclose()
+        return out
+
+    first, second = asyncio.run(both())
+    assert len(judge.batches) == 1 and len(set(judge.batches[0])) == 2  # one merged call of both
+    assert isinstance(first, ComparatorAuthError) and isinstance(second, ComparatorAuthError)
+    assert first is not second and str(first) == str(second) == "invalid key (HTTP 401)"
+    assert isinstance(first.__cause__, KeyError) and second.__cause__ is first.__cause__
+    sizes = sorted(len(c) - 1 for _, c in (reqs[1], reqs[3]))  # quicksort's first round: n - 1 calls
+    assert sorted(e.accounting.calls for e in (first, second)) == sizes
