@@ -1301,6 +1301,59 @@ def test_a_request_past_its_time_budget_gets_the_best_effort_order_in_time():
     assert queued.json()["meta"]["activeprp"]["calls"] == 0  # its time ran out in the queue: no call
 
 
+class HoldsOneQuery(WordJudge):
+    """A ``WordJudge`` whose calls for ``held`` wait until ``release`` (an asyncio.Event), and that records, for every
+    other call, when its guard says its request's time budget ends (``deadlines``, on the event loop's clock)."""
+
+    def __init__(self, held):
+        super().__init__()
+        self.held, self.release, self.deadlines = held, asyncio.Event(), []
+
+    async def aguarded_judge(self, query, pairs, guard):
+        if query == self.held:
+            self.asked += len(pairs)
+            await self.release.wait()
+        else:
+            self.deadlines.append(asyncio.get_running_loop().time() + guard.time_left(query))
+        return await super().aguarded_judge(query, pairs, guard)
+
+
+def test_a_request_reranked_after_a_wait_in_the_queue_has_only_what_is_left_of_its_time_budget():
+    """README: a request's time budget counts from its arrival, queue included. The test above covers a budget
+    that runs out in the queue; here a request waits part of its budget in the queue and is then reranked: its
+    calls must end by its arrival + time_budget, not its admission + time_budget (which overran the budget by
+    its time in the queue, while sending calls past it)."""
+    from activeprp_core.settings import RerankSettings
+    from activeprp_integrations.serve.service import RerankService
+
+    (held, docs), (late, late_docs) = make_request(0, n_docs=6), make_request(1, n_docs=6)
+    judge = HoldsOneQuery(held)
+    service = RerankService(judge, RerankSettings(**SERVER), max_active=1, max_queue=1)
+    budget, queued_s = 3.0, 0.5
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        first = asyncio.ensure_future(service.rerank(held, candidates(docs), time_budget=None))
+        while not judge.asked:  # it holds the only slot, its calls unanswered
+            await asyncio.sleep(0.01)
+        sent = loop.time()
+        second = asyncio.ensure_future(service.rerank(late, candidates(late_docs), time_budget=budget))
+        await asyncio.sleep(queued_s)
+        assert service.admission.queued == 1 and not judge.deadlines  # still waiting: no call sent
+        judge.release.set()  # the first ends and hands its slot over
+        await first
+        result = await second
+        await service.stop()
+        return sent, result
+
+    sent, result = asyncio.run(main())
+    assert result.calls > 0 and len(judge.deadlines) > 0 and result.time_budget == budget
+    # every call's deadline is its arrival + time_budget (arrival is within a few ms of ``sent``), so none of the
+    # queue's 0.5 s is handed back to it
+    assert all(sent + budget - 0.01 <= at < sent + budget + queued_s / 2 for at in judge.deadlines), \
+        [at - sent for at in judge.deadlines]
+
+
 class HangsAfter(GatedJudge):
     """A ``GatedJudge`` that answers its first ``answered`` asks at once, and hangs from then on until ``release``."""
 
