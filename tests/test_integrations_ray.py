@@ -12,6 +12,7 @@ Each pipeline runs under a time limit; the fixture stops Ray (about 1.5 s) whate
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import logging
 import os
@@ -26,12 +27,20 @@ import pytest
 from activeprp_cli import main
 from activeprp_cli.trecfiles import read_qrels
 from activeprp_core import Candidate, ComparatorAuthError, SimulatedComparator, rerank
-from tests.conftest import SHARED_DATA
+from tests.conftest import SHARED_DATA, needs_data
 
 DL19 = SHARED_DATA / "trec-dl-2019"
 KW = {"ranker": "mohajer", "oracle": "randomized", "budget": 40, "top_k": 5, "seed": 3}
 LIMIT_S = 90
-pytestmark = pytest.mark.slow  # a local Ray (about 10 s to start and stop)
+starts_ray = pytest.mark.slow  # the tests that start a local Ray (about 10 s to start and stop)
+
+
+def test_every_test_of_the_module_s_local_ray_is_slow():
+    """``-m "not slow"`` must leave out every test that starts Ray (a second module-level ``pytestmark`` once
+    replaced the module's ``slow`` marker, so all of them ran there)."""
+    uses = [f for name, f in globals().items()
+            if name.startswith("test_") and "local_ray" in inspect.signature(f).parameters]
+    assert len(uses) >= 10 and all(any(m.name == "slow" for m in getattr(f, "pytestmark", [])) for f in uses)
 
 
 def test_a_missing_ray_names_the_extra(monkeypatch):
@@ -308,7 +317,6 @@ def test_a_row_with_null_candidates_or_query_is_a_row_error_not_an_empty_ranking
 
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # read when Ray is imported: loopback only (above)
 ray = pytest.importorskip("ray", reason='Ray Data is not installed (pip install "activeprp[ray]")')
-pytestmark = pytest.mark.skipif(not DL19.is_dir(), reason="../shared/data not present")
 
 
 def bounded(fn, seconds: float = LIMIT_S):
@@ -365,6 +373,7 @@ def judge_factory(rows, qrels, **knobs):
                              pair_noise=0.5, position_bias=0.3, **knobs)
 
 
+@starts_ray
 def test_ray_listens_on_loopback_only(local_ray):
     assert {n["NodeManagerAddress"] for n in ray.nodes()} == {"127.0.0.1"}
     if shutil.which("ss") is None:
@@ -378,6 +387,8 @@ def test_ray_listens_on_loopback_only(local_ray):
         assert local.rsplit(":", 1)[0] in ("127.0.0.1", "[::ffff:127.0.0.1]", "[::1]"), line
 
 
+@starts_ray
+@needs_data  # reads DL19 from ../shared/data
 @pytest.mark.parametrize("oracle, hard", [("randomized", True), ("adaptive", False)])
 def test_rerank_dataset_gives_the_orders_of_rerank(local_ray, dl19, oracle, hard):
     from activeprp_integrations.ray import rerank_dataset
@@ -403,6 +414,7 @@ def test_rerank_dataset_gives_the_orders_of_rerank(local_ray, dl19, oracle, hard
     assert failed["calls"] is None and failed["ranker"] is None
 
 
+@starts_ray
 def test_a_read_json_dataset_with_more_actors_than_spare_cpus_finishes(local_ray, tmp_path):
     """docs/many-queries.md's snippet (``read_json``, several actors, ``num_cpus`` unset) on the 2-CPU Ray: 3 actors
     at 0.5 held 1.5 CPUs, the read task waited for a whole one forever (review s67a, finding 2); a ``num_cpus``
@@ -421,6 +433,7 @@ def test_a_read_json_dataset_with_more_actors_than_spare_cpus_finishes(local_ray
     assert all(sorted(r["order"]) == [0, 1, 2, 3] and r["error"] is None for r in out)
 
 
+@starts_ray
 def test_a_materialized_dataset_may_give_the_actors_every_cpu(local_ray):
     """``from_items`` has no read task: 2 actors x 1 CPU on the 2-CPU Ray finish, as before the rule (review s67h,
     finding 1: it was refused, "would wait forever"); a task of its own (a ``map_batches``) brings the rule back."""
@@ -437,6 +450,7 @@ def test_a_materialized_dataset_may_give_the_actors_every_cpu(local_ray):
     assert all(r["order"][0] == 1 and r["error"] is None for r in out)
 
 
+@starts_ray
 @pytest.mark.parametrize("rename", [{"query": "question"}, {"qid": "calls"}])
 def test_bad_columns_of_a_dataset_whose_columns_are_known_fail_before_anything_runs(local_ray, rename):
     """A ``question`` column, or one named like an added column: the actor's ValueError, which Ray Data printed as
@@ -450,6 +464,7 @@ def test_bad_columns_of_a_dataset_whose_columns_are_known_fail_before_anything_r
         rerank_dataset(ds, dict, budget=10)
 
 
+@starts_ray
 def test_bad_columns_and_a_failing_factory_on_the_actors_are_raised_as_themselves_and_quietly(local_ray, tmp_path,
                                                                                               ray_console):
     """Where the columns are known only once the dataset runs (``read_json``), the actor's ValueError; and a
@@ -490,6 +505,8 @@ def ray_console(monkeypatch):
     return console
 
 
+@starts_ray
+@needs_data  # reads DL19 from ../shared/data
 def test_a_dead_endpoint_fails_the_dataset_with_its_own_error(local_ray, dl19, ray_console):
     """... and no traceback on the console (Ray Data printed ~280 lines of two tracebacks of it)."""
     from activeprp_core import Comparator
@@ -537,6 +554,7 @@ def test_use_async_must_be_a_bool_checked_before_anything_runs(use_async):
         rerank_dataset(None, dict, budget=1, use_async=use_async)
 
 
+@starts_ray
 def test_bad_arguments_fail_before_anything_runs(local_ray):
     from activeprp_integrations.ray import rerank_dataset
 
@@ -627,6 +645,7 @@ def _child_json(code_and_args: list[str], env: dict[str, str], late: str):
     return json.loads(out.strip().splitlines()[-1])
 
 
+@starts_ray
 def test_connect_keeps_a_local_ray_on_loopback_when_ray_was_imported_first():
     """docs/many-queries.md's Ray snippet imports ray, then calls connect(): the local Ray advertised the machine's
     IP and listened on ``*`` (review s66b, finding 2). In a fresh interpreter, without the variable set, and its own
@@ -652,6 +671,7 @@ print(json.dumps(said))
 """
 
 
+@starts_ray
 def test_joining_a_token_cluster_by_host_port_without_the_auth_mode_says_to_set_it(local_ray):
     """The module's Ray (ray 2.60 turns token authentication on for it) joined by HOST:PORT from another process
     without ``RAY_AUTH_MODE``: Ray's own failure is recognised and told with the hint. Ray tries 20 times, ~20 s;
@@ -668,6 +688,8 @@ def test_joining_a_token_cluster_by_host_port_without_the_auth_mode_says_to_set_
         "RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token")
 
 
+@starts_ray
+@needs_data  # reads DL19 from ../shared/data
 def test_rerank_run_with_ray_writes_the_same_run(local_ray, ray_runner, tmp_path, capsys):
     args = rerank_run_args(tmp_path)
     assert main([*args, "--out", str(tmp_path / "local.run")]) == 0
@@ -677,6 +699,8 @@ def test_rerank_run_with_ray_writes_the_same_run(local_ray, ray_runner, tmp_path
     assert ray.is_initialized()  # the command used the running Ray and left it running
 
 
+@starts_ray
+@needs_data  # reads DL19 from ../shared/data
 def test_rerank_run_with_ray_and_a_model_the_actors_cannot_load_is_the_same_one_line_error(
         local_ray, ray_runner, tmp_path, capfd, ray_console, monkeypatch):
     """A judge the actors cannot build (an ``hf`` model a node lacks; here the driver's check is skipped, as for
@@ -698,6 +722,8 @@ def test_rerank_run_with_ray_and_a_model_the_actors_cannot_load_is_the_same_one_
     assert not (tmp_path / "local.run").exists() and not (tmp_path / "ray.run").exists()
 
 
+@starts_ray
+@needs_data  # reads DL19 from ../shared/data
 def test_rerank_run_with_ray_and_a_dead_endpoint_is_one_line_without_tracebacks(local_ray, ray_runner, tmp_path,
                                                                                 capfd, ray_console):
     """An OpenAI-compatible judge at a port where nothing listens: the command's one line (exit 1); Ray Data
