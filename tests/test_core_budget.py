@@ -2,6 +2,7 @@
 the rankers' read-only view; and RerankSettings, validated once by that checker."""
 
 import dataclasses
+from typing import NamedTuple
 
 import pytest
 
@@ -9,16 +10,30 @@ from activeprp_core import RerankSettings
 from activeprp_core.budget import RULES, BudgetView, Cap, Caps, check_count, check_real, check_seconds
 from activeprp_core.types import Judgment
 
-np = pytest.importorskip("numpy")
+
+class Np(NamedTuple):
+    """A case's numpy scalar, ``numpy.<kind>(value)``, made in the test by ``made``: only the cases that need
+    numpy skip where it is not installed (the core-only venvs)."""
+
+    kind: str
+    value: object
 
 
-@pytest.mark.parametrize("value", [0, 7, np.int64(7), np.int8(3), np.uint16(5)])
+def made(value):
+    if isinstance(value, Np):
+        return getattr(pytest.importorskip("numpy"), value.kind)(value.value)
+    return value
+
+
+@pytest.mark.parametrize("value", [0, 7, Np("int64", 7), Np("int8", 3), Np("uint16", 5)])
 def test_check_count_accepts_python_and_numpy_integers(value):
+    value = made(value)
     assert check_count(value, "x") == int(value) and type(check_count(value, "x")) is int
 
 
-@pytest.mark.parametrize("value", [True, False, np.bool_(True), 2.0, "3", None])
+@pytest.mark.parametrize("value", [True, False, Np("bool_", True), 2.0, "3", None])
 def test_check_count_refuses_bools_floats_strings_and_none(value):
+    value = made(value)
     with pytest.raises(TypeError, match="x must be an int"):
         check_count(value, "x")
 
@@ -30,8 +45,9 @@ def test_check_count_bounds_and_none():
         check_count(0, "top_k", minimum=1)
 
 
-@pytest.mark.parametrize("value", [0, 2, 0.5, np.float32(0.25), np.int64(3)])
+@pytest.mark.parametrize("value", [0, 2, 0.5, Np("float32", 0.25), Np("int64", 3)])
 def test_check_real_accepts_finite_numbers_numpy_too(value):
+    value = made(value)
     assert check_real(value, "w") == float(value) and type(check_real(value, "w")) is float
 
 
@@ -109,11 +125,15 @@ def test_view_reads_the_caps_live():
     assert not hasattr(view, "take")  # read-only: nothing to spend through it
 
 
-def test_settings_validate_every_integer_with_the_one_checker():
+def test_settings_take_numpy_integers_as_ints():
+    np = pytest.importorskip("numpy")
     s = RerankSettings(budget=np.int64(5), max_rounds=np.int8(2), token_budget=np.int32(900), top_k=np.int16(3),
                        seed=np.int64(-1), max_concurrency=np.int64(2), max_consecutive_failures=np.int64(4))
     assert (s.budget, s.max_rounds, s.token_budget, s.top_k, s.seed) == (5, 2, 900, 3, -1)
     assert all(type(getattr(s, f)) is int for f in ("budget", "max_rounds", "token_budget", "top_k", "seed"))
+
+
+def test_settings_validate_every_integer_with_the_one_checker():
     for name in ("budget", "max_rounds", "token_budget", "top_k", "seed", "max_concurrency",
                  "max_consecutive_failures"):
         with pytest.raises(TypeError, match=name):
