@@ -309,7 +309,9 @@ make corpus.jsonl: docs/benchmarks.md, section "Getting the data"):
 _SHARED_HELPS = {
     "max_concurrency": "most LLM calls in flight across all queries (with --ray: per actor)",
     "max_consecutive_failures": "calls in a row that may fail before a query's circuit breaker stops it; as many "
-                                "beyond one query's stop the calls of every query (with --ray: per actor)",
+                                "beyond one query's stop the calls of every query (with --ray: per actor; with a "
+                                "comparator that batches queries, hf and bundled, a merged call's failures all "
+                                "count there)",
 }
 
 

@@ -373,7 +373,8 @@ def _answer(window: _Window, step: Step, asynchronous: bool):
     queries are asked one by one, each charged for its own re-sent calls only)."""
     if not window.comparator.batches_queries:
         guards = [RequestGuard(window.guard, None, index, window.clock, r.deadline, r.ledger.floor,
-                               window.breakers.setdefault(index, own_breaker(window.guard))) for index, r, _ in step]
+                               window.breakers.setdefault(index, own_breaker(window.guard)), source=r.query)
+                  for index, r, _ in step]
         outcomes = yield _AskEach([(b.query, b.pairs, g, r.time_left()) for (_, r, b), g in zip(step, guards)])
         window.answered(step, outcomes, guards)
         return
@@ -562,7 +563,7 @@ async def _on_their_own(window: _Window, judge: Comparator) -> AsyncIterator[Rer
 
     async def run(index: int, reranking: Reranking) -> RerankResult:
         guard = RequestGuard(window.guard, None, index, window.clock, reranking.deadline,
-                             reranking.ledger.floor)
+                             reranking.ledger.floor, source=reranking.query)
         steps = exchange(reranking, guard)
         try:
             return await drive(steps, lambda batch: _judged(

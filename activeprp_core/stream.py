@@ -284,7 +284,7 @@ class RerankPool:
         reranking = Reranking(query, candidates, settings, comparator=self.judge, clock=clock, started=started,
                               latency=self.latency)
         guard = RequestGuard(self.guard, self.slots, self._next_key(), clock, reranking.deadline,
-                             reranking.ledger.floor)
+                             reranking.ledger.floor, source=query)
 
         async def ask(batch: Batch) -> list[Judgment]:
             with stops_on_refusal(guard):

@@ -16,7 +16,7 @@ declaration: every ``RerankSettings`` field (``ranker``, ``oracle``, ``budget``,
 row that failed on its own (a ``RerankFailure``: bad or null candidates, a null query, a comparator error for its
 prompts, a ranker error) has ``order`` null, ``error`` = ``"<ErrorType>: <message>"``, the accounting columns
 (``calls`` ...) filled where the error carried them and the other stats null; a row that succeeded has ``error`` null.
-A dead endpoint (authentication error, the circuit breaker the batch's rows share; with ``on_failure="raise"``) fails
+An authentication error, or the circuit breaker the batch's rows share (below; with ``on_failure="raise"``), fails
 the whole dataset, as it stops ``rerank_many``. Its error's ``accounting`` is then the spend of that batch's rows not
 yet handed out only: Ray discards the rows finished before (other batches'), and the calls they billed with them; to
 keep the bill, consume the output as it comes (``iter_batches``, writing each batch out) or use ``on_failure="prior"``.
@@ -24,8 +24,11 @@ keep the bill, consume the output as it comes (``iter_batches``, writing each ba
 Results per row are identical to ``rerank`` with the same arguments and seed, however rows are split into batches and
 actors: each row's confidence gate and ``adaptive`` oracle read only that row's answers (``rerank_many`` with
 ``carry_judge=False``), and each row has its own circuit breaker, so a row whose calls all fail fails (or degrades)
-alone, as it would alone. The breaker the batch's rows share opens only on failed calls of two rows or more in a row (a
-dead endpoint): a row in progress then is stopped (or degraded) with them, where alone it might have gone on. Output
+alone, as it would alone. The exceptions: the breaker the batch's rows share opens on failed calls in a row of two
+query texts or more (a dead endpoint, or two rows whose prompts make the judge fail, back to back): a row in progress
+then is stopped (or degraded) with them, where alone it might have gone on; and with a comparator that batches queries
+(a local model, GPU actors) a merged call's failed calls are not told apart by row and all count on the shared breaker,
+so one row whose calls all fail can stop (or degrade) the batch's rows in progress. Output
 rows follow Ray's block order, which is not the input order unless
 ``DataContext.get_current().execution_options.preserve_order = True``: join on a key column (e.g. ``qid``).
 

@@ -892,7 +892,8 @@ def test_the_help_says_the_cap_and_the_breaker_are_shared_by_the_queries(capsys)
             "(none = the comparator's own; default none)") in text
     assert ("--max-consecutive-failures MAX_CONSECUTIVE_FAILURES calls in a row that may fail before a query's "
             "circuit breaker stops it; as many beyond one query's stop the calls of every query (with --ray: per "
-            "actor)") in text
+            "actor; with a comparator that batches queries, hf and bundled, a merged call's failures all count "
+            "there)") in text
 
 
 @pytest.mark.parametrize("flag", [["--ray-actors", "2"], ["--ray-gpus", "0.5"]])

@@ -885,3 +885,24 @@ def test_one_query_whose_calls_all_fail_fails_alone_as_rerank_of_it_alone(entry,
     outcomes = [_outcome(o) for o in run(reqs, comparator=make(), max_active=max_active, **kw)]
     assert outcomes == alone
     assert [i for i, o in enumerate(alone) if "circuit breaker open" in str(o)] == [2]
+
+
+@pytest.mark.parametrize("max_active", [1, 12])
+@pytest.mark.parametrize("on_failure", ["raise", "prior"])
+@pytest.mark.parametrize("entry", ["rerank_many", "arerank_many", "arerank_many(carry_judge=False)",
+                                   "arerank_stream"])
+def test_one_query_text_asked_twice_in_a_row_is_one_source_for_the_shared_breaker(entry, on_failure, max_active):
+    """Review s69g, finding 1: the shared breaker counted a query's failed calls by request, so the same failing
+    query asked twice back to back (a client retrying it, or the same text in another request) was two queries
+    and opened it: every later query failed or degraded. Its sources are now query texts: each request still
+    fails alone (its own breaker, as ``rerank`` of it alone), the others are answered."""
+    reqs, labels = requests(12)
+    reqs = [r for r in reqs if len(r[1]) >= 6]
+    poisoned = reqs[2][0]
+    reqs.insert(3, (poisoned, reqs[3][1]))  # the same text, other documents, right after it
+    kw = dict(ranker="mohajer", budget=30, top_k=3, max_concurrency=4, on_failure=on_failure)
+    alone = [_outcome(o) for o in _entry_points()["rerank"](reqs, comparator=PoisonedQuery(labels, poisoned), **kw)]
+    outcomes = [_outcome(o) for o in _entry_points()[entry](reqs, comparator=PoisonedQuery(labels, poisoned),
+                                                            max_active=max_active, **kw)]
+    assert outcomes == alone
+    assert [i for i, o in enumerate(alone) if "circuit breaker open" in str(o)] == [2, 3]

@@ -712,3 +712,33 @@ def test_requests_a_merged_call_fails_each_raise_their_own_error_with_their_own_
     assert isinstance(first.__cause__, KeyError) and second.__cause__ is first.__cause__
     sizes = sorted(len(c) - 1 for _, c in (reqs[1], reqs[3]))  # quicksort's first round: n - 1 calls
     assert sorted(e.accounting.calls for e in (first, second)) == sizes
+
+
+def test_a_pool_whose_client_retries_a_failing_request_stays_open_to_the_others():
+    """Review s69g, finding 1: a ``RerankPool`` counted a request's failed calls on the shared breaker by request,
+    so a failing request sent again (a client retrying it) was a second query in a row and opened the breaker for
+    every later request, for good. The same query text is now one source: each try fails alone (its own breaker
+    after 5 calls), and the next request is answered."""
+
+    class Judge:
+        calls = 0
+
+        def compare(self, query, pairs):
+            Judge.calls += len(pairs)
+            return [None] * len(pairs) if "POISON" in query else [0.7] * len(pairs)
+
+    async def main():
+        pool = RerankPool(Judge(), RerankSettings(budget=20, seed=0, max_concurrency=2))
+        cands = [Candidate(f"d{i}", f"p{i}") for i in range(8)]
+        errors = []
+        for _ in range(3):
+            with pytest.raises(ComparatorUnavailable, match="circuit breaker open: 5 calls in a row failed") as info:
+                await pool.rerank("POISON query", cands)
+            errors.append(info.value.accounting.calls)
+        good = await pool.rerank("good query", cands)
+        await pool.aclose()
+        return errors, good
+
+    errors, good = asyncio.run(main())
+    assert errors == [5, 5, 5]  # each try its own 5 calls; none stopped by the shared breaker with no call
+    assert good.calls > 0 and good.failure is None and good.failed_calls == 0

@@ -149,7 +149,7 @@ class CallGuard:
         self.retries = 0
         self._failures = 0
         self._answered = False  # a call on this guard got a usable answer
-        self._sources: dict[Any, int] = {}  # failed calls in a row by query (RequestGuard key; None: no view's)
+        self._sources: dict[Any, int] = {}  # failed calls in a row by query (RequestGuard source; None: no view's)
         self._last_reason: str | None = None
         self._last_status: int | None = None  # of the streak's last failed call that got an HTTP response
         self._error: ComparatorError | None = None
@@ -232,7 +232,7 @@ class CallGuard:
         documents, can cause; a breaker shared by strangers checks the judge before it opens on that), or its
         attempts failed and the deadline kept its retry from going out (what a passing fault at the end of a time
         budget can cause): a suspect failure (``_streak_full``).
-        ``source``: the query the call belongs to (a ``RequestGuard`` passes its ``key``).
+        ``source``: the query the call belongs to (a ``RequestGuard`` passes its ``source``: its query's text).
         ``retries``: the call's transport retries (its requests to the backend beyond the first), whatever its
         outcome: summed in ``retries`` (what a failed batch's accounting bills: ``Reranking.fail``).
         ``seconds``: an answered call's (``ok``) own latency, from its first attempt's send to its answer (not its
@@ -275,8 +275,11 @@ class CallGuard:
 
     def _streak(self) -> int:
         """The failed calls in a row that count towards opening the breaker (called holding the lock): all of them,
-        less those of the query (``RequestGuard`` key) with the most, which its own breaker stops; calls recorded
-        with no key (this guard's own, or a call merged for several queries) all count."""
+        less those of the query (``RequestGuard.source``, its text) with the most, which its own breaker stops;
+        calls recorded with no source (this guard's own, or a call merged for several queries) all count. So it
+        opens on failed calls in a row of two query texts or more, ``max_consecutive_failures`` beyond the top
+        one's: a dead endpoint, or two queries whose prompts make the judge fail; a query asked again (a client
+        retrying a request, the same text in another request) is one source."""
         return self._failures - max((n for key, n in self._sources.items() if key is not None), default=0)
 
     def _streak_full(self, unusable: bool) -> None:
@@ -328,13 +331,16 @@ class RequestGuard(CallGuard):
     rerank by whoever makes a view per round; a fresh one when not given): ``max_consecutive_failures`` of its calls
     failing in a row stop that query alone (``check`` raises its ``ComparatorUnavailable``), as they stop ``rerank``
     of it alone, while the shared breaker, which stops every query (``error``), counts only the failures beyond the
-    one query with the most (``CallGuard._streak``). ``merged``: a view for a call made for several queries at once
-    (a pool's merged call): no breaker of its own, its failed calls counted on the shared guard under no key."""
+    one query with the most (``CallGuard._streak``), its failed calls counted under ``source`` (the query's text:
+    the same text asked again, in a retried request or another, is one query there; None: ``key``). ``merged``: a
+    view for a call made for several queries at once (a pool's merged call): no breaker of its own, its failed
+    calls counted on the shared guard under no source."""
 
     def __init__(self, shared: CallGuard, slots: FairSlots | None, key: Any, clock: Callable[[], float],
                  deadline: float | None = None, latency: Any = None, own: CallGuard | None = None,
-                 merged: bool = False) -> None:  # no _setup: the shared state stays
+                 merged: bool = False, source: Any = None) -> None:  # no _setup: the shared state stays
         self.shared, self._fair, self.key, self.latency = shared, slots, key, latency
+        self.source = key if source is None else source
         self.max_concurrency = shared.max_concurrency
         self.max_consecutive_failures = shared.max_consecutive_failures
         self.clock, self.deadline, self.deadlines, self.floors = clock, deadline, {}, {}
@@ -363,7 +369,7 @@ class RequestGuard(CallGuard):
         if self.own is not None:
             self.own.record(ok, reason, unusable=unusable, status_code=status_code)
         # an answer's latency is noted once, above; a cut call's time unanswered is the shared breaker's to read
-        self.shared.record(ok, reason, retry_after, unusable, None if self.own is None else self.key, retries,
+        self.shared.record(ok, reason, retry_after, unusable, None if self.own is None else self.source, retries,
                            None if ok else seconds, status_code)
 
     @property
