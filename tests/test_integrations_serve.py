@@ -2425,3 +2425,35 @@ def test_the_service_resolves_its_cap_and_defaults_where_the_library_does():
         with pytest.raises(ValueError, match="the comparator's max_concurrency must be >= 1 or None, got 0"):
             build()
     assert inspect.signature(RerankService).parameters["cool_down"].default == DEFAULT_COOL_DOWN
+
+
+def test_a_request_its_own_breaker_stops_while_the_service_is_up_gets_502_saying_so_not_an_outage_503(caplog):
+    """Review s69g, finding 3: a request whose calls failed 5 in a row, with other requests' calls answered between
+    them (here noted on the service's breaker by the judge itself, deterministically), is stopped by its own breaker
+    while the service's stays closed and /ready is 200. It got 503 "the judge is unavailable (circuit breaker open)"
+    with the service breaker's cool-down as Retry-After: an outage to its client, which retries it into the same
+    failure. Now a 502 (an upstream failing this request) that says its calls failed 5 in a row and the service is
+    up, with no Retry-After."""
+
+    class Poisoned(Comparator):
+        breaker = None
+
+        def compare(self, query, pairs):
+            if "POISON" not in query:
+                return [0.7] * len(pairs)
+            for _ in pairs:
+                self.breaker.record(True)  # another request's call answered between this one's
+            return [None] * len(pairs)
+
+    judge = Poisoned()
+    with TestClient(create_app(judge, **SERVER, cool_down=60, max_concurrency=1)) as client:  # a call at a time
+        judge.breaker = client.app.state.service.breaker
+        bad = _post(client, "/v2/rerank", {"query": "POISON", "documents": [f"doc {i}" for i in range(8)]})
+        ready, after = client.get("/ready"), _post(client, "/v2/rerank", GOOD)
+    said = bad.json()
+    assert bad.status_code == 502 and said["type"] == "judge_failure" and "retry-after" not in bad.headers, bad.text
+    assert said["message"].startswith(f"ComparatorUnavailable: this request's judge calls failed, {SERVER_BREAKER} "
+                                      "in a row, which stopped it (its own circuit breaker); the service is up"), said
+    assert f"{SERVER_BREAKER} judge calls, {SERVER_BREAKER} failed" in said["message"]
+    assert ready.status_code == 200 and after.status_code == 200
+    assert f"circuit breaker open: {SERVER_BREAKER} calls in a row failed" in judge_log(caplog, bad)

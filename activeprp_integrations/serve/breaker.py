@@ -84,6 +84,11 @@ class Breaker(CallGuard):
     def open(self) -> bool:
         return self.error is not None
 
+    @property
+    def checking(self) -> bool:
+        """Whether a streak of suspect failures (or silence) waits for the probe that decides whether it opens."""
+        return self._suspect
+
     def record(self, ok: bool | None, reason: str | None = None, retry_after: float | None = None,
                unusable: bool = False, source: Any = None, retries: int = 0, seconds: float | None = None,
                status_code: int | None = None) -> None:

@@ -161,10 +161,31 @@ def judge_summary(error: ComparatorError) -> str:
     and the judge calls spent; never its message, which names the judge's endpoint and model (the server's log
     has it)."""
     kind = next((words for cls, words in JUDGE_KINDS if isinstance(error, cls)), "the judge failed")
+    return f"{_summary(type(error).__name__, kind, error.message, error.status_code)}; {_calls_spent(error)}"
+
+
+IN_A_ROW = re.compile(r"circuit breaker open: (\d+) calls in a row failed")
+"""A breaker's ``ComparatorUnavailable`` (``CallGuard._unavailable``): N, the failed calls in a row it counted."""
+
+
+def own_breaker_summary(error: ComparatorUnavailable) -> str | None:
+    """``error`` for a service's clients when the request's own breaker stopped it (``IN_A_ROW``) while the
+    service's stayed closed: its own calls failed N in a row, others were answered between them, the service is up
+    (as ``judge_summary``, no word of the judge's endpoint); None for any other error."""
+    row = IN_A_ROW.search(error.message)
+    if row is None:
+        return None
+    cause = cause_words(error.message, error.status_code)
+    return (f"{type(error).__name__}: this request's judge calls failed, {row.group(1)} in a row, which stopped it "
+            f"(its own circuit breaker{f'; {cause}' if cause else ''}); the service is up and answers other "
+            f"requests; {_calls_spent(error)}")
+
+
+def _calls_spent(error: ComparatorError) -> str:
+    """The judge calls ``error``'s accounting says were spent, and how many failed."""
     spent = error.accounting
-    calls = "no judge call sent" if spent is None or not spent.calls else \
+    return "no judge call sent" if spent is None or not spent.calls else \
         f"{spent.calls} judge call{'s' * (spent.calls != 1)}, {spent.failed_calls} failed"
-    return f"{_summary(type(error).__name__, kind, error.message, error.status_code)}; {calls}"
 
 
 def error_summary(text: str) -> str:
@@ -412,7 +433,8 @@ class Routes:
 
     def judge_failure(self, err: ComparatorError, query: str, texts: list[str], rid: str) -> Response:
         """A judge's failure as a response: a prompt too long for the judge's context is the caller's (413);
-        ``ComparatorUnavailable`` (the breaker) 503 with ``Retry-After``; any other 502. The body says what failed
+        ``ComparatorUnavailable`` (the breaker) 503 with ``Retry-After``, but 502 when the request's own breaker
+        stopped it and the service's is closed (``_own_failure``); any other 502. The body says what failed
         (``judge_summary``) and a request id; the server's log has the whole message (which names the judge's
         endpoint and model, for the operator only) under that id."""
         see = see_log(rid)
@@ -424,6 +446,8 @@ class Routes:
                        f"{f'; {limit}' if limit else ''}): "
                        f"shorten the query ({len(query.encode('utf-8', 'surrogatepass'))} bytes) or the documents "
                        f"(the longest has {longest} bytes), e.g. with max_tokens_per_doc{see}")
+        elif isinstance(err, ComparatorUnavailable) and (own := self._own_failure(err)) is not None:
+            status, kind, retry_after, message = 502, "judge_failure", None, own + see
         elif isinstance(err, ComparatorUnavailable):
             status, kind, retry_after = 503, "judge_failure", self.service.breaker.retry_after()
             message = judge_summary(err) + see
@@ -431,6 +455,13 @@ class Routes:
             status, kind, retry_after, message = 502, "judge_failure", None, judge_summary(err) + see
         log.warning("request %s answered %d: %s", rid, status, scrub(describe(err), self.secrets))
         return error_response(status, message, kind, rid, retry_after)
+
+    def _own_failure(self, err: ComparatorUnavailable) -> str | None:
+        """``own_breaker_summary`` of ``err`` when the service's breaker is closed and checks no streak (its probe
+        may yet open it): the request failed alone, a 502 (an upstream failing this request), not the 503 with
+        Retry-After of a service whose judge is down; else None."""
+        breaker = self.service.breaker
+        return None if breaker.open or breaker.checking else own_breaker_summary(err)
 
     def meta(self, version: str, result: RerankResult, n: int, rid: str) -> dict[str, Any]:
         """A Cohere answer's ``meta`` (Jina's too): ``activeprp`` is ``result.stats()`` with its ``failure`` and
