@@ -12,7 +12,8 @@ A request that fails on its own (bad input, a comparator error for its prompts, 
 ``RerankFailure`` in its place and the others go on, their answers in the same step kept: no call is sent twice.
 Only when a merged call fails (it returns no answer at all) are its queries asked again one by one to find the
 failing one (their calls are sent again, not charged twice to their budgets: the merged call's sending of each is
-billed as a retry of it, ``Resent``). A dead endpoint stops everything fast:
+billed as a retry of it, ``Resent``; what it sent of each query is what the comparator said it sent of it,
+``sent_shares``). A dead endpoint stops everything fast:
 a ``ComparatorAuthError`` or the open circuit breaker that all queries share raises out of the iterator, unless
 ``on_failure="prior"``, with which every query degrades to its best-effort order. Each query also has a breaker of
 its own, as alone (``RequestGuard``): one query whose calls all fail fails (or degrades) alone, and the shared one
@@ -87,8 +88,9 @@ Step = list[tuple[int, Reranking, Batch]]
 @dataclass(frozen=True)
 class Resent:
     """What a merged call that failed (``error``) had sent of one query's batch before its calls are asked again on
-    their own: its first ``calls`` prompts, with ``retries``. Each call is billed once: sent again, the merged
-    call's sending is a retry of it (the budget is not charged twice); not sent again, a failed call."""
+    their own: ``calls`` of its prompts (taken as its first), with ``retries``. Each call is billed once: sent
+    again, the merged call's sending is a retry of it (the budget is not charged twice); not sent again, a failed
+    call."""
 
     calls: int
     retries: int
@@ -211,22 +213,24 @@ class _Window:
                 part = self.resent.pop(index).answers(part)
             self._resolve(index, reranking, lambda r, part=part: r.send(part))
 
-    def failed(self, step: Step, error: Exception, sent: int, retries: int) -> list[Step]:
+    def failed(self, step: Step, error: Exception, sent: int, retries: int,
+               sends: Mapping[str | None, int] | None = None) -> list[Step]:
         """Handle a merged call for ``step`` that raised (``sent`` of its calls reached the backend, with
-        ``retries``): a dead endpoint stops everything (raises ``error``); a lone query fails on its own; else
-        returns the queries' batches to ask one by one, to find the failing query (what it sent of each is billed
-        on them: ``Resent``)."""
+        ``retries``; ``sends``: those the comparator said it sent per query text): a dead endpoint stops everything
+        (raises ``error``); a lone query fails on its own; else returns the queries' batches to ask one by one, to
+        find the failing query (what it sent of each is billed on them: ``Resent``)."""
         if len(step) == 1 and step[0][0] in self.resent:
             sent, retries = self.resent.pop(step[0][0]).failed(sent, retries)
+        shares = sent_shares(((batch.query, len(batch.prompts)) for _, _, batch in step), sent, sends)
         if self.fatal(error):
-            raise self.stop(error, _shares((len(batch.prompts) for _, _, batch in step), sent), retries)
+            raise self.stop(error, shares, retries)
         if len(step) == 1:
             index, reranking, _ = step[0]
             self._resolve(index, reranking, lambda r: r.fail(error, sent, retries=retries))
             return []
-        for (index, _, _), calls in zip(step, _shares((len(batch.prompts) for _, _, batch in step), sent)):
-            self.resent[index] = Resent(calls, retries, error)
-            retries = 0  # the merged call's retries: billed once, on its first query
+        for (index, _, _), calls in zip(step, shares):
+            self.resent[index] = Resent(calls, retries if calls else 0, error)
+            retries = 0 if calls else retries  # the merged call's retries: billed once, on its first query that sent
         return [[part] for part in step]
 
     def answered(self, step: Step, outcomes: Sequence[Sequence[Judgment] | Exception],
@@ -328,11 +332,22 @@ def _charge(reranking: Reranking, batch: Batch, error: Exception, outcome: Any, 
         reranking.fail(error, guard.completed, answered, guard.retries)
 
 
-def _shares(sizes: Iterable[int], sent: int) -> list[int]:
-    """The first ``sent`` calls of a merged call, per query of ``sizes`` prompts each (its prompts are the queries'
-    in order)."""
+def sent_shares(parts: Iterable[tuple[str, int]], sent: int, sends: Mapping[str | None, int] | None) -> list[int]:
+    """The calls of a merged call that reached the backend (``sent``) per query of ``parts`` (``(query text, its
+    prompts)``, in the call's order): what the comparator said it sent of each query text (``sends``, counted by
+    ``CallGuard.sending``), split in order among the queries with that text. When those counts do not add up to
+    ``sent`` (a comparator that does not call ``sending``), the call's first ``sent`` prompts, in order (a query
+    past its own deadline sends none of its prompts while the later queries go on, so the counts come first)."""
+    parts = list(parts)
+    if sends is not None and sum(sends.values()) == sent:
+        left, shares = dict(sends), []
+        for query, size in parts:
+            shares.append(min(left.get(query, 0), size))
+            left[query] = left.get(query, 0) - shares[-1]
+        if sum(shares) == sent:
+            return shares
     shares = []
-    for size in sizes:
+    for _, size in parts:
         shares.append(min(sent, size))
         sent -= shares[-1]
     return shares
@@ -381,6 +396,7 @@ def _answer(window: _Window, step: Step, asynchronous: bool):
     sent_before, retries_before = window.guard.completed, window.guard.retries
     items = [(batch.query, a, b) for _, _, batch in step for a, b in batch.pairs]
     window.guard.floors = floors_by_query((batch.query, r.ledger.floor) for _, r, batch in step)  # a probe's go out
+    window.guard.sends = {}  # what the comparator sends of each query: a failed call's calls are billed by it
     try:
         with spent_if_raises(window.comparator, window.guard, len(items), asynchronous):
             with stops_on_refusal(window.guard):  # a refused key stops every query's calls, as on their own
@@ -388,7 +404,7 @@ def _answer(window: _Window, step: Step, asynchronous: bool):
             judgments = to_judgments(answers, len(items))
     except Exception as error:
         for part in window.failed(step, error, window.guard.completed - sent_before,
-                                  window.guard.retries - retries_before):
+                                  window.guard.retries - retries_before, window.guard.sent_counts()):
             yield from _answer(window, part, asynchronous)
         return
     window.send(step, judgments)

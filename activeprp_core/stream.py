@@ -49,7 +49,7 @@ from .comparators.base import (
 from .engine import DEADLINE_GRACE, Batch, Reranking, bounded, drive, exchange, guard_for
 from .errors import ComparatorAuthError
 from .judging import RoundLatency, floors_by_query
-from .many import DEFAULT_MAX_ACTIVE, RerankFailure, Resent, _shares, check_own, request_query, split_request
+from .many import DEFAULT_MAX_ACTIVE, RerankFailure, Resent, check_own, request_query, sent_shares, split_request
 from .settings import RerankSettings, takes_settings
 from .slots import wait_done
 from .types import Candidate, Judgment, RerankResult, to_judgments
@@ -150,6 +150,7 @@ class _Merger:
                               latency=self.pool.latency, merged=True)
         merged.deadlines = _latest_deadlines(parts)
         merged.floors = floors_by_query((p.items[0][0], p.guard.latency) for p in parts if p.items)
+        merged.sends = {}  # what the comparator sends of each query: each request is billed what it sent
         lefts = [None if p.deadline is None else p.deadline - loop.time() for p in parts]
         items = [it for p in parts for it in p.items]
         try:
@@ -159,16 +160,17 @@ class _Merger:
                                                        records_sent=False), len(items))
         except Exception as error:
             if len(parts) > 1 and not self.pool.fatal(error):
-                retries = merged.retries  # billed once, on the first part
-                for part, calls in zip(parts, _shares((len(p.items) for p in parts), merged.completed)):
-                    part.resent, retries = Resent(calls, retries, error), 0
+                retries = merged.retries  # billed once, on the first part that sent calls
+                for part, calls in zip(parts, _shares(parts, merged.completed, merged.sent_counts())):
+                    part.resent = Resent(calls, retries if calls else 0, error)
+                    retries = 0 if calls else retries
                 for part in parts:
                     await self._send([part])
                 return
-            _credit(parts, merged.completed, merged.retries)
+            _credit(parts, merged.completed, merged.sent_counts(), merged.retries)
             _fail(parts, error)
             return
-        _credit(parts, merged.completed)
+        _credit(parts, merged.completed, merged.sent_counts())
         start = 0
         for part in parts:
             answers = judgments[start : start + len(part.items)]
@@ -214,17 +216,22 @@ def own_copy(error: Exception) -> Exception:
     return copied.with_traceback(error.__traceback__)
 
 
-def _credit(parts: list[_Part], sent: int, retries: int = 0) -> None:
-    """Count the first ``sent`` calls of a merged call to its parts' requests, in order, and its ``retries`` to the
-    first (a part cut at its request's deadline counted its calls then); a part asked again on its own after a
-    merged call failed is counted that call's sending too (``Resent.failed``)."""
+def _shares(parts: list[_Part], sent: int, sends: dict[str | None, int] | None) -> list[int]:
+    """The ``sent`` calls of a merged call per part: what each part's query sent (``many.sent_shares``)."""
+    return sent_shares(((p.items[0][0] if p.items else "", len(p.items)) for p in parts), sent, sends)
+
+
+def _credit(parts: list[_Part], sent: int, sends: dict[str | None, int] | None, retries: int = 0) -> None:
+    """Count the ``sent`` calls of a merged call to its parts' requests, each what its query sent (``sends``, else
+    the first ``sent`` in order: ``many.sent_shares``), and its ``retries`` to the first not cut (a part cut at its
+    request's deadline counted its calls then); a part asked again on its own after a merged call failed is counted
+    that call's sending too (``Resent.failed``)."""
     if len(parts) == 1 and parts[0].resent is not None:
         sent, retries = parts[0].resent.failed(sent, retries)
-    for part, calls in zip(parts, _shares((len(p.items) for p in parts), sent)):
+    for part, calls in zip(parts, _shares(parts, sent, sends)):
         if not part.cut:
             part.guard.completed += calls
-            part.guard.retries += retries
-        retries = 0
+            part.guard.retries, retries = part.guard.retries + retries, 0
 
 
 class RerankPool:

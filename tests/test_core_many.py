@@ -906,3 +906,68 @@ def test_one_query_text_asked_twice_in_a_row_is_one_source_for_the_shared_breake
                                                             max_active=max_active, **kw)]
     assert outcomes == alone
     assert [i for i, o in enumerate(alone) if "circuit breaker open" in str(o)] == [2, 3]
+
+
+class PastItsDeadline(Comparator):
+    """Batches across queries; its calls go through the base class's chunk loop, which tells the guard what each
+    query sends (``CallGuard.sending``). Query "q0"'s first call moves the clock past q0's time budget (``jump``), so
+    its later calls are not sent; query "q1"'s first call raises a bug (``fails``), or waits for ``release`` (an
+    ``asyncio.Event``, async only). ``sent``: the calls each query sent."""
+
+    max_batch_size = 8
+
+    def __init__(self, jump, fails=True):
+        self.jump, self.fails, self.release, self.sent = jump, fails, None, collections.Counter()
+
+    def compare(self, query, pairs):
+        self.sent[query] += len(pairs)
+        if query == "q0":
+            self.jump()
+        elif self.fails:
+            self.fails = False
+            raise RuntimeError("a bug in q1's first call")
+        return [1.0] * len(pairs)
+
+    async def acompare(self, query, pairs):
+        answers = self.compare(query, pairs)
+        if query == "q1" and self.release is not None:
+            await self.release.wait()
+        return answers
+
+
+PAST_KW = dict(ranker="quicksort", budget=4, max_rounds=1, max_concurrency=2, seed=0)  # 4 calls each, 2 a chunk
+PAST_CANDIDATES = OWN_CANDIDATES[:5]
+
+
+@pytest.mark.parametrize("entry", ["rerank_many", "arerank_many"])
+def test_a_failed_merged_call_bills_each_query_the_calls_it_sent(monkeypatch, entry):
+    """Review s69f #2: q0 sent 2 of its 4 calls (then its deadline passed), q1 sent 2 and raised. The merged call's 4
+    calls were split by prompt order, so q0 was billed 4 failed calls (2 of them q1's) and q1's re-sent calls
+    carried no retry. Now each query is billed what the comparator said it sent of it: q0 2 (failed, as its merged
+    call raised), q1 4 calls with 2 retries (its first 2 sent twice). Fake clock."""
+    import activeprp_core.many as many_module
+
+    now = [0.0]
+    monkeypatch.setattr(many_module, "clock_now", lambda: lambda: now[0])
+    judge = PastItsDeadline(lambda: now.__setitem__(0, now[0] + 5.0))
+    reqs = [("q0", PAST_CANDIDATES, {"time_budget": 1.0}), ("q1", PAST_CANDIDATES)]
+    if entry == "rerank_many":
+        q0, q1 = rerank_many(reqs, comparator=judge, **PAST_KW)
+    else:
+        q0, q1 = asyncio.run(_collect(arerank_many(reqs, comparator=judge, **PAST_KW)))
+    assert judge.sent == {"q0": 2, "q1": 6}  # q1's 4 calls, its first 2 twice
+    assert (_spent(q0).calls, _spent(q0).failed_calls, _spent(q0).retries) == (2, 2, 0)
+    assert isinstance(q1, RerankResult) and (q1.calls, q1.failed_calls, q1.retries) == (4, 0, 2)
+
+
+def test_a_merged_call_s_calls_are_split_by_what_each_query_sent_else_in_prompt_order():
+    """``sent_shares``: the counts the comparator gave per query text (a text asked twice: in order), when they add
+    up to the calls sent; else (a comparator that gives none, or counts that do not add up) the first prompts."""
+    from activeprp_core.many import sent_shares
+
+    parts = [("q0", 4), ("q1", 4), ("q0", 3)]
+    assert sent_shares(parts, 6, {"q0": 5, "q1": 1}) == [4, 1, 1]
+    assert sent_shares(parts, 2, {"q1": 2}) == [0, 2, 0]
+    assert sent_shares(parts, 6, None) == sent_shares(parts, 6, {}) == [4, 2, 0]
+    assert sent_shares(parts, 6, {"q0": 2, "q1": 2}) == [4, 2, 0]  # 4 reported of 6: not trusted
+    assert sent_shares(parts, 6, {"q1": 6}) == [4, 2, 0]  # more than q1 holds

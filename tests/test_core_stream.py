@@ -542,7 +542,7 @@ def test_an_error_in_the_merger_past_the_comparators_call_fails_the_waiting_requ
     reqs, labels = requests(5)
     reqs = [r for r in reqs if len(r[1]) >= 2]
 
-    def broken(parts, sent):
+    def broken(*_):
         raise RuntimeError("broken bookkeeping")
 
     monkeypatch.setattr(stream_module, "_credit", broken)

@@ -144,6 +144,7 @@ class CallGuard:
         self.deadlines: dict[str, float] = {}
         self.latency: Any = None  # the rerank's judging.RoundLatency (a query's judging.CallFloor), read by too_late
         self.floors: dict[str, Any] = {}  # per query text, read by too_late instead of latency: judging.floors_by_query
+        self.sends: dict[str | None, int] | None = None  # calls sent per query text, when set: ``sending``
         self._lock = threading.Lock()
         self.completed = 0
         self.retries = 0
@@ -188,10 +189,20 @@ class CallGuard:
         """Note that ``calls`` calls of ``query`` go out now, after their wait for slots and ``too_late``: its
         round's first ends the round's wait for slots (``judging.CallFloor.sent``), which a round cut with no call
         back does not count as the judge's latency, and the time to record those sent is kept back from the
-        deadline (``CallFloor.reserve``). A comparator that says nothing leaves the round's wait counted."""
+        deadline (``CallFloor.reserve``). A comparator that says nothing leaves the round's wait counted.
+        With ``sends`` set (a dict: the caller of a merged call sets one per call), ``calls`` is added to its entry
+        for ``query``: what each query of the call sent (``many.sent_shares``)."""
+        if self.sends is not None:
+            with self._lock:
+                self.sends[query] = self.sends.get(query, 0) + calls
         latency = self._floor_of(query)
         if isinstance(latency, CallFloor):
             latency.sent(self.clock(), calls)
+
+    def sent_counts(self) -> dict[str | None, int] | None:
+        """A copy of ``sends`` (None: not counted), taken under the lock (a comparator's threads add to it)."""
+        with self._lock:
+            return None if self.sends is None else dict(self.sends)
 
     def _floor_of(self, query: str | None) -> Any:
         """What ``query``'s calls read for the call floor: its entry in ``floors``, else ``latency``."""
@@ -345,6 +356,7 @@ class RequestGuard(CallGuard):
         self.max_consecutive_failures = shared.max_consecutive_failures
         self.clock, self.deadline, self.deadlines, self.floors = clock, deadline, {}, {}
         self.completed = self.retries = 0
+        self.sends, self._lock = None, threading.Lock()
         self.own = None if merged else own if own is not None else own_breaker(shared)
 
     @property
