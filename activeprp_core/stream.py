@@ -17,7 +17,8 @@ result equals ``arerank`` of it alone with the same settings and seed, whatever 
 ``time_budget`` is enforced as ``arerank`` enforces it (``activeprp_core.engine``): its calls read its deadline
 from their guard, a round still running at the deadline is cut, a round waiting for a merged call when its
 deadline passes is not sent, and one in a merged call that runs on for other requests is cut at its deadline
-(``DEADLINE_GRACE`` after it; its calls count as cut: the pool cannot tell which of them the comparator sent); its
+(``DEADLINE_GRACE`` after it; the calls the comparator said it sent of it, ``CallGuard.sending``, count as cut, the
+others as never sent; all of them count as cut when it says nothing); its
 clock may start before the rerank (``RerankPool.rerank(started=...)``, e.g. at its arrival in a service's queue).
 """
 
@@ -52,7 +53,7 @@ from .judging import RoundLatency, floors_by_query
 from .many import DEFAULT_MAX_ACTIVE, RerankFailure, Resent, check_own, request_query, sent_shares, split_request
 from .settings import RerankSettings, takes_settings
 from .slots import wait_done
-from .types import Candidate, Judgment, RerankResult, to_judgments
+from .types import UNSENT, Candidate, Judgment, RerankResult, to_judgments
 
 MERGE_PASSES = 8
 """A merged call of a batching comparator takes the waiting rounds, oldest request first, until it holds this
@@ -94,6 +95,7 @@ class _Merger:
         self.waiting: list[tuple[Any, int, _Part]] = []
         self._arrivals = itertools.count()
         self.running: asyncio.Task | None = None
+        self.current: tuple[RequestGuard, list[_Part]] | None = None  # the merged call running: its guard, parts
 
     async def ask(self, items: list[Item], guard: RequestGuard, deadline: float | None) -> list[Judgment]:
         loop = asyncio.get_running_loop()
@@ -109,12 +111,28 @@ class _Merger:
                 return part.future.result()
             if part.taken:  # sent in a merged call still running for other requests: cut, as arerank cuts a round
                 part.cut = True
-                guard.completed += len(items)
-                return [cut_in_flight()] * len(items)
+                sent = self._sent(part)
+                answers = [cut_in_flight()] * sent + [unsent()] * (len(items) - sent)
+                if part.resent is not None:
+                    answers = part.resent.answers(answers)
+                guard.completed += sum(j.cut != UNSENT for j in answers)
+                return answers
             part.future.cancel()
             return [unsent()] * len(items)
         finally:
             part.future.cancel()  # cancelled or done: a merged call that has not taken it drops it
+
+    def _sent(self, part: _Part) -> int:
+        """How many of ``part``'s calls the merged call running has sent so far: its query's share of what the
+        comparator said it sent (``many.sent_shares``); all of them when it said nothing (unknown); none when
+        the call is not its (it waits to be asked again on its own, ``resent``)."""
+        merged, parts = self.current or (None, [])
+        if merged is None or part not in parts:
+            return 0
+        sends = merged.sent_counts()
+        if not sends:
+            return len(part.items)
+        return _shares(parts, sum(sends.values()), sends)[parts.index(part)]
 
     async def _run(self) -> None:
         parts: list[_Part] = []
@@ -138,7 +156,7 @@ class _Merger:
                         await self._send(parts)
                     except Exception as error:  # a bug past the comparator's call: its requests fail, never hang
                         _fail(parts, error)
-                parts = []
+                parts, self.current = [], None
         finally:  # cancelled (``RerankPool.aclose``): the rounds taken or waiting are cancelled, none left unset
             self.running = None
             for part in [*parts, *(entry[2] for entry in self.waiting)]:
@@ -151,6 +169,7 @@ class _Merger:
         merged.deadlines = _latest_deadlines(parts)
         merged.floors = floors_by_query((p.items[0][0], p.guard.latency) for p in parts if p.items)
         merged.sends = {}  # what the comparator sends of each query: each request is billed what it sent
+        self.current = merged, parts
         lefts = [None if p.deadline is None else p.deadline - loop.time() for p in parts]
         items = [it for p in parts for it in p.items]
         try:
@@ -160,12 +179,14 @@ class _Merger:
                                                        records_sent=False), len(items))
         except Exception as error:
             if len(parts) > 1 and not self.pool.fatal(error):
-                retries = merged.retries  # billed once, on the first part that sent calls
+                retries = merged.retries  # billed once, on the first part still waiting that sent calls
                 for part, calls in zip(parts, _shares(parts, merged.completed, merged.sent_counts())):
-                    part.resent = Resent(calls, retries if calls else 0, error)
-                    retries = 0 if calls else retries
+                    if not part.future.done():  # one cut at its deadline was billed then; one gone is not asked
+                        part.resent = Resent(calls, retries if calls else 0, error)
+                        retries = 0 if calls else retries
                 for part in parts:
-                    await self._send([part])
+                    if part.resent is not None and not part.future.done():
+                        await self._send([part])
                 return
             _credit(parts, merged.completed, merged.sent_counts(), merged.retries)
             _fail(parts, error)

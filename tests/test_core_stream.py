@@ -742,3 +742,88 @@ def test_a_pool_whose_client_retries_a_failing_request_stays_open_to_the_others(
     errors, good = asyncio.run(main())
     assert errors == [5, 5, 5]  # each try its own 5 calls; none stopped by the shared breaker with no call
     assert good.calls > 0 and good.failure is None and good.failed_calls == 0
+
+
+@pytest.mark.parametrize("q1_fails", [True, False], ids=["q1-raises", "q1-answers-later"])
+def test_a_request_past_its_deadline_in_a_merged_call_is_billed_the_calls_it_sent(q1_fails):
+    """Review s69f #2 and #4, through ``RerankPool``: in one merged call, q0 (time budget 1 s) sent 2 of its 4 calls,
+    then its deadline passed (the loop's clock jumps 5 s; its other 2 are not sent), and q1 sent its calls. q0 was
+    billed all 4: cut at its deadline while the call ran on for q1 (here its timer fires first), or as failed calls
+    had q1's failure come first (the call's calls split by prompt order, as q1's re-sent calls got no retry). Now
+    q0 is billed the 2 it sent, and q1 its own, with a retry for each of its calls the failed merged call sent."""
+    from tests.test_core_many import PAST_CANDIDATES, PAST_KW, PastItsDeadline
+
+    shift = [0.0]
+    judge = PastItsDeadline(lambda: shift.__setitem__(0, shift[0] + 5.0), fails=q1_fails)
+
+    async def run():
+        loop = asyncio.get_running_loop()
+        real = loop.time
+        loop.time = lambda: real() + shift[0]  # the clock of the pool, its timers and the requests' deadlines
+        judge.release = asyncio.Event()
+        pool = RerankPool(judge, RerankSettings(**PAST_KW))
+
+        async def short():
+            try:
+                return await pool.rerank("q0", PAST_CANDIDATES, {"time_budget": 1.0})
+            except Exception as error:
+                return error
+            finally:
+                judge.release.set()
+
+        out = await asyncio.gather(short(), pool.rerank("q1", PAST_CANDIDATES))
+        await pool.aclose()
+        return out
+
+    q0, q1 = asyncio.run(run())
+    spent = getattr(q0, "accounting", q0)
+    assert judge.sent == {"q0": 2, "q1": 6 if q1_fails else 4}
+    assert spent.calls == 2 and spent.calls == spent.failed_calls + spent.cut_calls and spent.retries == 0
+    assert isinstance(q1, RerankResult) and (q1.calls, q1.failed_calls, q1.retries) == (4, 0, 2 if q1_fails else 0)
+    if not q1_fails:
+        assert isinstance(q0, RerankResult) and q0.cut_calls == 2 and q0.exhausted_by == ["time_budget"]
+
+
+class FailsWhenReleased(Comparator):
+    """Batches across queries; query "q1"'s first call is out until ``release`` is set (``out`` says it is), then
+    raises a bug. ``sent``: the calls each query sent."""
+
+    max_batch_size = 8
+
+    def __init__(self):
+        self.sent, self.release, self.out = {}, asyncio.Event(), asyncio.Event()
+
+    def compare(self, query, pairs):
+        raise AssertionError("async only")
+
+    async def acompare(self, query, pairs):
+        self.sent[query] = self.sent.get(query, 0) + len(pairs)
+        if query == "q1" and self.sent[query] == len(pairs):
+            self.out.set()
+            await self.release.wait()
+            raise RuntimeError("a bug in q1's first call")
+        return [1.0] * len(pairs)
+
+
+def test_a_request_gone_while_its_merged_call_runs_is_not_asked_again_when_the_call_fails():
+    """q0 sent its 4 calls in a merged call, then its client went away (cancelled) while q1's first call was out;
+    that call then raised. The merged call's requests were each asked again on its own, q0's too: its 4 calls went
+    out again, for no one. Now only q1 is (billed its calls, a retry for each the merged call sent)."""
+    from tests.test_core_many import PAST_CANDIDATES, PAST_KW
+
+    async def run():
+        judge = FailsWhenReleased()
+        pool = RerankPool(judge, RerankSettings(**PAST_KW))
+        gone = asyncio.ensure_future(pool.rerank("q0", PAST_CANDIDATES))
+        other = asyncio.ensure_future(pool.rerank("q1", PAST_CANDIDATES))
+        await judge.out.wait()
+        gone.cancel()
+        await asyncio.gather(gone, return_exceptions=True)
+        judge.release.set()
+        result = await other
+        await pool.aclose()
+        return judge, result
+
+    judge, q1 = asyncio.run(run())
+    assert judge.sent == {"q0": 4, "q1": 6}
+    assert isinstance(q1, RerankResult) and (q1.calls, q1.failed_calls, q1.retries) == (4, 0, 2)
