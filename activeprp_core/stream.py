@@ -244,13 +244,13 @@ def _shares(parts: list[_Part], sent: int, sends: dict[str | None, int] | None) 
 
 def _credit(parts: list[_Part], sent: int, sends: dict[str | None, int] | None, retries: int = 0) -> None:
     """Count the ``sent`` calls of a merged call to its parts' requests, each what its query sent (``sends``, else
-    the first ``sent`` in order: ``many.sent_shares``), and its ``retries`` to the first not cut (a part cut at its
-    request's deadline counted its calls then); a part asked again on its own after a merged call failed is counted
-    that call's sending too (``Resent.failed``)."""
+    the first ``sent`` in order: ``many.sent_shares``), and its ``retries`` to the first not cut that sent calls (a
+    part cut at its request's deadline counted its calls then; ``Reranking.fail`` bills retries on failed calls); a
+    part asked again on its own after a merged call failed is counted that call's sending too (``Resent.failed``)."""
     if len(parts) == 1 and parts[0].resent is not None:
         sent, retries = parts[0].resent.failed(sent, retries)
     for part, calls in zip(parts, _shares(parts, sent, sends)):
-        if not part.cut:
+        if not part.cut and calls:
             part.guard.completed += calls
             part.guard.retries, retries = part.guard.retries + retries, 0
 

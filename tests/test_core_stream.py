@@ -827,3 +827,48 @@ def test_a_request_gone_while_its_merged_call_runs_is_not_asked_again_when_the_c
     judge, q1 = asyncio.run(run())
     assert judge.sent == {"q0": 4, "q1": 6}
     assert isinstance(q1, RerankResult) and (q1.calls, q1.failed_calls, q1.retries) == (4, 0, 2)
+
+
+class RetriedThenRefused(Comparator):
+    """Batches across queries; a query's first chunk's calls fail after one transport retry each
+    (``Judgment.retries``), its next chunk is refused (a 401, which stops every request)."""
+
+    max_batch_size = 8
+
+    def __init__(self):
+        self.sent = {}
+
+    def compare(self, query, pairs):
+        raise AssertionError("async only")
+
+    async def acompare(self, query, pairs):
+        from activeprp_core.errors import ComparatorAuthError
+        from activeprp_core.types import Judgment
+
+        self.sent[query] = self.sent.get(query, 0) + len(pairs)
+        if self.sent[query] > len(pairs):
+            raise ComparatorAuthError("invalid key", status_code=401)
+        return [Judgment(None, error="503 from the judge", retries=1)] * len(pairs)
+
+
+def test_a_refused_merged_call_bills_its_retries_on_a_request_that_sent_calls():
+    """A merged call of q0 (its deadline too close: it sends nothing) and q1 (2 calls failed after a retry each, then
+    a 401) bills its 2 retries on its first request, q0, which sent no call to bill them on: they were lost. Now on
+    q1. The loop's clock stands still, so q0's deadline (0.01 s away) never comes."""
+    from tests.test_core_many import PAST_CANDIDATES, PAST_KW
+
+    async def run():
+        loop = asyncio.get_running_loop()
+        frozen = loop.time()
+        loop.time = lambda: frozen
+        judge = RetriedThenRefused()
+        pool = RerankPool(judge, RerankSettings(**PAST_KW))
+        out = await asyncio.gather(pool.rerank("q0", PAST_CANDIDATES, {"time_budget": 1.0}, started=frozen - 0.99),
+                                   pool.rerank("q1", PAST_CANDIDATES), return_exceptions=True)
+        await pool.aclose()
+        return judge, out
+
+    judge, (q0, q1) = asyncio.run(run())
+    assert judge.sent == {"q1": 4}
+    assert (q0.accounting.calls, q0.accounting.retries) == (0, 0)
+    assert (q1.accounting.calls, q1.accounting.failed_calls, q1.accounting.retries) == (4, 4, 2)
