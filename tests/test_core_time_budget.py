@@ -923,14 +923,10 @@ def test_no_retry_past_the_deadline_and_the_call_fails(use_async, retry_after):
     assert guard.completed == 1 and out[0].cut is None and guard.error is not None
 
 
-@pytest.mark.parametrize("use_async", [False, True])
-@pytest.mark.parametrize("retry_after", [5.0, 30.0])
-def test_a_retry_after_past_the_deadline_fails_the_call_at_once(monkeypatch, use_async, retry_after):
-    """An attempt fails with 10 s left and the endpoint asks to wait 30 s: the call fails at once with the
-    attempt's error, with no wait. It slept until just before the deadline first (``DEADLINE_SLACK``), then failed
-    as it could have at once: a rerank under ``time_budget=10`` against ``Retry-After: 30`` held its whole budget
-    (review s68a). A Retry-After shorter than the time left is still waited out, and the retry answers."""
-    from activeprp_core.comparators import CallGuard, remote
+def _retries_on_a_fake_clock(monkeypatch, use_async):
+    """A ``FakeClock`` that the remote comparators' retry waits advance instead of sleeping, and the list of the
+    seconds each wait asked for."""
+    from activeprp_core.comparators import remote
 
     clock, slept = FakeClock(), []
     retrying = remote._retrying
@@ -946,6 +942,19 @@ def test_a_retry_after_past_the_deadline_fails_the_call_at_once(monkeypatch, use
         return retrying(comp, kind, *args, **{**kw, "sleep": asleep if use_async else sleep})
 
     monkeypatch.setattr(remote, "_retrying", on_the_fake_clock)
+    return clock, slept
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+@pytest.mark.parametrize("retry_after", [5.0, 30.0])
+def test_a_retry_after_past_the_deadline_fails_the_call_at_once(monkeypatch, use_async, retry_after):
+    """An attempt fails with 10 s left and the endpoint asks to wait 30 s: the call fails at once with the
+    attempt's error, with no wait. It slept until just before the deadline first (``DEADLINE_SLACK``), then failed
+    as it could have at once: a rerank under ``time_budget=10`` against ``Retry-After: 30`` held its whole budget
+    (review s68a). A Retry-After shorter than the time left is still waited out, and the retry answers."""
+    from activeprp_core.comparators import CallGuard
+
+    clock, slept = _retries_on_a_fake_clock(monkeypatch, use_async)
     judge = _failing_first(clock, 0.0, retry_after)  # the failure is read at 0 s: 10 s left
     guard = CallGuard(2, 5)
     guard.clock, guard.deadline = clock, 10.0
@@ -966,22 +975,9 @@ def test_a_backoff_past_the_deadline_fails_the_call_at_once(monkeypatch, use_asy
     at once with no wait, outcome unknown, which the breaker never counted (review s69f #1). The rule is the
     Retry-After one's (``_Attempts.retry_too_late``). A backoff that ends before the deadline (1 to 2 s) is still
     waited out, and the retry answers."""
-    from activeprp_core.comparators import CallGuard, remote
+    from activeprp_core.comparators import CallGuard
 
-    clock, slept = FakeClock(), []
-    retrying = remote._retrying
-
-    def sleep(seconds):
-        slept.append(seconds)
-        clock.now += seconds
-
-    async def asleep(seconds):
-        sleep(seconds)
-
-    def on_the_fake_clock(comp, kind, *args, **kw):
-        return retrying(comp, kind, *args, **{**kw, "sleep": asleep if use_async else sleep})
-
-    monkeypatch.setattr(remote, "_retrying", on_the_fake_clock)
+    clock, slept = _retries_on_a_fake_clock(monkeypatch, use_async)
     judge = _failing_first(clock, 0.0)  # the failure is read at 0 s: 10 s left
     judge.backoff_initial = judge.backoff_max = backoff
     guard = CallGuard(2, 1)  # the breaker would open on one failed call
