@@ -139,7 +139,26 @@ class ComparatorUnavailable(ComparatorError):
     """The endpoint keeps failing: ``max_consecutive_failures`` calls in a row failed after their retries (the
     circuit breaker opened and no further call was sent), or every call of a rerank failed. Its ``status_code`` is
     that of the last of those failed calls that got an HTTP response (429: rate limited; 5xx: an outage), None when
-    none did (refused connections, timeouts)."""
+    none did (refused connections, timeouts).
+
+    Attributes:
+        breaker: which circuit breaker opened, as data: ``"own"``, one query's (``rerank``'s, or a query's own in
+            ``rerank_many`` / ``arerank_many`` / ``arerank_stream`` / ``RerankPool`` / ``activeprp serve``: that
+            query alone stops); ``"shared"``, the one the queries of those share, which stops them all (its
+            message says "N calls in a row failed across queries"); None when no breaker opened (every call of a
+            rerank failed) or the raiser did not say.
+        in_a_row: the failed calls in a row that breaker counted (N in "circuit breaker open: N calls in a row
+            failed"): a query's own for ``"own"``, every query's for ``"shared"``; None with no breaker.
+    """
+
+    def __init__(self, message: str, *, status_code: int | None = None, accounting: Accounting | None = None,
+                 breaker: str | None = None, in_a_row: int | None = None) -> None:
+        super().__init__(message, status_code=status_code, accounting=accounting)
+        self.breaker, self.in_a_row = breaker, in_a_row
+
+    def __reduce__(self):
+        cls, args, state = super().__reduce__()
+        return cls, args, {**state, "breaker": self.breaker, "in_a_row": self.in_a_row}
 
 
 class InvalidAnswer(ComparatorError, ValueError):

@@ -42,6 +42,7 @@ from .comparators.base import (
     answered_before,
     as_comparator,
     own_breaker,
+    run_error,
     spent_if_raises,
     stops_on_refusal,
 )
@@ -302,6 +303,7 @@ class _Window:
         return total
 
     def stop(self, error: Exception, sent: Sequence[int] = (), retries: int = 0) -> Exception:
+        error = run_error(self.guard, error)  # type: ignore[assignment]
         self.stopped = error
         with contextlib.suppress(AttributeError):
             error.accounting = self.spent(sent, retries)  # type: ignore[attr-defined]

@@ -43,6 +43,7 @@ from .comparators.base import (
     SupportsCompare,
     as_comparator,
     cut_in_flight,
+    run_error,
     spent_if_raises,
     stops_on_refusal,
     unsent,
@@ -400,5 +401,5 @@ def _outcome(pool: RerankPool, index: int, request: Any, task: asyncio.Task) -> 
     if error is None:
         return index, task.result()
     if pool.fatal(error) and pool.settings.on_failure == "raise":
-        raise error
+        raise run_error(pool.guard, error)
     return index, RerankFailure(index, request_query(request), error)

@@ -47,8 +47,9 @@ def test_a_shared_breaker_opens_only_on_failed_calls_beyond_one_querys_and_each_
     bad, good, other = (RequestGuard(shared, None, key, time.monotonic) for key in ("bad", "good", "other"))
     for _ in range(4):
         bad.record(False, "HTTP 500")
-    with pytest.raises(ComparatorUnavailable, match="3 calls in a row failed"):
+    with pytest.raises(ComparatorUnavailable, match="3 calls in a row failed .last") as own:
         bad.check()  # its own breaker: open after its third
+    assert (own.value.breaker, own.value.in_a_row) == ("own", 3)
     good.check()  # the others go on
     assert shared.error is None and bad.error is None
     good.record(False, "HTTP 500")
@@ -61,12 +62,16 @@ def test_a_shared_breaker_opens_only_on_failed_calls_beyond_one_querys_and_each_
     assert shared.error is None  # 4 in a row, 2 beyond good's
     other.record(False, "no answer")
     assert shared.error is not None  # 5 in a row, 3 beyond good's: the endpoint fails everyone's calls
-    with pytest.raises(ComparatorUnavailable, match="5 calls in a row failed .last: no answer"):
+    with pytest.raises(ComparatorUnavailable, match="5 calls in a row failed across queries .last: no answer") \
+            as stopped:
         third.check()
+    assert (stopped.value.breaker, stopped.value.in_a_row) == ("shared", 5)
+    assert pickle.loads(pickle.dumps(stopped.value)).breaker == "shared"  # Ray moves errors between processes
     lone = CallGuard(None, 3)  # a rerank's own guard (its calls recorded with no key): 3 in a row open it
     for _ in range(3):
         lone.record(False, "HTTP 500")
-    assert lone.error is not None
+    assert (lone.error.breaker, lone.error.in_a_row) == ("own", 3)
+    assert "across" not in lone.error.message
 
 
 @pytest.mark.parametrize("max_concurrency", [None, 2])

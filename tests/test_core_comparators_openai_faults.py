@@ -568,7 +568,7 @@ def test_a_judge_that_turns_off_the_point_for_every_query_still_opens_the_breake
 
     requests = [(f"query {i}", candidates(8, words=3)) for i in range(6)]
     with FaultServer(plan, max_requests=300) as server, \
-            pytest.raises(ComparatorUnavailable, match="calls in a row failed .last: unusable answer"):
+            pytest.raises(ComparatorUnavailable, match="calls in a row failed across queries .last: unusable answer"):
         list(rerank_many(requests, comparator=comparator(server.url, max_attempts=1, max_concurrency=1), budget=20,
                          max_active=max_active))
     assert server.requests <= 10 + 20 + 5  # the good calls, at most one query's budget, one streak

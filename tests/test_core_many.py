@@ -21,6 +21,7 @@ from activeprp_core import (
 )
 from activeprp_core.oracles import ORACLES
 from activeprp_core.rankers import RANKERS
+from activeprp_core.stream import arerank_stream
 from tests.conftest import make_case
 
 KNOBS = {"doc_noise": 0.4, "pair_noise": 0.6, "position_bias": 0.3, "seed": 2}
@@ -206,6 +207,31 @@ def test_a_dead_endpoint_stops_everything(use_async, carry_judge, error):
     assert dead.calls <= (8 if error else 2 * 8)
     spent = info.value.accounting  # what had been spent when it stopped: no more than was sent, none answered
     assert spent.failed_calls == spent.calls <= dead.calls  # a batch the comparator raised on counts as spent
+
+
+async def _feed(reqs):
+    for request in reqs:
+        yield request
+
+
+@pytest.mark.parametrize("run", ["rerank_many", "arerank_many", "arerank_stream"])
+@pytest.mark.parametrize("max_active", [1, 8])
+def test_a_dead_endpoint_raises_the_shared_breakers_error_saying_so(run, max_active):
+    """Review s69g finding 4: the error that stopped every query was the first one raised, which could be a query's
+    own breaker's ("5 calls in a row failed", N its own) when the shared one was open too (10 sent, all failed).
+    Now it is the shared breaker's: ``breaker`` "shared", N (``in_a_row``) every query's failed calls in a row."""
+    reqs, _ = requests(12)
+    dead = Dead()
+    kw = dict(comparator=dead, budget=40, top_k=3, max_concurrency=1, max_active=max_active)
+    with pytest.raises(ComparatorUnavailable) as info:
+        if run == "rerank_many":
+            list(rerank_many(reqs, **kw))
+        else:
+            many = arerank_many(reqs, **kw) if run == "arerank_many" else arerank_stream(_feed(reqs), **kw)
+            asyncio.run(_collect(many))
+    error = info.value
+    assert error.breaker == "shared" and error.in_a_row == dead.calls  # every call sent failed, in a row
+    assert f"circuit breaker open: {dead.calls} calls in a row failed across queries" in error.message
 
 
 class RefusedLater(Comparator):

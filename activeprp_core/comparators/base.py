@@ -154,6 +154,7 @@ class CallGuard:
         self._last_reason: str | None = None
         self._last_status: int | None = None  # of the streak's last failed call that got an HTTP response
         self._error: ComparatorError | None = None
+        self.shared_by_queries = False  # RequestGuard views were made on it: its breaker's error says "shared"
         self._fair_slots = None if max_concurrency is None else FairSlots(max_concurrency)
 
     def time_left(self, query: str | None = None) -> float | None:
@@ -222,7 +223,7 @@ class CallGuard:
         """Raise (a fresh copy of) the stopping error when the breaker is open or a fatal error was tripped."""
         error = self._error
         if error is not None:
-            raise type(error)(error.message, status_code=error.status_code) from error
+            raise fresh_error(error) from error
 
     def trip(self, error: ComparatorError) -> None:
         """Stop every later call with ``error`` (the first tripped error wins)."""
@@ -301,10 +302,13 @@ class CallGuard:
             self._error = self._unavailable()
 
     def _unavailable(self, why: str = "") -> ComparatorUnavailable:
-        """The error of an open breaker: the streak of failed calls and the last one's reason, then ``why``."""
+        """The error of an open breaker: the streak of failed calls (across queries: ``shared_by_queries``) and the
+        last one's reason, then ``why``; which breaker it is (``ComparatorUnavailable.breaker``) as data."""
+        across = " across queries" if self.shared_by_queries else ""
         return ComparatorUnavailable(
-            f"circuit breaker open: {self._failures} calls in a row failed (last: {self._last_reason}){why}",
-            status_code=self._last_status)
+            f"circuit breaker open: {self._failures} calls in a row failed{across} (last: {self._last_reason}){why}",
+            status_code=self._last_status, breaker="shared" if self.shared_by_queries else "own",
+            in_a_row=self._failures)
 
     def record_all(self, judgments: Sequence[Judgment], seconds: float | None = None) -> None:
         """``record`` each judgment in order (a failed call is one with ``prob is None``); ``seconds``: the
@@ -358,6 +362,7 @@ class RequestGuard(CallGuard):
         self.completed = self.retries = 0
         self.sends, self._lock = None, threading.Lock()
         self.own = None if merged else own if own is not None else own_breaker(shared)
+        shared.shared_by_queries = True
 
     @property
     def error(self) -> ComparatorError | None:
@@ -392,6 +397,29 @@ class RequestGuard(CallGuard):
         if self._fair is None:
             return self.shared.slots(n, timeout, threads)
         return self._fair.take(n, self.key, timeout, threads)
+
+
+def fresh_error(error: ComparatorError) -> ComparatorError:
+    """A new ``error``: its type, message, status and, for a ``ComparatorUnavailable``, which breaker and how many
+    calls in a row; no accounting (each raise of a guard's stopping error sets its own)."""
+    fresh = type(error)(error.message, status_code=error.status_code)
+    if isinstance(error, ComparatorUnavailable):
+        fresh.breaker, fresh.in_a_row = error.breaker, error.in_a_row
+    return fresh
+
+
+def run_error(guard: CallGuard, error: BaseException) -> BaseException:
+    """The error that stops every query on ``guard`` (shared by them) for ``error``, one query's: a fresh copy of
+    the shared guard's error (``fresh_error``) when ``error`` is a query's own breaker's (``breaker == "own"``)
+    and the shared one is open too, so its numbers are the shared breaker's, with ``error``'s accounting; else
+    ``error``."""
+    shared = guard.error
+    if shared is None or not isinstance(error, ComparatorUnavailable) or error.breaker != "own":
+        return error
+    fresh = fresh_error(shared)
+    fresh.accounting = error.accounting
+    fresh.__cause__ = error  # the query's own breaker had opened first
+    return fresh
 
 
 def own_breaker(shared: CallGuard) -> CallGuard:
