@@ -2427,6 +2427,27 @@ def test_the_service_resolves_its_cap_and_defaults_where_the_library_does():
     assert inspect.signature(RerankService).parameters["cool_down"].default == DEFAULT_COOL_DOWN
 
 
+def test_only_a_requests_own_breaker_is_told_as_its_own_not_a_breaker_shared_by_requests():
+    """Review s69g finding 4: serve told a request's own breaker from a shared one by parsing "circuit breaker open:
+    N calls in a row failed", which a breaker shared by requests said too. Now it reads the error's ``breaker``."""
+    from activeprp_core.comparators import CallGuard
+    from activeprp_core.comparators.base import RequestGuard
+    from activeprp_integrations.serve.routes import own_breaker_summary
+
+    shared = CallGuard(None, 3)
+    views = [RequestGuard(shared, None, key, time.monotonic) for key in ("a", "b", "c")]
+    for _ in range(4):
+        views[0].record(False, "HTTP 500")
+    for view in views[1:] * 2:
+        view.record(False, "HTTP 500")
+    with pytest.raises(ComparatorUnavailable) as own:
+        views[0].own.check()
+    assert "failed, 3 in a row, which stopped it (its own circuit breaker)" in own_breaker_summary(own.value)
+    with pytest.raises(ComparatorUnavailable) as stopped:
+        shared.check()  # 7 in a row, 3 beyond a's 4: open for every request
+    assert own_breaker_summary(stopped.value) is None
+
+
 def test_a_request_its_own_breaker_stops_while_the_service_is_up_gets_502_saying_so_not_an_outage_503(caplog):
     """Review s69g, finding 3: a request whose calls failed 5 in a row, with other requests' calls answered between
     them (here noted on the service's breaker by the judge itself, deterministically), is stopped by its own breaker

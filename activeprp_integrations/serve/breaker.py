@@ -222,7 +222,8 @@ class Breaker(CallGuard):
                 self._error = self._unavailable(", and the breaker's probe got no answer either") if streak_full \
                     else ComparatorUnavailable(f"circuit breaker open: the judge answered none of the calls it had "
                                                f"for {silent:.3g} s (each cut before its answer came: no answer in "
-                                               "time), and the breaker's probe got no answer either")
+                                               "time), and the breaker's probe got no answer either",
+                                               breaker="shared")
         self._noticed()
 
     async def _probe_once(self) -> bool:

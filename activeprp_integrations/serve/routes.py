@@ -164,19 +164,14 @@ def judge_summary(error: ComparatorError) -> str:
     return f"{_summary(type(error).__name__, kind, error.message, error.status_code)}; {_calls_spent(error)}"
 
 
-IN_A_ROW = re.compile(r"circuit breaker open: (\d+) calls in a row failed")
-"""A breaker's ``ComparatorUnavailable`` (``CallGuard._unavailable``): N, the failed calls in a row it counted."""
-
-
 def own_breaker_summary(error: ComparatorUnavailable) -> str | None:
-    """``error`` for a service's clients when the request's own breaker stopped it (``IN_A_ROW``) while the
-    service's stayed closed: its own calls failed N in a row, others were answered between them, the service is up
-    (as ``judge_summary``, no word of the judge's endpoint); None for any other error."""
-    row = IN_A_ROW.search(error.message)
-    if row is None:
+    """``error`` for a service's clients when the request's own breaker stopped it (``breaker == "own"``) while
+    the service's stayed closed: its own calls failed N (``in_a_row``) in a row, others were answered between them,
+    the service is up (as ``judge_summary``, no word of the judge's endpoint); None for any other error."""
+    if error.breaker != "own" or error.in_a_row is None:
         return None
     cause = cause_words(error.message, error.status_code)
-    return (f"{type(error).__name__}: this request's judge calls failed, {row.group(1)} in a row, which stopped it "
+    return (f"{type(error).__name__}: this request's judge calls failed, {error.in_a_row} in a row, which stopped it "
             f"(its own circuit breaker{f'; {cause}' if cause else ''}); the service is up and answers other "
             f"requests; {_calls_spent(error)}")
 

@@ -261,7 +261,8 @@ class RerankService:
             why = error.message.removeprefix("circuit breaker open: ")  # the breaker's own error says so already
             raise ComparatorUnavailable(f"the judge is unavailable, no call sent (circuit breaker open: "
                                         f"{why}); it is probed again in {self.breaker.retry_after()} s",
-                                        status_code=error.status_code)
+                                        status_code=error.status_code, breaker="shared",
+                                        in_a_row=getattr(error, "in_a_row", None))
 
     async def _probe(self) -> bool:
         query, first, second = PROBE
