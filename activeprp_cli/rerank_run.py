@@ -305,13 +305,14 @@ make corpus.jsonl: docs/benchmarks.md, section "Getting the data"):
 
 #: what the settings shared by the run's queries say in ``activeprp rerank-run --help`` (``add_settings_args``'
 #: ``helps``): one cap on calls in flight and one shared circuit breaker for all queries (``rerank_many``; each query
-#: has its own as well), per actor with ``--ray`` (each actor reranks with its own comparator)
+#: has its own as well); with ``--ray``, the cap per actor (its own comparator), the breaker per batch of rows (each
+#: batch is one ``rerank_many``)
 _SHARED_HELPS = {
     "max_concurrency": "most LLM calls in flight across all queries (with --ray: per actor)",
     "max_consecutive_failures": "calls in a row that may fail before a query's circuit breaker stops it; as many "
-                                "beyond one query's stop the calls of every query (with --ray: per actor; with a "
-                                "comparator that batches queries, hf and bundled, a merged call's failures all "
-                                "count there)",
+                                "beyond one query's stop the calls of every query (with --ray: per batch of rows; "
+                                "with a comparator that batches queries, hf and bundled, a merged call's failures "
+                                "all count there)",
 }
 
 

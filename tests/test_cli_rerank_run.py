@@ -884,7 +884,8 @@ def test_the_help_of_comparator_simulated_says_what_each_command_does(capsys, co
 def test_the_help_says_the_cap_and_the_breaker_are_shared_by_the_queries(capsys):
     """``--max-concurrency`` and ``--max-consecutive-failures`` read as per-query settings beside ``--budget`` ("most
     LLM calls per query"): the help said "most LLM calls in flight". ``rerank_many`` holds one guard for all
-    queries (6 queries at max_concurrency=3 had at most 3 calls in flight together), one per actor with --ray."""
+    queries (6 queries at max_concurrency=3 had at most 3 calls in flight together); with --ray each actor has its
+    own cap, and each batch of rows (one ``rerank_many``) its own shared breaker."""
     with pytest.raises(SystemExit):
         main(["rerank-run", "--help"])
     text = " ".join(capsys.readouterr().out.split())
@@ -892,7 +893,7 @@ def test_the_help_says_the_cap_and_the_breaker_are_shared_by_the_queries(capsys)
             "(none = the comparator's own; default none)") in text
     assert ("--max-consecutive-failures MAX_CONSECUTIVE_FAILURES calls in a row that may fail before a query's "
             "circuit breaker stops it; as many beyond one query's stop the calls of every query (with --ray: per "
-            "actor; with a comparator that batches queries, hf and bundled, a merged call's failures all count "
+            "batch of rows; with a comparator that batches queries, hf and bundled, a merged call's failures all count "
             "there)") in text
 
 
